@@ -1,0 +1,60 @@
+# Lepus — the two commands a newcomer needs are `make demo` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
+
+.PHONY: install install-dev demo run worker beat test lint typecheck bench migrate clean-demo
+
+$(STAMP): requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	touch $(STAMP)
+
+$(DEV_STAMP): $(STAMP) requirements-dev.txt
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	touch $(DEV_STAMP)
+
+install: $(STAMP)
+
+install-dev: $(DEV_STAMP)
+
+## Bring the platform up with demo data on embedded defaults (SQLite, local storage, a filesystem
+## Celery broker) and a real Celery worker; prints the URLs and the curator's credentials.
+demo: $(STAMP)
+	bash scripts/demo.sh
+
+## Web server and worker against whatever the environment configures (see .env.example).
+run: $(STAMP)
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py runserver 127.0.0.1:8000
+
+worker: $(STAMP)
+	$(VENV)/bin/celery -A config worker -Q default --loglevel=INFO
+
+beat: $(STAMP)
+	$(VENV)/bin/celery -A config beat --loglevel=INFO
+
+migrate: $(STAMP)
+	$(PY) manage.py migrate --noinput
+
+## The whole test suite, against PostgreSQL and Redis on 127.0.0.1 (DATABASE_URL and
+## CELERY_BROKER_URL override), real ffmpeg, Chromium and an S3 server on loopback.
+test: $(DEV_STAMP)
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+lint: $(DEV_STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: $(DEV_STAMP)
+	$(VENV)/bin/mypy .
+
+bench: $(DEV_STAMP)
+	bash bench/run_all.sh
+
+clean-demo:
+	rm -rf var/demo

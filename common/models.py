@@ -1,0 +1,75 @@
+"""Shared model pieces: the status fields every long job carries."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class JobStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+ACTIVE_JOB_STATUSES = (JobStatus.QUEUED, JobStatus.RUNNING)
+FINISHED_JOB_STATUSES = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
+
+
+class JobQuerySet(models.QuerySet):
+    def active(self) -> JobQuerySet:
+        return self.filter(status__in=ACTIVE_JOB_STATUSES)
+
+    def orphaned(self, *, now: Any = None) -> JobQuerySet:
+        """Running jobs whose worker stopped sending heartbeats (killed, lost, out of memory)."""
+        now = now or timezone.now()
+        cutoff = now - timedelta(seconds=settings.LEPUS_JOB_HEARTBEAT_TIMEOUT)
+        return self.filter(status=JobStatus.RUNNING, heartbeat_at__lt=cutoff)
+
+
+class Job(models.Model):
+    """Status, progress and error of a long job run by a Celery task.
+
+    Claim with `common.jobs.job_claim` (a conditional UPDATE), report with `job_progress`, finish with
+    `job_succeed` / `job_fail`. A heartbeat lets `common.jobs.jobs_reap_orphans` spot a dead worker.
+    """
+
+    status = models.CharField(
+        max_length=16, choices=JobStatus.choices, default=JobStatus.QUEUED, db_index=True
+    )
+    progress = models.FloatField(default=0.0)
+    progress_message = models.CharField(max_length=300, blank=True, default="")
+    error = models.TextField(blank=True, default="")
+    attempts = models.PositiveIntegerField(default=0)
+    worker_hostname = models.CharField(max_length=200, blank=True, default="")
+    task_id = models.CharField(max_length=64, blank=True, default="")
+    cancel_requested = models.BooleanField(default=False)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        abstract = True
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(progress__gte=0.0) & models.Q(progress__lte=1.0),
+                name="%(app_label)s_%(class)s_progress_range",
+            )
+        ]
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in FINISHED_JOB_STATUSES
+
+    @property
+    def progress_percent(self) -> int:
+        return int(round(max(0.0, min(1.0, self.progress)) * 100))

@@ -1,0 +1,312 @@
+"""Django settings for Lepus, read from environment variables (see `.env.example`).
+
+Embedded defaults give a laptop demo (SQLite file, local storage, a filesystem Celery broker);
+production sets DATABASE_URL, CELERY_BROKER_URL and LEPUS_S3_BUCKET. With DEBUG off the defaults are
+the secure ones and a missing secret key is an error.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from kombu import Queue
+
+from config.env import (
+    ImproperlyConfiguredEnv,
+    env_bool,
+    env_float,
+    env_int,
+    env_list,
+    env_str,
+    load_dotenv_file,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+load_dotenv_file(str(BASE_DIR / ".env"))
+
+VAR_DIR = Path(env_str("LEPUS_VAR_DIR", str(BASE_DIR / "var")) or BASE_DIR / "var")
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+DEBUG = env_bool("DJANGO_DEBUG", False)
+
+
+def _secret_key() -> str:
+    configured = env_str("DJANGO_SECRET_KEY")
+    if configured:
+        if not DEBUG and len(configured) < 50:
+            raise ImproperlyConfiguredEnv("DJANGO_SECRET_KEY must be at least 50 characters")
+        return configured
+    if not DEBUG:
+        raise ImproperlyConfiguredEnv(
+            "DJANGO_SECRET_KEY is not set; it is required when DJANGO_DEBUG is off"
+        )
+    # Demo only: a random key kept beside the SQLite file so sessions survive a restart.
+    key_file = VAR_DIR / "demo_secret_key"
+    if not key_file.exists():
+        key_file.write_text(secrets.token_urlsafe(64), encoding="utf-8")
+        key_file.chmod(0o600)
+    return key_file.read_text(encoding="utf-8").strip()
+
+
+SECRET_KEY = _secret_key()
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "django_celery_beat",
+    "common",
+    "datasets_app",
+    "annotation",
+    "export",
+    "training_bridge",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "common.middleware.DatabaseUnavailableMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "common.context_processors.roles",
+            ],
+        },
+    },
+]
+
+# --- Database -----------------------------------------------------------------------------------
+DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'lepus.sqlite3'}") or ""
+DATABASES = {
+    "default": dj_database_url.parse(
+        DATABASE_URL,
+        conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60, minimum=0),
+        conn_health_checks=True,
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # The demo's web server and Celery worker share one SQLite file: wait for locks instead of
+    # failing at once, and let readers proceed during writes.
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 30,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "transaction_mode": "IMMEDIATE",
+    }
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+else:
+    DATABASES["default"].setdefault("OPTIONS", {})
+    DATABASES["default"]["OPTIONS"].setdefault(
+        "connect_timeout", env_int("DATABASE_CONNECT_TIMEOUT", 5, minimum=1)
+    )
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Auth ---------------------------------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/dashboard/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+# --- Static and media ---------------------------------------------------------------------------
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+MEDIA_ROOT = Path(env_str("LEPUS_MEDIA_ROOT", str(VAR_DIR / "media")) or VAR_DIR / "media")
+
+LEPUS_S3_BUCKET = env_str("LEPUS_S3_BUCKET", "") or ""
+LEPUS_S3_ENDPOINT_URL = env_str("LEPUS_S3_ENDPOINT_URL", "") or None
+LEPUS_S3_REGION = env_str("LEPUS_S3_REGION", "us-east-1") or "us-east-1"
+LEPUS_S3_PREFIX = env_str("LEPUS_S3_PREFIX", "") or ""
+# Lifetime of the presigned (S3) or signed (local) URLs handed to browsers.
+LEPUS_MEDIA_URL_TTL = env_int("LEPUS_MEDIA_URL_TTL", 900, minimum=10)
+
+if LEPUS_S3_BUCKET:
+    _default_storage = {
+        "BACKEND": "storages.backends.s3.S3Storage",
+        "OPTIONS": {
+            "bucket_name": LEPUS_S3_BUCKET,
+            "endpoint_url": LEPUS_S3_ENDPOINT_URL,
+            "region_name": LEPUS_S3_REGION,
+            "location": LEPUS_S3_PREFIX,
+            "querystring_auth": True,
+            "querystring_expire": LEPUS_MEDIA_URL_TTL,
+            "file_overwrite": True,
+            "default_acl": None,
+            "signature_version": "s3v4",
+            "addressing_style": env_str("LEPUS_S3_ADDRESSING_STYLE", "path"),
+        },
+    }
+else:
+    _default_storage = {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {"location": str(MEDIA_ROOT), "base_url": "/media/"},
+    }
+STORAGES = {
+    "default": _default_storage,
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+if DEBUG:
+    STORAGES["staticfiles"] = {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}
+
+# --- Limits -------------------------------------------------------------------------------------
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("LEPUS_MAX_REQUEST_BYTES", 256 * 1024, minimum=1024)
+DATA_UPLOAD_MAX_NUMBER_FIELDS = 2000
+FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
+LEPUS_MAX_IMPORT_BYTES = env_int("LEPUS_MAX_IMPORT_BYTES", 512 * 1024 * 1024, minimum=1024)
+LEPUS_MAX_CAPTION_CHARS = env_int("LEPUS_MAX_CAPTION_CHARS", 2000, minimum=10)
+LEPUS_MAX_REASON_CHARS = env_int("LEPUS_MAX_REASON_CHARS", 2000, minimum=10)
+
+# --- Video pipeline -----------------------------------------------------------------------------
+LEPUS_VIDEO_MAX_HEIGHT = env_int("LEPUS_VIDEO_MAX_HEIGHT", 480, minimum=64)
+LEPUS_VIDEO_FRAMES = env_int("LEPUS_VIDEO_FRAMES", 8, minimum=1)
+LEPUS_FFMPEG_TIMEOUT = env_int("LEPUS_FFMPEG_TIMEOUT", 600, minimum=5)
+
+# --- Crowd entry --------------------------------------------------------------------------------
+# Invite links are HMAC-signed with this key (falls back to SECRET_KEY).
+LEPUS_INVITE_SECRET = env_str("LEPUS_INVITE_SECRET", "") or SECRET_KEY
+
+# --- REST framework -----------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["common.permissions.IsCurator"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_THROTTLE_RATES": {
+        "join": env_str("LEPUS_THROTTLE_JOIN", "60/min"),
+        "next": env_str("LEPUS_THROTTLE_NEXT", "600/min"),
+        "submit": env_str("LEPUS_THROTTLE_SUBMIT", "600/min"),
+        "score": env_str("LEPUS_THROTTLE_SCORE", "120/min"),
+    },
+    "EXCEPTION_HANDLER": "common.api.exception_handler",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Lepus API",
+    "DESCRIPTION": "Human judgments of video captions: crowd flow, quality control, releases, "
+    "training and scoring.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+# --- Cache (throttling state) -------------------------------------------------------------------
+REDIS_URL = env_str("REDIS_URL", "") or ""
+if REDIS_URL:
+    CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+    }
+else:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.db.DatabaseCache"
+            if env_bool("LEPUS_DB_CACHE", False)
+            else "django.core.cache.backends.locmem.LocMemCache",
+            "LOCATION": "lepus_cache",
+        }
+    }
+
+# --- Celery -------------------------------------------------------------------------------------
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://") or "filesystem://"
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    _broker_dir = VAR_DIR / "celery-broker"
+    for _sub in ("queue", "processed"):
+        (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
+    # One folder for in and out: producer (web) and consumer (worker) run on the same machine.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker_dir / "queue"),
+        "data_folder_out": str(_broker_dir / "queue"),
+        "processed_folder": str(_broker_dir / "processed"),
+        "store_processed": False,
+    }
+else:
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 6 * 3600, minimum=60)
+    }
+CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND", "") or None
+CELERY_TASK_IGNORE_RESULT = CELERY_RESULT_BACKEND is None
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+# A task is acknowledged only when it finished, and a worker that dies mid-task gives it back.
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_DEFAULT_QUEUE = "default"
+CELERY_TASK_QUEUES = (Queue("default"), Queue("training"))
+CELERY_TASK_ROUTES = {"training_bridge.tasks.*": {"queue": "training"}}
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_TIMEZONE = TIME_ZONE
+# A job row whose heartbeat is older than this is considered orphaned by a dead worker.
+LEPUS_JOB_HEARTBEAT_TIMEOUT = env_int("LEPUS_JOB_HEARTBEAT_TIMEOUT", 120, minimum=5)
+# Publishing a task may not hang a web request when the broker is down.
+CELERY_BROKER_CONNECTION_TIMEOUT = env_float("CELERY_BROKER_CONNECTION_TIMEOUT", 2.0)
+
+# --- Training -----------------------------------------------------------------------------------
+LEPUS_DEFAULT_BACKBONE = env_str("LEPUS_DEFAULT_BACKBONE", "Qwen/Qwen3-VL-2B-Instruct")
+LEPUS_RETRAIN_MIN_NEW_CANDIDATES = env_int("LEPUS_RETRAIN_MIN_NEW_CANDIDATES", 1000, minimum=1)
+
+# --- Security -----------------------------------------------------------------------------------
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = False
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+if not DEBUG:
+    SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", True)
+    SESSION_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", True)
+    CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+    SECURE_HSTS_SECONDS = env_int("DJANGO_SECURE_HSTS_SECONDS", 31536000, minimum=0)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", True)
+    if env_bool("DJANGO_BEHIND_TLS_PROXY", False):
+        SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LEPUS_LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

@@ -1,0 +1,29 @@
+"""URL configuration. Each app mounts its pages and its API here; see the app's urls.py and
+api_urls.py."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.urls import include, path
+from django.views.generic import RedirectView
+from drf_spectacular.views import SpectacularAPIView
+
+from common import views as common_views
+
+urlpatterns = [
+    path("", RedirectView.as_view(url="/dashboard/", permanent=False), name="home"),
+    path("admin/", admin.site.urls),
+    path("accounts/", include("django.contrib.auth.urls")),
+    path("healthz", common_views.healthz, name="healthz"),
+    path("media/s/<path:key>", common_views.signed_media, name="signed-media"),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/v1/", include("datasets_app.api_urls")),
+    path("api/v1/", include("annotation.api_urls")),
+    path("api/v1/", include("export.api_urls")),
+    path("api/v1/", include("training_bridge.api_urls")),
+    path("w/", include("annotation.worker_urls")),
+    path("dashboard/", include("annotation.urls")),
+    path("dashboard/datasets/", include("datasets_app.urls")),
+    path("dashboard/releases/", include("export.urls")),
+    path("dashboard/training/", include("training_bridge.urls")),
+]

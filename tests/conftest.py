@@ -1,0 +1,132 @@
+"""Shared fixtures: the named cast of users, a real Celery worker, and S3 on loopback.
+
+The cast (see STYLE.md): `curator` and `admin_user` run campaigns, `outsider` is logged in but has
+no role; crowd workers (`worker_a`, `worker_b`) are not Django users and are built per campaign by
+`tests/annotation` fixtures.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import Group, User
+
+from common.permissions import CURATOR_GROUP
+from tests.support.processes import CeleryWorker, purge_broker
+
+
+@pytest.fixture(autouse=True)
+def _isolated_media_root(tmp_path: Path, settings) -> Iterator[None]:  # type: ignore[no-untyped-def]
+    """Every test gets its own local storage folder."""
+    media = tmp_path / "media"
+    media.mkdir()
+    settings.MEDIA_ROOT = media
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "default": {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": str(media), "base_url": "/media/"},
+        },
+    }
+    yield
+
+
+@pytest.fixture
+def curator(db) -> User:  # type: ignore[no-untyped-def]
+    user = User.objects.create_user("curator", "curator@example.org", "curator-password-1")
+    group, _ = Group.objects.get_or_create(name=CURATOR_GROUP)
+    user.groups.add(group)
+    return user
+
+
+@pytest.fixture
+def second_curator(db) -> User:  # type: ignore[no-untyped-def]
+    user = User.objects.create_user("curator2", "curator2@example.org", "curator-password-2")
+    group, _ = Group.objects.get_or_create(name=CURATOR_GROUP)
+    user.groups.add(group)
+    return user
+
+
+@pytest.fixture
+def admin_user(db) -> User:  # type: ignore[no-untyped-def]
+    return User.objects.create_superuser("admin", "admin@example.org", "admin-password-1")
+
+
+@pytest.fixture
+def outsider(db) -> User:  # type: ignore[no-untyped-def]
+    return User.objects.create_user("outsider", "outsider@example.org", "outsider-password-1")
+
+
+@pytest.fixture
+def curator_client(client, curator):  # type: ignore[no-untyped-def]
+    client.force_login(curator)
+    return client
+
+
+@pytest.fixture
+def celery_worker_process(transactional_db) -> Iterator[CeleryWorker]:  # type: ignore[no-untyped-def]
+    """A real `celery worker` process on the test broker and the test database."""
+    purge_broker()
+    worker = CeleryWorker().start()
+    try:
+        yield worker
+    finally:
+        worker.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[str]:
+    """moto's S3-speaking server on a loopback port; yields its endpoint URL."""
+    from moto.server import ThreadedMotoServer
+
+    from tests.support.processes import free_port
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_storage(s3_server: str, settings, monkeypatch) -> Iterator[str]:  # type: ignore[no-untyped-def]
+    """Point the default storage at a fresh bucket on the loopback S3 server; yields the bucket."""
+    import uuid
+
+    import boto3
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    bucket = f"lepus-test-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1").create_bucket(Bucket=bucket)
+    settings.LEPUS_S3_BUCKET = bucket
+    settings.LEPUS_S3_ENDPOINT_URL = s3_server
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "default": {
+            "BACKEND": "storages.backends.s3.S3Storage",
+            "OPTIONS": {
+                "bucket_name": bucket,
+                "endpoint_url": s3_server,
+                "region_name": "us-east-1",
+                "querystring_auth": True,
+                "querystring_expire": settings.LEPUS_MEDIA_URL_TTL,
+                "file_overwrite": True,
+                "addressing_style": "path",
+                "signature_version": "s3v4",
+            },
+        },
+    }
+    yield bucket
+
+
+def pytest_sessionfinish(session, exitstatus):  # type: ignore[no-untyped-def]
+    var_dir = Path(settings.VAR_DIR)
+    if var_dir.name.startswith("lepus-test-var-"):
+        shutil.rmtree(var_dir, ignore_errors=True)
