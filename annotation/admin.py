@@ -22,8 +22,15 @@ from annotation.models import (
 
 @admin.register(Campaign)
 class CampaignAdmin(admin.ModelAdmin):
-    list_display = ["slug", "name", "status", "judgments_per_candidate", "reference_free",
-                    "is_imported", "created_at"]
+    list_display = [
+        "slug",
+        "name",
+        "status",
+        "judgments_per_candidate",
+        "reference_free",
+        "is_imported",
+        "created_at",
+    ]
     list_filter = ["status", "reference_free", "is_imported"]
     search_fields = ["slug", "name"]
     prepopulated_fields = {"slug": ["name"]}
@@ -31,8 +38,17 @@ class CampaignAdmin(admin.ModelAdmin):
 
 @admin.register(CampaignCandidate)
 class CampaignCandidateAdmin(admin.ModelAdmin):
-    list_display = ["campaign", "candidate", "quota", "slots_taken", "kept_judgments", "overall",
-                    "review_state", "dropped", "is_control"]
+    list_display = [
+        "campaign",
+        "candidate",
+        "quota",
+        "slots_taken",
+        "kept_judgments",
+        "overall",
+        "review_state",
+        "dropped",
+        "is_control",
+    ]
     list_filter = ["campaign", "review_state", "dropped", "is_control", "is_finalised"]
     raw_id_fields = ["candidate", "clip"]
 
@@ -75,23 +91,44 @@ class AssignmentAdmin(admin.ModelAdmin):
 
 @admin.register(Judgment)
 class JudgmentAdmin(admin.ModelAdmin):
-    list_display = ["id", "campaign", "campaign_candidate", "participation", "values", "source",
-                    "is_excluded", "excluded_by"]
+    list_display = [
+        "id",
+        "campaign",
+        "campaign_candidate",
+        "participation",
+        "values",
+        "source",
+        "is_excluded",
+        "excluded_by",
+    ]
     list_filter = ["campaign", "source", "is_excluded"]
     raw_id_fields = ["campaign_candidate", "participation", "assignment", "import_batch"]
 
 
 @admin.register(WorkerQCStats)
 class WorkerQCStatsAdmin(admin.ModelAdmin):
-    list_display = ["participation", "judgments", "median_seconds_per_candidate", "uniform_share",
-                    "control_accuracy", "agreement", "computed_at"]
+    list_display = [
+        "participation",
+        "judgments",
+        "median_seconds_per_candidate",
+        "uniform_share",
+        "control_accuracy",
+        "agreement",
+        "computed_at",
+    ]
     raw_id_fields = ["participation"]
 
 
 @admin.register(WorkerExclusion)
 class WorkerExclusionAdmin(admin.ModelAdmin):
-    list_display = ["participation", "rules", "judgments_excluded", "created_by", "created_at",
-                    "reversed_at"]
+    list_display = [
+        "participation",
+        "rules",
+        "judgments_excluded",
+        "created_by",
+        "created_at",
+        "reversed_at",
+    ]
     raw_id_fields = ["participation"]
 
 
@@ -109,8 +146,16 @@ class AgreementSnapshotAdmin(admin.ModelAdmin):
 
 @admin.register(ReviewItem)
 class ReviewItemAdmin(admin.ModelAdmin):
-    list_display = ["id", "campaign", "campaign_candidate", "status", "rating_range", "priority",
-                    "claimed_by", "resolved_by"]
+    list_display = [
+        "id",
+        "campaign",
+        "campaign_candidate",
+        "status",
+        "rating_range",
+        "priority",
+        "claimed_by",
+        "resolved_by",
+    ]
     list_filter = ["campaign", "status"]
     raw_id_fields = ["campaign_candidate"]
 

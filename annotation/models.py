@@ -34,8 +34,9 @@ class Campaign(models.Model):
     name = models.CharField(max_length=200)
     description = models.TextField(blank=True, default="")
     instructions = models.TextField(blank=True, default="")
-    status = models.CharField(max_length=10, choices=CampaignStatus.choices,
-                              default=CampaignStatus.ACTIVE, db_index=True)
+    status = models.CharField(
+        max_length=10, choices=CampaignStatus.choices, default=CampaignStatus.ACTIVE, db_index=True
+    )
     questions = models.JSONField(default=list)
     # Key of an explicit overall question; empty means "overall = mean of the questions".
     overall_question_key = models.CharField(max_length=50, blank=True, default="")
@@ -57,10 +58,12 @@ class Campaign(models.Model):
     redirect_url = models.URLField(max_length=500, blank=True, default="")
     # Judgments of imported campaigns come from files (e.g. VATEX-EVAL), not from the crowd.
     is_imported = models.BooleanField(default=False)
-    selection = models.JSONField(default=dict, blank=True,
-                                 help_text="How the candidates were selected, for the record.")
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
-                                   on_delete=models.SET_NULL, related_name="+")
+    selection = models.JSONField(
+        default=dict, blank=True, help_text="How the candidates were selected, for the record."
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -71,12 +74,14 @@ class Campaign(models.Model):
                 condition=Q(judgments_per_candidate__gte=1) & Q(judgments_per_candidate__lte=100),
                 name="campaign_quota_range",
             ),
-            models.CheckConstraint(condition=Q(control_rate__gte=0) & Q(control_rate__lte=1),
-                                   name="campaign_control_rate_range"),
-            models.CheckConstraint(condition=Q(lease_seconds__gte=30),
-                                   name="campaign_lease_min"),
-            models.CheckConstraint(condition=Q(review_range_threshold__gte=1),
-                                   name="campaign_review_threshold_min"),
+            models.CheckConstraint(
+                condition=Q(control_rate__gte=0) & Q(control_rate__lte=1),
+                name="campaign_control_rate_range",
+            ),
+            models.CheckConstraint(condition=Q(lease_seconds__gte=30), name="campaign_lease_min"),
+            models.CheckConstraint(
+                condition=Q(review_range_threshold__gte=1), name="campaign_review_threshold_min"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -102,8 +107,9 @@ class CampaignCandidate(models.Model):
     """
 
     campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="items")
-    candidate = models.ForeignKey(CandidateCaption, on_delete=models.CASCADE,
-                                  related_name="campaign_items")
+    candidate = models.ForeignKey(
+        CandidateCaption, on_delete=models.CASCADE, related_name="campaign_items"
+    )
     clip = models.ForeignKey(Clip, on_delete=models.CASCADE, related_name="+")
     quota = models.PositiveSmallIntegerField()
     slots_taken = models.PositiveSmallIntegerField(default=0)
@@ -118,22 +124,28 @@ class CampaignCandidate(models.Model):
     rating_range = models.PositiveSmallIntegerField(null=True, blank=True)
     is_finalised = models.BooleanField(default=False, db_index=True)
     finalised_at = models.DateTimeField(null=True, blank=True)
-    review_state = models.CharField(max_length=10, choices=ReviewState.choices, blank=True,
-                                    default=ReviewState.NONE)
+    review_state = models.CharField(
+        max_length=10, choices=ReviewState.choices, blank=True, default=ReviewState.NONE
+    )
     # An expert resolution: {"values": {"<key>": float}}; overrides the mean of kept judgments.
     resolution = models.JSONField(default=dict, blank=True)
-    dropped = models.BooleanField(default=False,
-                                  help_text="Dropped by an expert: never enters a release.")
+    dropped = models.BooleanField(
+        default=False, help_text="Dropped by an expert: never enters a release."
+    )
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["campaign", "candidate"],
-                                    name="campaign_candidate_unique"),
-            models.CheckConstraint(condition=Q(slots_taken__lte=F("quota")),
-                                   name="campaign_candidate_slots_within_quota"),
+            models.UniqueConstraint(
+                fields=["campaign", "candidate"], name="campaign_candidate_unique"
+            ),
+            models.CheckConstraint(
+                condition=Q(slots_taken__lte=F("quota")),
+                name="campaign_candidate_slots_within_quota",
+            ),
             models.CheckConstraint(condition=Q(quota__gte=1), name="campaign_candidate_quota_min"),
             models.CheckConstraint(
-                condition=Q(normalized__isnull=True) | (Q(normalized__gte=0) & Q(normalized__lte=1)),
+                condition=Q(normalized__isnull=True)
+                | (Q(normalized__gte=0) & Q(normalized__lte=1)),
                 name="campaign_candidate_normalized_range",
             ),
         ]
@@ -162,8 +174,9 @@ class CampaignClip(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["campaign", "clip"], name="campaign_clip_unique"),
-            models.CheckConstraint(condition=Q(open_slots__gte=0),
-                                   name="campaign_clip_open_slots_nonnegative"),
+            models.CheckConstraint(
+                condition=Q(open_slots__gte=0), name="campaign_clip_open_slots_nonnegative"
+            ),
         ]
         indexes = [
             models.Index(fields=["campaign", "open_slots"], name="campaign_clip_open"),
@@ -187,8 +200,9 @@ class Worker(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["platform", "external_id"],
-                                    name="worker_platform_external_unique"),
+            models.UniqueConstraint(
+                fields=["platform", "external_id"], name="worker_platform_external_unique"
+            ),
             models.CheckConstraint(condition=~Q(external_id=""), name="worker_external_not_empty"),
         ]
 
@@ -213,10 +227,15 @@ class Participation(models.Model):
     campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="participations")
     worker = models.ForeignKey(Worker, on_delete=models.CASCADE, related_name="participations")
     token_hash = models.CharField(max_length=64, unique=True, null=True, blank=True)
-    status = models.CharField(max_length=10, choices=ParticipationStatus.choices,
-                              default=ParticipationStatus.ACTIVE, db_index=True)
-    platform_data = models.JSONField(default=dict, blank=True,
-                                     help_text="study/session or assignment/hit ids of the platform.")
+    status = models.CharField(
+        max_length=10,
+        choices=ParticipationStatus.choices,
+        default=ParticipationStatus.ACTIVE,
+        db_index=True,
+    )
+    platform_data = models.JSONField(
+        default=dict, blank=True, help_text="study/session or assignment/hit ids of the platform."
+    )
     consented_at = models.DateTimeField(null=True, blank=True)
     joined_at = models.DateTimeField(default=timezone.now)
     last_seen_at = models.DateTimeField(null=True, blank=True)
@@ -226,8 +245,9 @@ class Participation(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["campaign", "worker"],
-                                    name="participation_campaign_worker_unique"),
+            models.UniqueConstraint(
+                fields=["campaign", "worker"], name="participation_campaign_worker_unique"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -249,11 +269,16 @@ class Assignment(models.Model):
     A worker gets a clip at most once per campaign (unique constraint)."""
 
     campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="assignments")
-    participation = models.ForeignKey(Participation, on_delete=models.CASCADE,
-                                      related_name="assignments")
+    participation = models.ForeignKey(
+        Participation, on_delete=models.CASCADE, related_name="assignments"
+    )
     clip = models.ForeignKey(Clip, on_delete=models.CASCADE, related_name="+")
-    status = models.CharField(max_length=10, choices=AssignmentStatus.choices,
-                              default=AssignmentStatus.LIVE, db_index=True)
+    status = models.CharField(
+        max_length=10,
+        choices=AssignmentStatus.choices,
+        default=AssignmentStatus.LIVE,
+        db_index=True,
+    )
     issued_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField(db_index=True)
     submitted_at = models.DateTimeField(null=True, blank=True)
@@ -266,8 +291,9 @@ class Assignment(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["participation", "clip"],
-                                    name="assignment_worker_clip_unique"),
+            models.UniqueConstraint(
+                fields=["participation", "clip"], name="assignment_worker_clip_unique"
+            ),
         ]
         indexes = [models.Index(fields=["status", "expires_at"], name="assignment_lease")]
 
@@ -279,15 +305,17 @@ class AssignmentItem(models.Model):
     """A slot: one candidate inside an assignment."""
 
     assignment = models.ForeignKey(Assignment, on_delete=models.CASCADE, related_name="items")
-    campaign_candidate = models.ForeignKey(CampaignCandidate, on_delete=models.CASCADE,
-                                           related_name="assignment_items")
+    campaign_candidate = models.ForeignKey(
+        CampaignCandidate, on_delete=models.CASCADE, related_name="assignment_items"
+    )
     position = models.PositiveSmallIntegerField(default=0)
 
     class Meta:
         ordering = ["assignment_id", "position"]
         constraints = [
-            models.UniqueConstraint(fields=["assignment", "campaign_candidate"],
-                                    name="assignment_item_unique"),
+            models.UniqueConstraint(
+                fields=["assignment", "campaign_candidate"], name="assignment_item_unique"
+            ),
         ]
 
 
@@ -305,22 +333,31 @@ class Judgment(models.Model):
     """One worker's ratings of one candidate: `values` = {"<question key>": 1..5}."""
 
     campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="judgments")
-    campaign_candidate = models.ForeignKey(CampaignCandidate, on_delete=models.CASCADE,
-                                           related_name="judgments")
-    participation = models.ForeignKey(Participation, on_delete=models.CASCADE,
-                                      related_name="judgments")
-    assignment = models.ForeignKey(Assignment, null=True, blank=True, on_delete=models.SET_NULL,
-                                   related_name="judgments")
+    campaign_candidate = models.ForeignKey(
+        CampaignCandidate, on_delete=models.CASCADE, related_name="judgments"
+    )
+    participation = models.ForeignKey(
+        Participation, on_delete=models.CASCADE, related_name="judgments"
+    )
+    assignment = models.ForeignKey(
+        Assignment, null=True, blank=True, on_delete=models.SET_NULL, related_name="judgments"
+    )
     values = models.JSONField()
     reason = models.TextField(blank=True, default="")
-    source = models.CharField(max_length=10, choices=JudgmentSource.choices,
-                              default=JudgmentSource.CROWD)
+    source = models.CharField(
+        max_length=10, choices=JudgmentSource.choices, default=JudgmentSource.CROWD
+    )
     # Server-side time on the assignment shared per candidate, and client timing, in ms.
     server_ms = models.BigIntegerField(null=True, blank=True)
     client_active_ms = models.BigIntegerField(null=True, blank=True)
     client_video_played_ms = models.BigIntegerField(null=True, blank=True)
-    import_batch = models.ForeignKey("datasets_app.ImportBatch", null=True, blank=True,
-                                     on_delete=models.SET_NULL, related_name="judgments")
+    import_batch = models.ForeignKey(
+        "datasets_app.ImportBatch",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="judgments",
+    )
     created_at = models.DateTimeField(default=timezone.now)
     is_excluded = models.BooleanField(default=False, db_index=True)
     # e.g. "rule:too_fast", "review", "curator"; the numbers behind it in exclusion_detail.
@@ -333,8 +370,10 @@ class Judgment(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["campaign_candidate", "participation"],
-                                    name="judgment_one_per_worker_candidate"),
+            models.UniqueConstraint(
+                fields=["campaign_candidate", "participation"],
+                name="judgment_one_per_worker_candidate",
+            ),
         ]
         indexes = [
             models.Index(fields=["campaign", "participation"], name="judgment_campaign_worker"),
@@ -347,8 +386,9 @@ class Judgment(models.Model):
 class WorkerQCStats(models.Model):
     """Per-worker statistics of a campaign, recomputed after submissions and on demand."""
 
-    participation = models.OneToOneField(Participation, on_delete=models.CASCADE,
-                                         related_name="qc_stats")
+    participation = models.OneToOneField(
+        Participation, on_delete=models.CASCADE, related_name="qc_stats"
+    )
     judgments = models.PositiveIntegerField(default=0)
     median_seconds_per_candidate = models.FloatField(null=True, blank=True)
     speed_vs_campaign = models.FloatField(null=True, blank=True)
@@ -366,16 +406,19 @@ class WorkerQCStats(models.Model):
 class WorkerExclusion(models.Model):
     """An exclusion decision (automatic by rules, or by a curator) and its reversal."""
 
-    participation = models.ForeignKey(Participation, on_delete=models.CASCADE,
-                                      related_name="exclusions")
+    participation = models.ForeignKey(
+        Participation, on_delete=models.CASCADE, related_name="exclusions"
+    )
     rules = models.JSONField(default=list)
     detail = models.JSONField(default=dict, blank=True)
     judgments_excluded = models.PositiveIntegerField(default=0)
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
-                                   on_delete=models.SET_NULL, related_name="+")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     created_at = models.DateTimeField(default=timezone.now)
-    reversed_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
-                                    on_delete=models.SET_NULL, related_name="+")
+    reversed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     reversed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -386,8 +429,9 @@ class QCRun(Job):
     """A full QC recompute of a campaign (statistics, rules, agreement, review, aggregation)."""
 
     campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="qc_runs")
-    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
-                                     on_delete=models.SET_NULL, related_name="+")
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     summary = models.JSONField(default=dict, blank=True)
 
     class Meta(Job.Meta):
@@ -418,19 +462,23 @@ class ReviewStatus(models.TextChoices):
 class ReviewItem(models.Model):
     """A candidate whose kept ratings disagree too much; an expert resolves it."""
 
-    campaign_candidate = models.OneToOneField(CampaignCandidate, on_delete=models.CASCADE,
-                                              related_name="review_item")
+    campaign_candidate = models.OneToOneField(
+        CampaignCandidate, on_delete=models.CASCADE, related_name="review_item"
+    )
     campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="review_items")
-    status = models.CharField(max_length=10, choices=ReviewStatus.choices,
-                              default=ReviewStatus.OPEN, db_index=True)
+    status = models.CharField(
+        max_length=10, choices=ReviewStatus.choices, default=ReviewStatus.OPEN, db_index=True
+    )
     rating_range = models.PositiveSmallIntegerField()
     # Higher first: the worst disagreement is reviewed first.
     priority = models.FloatField(default=0.0, db_index=True)
-    claimed_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
-                                   on_delete=models.SET_NULL, related_name="+")
+    claimed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     claimed_at = models.DateTimeField(null=True, blank=True)
-    resolved_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
-                                    on_delete=models.SET_NULL, related_name="+")
+    resolved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     resolved_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -459,18 +507,25 @@ class AuditEntry(models.Model):
     """Every curator decision: who, when, what it was before and after. Undo adds an entry."""
 
     campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="audit_entries")
-    review_item = models.ForeignKey(ReviewItem, null=True, blank=True, on_delete=models.CASCADE,
-                                    related_name="audit_entries")
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
-                              on_delete=models.SET_NULL, related_name="+")
+    review_item = models.ForeignKey(
+        ReviewItem, null=True, blank=True, on_delete=models.CASCADE, related_name="audit_entries"
+    )
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     action = models.CharField(max_length=20, choices=ReviewAction.choices)
-    target = models.CharField(max_length=100, blank=True, default="",
-                              help_text="What was acted on, e.g. judgment:123 or worker:45.")
+    target = models.CharField(
+        max_length=100,
+        blank=True,
+        default="",
+        help_text="What was acted on, e.g. judgment:123 or worker:45.",
+    )
     before = models.JSONField(default=dict, blank=True)
     after = models.JSONField(default=dict, blank=True)
     note = models.TextField(blank=True, default="")
-    undoes = models.OneToOneField("self", null=True, blank=True, on_delete=models.SET_NULL,
-                                  related_name="undone_by")
+    undoes = models.OneToOneField(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="undone_by"
+    )
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 
     class Meta:

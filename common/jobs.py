@@ -74,16 +74,18 @@ def job_finish(*, job: Job, status: str, error: str = "", **fields: object) -> b
 
 def job_requeue(*, job: Job) -> bool:
     """Put a failed or cancelled job back in the queue for a re-run."""
-    updated = type(job).objects.filter(
-        pk=job.pk, status__in=(JobStatus.FAILED, JobStatus.CANCELLED)
-    ).update(
-        status=JobStatus.QUEUED,
-        progress=0.0,
-        progress_message="",
-        error="",
-        cancel_requested=False,
-        started_at=None,
-        finished_at=None,
+    updated = (
+        type(job)
+        .objects.filter(pk=job.pk, status__in=(JobStatus.FAILED, JobStatus.CANCELLED))
+        .update(
+            status=JobStatus.QUEUED,
+            progress=0.0,
+            progress_message="",
+            error="",
+            cancel_requested=False,
+            started_at=None,
+            finished_at=None,
+        )
     )
     return bool(updated)
 

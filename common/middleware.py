@@ -21,8 +21,9 @@ class DatabaseUnavailableMiddleware:
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         if not isinstance(exception, (OperationalError, InterfaceError)):
             return None
-        logger.warning("database unavailable during %s %s: %s", request.method, request.path,
-                       exception)
+        logger.warning(
+            "database unavailable during %s %s: %s", request.method, request.path, exception
+        )
         message = "The service is temporarily unavailable. Please retry in a moment."
         if request.path.startswith("/api/"):
             response: HttpResponse = JsonResponse({"detail": message}, status=503)

@@ -13,7 +13,11 @@ CURATOR_GROUP = "curator"
 
 
 def is_curator(user: Any) -> bool:
-    if user is None or isinstance(user, AnonymousUser) or not getattr(user, "is_authenticated", False):
+    if (
+        user is None
+        or isinstance(user, AnonymousUser)
+        or not getattr(user, "is_authenticated", False)
+    ):
         return False
     if not getattr(user, "is_active", False):
         return False

@@ -22,8 +22,9 @@ def enqueue(task: Any, *args: Any, **kwargs: Any) -> None:
         try:
             task.apply_async(args=args, kwargs=kwargs, retry=False)
         except Exception as error:  # kombu raises OperationalError, socket errors, timeouts
-            logger.warning("could not publish %s%s: %s; a sweep will catch up", task.name, args,
-                           error)
+            logger.warning(
+                "could not publish %s%s: %s; a sweep will catch up", task.name, args, error
+            )
 
     transaction.on_commit(publish)
 

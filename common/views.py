@@ -75,5 +75,6 @@ def healthz(request: HttpRequest) -> JsonResponse:
     except Exception:  # any driver error means "not ready"
         database = "unavailable"
     status = 200 if database == "ok" else 503
-    return JsonResponse({"status": "ok" if status == 200 else "degraded", "database": database},
-                        status=status)
+    return JsonResponse(
+        {"status": "ok" if status == 200 else "degraded", "database": database}, status=status
+    )

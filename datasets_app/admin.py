@@ -60,4 +60,12 @@ class CandidateCaptionAdmin(admin.ModelAdmin):
 class ImportBatchAdmin(admin.ModelAdmin):
     list_display = ["kind", "file_name", "target", "sha256", "created_by", "created_at"]
     list_filter = ["kind"]
-    readonly_fields = ["kind", "file_name", "sha256", "target", "counts", "created_by", "created_at"]
+    readonly_fields = [
+        "kind",
+        "file_name",
+        "sha256",
+        "target",
+        "counts",
+        "created_by",
+        "created_at",
+    ]

@@ -56,8 +56,9 @@ class ImportBatch(models.Model):
             models.UniqueConstraint(
                 fields=["kind", "sha256", "target"], name="import_batch_file_unique"
             ),
-            models.CheckConstraint(condition=Q(sha256__regex=r"^[0-9a-f]{64}$"),
-                                   name="import_batch_sha256_hex"),
+            models.CheckConstraint(
+                condition=Q(sha256__regex=r"^[0-9a-f]{64}$"), name="import_batch_sha256_hex"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -85,23 +86,39 @@ class Clip(models.Model):
     youtube_id = models.CharField(max_length=100)
     start_seconds = models.FloatField()
     end_seconds = models.FloatField()
-    source_key = models.CharField(max_length=500, blank=True, default="",
-                                  help_text="Storage key or local path of the source video.")
-    video_key = models.CharField(max_length=500, blank=True, default="",
-                                 help_text="Storage key of the browser-safe H.264/AAC MP4.")
+    source_key = models.CharField(
+        max_length=500,
+        blank=True,
+        default="",
+        help_text="Storage key or local path of the source video.",
+    )
+    video_key = models.CharField(
+        max_length=500,
+        blank=True,
+        default="",
+        help_text="Storage key of the browser-safe H.264/AAC MP4.",
+    )
     poster_key = models.CharField(max_length=500, blank=True, default="")
-    frames_key = models.CharField(max_length=500, blank=True, default="",
-                                  help_text="Storage prefix of the sampled training frames.")
+    frames_key = models.CharField(
+        max_length=500,
+        blank=True,
+        default="",
+        help_text="Storage prefix of the sampled training frames.",
+    )
     frame_count = models.PositiveIntegerField(default=0)
-    duration = models.FloatField(null=True, blank=True, help_text="Seconds, of the processed video.")
+    duration = models.FloatField(
+        null=True, blank=True, help_text="Seconds, of the processed video."
+    )
     width = models.PositiveIntegerField(null=True, blank=True)
     height = models.PositiveIntegerField(null=True, blank=True)
-    status = models.CharField(max_length=16, choices=ClipStatus.choices,
-                              default=ClipStatus.PENDING, db_index=True)
+    status = models.CharField(
+        max_length=16, choices=ClipStatus.choices, default=ClipStatus.PENDING, db_index=True
+    )
     error_reason = models.TextField(blank=True, default="")
     processed_at = models.DateTimeField(null=True, blank=True)
-    import_batch = models.ForeignKey(ImportBatch, null=True, blank=True, on_delete=models.SET_NULL,
-                                     related_name="clips")
+    import_batch = models.ForeignKey(
+        ImportBatch, null=True, blank=True, on_delete=models.SET_NULL, related_name="clips"
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     objects = ClipQuerySet.as_manager()
@@ -109,9 +126,12 @@ class Clip(models.Model):
     class Meta:
         ordering = ["vatex_id"]
         constraints = [
-            models.CheckConstraint(condition=Q(start_seconds__gte=0), name="clip_start_nonnegative"),
-            models.CheckConstraint(condition=Q(end_seconds__gt=models.F("start_seconds")),
-                                   name="clip_end_after_start"),
+            models.CheckConstraint(
+                condition=Q(start_seconds__gte=0), name="clip_start_nonnegative"
+            ),
+            models.CheckConstraint(
+                condition=Q(end_seconds__gt=models.F("start_seconds")), name="clip_end_after_start"
+            ),
             models.CheckConstraint(condition=~Q(vatex_id=""), name="clip_vatex_id_not_empty"),
             models.CheckConstraint(
                 condition=~Q(status=ClipStatus.READY) | ~Q(video_key=""),
@@ -176,18 +196,24 @@ class CandidateCaption(models.Model):
     clip = models.ForeignKey(Clip, on_delete=models.CASCADE, related_name="candidates")
     external_id = models.CharField(max_length=300, unique=True)
     text = models.TextField()
-    system = models.ForeignKey(CaptioningSystem, null=True, blank=True, on_delete=models.PROTECT,
-                               related_name="candidates")
-    kind = models.CharField(max_length=10, choices=CandidateKind.choices,
-                            default=CandidateKind.MODEL, db_index=True)
-    control_type = models.CharField(max_length=16, choices=ControlType.choices, blank=True,
-                                    default=ControlType.NONE)
+    system = models.ForeignKey(
+        CaptioningSystem, null=True, blank=True, on_delete=models.PROTECT, related_name="candidates"
+    )
+    kind = models.CharField(
+        max_length=10, choices=CandidateKind.choices, default=CandidateKind.MODEL, db_index=True
+    )
+    control_type = models.CharField(
+        max_length=16, choices=ControlType.choices, blank=True, default=ControlType.NONE
+    )
     # For controls: what the control was made from and the rating range expected per question,
     # e.g. {"source": "reference:3", "expected": {"relevance": [4, 5]}}.
     control_spec = models.JSONField(default=dict, blank=True)
-    position = models.PositiveSmallIntegerField(default=0, help_text="Order within the clip's source.")
-    import_batch = models.ForeignKey(ImportBatch, null=True, blank=True, on_delete=models.SET_NULL,
-                                     related_name="candidates")
+    position = models.PositiveSmallIntegerField(
+        default=0, help_text="Order within the clip's source."
+    )
+    import_batch = models.ForeignKey(
+        ImportBatch, null=True, blank=True, on_delete=models.SET_NULL, related_name="candidates"
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     objects = CandidateQuerySet.as_manager()

@@ -43,8 +43,9 @@ def test_a_real_worker_over_redis_reaps_an_orphaned_job(celery_worker_process, s
     campaign = Campaign.objects.create(slug="reap", name="Reap")
     stale = timezone.now() - timedelta(seconds=settings.LEPUS_JOB_HEARTBEAT_TIMEOUT + 5)
     orphan = QCRun.objects.create(campaign=campaign, status=JobStatus.RUNNING, heartbeat_at=stale)
-    alive = QCRun.objects.create(campaign=campaign, status=JobStatus.RUNNING,
-                                 heartbeat_at=timezone.now())
+    alive = QCRun.objects.create(
+        campaign=campaign, status=JobStatus.RUNNING, heartbeat_at=timezone.now()
+    )
 
     assert settings.CELERY_BROKER_URL.startswith("redis://")
     reap_orphaned_jobs.delay()

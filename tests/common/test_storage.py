@@ -46,7 +46,9 @@ def test_s3_round_trip_and_presigned_url(s3_storage):
     assert storage.exists("releases/r1/data.jsonl")
     assert storage.read_bytes("releases/r1/data.jsonl") == b'{"a": 1}\n'
     assert storage.list_keys("releases/r1") == ["releases/r1/data.jsonl"]
-    assert storage.storage_uri("releases/r1/data.jsonl") == f"s3://{s3_storage}/releases/r1/data.jsonl"
+    assert (
+        storage.storage_uri("releases/r1/data.jsonl") == f"s3://{s3_storage}/releases/r1/data.jsonl"
+    )
 
     url = storage.media_url("releases/r1/data.jsonl", ttl=60)
     assert "X-Amz-Signature=" in url and "X-Amz-Expires=60" in url

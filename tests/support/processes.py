@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -50,8 +51,13 @@ def process_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def wait_until(predicate: Callable[[], bool], *, timeout: float, interval: float = 0.1,
-               message: str = "condition") -> None:
+def wait_until(
+    predicate: Callable[[], bool],
+    *,
+    timeout: float,
+    interval: float = 0.1,
+    message: str = "condition",
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -63,11 +69,18 @@ def wait_until(predicate: Callable[[], bool], *, timeout: float, interval: float
 class CeleryWorker:
     """A `celery -A config worker` child process; `kill()` sends SIGKILL like a crashed machine."""
 
-    def __init__(self, *, queues: str = "default,training", extra_env: dict[str, str] | None = None,
-                 log_path: Path | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        queues: str = "default,training",
+        extra_env: dict[str, str] | None = None,
+        log_path: Path | None = None,
+    ) -> None:
         self.queues = queues
         self.extra_env = extra_env or {}
-        self.log_path = log_path or Path(settings.VAR_DIR) / f"celery-{os.getpid()}-{time.time_ns()}.log"
+        self.log_path = (
+            log_path or Path(settings.VAR_DIR) / f"celery-{os.getpid()}-{time.time_ns()}.log"
+        )
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, *, ready_timeout: float = 60.0) -> CeleryWorker:
@@ -75,14 +88,35 @@ class CeleryWorker:
         log = open(self.log_path, "wb")  # noqa: SIM115 - owned by the child for its lifetime
         hostname = f"test-{os.getpid()}-{time.time_ns()}@%h"
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", self.queues,
-             "--pool=solo", "--concurrency=1", "--without-gossip", "--without-mingle",
-             "--without-heartbeat", "-n", hostname, "--loglevel=INFO"],
-            cwd=REPO_ROOT, env=process_environment(self.extra_env), stdout=log,
-            stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "config",
+                "worker",
+                "-Q",
+                self.queues,
+                "--pool=solo",
+                "--concurrency=1",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+                "-n",
+                hostname,
+                "--loglevel=INFO",
+            ],
+            cwd=REPO_ROOT,
+            env=process_environment(self.extra_env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
-        wait_until(lambda: b"ready." in self.log_path.read_bytes() or self.process.poll() is not None,
-                   timeout=ready_timeout, message="celery worker ready")
+        wait_until(
+            lambda: b"ready." in self.log_path.read_bytes() or self.process.poll() is not None,
+            timeout=ready_timeout,
+            message="celery worker ready",
+        )
         if self.process.poll() is not None:
             raise RuntimeError(f"celery worker exited early:\n{self.log()}")
         return self
@@ -119,7 +153,5 @@ def purge_broker() -> None:
 
     with app.connection_for_write() as conn:
         for queue in ("default", "training"):
-            try:
+            with contextlib.suppress(Exception):  # the queue may not exist yet
                 conn.default_channel.queue_purge(queue)
-            except Exception:  # the queue may not exist yet
-                pass
