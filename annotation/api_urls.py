@@ -1,8 +1,13 @@
-"""REST API (mounted under /api/v1/) of annotation."""
+"""REST API of the annotation app, mounted at /api/v1/."""
 
 from __future__ import annotations
 
-from django.urls import URLPattern, URLResolver
+from django.urls import include, path
 
 app_name = "annotation_api"
-urlpatterns: list[URLPattern | URLResolver] = []
+urlpatterns = [
+    # Crowd entry, assignments, submissions, campaigns.
+    path("", include("annotation.api_urls_crowd")),
+    # Quality control, agreement, review, aggregation.
+    path("", include("annotation.api_urls_quality")),
+]

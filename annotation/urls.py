@@ -1,8 +1,13 @@
-"""HTML pages of annotation."""
+"""Curator dashboard pages of the annotation app, mounted at /dashboard/."""
 
 from __future__ import annotations
 
-from django.urls import URLPattern, URLResolver
+from django.urls import include, path
 
 app_name = "annotation"
-urlpatterns: list[URLPattern | URLResolver] = []
+urlpatterns = [
+    # Campaign list, creation and editing, payments export (crowd flow).
+    path("", include("annotation.urls_campaigns")),
+    # Quality control, agreement, review queue, leaderboard.
+    path("", include("annotation.urls_quality")),
+]
