@@ -12,3 +12,27 @@ def after_submission(assignment_id: int) -> None:
     from annotation.services.quality import quality_after_submission
 
     quality_after_submission(assignment_id=assignment_id)
+
+
+@shared_task(name="annotation.expire_leases", ignore_result=True)
+def expire_leases() -> int:
+    """Return the slots of assignments whose lease ran out (beat, every minute)."""
+    from annotation.services.assignment import assignments_expire
+
+    return assignments_expire()
+
+
+@shared_task(name="annotation.quality_sweep", ignore_result=True)
+def quality_sweep() -> None:
+    """Catch up on quality work that could not be published while the broker was down."""
+    from annotation.services.quality import quality_sweep as sweep
+
+    sweep()
+
+
+@shared_task(name="annotation.qc_run", ignore_result=True, acks_late=True)
+def qc_run(run_id: int) -> None:
+    """A full QC recompute of a campaign (a `QCRun` row)."""
+    from annotation.services.quality import qc_run_execute
+
+    qc_run_execute(run_id=run_id)

@@ -310,3 +310,11 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("LEPUS_LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
+
+# --- Periodic work (celery beat; the DatabaseScheduler mirrors this into the admin) ------------
+CELERY_BEAT_SCHEDULE = {
+    "reap-orphaned-jobs": {"task": "common.reap_orphaned_jobs", "schedule": 60.0},
+    "expire-assignment-leases": {"task": "annotation.expire_leases", "schedule": 60.0},
+    "quality-sweep": {"task": "annotation.quality_sweep", "schedule": 300.0},
+    "check-retraining": {"task": "training_bridge.check_retraining", "schedule": 600.0},
+}

@@ -6,6 +6,12 @@ from __future__ import annotations
 
 import os
 import secrets
+from pathlib import Path
+
+from config.env import load_dotenv_file
+
+# A developer's .env (e.g. a DATABASE_URL of their own) wins over the defaults below.
+load_dotenv_file(str(Path(__file__).resolve().parent.parent / ".env"))
 
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/lepus")
 os.environ.setdefault("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
@@ -15,8 +21,8 @@ os.environ.setdefault("DJANGO_SECURE_SSL_REDIRECT", "false")
 os.environ.setdefault("DJANGO_SECURE_COOKIES", "false")
 os.environ.setdefault("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,testserver")
 
-from config import settings as _base
-from config.settings import *  # noqa: F403
+from config import settings as _base  # noqa: E402
+from config.settings import *  # noqa: E402,F403
 
 # The suite's throttling is exercised explicitly by tests that lower the rates.
 REST_FRAMEWORK = {

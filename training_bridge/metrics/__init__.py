@@ -1,0 +1,1 @@
+"""Standard caption metrics and correlation statistics, in plain Python/NumPy (no Django import)."""
