@@ -53,7 +53,7 @@ def test_benchmark_workload_gives_484_video_tokens() -> None:
 def _naive_patches(video: np.ndarray, tp: int = 2, p: int = 16, m: int = 2) -> np.ndarray:
     """Reference layout written with loops: group, merge block row/col, in-block row/col; each
     row = channel, time, y, x."""
-    frames, channels, height, width = video.shape
+    frames, _channels, height, width = video.shape
     if frames % tp:
         video = np.concatenate([video, np.repeat(video[-1:], tp - frames % tp, axis=0)])
     rows = []

@@ -410,7 +410,7 @@ def preprocess_clips(
 ) -> tuple[torch.Tensor, tuple[int, int, int]]:
     """A batch of clips of one shape, uint8 (B, T, 3, H, W) on any device -> (pixel_values
     (B, N, C·tp·p·p) float32, (t, h, w)). ``size`` overrides the processor's target size."""
-    batch, frames, _, height, width = clips.shape
+    _batch, frames, _, height, width = clips.shape
     size = size or target_size(frames, height, width, vision)
     resized = resize_uint8(clips, size)
     values, grid = patchify(normalize(resized, vision), vision)
