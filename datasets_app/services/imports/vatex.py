@@ -99,15 +99,14 @@ def vatex_import(
                 f"entry {index}: {error.message}", line=line, column=column, field=error.field
             )
         spec.line, spec.column = line, column
-        if spec.identity.vatex_id in seen:
+        if spec.clip_id in seen:
             raise source.reject(
-                f"the clip {spec.identity.vatex_id!r} appears twice (first on line "
-                f"{seen[spec.identity.vatex_id]})",
+                f"the clip {spec.clip_id!r} appears twice (first on line {seen[spec.clip_id]})",
                 line=line,
                 column=column,
                 field="videoID",
             )
-        seen[spec.identity.vatex_id] = line
+        seen[spec.clip_id] = line
         clips.append(spec)
         if progress and len(clips) % 500 == 0:
             progress("validating", len(clips), 0)
@@ -157,6 +156,7 @@ def _vatex_entry(entry: Any, *, source: ImportSource) -> ClipSpec:
         raise FieldError("enCap", f"more than {MAX_CAPTIONS_PER_CLIP} captions")
     references = [clean_text(text, field=f"enCap[{i}]") for i, text in enumerate(captions)]
     return ClipSpec(
+        clip_id=identity.vatex_id,
         identity=identity,
         line=None,
         field="videoID",
@@ -300,6 +300,7 @@ def _vatex_eval_entry(
     ratings = _vatex_eval_scores(entry["scores"], candidates=len(candidate_texts))
 
     clip = ClipSpec(
+        clip_id=identity.vatex_id,
         identity=identity,
         line=None,
         field="(key)",

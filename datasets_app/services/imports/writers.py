@@ -64,13 +64,19 @@ _DRIVER_NATIVE_TYPES = {
 
 @dataclass
 class ClipSpec:
-    identity: ClipIdentity
+    """A clip named by a file. `identity` (source id and window) is None when the file only refers
+    to the clip by id: it must then exist already."""
+
+    clip_id: str
+    identity: ClipIdentity | None
     line: int | None
     field: str
     references: list[str] = field(default_factory=list)
     # Field name of the reference list, for errors: f"{reference_field}[{position}]".
     reference_field: str = "references"
     column: int | None = None
+    # Field of each reference for errors when they come from separate rows (CSV): (line, field).
+    reference_locations: list[tuple[int | None, str]] | None = None
 
 
 @dataclass
@@ -147,7 +153,7 @@ def _write_clips(
     counts: Counts,
     progress: ProgressCallback | None,
 ) -> dict[str, int]:
-    ids = [spec.identity.vatex_id for spec in clips]
+    ids = [spec.clip_id for spec in clips]
     stored: dict[str, tuple[int, str, float, float]] = {}
     for chunk in chunked(ids):
         for pk, vatex_id, youtube_id, start, end in Clip.objects.filter(
@@ -157,17 +163,27 @@ def _write_clips(
     new: list[dict[str, Any]] = []
     for spec in clips:
         identity = spec.identity
-        existing = stored.get(identity.vatex_id)
+        existing = stored.get(spec.clip_id)
         if existing is None:
+            if identity is None:
+                raise source.reject(
+                    f"unknown clip {spec.clip_id!r}: it is not stored yet and the file gives no "
+                    "youtube_id, start and end to create it",
+                    line=spec.line,
+                    column=spec.column,
+                    field=spec.field,
+                )
             new.append(
                 {
-                    "vatex_id": identity.vatex_id,
+                    "vatex_id": spec.clip_id,
                     "youtube_id": identity.youtube_id,
                     "start_seconds": identity.start_seconds,
                     "end_seconds": identity.end_seconds,
                     "import_batch_id": batch.pk,
                 }
             )
+            continue
+        if identity is None:
             continue
         _, youtube_id, start, end = existing
         if (youtube_id, start, end) != (
@@ -176,7 +192,7 @@ def _write_clips(
             identity.end_seconds,
         ):
             raise source.reject(
-                f"the clip {identity.vatex_id!r} is already stored with source {youtube_id!r} "
+                f"the clip {spec.clip_id!r} is already stored with source {youtube_id!r} "
                 f"and window [{start:g}, {end:g}] s; this file says {identity.youtube_id!r} and "
                 f"[{identity.start_seconds:g}, {identity.end_seconds:g}] s",
                 line=spec.line,
@@ -201,7 +217,7 @@ def _write_references(
     counts: Counts,
     progress: ProgressCallback | None,
 ) -> None:
-    pks = list({clip_pks[spec.identity.vatex_id] for spec in clips})
+    pks = list({clip_pks[spec.clip_id] for spec in clips})
     stored: dict[tuple[int, int], str] = {}
     for chunk in chunked(pks):
         for clip_id, position, text in ReferenceCaption.objects.filter(
@@ -211,7 +227,7 @@ def _write_references(
     new: list[dict[str, Any]] = []
     total = 0
     for spec in clips:
-        clip_pk = clip_pks[spec.identity.vatex_id]
+        clip_pk = clip_pks[spec.clip_id]
         for position, text in enumerate(spec.references):
             total += 1
             existing = stored.get((clip_pk, position))
@@ -226,13 +242,16 @@ def _write_references(
                 )
                 stored[(clip_pk, position)] = text
             elif existing != text:
+                line, column, where = spec.line, spec.column, f"{spec.reference_field}[{position}]"
+                if spec.reference_locations is not None:
+                    (line, where), column = spec.reference_locations[position], None
                 raise source.reject(
-                    f"the clip {spec.identity.vatex_id!r} already has a different reference at "
+                    f"the clip {spec.clip_id!r} already has a different reference at "
                     f"position {position}: {existing[:80]!r}; references are never rewritten "
                     "by an import",
-                    line=spec.line,
-                    column=spec.column,
-                    field=f"{spec.reference_field}[{position}]",
+                    line=line,
+                    column=column,
+                    field=where,
                 )
     rows_insert(ReferenceCaption, new, stage="writing references", progress=progress)
     counts.add("references", created=len(new), skipped=total - len(new))
