@@ -17,8 +17,19 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Case, Count, F, Q, QuerySet, Sum, When
-from django.db.models.functions import Greatest
+from django.db.models import (
+    Case,
+    Count,
+    F,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+    When,
+)
+from django.db.models.functions import Coalesce, Greatest
 
 from annotation.models import (
     Campaign,
@@ -163,7 +174,7 @@ def _options_clean(options: dict[str, Any]) -> dict[str, Any]:
     return clean
 
 
-def _slug_clean(slug: str) -> str:
+def campaign_slug_clean(slug: str) -> str:
     if not isinstance(slug, str) or not SLUG_PATTERN.match(slug):
         raise CampaignInvalid(
             {"slug": ["Lower-case letters, digits and hyphens (1–100), e.g. vid-lepus-pilot."]}
@@ -237,7 +248,7 @@ def campaign_create(
 
     `options` are the settings in OPTION_FIELDS (lease, minimum time on a clip, reasons, pay,
     completion code, ...)."""
-    slug = _slug_clean(slug)
+    slug = campaign_slug_clean(slug)
     name = (name or "").strip()
     if not name or len(name) > 200:
         raise CampaignInvalid({"name": ["A name of 1 to 200 characters."]})
@@ -463,3 +474,28 @@ def campaign_counts(*, campaign: Campaign) -> dict[str, int]:
         "quota": totals["quota"] or 0,
         "slots_taken": totals["taken"] or 0,
     }
+
+
+def campaigns_with_counts() -> QuerySet[Campaign]:
+    """Campaigns annotated with candidate_count, slots_total, slots_taken, clip_count and
+    participation_count
+    (independent subqueries, so the counts never multiply each other)."""
+    from annotation.models import Participation
+
+    def scalar(model: Any, expression: Any) -> Subquery:
+        return Subquery(
+            model.objects.filter(campaign=OuterRef("pk"))
+            .order_by()
+            .values("campaign")
+            .annotate(value=expression)
+            .values("value")[:1],
+            output_field=IntegerField(),
+        )
+
+    return Campaign.objects.annotate(
+        candidate_count=Coalesce(scalar(CampaignCandidate, Count("id")), 0),
+        slots_total=Coalesce(scalar(CampaignCandidate, Sum("quota")), 0),
+        slots_taken=Coalesce(scalar(CampaignCandidate, Sum("slots_taken")), 0),
+        clip_count=Coalesce(scalar(CampaignClip, Count("id")), 0),
+        participation_count=Coalesce(scalar(Participation, Count("id")), 0),
+    )
