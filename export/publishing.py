@@ -11,6 +11,7 @@ A re-run first clears the stale staging folders of earlier attempts and any half
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -198,6 +199,8 @@ class Staging:
         if final.exists():
             shutil.rmtree(final)
         os.rename(self.root, final)  # atomic on one filesystem: all files appear at once
+        with contextlib.suppress(OSError):  # other builds may be staging: only if empty
+            self.root.parent.rmdir()
 
     def _publish_s3(self, files: dict[str, str]) -> None:
         assert self._temporary is not None
@@ -220,5 +223,8 @@ class Staging:
             delete_tree(self.prefix)
         except Exception:  # storage down: the next attempt's clear_stale retries
             logger.exception("could not remove staging %s", self.prefix)
+        if not storage.uses_s3():
+            with contextlib.suppress(OSError):
+                self.root.parent.rmdir()
         if self._temporary is not None:
             shutil.rmtree(self._temporary, ignore_errors=True)

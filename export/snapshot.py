@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 from django.db import connection as default_connection
-from django.db import connections
+from django.db import connections, transaction
 
 from annotation.agreement import alpha_from_coincidence
 from annotation.models import (
@@ -106,9 +106,11 @@ def open_snapshot(*, tag: str, campaign_ids: Sequence[int]) -> Iterator[ReleaseS
     without error, rolled back otherwise.
 
     Inside an atomic block on the default connection (the test suite's transactions) the build
-    reads through that connection instead: its rows would be invisible to a second connection.
+    reads through that connection instead, within a savepoint: its rows would be invisible to a
+    second connection.
     """
     dedicated = not default_connection.in_atomic_block
+    savepoint = None
     if dedicated:
         wrapper = connections.create_connection("default")
         wrapper.ensure_connection()
@@ -117,7 +119,7 @@ def open_snapshot(*, tag: str, campaign_ids: Sequence[int]) -> Iterator[ReleaseS
         raw.set_session(isolation_level="REPEATABLE READ", readonly=False, autocommit=False)
     else:
         wrapper = None
-        default_connection.ensure_connection()
+        savepoint = transaction.savepoint()
         raw = default_connection.connection
     snapshot = ReleaseSnapshot(
         cursor_factory=raw,
@@ -143,9 +145,13 @@ def open_snapshot(*, tag: str, campaign_ids: Sequence[int]) -> Iterator[ReleaseS
             )
         if dedicated:
             raw.commit()
+        else:
+            transaction.savepoint_commit(savepoint)
     except BaseException:
         if dedicated:
             raw.rollback()
+        else:
+            transaction.savepoint_rollback(savepoint)
         raise
     finally:
         if wrapper is not None:

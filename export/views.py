@@ -72,7 +72,11 @@ def release_detail_page(request: HttpRequest, release_id: int) -> HttpResponse:
     if other_id and other_id.isdigit():
         return redirect("export:compare", release_id=release.pk, other_id=int(other_id))
     others = (
-        release_list(user=request.user).exclude(pk=release.pk).only("pk", "name")[:100]
+        release_list(user=request.user)
+        .exclude(pk=release.pk)
+        .select_related(None)
+        .prefetch_related(None)
+        .only("pk", "name")[:100]
         if release.is_published
         else []
     )
