@@ -29,9 +29,11 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 from django.conf import settings
+from django.db import connection
 from django.template.loader import render_to_string
 
-from export import snapshot as db
+from export import portable
+from export import snapshot as snapshot_queries
 from export.models import SPLIT_NAMES, Release
 from export.records import (
     PARQUET_COMPRESSION,
@@ -109,6 +111,11 @@ def code_version() -> str:
     with open(Path(settings.BASE_DIR) / "pyproject.toml", "rb") as handle:
         project = tomllib.load(handle)["project"]
     return f"{project['name']} {project['version']}"
+
+
+def release_queries() -> Any:
+    """The reads of a build: streamed SQL on PostgreSQL, the portable Python module elsewhere."""
+    return snapshot_queries if connection.vendor == "postgresql" else portable
 
 
 def pseudonym_key() -> bytes:
@@ -326,6 +333,7 @@ def build_release_files(*, release: Release, root: Path, progress: ProgressCallb
     words = WordCounter()
     timer = PhaseTimer(release.pk)
 
+    db = release_queries()
     with db.open_snapshot(
         tag=f"{release.pk}_{release.attempts}", campaign_ids=campaign_ids
     ) as snapshot:

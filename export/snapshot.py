@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import io
 import json
-import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +40,7 @@ from datasets_app.models import (
     ImportBatch,
     ReferenceCaption,
 )
+from export import splitting
 from export.models import ReleaseRecord
 from export.records import (
     FLOAT_LIMIT,
@@ -66,8 +66,6 @@ T_BATCH = ImportBatch._meta.db_table
 T_RECORD = ReleaseRecord._meta.db_table
 
 RATING_VALUES = (1, 2, 3, 4, 5)
-# Clips are stratified by the band of their mean overall score: [1,2), [2,3), [3,4), [4,5].
-SCORE_BANDS = (1, 2, 3, 4)
 
 # Why a campaign candidate is not in a release; the first that applies is counted.
 EXCLUSION_REASONS = (
@@ -227,61 +225,34 @@ def select_items(snapshot: ReleaseSnapshot) -> dict[str, Any]:
     }
 
 
-def _strata(band_sizes: dict[int, int], minimum: int) -> dict[int, int]:
-    """Merge score bands too small to split well into their neighbour (upwards, then the last one
-    downwards); returns band -> stratum."""
-    groups: list[list[int]] = []
-    current: list[int] = []
-    size = 0
-    for band in SCORE_BANDS:
-        current.append(band)
-        size += band_sizes.get(band, 0)
-        if size >= minimum:
-            groups.append(current)
-            current, size = [], 0
-    if current:
-        if groups:
-            groups[-1].extend(current)
-        else:
-            groups.append(current)
-    return {band: number for number, group in enumerate(groups) for band in group}
-
-
 def assign_splits(
     snapshot: ReleaseSnapshot, *, seed: int, ratios: Sequence[float]
 ) -> dict[str, Any]:
-    """Give every clip of the release one split (so no clip is in two splits).
-
-    Within each score stratum the clips are ordered by md5("<seed>:<vatex id>") and laid end to
-    end by candidate count; a clip goes to the split whose share of the stratum its midpoint falls
-    in. Strata are the bands of the clip's mean overall score, merged while a band has fewer clips
-    than it takes to give the smallest split about five of them (stratifying a handful of clips
-    would only add noise).
-    """
+    """Give every clip of the release one split (so no clip is in two splits), by the rule of
+    `export.splitting` (the same integer arithmetic, here in SQL)."""
     with snapshot.cursor() as cursor:
         cursor.execute(
             f"""
             SELECT band, count(*) FROM (
-              SELECT LEAST(GREATEST(floor(avg(overall))::int, 1), 4) AS band
+              SELECT LEAST(GREATEST(sum(training_class) / count(*), 1), 4) AS band
               FROM {snapshot.items} GROUP BY clip_id) per_clip
             GROUP BY band ORDER BY band
             """
         )
         band_sizes = {int(band): int(count) for band, count in cursor.fetchall()}
-        minimum = math.ceil(5 / min(ratios))
-        strata = _strata(band_sizes, minimum)
-        cumulative = [round(float(sum(ratios[: index + 1])), 12) for index in range(len(ratios))]
+        strata = splitting.strata_of(band_sizes, ratios)
         stratum_case = " ".join(f"WHEN {band} THEN {stratum}" for band, stratum in strata.items())
         split_case = " ".join(
-            f"WHEN (before + n / 2.0) / total < {bound!r} THEN {index}"
-            for index, bound in enumerate(cumulative[:-1])
+            f"WHEN (2 * before + n) * {bound.denominator} < 2 * total * {bound.numerator}"
+            f" THEN {index}"
+            for index, bound in enumerate(splitting.cumulative_bounds(ratios))
         )
         cursor.execute(
             f"""
             CREATE TEMP TABLE {snapshot.clips} ON COMMIT DROP AS
             WITH per_clip AS (
               SELECT clip_id, count(*) AS n,
-                     LEAST(GREATEST(floor(avg(overall))::int, 1), 4) AS band
+                     LEAST(GREATEST(sum(training_class) / count(*), 1), 4) AS band
               FROM {snapshot.items} GROUP BY clip_id
             ), keyed AS (
               SELECT p.clip_id, p.n, CASE p.band {stratum_case} END AS stratum,
@@ -302,15 +273,7 @@ def assign_splits(
         )
         cursor.execute(f"CREATE UNIQUE INDEX ON {snapshot.clips} (clip_id)")
         cursor.execute(f"ANALYZE {snapshot.clips}")
-    return {
-        "method": "grouped by clip; clips ordered by md5('<seed>:<clip id>') within score strata "
-        "and assigned by the midpoint of their cumulative candidate count",
-        "score_bands": {str(band): band_sizes.get(band, 0) for band in SCORE_BANDS},
-        "strata": [
-            [band for band, stratum in strata.items() if stratum == number]
-            for number in sorted(set(strata.values()))
-        ],
-    }
+    return splitting.describe(band_sizes, strata)
 
 
 def store_records(snapshot: ReleaseSnapshot, *, release_id: int) -> dict[int, dict[str, int]]:
@@ -525,7 +488,7 @@ def split_statistics(snapshot: ReleaseSnapshot, *, splits: int) -> dict[str, Any
     with snapshot.cursor() as cursor:
         cursor.execute(
             f"""
-            SELECT s.split, count(*), count(DISTINCT i.clip_id), avg(i.overall::numeric)
+            SELECT s.split, count(*), count(DISTINCT i.clip_id), round(avg(i.overall::numeric), 12)
             FROM {snapshot.items} i JOIN {snapshot.clips} s ON s.clip_id = i.clip_id
             GROUP BY s.split
             """
@@ -720,47 +683,60 @@ def agreement(
         )
     parameters = {f"q{index}": key for index, key in enumerate(question_keys)}
     shifts = np.arange(width, dtype=np.int64) * 6
+
+    def tables() -> Iterator[np.ndarray]:
+        cursor = snapshot.named_cursor("export_release_agreement", batch_size)
+        try:
+            cursor.execute(
+                f"""
+                SELECT {aggregates}
+                FROM (SELECT j.campaign_candidate_id AS cc_id, {extracts}
+                      FROM {T_JUDGMENT} j
+                        JOIN {snapshot.items} i ON i.cc_id = j.campaign_candidate_id
+                      WHERE NOT j.is_excluded) kept
+                GROUP BY cc_id
+                """,
+                parameters,
+            )
+            while rows := cursor.fetchmany(batch_size):
+                if packed:
+                    yield (np.asarray(rows, dtype=np.int64)[:, :, None] >> shifts) & 63
+                else:
+                    yield np.asarray(rows, dtype=np.int64).reshape(
+                        len(rows), len(question_keys), width
+                    )
+        finally:
+            cursor.close()
+
+    return accumulate_coincidence(tables(), question_keys=question_keys)
+
+
+def accumulate_coincidence(
+    tables: Iterable[np.ndarray], *, question_keys: Sequence[str]
+) -> dict[str, dict[str, Any]]:
+    """Alpha per question from batches of (items × questions × 5) count tables, accumulated as
+    exact integer sums per number of ratings m: independent of batching and order."""
+    width = len(RATING_VALUES)
     products: list[dict[int, np.ndarray]] = [{} for _ in question_keys]
     diagonals: list[dict[int, np.ndarray]] = [{} for _ in question_keys]
     items = [0] * len(question_keys)
     ratings = [0] * len(question_keys)
-    cursor = snapshot.named_cursor("export_release_agreement", batch_size)
-    try:
-        cursor.execute(
-            f"""
-            SELECT {aggregates}
-            FROM (SELECT j.campaign_candidate_id AS cc_id, {extracts}
-                  FROM {T_JUDGMENT} j JOIN {snapshot.items} i ON i.cc_id = j.campaign_candidate_id
-                  WHERE NOT j.is_excluded) kept
-            GROUP BY cc_id
-            """,
-            parameters,
-        )
-        while rows := cursor.fetchmany(batch_size):
-            if packed:
-                codes = np.asarray(rows, dtype=np.int64)
-                table = (codes[:, :, None] >> shifts) & 63
-            else:
-                table = np.asarray(rows, dtype=np.int64).reshape(
-                    len(rows), len(question_keys), width
-                )
-            for index in range(len(question_keys)):
-                counts_table = table[:, index, :]
-                per_item = counts_table.sum(axis=1)
-                ratings[index] += int(per_item.sum())
-                for m in np.unique(per_item[per_item >= 2]).tolist():
-                    chosen = counts_table[per_item == m]
-                    items[index] += len(chosen)
-                    product = chosen.T @ chosen
-                    diagonal = chosen.sum(axis=0)
-                    if m in products[index]:
-                        products[index][m] += product
-                        diagonals[index][m] += diagonal
-                    else:
-                        products[index][m] = product
-                        diagonals[index][m] = diagonal
-    finally:
-        cursor.close()
+    for table in tables:
+        for index in range(len(question_keys)):
+            counts_table = table[:, index, :]
+            per_item = counts_table.sum(axis=1)
+            ratings[index] += int(per_item.sum())
+            for m in np.unique(per_item[per_item >= 2]).tolist():
+                chosen = counts_table[per_item == m]
+                items[index] += len(chosen)
+                product = chosen.T @ chosen
+                diagonal = chosen.sum(axis=0)
+                if m in products[index]:
+                    products[index][m] += product
+                    diagonals[index][m] += diagonal
+                else:
+                    products[index][m] = product
+                    diagonals[index][m] = diagonal
     result: dict[str, dict[str, Any]] = {}
     for index, key in enumerate(question_keys):
         coincidence = np.zeros((width, width), dtype=np.float64)

@@ -263,3 +263,32 @@ def test_raw_judgments_carry_stable_pseudonyms_and_no_worker_ids(db, settings):
         "excluded_workers"
     ]
     assert [entry["worker"] for entry in manifest_workers] == [expected[excluded]]
+
+
+def test_the_portable_builder_writes_the_same_bytes_as_the_sql_one(db, monkeypatch):
+    """The portable builder (SQLite demo) builds records with json.dumps itself: on the same data
+    it must agree with PostgreSQL's SQL to the byte, which also checks the SQL's formatting."""
+    from export import builder, portable
+
+    data = build_campaign(slug="portable", clips=40, workers=8, candidates_per_clip=(1, 6))
+    tricky = CandidateCaption.objects.filter(clip=data.clips[2]).first()
+    tricky.text = 'Quotes "x", a comma, — unicode é 😀, a tab\there and \\ a backslash'
+    tricky.save()
+    sql_built = build(
+        campaigns=[data.campaign], seed=6, ratios=(0.7, 0.2, 0.1), include_raw_judgments=True
+    )
+    monkeypatch.setattr(builder, "release_queries", lambda: portable)
+    portable_built = build(
+        campaigns=[data.campaign], seed=6, ratios=(0.7, 0.2, 0.1), include_raw_judgments=True
+    )
+    assert portable_built.files == sql_built.files
+    assert all_bytes(portable_built) == all_bytes(sql_built)
+    assert portable_built.stats == sql_built.stats
+    records = {
+        (record.campaign_candidate_id, record.split, record.overall)
+        for record in sql_built.records.all()
+    }
+    assert {
+        (record.campaign_candidate_id, record.split, record.overall)
+        for record in portable_built.records.all()
+    } == records
