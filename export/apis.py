@@ -41,9 +41,11 @@ class ReleaseFileSerializer(serializers.Serializer):
 
 
 class ReleaseSerializer(serializers.ModelSerializer):
-    campaigns = serializers.SlugRelatedField(many=True, read_only=True, slug_field="slug")
+    campaigns: serializers.Field = serializers.SlugRelatedField(
+        many=True, read_only=True, slug_field="slug"
+    )
     created_by = serializers.CharField(source="created_by.username", default=None, read_only=True)
-    previous = serializers.PrimaryKeyRelatedField(read_only=True)
+    previous: serializers.Field = serializers.PrimaryKeyRelatedField(read_only=True)
 
     class Meta:
         model = Release

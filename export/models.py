@@ -59,7 +59,7 @@ class Release(Job):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
 
-    objects = ReleaseQuerySet.as_manager()
+    objects = ReleaseQuerySet.as_manager()  # type: ignore[misc]  # narrows Job.objects
 
     class Meta(Job.Meta):
         ordering = ["-created_at", "-id"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
@@ -75,7 +75,7 @@ def open_snapshot(*, tag: str, campaign_ids: Sequence[int]) -> Iterator[Portable
         yield PortableSnapshot(campaign_ids=sorted(campaign_ids))
 
 
-def _reason(row: dict[str, Any]) -> str | None:
+def _reason(row: Mapping[str, Any]) -> str | None:
     """Why a campaign candidate is left out (the first reason that applies), or None."""
     if row["is_control"] or row["candidate__kind"] == CandidateKind.CONTROL:
         return "control"
@@ -121,16 +121,17 @@ def select_items(snapshot: PortableSnapshot) -> dict[str, Any]:
             entry[reason] += 1
             continue
         entry["released"] += 1
+        overall = float(row["overall"] or 0.0)  # not None: _reason checked it
         training_class = row["training_class"]
         if training_class is None:
-            training_class = math.floor(row["overall"] + 0.5)
+            training_class = math.floor(overall + 0.5)
         snapshot.items.append(
             _Item(
                 cc_id=row["id"],
                 campaign_id=row["campaign_id"],
                 candidate_id=row["candidate_id"],
                 clip_id=row["clip_id"],
-                overall=float(row["overall"]),
+                overall=overall,
                 training_class=int(training_class),
                 kept_judgments=row["kept_judgments"],
                 review_state=row["review_state"],
@@ -348,7 +349,7 @@ def _split_rows(
         for key in schema.question_keys:
             value = item.means.get(key)
             scores[key] = None if value is None else float(value)
-        record = {
+        record: dict[str, Any] = {
             "campaign": slugs[item.campaign_id],
             "candidate_id": candidate.external_id,
             "clip_id": clip.vatex_id,
@@ -374,7 +375,7 @@ def _split_rows(
         }
         if schema.include_raw_judgments:
             record["raw_judgments"] = raw[item.cc_id]
-        cells = []
+        cells: list[str] = []
         for name in schema.columns:
             value = record[name]
             if name == "scores":

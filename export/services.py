@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
@@ -52,7 +52,7 @@ def release_create(
     ratios: Sequence[float] = DEFAULT_RATIOS,
     name: str | None = None,
     include_raw_judgments: bool = False,
-    created_by: AbstractBaseUser | None = None,
+    created_by: User | AnonymousUser | None = None,
 ) -> Release:
     """Record a release request and enqueue its build (after commit, on the default queue)."""
     from export.tasks import build_release
@@ -73,7 +73,7 @@ def release_create(
         seed=int(seed),
         ratios=values,
         include_raw_judgments=include_raw_judgments,
-        created_by=created_by if getattr(created_by, "pk", None) else None,
+        created_by=created_by if isinstance(created_by, User) else None,
     )
     release.campaigns.set(chosen)
     release.storage_prefix = release_prefix(release.pk)

@@ -143,12 +143,12 @@ def open_snapshot(*, tag: str, campaign_ids: Sequence[int]) -> Iterator[ReleaseS
             )
         if dedicated:
             raw.commit()
-        else:
+        elif savepoint is not None:
             transaction.savepoint_commit(savepoint)
     except BaseException:
         if dedicated:
             raw.rollback()
-        else:
+        elif savepoint is not None:
             transaction.savepoint_rollback(savepoint)
         raise
     finally:
