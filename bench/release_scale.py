@@ -52,6 +52,7 @@ def _environment(database_url: str, media_root: str) -> dict[str, str]:
             "CELERY_BROKER_URL": "memory://",
             "LEPUS_S3_BUCKET": "",
             "LEPUS_CODE_VERSION": "bench",
+            "LEPUS_LOG_LEVEL": "INFO",
         }
     )
     return env
@@ -504,6 +505,9 @@ def main() -> None:
             capture_output=True,
             text=True,
         )
+        for line in child.stderr.splitlines():  # the build's phase timings
+            if "export." in line:
+                print(line, file=sys.stderr)
         result = json.loads(child.stdout.strip().splitlines()[-1])
         result["generated"] = generated
         result["machine"] = f"{platform.node()}, {os.cpu_count()} cores"
