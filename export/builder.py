@@ -38,6 +38,7 @@ from export.models import SPLIT_NAMES, Release
 from export.records import (
     PARQUET_COMPRESSION,
     PARQUET_COMPRESSION_LEVEL,
+    PARQUET_PARSE_LINES,
     PARQUET_ROW_GROUP_ROWS,
     WORD_SPLIT_PATTERN,
     HashingWriter,
@@ -154,20 +155,22 @@ class WordCounter:
         )
         return tokens.filter(pc.not_equal(tokens, ""))
 
-    def add(self, batch: pa.Table) -> None:
-        if batch.num_rows == 0:
+    def add(self, table: pa.Table) -> None:
+        if table.num_rows == 0:
             return
-        batch = batch.combine_chunks()
-        words = self._words(batch.column("text").chunk(0))
+        texts = table.column("text").combine_chunks()  # one chunk already: no copy
+        words = self._words(texts)
         self.candidate_words += len(words)
         self.candidate_vocabulary.update(pc.unique(words).to_pylist())
         # Rows are grouped by clip: the first row of each clip carries its references.
-        clips = batch.column("clip_id").chunk(0)
+        clips = table.column("clip_id").combine_chunks()
         previous = pa.concat_arrays(
             [pa.array([self._last_clip], type=pa.string()), clips.slice(0, len(clips) - 1)]
         )
         first_of_clip = pc.fill_null(pc.not_equal(clips, previous), True)
-        references = pc.list_flatten(batch.column("references").chunk(0).filter(first_of_clip))
+        references = pc.list_flatten(
+            table.column("references").combine_chunks().filter(first_of_clip)
+        )
         self.references += len(references)
         reference_words = self._words(references)
         self.reference_words += len(reference_words)
@@ -179,23 +182,24 @@ class ParquetConverter:
     """Turns one split's JSONL, batch by batch, into Parquet in a background thread.
 
     The main thread hands over each batch of lines as soon as it has written them; Arrow parses
-    and encodes them (with the GIL released) while the database prepares the next batch. Row
-    groups hold exactly PARQUET_ROW_GROUP_ROWS rows and are combined into one chunk per column
-    before writing, so the file's bytes do not depend on how the lines were batched. The queue
-    is bounded: memory stays flat however large the split is.
+    and encodes them (with the GIL released) while the database prepares the next batch. Lines
+    are parsed in blocks of exactly PARQUET_PARSE_LINES and a row group is exactly
+    PARQUET_ROW_GROUP_ROWS / PARQUET_PARSE_LINES blocks, so the Arrow chunks the writer sees, and
+    with them the file's bytes, never depend on how the database batched the rows. The queue is
+    bounded: memory stays flat however large the split is.
     """
 
     def __init__(self, *, target: Path, schema: RecordSchema, words: WordCounter) -> None:
         self.target = target
         self.arrow_schema = schema.arrow_schema()
         self.words = words
-        self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=3)
+        self._queue: queue.Queue[list[bytes] | None] = queue.Queue(maxsize=3)
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=f"parquet {target.name}")
         target.parent.mkdir(parents=True, exist_ok=True)
         self._thread.start()
 
-    def submit(self, lines: bytes) -> None:
+    def submit(self, lines: list[bytes]) -> None:
         if self._error is not None:
             raise self._error
         self._queue.put(lines)
@@ -225,38 +229,39 @@ class ParquetConverter:
             data_page_version="1.0",
             store_schema=True,
         )
-        pending: list[pa.Table] = []
-        pending_rows = 0
-        parse = pa_json.ParseOptions(
+        parse_options = pa_json.ParseOptions(
             explicit_schema=self.arrow_schema, unexpected_field_behavior="error"
         )
+        buffered: list[bytes] = []
+        group: list[pa.Table] = []
+
+        def parse(lines: list[bytes]) -> None:
+            block = b"\n".join(lines) + b"\n"
+            table = pa_json.read_json(
+                io.BytesIO(block),
+                read_options=pa_json.ReadOptions(use_threads=False, block_size=len(block) + 1),
+                parse_options=parse_options,
+                memory_pool=pool,
+            ).select(self.arrow_schema.names)
+            self.words.add(table)
+            group.append(table)
+            if sum(part.num_rows for part in group) >= PARQUET_ROW_GROUP_ROWS:
+                flush()
+
+        def flush() -> None:
+            if group:
+                writer.write_table(pa.concat_tables(group), row_group_size=PARQUET_ROW_GROUP_ROWS)
+                group.clear()
+
         try:
             while (lines := self._queue.get()) is not None:
-                table = pa_json.read_json(
-                    io.BytesIO(lines),
-                    read_options=pa_json.ReadOptions(
-                        use_threads=False, block_size=max(len(lines) + 1, 1 << 20)
-                    ),
-                    parse_options=parse,
-                    memory_pool=pool,
-                ).select(self.arrow_schema.names)
-                self.words.add(table)
-                pending.append(table)
-                pending_rows += table.num_rows
-                while pending_rows >= PARQUET_ROW_GROUP_ROWS:
-                    combined = pa.concat_tables(pending)
-                    writer.write_table(
-                        combined.slice(0, PARQUET_ROW_GROUP_ROWS).combine_chunks(pool),
-                        row_group_size=PARQUET_ROW_GROUP_ROWS,
-                    )
-                    rest = combined.slice(PARQUET_ROW_GROUP_ROWS)
-                    pending = [rest.combine_chunks(pool)] if rest.num_rows else []
-                    pending_rows = rest.num_rows
-            if pending_rows:
-                writer.write_table(
-                    pa.concat_tables(pending).combine_chunks(pool),
-                    row_group_size=PARQUET_ROW_GROUP_ROWS,
-                )
+                buffered.extend(lines)
+                while len(buffered) >= PARQUET_PARSE_LINES:
+                    parse(buffered[:PARQUET_PARSE_LINES])
+                    del buffered[:PARQUET_PARSE_LINES]
+            if buffered:
+                parse(buffered)
+            flush()
         except BaseException as error:
             self._error = error
             while self._queue.get() is not None:  # let a blocked submit() return
@@ -371,10 +376,10 @@ def build_release_files(*, release: Release, root: Path, progress: ProgressCallb
             cursor = db.split_lines(snapshot, schema=schema, split=index, batch_size=batch_size)
             try:
                 while rows := cursor.fetchmany(batch_size):
-                    lines = ("\n".join([row[0] for row in rows]) + "\n").encode()
+                    lines = [row[0] for row in rows]
                     converter.submit(lines)
-                    jsonl.write(lines)
-                    csv.write(("\n".join([row[1] for row in rows]) + "\n").encode())
+                    jsonl.write(b"\n".join(lines) + b"\n")
+                    csv.write(b"\n".join([row[1] for row in rows]) + b"\n")
                     written += len(rows)
                     progress(0.1 + 0.6 * written / max(total, 1), f"{written} of {total} written")
                     if batch_delay > 0:  # test-only: lets a test kill the worker mid-build

@@ -275,12 +275,12 @@ def _rating(value: Any) -> int | float | None:
 
 
 class _Lines:
-    """(JSONL line, CSV line) tuples of one split with a cursor's fetchmany/close."""
+    """(JSONL line, CSV line) byte tuples of one split with a cursor's fetchmany/close."""
 
-    def __init__(self, rows: Iterator[tuple[str, str]]) -> None:
+    def __init__(self, rows: Iterator[tuple[bytes, bytes]]) -> None:
         self._rows = rows
 
-    def fetchmany(self, size: int) -> list[tuple[str, str]]:
+    def fetchmany(self, size: int) -> list[tuple[bytes, bytes]]:
         batch = []
         for row in self._rows:
             batch.append(row)
@@ -300,7 +300,7 @@ def split_lines(
 
 def _split_rows(
     snapshot: PortableSnapshot, *, schema: RecordSchema, split: int
-) -> Iterator[tuple[str, str]]:
+) -> Iterator[tuple[bytes, bytes]]:
     items = [item for item in snapshot.items if snapshot.splits[item.clip_id] == split]
     clips = {clip.pk: clip for clip in Clip.objects.filter(pk__in={i.clip_id for i in items})}
     candidates = {
@@ -388,7 +388,7 @@ def _split_rows(
                 cells.append(_number(value))
             else:
                 cells.append(str(value))
-        yield canonical_line(record)[:-1], ",".join(cells)
+        yield canonical_line(record)[:-1].encode(), ",".join(cells).encode()
 
 
 def split_statistics(snapshot: PortableSnapshot, *, splits: int) -> dict[str, Any]:

@@ -29,11 +29,13 @@ import pyarrow as pa
 # (RE2's \p{L}; in Python `[^\W\d_]+` is the same but for numeric symbols such as "½").
 WORD_SPLIT_PATTERN = r"[^\p{L}]+"
 
-# Parquet row groups hold a fixed number of rows, so the file's bytes never depend on how the
-# rows were read.
+# Parquet is parsed in blocks of a fixed number of lines and written in row groups of a fixed
+# number of rows (a multiple of the block), so the file's bytes never depend on how the rows were
+# read from the database.
+PARQUET_PARSE_LINES = 5_000
 PARQUET_ROW_GROUP_ROWS = 20_000
 PARQUET_COMPRESSION = "zstd"
-PARQUET_COMPRESSION_LEVEL = 3
+PARQUET_COMPRESSION_LEVEL = 1
 
 # Floats at or above this magnitude are refused: PostgreSQL and Python format them differently.
 FLOAT_LIMIT = 1e15

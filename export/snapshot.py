@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import psycopg2.extensions
 from django.db import connection as default_connection
 from django.db import connections, transaction
 
@@ -179,7 +180,7 @@ def select_items(snapshot: ReleaseSnapshot) -> dict[str, Any]:
             parameters,
         )
         cursor.execute(f"CREATE UNIQUE INDEX ON {snapshot.items} (cc_id)")
-        cursor.execute(f"ANALYZE {snapshot.items}")
+        cursor.execute(f"ANALYZE {snapshot.items} (cc_id, clip_id, candidate_id, campaign_id)")
         cursor.execute(
             f"""
             SELECT camp.slug,
@@ -272,7 +273,7 @@ def assign_splits(
             {"seed": f"{seed}:"},
         )
         cursor.execute(f"CREATE UNIQUE INDEX ON {snapshot.clips} (clip_id)")
-        cursor.execute(f"ANALYZE {snapshot.clips}")
+        cursor.execute(f"ANALYZE {snapshot.clips} (clip_id)")
     return splitting.describe(band_sizes, strata)
 
 
@@ -336,7 +337,9 @@ def check_values(snapshot: ReleaseSnapshot, *, include_raw_judgments: bool) -> N
 
 
 def prepare_fragments(snapshot: ReleaseSnapshot, *, pseudonyms: dict[int, str] | None) -> None:
-    """Per clip, the JSON and CSV pieces every candidate of the clip repeats (encoded once);
+    """Per clip, the JSON and CSV pieces every candidate of the clip repeats (encoded once; the
+    references only as JSON, so a row stays under PostgreSQL's TOAST threshold and is never
+    compressed, and quoted for CSV per candidate);
     with raw judgments, a worker -> pseudonym table for the line query."""
     with snapshot.cursor() as cursor:
         cursor.execute("SET LOCAL extra_float_digits = 1")
@@ -362,12 +365,11 @@ def prepare_fragments(snapshot: ReleaseSnapshot, *, pseudonyms: dict[int, str] |
               '"clip_id":' || {sql_json_string("vatex_id")} || ',"duration":'
                 || {sql_number("duration")} || ',"end":' || {sql_number("stop")}
                 || ',"frames_key":' || {sql_json_string("frames_key")} || ',' AS json_head,
-              '"references":' || refs || ',' AS json_refs,
+              refs AS json_refs,
               '"start":' || {sql_number("start")} || ',' AS json_start,
               '"video_key":' || {sql_json_string("video_key")} AS json_video,
               {sql_csv_string("vatex_id")} || ',' || {sql_number("duration")} || ','
                 || {sql_number("stop")} || ',' || {sql_csv_string("frames_key")} AS csv_head,
-              {sql_csv_string("refs")} AS csv_refs,
               {sql_number("start")} AS csv_start,
               {sql_csv_string("video_key")} AS csv_video
             FROM clip
@@ -375,7 +377,7 @@ def prepare_fragments(snapshot: ReleaseSnapshot, *, pseudonyms: dict[int, str] |
             {"unused": None},
         )
         cursor.execute(f"CREATE UNIQUE INDEX ON {snapshot.fragments} (clip_id)")
-        cursor.execute(f"ANALYZE {snapshot.fragments}")
+        cursor.execute(f"ANALYZE {snapshot.fragments} (clip_id, split)")
         if pseudonyms is not None:
             cursor.execute(
                 f"CREATE TEMP TABLE {snapshot.pseudonyms} (worker_id bigint PRIMARY KEY,"
@@ -392,8 +394,8 @@ def prepare_fragments(snapshot: ReleaseSnapshot, *, pseudonyms: dict[int, str] |
 def split_lines(
     snapshot: ReleaseSnapshot, *, schema: RecordSchema, split: int, batch_size: int
 ) -> Any:
-    """A named cursor over (JSONL line, CSV line) of one split, in file order: clip id, candidate
-    id, campaign (byte order). Lines carry no newline.
+    """A named cursor over (JSONL line, CSV line) of one split as UTF-8 bytes, in file order: clip
+    id, candidate id, campaign (byte order). Lines carry no newline.
 
     The inner query escapes and formats every value once (JSON and CSV share the numbers) and
     sorts; the outer one only concatenates. The outer query has no ORDER BY of its own: a
@@ -432,12 +434,14 @@ def split_lines(
     scores_csv = " || ',' || ".join(f"COALESCE(m{index}, '')" for index in range(len(keys)))
     review = "COALESCE(NULLIF(i.review_state, ''), 'none')"
     cursor = snapshot.named_cursor(f"export_split_{split}", batch_size)
+    # The lines arrive as UTF-8 bytes, written as they are: no decoding and re-encoding.
+    psycopg2.extensions.register_type(psycopg2.extensions.BYTES, cursor)
     cursor.execute(
         f"""
         SELECT
           '{{"campaign":' || j_campaign || ',"candidate_id":' || j_candidate || ',' || json_head
             || '"judgments":' || n_judgments || ',"normalized":' || n_normalized
-            || ',"overall":' || n_overall || ',' {raw_json} || json_refs
+            || ',"overall":' || n_overall || ',' {raw_json} || '"references":' || json_refs || ','
             || '"review_status":' || j_review || ',"scores":{{' || {scores_json or "''"} || '}},'
             || json_start || '"system":' || j_system || ',"system_version":' || j_version
             || ',"text":' || j_text || ',"training_class":' || n_class || ',' || json_video
@@ -465,7 +469,7 @@ def split_lines(
               i.kept_judgments::text AS n_judgments,
               i.training_class::text AS n_class,
               f.json_head, f.json_refs, f.json_start, f.json_video,
-              f.csv_head, f.csv_refs, f.csv_start, f.csv_video
+              f.csv_head, {sql_csv_string("f.json_refs")} AS csv_refs, f.csv_start, f.csv_video
             FROM {snapshot.items} i
               JOIN {snapshot.fragments} f ON f.clip_id = i.clip_id
               JOIN {T_CAND} cand ON cand.id = i.candidate_id

@@ -292,3 +292,27 @@ def test_the_portable_builder_writes_the_same_bytes_as_the_sql_one(db, monkeypat
         (record.campaign_candidate_id, record.split, record.overall)
         for record in portable_built.records.all()
     } == records
+
+
+def test_the_database_batch_size_never_changes_the_files(db, settings, monkeypatch):
+    import pyarrow.parquet as pq
+
+    from export import builder
+
+    # Small Parquet blocks and row groups so this small release spans several of them.
+    monkeypatch.setattr(builder, "PARQUET_PARSE_LINES", 4)
+    monkeypatch.setattr(builder, "PARQUET_ROW_GROUP_ROWS", 8)
+    data = build_campaign(slug="batches", clips=25, workers=8)
+    settings.LEPUS_RELEASE_BATCH_SIZE = 3
+    small = build(campaigns=[data.campaign], seed=2)
+    settings.LEPUS_RELEASE_BATCH_SIZE = 1000
+    large = build(campaigns=[data.campaign], seed=2)
+    assert all_bytes(small) == all_bytes(large)
+    metadata = pq.ParquetFile(
+        f"{settings.MEDIA_ROOT}/{small.storage_prefix}/parquet/train.parquet"
+    ).metadata
+    rows = small.counts["splits"]["train"]["candidates"]
+    assert metadata.num_row_groups == -(-rows // 8) > 2
+    assert [metadata.row_group(index).num_rows for index in range(metadata.num_row_groups - 1)] == [
+        8
+    ] * (metadata.num_row_groups - 1)
