@@ -396,15 +396,10 @@ def build_release_files(*, release: Release, root: Path, progress: ProgressCallb
         progress(0.72, "agreement and statistics")
         split_facts = db.split_statistics(snapshot, splits=len(split_names))
         timer.done("split statistics")
-        judgments = db.judgment_statistics(snapshot)
-        timer.done("judgment statistics")
-        agreement = db.agreement(
-            snapshot,
-            question_keys=keys,
-            batch_size=batch_size,
-            most_ratings_per_item=judgments["judgments_per_candidate_max"],
+        judgments, agreement = db.judgments_and_agreement(
+            snapshot, question_keys=keys, batch_size=batch_size
         )
-        timer.done("agreement")
+        timer.done("judgments and agreement")
         source_list = db.sources(snapshot, judgment_batches=judgments["judgment_import_batches"])
         exclusion_facts = db.exclusions(snapshot)
         timer.done("sources and exclusions")

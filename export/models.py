@@ -83,28 +83,40 @@ class Release(Job):
 class ReleaseRecord(models.Model):
     """A candidate of a release: its split and score, for comparisons between releases.
 
-    The foreign keys carry no database constraint: a release is a historical record and must stay
-    comparable even after the campaign data it came from changed or was deleted.
+    Written in bulk by the build (hundreds of thousands of rows per release), so the table is kept
+    lean: the primary key is (release, campaign candidate) and no foreign key has a database
+    constraint (a deferred constraint check per row would cost as much as the insert itself; the
+    build writes the rows in the same transaction that reads the release, and the ORM's cascade
+    removes them with their release). A release stays comparable after the campaign data it came
+    from changed or was deleted.
     """
 
-    release = models.ForeignKey(Release, on_delete=models.CASCADE, related_name="records")
+    pk = models.CompositePrimaryKey("release", "campaign_candidate")
+    release = models.ForeignKey(
+        Release,
+        on_delete=models.CASCADE,
+        related_name="records",
+        db_constraint=False,
+        db_index=False,  # the primary key starts with it
+    )
     campaign_candidate = models.ForeignKey(
-        CampaignCandidate, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+        CampaignCandidate,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        db_index=False,
+        related_name="+",
     )
     candidate = models.ForeignKey(
-        CandidateCaption, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+        CandidateCaption,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        db_index=False,
+        related_name="+",
     )
     clip = models.ForeignKey(
-        Clip, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+        Clip, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
     )
     split = models.PositiveSmallIntegerField(choices=ReleaseSplit.choices)
     overall = models.FloatField()
     training_class = models.PositiveSmallIntegerField(null=True, blank=True)
     kept_judgments = models.PositiveIntegerField(default=0)
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(
-                fields=["release", "campaign_candidate"], name="release_record_unique"
-            ),
-        ]

@@ -450,46 +450,46 @@ def _kept(snapshot: PortableSnapshot) -> Iterator[tuple[int, int, int | None, di
         )
 
 
-def judgment_statistics(snapshot: PortableSnapshot) -> dict[str, Any]:
+def judgments_and_agreement(
+    snapshot: PortableSnapshot, *, question_keys: Sequence[str], batch_size: int
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     per_item: dict[int, int] = dict.fromkeys((item.cc_id for item in snapshot.items), 0)
     workers: set[int] = set()
-    batches: set[int] = set()
+    counts: dict[int, np.ndarray] = {}
     judgments = 0
-    for cc_id, worker, batch, _ in _kept(snapshot):
+    for cc_id, worker, _, values in _kept(snapshot):
         judgments += 1
         per_item[cc_id] += 1
         workers.add(worker)
-        if batch is not None:
-            batches.add(batch)
-    imported = Worker.objects.filter(pk__in=workers, platform=Platform.IMPORTED).count()
-    return {
-        "judgments": judgments,
-        "annotators": len(workers),
-        "imported_rater_slots": imported,
-        "judgments_per_candidate_min": min(per_item.values(), default=0),
-        "judgments_per_candidate_max": max(per_item.values(), default=0),
-        "judgment_import_batches": sorted(batches),
-    }
-
-
-def agreement(
-    snapshot: PortableSnapshot,
-    *,
-    question_keys: Sequence[str],
-    batch_size: int,
-    most_ratings_per_item: int,
-) -> dict[str, dict[str, Any]]:
-    if not question_keys:
-        return {}
-    counts: dict[int, np.ndarray] = {}
-    for cc_id, _, _, values in _kept(snapshot):
         table = counts.setdefault(cc_id, np.zeros((len(question_keys), 5), dtype=np.int64))
         for index, key in enumerate(question_keys):
             value = values.get(key)
             if isinstance(value, int | float) and float(value) in RATING_VALUES:
                 table[index, int(value) - 1] += 1
-    tables = np.stack(list(counts.values())) if counts else np.zeros((0, len(question_keys), 5))
-    return accumulate_coincidence([tables.astype(np.int64)], question_keys=question_keys)
+    batches = sorted(
+        set(
+            Judgment.objects.filter(campaign_id__in=snapshot.campaign_ids, is_excluded=False)
+            .exclude(import_batch=None)
+            .values_list("import_batch_id", flat=True)
+            .distinct()
+        )
+    )
+    statistics = {
+        "judgments": judgments,
+        "annotators": len(workers),
+        "imported_rater_slots": Worker.objects.filter(
+            pk__in=workers, platform=Platform.IMPORTED
+        ).count(),
+        "judgments_per_candidate_min": min(per_item.values(), default=0),
+        "judgments_per_candidate_max": max(per_item.values(), default=0),
+        "judgment_import_batches": batches,
+    }
+    tables = (
+        np.stack(list(counts.values()))
+        if counts
+        else np.zeros((0, len(question_keys), 5), dtype=np.int64)
+    )
+    return statistics, accumulate_coincidence([tables], question_keys=question_keys)
 
 
 def sources(snapshot: PortableSnapshot, *, judgment_batches: Sequence[int]) -> list[dict[str, str]]:

@@ -615,86 +615,46 @@ def worker_identities(snapshot: ReleaseSnapshot) -> dict[int, tuple[str, str]]:
         return {int(pk): (platform, external) for pk, platform, external in cursor.fetchall()}
 
 
-def judgment_statistics(snapshot: ReleaseSnapshot) -> dict[str, Any]:
-    """Kept judgments of the released candidates: how many, per candidate, by how many workers."""
-    with snapshot.cursor() as cursor:
-        cursor.execute(
-            f"""
-            WITH kept AS (
-              SELECT j.campaign_candidate_id AS cc_id, p.worker_id, j.import_batch_id
-              FROM {T_JUDGMENT} j
-                JOIN {snapshot.items} i ON i.cc_id = j.campaign_candidate_id
-                JOIN {T_PARTICIPATION} p ON p.id = j.participation_id
-              WHERE NOT j.is_excluded
-            ), per_candidate AS (
-              SELECT i.cc_id, count(k.cc_id) AS n
-              FROM {snapshot.items} i LEFT JOIN kept k ON k.cc_id = i.cc_id GROUP BY i.cc_id
-            )
-            SELECT (SELECT count(*) FROM kept),
-                   (SELECT count(DISTINCT worker_id) FROM kept),
-                   (SELECT count(DISTINCT k.worker_id) FROM kept k
-                      JOIN {T_WORKER} w ON w.id = k.worker_id WHERE w.platform = 'imported'),
-                   (SELECT min(n) FROM per_candidate), (SELECT max(n) FROM per_candidate),
-                   (SELECT COALESCE(array_agg(DISTINCT import_batch_id)
-                                    FILTER (WHERE import_batch_id IS NOT NULL), '{{}}')
-                    FROM kept)
-            """
-        )
-        judgments, annotators, imported_slots, low, high, batches = cursor.fetchone()
-    return {
-        "judgments": int(judgments),
-        "annotators": int(annotators),
-        "imported_rater_slots": int(imported_slots),
-        "judgments_per_candidate_min": int(low) if low is not None else 0,
-        "judgments_per_candidate_max": int(high) if high is not None else 0,
-        "judgment_import_batches": sorted(int(batch) for batch in batches),
-    }
+def judgments_and_agreement(
+    snapshot: ReleaseSnapshot, *, question_keys: Sequence[str], batch_size: int
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """One scan of the kept judgments of the released candidates: how many (in all and per
+    candidate), and Krippendorff's alpha (ordinal, 1..5) per question; then who gave them.
 
-
-def agreement(
-    snapshot: ReleaseSnapshot,
-    *,
-    question_keys: Sequence[str],
-    batch_size: int,
-    most_ratings_per_item: int,
-) -> dict[str, dict[str, Any]]:
-    """Krippendorff's alpha (ordinal, 1..5) per question over the kept judgments of the release.
-
-    Streams an items × values count table per question and accumulates the coincidence matrix
-    exactly, as integer sums per number of ratings m (each item adds (n nᵀ - diag n) / (m - 1)):
-    the result does not depend on batch boundaries or summation order, so it is byte-stable.
-    While no item has more than 63 ratings, the database packs an item's five value counts of a
-    question into one integer (6 bits each), which makes the scan about twice as fast.
+    The scan groups by candidate; for each question the database packs the candidate's five
+    value counts into one integer (6 bits each), about twice as fast as five separate counts.
+    Should a candidate have 64 or more kept judgments (a count could overflow its 6 bits), the
+    scan is repeated with plain counts. Alpha is accumulated exactly (see
+    `accumulate_coincidence`), so it does not depend on batching or order.
     """
-    if not question_keys:
-        return {}
-    width = len(RATING_VALUES)
-    packed = most_ratings_per_item < 64
-    extracts = ", ".join(
-        f"(j.values->>%(q{index})s)::float8 AS q{index}" for index in range(len(question_keys))
-    )
-    if packed:
-        aggregates = ", ".join(
-            f"sum(CASE WHEN q{index} IN (1, 2, 3, 4, 5) THEN 1 << (6 * (q{index}::int - 1))"
-            " ELSE 0 END)"
-            for index in range(len(question_keys))
-        )
-    else:
-        aggregates = ", ".join(
-            f"count(*) FILTER (WHERE q{index} = {value})"
-            for index in range(len(question_keys))
-            for value in RATING_VALUES
-        )
     parameters = {f"q{index}": key for index, key in enumerate(question_keys)}
+    extracts = "".join(
+        f", (j.values->>%(q{index})s)::float8 AS q{index}" for index in range(len(question_keys))
+    )
+    width = len(RATING_VALUES)
     shifts = np.arange(width, dtype=np.int64) * 6
+    totals = {"judgments": 0, "candidates": 0, "low": None, "high": 0}
 
-    def tables() -> Iterator[np.ndarray]:
-        cursor = snapshot.named_cursor("export_release_agreement", batch_size)
+    def scan(packed: bool) -> Iterator[np.ndarray]:
+        if packed:
+            aggregates = "".join(
+                f", sum(CASE WHEN q{index} IN (1, 2, 3, 4, 5) THEN 1 << (6 * (q{index}::int - 1))"
+                " ELSE 0 END)"
+                for index in range(len(question_keys))
+            )
+        else:
+            aggregates = "".join(
+                f", count(*) FILTER (WHERE q{index} = {value})"
+                for index in range(len(question_keys))
+                for value in RATING_VALUES
+            )
+        totals.update(judgments=0, candidates=0, low=None, high=0)
+        cursor = snapshot.named_cursor("export_release_judgments", batch_size)
         try:
             cursor.execute(
                 f"""
-                SELECT {aggregates}
-                FROM (SELECT j.campaign_candidate_id AS cc_id, {extracts}
+                SELECT count(*) {aggregates}
+                FROM (SELECT j.campaign_candidate_id AS cc_id {extracts}
                       FROM {T_JUDGMENT} j
                         JOIN {snapshot.items} i ON i.cc_id = j.campaign_candidate_id
                       WHERE NOT j.is_excluded) kept
@@ -703,16 +663,79 @@ def agreement(
                 parameters,
             )
             while rows := cursor.fetchmany(batch_size):
+                table = np.asarray(rows, dtype=np.int64)
+                counts = table[:, 0]
+                totals["judgments"] += int(counts.sum())
+                totals["candidates"] += len(counts)
+                low, high = int(counts.min()), int(counts.max())
+                totals["low"] = low if totals["low"] is None else min(totals["low"], low)
+                totals["high"] = max(totals["high"], high)
+                if packed and high >= 64:
+                    raise _PackingOverflow
                 if packed:
-                    yield (np.asarray(rows, dtype=np.int64)[:, :, None] >> shifts) & 63
+                    yield (table[:, 1:, None] >> shifts) & 63
                 else:
-                    yield np.asarray(rows, dtype=np.int64).reshape(
-                        len(rows), len(question_keys), width
-                    )
+                    yield table[:, 1:].reshape(len(rows), len(question_keys), width)
         finally:
             cursor.close()
 
-    return accumulate_coincidence(tables(), question_keys=question_keys)
+    try:
+        agreement = accumulate_coincidence(scan(packed=True), question_keys=question_keys)
+    except _PackingOverflow:
+        agreement = accumulate_coincidence(scan(packed=False), question_keys=question_keys)
+
+    with snapshot.cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM {snapshot.items}")
+        (released,) = cursor.fetchone()
+        # Who: one index probe per participation, not another scan of the judgments.
+        cursor.execute(
+            f"""
+            SELECT count(DISTINCT p.worker_id),
+                   count(DISTINCT p.worker_id) FILTER (WHERE w.platform = 'imported')
+            FROM {T_PARTICIPATION} p JOIN {T_WORKER} w ON w.id = p.worker_id
+            WHERE p.campaign_id = ANY(%(campaigns)s) AND EXISTS (
+              SELECT 1 FROM {T_JUDGMENT} j JOIN {snapshot.items} i
+                ON i.cc_id = j.campaign_candidate_id
+              WHERE j.campaign_id = p.campaign_id AND j.participation_id = p.id
+                AND NOT j.is_excluded)
+            """,
+            {"campaigns": snapshot.campaign_ids},
+        )
+        annotators, imported_slots = cursor.fetchone()
+        # The import batches of the campaigns' kept judgments: a walk over the batch index.
+        cursor.execute(
+            f"""
+            WITH RECURSIVE batches(id) AS (
+              SELECT min(import_batch_id) FROM {T_JUDGMENT}
+              WHERE import_batch_id IS NOT NULL AND campaign_id = ANY(%(campaigns)s)
+                AND NOT is_excluded
+              UNION ALL
+              SELECT (SELECT min(import_batch_id) FROM {T_JUDGMENT}
+                      WHERE import_batch_id > batches.id AND campaign_id = ANY(%(campaigns)s)
+                        AND NOT is_excluded)
+              FROM batches WHERE batches.id IS NOT NULL
+            )
+            SELECT id FROM batches WHERE id IS NOT NULL
+            """,
+            {"campaigns": snapshot.campaign_ids},
+        )
+        batches = sorted(int(row[0]) for row in cursor.fetchall())
+    statistics = {
+        "judgments": totals["judgments"],
+        "annotators": int(annotators),
+        "imported_rater_slots": int(imported_slots),
+        # Candidates without a kept judgment (resolved by an expert) have no group in the scan.
+        "judgments_per_candidate_min": 0
+        if totals["candidates"] < released
+        else int(totals["low"] or 0),
+        "judgments_per_candidate_max": int(totals["high"]),
+        "judgment_import_batches": batches,
+    }
+    return statistics, agreement
+
+
+class _PackingOverflow(Exception):
+    """A candidate has too many judgments for 6-bit packed counts."""
 
 
 def accumulate_coincidence(

@@ -6,11 +6,15 @@ from __future__ import annotations
 import io
 import json
 
+import krippendorff
+import numpy as np
 import pytest
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
 
+from annotation.models import CampaignCandidate, Judgment
 from common.models import JobStatus
+from export import portable
 from export import snapshot as queries
 from export.models import Release, ReleaseRecord
 from export.publishing import keys_under
@@ -95,16 +99,43 @@ def test_build_release_inline_prints_the_contract(db, settings):
         call_command("build_release", "--campaign", "nope", "--json", stdout=io.StringIO())
 
 
-def test_agreement_is_the_same_with_packed_and_plain_counts(db):
-    data = build_campaign(slug="alpha", clips=20, workers=8)
-    with queries.open_snapshot(tag="alpha", campaign_ids=[data.campaign.pk]) as snapshot:
-        queries.select_items(snapshot)
-        keys = sorted(data.campaign.question_keys)
-        packed = queries.agreement(
-            snapshot, question_keys=keys, batch_size=7, most_ratings_per_item=3
+def test_agreement_falls_back_to_plain_counts_for_candidates_with_64_or_more_judgments(db):
+    """Packed counts (6 bits per value) would overflow here; the result must still equal the
+    krippendorff package's and the portable builder's."""
+    data = build_campaign(
+        slug="crowded",
+        clips=4,
+        candidates_per_clip=(1, 2),
+        quota=70,
+        workers=72,
+        controls=0,
+        dropped=0,
+        below_quota=0,
+        under_review=0,
+        resolved=0,
+        excluded_worker=False,
+    )
+    keys = sorted(data.campaign.question_keys)
+    results = []
+    for module in (queries, portable):
+        with module.open_snapshot(tag="crowded", campaign_ids=[data.campaign.pk]) as snapshot:
+            module.select_items(snapshot)
+            results.append(
+                module.judgments_and_agreement(snapshot, question_keys=keys, batch_size=3)
+            )
+    (sql_statistics, sql_alpha), (portable_statistics, portable_alpha) = results
+    assert sql_alpha == portable_alpha
+    assert sql_statistics == portable_statistics
+    assert sql_statistics["judgments_per_candidate_max"] == 70
+    items = list(CampaignCandidate.objects.filter(campaign=data.campaign).order_by("pk"))
+    workers = sorted({p.pk for p in data.participations})
+    for key in keys:
+        matrix = np.full((len(workers), len(items)), np.nan)
+        for column, item in enumerate(items):
+            for judgment in Judgment.objects.filter(campaign_candidate=item):
+                matrix[workers.index(judgment.participation_id), column] = judgment.values[key]
+        expected = krippendorff.alpha(
+            reliability_data=matrix, level_of_measurement="ordinal", value_domain=[1, 2, 3, 4, 5]
         )
-        plain = queries.agreement(
-            snapshot, question_keys=keys, batch_size=1000, most_ratings_per_item=64
-        )
-    assert packed == plain
-    assert all(entry["alpha"] is not None for entry in packed.values())
+        assert sql_alpha[key]["alpha"] == pytest.approx(expected, rel=1e-9)
+        assert sql_alpha[key]["ratings"] == 70 * len(items)
