@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
@@ -149,19 +150,23 @@ class WordCounter:
         self._last_clip: str | None = None
 
     @staticmethod
-    def _words(texts: pa.Array) -> pa.Array:
+    def _words(texts: pa.Array) -> tuple[int, set[str]]:
+        """(number of words, distinct words) of the texts."""
         tokens = pc.list_flatten(
             pc.split_pattern_regex(pc.utf8_lower(texts), pattern=WORD_SPLIT_PATTERN)
         )
-        return tokens.filter(pc.not_equal(tokens, ""))
+        # Leading and trailing separators leave empty tokens: not words.
+        lengths = pc.binary_length(tokens).to_numpy(zero_copy_only=False)
+        distinct = set(pc.unique(tokens).to_pylist())
+        distinct.discard("")
+        return int(np.count_nonzero(lengths)), distinct
 
     def add(self, table: pa.Table) -> None:
         if table.num_rows == 0:
             return
-        texts = table.column("text").combine_chunks()  # one chunk already: no copy
-        words = self._words(texts)
-        self.candidate_words += len(words)
-        self.candidate_vocabulary.update(pc.unique(words).to_pylist())
+        count, distinct = self._words(table.column("text").combine_chunks())
+        self.candidate_words += count
+        self.candidate_vocabulary |= distinct
         # Rows are grouped by clip: the first row of each clip carries its references.
         clips = table.column("clip_id").combine_chunks()
         previous = pa.concat_arrays(
@@ -172,9 +177,9 @@ class WordCounter:
             table.column("references").combine_chunks().filter(first_of_clip)
         )
         self.references += len(references)
-        reference_words = self._words(references)
-        self.reference_words += len(reference_words)
-        self.reference_vocabulary.update(pc.unique(reference_words).to_pylist())
+        count, distinct = self._words(references)
+        self.reference_words += count
+        self.reference_vocabulary |= distinct
         self._last_clip = clips[-1].as_py()
 
 
