@@ -87,6 +87,7 @@ class ReleaseSnapshot:
     items: str  # temp table: eligible campaign candidates
     clips: str  # temp table: clip -> split
     fragments: str  # temp table: per clip JSON/CSV pieces
+    ordered: str  # temp table: the released candidates with everything a line needs, in order
     pseudonyms: str  # temp table: worker -> pseudonym (raw judgments only)
     campaign_ids: list[int]
 
@@ -125,6 +126,7 @@ def open_snapshot(*, tag: str, campaign_ids: Sequence[int]) -> Iterator[ReleaseS
         items=f"export_items_{tag}",
         clips=f"export_clips_{tag}",
         fragments=f"export_fragments_{tag}",
+        ordered=f"export_ordered_{tag}",
         pseudonyms=f"export_pseudonyms_{tag}",
         campaign_ids=sorted(campaign_ids),
     )
@@ -140,7 +142,7 @@ def open_snapshot(*, tag: str, campaign_ids: Sequence[int]) -> Iterator[ReleaseS
         with raw.cursor() as cursor:
             cursor.execute(
                 f"DROP TABLE IF EXISTS {snapshot.items}, {snapshot.clips}, {snapshot.fragments},"
-                f" {snapshot.pseudonyms}"
+                f" {snapshot.ordered}, {snapshot.pseudonyms}"
             )
         if dedicated:
             raw.commit()
@@ -377,6 +379,27 @@ def prepare_fragments(snapshot: ReleaseSnapshot, *, pseudonyms: dict[int, str] |
             {"unused": None},
         )
         cursor.execute(f"CREATE UNIQUE INDEX ON {snapshot.fragments} (clip_id)")
+        # File order computed once on narrow rows (row_number over the sort keys), so the line
+        # queries read it through an index instead of sorting their wide output rows.
+        cursor.execute(
+            f"""
+            CREATE TEMP TABLE {snapshot.ordered} ON COMMIT DROP AS
+            SELECT i.cc_id, i.clip_id, s.split, i.overall, i.training_class, i.kept_judgments,
+                   i.review_state, i.means, camp.slug, cand.external_id, cand.text,
+                   COALESCE(sys.name, '') AS system_name,
+                   COALESCE(sys.version, '') AS system_version,
+                   row_number() OVER (ORDER BY s.split, c.vatex_id COLLATE "C",
+                                      cand.external_id COLLATE "C", camp.slug COLLATE "C") AS ord
+            FROM {snapshot.items} i
+              JOIN {snapshot.clips} s ON s.clip_id = i.clip_id
+              JOIN {T_CLIP} c ON c.id = i.clip_id
+              JOIN {T_CAND} cand ON cand.id = i.candidate_id
+              LEFT JOIN {T_SYSTEM} sys ON sys.id = cand.system_id
+              JOIN {T_CAMPAIGN} camp ON camp.id = i.campaign_id
+            """
+        )
+        cursor.execute(f"CREATE UNIQUE INDEX ON {snapshot.ordered} (split, ord)")
+        cursor.execute(f"ANALYZE {snapshot.ordered} (split, ord, clip_id)")
         cursor.execute(f"ANALYZE {snapshot.fragments} (clip_id, split)")
         if pseudonyms is not None:
             cursor.execute(
@@ -397,10 +420,10 @@ def split_lines(
     """A named cursor over (JSONL line, CSV line) of one split as UTF-8 bytes, in file order: clip
     id, candidate id, campaign (byte order). Lines carry no newline.
 
-    The inner query escapes and formats every value once (JSON and CSV share the numbers) and
-    sorts; the outer one only concatenates. The outer query has no ORDER BY of its own: a
-    projection over a sorted subquery keeps its order in PostgreSQL, and a second sort of the
-    wide rows would cost as much again (tests check the order of every file).
+    Rows come from the `ordered` table through its (split, ord) index and nested-loop lookups,
+    which keep that order, so no sort of the wide output rows is needed (the planner is told not
+    to hash, merge or sort for this one statement). The inner query escapes and formats every
+    value once (JSON and CSV share the numbers); the outer one only concatenates.
     """
     keys = schema.question_keys
     raw_inner = raw_join = raw_json = raw_csv = ""
@@ -418,13 +441,13 @@ def split_lines(
                 FROM {T_JUDGMENT} j
                   JOIN {T_PARTICIPATION} p ON p.id = j.participation_id
                   JOIN {snapshot.pseudonyms} ps ON ps.worker_id = p.worker_id
-                WHERE j.campaign_candidate_id = i.cc_id AND NOT j.is_excluded
+                WHERE j.campaign_candidate_id = o.cc_id AND NOT j.is_excluded
               ) raw ON true"""
         raw_inner = "COALESCE(raw.json, '[]') AS raw_json,"
         raw_json = "|| '\"raw_judgments\":' || raw_json || ','"
         raw_csv = "|| " + sql_csv_string("raw_json") + " || ','"
     means = "".join(
-        f"{sql_number(f'(i.means->>{sql_literal(key)})::float8')} AS m{index},"
+        f"{sql_number(f'(o.means->>{sql_literal(key)})::float8')} AS m{index},"
         for index, key in enumerate(keys)
     )
     scores_json = " || ',' || ".join(
@@ -432,57 +455,66 @@ def split_lines(
         for index, key in enumerate(keys)
     )
     scores_csv = " || ',' || ".join(f"COALESCE(m{index}, '')" for index in range(len(keys)))
-    review = "COALESCE(NULLIF(i.review_state, ''), 'none')"
+    review = "COALESCE(NULLIF(o.review_state, ''), 'none')"
+    planner = ("enable_hashjoin", "enable_mergejoin", "enable_sort")
+    with snapshot.cursor() as settings_cursor:
+        for setting in planner:
+            settings_cursor.execute(f"SET LOCAL {setting} = off")
     cursor = snapshot.named_cursor(f"export_split_{split}", batch_size)
     # The lines arrive as UTF-8 bytes, written as they are: no decoding and re-encoding.
     psycopg2.extensions.register_type(psycopg2.extensions.BYTES, cursor)
-    cursor.execute(
-        f"""
-        SELECT
-          '{{"campaign":' || j_campaign || ',"candidate_id":' || j_candidate || ',' || json_head
-            || '"judgments":' || n_judgments || ',"normalized":' || n_normalized
-            || ',"overall":' || n_overall || ',' {raw_json} || '"references":' || json_refs || ','
-            || '"review_status":' || j_review || ',"scores":{{' || {scores_json or "''"} || '}},'
-            || json_start || '"system":' || j_system || ',"system_version":' || j_version
-            || ',"text":' || j_text || ',"training_class":' || n_class || ',' || json_video
-            || '}}',
-          c_campaign || ',' || c_candidate || ',' || csv_head || ',' || n_judgments || ','
-            || n_normalized || ',' || n_overall || ',' {raw_csv} || csv_refs || ',' || c_review
-            || ',' || {scores_csv + " || ','" if keys else "''"} || csv_start || ',' || c_system
-            || ',' || c_version || ',' || c_text || ',' || n_class || ',' || csv_video
-        FROM (
-            SELECT {raw_inner} {means}
-              {sql_json_string("camp.slug")} AS j_campaign,
-              {sql_csv_string("camp.slug")} AS c_campaign,
-              {sql_json_string("cand.external_id")} AS j_candidate,
-              {sql_csv_string("cand.external_id")} AS c_candidate,
-              {sql_json_string("cand.text")} AS j_text,
-              {sql_csv_string("cand.text")} AS c_text,
-              {sql_json_string("COALESCE(sys.name, '')")} AS j_system,
-              {sql_csv_string("COALESCE(sys.name, '')")} AS c_system,
-              {sql_json_string("COALESCE(sys.version, '')")} AS j_version,
-              {sql_csv_string("COALESCE(sys.version, '')")} AS c_version,
-              {sql_json_string(review)} AS j_review,
-              {sql_csv_string(review)} AS c_review,
-              {sql_number("((i.overall - 1) / 4)")} AS n_normalized,
-              {sql_number("i.overall")} AS n_overall,
-              i.kept_judgments::text AS n_judgments,
-              i.training_class::text AS n_class,
-              f.json_head, f.json_refs, f.json_start, f.json_video,
-              f.csv_head, {sql_csv_string("f.json_refs")} AS csv_refs, f.csv_start, f.csv_video
-            FROM {snapshot.items} i
-              JOIN {snapshot.fragments} f ON f.clip_id = i.clip_id
-              JOIN {T_CAND} cand ON cand.id = i.candidate_id
-              LEFT JOIN {T_SYSTEM} sys ON sys.id = cand.system_id
-              JOIN {T_CAMPAIGN} camp ON camp.id = i.campaign_id
-              {raw_join}
-            WHERE f.split = %(split)s
-            ORDER BY f.vatex_id COLLATE "C", cand.external_id COLLATE "C", camp.slug COLLATE "C"
-            OFFSET 0
-        ) row_parts
-        """,
-        {"split": split},
-    )
+    try:
+        cursor.execute(
+            f"""
+            SELECT
+              '{{"campaign":' || j_campaign || ',"candidate_id":' || j_candidate || ','
+                || json_head || '"judgments":' || n_judgments || ',"normalized":' || n_normalized
+                || ',"overall":' || n_overall || ',' {raw_json} || '"references":' || json_refs
+                || ',' || '"review_status":' || j_review || ',"scores":{{'
+                || {scores_json or "''"} || '}},' || json_start || '"system":' || j_system
+                || ',"system_version":' || j_version || ',"text":' || j_text
+                || ',"training_class":' || n_class || ',' || json_video || '}}',
+              c_campaign || ',' || c_candidate || ',' || csv_head || ',' || n_judgments || ','
+                || n_normalized || ',' || n_overall || ',' {raw_csv} || csv_refs || ','
+                || c_review || ',' || {scores_csv + " || ','" if keys else "''"} || csv_start
+                || ',' || c_system || ',' || c_version || ',' || c_text || ',' || n_class || ','
+                || csv_video
+            FROM (
+                SELECT o.ord, {raw_inner} {means}
+                  {sql_json_string("o.slug")} AS j_campaign,
+                  {sql_csv_string("o.slug")} AS c_campaign,
+                  {sql_json_string("o.external_id")} AS j_candidate,
+                  {sql_csv_string("o.external_id")} AS c_candidate,
+                  {sql_json_string("o.text")} AS j_text,
+                  {sql_csv_string("o.text")} AS c_text,
+                  {sql_json_string("o.system_name")} AS j_system,
+                  {sql_csv_string("o.system_name")} AS c_system,
+                  {sql_json_string("o.system_version")} AS j_version,
+                  {sql_csv_string("o.system_version")} AS c_version,
+                  {sql_json_string(review)} AS j_review,
+                  {sql_csv_string(review)} AS c_review,
+                  {sql_number("((o.overall - 1) / 4)")} AS n_normalized,
+                  {sql_number("o.overall")} AS n_overall,
+                  o.kept_judgments::text AS n_judgments,
+                  o.training_class::text AS n_class,
+                  f.json_head, f.json_refs, f.json_start, f.json_video,
+                  f.csv_head, {sql_csv_string("f.json_refs")} AS csv_refs, f.csv_start,
+                  f.csv_video
+                FROM {snapshot.ordered} o
+                  JOIN {snapshot.fragments} f ON f.clip_id = o.clip_id
+                  {raw_join}
+                WHERE o.split = %(split)s
+                ORDER BY o.ord
+                OFFSET 0
+            ) row_parts
+            ORDER BY ord
+            """,
+            {"split": split},
+        )
+    finally:
+        with snapshot.cursor() as settings_cursor:
+            for setting in planner:
+                settings_cursor.execute(f"SET LOCAL {setting} = on")
     return cursor
 
 
