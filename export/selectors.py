@@ -106,10 +106,40 @@ def release_compare(*, release: Release, other: Release, examples: int = 20) -> 
     releases' ReleaseRecord rows: no release file is read.
     """
     new, old = release.pk, other.pk
-    both = f"""
-        FROM {T_RECORD} n JOIN {T_RECORD} o
-          ON o.campaign_candidate_id = n.campaign_candidate_id AND o.release_id = %s
-        WHERE n.release_id = %s"""
+    # One pass: a full join of the two releases' records (both read in primary-key order).
+    pairs = [(before, after) for before in range(3) for after in range(3) if before != after]
+    both = "n.campaign_candidate_id IS NOT NULL AND o.campaign_candidate_id IS NOT NULL"
+    buckets = "".join(
+        ", count(*) FILTER (WHERE n.overall <> o.overall"
+        + (f" AND n.overall - o.overall >= {low!r}" if low is not None else "")
+        + (f" AND n.overall - o.overall < {high!r}" if high is not None else "")
+        + ")"
+        for _, low, high in SHIFT_BUCKETS
+    )
+    moves = "".join(
+        f", count(*) FILTER (WHERE o.split = {before} AND n.split = {after}),"
+        f" count(DISTINCT n.clip_id) FILTER (WHERE o.split = {before} AND n.split = {after})"
+        for before, after in pairs
+    )
+    row = _fetch(
+        f"""
+        SELECT
+          count(*) FILTER (WHERE o.campaign_candidate_id IS NULL),
+          count(*) FILTER (WHERE n.campaign_candidate_id IS NULL),
+          count(*) FILTER (WHERE {both}),
+          count(*) FILTER (WHERE n.overall <> o.overall),
+          avg(n.overall - o.overall) FILTER (WHERE n.overall <> o.overall),
+          avg(abs(n.overall - o.overall)) FILTER (WHERE n.overall <> o.overall),
+          max(abs(n.overall - o.overall)),
+          count(*) FILTER (WHERE {both} AND n.training_class IS DISTINCT FROM o.training_class),
+          count(*) FILTER (WHERE n.split <> o.split)
+          {buckets} {moves}
+        FROM (SELECT * FROM {T_RECORD} WHERE release_id = %s) n
+          FULL JOIN (SELECT * FROM {T_RECORD} WHERE release_id = %s) o
+          ON o.campaign_candidate_id = n.campaign_candidate_id
+        """,
+        [new, old],
+    )[0]
     (
         added,
         removed,
@@ -120,39 +150,9 @@ def release_compare(*, release: Release, other: Release, examples: int = 20) -> 
         largest_shift,
         class_changes,
         moved_candidates,
-    ) = _fetch(
-        f"""
-        SELECT
-          (SELECT count(*) FROM {T_RECORD} n WHERE n.release_id = %s AND NOT EXISTS (
-             SELECT 1 FROM {T_RECORD} o WHERE o.release_id = %s
-             AND o.campaign_candidate_id = n.campaign_candidate_id)),
-          (SELECT count(*) FROM {T_RECORD} o WHERE o.release_id = %s AND NOT EXISTS (
-             SELECT 1 FROM {T_RECORD} n WHERE n.release_id = %s
-             AND n.campaign_candidate_id = o.campaign_candidate_id)),
-          count(*),
-          count(*) FILTER (WHERE n.overall <> o.overall),
-          avg(n.overall - o.overall) FILTER (WHERE n.overall <> o.overall),
-          avg(abs(n.overall - o.overall)) FILTER (WHERE n.overall <> o.overall),
-          max(abs(n.overall - o.overall)),
-          count(*) FILTER (WHERE n.training_class IS DISTINCT FROM o.training_class),
-          count(*) FILTER (WHERE n.split <> o.split)
-        {both}
-        """,
-        [new, old, old, new, old, new],
-    )[0]
-    moves = _fetch(
-        f"""SELECT o.split, n.split, count(*), count(DISTINCT n.clip_id) {both}
-            AND n.split <> o.split GROUP BY o.split, n.split ORDER BY o.split, n.split""",
-        [old, new],
-    )
-    bucket_sql = ", ".join(
-        "count(*) FILTER (WHERE n.overall <> o.overall"
-        + (f" AND n.overall - o.overall >= {low!r}" if low is not None else "")
-        + (f" AND n.overall - o.overall < {high!r}" if high is not None else "")
-        + ")"
-        for _, low, high in SHIFT_BUCKETS
-    )
-    buckets = _fetch(f"SELECT {bucket_sql} {both}", [old, new])[0]
+    ) = row[:9]
+    bucket_counts = row[9 : 9 + len(SHIFT_BUCKETS)]
+    move_counts = row[9 + len(SHIFT_BUCKETS) :]
     summary = {
         "against": old,
         "added": int(added),
@@ -168,15 +168,17 @@ def release_compare(*, release: Release, other: Release, examples: int = 20) -> 
         "moved_between_splits": int(moved_candidates),
         "split_moves": [
             {
-                "from": SPLIT_NAMES[from_split],
-                "to": SPLIT_NAMES[to_split],
-                "candidates": int(count),
-                "clips": int(clips),
+                "from": SPLIT_NAMES[before],
+                "to": SPLIT_NAMES[after],
+                "candidates": int(move_counts[2 * index]),
+                "clips": int(move_counts[2 * index + 1]),
             }
-            for from_split, to_split, count, clips in moves
+            for index, (before, after) in enumerate(pairs)
+            if move_counts[2 * index]
         ],
         "shift_histogram": {
-            label: int(count) for (label, _, _), count in zip(SHIFT_BUCKETS, buckets, strict=True)
+            label: int(count)
+            for (label, _, _), count in zip(SHIFT_BUCKETS, bucket_counts, strict=True)
         },
     }
     result: dict[str, Any] = {"release": new, "other": old, "summary": summary}
