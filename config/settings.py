@@ -294,6 +294,8 @@ LEPUS_RELEASE_BATCH_DELAY = env_float("LEPUS_RELEASE_BATCH_DELAY", 0.0)
 # Key of the HMAC that turns worker ids into release pseudonyms (defaults to one derived from
 # DJANGO_SECRET_KEY). Changing it changes every pseudonym, and so the bytes of raw-judgment files.
 LEPUS_RELEASE_PSEUDONYM_SECRET = env_str("LEPUS_RELEASE_PSEUDONYM_SECRET", "") or ""
+# The code version written into release manifests (e.g. an image tag); empty: `git describe`.
+LEPUS_CODE_VERSION = env_str("LEPUS_CODE_VERSION", "") or ""
 
 # --- Security -----------------------------------------------------------------------------------
 SESSION_COOKIE_HTTPONLY = True

@@ -11,7 +11,6 @@ import hmac
 import io
 import json
 import logging
-import os
 import queue
 import resource
 import shutil
@@ -94,7 +93,7 @@ def code_version() -> str:
 
     Cached per process: it names the code that wrote the files and never includes a time.
     """
-    configured = os.environ.get("LEPUS_CODE_VERSION", "").strip()
+    configured = settings.LEPUS_CODE_VERSION.strip()
     if configured:
         return configured
     try:
