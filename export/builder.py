@@ -365,7 +365,9 @@ def build_release_files(*, release: Release, root: Path, progress: ProgressCallb
             question_keys=keys, include_raw_judgments=release.include_raw_judgments
         )
         db.prepare_fragments(
-            snapshot, pseudonyms=pseudonyms if release.include_raw_judgments else None
+            snapshot,
+            pseudonyms=pseudonyms if release.include_raw_judgments else None,
+            schema=schema,
         )
         timer.done("clip fragments")
         progress(0.1, f"writing {total} candidates")

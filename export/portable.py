@@ -252,7 +252,9 @@ def worker_identities(snapshot: PortableSnapshot) -> dict[int, tuple[str, str]]:
     return {worker: (platform, external) for worker, platform, external in rows}
 
 
-def prepare_fragments(snapshot: PortableSnapshot, *, pseudonyms: dict[int, str] | None) -> None:
+def prepare_fragments(
+    snapshot: PortableSnapshot, *, pseudonyms: dict[int, str] | None, schema: RecordSchema
+) -> None:
     snapshot.pseudonyms = pseudonyms
 
 

@@ -89,6 +89,7 @@ class ReleaseSnapshot:
     fragments: str  # temp table: per clip JSON/CSV pieces
     ordered: str  # temp table: the released candidates with everything a line needs, in order
     pseudonyms: str  # temp table: worker -> pseudonym (raw judgments only)
+    raw: str  # temp table: candidate -> its kept judgments as JSON (raw judgments only)
     campaign_ids: list[int]
 
     def cursor(self) -> Any:
@@ -128,6 +129,7 @@ def open_snapshot(*, tag: str, campaign_ids: Sequence[int]) -> Iterator[ReleaseS
         fragments=f"export_fragments_{tag}",
         ordered=f"export_ordered_{tag}",
         pseudonyms=f"export_pseudonyms_{tag}",
+        raw=f"export_raw_{tag}",
         campaign_ids=sorted(campaign_ids),
     )
     try:
@@ -142,7 +144,7 @@ def open_snapshot(*, tag: str, campaign_ids: Sequence[int]) -> Iterator[ReleaseS
         with raw.cursor() as cursor:
             cursor.execute(
                 f"DROP TABLE IF EXISTS {snapshot.items}, {snapshot.clips}, {snapshot.fragments},"
-                f" {snapshot.ordered}, {snapshot.pseudonyms}"
+                f" {snapshot.ordered}, {snapshot.pseudonyms}, {snapshot.raw}"
             )
         if dedicated:
             raw.commit()
@@ -338,7 +340,9 @@ def check_values(snapshot: ReleaseSnapshot, *, include_raw_judgments: bool) -> N
                 raise ValueError(f"judgment {row[0]} has a rating that is not a whole number")
 
 
-def prepare_fragments(snapshot: ReleaseSnapshot, *, pseudonyms: dict[int, str] | None) -> None:
+def prepare_fragments(
+    snapshot: ReleaseSnapshot, *, pseudonyms: dict[int, str] | None, schema: RecordSchema
+) -> None:
     """Per clip, the JSON and CSV pieces every candidate of the clip repeats (encoded once; the
     references only as JSON, so a row stays under PostgreSQL's TOAST threshold and is never
     compressed, and quoted for CSV per candidate);
@@ -412,6 +416,31 @@ def prepare_fragments(snapshot: ReleaseSnapshot, *, pseudonyms: dict[int, str] |
             buffer.seek(0)
             cursor.copy_expert(f"COPY {snapshot.pseudonyms} (worker_id, json) FROM STDIN", buffer)
             cursor.execute(f"ANALYZE {snapshot.pseudonyms}")
+            # Every candidate's kept judgments as one JSON array, in one grouped pass (cheaper
+            # than a lookup per candidate while the lines are written).
+            judgment = (
+                "'{\"reason\":' || "
+                + sql_json_string("j.reason")
+                + " || ',\"values\":' || "
+                + schema.ratings_json_sql("j.values")
+                + " || ',\"worker\":' || ps.json || '}'"
+            )
+            cursor.execute(
+                f"""
+                CREATE TEMP TABLE {snapshot.raw} ON COMMIT DROP AS
+                SELECT j.campaign_candidate_id AS cc_id,
+                       '[' || string_agg({judgment}, ',' ORDER BY j.id) || ']' AS json
+                FROM {T_JUDGMENT} j
+                  JOIN {snapshot.items} i ON i.cc_id = j.campaign_candidate_id
+                  JOIN {T_PARTICIPATION} p ON p.id = j.participation_id
+                  JOIN {snapshot.pseudonyms} ps ON ps.worker_id = p.worker_id
+                WHERE NOT j.is_excluded
+                GROUP BY j.campaign_candidate_id
+                """,
+                {"unused": None},
+            )
+            cursor.execute(f"CREATE UNIQUE INDEX ON {snapshot.raw} (cc_id)")
+            cursor.execute(f"ANALYZE {snapshot.raw} (cc_id)")
 
 
 def split_lines(
@@ -428,21 +457,7 @@ def split_lines(
     keys = schema.question_keys
     raw_inner = raw_join = raw_json = raw_csv = ""
     if schema.include_raw_judgments:
-        judgment = (
-            "'{\"reason\":' || "
-            + sql_json_string("j.reason")
-            + " || ',\"values\":' || "
-            + schema.ratings_json_sql("j.values")
-            + " || ',\"worker\":' || ps.json || '}'"
-        )
-        raw_join = f"""
-              LEFT JOIN LATERAL (
-                SELECT '[' || string_agg({judgment}, ',' ORDER BY j.id) || ']' AS json
-                FROM {T_JUDGMENT} j
-                  JOIN {T_PARTICIPATION} p ON p.id = j.participation_id
-                  JOIN {snapshot.pseudonyms} ps ON ps.worker_id = p.worker_id
-                WHERE j.campaign_candidate_id = o.cc_id AND NOT j.is_excluded
-              ) raw ON true"""
+        raw_join = f"LEFT JOIN {snapshot.raw} raw ON raw.cc_id = o.cc_id"
         raw_inner = "COALESCE(raw.json, '[]') AS raw_json,"
         raw_json = "|| '\"raw_judgments\":' || raw_json || ','"
         raw_csv = "|| " + sql_csv_string("raw_json") + " || ','"
