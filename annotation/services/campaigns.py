@@ -112,7 +112,7 @@ def questions_clean(questions: Any) -> list[dict[str, Any]]:
         levels = question.get("levels") or [dict(level) for level in RUBRIC_LEVELS]
         if not isinstance(levels, list) or not 2 <= len(levels) <= 11:
             raise CampaignInvalid({f"{where}.levels": ["Give between 2 and 11 levels."]})
-        clean_levels = []
+        clean_levels: list[dict[str, Any]] = []
         values: set[int] = set()
         for level in levels:
             value = level.get("value") if isinstance(level, dict) else None
@@ -128,7 +128,7 @@ def questions_clean(questions: Any) -> list[dict[str, Any]]:
                     "description": str(level.get("description", ""))[:1000],
                 }
             )
-        clean_levels.sort(key=lambda level: -level["value"])
+        clean_levels.sort(key=lambda level: -int(level["value"]))
         cleaned.append({"key": key, "label": label, "help": help_text, "levels": clean_levels})
     return cleaned
 

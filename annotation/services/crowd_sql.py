@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connection
+from django.db.models import Field, Model
 from django.utils.dateparse import parse_datetime
 
 from annotation.models import (
@@ -68,8 +69,10 @@ def py_datetime(value: Any) -> datetime:
     return value
 
 
-def db_json(model: type, field_name: str, value: Any) -> Any:
-    return model._meta.get_field(field_name).get_db_prep_save(value, connection)
+def db_json(model: type[Model], field_name: str, value: Any) -> Any:
+    field = model._meta.get_field(field_name)
+    assert isinstance(field, Field)
+    return field.get_db_prep_save(value, connection)
 
 
 def py_json(value: Any) -> Any:
@@ -94,7 +97,7 @@ def execute(sql: str, params: list[Any] | tuple[Any, ...]) -> int:
         return int(cursor.rowcount)
 
 
-def instance(model: type, values: dict[str, Any]) -> Any:
+def instance(model: type[Model], values: dict[str, Any]) -> Any:
     """A model instance from column values (other fields load lazily if ever touched)."""
     names = [field.attname for field in model._meta.concrete_fields if field.attname in values]
     return model.from_db(connection.alias, names, [values[name] for name in names])
