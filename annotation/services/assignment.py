@@ -3,9 +3,10 @@
 Guarantees on PostgreSQL under many concurrent workers, and how they are kept:
 
 * No candidate gets more live + finished judgments than its quota. `CampaignCandidate.slots_taken`
-  counts live assignment slots plus kept judgments; a claim raises it with F() only on rows it
-  has locked and that still have `slots_taken < quota`; the CHECK constraint
-  `slots_taken <= quota` is the last line.
+  counts live assignment slots plus kept judgments; a claim raises it with one
+  `UPDATE ... SET slots_taken = slots_taken + 1 WHERE ... AND slots_taken < quota` (the row lock
+  re-checks the condition), under the clip's row lock; the CHECK constraint `slots_taken <= quota`
+  is the last line.
 * No worker gets the same clip twice: the claim query skips clips the worker has any assignment
   for (live, submitted or expired), and UNIQUE(participation, clip) is the last line.
 * One live lease per worker: the participation row is locked first, a live unexpired assignment is
@@ -52,10 +53,6 @@ from datasets_app.models import Clip, ClipStatus
 # constraint race before it gives up and answers "nothing for you now".
 _CLAIM_ATTEMPTS = 5
 _shuffle = random.SystemRandom().shuffle
-
-
-class _Retry(Exception):
-    """Internal: the transaction hit a database constraint; try once more."""
 
 
 # --- selectors ---------------------------------------------------------------------------------
@@ -111,7 +108,7 @@ def assignment_claim_next(
         try:
             with transaction.atomic():
                 return _claim(participation=participation, campaign=campaign, now=now)
-        except (_Retry, IntegrityError):
+        except IntegrityError:  # a last-line constraint fired: nothing was kept, try again
             continue
     return None
 
