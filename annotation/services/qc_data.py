@@ -301,27 +301,40 @@ def workers_load(*, campaign: Campaign, participation_ids: NDArray[np.int64]) ->
     return WorkerColumns(ids, imported, excluded, overridden, external_ids)
 
 
-def campaign_median_seconds(*, campaign: Campaign, refresh: bool = False) -> float | None:
-    """Median server-side seconds per candidate over the campaign's crowd judgments (cached
-    briefly: incremental QC after every submission must not scan the whole campaign)."""
+# Above this many timed judgments the campaign median is read from a short cache (one worker
+# cannot move it); below, it is computed fresh without the worker being judged, so the first
+# worker of a young campaign is not compared with themselves.
+CAMPAIGN_MEDIAN_CACHE_MIN_JUDGMENTS = 2000
+
+
+def campaign_median_seconds(
+    *, campaign: Campaign, excluding_participation_ids: Iterable[int] = ()
+) -> float | None:
+    """Median server-side seconds per candidate over the campaign's crowd judgments (of other
+    workers than `excluding_participation_ids` while the campaign is small)."""
     key = f"lepus:qc:campaign-median:{campaign.pk}"
-    if not refresh:
-        cached = cache.get(key)
-        if cached is not None:
-            return None if cached < 0 else float(cached)
+    cached = cache.get(key)
+    if cached is not None and cached[1] >= CAMPAIGN_MEDIAN_CACHE_MIN_JUDGMENTS:
+        return float(cached[0])
     rows = fetch_columns(
-        f"SELECT j.server_ms FROM {_table(Judgment)} j WHERE j.campaign_id = %s "
-        f"AND j.source = %s AND j.server_ms IS NOT NULL",
+        f"SELECT j.server_ms, j.participation_id FROM {_table(Judgment)} j "
+        f"WHERE j.campaign_id = %s AND j.source = %s AND j.server_ms IS NOT NULL",
         [campaign.pk, JudgmentSource.CROWD],
-        [("server_ms", "int8")],
+        [("server_ms", "int8"), ("participation_id", "int8")],
     )
-    median = float(np.median(rows["server_ms"]) / 1000.0) if rows["server_ms"].size else None
-    cache.set(key, -1.0 if median is None else median, CAMPAIGN_MEDIAN_CACHE_SECONDS)
-    return median
+    every = rows["server_ms"]
+    if every.size:
+        cache.set(
+            key, (float(np.median(every)) / 1000.0, int(every.size)), CAMPAIGN_MEDIAN_CACHE_SECONDS
+        )
+    others = every[~np.isin(rows["participation_id"], list(excluding_participation_ids))]
+    return float(np.median(others)) / 1000.0 if others.size else None
 
 
-def campaign_median_remember(*, campaign: Campaign, median: float | None) -> None:
+def campaign_median_remember(*, campaign: Campaign, median: float | None, judgments: int) -> None:
     if median is not None and not math.isnan(median):
         cache.set(
-            f"lepus:qc:campaign-median:{campaign.pk}", float(median), CAMPAIGN_MEDIAN_CACHE_SECONDS
+            f"lepus:qc:campaign-median:{campaign.pk}",
+            (float(median), int(judgments)),
+            CAMPAIGN_MEDIAN_CACHE_SECONDS,
         )

@@ -231,7 +231,11 @@ def qc_campaign_full(
     report(0.3, "worker statistics and rules")
     alpha_before = _alphas(data)
     statistics, flags, decisions = _evaluate(data, rules=rules, campaign_median=None)
-    campaign_median_remember(campaign=campaign, median=statistics.campaign_median_seconds)
+    campaign_median_remember(
+        campaign=campaign,
+        median=statistics.campaign_median_seconds,
+        judgments=int(statistics.timed_judgments.sum()),
+    )
     lap("statistics")
     report(0.45, f"excluding {len(decisions)} worker(s)")
     outcome = workers_exclude(campaign=campaign, decisions=decisions)
@@ -348,9 +352,12 @@ def qc_summary(*, campaign: Campaign) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------------------
 
 
-def workers_quality_update(*, campaign: Campaign, participation_ids: Iterable[int]) -> set[int]:
+def workers_quality_update(
+    *, campaign: Campaign, participation_ids: Iterable[int], aggregate: bool = True
+) -> set[int]:
     """Statistics and rules of some workers, read from the candidates they rated (with every
-    other judgment on those candidates). Returns the candidates whose judgments changed."""
+    other judgment on those candidates), then the aggregates and review state of those
+    candidates. Returns the candidates whose judgments an exclusion changed."""
     targets = sorted({int(value) for value in participation_ids})
     if not targets:
         return set()
@@ -366,17 +373,27 @@ def workers_quality_update(*, campaign: Campaign, participation_ids: Iterable[in
     statistics, flags, decisions = _evaluate(
         data,
         rules=qc_rules_merge(campaign.qc_rules),
-        campaign_median=campaign_median_seconds(campaign=campaign),
+        campaign_median=campaign_median_seconds(
+            campaign=campaign, excluding_participation_ids=targets
+        ),
         targets=positions,
     )
     outcome = workers_exclude(campaign=campaign, decisions=decisions)
     worker_stats_store(data, statistics, flags, indices=positions.tolist())
+    if aggregate:
+        if outcome.candidate_ids:
+            # Exclusions changed judgments: aggregate from the database, not the stale columns.
+            aggregation_recompute(campaign=campaign, candidate_ids=candidate_ids)
+        else:
+            with transaction.atomic():
+                aggregation_apply(data, detect_review=True, sync=review_items_sync)
     return set(outcome.candidate_ids)
 
 
 def quality_after_submission(*, assignment_id: int) -> None:
     """Incremental QC after a crowd submission: the worker's statistics and rules, then the
-    aggregates and review state of every candidate that changed."""
+    aggregates and review state of every candidate the worker rated (the submitted ones
+    included). One read of those candidates serves both unless an exclusion intervened."""
     assignment = (
         Assignment.objects.select_related("campaign", "participation")
         .filter(pk=assignment_id)
@@ -386,16 +403,12 @@ def quality_after_submission(*, assignment_id: int) -> None:
         return
     campaign = assignment.campaign
     participation = assignment.participation
-    touched = set(
-        Judgment.objects.filter(assignment_id=assignment.pk).values_list(
-            "campaign_candidate_id", flat=True
-        )
-    )
     if participation.status == ParticipationStatus.EXCLUDED:
-        touched |= set(late_judgments_exclude(campaign=campaign, participation_id=participation.pk))
-    touched |= workers_quality_update(campaign=campaign, participation_ids=[participation.pk])
-    if touched:
-        aggregation_recompute(campaign=campaign, candidate_ids=touched)
+        late = late_judgments_exclude(campaign=campaign, participation_id=participation.pk)
+        if late:
+            aggregation_recompute(campaign=campaign, candidate_ids=set(late))
+        return
+    workers_quality_update(campaign=campaign, participation_ids=[participation.pk])
 
 
 SWEEP_MAX_WORKERS = 500
@@ -437,7 +450,9 @@ def quality_sweep_campaign(*, campaign: Campaign) -> dict[str, int]:
     )
     stale_ids = list(stale)
     if stale_ids:
-        touched |= workers_quality_update(campaign=campaign, participation_ids=stale_ids)
+        touched |= workers_quality_update(
+            campaign=campaign, participation_ids=stale_ids, aggregate=False
+        )
     touched |= stale_aggregate_candidates(campaign=campaign)
     if touched:
         aggregation_recompute(campaign=campaign, candidate_ids=touched)

@@ -29,9 +29,15 @@ from annotation.models import (
     WorkerExclusion,
     WorkerQCStats,
 )
-from annotation.questions import default_questions, overall_only_questions
-from annotation.services.columns import copy_insert
-from datasets_app.models import CandidateCaption, CaptioningSystem, Clip, ReferenceCaption
+from annotation.questions import default_questions
+from datasets_app.models import (
+    CandidateCaption,
+    CaptioningSystem,
+    Clip,
+    ImportBatch,
+    ImportKind,
+    ReferenceCaption,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VATEX_EVAL_FILE = REPO_ROOT / "data" / "vatex_eval" / "vid_cans_score_dict.json"
@@ -47,102 +53,16 @@ def vatex_eval_rows() -> list[tuple[str, list[str], list[list[int]], list[str]]]
     return rows
 
 
-def _split_clip_id(vatex_id: str) -> tuple[str, float, float]:
-    youtube_id, start, end = vatex_id.rsplit("_", 2)
-    return youtube_id, float(int(start)), float(int(end))
+def quality_import_vatex_eval() -> Campaign:
+    """The real VATEX-EVAL import (ingest's `vatex_eval_import`) of the shipped file: the campaign
+    `vatex-eval` with the single `overall` question, quota 3, three imported rater slots."""
+    from datasets_app.services.imports import vatex_eval_import
 
-
-def quality_build_vatex_eval(*, slug: str = "vatex-eval") -> Campaign:
-    """The campaign structure the VATEX-EVAL importer builds: one imported campaign with the
-    single `overall` question, quota 3, three imported rater slots (not people), one judgment
-    per slot and candidate, slots taken = 3. Loaded with COPY (54,000 judgments in seconds)."""
-    rows = vatex_eval_rows()
-    campaign = Campaign.objects.create(
-        slug=slug,
-        name="VATEX-EVAL",
-        questions=overall_only_questions(),
-        overall_question_key="overall",
-        judgments_per_candidate=3,
-        is_imported=True,
-    )
-    clip_rows = []
-    for clip_id, *_ in rows:
-        youtube_id, start, end = _split_clip_id(clip_id)
-        clip_rows.append(
-            {
-                "vatex_id": clip_id,
-                "youtube_id": youtube_id,
-                "start_seconds": start,
-                "end_seconds": end,
-            }
-        )
-    clip_ids = copy_insert(Clip, clip_rows)
-    copy_insert(
-        ReferenceCaption,
-        [
-            {"clip_id": clip, "position": position, "text": text}
-            for clip, (_, _, _, references) in zip(clip_ids, rows, strict=True)
-            for position, text in enumerate(references)
-        ],
-    )
-    candidate_rows = [
-        {
-            "clip_id": clip,
-            "external_id": f"vatex_eval:{clip_id}:{index}",
-            "text": text,
-            "position": index,
-        }
-        for clip, (clip_id, texts, _, _) in zip(clip_ids, rows, strict=True)
-        for index, text in enumerate(texts)
-    ]
-    candidate_ids = copy_insert(CandidateCaption, candidate_rows)
-    copy_insert(
-        CampaignClip,
-        [
-            {"campaign_id": campaign.pk, "clip_id": clip, "candidates": len(texts), "open_slots": 0}
-            for clip, (_, texts, _, _) in zip(clip_ids, rows, strict=True)
-        ],
-    )
-    item_ids = copy_insert(
-        CampaignCandidate,
-        [
-            {
-                "campaign_id": campaign.pk,
-                "candidate_id": candidate,
-                "clip_id": row["clip_id"],
-                "quota": 3,
-                "slots_taken": 3,
-            }
-            for candidate, row in zip(candidate_ids, candidate_rows, strict=True)
-        ],
-    )
-    participations = []
-    for slot in range(1, 4):
-        worker = Worker.objects.create(
-            platform=Platform.IMPORTED, external_id=f"vatex-eval:rater-{slot}"
-        )
-        participations.append(Participation.objects.create(campaign=campaign, worker=worker))
-    ratings = [score for _, _, scores, _ in rows for score in scores]
-    now = timezone.now()
-    copy_insert(
-        Judgment,
-        [
-            {
-                "campaign_id": campaign.pk,
-                "campaign_candidate_id": item,
-                "participation_id": participations[slot].pk,
-                "values": {"overall": row[slot]},
-                "source": JudgmentSource.IMPORTED,
-                "created_at": now,
-            }
-            for item, row in zip(item_ids, ratings, strict=True)
-            for slot in range(3)
-        ],
-    )
+    result = vatex_eval_import(path=VATEX_EVAL_FILE)
     with connection.cursor() as cursor:
         for model in (Clip, CandidateCaption, CampaignCandidate, CampaignClip, Judgment):
             cursor.execute(f"ANALYZE {model._meta.db_table}")
-    return campaign
+    return Campaign.objects.get(slug=result.campaign)
 
 
 def quality_delete_vatex_eval(*, slug: str = "vatex-eval") -> None:
@@ -172,6 +92,8 @@ def quality_delete_vatex_eval(*, slug: str = "vatex-eval") -> None:
         CandidateCaption.objects.filter(clip_id__in=clip_ids),
         Clip.objects.filter(id__in=clip_ids),
         Worker.objects.filter(id__in=worker_ids),
+        ImportBatch.objects.filter(kind=ImportKind.VATEX_EVAL),
+        CaptioningSystem.objects.filter(candidates__isnull=True),
     ):
         queryset._raw_delete(queryset.db)
 

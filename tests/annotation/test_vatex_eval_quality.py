@@ -1,5 +1,5 @@
-"""Quality control on the real VATEX-EVAL judgments (data/vatex_eval/, 18,000 candidates × 3
-anonymous rater slots)."""
+"""Quality control on the real VATEX-EVAL import (data/vatex_eval/ through `vatex_eval_import`:
+18,000 candidates × 3 anonymous rater slots)."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from annotation.models import (
 )
 from annotation.services.agreement import agreement_for_items
 from tests.annotation.quality_factories import (
-    quality_build_vatex_eval,
     quality_delete_vatex_eval,
+    quality_import_vatex_eval,
     vatex_eval_rows,
 )
 
@@ -34,7 +34,7 @@ def quality_vatex_eval(django_db_setup, django_db_blocker):  # type: ignore[no-u
     changes."""
     with django_db_blocker.unblock():
         quality_delete_vatex_eval()
-        campaign = quality_build_vatex_eval()
+        campaign = quality_import_vatex_eval()
     yield campaign.pk
     with django_db_blocker.unblock():
         quality_delete_vatex_eval()
@@ -46,7 +46,7 @@ def quality_vatex_eval_scores() -> dict[str, list[int]]:
     scores = {}
     for clip_id, _texts, ratings, _refs in vatex_eval_rows():
         for index, row in enumerate(ratings):
-            scores[f"vatex_eval:{clip_id}:{index}"] = row
+            scores[f"vatex-eval:{clip_id}:{index}"] = row
     return scores
 
 
