@@ -197,3 +197,52 @@ def copy_insert(
             f"COPY {table} ({', '.join(columns)}) FROM STDIN WITH (FORMAT text)", buffer
         )
     return ids
+
+
+_TEMP_TYPES: dict[str, tuple[str, str]] = {
+    "int2": ("smallint", ">i2"),
+    "int4": ("integer", ">i4"),
+    "int8": ("bigint", ">i8"),
+    "float8": ("double precision", ">f8"),
+    "bool": ("boolean", "u1"),
+}
+
+
+def copy_to_temp_table(
+    name: str, columns: Sequence[tuple[str, ColumnKind, NDArray[Any] | Sequence[Any]]]
+) -> int:
+    """Create a temporary table `name` (dropped at commit) and fill it with one binary COPY built
+    by NumPy — no per-value Python formatting, so 300,000 rows take milliseconds to encode.
+
+    Columns must be fixed-width and non-null: encode "no value" as NaN (float8) or a sentinel
+    integer and turn it into NULL in the statement that reads the table (NULLIF). PostgreSQL only;
+    call inside a transaction.
+    """
+    if not columns:
+        raise ValueError("no columns")
+    length = len(columns[0][2])
+    fields: list[tuple[str, str]] = [("field_count", ">i2")]
+    for index, (_, kind, _) in enumerate(columns):
+        fields += [(f"length{index}", ">i4"), (f"value{index}", _TEMP_TYPES[kind][1])]
+    rows = np.zeros(length, dtype=np.dtype(fields))
+    rows["field_count"] = len(columns)
+    for index, (_, kind, values) in enumerate(columns):
+        rows[f"length{index}"] = np.dtype(_TEMP_TYPES[kind][1]).itemsize
+        rows[f"value{index}"] = np.asarray(values)  # NumPy converts to big-endian
+    payload = (
+        _PG_BINARY_SIGNATURE
+        + (0).to_bytes(4, "big")
+        + (0).to_bytes(4, "big")
+        + rows.tobytes()
+        + (-1).to_bytes(2, "big", signed=True)
+    )
+    definition = ", ".join(f"{column} {_TEMP_TYPES[kind][0]}" for column, kind, _ in columns)
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP TABLE IF EXISTS {name}")
+        cursor.execute(f"CREATE TEMPORARY TABLE {name} ({definition}) ON COMMIT DROP")
+        cursor.copy_expert(
+            f"COPY {name} ({', '.join(column for column, _, _ in columns)}) FROM STDIN WITH BINARY",
+            io.BytesIO(payload),
+        )
+        cursor.execute(f"ANALYZE {name}")
+    return length

@@ -42,7 +42,7 @@ from annotation.models import (
     ReviewAction,
     WorkerExclusion,
 )
-from annotation.services.columns import json_text
+from annotation.services.columns import is_postgresql, json_text, pg_array
 from annotation.services.qc import RULE_LABELS
 
 logger = logging.getLogger(__name__)
@@ -173,6 +173,47 @@ def _exclude_rows(
         return [row[0] for row in cursor.fetchall()]
 
 
+def _exclude_for_workers(
+    *, rows: Sequence[tuple[int, str, str, dict[str, Any]]], now: Any
+) -> list[tuple[int, int]]:
+    """Flip every kept judgment of these workers to excluded, each worker with its own
+    excluded_by / reason / detail; returns (candidate id, participation id) per judgment.
+    One UPDATE on PostgreSQL whatever the number of workers."""
+    if not rows:
+        return []
+    if not is_postgresql():
+        flipped: list[tuple[int, int]] = []
+        for participation_id, excluded_by, reason, detail in rows:
+            candidates = _exclude_rows(
+                where="participation_id = %s",
+                params=[participation_id],
+                excluded_by=excluded_by,
+                reason=reason,
+                detail=detail,
+                now=now,
+            )
+            flipped += [(candidate, participation_id) for candidate in candidates]
+        return flipped
+    table = Judgment._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} AS j SET is_excluded = TRUE, excluded_by = t.excluded_by, "
+            f"exclusion_reason = t.reason, exclusion_detail = t.detail, excluded_at = %s "
+            f"FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::jsonb[]) "
+            f"AS t(participation_id, excluded_by, reason, detail) "
+            f"WHERE j.participation_id = t.participation_id AND j.is_excluded = FALSE "
+            f"RETURNING j.campaign_candidate_id, j.participation_id",
+            [
+                now,
+                pg_array([row[0] for row in rows], "int8"),
+                pg_array([row[1][:50] for row in rows], "text"),
+                pg_array([row[2] for row in rows], "text"),
+                pg_array([json_text(row[3]) for row in rows], "jsonb"),
+            ],
+        )
+        return [(row[0], row[1]) for row in cursor.fetchall()]
+
+
 def judgments_exclude(
     *,
     campaign: Campaign,
@@ -272,71 +313,96 @@ def workers_exclude(
 ) -> ExclusionOutcome:
     """Exclude workers: their kept judgments become excluded (rule, reason and numbers kept in
     the judgment), their slots reopen, their participation is excluded (no more assignments),
-    and a `WorkerExclusion` plus an audit entry record the decision. Workers already excluded
-    are skipped. One short transaction per worker."""
-    exclusions: list[WorkerExclusion] = []
-    total = 0
-    touched: set[int] = set()
-    for decision in decisions:
-        with transaction.atomic():
-            participation = (
-                Participation.objects.select_for_update()
-                .filter(pk=decision.participation_id, campaign=campaign)
-                .select_related("worker")
-                .first()
-            )
-            if participation is None or participation.status == ParticipationStatus.EXCLUDED:
-                continue
-            previous_status = participation.status
-            now = timezone.now()
+    and a `WorkerExclusion` plus an audit entry record each decision. Workers already excluded
+    are skipped. One transaction for the whole batch, a fixed number of statements plus one
+    UPDATE per worker, so a QC run that excludes hundreds of workers stays fast."""
+    if not decisions:
+        return ExclusionOutcome(exclusions=[], judgments_excluded=0, candidate_ids=set())
+    actor = actor if getattr(actor, "pk", None) else None
+    by_participation = {decision.participation_id: decision for decision in decisions}
+    with transaction.atomic():
+        locked = list(
+            Participation.objects.select_for_update()
+            .filter(pk__in=list(by_participation), campaign=campaign)
+            .exclude(status=ParticipationStatus.EXCLUDED)
+            .order_by("id")
+            .values_list("id", "status")
+        )
+        if not locked:
+            return ExclusionOutcome(exclusions=[], judgments_excluded=0, candidate_ids=set())
+        now = timezone.now()
+        exclusions = WorkerExclusion.objects.bulk_create(
+            [
+                WorkerExclusion(
+                    participation_id=participation_id,
+                    rules=list(by_participation[participation_id].rules),
+                    detail={
+                        "flags": by_participation[participation_id].flags,
+                        "note": by_participation[participation_id].note,
+                    },
+                    created_by=actor,
+                    created_at=now,
+                )
+                for participation_id, _status in locked
+            ]
+        )
+        rows: list[tuple[int, str, str, dict[str, Any]]] = []
+        for exclusion in exclusions:
+            decision = by_participation[exclusion.participation_id]
             rules = list(decision.rules)
-            exclusion = WorkerExclusion.objects.create(
-                participation=participation,
-                rules=rules,
-                detail={"flags": decision.flags, "note": decision.note},
-                created_by=actor if getattr(actor, "pk", None) else None,
-                created_at=now,
-            )
             excluded_by = (
                 EXCLUDED_BY_CURATOR
                 if rules == [EXCLUDED_BY_CURATOR]
                 else EXCLUDED_BY_RULE_PREFIX + ",".join(rules)
             )
             numbers = {flag["rule"]: flag.get("numbers", {}) for flag in decision.flags}
-            candidate_ids = _exclude_rows(
-                where="participation_id = %s",
-                params=[participation.pk],
-                excluded_by=excluded_by,
-                reason=_explanation(decision),
-                detail={"exclusion": exclusion.pk, "rules": rules, "numbers": numbers},
-                now=now,
+            rows.append(
+                (
+                    exclusion.participation_id,
+                    excluded_by,
+                    _explanation(decision),
+                    {"exclusion": exclusion.pk, "rules": rules, "numbers": numbers},
+                )
             )
-            slots_release(campaign=campaign, candidate_counts=Counter(candidate_ids))
-            Participation.objects.filter(pk=participation.pk).update(
-                status=ParticipationStatus.EXCLUDED
-            )
-            WorkerExclusion.objects.filter(pk=exclusion.pk).update(
-                judgments_excluded=len(candidate_ids)
-            )
-            exclusion.judgments_excluded = len(candidate_ids)
-            AuditEntry.objects.create(
-                campaign=campaign,
-                actor=actor if getattr(actor, "pk", None) else None,
-                action=ReviewAction.EXCLUDE_WORKER,
-                target=f"worker:{participation.pk}",
-                before={"status": previous_status},
-                after={
-                    "status": ParticipationStatus.EXCLUDED,
-                    "exclusion": exclusion.pk,
-                    "rules": rules,
-                    "judgments_excluded": len(candidate_ids),
-                },
-                note=_explanation(decision)[:2000],
-            )
-            exclusions.append(exclusion)
-            total += len(candidate_ids)
-            touched.update(candidate_ids)
-    return ExclusionOutcome(exclusions=exclusions, judgments_excluded=total, candidate_ids=touched)
+        flipped = _exclude_for_workers(rows=rows, now=now)
+        released: Counter[int] = Counter(candidate for candidate, _ in flipped)
+        per_worker: Counter[int] = Counter(participation for _, participation in flipped)
+        counts: dict[int, int] = {}
+        for exclusion in exclusions:
+            counts[exclusion.pk] = per_worker[exclusion.participation_id]
+            exclusion.judgments_excluded = counts[exclusion.pk]
+        slots_release(campaign=campaign, candidate_counts=released)
+        Participation.objects.filter(pk__in=[row[0] for row in locked]).update(
+            status=ParticipationStatus.EXCLUDED
+        )
+        WorkerExclusion.objects.bulk_update(exclusions, ["judgments_excluded"], batch_size=1000)
+        previous = dict(locked)
+        AuditEntry.objects.bulk_create(
+            [
+                AuditEntry(
+                    campaign=campaign,
+                    actor=actor,
+                    action=ReviewAction.EXCLUDE_WORKER,
+                    target=f"worker:{exclusion.participation_id}",
+                    before={"status": previous[exclusion.participation_id]},
+                    after={
+                        "status": ParticipationStatus.EXCLUDED,
+                        "exclusion": exclusion.pk,
+                        "rules": exclusion.rules,
+                        "judgments_excluded": counts[exclusion.pk],
+                    },
+                    note=_explanation(by_participation[exclusion.participation_id])[:2000],
+                    created_at=now,
+                )
+                for exclusion in exclusions
+            ],
+            batch_size=1000,
+        )
+    return ExclusionOutcome(
+        exclusions=exclusions,
+        judgments_excluded=sum(counts.values()),
+        candidate_ids=set(released),
+    )
 
 
 def worker_exclude(

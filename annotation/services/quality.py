@@ -263,8 +263,10 @@ def qc_campaign_full(
     lap("agreement")
     report(0.75, "review queue and aggregation")
     with transaction.atomic():
-        changed = aggregation_apply(data, detect_review=True, sync=review_items_sync)
-    lap("review_and_aggregation")
+        changed = aggregation_apply(
+            data, detect_review=True, sync=review_items_sync, timings=timings
+        )
+    clock = time.perf_counter()
     # Submissions that arrived while this run computed: bring their candidates up to date.
     late = set(
         Judgment.objects.filter(campaign=campaign)

@@ -35,7 +35,7 @@ from annotation.models import (
     ReviewState,
     ReviewStatus,
 )
-from annotation.services.columns import is_postgresql, pg_array
+from annotation.services.columns import copy_to_temp_table, is_postgresql
 from annotation.services.exclusions import (
     EXCLUDED_BY_REVIEW,
     judgments_exclude,
@@ -111,22 +111,15 @@ def _insert_items(
 ) -> None:
     chosen = np.asarray(positions, dtype=np.int64)
     if is_postgresql():
+        _review_temp_table(ids[chosen], ranges[chosen], priority[chosen])
         table = ReviewItem._meta.db_table
         with connection.cursor() as cursor:
             cursor.execute(
                 f"INSERT INTO {table} (campaign_candidate_id, campaign_id, status, rating_range, "
                 f"priority, created_at) "
-                f"SELECT t.id, %s, %s, t.range, t.priority, %s "
-                f"FROM unnest(%s::bigint[], %s::int[], %s::float8[]) AS t(id, range, priority) "
+                f"SELECT t.id, %s, %s, t.range, t.priority, %s FROM qc_review AS t "
                 f"ON CONFLICT (campaign_candidate_id) DO NOTHING",
-                [
-                    campaign.pk,
-                    ReviewStatus.OPEN,
-                    now,
-                    pg_array(ids[chosen], "int8"),
-                    pg_array(ranges[chosen].astype(np.int64), "int4"),
-                    pg_array(priority[chosen], "float8"),
-                ],
+                [campaign.pk, ReviewStatus.OPEN, now],
             )
         return
     ReviewItem.objects.bulk_create(
@@ -145,6 +138,19 @@ def _insert_items(
     )
 
 
+def _review_temp_table(
+    ids: NDArray[np.int64], ranges: NDArray[np.float64], priority: NDArray[np.float64]
+) -> None:
+    copy_to_temp_table(
+        "qc_review",
+        [
+            ("id", "int8", ids),
+            ("range", "int4", ranges.astype(np.int64)),
+            ("priority", "float8", priority),
+        ],
+    )
+
+
 def _update_items(
     ids: NDArray[np.int64],
     ranges: NDArray[np.float64],
@@ -153,21 +159,16 @@ def _update_items(
 ) -> None:
     chosen = np.asarray(positions, dtype=np.int64)
     if is_postgresql():
+        _review_temp_table(ids[chosen], ranges[chosen], priority[chosen])
         table = ReviewItem._meta.db_table
         with connection.cursor() as cursor:
             cursor.execute(
                 f"UPDATE {table} AS r SET rating_range = t.range, priority = t.priority "
-                f"FROM unnest(%s::bigint[], %s::int[], %s::float8[]) AS t(id, range, priority) "
+                f"FROM qc_review AS t "
                 f"WHERE r.campaign_candidate_id = t.id AND r.status IN (%s, %s) "
                 f"AND (r.rating_range IS DISTINCT FROM t.range "
                 f"OR r.priority IS DISTINCT FROM t.priority)",
-                [
-                    pg_array(ids[chosen], "int8"),
-                    pg_array(ranges[chosen].astype(np.int64), "int4"),
-                    pg_array(priority[chosen], "float8"),
-                    ReviewStatus.OPEN,
-                    ReviewStatus.CLAIMED,
-                ],
+                [ReviewStatus.OPEN, ReviewStatus.CLAIMED],
             )
         return
     for position in positions:
