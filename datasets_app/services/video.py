@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
@@ -160,7 +160,7 @@ def video_attach_plan(*, directory: str | Path, force: bool = False) -> AttachPl
 def video_attach_job_create(
     *,
     directory: str | Path,
-    user: AbstractBaseUser | None = None,
+    user: User | None = None,
     force: bool = False,
     upload_sources: bool = False,
     progress: Callable[[int, int], None] | None = None,
@@ -211,10 +211,16 @@ def video_attach_job_publish(*, job: VideoAttachJob) -> None:
 
 
 def video_attach_job_retry(*, job_id: int) -> VideoAttachJob:
-    """Put a failed or cancelled job back in the queue; its unfinished clips are queued again."""
+    """Put a failed or cancelled job back in the queue; its unfinished clips are queued again.
+    A job still queued (e.g. never published because the broker was down) is returned as it is,
+    to be published again: a second delivery is harmless, the claim is atomic."""
     job = VideoAttachJob.objects.get(pk=job_id)
+    if job.status == JobStatus.QUEUED:
+        return job
     if not job_requeue(job=job):
-        raise ValueError(f"video job {job_id} is {job.status}; only failed or cancelled jobs retry")
+        raise ValueError(
+            f"video job {job_id} is {job.status}; only failed, cancelled or queued jobs retry"
+        )
     Clip.objects.filter(
         pk__in=job.clip_ids, status__in=(ClipStatus.PENDING, ClipStatus.PROCESSING)
     ).exclude(source_key="").update(status=ClipStatus.QUEUED)

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 from django.core.management.base import CommandError, CommandParser
 
@@ -51,10 +51,14 @@ class Command(LepusCommand):
             help="With --wait: give up waiting after this many seconds (the job continues).",
         )
         parser.add_argument(
-            "--retry-job", type=int, default=None, help="Re-queue a failed or cancelled job."
+            "--retry-job",
+            type=int,
+            default=None,
+            help="Send a failed, cancelled or still queued job to a worker again.",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        job: VideoAttachJob | None
         if options["retry_job"] is not None:
             try:
                 job = video_attach_job_retry(job_id=options["retry_job"])
@@ -88,6 +92,7 @@ class Command(LepusCommand):
             if job is None:
                 self.emit(payload, human=self._describe(payload))
                 return
+        assert job is not None
         if options["in_process"]:
             video_attach_job_run(job_id=job.pk)
             options["wait"] = True
@@ -97,8 +102,7 @@ class Command(LepusCommand):
             except Exception as error:  # broker unreachable: the job stays queued
                 self._fail(
                     f"video job {job.pk} was created but could not be sent to a worker ({error}); "
-                    f"start the broker and run: attach_videos --retry-job {job.pk} "
-                    "(after the job is marked failed) or re-publish it"
+                    f"once the broker is up, run: python manage.py attach_videos --retry-job {job.pk}"
                 )
         if options["wait"]:
             job = self._follow(job.pk, timeout=options["timeout"])
@@ -111,7 +115,7 @@ class Command(LepusCommand):
             payload["status"] = JobStatus.QUEUED.value
         self.emit(payload, human=self._describe(payload))
 
-    def _fail(self, message: str) -> None:
+    def _fail(self, message: str) -> NoReturn:
         if self.as_json:
             self.emit({"ok": False, "error": message})
         raise CommandError(message)
