@@ -157,3 +157,23 @@ def test_prompt_ends_with_the_opened_assistant_turn(tiny) -> None:  # type: igno
         assert f"{value} ({label}): {description}" in text
     with pytest.raises(ValueError):
         prompts.prompt_text(references=[], candidate="a cat", reference_free=False)
+
+
+def test_segment_tokenisation_equals_tokenising_the_expanded_prompt(tiny) -> None:  # type: ignore[no-untyped-def]
+    from training_bridge.rigel.backbone import build_tokenizer
+    from training_bridge.rigel.inputs import expand_prompt, tokenize_expanded
+
+    for tokenizer in (tiny.tokenizer, build_tokenizer("large")):
+        backbone = type(tiny)(**{**tiny.__dict__, "tokenizer": tokenizer})
+        backbone.video_token_id = tokenizer.convert_tokens_to_ids("<|video_pad|>")
+        backbone.vision_start_token_id = tokenizer.convert_tokens_to_ids("<|vision_start|>")
+        backbone.vision_end_token_id = tokenizer.convert_tokens_to_ids("<|vision_end|>")
+        prompt = prompts.render_prompt(
+            tokenizer, references=["a b c .", "x  y"], candidate="it's 12.5 s", reference_free=False
+        )
+        grid, indices, fps = (3, 4, 6), [0, 9, 18, 27, 36, 45], 29.97
+        full = tokenizer(
+            expand_prompt(prompt, video_placeholder(grid, indices, fps, backbone), backbone),
+            add_special_tokens=False,
+        )["input_ids"]
+        assert tokenize_expanded(prompt, grid, indices, fps, backbone) == list(full)

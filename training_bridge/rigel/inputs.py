@@ -137,11 +137,41 @@ def encode_text(
         candidate=example.candidate,
         reference_free=reference_free,
     )
-    text = expand_prompt(
-        prompt, video_placeholder(grid, video.indices, video.fps, backbone), backbone
-    )
-    ids = backbone.tokenizer(text, add_special_tokens=False)["input_ids"]
+    ids = tokenize_expanded(prompt, grid, video.indices, video.fps, backbone)
     return list(ids), grid
+
+
+def tokenize_expanded(
+    prompt: str, grid: Sequence[int], indices: Sequence[int], fps: float, backbone: Backbone
+) -> list[int]:
+    """Ids of ``expand_prompt(prompt, video_placeholder(...))`` without tokenising the hundreds of
+    video pads as text: special tokens split the text into segments that are tokenised
+    independently, so the ids are the prefix's, then per group the timestamp's, the start token,
+    the pads and the end token, then the suffix's (tests compare with the plain tokenisation)."""
+    tokenizer = backbone.tokenizer
+    vision = backbone.vision
+    pad = tokenizer.convert_ids_to_tokens(backbone.video_token_id)
+    if prompt.count(pad) != 1:
+        raise ValueError(f"the prompt must hold exactly one {pad}")
+    prefix, suffix = prompt.split(pad)
+    t, h, w = (int(x) for x in grid)
+    per_group = h * w // (vision.merge_size**2)
+
+    def encode(text: str) -> list[int]:
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
+
+    ids = encode(prefix)
+    if not vision.timestamps:
+        ids.extend([backbone.video_token_id] * (t * per_group))
+    else:
+        times = timestamps(indices, fps, vision.temporal_patch_size)
+        for k in range(t):
+            ids.extend(encode(f"<{times[k]:.1f} seconds>"))
+            ids.append(backbone.vision_start_token_id)
+            ids.extend([backbone.video_token_id] * per_group)
+            ids.append(backbone.vision_end_token_id)
+    ids.extend(encode(suffix))
+    return ids
 
 
 def encode_example(
