@@ -113,7 +113,7 @@ def make_clips(directory: Path, count: int, size: int, seconds: float, fps: int)
 
             writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), fps, (size, size))
             rng = np.random.default_rng(k)
-            ys, xs = np.mgrid[0:size, 0:size]
+            _, xs = np.mgrid[0:size, 0:size]
             for f in range(int(seconds * fps)):
                 base = 127 + 100 * np.sin((xs + 3 * f + 10 * k) / 23.0)[..., None] * np.array(
                     [1, 0.5, -1]
@@ -279,7 +279,6 @@ def section_hf(
         tk = _time(lambda: model(**batch, logits_to_keep=1), device, 1, max(1, args.reps // 3))
         out[f"plain_batch{big}_keep1_ms_per_sample"] = 1000 * tk / big
     out["batch"] = big
-    del batch, batch1
     return out
 
 

@@ -211,7 +211,10 @@ def main() -> None:
         if not result["input_ids_equal"]:
             off_text = tokenizer.decode(official["input_ids"][0])
             ours_text = tokenizer.decode(ours.input_ids)
-            k = next((i for i, (a, b) in enumerate(zip(off_text, ours_text)) if a != b), None)
+            k = next(
+                (i for i, (a, b) in enumerate(zip(off_text, ours_text, strict=False)) if a != b),
+                None,
+            )
             result["first_text_difference"] = {
                 "official": off_text[max(0, (k or 0) - 80) : (k or 0) + 80],
                 "ours": ours_text[max(0, (k or 0) - 80) : (k or 0) + 80],
