@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -291,6 +292,7 @@ class ScoringEngine:
         fast_vision: bool = True,
         linear_patch_embed: bool = True,
         fuse_elementwise: bool = False,
+        mp_context: str = "forkserver",
     ):
         self.backbone = backbone
         self.head = head
@@ -302,6 +304,7 @@ class ScoringEngine:
         self.prefetch_factor = prefetch_factor
         self.pad_multiple = pad_multiple
         self.loader_batch = max(1, min(loader_batch, batch_size))
+        self.mp_context = mp_context
         if linear_patch_embed or fuse_elementwise:
             from . import fused
 
@@ -379,17 +382,21 @@ class ScoringEngine:
     def prepared_batches(self, examples: Sequence[RigelExample]) -> Iterator[PreparedBatch]:
         """Batches of ``loader_batch`` prepared by the workers (pinned), in input order."""
         dataset = _ExampleDataset(examples, self.backbone, self.reference_free)
-        pad_id, multiple = self.backbone.pad_token_id, self.pad_multiple
+        collate = functools.partial(
+            _collate, pad_id=self.backbone.pad_token_id, multiple=self.pad_multiple
+        )
         loader = torch.utils.data.DataLoader(
             dataset,
             batch_size=self.loader_batch,
             shuffle=False,
             num_workers=self.num_workers,
-            collate_fn=lambda items: _collate(items, pad_id, multiple),
+            collate_fn=collate,
             pin_memory=self.device.type == "cuda",
             prefetch_factor=self.prefetch_factor if self.num_workers > 0 else None,
             persistent_workers=False,
-            multiprocessing_context="fork" if self.num_workers > 0 else None,
+            # Not "fork": a parent that has used OpenCV/OpenMP thread pools can deadlock its
+            # forked children (seen on the GPU machine); the fork server starts clean.
+            multiprocessing_context=self.mp_context if self.num_workers > 0 else None,
             worker_init_fn=_worker_init if self.num_workers > 0 else None,
         )
         yield from loader
