@@ -27,6 +27,9 @@ import argparse
 import gc
 import json
 import os
+
+# Like torchrun: one OpenMP thread in this process (the engine's workers do the CPU work).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 import shutil
 import subprocess
 import sys

@@ -177,3 +177,23 @@ def test_segment_tokenisation_equals_tokenising_the_expanded_prompt(tiny) -> Non
             add_special_tokens=False,
         )["input_ids"]
         assert tokenize_expanded(prompt, grid, indices, fps, backbone) == list(full)
+
+
+def test_frame_times_of_presampled_frames_give_the_timestamps(tiny, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from PIL import Image
+
+    rng = np.random.default_rng(4)
+    frames_dir = tmp_path / "frames"
+    frames_dir.mkdir()
+    for k in range(8):
+        Image.fromarray(rng.integers(0, 256, (48, 64, 3), dtype=np.uint8)).save(
+            frames_dir / f"{k:03d}.png"
+        )
+    times = [(k + 0.5) * 10.0 / 8 for k in range(8)]  # common.media.frame_times(10 s, 8)
+    example = RigelExample(
+        references=["r ."], candidate="c", frame_paths=frames_dir, frame_times=times
+    )
+    text = tiny.tokenizer.decode(build_batch([example], tiny, reference_free=False)["input_ids"][0])
+    # groups (0.625, 1.875) (3.125, 4.375) (5.625, 6.875) (8.125, 9.375): means 1.25, 3.75, 6.25, 8.75
+    for stamp in ("<1.2 seconds>", "<3.8 seconds>", "<6.2 seconds>", "<8.8 seconds>"):
+        assert stamp in text

@@ -140,9 +140,36 @@ class _ExampleDataset(torch.utils.data.Dataset):
         )
 
 
+# Environment the decoding workers start with: one thread per library in each worker (the workers
+# are the parallelism). Under torchrun (which sets OMP_NUM_THREADS=1) the engine ran at full speed
+# on the GPU machine; single-process runs without it did not finish in time there.
+WORKER_ENV = {
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "OPENCV_FFMPEG_CAPTURE_OPTIONS": "threads;1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
+@contextlib.contextmanager
+def _worker_environment() -> Iterator[None]:
+    saved = {key: os.environ.get(key) for key in WORKER_ENV}
+    os.environ.update(WORKER_ENV)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def _worker_init(worker_id: int) -> None:
     """One decoding thread per worker process (the workers are the parallelism)."""
-    os.environ.setdefault("OPENCV_FFMPEG_CAPTURE_OPTIONS", "threads;1")
+    os.environ.update(WORKER_ENV)
+    torch.set_num_threads(1)
     try:
         import cv2
 
@@ -399,7 +426,9 @@ class ScoringEngine:
             multiprocessing_context=self.mp_context if self.num_workers > 0 else None,
             worker_init_fn=_worker_init if self.num_workers > 0 else None,
         )
-        yield from loader
+        with _worker_environment():  # the workers (and a fork server) start here
+            iterator = iter(loader)
+        yield from iterator
 
     # -- GPU side -----------------------------------------------------------------------------
 

@@ -49,11 +49,34 @@ class RigelExample:
     video_path: str | Path | None = None
     fps: float | None = None
     frame_indices: list[int] | None = None
+    # Instants (seconds) of pre-sampled frames, e.g. common.media.frame_times(duration, count)
+    # for the ingest pipeline's clips/<id>/frames/*.jpg; used instead of fps/frame_indices.
+    frame_times: list[float] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+
+
+TIME_FPS = 1000.0  # frame_times become indices in milliseconds at this rate
 
 
 def load_video(example: RigelExample, vision: VisionSettings) -> DecodedVideo:
     """The example's frames, decoded or loaded, with their source indices and fps."""
+    if example.frame_times is not None:
+        indices = [int(round(t * TIME_FPS)) for t in example.frame_times]
+        example = RigelExample(
+            references=example.references,
+            candidate=example.candidate,
+            frames=example.frames,
+            frame_paths=example.frame_paths,
+            video_path=example.video_path,
+            fps=TIME_FPS,
+            frame_indices=indices,
+        )
+        if (
+            example.video_path is not None
+            and example.frames is None
+            and example.frame_paths is None
+        ):
+            raise ValueError("frame_times describe pre-sampled frames, not a video file")
     if example.frames is not None:
         frames = np.asarray(example.frames)
         indices = np.asarray(
