@@ -165,15 +165,38 @@ def video_attach_job_create(
     upload_sources: bool = False,
     progress: Callable[[int, int], None] | None = None,
 ) -> tuple[VideoAttachJob | None, AttachPlan]:
-    """Match the files, record each clip's source and queue the clips, and create the job row.
-    The caller publishes the job (`video_attach_job_publish`) or runs it (`video_attach_job_run`).
+    """One job for every matched clip (see `video_attach_jobs_create`); None when nothing matched."""
+    jobs, plan = video_attach_jobs_create(
+        directory=directory,
+        user=user,
+        force=force,
+        upload_sources=upload_sources,
+        progress=progress,
+    )
+    return (jobs[0] if jobs else None), plan
+
+
+def video_attach_jobs_create(
+    *,
+    directory: str | Path,
+    user: User | None = None,
+    force: bool = False,
+    upload_sources: bool = False,
+    clips_per_job: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[list[VideoAttachJob], AttachPlan]:
+    """Match the files, record each clip's source, queue the clips and create the job rows: one
+    job, or one per `clips_per_job` clips so that several workers share the work. The caller
+    publishes the jobs (`video_attach_job_publish`) or runs them (`video_attach_job_run`).
 
     By default a clip's source key is the file's absolute path, for workers that share this
     machine's disk; `upload_sources` first copies each matched file into storage
     (`sources/<file name>`) so workers anywhere can fetch it. No job when nothing matched."""
+    if clips_per_job is not None and clips_per_job < 1:
+        raise ValueError("clips_per_job must be at least 1")
     plan = video_attach_plan(directory=directory, force=force)
     if not plan.matches:
-        return None, plan
+        return [], plan
     sources: dict[Path, str] = {}
     if upload_sources:
         paths = sorted({match.path for match in plan.matches})
@@ -184,22 +207,28 @@ def video_attach_job_create(
                 progress(index, len(paths))
     else:
         sources = {match.path: str(match.path) for match in plan.matches}
+    size = clips_per_job or len(plan.matches)
+    jobs: list[VideoAttachJob] = []
     with transaction.atomic():
-        job = VideoAttachJob.objects.create(
-            directory=str(plan.directory)[:1000],
-            requested_by=user if user is not None and user.is_authenticated else None,
-            force=force,
-            clip_ids=[match.clip_id for match in plan.matches],
-            total=len(plan.matches),
-            summary=plan.summary(),
-        )
+        for start in range(0, len(plan.matches), size):
+            chunk = plan.matches[start : start + size]
+            jobs.append(
+                VideoAttachJob.objects.create(
+                    directory=str(plan.directory)[:1000],
+                    requested_by=user if user is not None and user.is_authenticated else None,
+                    force=force,
+                    clip_ids=[match.clip_id for match in chunk],
+                    total=len(chunk),
+                    summary=plan.summary(),
+                )
+            )
         for match in plan.matches:
             Clip.objects.filter(pk=match.clip_id).update(
                 source_key=sources[match.path][:500],
                 status=ClipStatus.QUEUED,
                 error_reason="",
             )
-    return job, plan
+    return jobs, plan
 
 
 def video_attach_job_publish(*, job: VideoAttachJob) -> None:
