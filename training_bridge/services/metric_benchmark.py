@@ -24,7 +24,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from django.apps import apps
 from django.db.models import QuerySet
 
 from annotation.models import Campaign, CampaignCandidate, Judgment, Platform
@@ -193,11 +192,14 @@ def release_benchmark_set(
 ) -> BenchmarkSet:
     """The records of a succeeded release (optionally only some splits, or only the records that
     came from one campaign), with the overall score the release carries."""
-    try:
-        release_model = apps.get_model("export", "Release")
-        record_model = apps.get_model("export", "ReleaseRecord")
-    except LookupError as error:  # the export app predates releases
-        raise MetricBenchmarkError("releases are not available in this installation") from error
+    # Looked up at run time: the releases models live in `export`, which this module must not
+    # require at import time.
+    from export import models as export_models
+
+    release_model = getattr(export_models, "Release", None)
+    record_model = getattr(export_models, "ReleaseRecord", None)
+    if release_model is None or record_model is None:
+        raise MetricBenchmarkError("releases are not available in this installation")
     release = release_model.objects.filter(pk=release_id).first()
     if release is None:
         raise MetricBenchmarkError(f"release {release_id} does not exist")
