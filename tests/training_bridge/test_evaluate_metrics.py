@@ -213,7 +213,7 @@ def test_meteor_without_java_is_reported_unavailable(
 
 @pytest.mark.django_db
 def test_human_readable_output_without_json(vatex_subset) -> None:  # type: ignore[no-untyped-def]
-    stdout = io.StringIO()
+    stdout, stderr = io.StringIO(), io.StringIO()
     call_command(
         "evaluate_metrics",
         "--campaign",
@@ -221,11 +221,17 @@ def test_human_readable_output_without_json(vatex_subset) -> None:  # type: igno
         "--metrics",
         "cider",
         stdout=stdout,
-        stderr=io.StringIO(),
+        stderr=stderr,
     )
     text = stdout.getvalue()
     assert text.splitlines()[0].split() == ["metric", *KEYS]
     assert f"({SUBSET} candidates; values x100)" in text
+    # Progress goes to stderr, step by step.
+    assert [line.strip() for line in stderr.getvalue().splitlines()[1:]] == [
+        f"{SUBSET} candidates ...",
+        "tokenize ...",
+        "cider ...",
+    ]
 
 
 @pytest.mark.django_db

@@ -20,7 +20,7 @@ candidate must have one kept judgment from each.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -250,6 +250,7 @@ def metric_benchmark_compute(
     reference_count: int | None = None,
     protocol: Protocol = "default",
     metrics: Sequence[str] = DEFAULT_METRICS,
+    progress: Callable[[str], None] | None = None,
 ) -> tuple[dict[str, dict[str, float | str | None]], BenchmarkSet]:
     """The correlation table (x100) of the standard metrics against the human scores of a campaign
     or a release (restricted to `campaign` when both are given), and the set it was computed on."""
@@ -264,7 +265,13 @@ def metric_benchmark_compute(
         benchmark = campaign_benchmark_set(campaign=campaign, with_raters=with_raters)
     else:
         raise MetricBenchmarkError("give a campaign, a release, or both")
+    if progress is not None:
+        progress(f"{len(benchmark.candidates)} candidates")
     table = correlation_table(
-        benchmark, reference_count=reference_count, protocol=protocol, metrics=metrics
+        benchmark,
+        reference_count=reference_count,
+        protocol=protocol,
+        metrics=metrics,
+        progress=progress,
     )
     return table, benchmark

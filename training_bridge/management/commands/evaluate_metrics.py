@@ -100,10 +100,10 @@ class Command(LepusCommand):
                 reference_count=reference_count,
                 protocol=protocol,
                 metrics=metrics,
+                progress=lambda step: self.note(f"  {step} ..."),
             )
         except MetricBenchmarkError as error:
             raise CommandError(str(error))
-        self.note(f"{len(benchmark.candidates)} candidates")
         self.emit(table, human=_human_table(table, candidates=len(benchmark.candidates)))
 
 
