@@ -6,7 +6,6 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Count, Sum
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers, status
@@ -21,17 +20,18 @@ from annotation.services.campaigns import (
     campaign_create,
     campaign_delete,
     campaign_update,
+    campaigns_with_counts,
 )
 from annotation.services.payments import payments_rows, payments_total
 from annotation.services.workers import invite_create, invite_url_path
 
 
 class CampaignSerializer(serializers.ModelSerializer):
-    candidates = serializers.IntegerField(read_only=True)
-    clips = serializers.IntegerField(read_only=True)
+    candidates = serializers.IntegerField(source="candidate_count", read_only=True)
+    clips = serializers.IntegerField(source="clip_count", read_only=True)
     slots_total = serializers.IntegerField(read_only=True)
     slots_taken = serializers.IntegerField(read_only=True)
-    participations = serializers.IntegerField(read_only=True)
+    participations = serializers.IntegerField(source="participation_count", read_only=True)
     worker_url = serializers.SerializerMethodField()
 
     class Meta:
@@ -75,38 +75,9 @@ class CampaignSerializer(serializers.ModelSerializer):
         return f"/w/{campaign.slug}/"
 
 
-def _with_counts(queryset: Any) -> Any:
-    # Subqueries instead of joins: three independent counts must not multiply each other.
-    from django.db.models import IntegerField, OuterRef, Subquery
-
-    from annotation.models import CampaignCandidate, CampaignClip, Participation
-
-    def scalar(queryset: Any, expression: Any) -> Subquery:
-        return Subquery(
-            queryset.filter(campaign=OuterRef("pk"))
-            .order_by()
-            .values("campaign")
-            .annotate(value=expression)
-            .values("value")[:1],
-            output_field=IntegerField(),
-        )
-
-    return queryset.annotate(
-        candidates=scalar(CampaignCandidate.objects, Count("id")),
-        slots_total=scalar(CampaignCandidate.objects, Sum("quota")),
-        slots_taken=scalar(CampaignCandidate.objects, Sum("slots_taken")),
-        clips=scalar(CampaignClip.objects, Count("id")),
-        participations=scalar(Participation.objects, Count("id")),
-    )
-
-
-def campaigns_with_counts() -> Any:
-    return _with_counts(Campaign.objects.all())
-
-
 class QuestionInputSerializer(serializers.Serializer):
     key = serializers.CharField()
-    label = serializers.CharField(required=False)
+    label = serializers.CharField(required=False)  # type: ignore[assignment]
     help = serializers.CharField(required=False, allow_blank=True)
     levels = serializers.ListField(child=serializers.DictField(), required=False)
 

@@ -20,13 +20,11 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F
 from django.utils import timezone
 
 from annotation import tasks as annotation_tasks
 from annotation.models import (
     Assignment,
-    AssignmentItem,
     AssignmentStatus,
     Campaign,
     Judgment,
@@ -35,6 +33,7 @@ from annotation.models import (
     ParticipationStatus,
 )
 from annotation.questions import level_values
+from annotation.services import crowd_sql as sql
 from annotation.services.assignment import assignment_slots_retake
 from common.tasks import enqueue
 
@@ -205,42 +204,61 @@ def _iso(value: datetime) -> str:
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def _replay(assignment: Assignment, digest: str) -> SubmitOutcome:
-    if assignment.submission_digest == digest:
-        return SubmitOutcome(result=assignment.result, created=False)
+def _replay(*, stored_digest: str, stored_result: Any, digest: str) -> SubmitOutcome:
+    if stored_digest == digest:
+        return SubmitOutcome(result=sql.py_json(stored_result), created=False)
     raise SubmissionRefused(
         "This assignment was already submitted with different ratings; the first submission stands."
     )
+
+
+# The hot path in SQL (see crowd_sql for why).
+_ASSIGNMENT_WITH_ITEMS = (
+    "SELECT a.status, a.submission_digest, a.result, a.issued_at, a.campaign_id,"
+    " i.campaign_candidate_id"
+    f" FROM {sql.T_ASSIGNMENT} a JOIN {sql.T_ITEM} i ON i.assignment_id = a.id"
+    " WHERE a.id = %s AND a.participation_id = %s ORDER BY i.position"
+)
+_COUNT_SUBMISSION = (
+    f"UPDATE {sql.T_PARTICIPATION} SET assignments_submitted = assignments_submitted + 1,"
+    " active_ms_total = active_ms_total + %s, last_seen_at = %s WHERE id = %s AND status <> %s"
+)
+_MARK_SUBMITTED = (
+    f"UPDATE {sql.T_ASSIGNMENT} SET status = %s, submitted_at = %s, submission_digest = %s,"
+    " result = %s, server_ms = %s, client_active_ms = %s, client_video_played_ms = %s"
+    " WHERE id = %s AND status = %s"
+)
+_JUDGMENT_COLUMNS = (
+    'campaign_id, campaign_candidate_id, participation_id, assignment_id, "values", reason,'
+    " source, server_ms, client_active_ms, client_video_played_ms, created_at, is_excluded,"
+    " excluded_by, exclusion_reason, exclusion_detail"
+)
 
 
 def assignment_submit(
     *, participation: Participation, assignment_id: int, body: Any, now: datetime | None = None
 ) -> SubmitOutcome:
     """Store the worker's ratings of one assignment (see the module docstring)."""
-    assignment = (
-        Assignment.objects.filter(pk=assignment_id, participation_id=participation.pk)
-        .only("id", "status", "submission_digest", "result", "campaign_id", "clip_id", "issued_at")
-        .first()
-    )
-    if assignment is None:
+    rows = sql.fetchall(_ASSIGNMENT_WITH_ITEMS, [assignment_id, participation.pk])
+    if not rows:
         raise AssignmentNotFound(assignment_id)
-    campaign = participation.campaign
-    candidate_ids = list(
-        AssignmentItem.objects.filter(assignment_id=assignment.pk)
-        .order_by("position")
-        .values_list("campaign_candidate_id", flat=True)
+    status, stored_digest, stored_result, issued_at, campaign_id = rows[0][:5]
+    candidate_ids = [row[5] for row in rows]
+    clean = submission_clean(
+        campaign=participation.campaign, candidate_ids=candidate_ids, body=body
     )
-    clean = submission_clean(campaign=campaign, candidate_ids=candidate_ids, body=body)
     digest = clean.digest
-    if assignment.status == AssignmentStatus.SUBMITTED:
-        return _replay(assignment, digest)
+    if status == AssignmentStatus.SUBMITTED:
+        return _replay(stored_digest=stored_digest, stored_result=stored_result, digest=digest)
 
     now = now or timezone.now()
     try:
         with transaction.atomic():
             return _store(
                 participation=participation,
-                assignment_id=assignment.pk,
+                assignment_id=assignment_id,
+                campaign_id=campaign_id,
+                issued_at=sql.py_datetime(issued_at),
                 clean=clean,
                 digest=digest,
                 now=now,
@@ -254,74 +272,90 @@ def _store(
     *,
     participation: Participation,
     assignment_id: int,
+    campaign_id: int,
+    issued_at: datetime,
     clean: CleanSubmission,
     digest: str,
     now: datetime,
 ) -> SubmitOutcome:
     # Lock order: participation, then assignment (see services.assignment). The counter update is
     # the participation lock; it is rolled back with everything else if the submit is refused.
-    active_ms = clean.active_ms or 0
-    locked = (
-        Participation.objects.filter(pk=participation.pk)
-        .exclude(status=ParticipationStatus.EXCLUDED)
-        .update(
-            assignments_submitted=F("assignments_submitted") + 1,
-            active_ms_total=F("active_ms_total") + active_ms,
-            last_seen_at=now,
-        )
+    locked = sql.execute(
+        _COUNT_SUBMISSION,
+        [
+            clean.active_ms or 0,
+            sql.db_datetime(now),
+            participation.pk,
+            ParticipationStatus.EXCLUDED.value,
+        ],
     )
     if not locked:
         raise SubmissionRefused(
             "Your participation in this campaign has ended, so this submission was not stored.",
             status=403,
         )
-    assignment = Assignment.objects.select_for_update().get(pk=assignment_id)
-    if assignment.status == AssignmentStatus.SUBMITTED:
-        # A concurrent identical request got here first.
-        transaction.set_rollback(True)
-        return _replay(assignment, digest)
-    if assignment.status == AssignmentStatus.EXPIRED and not assignment_slots_retake(
-        assignment=assignment
-    ):
-        raise SubmissionRefused(
-            "This assignment expired and its clip has since been given to other workers, so "
-            "these ratings could not be stored. Please continue with the next clip."
-        )
-
     count = len(clean.ratings)
-    server_ms = max(0, int((now - assignment.issued_at).total_seconds() * 1000))
-    Judgment.objects.bulk_create(
-        [
-            Judgment(
-                campaign_id=assignment.campaign_id,
-                campaign_candidate_id=rating["candidate_id"],
-                participation_id=participation.pk,
-                assignment_id=assignment.pk,
-                values=rating["values"],
-                reason=rating["reason"],
-                source=JudgmentSource.CROWD,
-                server_ms=server_ms // count,
-                client_active_ms=None if clean.active_ms is None else clean.active_ms // count,
-                client_video_played_ms=clean.video_played_ms,
-                created_at=now,
-            )
-            for rating in clean.ratings
-        ]
-    )
+    server_ms = max(0, int((now - issued_at).total_seconds() * 1000))
     result = {
-        "assignment_id": assignment.pk,
+        "assignment_id": assignment_id,
         "status": AssignmentStatus.SUBMITTED.value,
         "judgments": count,
         "submitted_at": _iso(now),
     }
-    Assignment.objects.filter(pk=assignment.pk).update(
-        status=AssignmentStatus.SUBMITTED,
-        submitted_at=now,
-        submission_digest=digest,
-        result=result,
-        server_ms=server_ms,
-        client_active_ms=clean.active_ms,
-        client_video_played_ms=clean.video_played_ms,
-    )
-    enqueue(annotation_tasks.after_submission, assignment.pk)
+    mark = [
+        AssignmentStatus.SUBMITTED.value,
+        sql.db_datetime(now),
+        digest,
+        sql.db_json(Assignment, "result", result),
+        server_ms,
+        clean.active_ms,
+        clean.video_played_ms,
+        assignment_id,
+    ]
+    # The usual case in one statement: a live lease becomes submitted (the row lock it takes
+    # serialises concurrent repeats of the same submit).
+    if not sql.execute(_MARK_SUBMITTED, [*mark, AssignmentStatus.LIVE.value]):
+        assignment = Assignment.objects.select_for_update().get(pk=assignment_id)
+        if assignment.status == AssignmentStatus.SUBMITTED:
+            # A concurrent request got here first.
+            transaction.set_rollback(True)
+            return _replay(
+                stored_digest=assignment.submission_digest,
+                stored_result=assignment.result,
+                digest=digest,
+            )
+        # Expired: accepted only if every slot can be taken again.
+        if not assignment_slots_retake(assignment=assignment):
+            raise SubmissionRefused(
+                "This assignment expired and its clip has since been given to other workers, so "
+                "these ratings could not be stored. Please continue with the next clip."
+            )
+        sql.execute(_MARK_SUBMITTED, [*mark, AssignmentStatus.EXPIRED.value])
+
+    rows = ", ".join(["(" + ", ".join(["%s"] * 15) + ")"] * count)
+    created_at = sql.db_datetime(now)
+    empty_detail = sql.db_json(Judgment, "exclusion_detail", {})
+    values: list[Any] = []
+    for rating in clean.ratings:
+        values.extend(
+            [
+                campaign_id,
+                rating["candidate_id"],
+                participation.pk,
+                assignment_id,
+                sql.db_json(Judgment, "values", rating["values"]),
+                rating["reason"],
+                JudgmentSource.CROWD.value,
+                server_ms // count,
+                None if clean.active_ms is None else clean.active_ms // count,
+                clean.video_played_ms,
+                created_at,
+                False,
+                "",
+                "",
+                empty_detail,
+            ]
+        )
+    sql.execute(f"INSERT INTO {sql.T_JUDGMENT} ({_JUDGMENT_COLUMNS}) VALUES {rows}", values)
+    enqueue(annotation_tasks.after_submission, assignment_id)
     return SubmitOutcome(result=result, created=True)

@@ -10,7 +10,12 @@ from django.core.cache import cache
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from annotation.apis.crowd import JoinThrottle, NextAssignmentSerializer, NextThrottle
+from annotation.apis.crowd import (
+    JoinThrottle,
+    NextAssignmentSerializer,
+    NextThrottle,
+    SubmitThrottle,
+)
 from annotation.models import (
     Assignment,
     AssignmentStatus,
@@ -301,6 +306,20 @@ def test_next_is_throttled_per_worker(campaign, worker_a, worker_b, monkeypatch)
     cache.clear()
     assert codes_a == [200, 200, 429]
     assert code_b == 200
+
+
+def test_submit_is_throttled_per_worker(worker_a, monkeypatch):
+    body = worker_a.post(NEXT).json()
+    submission = {"ratings": all_candidate_ratings(body)}
+    cache.clear()
+    monkeypatch.setattr(SubmitThrottle, "rate", "1/min", raising=False)
+    codes = [
+        worker_a.post(submit_url(body["assignment_id"]), submission, format="json").status_code
+        for _ in range(2)
+    ]
+    cache.clear()
+    assert codes == [201, 429]
+    assert Judgment.objects.count() == 2
 
 
 def test_a_worker_token_opens_no_curator_api(worker_a):

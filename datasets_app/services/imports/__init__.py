@@ -9,6 +9,12 @@ documented in docs/import-formats.md.
 from __future__ import annotations
 
 from datasets_app.services.imports.base import ImportRejected, ImportResult, ProgressCallback
+from datasets_app.services.imports.generic import (
+    candidates_import,
+    derived_candidate_id,
+    judgment_worker_external_id,
+    judgments_import,
+)
 from datasets_app.services.imports.vatex import (
     VATEX_EVAL_CAMPAIGN_SLUG,
     vatex_eval_candidate_external_id,
@@ -22,6 +28,10 @@ __all__ = [
     "ImportRejected",
     "ImportResult",
     "ProgressCallback",
+    "candidates_import",
+    "derived_candidate_id",
+    "judgment_worker_external_id",
+    "judgments_import",
     "vatex_eval_candidate_external_id",
     "vatex_eval_import",
     "vatex_eval_worker_external_id",

@@ -36,7 +36,8 @@ VATEX_ID_PATTERN = re.compile(r"^(?P<source>[A-Za-z0-9_-]+)_(?P<start>\d{1,9})_(
 SOURCE_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
 # Candidate ids and rater ids travel in exports and URLs: no whitespace, a conservative alphabet.
 EXTERNAL_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.:/@+-]{1,300}$")
-RATER_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.:@+-]{1,150}$")
+# Stored as "<campaign slug>:<rater id>" in Worker.external_id (200 characters at most).
+RATER_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.:@+-]{1,99}$")
 QUESTION_KEY_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,49}$")
 CAMPAIGN_SLUG_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,99}$")
 
@@ -465,9 +466,13 @@ def iter_jsonl_objects(source: ImportSource) -> Iterator[tuple[int, dict[str, An
 
 
 def iter_csv_rows(
-    source: ImportSource, *, required: list[str]
+    source: ImportSource,
+    *,
+    required: list[str],
+    check_header: Callable[[list[str]], None] | None = None,
 ) -> Iterator[tuple[int, dict[str, str]]]:
-    """(line number of the row's start, {column: value}) of a CSV file with a header row."""
+    """(line number of the row's start, {column: value}) of a CSV file with a header row;
+    `check_header` sees the column names first (and raises to refuse them)."""
     reader = csv.reader(io.StringIO(source.text, newline=""), strict=True)
     try:
         header = next(reader, None)
@@ -486,6 +491,8 @@ def iter_csv_rows(
     for name in required:
         if name not in columns:
             raise source.reject(f"the required column {name!r} is missing", line=1, field=name)
+    if check_header is not None:
+        check_header(columns)
     previous_line = reader.line_num
     while True:
         try:

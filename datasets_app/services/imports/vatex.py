@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 
 from annotation.models import Campaign, CampaignStatus
@@ -70,7 +70,7 @@ def vatex_import(
     *,
     path: str | Path,
     limit: int | None = None,
-    user: AbstractBaseUser | None = None,
+    user: User | None = None,
     progress: ProgressCallback | None = None,
 ) -> ImportResult:
     """Clips and English references from a VATEX annotation file
@@ -99,15 +99,14 @@ def vatex_import(
                 f"entry {index}: {error.message}", line=line, column=column, field=error.field
             )
         spec.line, spec.column = line, column
-        if spec.identity.vatex_id in seen:
+        if spec.clip_id in seen:
             raise source.reject(
-                f"the clip {spec.identity.vatex_id!r} appears twice (first on line "
-                f"{seen[spec.identity.vatex_id]})",
+                f"the clip {spec.clip_id!r} appears twice (first on line {seen[spec.clip_id]})",
                 line=line,
                 column=column,
                 field="videoID",
             )
-        seen[spec.identity.vatex_id] = line
+        seen[spec.clip_id] = line
         clips.append(spec)
         if progress and len(clips) % 500 == 0:
             progress("validating", len(clips), 0)
@@ -157,6 +156,7 @@ def _vatex_entry(entry: Any, *, source: ImportSource) -> ClipSpec:
         raise FieldError("enCap", f"more than {MAX_CAPTIONS_PER_CLIP} captions")
     references = [clean_text(text, field=f"enCap[{i}]") for i, text in enumerate(captions)]
     return ClipSpec(
+        clip_id=identity.vatex_id,
         identity=identity,
         line=None,
         field="videoID",
@@ -172,7 +172,7 @@ def vatex_eval_import(
     *,
     path: str | Path,
     limit: int | None = None,
-    user: AbstractBaseUser | None = None,
+    user: User | None = None,
     progress: ProgressCallback | None = None,
 ) -> ImportResult:
     """Clips, their references, the six candidates and the 54,000 ratings of the VATEX-EVAL file
@@ -204,8 +204,11 @@ def vatex_eval_import(
             raise source.reject(
                 f"clip {key!r}: {error.message}", line=line, column=column, field=error.field
             )
-        for spec in (clip, *clip_candidates, *clip_judgments):
-            spec.line, spec.column = line, column
+        clip.line, clip.column = line, column
+        for candidate in clip_candidates:
+            candidate.line, candidate.column = line, column
+        for judgment in clip_judgments:
+            judgment.line, judgment.column = line, column
         clips.append(clip)
         candidates.extend(clip_candidates)
         judgments.extend(clip_judgments)
@@ -300,6 +303,7 @@ def _vatex_eval_entry(
     ratings = _vatex_eval_scores(entry["scores"], candidates=len(candidate_texts))
 
     clip = ClipSpec(
+        clip_id=identity.vatex_id,
         identity=identity,
         line=None,
         field="(key)",
@@ -370,9 +374,7 @@ def _vatex_eval_scores(raw: Any, *, candidates: int) -> list[list[int]]:
     return rows
 
 
-def _vatex_eval_campaign(
-    *, source: ImportSource, user: AbstractBaseUser | None
-) -> tuple[Campaign, bool]:
+def _vatex_eval_campaign(*, source: ImportSource, user: User | None) -> tuple[Campaign, bool]:
     """The imported campaign holding the VATEX-EVAL ratings: one `overall` question 1–5, three
     judgments per candidate, closed to the crowd."""
     try:

@@ -8,13 +8,14 @@ rolls the whole file back), then creates the missing rows with `bulk_create` in 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections, models
-from django.db.models import Count, F, OuterRef, Subquery, Sum
+from django.db.models import NOT_PROVIDED, Count, F, OuterRef, Subquery, Sum
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
@@ -64,13 +65,19 @@ _DRIVER_NATIVE_TYPES = {
 
 @dataclass
 class ClipSpec:
-    identity: ClipIdentity
+    """A clip named by a file. `identity` (source id and window) is None when the file only refers
+    to the clip by id: it must then exist already."""
+
+    clip_id: str
+    identity: ClipIdentity | None
     line: int | None
     field: str
-    references: list[str] = field(default_factory=list)
+    references: list[str] = dataclasses.field(default_factory=list)
     # Field name of the reference list, for errors: f"{reference_field}[{position}]".
     reference_field: str = "references"
     column: int | None = None
+    # Field of each reference for errors when they come from separate rows (CSV): (line, field).
+    reference_locations: list[tuple[int | None, str]] | None = None
 
 
 @dataclass
@@ -147,7 +154,7 @@ def _write_clips(
     counts: Counts,
     progress: ProgressCallback | None,
 ) -> dict[str, int]:
-    ids = [spec.identity.vatex_id for spec in clips]
+    ids = [spec.clip_id for spec in clips]
     stored: dict[str, tuple[int, str, float, float]] = {}
     for chunk in chunked(ids):
         for pk, vatex_id, youtube_id, start, end in Clip.objects.filter(
@@ -157,17 +164,27 @@ def _write_clips(
     new: list[dict[str, Any]] = []
     for spec in clips:
         identity = spec.identity
-        existing = stored.get(identity.vatex_id)
+        existing = stored.get(spec.clip_id)
         if existing is None:
+            if identity is None:
+                raise source.reject(
+                    f"unknown clip {spec.clip_id!r}: it is not stored yet and the file gives no "
+                    "youtube_id, start and end to create it",
+                    line=spec.line,
+                    column=spec.column,
+                    field=spec.field,
+                )
             new.append(
                 {
-                    "vatex_id": identity.vatex_id,
+                    "vatex_id": spec.clip_id,
                     "youtube_id": identity.youtube_id,
                     "start_seconds": identity.start_seconds,
                     "end_seconds": identity.end_seconds,
                     "import_batch_id": batch.pk,
                 }
             )
+            continue
+        if identity is None:
             continue
         _, youtube_id, start, end = existing
         if (youtube_id, start, end) != (
@@ -176,7 +193,7 @@ def _write_clips(
             identity.end_seconds,
         ):
             raise source.reject(
-                f"the clip {identity.vatex_id!r} is already stored with source {youtube_id!r} "
+                f"the clip {spec.clip_id!r} is already stored with source {youtube_id!r} "
                 f"and window [{start:g}, {end:g}] s; this file says {identity.youtube_id!r} and "
                 f"[{identity.start_seconds:g}, {identity.end_seconds:g}] s",
                 line=spec.line,
@@ -201,7 +218,7 @@ def _write_references(
     counts: Counts,
     progress: ProgressCallback | None,
 ) -> None:
-    pks = list({clip_pks[spec.identity.vatex_id] for spec in clips})
+    pks = list({clip_pks[spec.clip_id] for spec in clips})
     stored: dict[tuple[int, int], str] = {}
     for chunk in chunked(pks):
         for clip_id, position, text in ReferenceCaption.objects.filter(
@@ -211,7 +228,7 @@ def _write_references(
     new: list[dict[str, Any]] = []
     total = 0
     for spec in clips:
-        clip_pk = clip_pks[spec.identity.vatex_id]
+        clip_pk = clip_pks[spec.clip_id]
         for position, text in enumerate(spec.references):
             total += 1
             existing = stored.get((clip_pk, position))
@@ -226,13 +243,16 @@ def _write_references(
                 )
                 stored[(clip_pk, position)] = text
             elif existing != text:
+                line, column, where = spec.line, spec.column, f"{spec.reference_field}[{position}]"
+                if spec.reference_locations is not None:
+                    (line, where), column = spec.reference_locations[position], None
                 raise source.reject(
-                    f"the clip {spec.identity.vatex_id!r} already has a different reference at "
+                    f"the clip {spec.clip_id!r} already has a different reference at "
                     f"position {position}: {existing[:80]!r}; references are never rewritten "
                     "by an import",
-                    line=spec.line,
-                    column=spec.column,
-                    field=f"{spec.reference_field}[{position}]",
+                    line=line,
+                    column=column,
+                    field=where,
                 )
     rows_insert(ReferenceCaption, new, stage="writing references", progress=progress)
     counts.add("references", created=len(new), skipped=total - len(new))
@@ -286,15 +306,20 @@ def _write_candidates(
                 }
             )
             continue
-        clip_id, text, system_id, kind = existing
-        if (clip_id, text, system_id, kind) != (clip_pk, spec.text, system_pk, CandidateKind.MODEL):
+        stored_clip, stored_text, stored_system, stored_kind = existing
+        if (stored_clip, stored_text, stored_system, stored_kind) != (
+            clip_pk,
+            spec.text,
+            system_pk,
+            CandidateKind.MODEL,
+        ):
             what = (
                 "clip"
-                if clip_id != clip_pk
+                if stored_clip != clip_pk
                 else "text"
-                if text != spec.text
+                if stored_text != spec.text
                 else "captioning system"
-                if system_id != system_pk
+                if stored_system != system_pk
                 else "kind"
             )
             raise source.reject(
@@ -336,14 +361,16 @@ def judgment_rows_write(
     )
 
     candidate_pks = sorted({candidates[spec.candidate_external_id].pk for spec in judgments})
-    items: dict[int, dict[str, Any]] = {}
+    # candidate pk -> pk of its CampaignCandidate in this campaign
+    items: dict[int, int] = {}
     for chunk in chunked(candidate_pks):
-        for row in CampaignCandidate.objects.filter(
-            campaign=campaign, candidate_id__in=chunk
-        ).values("pk", "candidate_id"):
-            items[row["candidate_id"]] = row
+        items.update(
+            CampaignCandidate.objects.filter(campaign=campaign, candidate_id__in=chunk).values_list(
+                "candidate_id", "pk"
+            )
+        )
     stored: dict[tuple[int, int], tuple[dict[str, Any], str, int | None]] = {}
-    item_pks = [row["pk"] for row in items.values()]
+    item_pks = list(items.values())
     for chunk in chunked(item_pks):
         for item_pk, participation_pk, values, reason, server_ms in Judgment.objects.filter(
             campaign_candidate_id__in=chunk
@@ -356,8 +383,12 @@ def judgment_rows_write(
     for spec in judgments:
         candidate = candidates[spec.candidate_external_id]
         participation_pk = participation_pks[worker_pks[spec.worker_external_id]]
-        item = items.get(candidate.pk)
-        existing = stored.get((item["pk"], participation_pk)) if item else None
+        campaign_item_pk = items.get(candidate.pk)
+        existing = (
+            stored.get((campaign_item_pk, participation_pk))
+            if campaign_item_pk is not None
+            else None
+        )
         if existing is None:
             new_specs.append(spec)
             new_per_candidate[candidate.pk] += 1
@@ -389,15 +420,15 @@ def judgment_rows_write(
         if candidate_pk in items:
             continue
         added = new_per_candidate[candidate_pk]
-        row = rows_by_pk[candidate_pk]
+        candidate_row = rows_by_pk[candidate_pk]
         new_items.append(
             {
                 "campaign_id": campaign.pk,
                 "candidate_id": candidate_pk,
-                "clip_id": row.clip_id,
+                "clip_id": candidate_row.clip_id,
                 "quota": max(quota, added),
                 "slots_taken": added,
-                "is_control": row.is_control,
+                "is_control": candidate_row.is_control,
             }
         )
     rows_insert(
@@ -407,9 +438,9 @@ def judgment_rows_write(
         "campaign_candidates", created=len(new_items), skipped=len(candidate_pks) - len(new_items)
     )
     grown: dict[int, list[int]] = defaultdict(list)
-    for candidate_pk, row in items.items():
+    for candidate_pk, item_pk in items.items():
         if new_per_candidate.get(candidate_pk):
-            grown[new_per_candidate[candidate_pk]].append(row["pk"])
+            grown[new_per_candidate[candidate_pk]].append(item_pk)
     for added, pks in grown.items():
         for chunk in chunked(pks):
             CampaignCandidate.objects.filter(pk__in=chunk).update(
@@ -418,15 +449,16 @@ def judgment_rows_write(
             )
     if new_items:
         for chunk in chunked([item["candidate_id"] for item in new_items]):
-            for row in CampaignCandidate.objects.filter(
-                campaign=campaign, candidate_id__in=chunk
-            ).values("pk", "candidate_id"):
-                items[row["candidate_id"]] = row
+            items.update(
+                CampaignCandidate.objects.filter(
+                    campaign=campaign, candidate_id__in=chunk
+                ).values_list("candidate_id", "pk")
+            )
 
     new_judgments = [
         {
             "campaign_id": campaign.pk,
-            "campaign_candidate_id": items[candidates[spec.candidate_external_id].pk]["pk"],
+            "campaign_candidate_id": items[candidates[spec.candidate_external_id].pk],
             "participation_id": participation_pks[worker_pks[spec.worker_external_id]],
             "values": spec.values,
             "reason": spec.reason,
@@ -566,6 +598,13 @@ def rows_insert(
             model_field.primary_key
             and isinstance(model_field, models.AutoField | models.BigAutoField)
         )
+        # Generated columns, and columns with a database default that the rows do not give,
+        # are left to the database.
+        and not getattr(model_field, "generated", False)
+        and (
+            model_field.attname in given
+            or getattr(model_field, "db_default", NOT_PROVIDED) is NOT_PROVIDED
+        )
     ]
     known = {model_field.attname for model_field in fields}
     unknown = [name for name in given if name not in known]
@@ -589,11 +628,8 @@ def rows_insert(
     for model_field in fields:
         if model_field.attname not in given:
             continue
-        internal = (
-            model_field.target_field.get_internal_type()
-            if model_field.is_relation
-            else model_field.get_internal_type()
-        )
+        target = getattr(model_field, "target_field", None) if model_field.is_relation else None
+        internal = (target or model_field).get_internal_type()
         if internal in _DRIVER_NATIVE_TYPES:
             preparers[model_field.attname] = None
         elif internal == "JSONField":
@@ -603,7 +639,7 @@ def rows_insert(
             preparers[model_field.attname] = model_field.get_db_prep_save
     order = [model_field.attname for model_field in fields]
     quote = database.ops.quote_name
-    columns = ", ".join(quote(model_field.column) for model_field in fields)
+    columns = ", ".join(quote(str(model_field.column)) for model_field in fields)
     head = f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES "
     plan = [(name, name in preparers, preparers.get(name), constants.get(name)) for name in order]
 

@@ -1,0 +1,206 @@
+from __future__ import annotations
+
+import time
+from typing import Any, NoReturn
+
+from django.core.management.base import CommandError, CommandParser
+
+from common.management.base import LepusCommand
+from common.models import FINISHED_JOB_STATUSES, JobStatus
+from datasets_app.models import Clip, ClipStatus, VideoAttachJob
+from datasets_app.services.video import (
+    video_attach_job_publish,
+    video_attach_job_retry,
+    video_attach_job_run,
+    video_attach_jobs_create,
+)
+
+
+class Command(LepusCommand):
+    help = (
+        "Attach the videos of DIR to clips by file name (<clip id>.<ext>: a pre-cut clip; "
+        "<youtube id>.<ext>: a full source cut to each clip's window) and process them in a "
+        "Celery job: probe, cut, transcode to H.264/AAC MP4, poster, frames, upload. By default "
+        "the job is queued and its id printed; --wait follows it to the end."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        super().add_arguments(parser)
+        parser.add_argument("directory", nargs="?", help="Folder holding the video files.")
+        parser.add_argument(
+            "--force", action="store_true", help="Also re-process clips that are ready or queued."
+        )
+        parser.add_argument(
+            "--upload-sources",
+            action="store_true",
+            help="Copy the source files into storage first, for workers on other machines.",
+        )
+        parser.add_argument(
+            "--clips-per-job",
+            type=int,
+            default=None,
+            help="Split the work into jobs of N clips, so that several workers share it.",
+        )
+        parser.add_argument(
+            "--wait", action="store_true", help="Follow the job(s) with a progress bar to the end."
+        )
+        parser.add_argument(
+            "--in-process",
+            action="store_true",
+            help="Run the job(s) in this process instead of a Celery worker (maintenance without "
+            "a worker).",
+        )
+        parser.add_argument(
+            "--timeout",
+            type=float,
+            default=None,
+            help="With --wait: give up waiting after this many seconds (the jobs continue).",
+        )
+        parser.add_argument(
+            "--retry-job",
+            type=int,
+            default=None,
+            help="Send a failed, cancelled or still queued job to a worker again.",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["retry_job"] is not None:
+            try:
+                jobs = [video_attach_job_retry(job_id=options["retry_job"])]
+            except (VideoAttachJob.DoesNotExist, ValueError) as error:
+                self._fail(str(error) or f"no video job {options['retry_job']}")
+            payload: dict[str, Any] = {"ok": True, "retried": True}
+        else:
+            if not options["directory"]:
+                self._fail("give a DIRECTORY (or --retry-job ID)")
+            bar = None
+
+            def upload_progress(done: int, total: int) -> None:
+                nonlocal bar
+                if bar is None:
+                    bar = self.progress_bar(total=total, description="uploading sources")
+                bar.n = done
+                bar.refresh()
+
+            try:
+                jobs, plan = video_attach_jobs_create(
+                    directory=options["directory"],
+                    force=options["force"],
+                    upload_sources=options["upload_sources"],
+                    clips_per_job=options["clips_per_job"],
+                    progress=upload_progress,
+                )
+            except (FileNotFoundError, ValueError) as error:
+                self._fail(str(error))
+            if bar is not None:
+                bar.close()
+            payload = {"ok": True, **plan.summary()}
+        payload["job_id"] = jobs[0].pk if jobs else None
+        payload["job_ids"] = [job.pk for job in jobs]
+        if not jobs:
+            self.emit(payload, human=self._describe(payload))
+            return
+        if options["in_process"]:
+            for job in jobs:
+                video_attach_job_run(job_id=job.pk)
+            options["wait"] = True
+        else:
+            for job in jobs:
+                try:
+                    video_attach_job_publish(job=job)
+                except Exception as error:  # broker unreachable: the job stays queued
+                    self._fail(
+                        f"video job {job.pk} was created but could not be sent to a worker "
+                        f"({error}); once the broker is up, run: python manage.py attach_videos "
+                        f"--retry-job {job.pk}"
+                    )
+        if options["wait"]:
+            finished = self._follow([job.pk for job in jobs], timeout=options["timeout"])
+            payload.update(self._outcome(finished))
+            if payload["status"] != JobStatus.SUCCEEDED:
+                if self.as_json:
+                    self.emit({**payload, "ok": False})
+                raise CommandError(
+                    f"video job(s) {', '.join(str(job.pk) for job in jobs)} ended "
+                    f"{payload['status']}: {payload['error']}"
+                )
+        else:
+            payload["status"] = JobStatus.QUEUED.value
+        self.emit(payload, human=self._describe(payload))
+
+    def _fail(self, message: str) -> NoReturn:
+        if self.as_json:
+            self.emit({"ok": False, "error": message})
+        raise CommandError(message)
+
+    def _follow(self, job_ids: list[int], *, timeout: float | None) -> list[VideoAttachJob]:
+        jobs = list(VideoAttachJob.objects.filter(pk__in=job_ids).order_by("pk"))
+        bar = self.progress_bar(
+            total=sum(job.total for job in jobs),
+            description=f"video job{'s' if len(jobs) > 1 else ''} {', '.join(map(str, job_ids))}",
+        )
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            while True:
+                jobs = list(VideoAttachJob.objects.filter(pk__in=job_ids).order_by("pk"))
+                bar.n = sum(job.done for job in jobs)
+                bar.set_postfix(
+                    ready=sum(job.ready for job in jobs), failed=sum(job.failed for job in jobs)
+                )
+                bar.refresh()
+                if all(job.status in FINISHED_JOB_STATUSES for job in jobs):
+                    return jobs
+                if deadline is not None and time.monotonic() > deadline:
+                    self._fail(
+                        f"gave up waiting for video job(s) {', '.join(map(str, job_ids))}; "
+                        "they go on"
+                    )
+                time.sleep(0.5)
+        finally:
+            bar.close()
+
+    @staticmethod
+    def _outcome(jobs: list[VideoAttachJob]) -> dict[str, Any]:
+        clip_ids = [clip_id for job in jobs for clip_id in job.clip_ids]
+        errors = list(
+            Clip.objects.filter(pk__in=clip_ids, status=ClipStatus.ERROR)
+            .order_by("vatex_id")
+            .values("vatex_id", "error_reason")[:50]
+        )
+        unsuccessful = [job for job in jobs if job.status != JobStatus.SUCCEEDED]
+        return {
+            "status": unsuccessful[0].status if unsuccessful else JobStatus.SUCCEEDED.value,
+            "total": sum(job.total for job in jobs),
+            "done": sum(job.done for job in jobs),
+            "ready": sum(job.ready for job in jobs),
+            "failed": sum(job.failed for job in jobs),
+            "error": "; ".join(f"job {job.pk}: {job.error}" for job in unsuccessful if job.error),
+            "clip_errors": [
+                {"clip": row["vatex_id"], "reason": row["error_reason"]} for row in errors
+            ],
+        }
+
+    @staticmethod
+    def _describe(payload: dict[str, Any]) -> str:
+        if payload.get("job_id") is None:
+            return (
+                f"No clip to process: {payload.get('files', 0)} video files, "
+                f"{payload.get('unmatched_files', 0)} unmatched, "
+                f"{payload.get('skipped_ready', 0)} clips already ready, "
+                f"{payload.get('skipped_in_progress', 0)} in progress."
+            )
+        ids = ", ".join(str(job_id) for job_id in payload["job_ids"])
+        lines = [f"Video job(s) {ids}: {payload.get('status', 'queued')}"]
+        if "matched_clips" in payload:
+            lines.append(
+                f"  {payload['matched_clips']} clips matched ({payload['precut']} pre-cut, "
+                f"{payload['cut_from_source']} cut from a source); "
+                f"{payload['unmatched_files']} files unmatched; "
+                f"{payload['skipped_ready']} already ready, {payload['skipped_in_progress']} in "
+                "progress (use --force to redo)"
+            )
+        if "ready" in payload:
+            lines.append(f"  ready {payload['ready']}, failed {payload['failed']}")
+            for row in payload["clip_errors"]:
+                lines.append(f"  error {row['clip']}: {row['reason']}")
+        return "\n".join(lines)
