@@ -47,11 +47,12 @@ def campaign_progress(*, campaign: Campaign, days: int = 30) -> dict[str, Any]:
         quota=Sum("quota"),
         kept=Sum("kept_judgments"),
     )
-    remaining = 0
-    for quota, kept in items.filter(dropped=False, kept_judgments__lt=F("quota")).values_list(
-        "quota", "kept_judgments"
-    ):
-        remaining += quota - kept
+    remaining = (
+        items.filter(dropped=False, kept_judgments__lt=F("quota")).aggregate(
+            remaining=Sum(F("quota") - F("kept_judgments"))
+        )["remaining"]
+        or 0
+    )
     today = timezone.now().date()
     since = today - timedelta(days=days - 1)
     per_day_rows = dict(

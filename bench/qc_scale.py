@@ -222,7 +222,7 @@ def load(*, judgments: int, workers: int, spammer_every: int) -> dict[str, Any]:
             f"ELSE 6000 + (random() * 20000)::int END",
             "created_at": "now() - (random() * interval '20 days')",
         },
-        f"(SELECT c, 1 + mod(c * 7919 + s * 3331, {workers}) AS w "
+        f"(SELECT c, 1 + mod(c::bigint * 7919 + s * 3331, {workers})::int AS w "
         f"FROM generate_series(1, %s) AS c, generate_series(0, 2) AS s) AS pairs",
         [candidates],
     )
