@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from datetime import date, timedelta
-from typing import Any
+from typing import Any, cast
 
 from django.db import connection
 from django.db.models import Avg, Count, F, FloatField, Q, QuerySet, Sum
@@ -62,7 +62,7 @@ def campaign_progress(*, campaign: Campaign, days: int = 30) -> dict[str, Any]:
         .annotate(count=Count("id"))
         .values_list("day", "count")
     )
-    per_day = [
+    per_day: list[dict[str, Any]] = [
         {
             "day": (since + timedelta(days=offset)).isoformat(),
             "judgments": per_day_rows.get(since + timedelta(days=offset), 0),
@@ -365,7 +365,7 @@ def system_leaderboard(
         )
     )
     board = []
-    for row in rows:
+    for row in cast(list[dict[str, Any]], list(rows)):
         name = row["candidate__system__name"] or "(unknown system)"
         version = row["candidate__system__version"] or ""
         board.append(

@@ -92,7 +92,9 @@ class HistogramSerializer(serializers.Serializer):
 
 
 class QCRunSerializer(serializers.ModelSerializer):
-    campaign = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    campaign: serializers.SlugRelatedField[Campaign] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
     status = serializers.CharField(
         read_only=True, help_text="queued, running, succeeded, failed or cancelled."
     )
@@ -150,7 +152,7 @@ class QualitySummaryApi(APIView):
 
 class FlagSerializer(serializers.Serializer):
     rule = serializers.CharField()
-    label = serializers.CharField()
+    label = serializers.CharField()  # type: ignore[assignment]  # a field named like Field.label
     action = serializers.ChoiceField(choices=["exclude", "flag"])
     explanation = serializers.CharField()
     numbers = serializers.DictField()
@@ -398,8 +400,12 @@ class ReviewItemSerializer(serializers.ModelSerializer):
     clip = serializers.CharField(source="campaign_candidate.clip.vatex_id")
     system = serializers.SerializerMethodField()
     means = serializers.JSONField(source="campaign_candidate.means")
-    claimed_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    resolved_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    claimed_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
+    resolved_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
     status = serializers.CharField(read_only=True, help_text="open, claimed or resolved.")
 
     class Meta:
@@ -500,7 +506,7 @@ class ReviewJudgmentSerializer(serializers.Serializer):
     worker = serializers.CharField()
     participation = serializers.IntegerField()
     worker_status = serializers.CharField()
-    source = serializers.CharField()
+    source = serializers.CharField()  # type: ignore[assignment]  # a field named like Field.source
     values = serializers.DictField(child=serializers.FloatField())
     reason = serializers.CharField(allow_blank=True)
     server_seconds = serializers.FloatField(allow_null=True)
@@ -511,7 +517,9 @@ class ReviewJudgmentSerializer(serializers.Serializer):
 
 
 class AuditEntrySerializer(serializers.ModelSerializer):
-    actor = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    actor: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
     undone = serializers.SerializerMethodField()
 
     class Meta:

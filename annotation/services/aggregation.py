@@ -303,12 +303,13 @@ def _row_values(
 def current_review_state(data: CampaignSlice) -> NDArray[Any]:
     """The review state of every candidate of `data` from its review item (if any)."""
     state = np.full(len(data.candidates), ReviewState.NONE.value, dtype=object)
+    states: dict[str, str] = {
+        ReviewStatus.OPEN.value: ReviewState.OPEN.value,
+        ReviewStatus.CLAIMED.value: ReviewState.CLAIMED.value,
+        ReviewStatus.RESOLVED.value: ReviewState.RESOLVED.value,
+    }
     for position, (_, status) in data.review_items.items():
-        state[position] = {
-            ReviewStatus.OPEN: ReviewState.OPEN.value,
-            ReviewStatus.CLAIMED: ReviewState.CLAIMED.value,
-            ReviewStatus.RESOLVED: ReviewState.RESOLVED.value,
-        }.get(status, ReviewState.NONE.value)
+        state[position] = states.get(str(status), ReviewState.NONE.value)
     return state
 
 

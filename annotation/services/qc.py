@@ -275,7 +275,7 @@ def worker_statistics(
     pair_timed = np.bincount(pair[timed], minlength=len(pair_keys)) > 0
     clip_ratio = _divide(pair_time, clip_seconds[pair_clip]) if clip_seconds.size else pair_time
     speed_vs_clip = group_median(
-        pair_worker[pair_timed], np.asarray(clip_ratio)[pair_timed], workers
+        pair_worker[pair_timed], np.asarray(clip_ratio, dtype=np.float64)[pair_timed], workers
     )
 
     ratings_per_row = answered.sum(axis=1)
@@ -358,8 +358,7 @@ def leave_one_out_agreement(
     items = len(candidates)
     values = judgments.values.astype(np.float64)
     usable = ~candidates.is_control[judgments.item]
-    sums = np.zeros(workers * 6)
-    sums = sums.reshape(6, workers)  # n, x, y, xy, xx, yy
+    sums = np.zeros((6, workers))  # n, x, y, xy, xx, yy
     for question in range(values.shape[1]):
         value = values[:, question]
         answered = (value > 0) & usable
@@ -380,7 +379,7 @@ def leave_one_out_agreement(
         sums[3] += np.bincount(who, weights=x * mean_of_others, minlength=workers)
         sums[4] += np.bincount(who, weights=x * x, minlength=workers)
         sums[5] += np.bincount(who, weights=mean_of_others * mean_of_others, minlength=workers)
-    n, sx, sy, sxy, sxx, syy = sums
+    n, sx, sy, sxy, sxx, syy = (sums[row] for row in range(6))
     covariance = n * sxy - sx * sy
     spread = (n * sxx - sx * sx) * (n * syy - sy * sy)
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -156,12 +156,14 @@ def campaign_slice_load(
     reviews = ReviewItem.objects.filter(campaign=campaign)
     if subset is not None:
         reviews = reviews.filter(campaign_candidate_id__in=subset)
-    for review_id, candidate_id, status in reviews.values_list(
-        "id", "campaign_candidate_id", "status"
-    ):
-        position = int(np.searchsorted(ids, candidate_id))
-        if position < len(ids) and ids[position] == candidate_id:
-            review_items[position] = (review_id, status)
+    review_rows = list(reviews.values_list("id", "campaign_candidate_id", "status"))
+    if review_rows:
+        positions = _positions(ids, [row[1] for row in review_rows])
+        for (review_id, _candidate_id, status), position in zip(
+            review_rows, positions.tolist(), strict=True
+        ):
+            if position >= 0:
+                review_items[position] = (review_id, status)
 
     judgments = _judgments_load(campaign, question_keys, ids, subset)
     participation_ids = np.unique(
@@ -200,6 +202,15 @@ def campaign_slice_load(
         resolutions=resolutions,
         review_items=review_items,
     )
+
+
+def _positions(sorted_ids: NDArray[np.int64], wanted: Sequence[int]) -> NDArray[np.int64]:
+    """Index of each wanted id in `sorted_ids`, -1 where absent (vectorised)."""
+    values = np.asarray(wanted, dtype=np.int64)
+    if sorted_ids.size == 0:
+        return np.full(values.shape, -1, dtype=np.int64)
+    positions = np.clip(np.searchsorted(sorted_ids, values), 0, sorted_ids.size - 1)
+    return np.where(sorted_ids[positions] == values, positions, -1).astype(np.int64)
 
 
 def _clip_seconds(clip_ids: NDArray[np.int64]) -> NDArray[np.float64]:

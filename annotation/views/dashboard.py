@@ -410,8 +410,8 @@ def review_resolve_view(request: HttpRequest, slug: str, item_id: int) -> HttpRe
         except ReviewError as error:
             errors.append(str(error))
     if errors:
-        for error in errors:
-            messages.error(request, error)
+        for problem in errors:
+            messages.error(request, problem)
         return redirect("annotation:review-item", slug=campaign.slug, item_id=item.pk)
     messages.success(request, "Resolved.")
     return redirect("annotation:review-item", slug=campaign.slug, item_id=item.pk)

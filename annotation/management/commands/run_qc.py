@@ -40,7 +40,7 @@ class Command(LepusCommand):
             return
         run = QCRun.objects.create(campaign=campaign)
         self.note(f"QC run {run.pk} of {campaign.slug}…")
-        run = qc_run_execute(run_id=run.pk)
+        qc_run_execute(run_id=run.pk)
         run.refresh_from_db()
         if run.status != JobStatus.SUCCEEDED:
             raise CommandError(f"QC run {run.pk} {run.status}: {run.error.splitlines()[0:1]}")
