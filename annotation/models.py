@@ -182,7 +182,9 @@ class CampaignClip(models.Model):
             ),
         ]
         indexes = [
-            models.Index(fields=["campaign", "open_slots"], name="campaign_clip_open"),
+            # The claim's ORDER BY open_slots, id LIMIT 1: with the id in the index the scan stops
+            # at the first clip it can lock instead of sorting every clip with equal open_slots.
+            models.Index(fields=["campaign", "open_slots", "id"], name="campaign_clip_claim_order"),
         ]
 
 
