@@ -20,11 +20,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
-from training_bridge.rigel.head import build_head, count_parameters  # noqa: E402
-from training_bridge.rigel.phase1 import train_head  # noqa: E402
+from training_bridge.rigel.head import build_head, count_parameters
+from training_bridge.rigel.phase1 import train_head
 
 
 def synthetic_cache(samples: int, hidden: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -96,17 +96,20 @@ def command_step(args: argparse.Namespace) -> int:
     spec = RunSpec.from_dict(_read_json(args.spec))
     dist = Distributed.initialise(spec.config.device)
     reporter = StdoutReporter(enabled=dist.is_main)
+    results = _read_json(args.results)
+    checkpoint = _read_json(args.checkpoint)
     try:
-        result = run_step(
-            args.step,
-            spec=spec,
-            store=_store(args.store),
-            reporter=reporter,
-            results=_read_json(args.results),
-            checkpoint=_read_json(args.checkpoint),
-            dist=dist,
-        )
-        reporter.result(args.step, result)
+        for step in args.steps:
+            results[step] = run_step(
+                step,
+                spec=spec,
+                store=_store(args.store),
+                reporter=reporter,
+                results=results,
+                checkpoint=checkpoint,
+                dist=dist,
+            )
+            reporter.result(step, results[step])
     finally:
         if dist.enabled:
             import torch
@@ -126,7 +129,6 @@ def command_run(args: argparse.Namespace) -> int:
         config=config,
     )
     store = _store(args.store)
-    reporter = StdoutReporter(enabled=True)
     results: dict[str, Any] = {}
     checkpoint: dict[str, Any] = {}
 
@@ -148,8 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m training_bridge.rigel.cli")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    step = commands.add_parser("step", help="run one step of a run (torchrun-aware)")
-    step.add_argument("step", choices=STEPS)
+    step = commands.add_parser("step", help="run steps of a run, in order (torchrun-aware)")
+    step.add_argument("steps", nargs="+", choices=STEPS, metavar="STEP")
     step.add_argument("--spec", required=True, help="JSON file of the RunSpec")
     step.add_argument("--store", required=True, help="folder or s3://bucket/prefix")
     step.add_argument("--results", help="JSON file: results of the earlier steps")

@@ -154,9 +154,7 @@ def frame_keys(store: Store, record: ReleaseRecord) -> list[str]:
         return []
     prefix = record.frames_key.rstrip("/")
     return [
-        key
-        for key in store.list_keys(prefix)
-        if key.lower().endswith((".jpg", ".jpeg", ".png"))
+        key for key in store.list_keys(prefix) if key.lower().endswith((".jpg", ".jpeg", ".png"))
     ]
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import math
 import tempfile
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,7 +55,10 @@ def apply_lora(backbone: Any, config: RigelConfig) -> Any:
         target_modules=config.lora_target_regex(),
         bias="none",
     )
-    peft_model = get_peft_model(backbone.model, lora)
+    with warnings.catch_warnings():
+        # PEFT asks transformers a deprecated question (is_gradient_checkpointing); not ours to fix.
+        warnings.simplefilter("ignore", FutureWarning)
+        peft_model = get_peft_model(backbone.model, lora)
     names = [name for name, p in peft_model.named_parameters() if p.requires_grad]
     if not names:
         raise RuntimeError("LoRA matched no module of the language model")

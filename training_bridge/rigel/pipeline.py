@@ -19,6 +19,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -119,6 +121,12 @@ def run_step(
     dist = dist or Distributed()
     if step == "teacher":
         return step_teacher(spec=spec, store=store, reporter=reporter, dist=dist)
+    if step in ("phase1", "evaluate") and dist.enabled:
+        # One-process steps inside a torchrun group: rank 0 works, the others wait for its result.
+        result = None
+        if dist.is_main:
+            result = run_step(step, spec=spec, store=store, reporter=reporter, results=results)
+        return dist.broadcast_object(result)
     if step == "phase1":
         return step_phase1(spec=spec, store=store, reporter=reporter, results=results)
     if step == "phase2":
@@ -307,9 +315,15 @@ def step_phase2(
     loader = ExampleLoader(store, frames=config.frames)
     previous_checkpoint = [checkpoint.get("key")] if checkpoint and checkpoint.get("key") else []
 
+    # Test-only: seconds to sleep after each step, so a fault-injection test can kill the worker
+    # mid-phase. Leave unset.
+    step_delay = float(os.environ.get("LEPUS_TRAINING_TEST_STEP_DELAY", "0") or 0)
+
     def on_step(done: int, total: int, loss: float) -> None:
         reporter.point({"phase": "phase2", "step": done, "loss": loss})
         reporter.progress(done / total, f"phase 2: step {done}/{total}, loss {loss:.4f}")
+        if step_delay:
+            time.sleep(step_delay)
 
     def on_checkpoint(done: int, data: bytes) -> None:
         key = spec.checkpoint_key("phase2", done)
@@ -338,7 +352,11 @@ def step_phase2(
     adapter_prefix = spec.artifact("adapter")
     if dist.is_main:
         for name, data in save_adapter(backbone.extra["peft_model"]).items():
-            store.put_bytes(f"{adapter_prefix}/{name}", data)
+            if name.endswith((".safetensors", ".json")):  # not PEFT's generated README
+                store.put_bytes(f"{adapter_prefix}/{name}", data)
+        # The adapter is stored: the resume checkpoints have served their purpose.
+        for old in previous_checkpoint:
+            store.delete(old)
         reporter.log(
             f"phase 2: {result.steps} steps, mean loss {result.mean_loss:.4f}"
             + (f" (resumed at step {result.resumed_from_step})" if result.resumed_from_step else "")

@@ -117,7 +117,9 @@ class S3Store:
         self.client = boto3.client("s3", endpoint_url=endpoint_url or None, region_name=region)
 
     @classmethod
-    def from_uri(cls, uri: str, *, endpoint_url: str | None = None, region: str | None = None) -> S3Store:
+    def from_uri(
+        cls, uri: str, *, endpoint_url: str | None = None, region: str | None = None
+    ) -> S3Store:
         if not uri.startswith("s3://"):
             raise ValueError(f"not an s3:// URI: {uri}")
         bucket, _, prefix = uri[len("s3://") :].partition("/")
