@@ -44,8 +44,6 @@ def _campaigns_with_finalised_candidates() -> list[Any]:
 
 def retraining_check(*, dry_run: bool = False) -> dict[str, Any]:
     """One beat of the schedule; returns what it decided (also stored on the state row)."""
-    from export.services import release_create
-
     minimum = settings.LEPUS_RETRAIN_MIN_NEW_CANDIDATES
     with transaction.atomic():
         RetrainingState.objects.get_or_create(singleton=1)
@@ -76,10 +74,7 @@ def retraining_check(*, dry_run: bool = False) -> dict[str, Any]:
                 campaigns = _campaigns_with_finalised_candidates()
                 outcome.update(action="build_release", campaigns=[c.slug for c in campaigns])
                 if not dry_run and campaigns:
-                    release = release_create(
-                        campaigns=campaigns,
-                        name=f"scheduled-{timezone.now():%Y%m%d-%H%M%S}",
-                    )
+                    release = request_release(campaigns=campaigns)
                     state.pending_release = release
                     outcome["release"] = release.pk
         if not dry_run:
@@ -89,6 +84,15 @@ def retraining_check(*, dry_run: bool = False) -> dict[str, Any]:
     if outcome["action"] != "none":
         logger.info("retraining check: %s", outcome)
     return outcome
+
+
+def request_release(*, campaigns: list[Any]) -> Any:
+    """Ask the export app for a release of these campaigns (built by its own Celery job)."""
+    from export.services import release_create
+
+    return release_create(
+        campaigns=campaigns, name=f"scheduled-{timezone.now():%Y%m%d-%H%M%S}"
+    )
 
 
 def _start_run(*, release: Any) -> TrainingRun:
