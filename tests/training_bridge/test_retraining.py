@@ -81,7 +81,11 @@ def test_the_schedule_builds_a_release_then_starts_one_run(
     assert outcome["action"] == "start_run"
     run = TrainingRun.objects.get()
     assert outcome["run"] == run.pk
-    assert (run.release, run.trigger, run.backbone) == (release, "schedule", settings.LEPUS_DEFAULT_BACKBONE)
+    assert (run.release, run.trigger, run.backbone) == (
+        release,
+        "schedule",
+        settings.LEPUS_DEFAULT_BACKBONE,
+    )
     state = RetrainingState.objects.get()
     assert state.pending_release is None and state.last_run == run
 

@@ -134,3 +134,36 @@ def test_lora_targets_the_language_model_only():
     assert not pattern.fullmatch("model.visual.blocks.0.mlp.gate_proj")  # Qwen2.5-VL vision MLP
     assert not pattern.fullmatch("model.visual.blocks.0.attn.qkv")
     assert not pattern.fullmatch("lm_head")
+
+
+def test_evaluation_puts_rigel_beside_the_standard_metrics_with_scipy_statistics():
+    from scipy import stats
+
+    from training_bridge.metrics.standard import standard_metric_scores
+    from training_bridge.rigel.evaluate import evaluate_split
+
+    candidates = ["a man plays a guitar", "a dog runs", "a woman cooks food", "people", "a cat"]
+    references = [
+        ["a man is playing a guitar", "someone plays guitar"],
+        ["a dog is running on grass"],
+        ["a woman cooks in the kitchen"],
+        ["two people talk"],
+        ["a black cat sleeps on a sofa"],
+    ]
+    human = np.array([0.9, 0.6, 0.8, 0.1, 0.4])
+    rigel = np.array([0.7, 0.5, 0.9, 0.2, 0.3])
+    block = evaluate_split(
+        rigel_scores=rigel, human=human, candidates=candidates, references=references
+    )
+    assert block["n"] == 5
+    assert block["rows"]["rigel"]["kendall_b"] == pytest.approx(
+        100 * stats.kendalltau(rigel, human).statistic, abs=1e-3
+    )
+    assert block["rows"]["rigel"]["spearman"] == pytest.approx(
+        100 * stats.spearmanr(rigel, human).statistic, abs=1e-3
+    )
+    cider = standard_metric_scores(candidates, references, metrics=("cider",))["cider"]
+    assert block["rows"]["cider"]["kendall_c"] == pytest.approx(
+        100 * stats.kendalltau(cider, human, variant="c").statistic, abs=1e-3
+    )
+    assert {"bleu4", "rougeL", "cider"} <= set(block["rows"])

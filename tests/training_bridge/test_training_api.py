@@ -118,7 +118,9 @@ def test_a_stale_chain_message_does_nothing(published_release):
 
     run = training_run_create(release=published_release, backbone="tiny", start=False)
     assert training_run_execute_step(run_id=run.pk, step="teacher", token="old") == "stale"
-    assert training_run_execute_step(run_id=run.pk, step="phase1", token=run.chain_token) == "waiting"
+    assert (
+        training_run_execute_step(run_id=run.pk, step="phase1", token=run.chain_token) == "waiting"
+    )
     run.refresh_from_db()
     assert run.status == JobStatus.QUEUED and run.attempts == 0
 

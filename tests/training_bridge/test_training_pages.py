@@ -20,7 +20,12 @@ EVALUATION = {
         "validation": {
             "n": 8,
             "rows": {
-                "rigel": {"kendall_b": 41.24, "kendall_c": 40.5, "spearman": 55.0, "pearson": 57.75},
+                "rigel": {
+                    "kendall_b": 41.24,
+                    "kendall_c": 40.5,
+                    "spearman": 55.0,
+                    "pearson": 57.75,
+                },
                 "bleu4": {"kendall_b": 12.5, "kendall_c": 11.0, "spearman": 15.0, "pearson": 14.0},
             },
             "notes": ["not computed: METEOR"],
@@ -51,14 +56,25 @@ def _finished(release, **fields):  # type: ignore[no-untyped-def]
 
 def test_pages_are_for_curators_only(client, outsider, published_release):
     run = _finished(published_release)
-    for url in ("/dashboard/training/", f"/dashboard/training/{run.pk}/", "/dashboard/training/compare/"):
+    for url in (
+        "/dashboard/training/",
+        f"/dashboard/training/{run.pk}/",
+        "/dashboard/training/compare/",
+    ):
         response = client.get(url)
         assert response.status_code == 302 and "/accounts/login/" in response["Location"]
     client.force_login(outsider)
-    for url in ("/dashboard/training/", f"/dashboard/training/{run.pk}/", "/dashboard/training/compare/"):
+    for url in (
+        "/dashboard/training/",
+        f"/dashboard/training/{run.pk}/",
+        "/dashboard/training/compare/",
+    ):
         assert client.get(url).status_code == 403
     assert client.post(f"/dashboard/training/{run.pk}/resume/").status_code == 403
-    assert client.post("/dashboard/training/start/", {"release": published_release.pk}).status_code == 403
+    assert (
+        client.post("/dashboard/training/start/", {"release": published_release.pk}).status_code
+        == 403
+    )
     assert TrainingRun.objects.count() == 1
 
 
@@ -75,8 +91,14 @@ def test_the_list_shows_runs_and_the_form_starts_one(
              "name": "from the form"},
         )  # fmt: skip
     created = TrainingRun.objects.exclude(pk=run.pk).get()
-    assert response.status_code == 302 and response["Location"] == f"/dashboard/training/{created.pk}/"
-    assert (created.ablation, created.name, created.trigger) == ("lm_head", "from the form", "dashboard")
+    assert (
+        response.status_code == 302 and response["Location"] == f"/dashboard/training/{created.pk}/"
+    )
+    assert (created.ablation, created.name, created.trigger) == (
+        "lm_head",
+        "from the form",
+        "dashboard",
+    )
     assert len(callbacks) == 1
 
 

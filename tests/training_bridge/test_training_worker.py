@@ -74,7 +74,10 @@ def test_a_run_goes_through_the_chain_on_a_worker_and_scores_through_the_api(
     assert set(run.metrics["validation"]) == {"kendall_b", "kendall_c", "spearman", "pearson"}
     table = json.loads(storage.read_bytes(run.artifacts["evaluation"]))
     assert table["splits"]["validation"]["n"] == 8
-    assert "rigel" in table["splits"]["validation"]["rows"]
+    rows = table["splits"]["validation"]["rows"]
+    # Rigel side by side with the standard metrics on the same candidates (METEOR needs Java).
+    assert {"rigel", "bleu4", "rougeL", "cider"} <= set(rows)
+    assert rows["rigel"] == run.metrics["validation"]
     scores = storage.read_bytes(f"{run.storage_prefix}/artifacts/scores/validation.jsonl")
     assert len(scores.decode().strip().splitlines()) == 8
     # Phase 2's checkpoints are removed once the adapter is stored.

@@ -41,22 +41,28 @@ def _times_hundred(value: float) -> float:
 def standard_metric_scores(
     candidates: Sequence[str], references: Sequence[Sequence[str]]
 ) -> tuple[dict[str, np.ndarray], list[str]]:
-    """Scores of the standard metrics for these candidates, and notes about what was missing."""
-    try:
-        from training_bridge import metrics as metrics_module
+    """Scores of the standard metrics for these candidates (all references of each), and notes
+    about what could not be computed here (METEOR without its Java runtime)."""
+    from training_bridge.metrics.standard import (
+        metric_unavailable_reasons,
+    )
+    from training_bridge.metrics.standard import (
+        standard_metric_scores as compute,
+    )
 
-        compute = metrics_module.standard_metric_scores  # type: ignore[attr-defined]
-    except (ImportError, AttributeError):
-        return {}, ["standard metrics are not available in this installation"]
-    notes: list[str] = []
+    notes = [
+        f"{METRIC_LABELS.get(name, name)} not computed: {reason}"
+        for name, reason in metric_unavailable_reasons(STANDARD_METRICS).items()
+    ]
     try:
-        scores = compute(list(candidates), [list(r) for r in references], metrics=STANDARD_METRICS)
-    except Exception as error:  # a missing METEOR runtime must not sink the whole evaluation
-        notes.append(f"standard metrics failed: {error}")
-        return {}, notes
-    missing = [name for name in STANDARD_METRICS if name not in scores]
-    if missing:
-        notes.append(f"not computed: {', '.join(METRIC_LABELS.get(m, m) for m in missing)}")
+        scores = compute(
+            list(candidates),
+            [list(r) for r in references],
+            metrics=STANDARD_METRICS,
+            skip_unavailable=True,
+        )
+    except Exception as error:  # a metric's failure must not sink the whole evaluation
+        return {}, [*notes, f"standard metrics failed: {error}"]
     return {name: np.asarray(values, dtype=np.float64) for name, values in scores.items()}, notes
 
 

@@ -90,9 +90,7 @@ def request_release(*, campaigns: list[Any]) -> Any:
     """Ask the export app for a release of these campaigns (built by its own Celery job)."""
     from export.services import release_create
 
-    return release_create(
-        campaigns=campaigns, name=f"scheduled-{timezone.now():%Y%m%d-%H%M%S}"
-    )
+    return release_create(campaigns=campaigns, name=f"scheduled-{timezone.now():%Y%m%d-%H%M%S}")
 
 
 def _start_run(*, release: Any) -> TrainingRun:

@@ -117,9 +117,12 @@ def score_request_execute(*, request_id: int, task_id: str = "") -> str:
     request = job_claim(model=ScoreRequest, job_id=request_id, task_id=task_id)
     if request is None:
         return "busy"
+    from training_bridge.services.reporting import heartbeat
+
     try:
         run = TrainingRun.objects.select_related("release").get(pk=request.run_id)
-        scores = score_records(run=run, items=request.items)
+        with heartbeat(ScoreRequest, request.pk):  # loading a backbone can take a while
+            scores = score_records(run=run, items=request.items)
     except Exception as error:  # the request ends failed with the reason; the worker lives on
         logger.exception("score request %s failed", request_id)
         job_finish(job=request, status=JobStatus.FAILED, error=str(error))
