@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 
 from training_bridge.metrics.correlation import correlations
+from training_bridge.rigel.config import STANDARD_METRICS
 
 STATISTICS = ("kendall_b", "kendall_c", "spearman", "pearson")
-STANDARD_METRICS = ("bleu4", "rougeL", "cider", "meteor")
 METRIC_LABELS = {
     "rigel": "Rigel",
     "bleu4": "BLEU-4",
@@ -39,7 +39,9 @@ def _times_hundred(value: float) -> float:
 
 
 def standard_metric_scores(
-    candidates: Sequence[str], references: Sequence[Sequence[str]]
+    candidates: Sequence[str],
+    references: Sequence[Sequence[str]],
+    metrics: Sequence[str] = STANDARD_METRICS,
 ) -> tuple[dict[str, np.ndarray], list[str]]:
     """Scores of the standard metrics for these candidates (all references of each), and notes
     about what could not be computed here (METEOR without its Java runtime)."""
@@ -52,13 +54,13 @@ def standard_metric_scores(
 
     notes = [
         f"{METRIC_LABELS.get(name, name)} not computed: {reason}"
-        for name, reason in metric_unavailable_reasons(STANDARD_METRICS).items()
+        for name, reason in metric_unavailable_reasons(metrics).items()
     ]
     try:
         scores = compute(
             list(candidates),
             [list(r) for r in references],
-            metrics=STANDARD_METRICS,
+            metrics=tuple(metrics),
             skip_unavailable=True,
         )
     except Exception as error:  # a metric's failure must not sink the whole evaluation
@@ -72,17 +74,18 @@ def evaluate_split(
     human: np.ndarray,
     candidates: Sequence[str],
     references: Sequence[Sequence[str]],
-    include_standard: bool = True,
+    standard_metrics: Sequence[str] = STANDARD_METRICS,
 ) -> dict[str, Any]:
     """{"n": count, "rows": {metric: {statistic: x100}}, "notes": [...]} for one split."""
     rows: dict[str, dict[str, float]] = {"rigel": correlation_row(rigel_scores, human)}
     notes: list[str] = []
-    if include_standard:
+    if standard_metrics:
         with_references = [i for i, refs in enumerate(references) if refs]
         if len(with_references) >= 2:
             scores, notes = standard_metric_scores(
                 [candidates[i] for i in with_references],
                 [references[i] for i in with_references],
+                standard_metrics,
             )
             for name, values in scores.items():
                 rows[name] = correlation_row(values, human[with_references])

@@ -434,6 +434,7 @@ def step_evaluate(
             human=human,
             candidates=[record.text for record in records],
             references=[list(record.references) for record in records],
+            standard_metrics=config.standard_metrics,
         )
         table["splits"][split] = block
         metrics[split] = block["rows"]["rigel"]
