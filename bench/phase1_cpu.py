@@ -20,7 +20,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import numpy as np
 import torch
 
 from training_bridge.rigel.head import build_head, count_parameters
@@ -43,6 +42,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=50)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
+    parser.add_argument("--device", default="cpu", help="cpu (the target) or cuda, for comparison")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
@@ -64,6 +64,7 @@ def main() -> None:
         epochs=args.epochs,
         early_stopping=False,
         threads=args.threads or None,
+        device=args.device,
     )
     seconds = time.perf_counter() - started
     parameters = count_parameters(build_head(args.hidden))
@@ -88,15 +89,18 @@ def main() -> None:
         "achieved_gflops_per_second": round(flops / seconds / 1e9, 1),
         "best_epoch": result.best_epoch,
         "best_validation_tau": round(result.best_tau, 4),
+        "device": args.device,
         "torch_threads": args.threads or torch.get_num_threads(),
         "cpu_count": os.cpu_count(),
         "torch": torch.__version__,
         "python": platform.python_version(),
         "target_seconds": 60,
-        "meets_target": seconds < 60 and args.samples >= 30000 and result.epochs_run >= 50,
+        "meets_target": args.device == "cpu"
+        and seconds < 60
+        and args.samples >= 30000
+        and result.epochs_run >= 50,
     }
     print(json.dumps(report, sort_keys=True) if args.json else json.dumps(report, indent=2))
-    _ = np  # numpy is imported for the human-score arithmetic's dtype
 
 
 if __name__ == "__main__":

@@ -67,7 +67,7 @@ def predict_scores(head: ScoringHead, hidden: torch.Tensor, *, chunk: int = 8192
     was_training = head.training
     head.eval()
     parts = [
-        normalised_score(head(hidden[start : start + chunk].float()))
+        normalised_score(head(hidden[start : start + chunk].float())).cpu()
         for start in range(0, hidden.shape[0], chunk)
     ]
     head.train(was_training)
@@ -93,6 +93,7 @@ def train_head(
     early_stopping: bool = True,
     on_epoch: EpochCallback | None = None,
     threads: int | None = None,
+    device: str = "cpu",
 ) -> Phase1Result:
     """Train a fresh head to match softmax(teacher / T) under EMD x T^2; return the best epoch's."""
     if train_hidden.ndim != 2 or train_score_logits.shape != (train_hidden.shape[0], 5):
@@ -110,9 +111,9 @@ def train_head(
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             return _train(
-                train_hidden=train_hidden.float().contiguous(),
-                targets=torch.softmax(train_score_logits.float() / temperature, dim=-1),
-                validation_hidden=validation_hidden.float().contiguous(),
+                train_hidden=train_hidden.to(device, torch.float32).contiguous(),
+                targets=torch.softmax(train_score_logits.to(device).float() / temperature, dim=-1),
+                validation_hidden=validation_hidden.to(device, torch.float32).contiguous(),
                 human=human,
                 temperature=temperature,
                 learning_rate=learning_rate,
@@ -149,7 +150,8 @@ def _train(
     started: float,
 ) -> Phase1Result:
     count, hidden_size = train_hidden.shape
-    head = build_head(hidden_size, dropout=dropout, seed=seed)
+    device = train_hidden.device
+    head = build_head(hidden_size, dropout=dropout, seed=seed).to(device)
     head.train()
     optimizer = torch.optim.Adam(
         head.parameters(),
@@ -159,8 +161,8 @@ def _train(
     )
     generator = torch.Generator().manual_seed(seed)
     square_temperature = temperature**2
-    batch_inputs = torch.empty(batch_size, hidden_size)
-    batch_targets = torch.empty(batch_size, targets.shape[1])
+    batch_inputs = torch.empty(batch_size, hidden_size, device=device)
+    batch_targets = torch.empty(batch_size, targets.shape[1], device=device)
 
     best_tau = -math.inf
     best_state = copy.deepcopy(head.state_dict())
@@ -170,8 +172,8 @@ def _train(
     stopped_early = False
     epoch = 0
     for epoch in range(1, epochs + 1):
-        order = torch.randperm(count, generator=generator)
-        loss_sum = torch.zeros((), dtype=torch.float64)
+        order = torch.randperm(count, generator=generator).to(device)
+        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
         for start in range(0, count, batch_size):
             index = order[start : start + batch_size]
             size = index.shape[0]
@@ -197,7 +199,7 @@ def _train(
             stopped_early = epoch < epochs
             break
     head.load_state_dict(best_state)
-    head.eval()
+    head = head.cpu().eval()
     return Phase1Result(
         head=head,
         best_epoch=best_epoch,

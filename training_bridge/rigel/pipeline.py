@@ -262,6 +262,8 @@ def step_phase1(
         dropout=config.head_dropout,
         seed=config.seed,
         on_epoch=on_epoch,
+        # On a GPU worker the head trains on the GPU: 50 epochs are seconds there.
+        device=config.device if config.device.startswith("cuda") else "cpu",
     )
     store.put_bytes(head_key, head_to_bytes(result.head, dropout=config.head_dropout))
     reporter.log(
