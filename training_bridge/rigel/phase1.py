@@ -153,11 +153,12 @@ def _train(
     device = train_hidden.device
     head = build_head(hidden_size, dropout=dropout, seed=seed).to(device)
     head.train()
+    # The fused kernel is several times faster than the per-tensor loop for a 2.6M-parameter head.
     optimizer = torch.optim.Adam(
         head.parameters(),
         lr=learning_rate,
         weight_decay=weight_decay,
-        **_fast_adam_options(train_hidden.device),
+        fused=device.type in ("cpu", "cuda"),
     )
     generator = torch.Generator().manual_seed(seed)
     square_temperature = temperature**2
@@ -209,8 +210,3 @@ def _train(
         history=history,
         seconds=time.perf_counter() - started,
     )
-
-
-def _fast_adam_options(device: torch.device) -> dict[str, bool]:
-    # The fused kernel is several times faster than the per-tensor loop for a 2.6M-parameter head.
-    return {"fused": True} if device.type in ("cpu", "cuda") else {}

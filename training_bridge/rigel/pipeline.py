@@ -315,7 +315,9 @@ def step_phase2(
     if checkpoint and checkpoint.get("key") and store.exists(checkpoint["key"]):
         resume = store.read_bytes(checkpoint["key"])
     loader = ExampleLoader(store, frames=config.frames)
-    previous_checkpoint = [checkpoint.get("key")] if checkpoint and checkpoint.get("key") else []
+    previous_checkpoint: list[str] = (
+        [str(checkpoint["key"])] if checkpoint and checkpoint.get("key") else []
+    )
 
     # Test-only: seconds to sleep after each step, so a fault-injection test can kill the worker
     # mid-phase. Leave unset.

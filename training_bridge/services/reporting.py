@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from common import storage
 from common.jobs import job_progress
-from common.models import JobStatus
+from common.models import Job, JobStatus
 from training_bridge.models import STEP_NAMES, TrainingRun
 
 # Share of the whole run each step stands for in the progress bar.
@@ -130,9 +130,7 @@ class RunReporter:
 
 
 @contextmanager
-def heartbeat(
-    model: type[TrainingRun] | Any, pk: int, *, interval: float | None = None
-) -> Iterator[None]:
+def heartbeat(model: type[Job], pk: int, *, interval: float | None = None) -> Iterator[None]:
     """Refresh `heartbeat_at` of a running row from a side thread while the block runs."""
     period = interval or max(1.0, settings.LEPUS_JOB_HEARTBEAT_TIMEOUT / 4)
     stop = threading.Event()

@@ -121,7 +121,7 @@ def training_run_create(
     """Record a run on a published release and (after commit) publish its chain."""
     if not _release_is_published(release):
         raise ValidationError("training needs a release whose build succeeded")
-    backbone = (backbone or settings.LEPUS_DEFAULT_BACKBONE).strip()
+    backbone = str(backbone or settings.LEPUS_DEFAULT_BACKBONE or "").strip()
     config = training_config_build(
         backbone=backbone,
         device=device,
