@@ -132,3 +132,21 @@ def test_train_refuses_unknown_hyperparameters(published_release):
     with pytest.raises(CommandError, match="unknown hyper-parameters: lerning_rate"):
         train(published_release.pk, "--set", "lerning_rate=1")
     assert TrainingRun.objects.count() == 0
+
+
+def test_a_run_reads_and_writes_s3_storage(s3_storage, published_release):
+    import boto3
+    from django.conf import settings
+
+    result = train(published_release.pk, "--ablation", "phase1_only")
+    assert result["status"] == "succeeded"
+    run = TrainingRun.objects.get(pk=result["run"])
+    client = boto3.client(
+        "s3", endpoint_url=settings.LEPUS_S3_ENDPOINT_URL, region_name="us-east-1"
+    )
+    listed = client.list_objects_v2(Bucket=s3_storage, Prefix="training/")
+    keys = {item["Key"] for item in listed.get("Contents", [])}
+    assert run.artifacts["head"] in keys
+    assert run.artifacts["metrics"] in keys
+    cache = run.step_results["teacher"]["cache_prefix"]
+    assert f"{cache}/train/complete.json" in keys
