@@ -13,7 +13,6 @@ from django.utils import timezone
 from common.models import JobStatus
 from tests.factories import CampaignCandidateFactory, CampaignFactory
 from training_bridge.models import RetrainingState, TrainingRun
-from training_bridge.services import retraining as retraining_module
 from training_bridge.services import retraining_check
 
 
@@ -31,48 +30,44 @@ def _finalise(count: int, campaign, when=None):  # type: ignore[no-untyped-def]
     ]
 
 
-@pytest.fixture
-def release_requests(monkeypatch):  # type: ignore[no-untyped-def]
-    """Records release requests. The export app's builder (`export.services.release_create`) is
-    not on this branch yet; this stands in for it by creating the queued Release row it creates."""
+def scheduled_releases() -> list:
+    """The releases the schedule asked the export app for (`export.services.release_create`)."""
     from export.models import Release
 
-    requested: list = []
+    return list(Release.objects.filter(name__startswith="scheduled-").order_by("pk"))
 
-    def request_release(*, campaigns):  # type: ignore[no-untyped-def]
-        release = Release.objects.create(name=f"scheduled {len(requested)}", ratios=[0.8, 0.2])
-        release.campaigns.set(campaigns)
-        release.storage_prefix = f"releases/{release.pk}"
-        release.save(update_fields=["storage_prefix"])
-        requested.append(release)
-        return release
 
-    monkeypatch.setattr(retraining_module, "request_release", request_release)
-    return requested
+@pytest.fixture
+def no_leftover_builds():  # type: ignore[no-untyped-def]
+    yield
+    from tests.support.processes import purge_broker
+
+    purge_broker()  # release builds published by a transactional test; no worker runs them
 
 
 @pytest.mark.django_db
 def test_the_schedule_builds_a_release_then_starts_one_run(
-    settings, release_requests, django_capture_on_commit_callbacks
+    settings, django_capture_on_commit_callbacks
 ):
     settings.LEPUS_RETRAIN_MIN_NEW_CANDIDATES = 3
     campaign = CampaignFactory()
     _finalise(2, campaign)
     assert retraining_check()["action"] == "none"
-    assert release_requests == []
+    assert scheduled_releases() == []
 
     _finalise(1, campaign)
     outcome = retraining_check()
     assert outcome["action"] == "build_release"
     assert outcome["new_candidates"] == 3
     assert outcome["campaigns"] == [campaign.slug]
-    assert len(release_requests) == 1
-    release = release_requests[0]
+    (release,) = scheduled_releases()
+    assert release.status == JobStatus.QUEUED  # its build job is export's
+    assert list(release.campaigns.all()) == [campaign]
     assert RetrainingState.objects.get().pending_release == release
 
     _finalise(5, campaign)
     assert retraining_check()["action"] == "waiting_for_release"
-    assert len(release_requests) == 1 and TrainingRun.objects.count() == 0
+    assert len(scheduled_releases()) == 1 and TrainingRun.objects.count() == 0
 
     release.status = JobStatus.SUCCEEDED
     release.save(update_fields=["status"])
@@ -91,11 +86,11 @@ def test_the_schedule_builds_a_release_then_starts_one_run(
 
     # While the scheduled run is active, nothing new starts, however many new candidates exist.
     assert retraining_check()["action"] == "run_active"
-    assert len(release_requests) == 1 and TrainingRun.objects.count() == 1
+    assert len(scheduled_releases()) == 1 and TrainingRun.objects.count() == 1
 
 
 @pytest.mark.django_db
-def test_only_candidates_finalised_after_the_last_release_count(settings, release_requests):
+def test_only_candidates_finalised_after_the_last_release_count(settings):
     from export.models import Release
 
     settings.LEPUS_RETRAIN_MIN_NEW_CANDIDATES = 2
@@ -107,12 +102,12 @@ def test_only_candidates_finalised_after_the_last_release_count(settings, releas
     assert outcome["action"] == "none" and outcome["new_candidates"] == 1
     _finalise(1, campaign)
     assert retraining_check(dry_run=True)["action"] == "build_release"
-    assert release_requests == []  # a dry run changes nothing
+    assert scheduled_releases() == []  # a dry run changes nothing
     assert RetrainingState.objects.get().pending_release is None
 
 
 @pytest.mark.django_db(transaction=True)
-def test_two_racing_checks_request_one_release(settings, release_requests):
+def test_two_racing_checks_request_one_release(settings, no_leftover_builds):
     settings.LEPUS_RETRAIN_MIN_NEW_CANDIDATES = 1
     _finalise(3, CampaignFactory())
     barrier = threading.Barrier(2)
@@ -135,4 +130,4 @@ def test_two_racing_checks_request_one_release(settings, release_requests):
         thread.join(timeout=60)
     assert errors == []
     assert sorted(outcomes) == ["build_release", "waiting_for_release"]
-    assert len(release_requests) == 1
+    assert len(scheduled_releases()) == 1
