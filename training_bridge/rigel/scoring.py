@@ -73,6 +73,7 @@ def load_trained(
 ) -> TrainedRigel:
     """Attach a run's artifacts to a freshly loaded backbone."""
     import tempfile
+    import warnings
     from pathlib import Path
 
     from training_bridge.rigel.head import head_from_bytes
@@ -80,7 +81,9 @@ def load_trained(
     if adapter_files:
         from peft import PeftModel
 
-        with tempfile.TemporaryDirectory() as folder:
+        with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings():
+            # PEFT asks transformers a deprecated question (is_gradient_checkpointing).
+            warnings.simplefilter("ignore", FutureWarning)
             for name, data in adapter_files.items():
                 (Path(folder) / name).write_bytes(data)
             peft_model = PeftModel.from_pretrained(backbone.model, folder, is_trainable=False)
