@@ -25,6 +25,13 @@ class DjangoStore:
     def exists(self, key: str) -> bool:
         return storage.exists(key)
 
+    def local_path(self, key: str) -> Path | None:
+        """The file itself on local-disk storage (None on S3)."""
+        if storage.uses_s3():
+            return None
+        path = Path(storage.get_storage().path(storage.normalise_key(key)))
+        return path if path.is_file() else None
+
     def list_keys(self, prefix: str) -> list[str]:
         return storage.list_keys(prefix)
 

@@ -65,6 +65,13 @@ class RigelConfig:
     ablation: str = Ablation.FULL
     seed: int = 0
 
+    # Inference path of the teacher pass and of scoring: "auto" = the fast `ScoringEngine` on CUDA
+    # (worker-process decoding, right padding, batched vision attention) and the plain
+    # `build_batch` forward on CPU; "on" / "off" force one. `engine_workers` < 0: the engine's
+    # default number of decoding processes (cores - 1).
+    engine: str = "auto"
+    engine_workers: int = -1
+
     # Teacher pass
     teacher_batch_size: int = 8
     teacher_shard_size: int = 256  # samples per cached shard (the teacher's checkpoint unit)
@@ -105,6 +112,8 @@ class RigelConfig:
         problems: list[str] = []
         if self.ablation not in Ablation.CHOICES:
             problems.append(f"ablation must be one of {', '.join(Ablation.CHOICES)}")
+        if self.engine not in ("auto", "on", "off"):
+            problems.append("engine must be auto, on or off")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             problems.append("dtype must be auto, float32, bfloat16 or float16")
         if not (self.device == "cpu" or self.device.startswith("cuda")):
@@ -153,6 +162,9 @@ class RigelConfig:
         if self.dtype != "auto":
             return self.dtype
         return "bfloat16" if self.device.startswith("cuda") else "float32"
+
+    def uses_engine(self, device_type: str) -> bool:
+        return self.engine == "on" or (self.engine == "auto" and device_type == "cuda")
 
     def lora_target_regex(self) -> str:
         """PEFT `target_modules` as a regex (full match): the named projections of the language

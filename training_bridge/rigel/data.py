@@ -185,12 +185,17 @@ class ExampleLoader:
     with the size of the release.
     """
 
-    def __init__(self, store: Store, *, frames: int, keep_clips: int = 64) -> None:
+    def __init__(
+        self, store: Store, *, frames: int, keep_clips: int = 64, lazy: bool = False
+    ) -> None:
         from collections import OrderedDict
 
         self.store = store
         self.frames = frames
         self.keep_clips = keep_clips
+        # Lazy: hand out file paths (decoded later, e.g. in the engine's worker processes) when
+        # the store has the files on local disk; decoded frames otherwise.
+        self.lazy = lazy
         self._clips: OrderedDict[str, tuple[Any, list[int], float | None]] = OrderedDict()
 
     def clip_video(self, record: ReleaseRecord) -> tuple[Any, list[int], float | None]:
@@ -227,11 +232,45 @@ class ExampleLoader:
             f"candidate {record.candidate_id}: clip {record.clip_id} has neither frames nor video"
         )
 
+    def lazy_example(self, record: ReleaseRecord) -> Any | None:
+        """An example pointing at the clip's files on local disk, or None if they are not."""
+        from training_bridge.rigel.inputs import RigelExample
+
+        local_path = getattr(self.store, "local_path", None)
+        if local_path is None:
+            return None
+        keys = frame_keys(self.store, record)
+        meta = {"candidate_id": record.candidate_id, "clip_id": record.clip_id}
+        if keys:
+            chosen = even_subset(len(keys), self.frames)
+            paths = [local_path(keys[i]) for i in chosen]
+            if any(path is None for path in paths):
+                return None
+            return RigelExample(
+                references=list(record.references),
+                candidate=record.text,
+                frame_paths=paths,
+                frame_indices=chosen,
+                fps=len(keys) / record.duration if record.duration else None,
+                meta=meta,
+            )
+        path = local_path(record.video_key) if record.video_key else None
+        if path is None:
+            return None
+        return RigelExample(
+            references=list(record.references), candidate=record.text, video_path=path, meta=meta
+        )
+
     def examples(self, records: Iterable[ReleaseRecord]) -> list[Any]:
         from training_bridge.rigel.inputs import RigelExample
 
         built = []
         for record in records:
+            if self.lazy:
+                example = self.lazy_example(record)
+                if example is not None:
+                    built.append(example)
+                    continue
             frames, indices, fps = self.clip_video(record)
             built.append(
                 RigelExample(

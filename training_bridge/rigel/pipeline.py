@@ -103,6 +103,23 @@ def load_backbone_for(config: RigelConfig, dist: Distributed) -> Any:
     return backbone
 
 
+def make_engine(
+    backbone: Any, config: RigelConfig, *, head: Any | None = None, batch_size: int
+) -> Any | None:
+    """The fast inference engine when the config asks for it on this device, else None."""
+    if not config.uses_engine(backbone.device.type):
+        return None
+    from training_bridge.rigel.engine import ScoringEngine
+
+    return ScoringEngine(
+        backbone,
+        head,
+        batch_size=batch_size,
+        reference_free=config.reference_free,
+        num_workers=None if config.engine_workers < 0 else config.engine_workers,
+    )
+
+
 def run_step(
     step: str,
     *,
@@ -165,7 +182,8 @@ def step_teacher(
     fingerprint = backbone_fingerprint(backbone)
     version = prompt_version(reference_free=config.reference_free, frames=config.frames)
     prefix = cache_prefix(release_key=spec.release_key, fingerprint=fingerprint, version=version)
-    loader = ExampleLoader(store, frames=config.frames)
+    engine = make_engine(backbone, config, batch_size=config.teacher_batch_size)
+    loader = ExampleLoader(store, frames=config.frames, lazy=engine is not None)
     total = sum(len(release[split]) for split in TEACHER_SPLITS)
     offsets = {"train": 0, "validation": len(release["train"])}
     computed = 0
@@ -189,6 +207,7 @@ def step_teacher(
             on_progress=progress if dist.is_main else None,
             dist=dist,
             log=reporter.log if dist.is_main else None,
+            engine=engine,
         )
     reused = computed == 0
     reporter.log(
@@ -400,12 +419,16 @@ def load_run_model(
         if not head_key:
             raise RuntimeError("the run has no scoring head")
         head_bytes = store.read_bytes(head_key)
-    return load_trained(
+    model = load_trained(
         backbone=backbone,
         head_bytes=head_bytes,
         adapter_files=adapter_files,
         reference_free=config.reference_free,
     )
+    model.engine = make_engine(
+        model.backbone, config, head=model.head, batch_size=config.eval_batch_size
+    )
+    return model
 
 
 def step_evaluate(
@@ -419,7 +442,7 @@ def step_evaluate(
     release = read_release(store, spec.release_prefix)
     splits = [split for split in ("validation", "test") if split in release]
     model = load_run_model(spec=spec, store=store, results=results)
-    loader = ExampleLoader(store, frames=config.frames)
+    loader = ExampleLoader(store, frames=config.frames, lazy=model.engine is not None)
     total = sum(len(release[split]) for split in splits)
     done = 0
     table: dict[str, Any] = {"splits": {}, "ablation": config.ablation}

@@ -39,6 +39,7 @@ class TrainedRigel:
         self.backbone = backbone
         self.head = head
         self.reference_free = reference_free
+        self.engine: Any | None = None  # a ScoringEngine over the same backbone and head
 
     @torch.no_grad()
     def score_logits(self, examples: Sequence[Any]) -> torch.Tensor:
@@ -55,6 +56,12 @@ class TrainedRigel:
 
     def score(self, examples: Sequence[Any], *, batch_size: int = 16) -> np.ndarray:
         """Normalised scores in [0, 1], one per example."""
+        if self.engine is not None:
+            if not examples:
+                return np.zeros(0)
+            output = self.engine.run(list(examples))
+            logits = output.head_logits if output.head_logits is not None else output.score_logits
+            return normalised_score(torch.from_numpy(logits)).double().numpy()
         parts = [
             normalised_score(self.score_logits(examples[start : start + batch_size]))
             for start in range(0, len(examples), batch_size)

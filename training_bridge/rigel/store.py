@@ -75,6 +75,10 @@ class LocalStore:
     def exists(self, key: str) -> bool:
         return self.path(key).is_file()
 
+    def local_path(self, key: str) -> Path | None:
+        path = self.path(key)
+        return path if path.is_file() else None
+
     def list_keys(self, prefix: str) -> list[str]:
         base = self.path(prefix)
         if not base.is_dir():

@@ -163,9 +163,12 @@ def run_teacher_split(
     on_progress: ProgressCallback | None = None,
     dist: Distributed | None = None,
     log: Callable[[str], None] | None = None,
+    engine: Any | None = None,
 ) -> int:
     """Compute and store the missing shards of one split; returns how many samples were run
-    through the backbone (0 when the cache was complete)."""
+    through the backbone (0 when the cache was complete). With `engine` (a
+    `training_bridge.rigel.engine.ScoringEngine`) the forward runs through it: same numbers,
+    decoding in worker processes and a faster GPU path."""
     from safetensors.torch import save as save_safetensors
 
     from training_bridge.rigel.inputs import build_batch
@@ -187,18 +190,26 @@ def run_teacher_split(
             continue
         positions = dist.shard(list(range(start, end)))
         local: list[tuple[int, torch.Tensor, torch.Tensor]] = []
-        for first in range(0, len(positions), batch_size):
-            chunk = positions[first : first + batch_size]
-            batch = build_batch(
-                loader.examples([records[i] for i in chunk]),
-                backbone,
-                reference_free=reference_free,
-                device=backbone.device,
-            )
-            hidden, logits = answer_position_outputs(backbone, batch)
-            for row, position in enumerate(chunk):
-                local.append((position, hidden[row].cpu(), logits[row].cpu()))
-            computed += len(chunk)
+        if engine is not None:
+            if positions:
+                output = engine.run(loader.examples([records[i] for i in positions]))
+                hidden_all = torch.from_numpy(output.hidden)
+                logits_all = torch.from_numpy(output.score_logits)
+                local = [(p, hidden_all[k], logits_all[k]) for k, p in enumerate(positions)]
+                computed += len(positions)
+        else:
+            for first in range(0, len(positions), batch_size):
+                chunk = positions[first : first + batch_size]
+                batch = build_batch(
+                    loader.examples([records[i] for i in chunk]),
+                    backbone,
+                    reference_free=reference_free,
+                    device=backbone.device,
+                )
+                hidden, logits = answer_position_outputs(backbone, batch)
+                for row, position in enumerate(chunk):
+                    local.append((position, hidden[row].cpu(), logits[row].cpu()))
+                computed += len(chunk)
         gathered = [item for part in dist.gather_objects(local) for item in part]
         if dist.is_main:
             gathered.sort(key=lambda item: item[0])

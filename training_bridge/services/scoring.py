@@ -156,7 +156,8 @@ def score_records(*, run: TrainingRun, items: list[dict[str, Any]]) -> list[floa
     from training_bridge.store import DjangoStore
 
     config_frames = int((run.hyperparameters or {}).get("frames", 8))
-    loader = ExampleLoader(DjangoStore(), frames=config_frames)
+    lazy = trained_model(run=run).engine is not None
+    loader = ExampleLoader(DjangoStore(), frames=config_frames, lazy=lazy)
     records = [
         ReleaseRecord(
             clip_id=item["clip"],
@@ -183,14 +184,13 @@ def score_examples(*, run: TrainingRun, examples: list[Any]) -> list[float]:
 
 def score_input_examples(*, run: TrainingRun, lines: list[dict[str, Any]]) -> list[Any]:
     """Examples for `manage.py score` input lines: {"video": <local file or frames folder, or a
-    clip id>, "references": [...] (absent for reference-free), "candidate": "..."}."""
+    clip id>, "references": [...] (absent for reference-free), "candidate": "..."}. Every line is
+    checked before the model is loaded."""
     from training_bridge.rigel.data import ExampleLoader, ReleaseRecord
     from training_bridge.rigel.inputs import RigelExample
     from training_bridge.store import DjangoStore
 
-    frames = int((run.hyperparameters or {}).get("frames", 8))
-    loader = ExampleLoader(DjangoStore(), frames=frames)
-    examples: list[Any] = []
+    checked: list[tuple[str, Any, list[str], str]] = []  # (kind, source, references, candidate)
     for number, line in enumerate(lines, start=1):
         where = f"line {number}"
         video = line.get("video")
@@ -204,27 +204,39 @@ def score_input_examples(*, run: TrainingRun, lines: list[dict[str, Any]]) -> li
             raise ValidationError(f"{where}: video must be a file path or a clip id")
         path = Path(video)
         if path.is_file():
-            examples.append(
-                RigelExample(references=references, candidate=candidate, video_path=path)
-            )
+            checked.append(("file", path, references, candidate))
         elif path.is_dir():
-            examples.append(
-                RigelExample(references=references, candidate=candidate, frame_paths=path)
-            )
+            checked.append(("folder", path, references, candidate))
         else:
             clip = Clip.objects.filter(vatex_id=video).first()
             if clip is None or not (clip.frames_key or clip.video_key):
                 raise ValidationError(f"{where}: {video!r} is neither a file nor a ready clip")
+            checked.append(("clip", clip, references, candidate))
+
+    frames = int((run.hyperparameters or {}).get("frames", 8))
+    lazy = trained_model(run=run).engine is not None
+    loader = ExampleLoader(DjangoStore(), frames=frames, lazy=lazy)
+    examples: list[Any] = []
+    for number, (kind, source, references, candidate) in enumerate(checked, start=1):
+        if kind == "file":
+            examples.append(
+                RigelExample(references=references, candidate=candidate, video_path=source)
+            )
+        elif kind == "folder":
+            examples.append(
+                RigelExample(references=references, candidate=candidate, frame_paths=source)
+            )
+        else:
             record = ReleaseRecord(
-                clip_id=clip.vatex_id,
+                clip_id=source.vatex_id,
                 candidate_id=str(number),
                 text=candidate,
                 references=tuple(references),
                 normalized=0.0,
                 training_class=1,
-                frames_key=clip.frames_key,
-                video_key=clip.video_key,
-                duration=clip.duration,
+                frames_key=source.frames_key,
+                video_key=source.video_key,
+                duration=source.duration,
             )
             examples.extend(loader.examples([record]))
     return examples
