@@ -286,6 +286,13 @@ CELERY_BROKER_CONNECTION_TIMEOUT = env_float("CELERY_BROKER_CONNECTION_TIMEOUT",
 # --- Training -----------------------------------------------------------------------------------
 LEPUS_DEFAULT_BACKBONE = env_str("LEPUS_DEFAULT_BACKBONE", "Qwen/Qwen3-VL-2B-Instruct")
 LEPUS_RETRAIN_MIN_NEW_CANDIDATES = env_int("LEPUS_RETRAIN_MIN_NEW_CANDIDATES", 1000, minimum=1)
+# Where scheduled runs train ("cpu", "cuda") and with how many torchrun processes (GPUs).
+LEPUS_TRAINING_DEVICE = env_str("LEPUS_TRAINING_DEVICE", "cpu") or "cpu"
+LEPUS_TRAINING_PROCESSES = env_int("LEPUS_TRAINING_PROCESSES", 1, minimum=1)
+# Most (clip, references, candidate) triples one POST /api/v1/score may carry, and the most
+# seconds the request may wait for its scores before answering 202 with a job to poll.
+LEPUS_SCORE_MAX_ITEMS = env_int("LEPUS_SCORE_MAX_ITEMS", 64, minimum=1)
+LEPUS_SCORE_MAX_WAIT = env_int("LEPUS_SCORE_MAX_WAIT", 30, minimum=0)
 
 # --- Releases (export) --------------------------------------------------------------------------
 # Rows fetched from the database per batch while a release streams out (memory stays flat).
