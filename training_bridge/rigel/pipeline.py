@@ -104,19 +104,28 @@ def load_backbone_for(config: RigelConfig, dist: Distributed) -> Any:
 
 
 def make_engine(
-    backbone: Any, config: RigelConfig, *, head: Any | None = None, batch_size: int
+    backbone: Any,
+    config: RigelConfig,
+    *,
+    head: Any | None = None,
+    batch_size: int,
+    processes: int = 1,
 ) -> Any | None:
-    """The fast inference engine when the config asks for it on this device, else None."""
+    """The fast inference engine when the config asks for it on this device, else None. Under
+    torchrun the processes share the machine's cores for their decoding workers."""
     if not config.uses_engine(backbone.device.type):
         return None
     from training_bridge.rigel.engine import ScoringEngine
 
+    workers = config.engine_workers
+    if workers < 0:
+        workers = max(0, min(16, (os.cpu_count() or 1) // max(1, processes) - 1))
     return ScoringEngine(
         backbone,
         head,
         batch_size=batch_size,
         reference_free=config.reference_free,
-        num_workers=None if config.engine_workers < 0 else config.engine_workers,
+        num_workers=workers,
     )
 
 
@@ -182,7 +191,9 @@ def step_teacher(
     fingerprint = backbone_fingerprint(backbone)
     version = prompt_version(reference_free=config.reference_free, frames=config.frames)
     prefix = cache_prefix(release_key=spec.release_key, fingerprint=fingerprint, version=version)
-    engine = make_engine(backbone, config, batch_size=config.teacher_batch_size)
+    engine = make_engine(
+        backbone, config, batch_size=config.teacher_batch_size, processes=dist.world_size
+    )
     loader = ExampleLoader(store, frames=config.frames, lazy=engine is not None)
     total = sum(len(release[split]) for split in TEACHER_SPLITS)
     offsets = {"train": 0, "validation": len(release["train"])}
