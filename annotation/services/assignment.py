@@ -113,35 +113,64 @@ def assignment_claim_next(
     return None
 
 
-# The hot path in SQL (see crowd_sql for why); the comments name the step of the claim.
+# The hot path in SQL (see crowd_sql for why); the comments name the step of the claim. Each
+# step has a portable form (one statement per step) and, on PostgreSQL, steps are combined.
 _LOCK_PARTICIPATION = (
     f"UPDATE {sql.T_PARTICIPATION} SET last_seen_at = %s WHERE id = %s AND status = %s"
     " RETURNING assignments_submitted"
 )
-_LIVE_LEASE = (
-    "SELECT a.id, a.campaign_id, a.clip_id, a.issued_at, a.expires_at,"
+_LIVE_COLUMNS = (
+    "a.id, a.campaign_id, a.clip_id, a.issued_at, a.expires_at,"
     " cl.video_key, cl.poster_key, cl.duration"
+)
+_LIVE_LEASE = (
+    f"SELECT {_LIVE_COLUMNS}"
     f" FROM {sql.T_ASSIGNMENT} a JOIN {sql.T_CLIP} cl ON cl.id = a.clip_id"
     " WHERE a.participation_id = %s AND a.status = %s"
 )
-_NEXT_CLIP = (
-    "SELECT cc.id, cc.clip_id, cl.video_key, cl.poster_key, cl.duration"
+# Steps 1 + 2 in one statement: lock the participation and read its live lease.
+_LOCK_AND_LIVE = (
+    f"WITH p AS ({_LOCK_PARTICIPATION.replace('RETURNING ', 'RETURNING id, ')})"
+    f" SELECT p.assignments_submitted, {_LIVE_COLUMNS} FROM p"
+    f" LEFT JOIN {sql.T_ASSIGNMENT} a ON a.participation_id = p.id AND a.status = %s"
+    f" LEFT JOIN {sql.T_CLIP} cl ON cl.id = a.clip_id"
+)
+_NEXT_CLIP_FROM = (
     f" FROM {sql.T_CAMPAIGN_CLIP} cc JOIN {sql.T_CLIP} cl ON cl.id = cc.clip_id"
     " WHERE cc.campaign_id = %s AND cc.open_slots > 0 AND cl.status = %s AND cl.video_key <> ''"
     f" AND NOT EXISTS (SELECT 1 FROM {sql.T_ASSIGNMENT} seen"
     " WHERE seen.participation_id = %s AND seen.clip_id = cc.clip_id)"
     " ORDER BY cc.open_slots, cc.id LIMIT 1"
 )
-_TAKE_SLOTS = (
+_NEXT_CLIP = "SELECT cc.id, cc.clip_id, cl.video_key, cl.poster_key, cl.duration" + _NEXT_CLIP_FROM
+# Step 3 with the clip's references in the same statement (PostgreSQL).
+_NEXT_CLIP_WITH_REFERENCES = (
+    "SELECT cc.id, cc.clip_id, cl.video_key, cl.poster_key, cl.duration,"
+    f" (SELECT json_agg(r.text ORDER BY r.position) FROM {sql.T_REFERENCE} r"
+    " WHERE r.clip_id = cc.clip_id AND r.language = 'en')" + _NEXT_CLIP_FROM
+)
+_TAKE_SLOTS_SET = (
     f"UPDATE {sql.T_CANDIDATE} SET slots_taken = slots_taken + 1"
     " WHERE campaign_id = %s AND clip_id = %s AND slots_taken < quota"
-    f" RETURNING id, (SELECT text FROM {sql.T_CAPTION} WHERE id = candidate_id)"
+)
+_TAKE_SLOTS = (
+    _TAKE_SLOTS_SET + f" RETURNING id, (SELECT text FROM {sql.T_CAPTION} WHERE id = candidate_id)"
 )
 _CLIP_SLOTS_TAKEN = f"UPDATE {sql.T_CAMPAIGN_CLIP} SET open_slots = open_slots - %s WHERE id = %s"
-_NEW_LEASE = (
-    f"INSERT INTO {sql.T_ASSIGNMENT} (campaign_id, participation_id, clip_id, status, issued_at,"
-    " expires_at, submission_digest, result) VALUES (%s, %s, %s, %s, %s, %s, '', %s) RETURNING id"
+# Step 4 in one statement: the candidates' slots and the clip counter by what was taken.
+_TAKE_SLOTS_AND_COUNT = (
+    f"WITH taken AS ({_TAKE_SLOTS_SET} RETURNING id, candidate_id),"
+    f" counted AS (UPDATE {sql.T_CAMPAIGN_CLIP}"
+    " SET open_slots = open_slots - (SELECT count(*) FROM taken)"
+    " WHERE id = %s AND EXISTS (SELECT 1 FROM taken))"
+    f" SELECT taken.id, cap.text FROM taken JOIN {sql.T_CAPTION} cap ON cap.id = taken.candidate_id"
 )
+_NEW_LEASE_INSERT = (
+    f"INSERT INTO {sql.T_ASSIGNMENT} (campaign_id, participation_id, clip_id, status, issued_at,"
+    " expires_at, submission_digest, result) VALUES (%s, %s, %s, %s, %s, %s, '', %s)"
+)
+_NEW_LEASE = _NEW_LEASE_INSERT + " RETURNING id"
+_ITEMS_INSERT = f"INSERT INTO {sql.T_ITEM} (assignment_id, campaign_candidate_id, position)"
 _OFFERED = (
     "SELECT i.campaign_candidate_id, cap.text"
     f" FROM {sql.T_ITEM} i JOIN {sql.T_CANDIDATE} cc ON cc.id = i.campaign_candidate_id"
@@ -167,19 +196,33 @@ def _clip_instance(clip_id: int, video_key: str, poster_key: str, duration: Any)
 
 
 def _claim(*, participation: Participation, campaign: Campaign, now: datetime) -> Assignment | None:
+    combined = sql.combined_statements()
     # 1. Lock the participation (serialises one worker's concurrent requests; re-checks status).
-    locked = sql.fetchone(
-        _LOCK_PARTICIPATION,
-        [sql.db_datetime(now), participation.pk, ParticipationStatus.ACTIVE.value],
-    )
-    if locked is None:
-        return None
-    (done,) = locked
-
-    # 2. A live lease is handed back unchanged; an expired one returns its slots first.
-    live = sql.fetchone(
-        _LIVE_LEASE + sql.lock_clause(of="a"), [participation.pk, AssignmentStatus.LIVE.value]
-    )
+    # 2. Read its live lease. No row lock is needed on it: a submit of the same worker waits for
+    # the participation lock, and the sweeper only expires leases whose time is up (handled below
+    # under a lock).
+    if combined:
+        row = sql.fetchone(
+            _LOCK_AND_LIVE,
+            [
+                sql.db_datetime(now),
+                participation.pk,
+                ParticipationStatus.ACTIVE.value,
+                AssignmentStatus.LIVE.value,
+            ],
+        )
+        if row is None:
+            return None
+        done, live = row[0], (row[1:] if row[1] is not None else None)
+    else:
+        locked = sql.fetchone(
+            _LOCK_PARTICIPATION,
+            [sql.db_datetime(now), participation.pk, ParticipationStatus.ACTIVE.value],
+        )
+        if locked is None:
+            return None
+        (done,) = locked
+        live = sql.fetchone(_LIVE_LEASE, [participation.pk, AssignmentStatus.LIVE.value])
     if live is not None:
         live_id, campaign_id, clip_id, issued_at, expires_at, video_key, poster_key, duration = live
         expires_at = sql.py_datetime(expires_at)
@@ -198,60 +241,85 @@ def _claim(*, participation: Participation, campaign: Campaign, now: datetime) -
             )
             assignment.clip = _clip_instance(clip_id, video_key, poster_key, duration)
             return assignment
-        _expire_locked(assignment_id=live_id, campaign_id=campaign_id, clip_id=clip_id)
+        if (
+            Assignment.objects.select_for_update()
+            .filter(pk=live_id, status=AssignmentStatus.LIVE)
+            .exists()
+        ):
+            _expire_locked(assignment_id=live_id, campaign_id=campaign_id, clip_id=clip_id)
 
     maximum = campaign.max_assignments_per_worker
     if maximum is not None and done >= maximum:
         return None
 
+    with_references = combined and not campaign.reference_free
     for _clip_attempt in range(_CLAIM_ATTEMPTS):
         # 3. The most nearly complete clip this worker has not seen; rows other transactions are
         # claiming right now are skipped rather than waited for.
         row = sql.fetchone(
-            _NEXT_CLIP + sql.lock_clause(of="cc", skip_locked=True),
+            (_NEXT_CLIP_WITH_REFERENCES if with_references else _NEXT_CLIP)
+            + sql.lock_clause(of="cc", skip_locked=True),
             [campaign.pk, ClipStatus.READY.value, participation.pk],
         )
         if row is None:
             return None
-        campaign_clip_id, clip_id, video_key, poster_key, duration = row
+        campaign_clip_id, clip_id, video_key, poster_key, duration = row[:5]
 
-        # 4. One slot on each of its candidates that still has one free. The UPDATE re-checks
-        # `slots_taken < quota` on the row it locks, so it never overfills even if something
-        # else moved a counter meanwhile.
-        offered = sql.fetchall(_TAKE_SLOTS, [campaign.pk, clip_id])
+        # 4. One slot on each of its candidates that still has one free, and the clip counter.
+        # The UPDATE re-checks `slots_taken < quota` on each row it locks, so it never overfills
+        # even if something else moved a counter meanwhile.
+        if combined:
+            offered = sql.fetchall(_TAKE_SLOTS_AND_COUNT, [campaign.pk, clip_id, campaign_clip_id])
+        else:
+            offered = sql.fetchall(_TAKE_SLOTS, [campaign.pk, clip_id])
+            if offered:
+                sql.execute(_CLIP_SLOTS_TAKEN, [len(offered), campaign_clip_id])
         if not offered:
             # The clip counter had drifted (e.g. a quota edit raced); repair it and move on.
             _campaign_clip_recount(campaign_clip_id=campaign_clip_id)
             continue
-        sql.execute(_CLIP_SLOTS_TAKEN, [len(offered), campaign_clip_id])
 
-        # 5. The lease. Candidates are shown in a fresh random order (no position bias, and
-        # control items sit anywhere).
-        expires_at = now + timedelta(seconds=campaign.lease_seconds)
-        (assignment_id,) = sql.fetchone(  # type: ignore[misc]
-            _NEW_LEASE,
-            [
-                campaign.pk,
-                participation.pk,
-                clip_id,
-                AssignmentStatus.LIVE.value,
-                sql.db_datetime(now),
-                sql.db_datetime(expires_at),
-                sql.db_json(Assignment, "result", {}),
-            ],
-        )
+        # 5. The lease and its items. Candidates are shown in a fresh random order (no position
+        # bias, and control items sit anywhere).
         offered = [(candidate_id, text) for candidate_id, text in offered]
         _shuffle(offered)
-        rows = ", ".join(["(%s, %s, %s)"] * len(offered))
-        sql.execute(
-            f"INSERT INTO {sql.T_ITEM} (assignment_id, campaign_candidate_id, position)"
-            f" VALUES {rows}",
-            [
-                value
-                for index, (candidate_id, _text) in enumerate(offered)
-                for value in (assignment_id, candidate_id, index)
-            ],
-        )
+        expires_at = now + timedelta(seconds=campaign.lease_seconds)
+        lease = [
+            campaign.pk,
+            participation.pk,
+            clip_id,
+            AssignmentStatus.LIVE.value,
+            sql.db_datetime(now),
+            sql.db_datetime(expires_at),
+            sql.db_json(Assignment, "result", {}),
+        ]
+        if combined:
+            pairs = ", ".join(["(%s, %s)"] * len(offered))
+            (assignment_id,) = sql.fetchone(  # type: ignore[misc]
+                f"WITH lease AS ({_NEW_LEASE_INSERT} RETURNING id) {_ITEMS_INSERT}"
+                f" SELECT lease.id, item.candidate, item.position FROM lease"
+                f" CROSS JOIN (VALUES {pairs}) AS item (candidate, position)"
+                " RETURNING assignment_id",
+                [
+                    *lease,
+                    *[
+                        value
+                        for index, (candidate_id, _text) in enumerate(offered)
+                        for value in (candidate_id, index)
+                    ],
+                ],
+            )
+        else:
+            (assignment_id,) = sql.fetchone(_NEW_LEASE, lease)  # type: ignore[misc]
+            triples = ", ".join(["(%s, %s, %s)"] * len(offered))
+            sql.execute(
+                f"{_ITEMS_INSERT} VALUES {triples}",
+                [
+                    value
+                    for index, (candidate_id, _text) in enumerate(offered)
+                    for value in (assignment_id, candidate_id, index)
+                ],
+            )
         assignment = sql.instance(
             Assignment,
             {
@@ -266,6 +334,8 @@ def _claim(*, participation: Participation, campaign: Campaign, now: datetime) -
         )
         assignment.clip = _clip_instance(clip_id, video_key, poster_key, duration)
         assignment.offered_candidates = offered  # type: ignore[attr-defined]
+        if with_references:
+            assignment.offered_references = sql.py_json(row[5]) or []  # type: ignore[attr-defined]
         return assignment
     return None
 
@@ -330,7 +400,10 @@ def assignment_offer_payload(*, assignment: Assignment, campaign: Campaign) -> d
         },
     }
     if not campaign.reference_free:
-        payload["references"] = [text for (text,) in sql.fetchall(_REFERENCES, [clip.pk])]
+        references = getattr(assignment, "offered_references", None)
+        if references is None:
+            references = [text for (text,) in sql.fetchall(_REFERENCES, [clip.pk])]
+        payload["references"] = references
     payload["candidates"] = [{"id": candidate_id, "text": text} for candidate_id, text in offered]
     payload["questions"] = questions_payload(campaign=campaign)
     return payload

@@ -234,6 +234,25 @@ _JUDGMENT_COLUMNS = (
     " excluded_by, exclusion_reason, exclusion_detail"
 )
 
+# PostgreSQL: the whole usual case in one statement. Each step is gated on the previous one, which
+# also keeps the lock order (participation, then assignment); the judgments go in only when the
+# lease was live and the worker may submit. Anything else inserts nothing and takes the slow path.
+_JUDGMENT_CASTS = (
+    "(%s::bigint, %s::bigint, %s::bigint, %s::bigint, %s::jsonb, %s::text, %s::varchar,"
+    " %s::bigint, %s::bigint, %s::bigint, %s::timestamptz, %s::boolean, %s::varchar, %s::text,"
+    " %s::jsonb)"
+)
+_SUBMIT_COMBINED = (
+    f"WITH p AS ({_COUNT_SUBMISSION} RETURNING id),"
+    f" a AS ({_MARK_SUBMITTED} AND EXISTS (SELECT 1 FROM p) RETURNING id)"
+    f" INSERT INTO {sql.T_JUDGMENT} ({_JUDGMENT_COLUMNS})"
+    " SELECT * FROM (VALUES {rows}) AS submitted WHERE EXISTS (SELECT 1 FROM a)"
+)
+
+
+class _SlowPath(Exception):
+    """Internal: the one-statement submit did not apply; roll back and take the detailed path."""
+
 
 def assignment_submit(
     *, participation: Participation, assignment_id: int, body: Any, now: datetime | None = None
@@ -252,17 +271,24 @@ def assignment_submit(
         return _replay(stored_digest=stored_digest, stored_result=stored_result, digest=digest)
 
     now = now or timezone.now()
+    arguments = {
+        "participation": participation,
+        "assignment_id": assignment_id,
+        "campaign_id": campaign_id,
+        "issued_at": sql.py_datetime(issued_at),
+        "clean": clean,
+        "digest": digest,
+        "now": now,
+    }
     try:
+        if sql.combined_statements():
+            try:
+                with transaction.atomic():
+                    return _store_combined(**arguments)
+            except _SlowPath:
+                pass
         with transaction.atomic():
-            return _store(
-                participation=participation,
-                assignment_id=assignment_id,
-                campaign_id=campaign_id,
-                issued_at=sql.py_datetime(issued_at),
-                clean=clean,
-                digest=digest,
-                now=now,
-            )
+            return _store(**arguments)
     except IntegrityError:
         # The last line of defence (one judgment per worker and candidate) fired: nothing stored.
         raise SubmissionRefused("These ratings conflict with ratings already stored.")
@@ -294,24 +320,15 @@ def _store(
             "Your participation in this campaign has ended, so this submission was not stored.",
             status=403,
         )
-    count = len(clean.ratings)
-    server_ms = max(0, int((now - issued_at).total_seconds() * 1000))
-    result = {
-        "assignment_id": assignment_id,
-        "status": AssignmentStatus.SUBMITTED.value,
-        "judgments": count,
-        "submitted_at": _iso(now),
-    }
-    mark = [
-        AssignmentStatus.SUBMITTED.value,
-        sql.db_datetime(now),
-        digest,
-        sql.db_json(Assignment, "result", result),
-        server_ms,
-        clean.active_ms,
-        clean.video_played_ms,
-        assignment_id,
-    ]
+    result, mark, judgment_rows = _rows(
+        participation=participation,
+        assignment_id=assignment_id,
+        campaign_id=campaign_id,
+        issued_at=issued_at,
+        clean=clean,
+        digest=digest,
+        now=now,
+    )
     # The usual case in one statement: a live lease becomes submitted (the row lock it takes
     # serialises concurrent repeats of the same submit).
     if not sql.execute(_MARK_SUBMITTED, [*mark, AssignmentStatus.LIVE.value]):
@@ -332,30 +349,102 @@ def _store(
             )
         sql.execute(_MARK_SUBMITTED, [*mark, AssignmentStatus.EXPIRED.value])
 
-    rows = ", ".join(["(" + ", ".join(["%s"] * 15) + ")"] * count)
-    created_at = sql.db_datetime(now)
-    empty_detail = sql.db_json(Judgment, "exclusion_detail", {})
-    values: list[Any] = []
-    for rating in clean.ratings:
-        values.extend(
-            [
-                campaign_id,
-                rating["candidate_id"],
-                participation.pk,
-                assignment_id,
-                sql.db_json(Judgment, "values", rating["values"]),
-                rating["reason"],
-                JudgmentSource.CROWD.value,
-                server_ms // count,
-                None if clean.active_ms is None else clean.active_ms // count,
-                clean.video_played_ms,
-                created_at,
-                False,
-                "",
-                "",
-                empty_detail,
-            ]
-        )
-    sql.execute(f"INSERT INTO {sql.T_JUDGMENT} ({_JUDGMENT_COLUMNS}) VALUES {rows}", values)
+    rows = ", ".join(["(" + ", ".join(["%s"] * 15) + ")"] * len(clean.ratings))
+    sql.execute(
+        f"INSERT INTO {sql.T_JUDGMENT} ({_JUDGMENT_COLUMNS}) VALUES {rows}",
+        [value for row in judgment_rows for value in row],
+    )
     enqueue(annotation_tasks.after_submission, assignment_id)
     return SubmitOutcome(result=result, created=True)
+
+
+def _store_combined(
+    *,
+    participation: Participation,
+    assignment_id: int,
+    campaign_id: int,
+    issued_at: datetime,
+    clean: CleanSubmission,
+    digest: str,
+    now: datetime,
+) -> SubmitOutcome:
+    result, mark, judgment_rows = _rows(
+        participation=participation,
+        assignment_id=assignment_id,
+        campaign_id=campaign_id,
+        issued_at=issued_at,
+        clean=clean,
+        digest=digest,
+        now=now,
+    )
+    inserted = sql.execute(
+        _SUBMIT_COMBINED.format(rows=", ".join([_JUDGMENT_CASTS] * len(judgment_rows))),
+        [
+            clean.active_ms or 0,
+            sql.db_datetime(now),
+            participation.pk,
+            ParticipationStatus.EXCLUDED.value,
+            *mark,
+            AssignmentStatus.LIVE.value,
+            *[value for row in judgment_rows for value in row],
+        ],
+    )
+    if inserted != len(judgment_rows):
+        raise _SlowPath()
+    enqueue(annotation_tasks.after_submission, assignment_id)
+    return SubmitOutcome(result=result, created=True)
+
+
+def _rows(
+    *,
+    participation: Participation,
+    assignment_id: int,
+    campaign_id: int,
+    issued_at: datetime,
+    clean: CleanSubmission,
+    digest: str,
+    now: datetime,
+) -> tuple[dict[str, Any], list[Any], list[list[Any]]]:
+    """The result body, the parameters that mark the assignment submitted (without the status it
+    must have), and one row of column values per judgment."""
+    count = len(clean.ratings)
+    server_ms = max(0, int((now - issued_at).total_seconds() * 1000))
+    result = {
+        "assignment_id": assignment_id,
+        "status": AssignmentStatus.SUBMITTED.value,
+        "judgments": count,
+        "submitted_at": _iso(now),
+    }
+    mark = [
+        AssignmentStatus.SUBMITTED.value,
+        sql.db_datetime(now),
+        digest,
+        sql.db_json(Assignment, "result", result),
+        server_ms,
+        clean.active_ms,
+        clean.video_played_ms,
+        assignment_id,
+    ]
+    created_at = sql.db_datetime(now)
+    empty_detail = sql.db_json(Judgment, "exclusion_detail", {})
+    judgment_rows = [
+        [
+            campaign_id,
+            rating["candidate_id"],
+            participation.pk,
+            assignment_id,
+            sql.db_json(Judgment, "values", rating["values"]),
+            rating["reason"],
+            JudgmentSource.CROWD.value,
+            server_ms // count,
+            None if clean.active_ms is None else clean.active_ms // count,
+            clean.video_played_ms,
+            created_at,
+            False,
+            "",
+            "",
+            empty_detail,
+        ]
+        for rating in clean.ratings
+    ]
+    return result, mark, judgment_rows

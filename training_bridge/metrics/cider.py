@@ -20,7 +20,7 @@ Because the IDF depends on the corpus, CIDEr of a candidate changes with the set
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -46,17 +46,16 @@ def _vector(
     log_items: float,
     max_order: int,
 ) -> _Vector:
-    items = []
+    lookup = idf.get
+    # An n-gram in no reference set has df = max(1, 0) = 1: the full IDF log(N).
+    items = [
+        (ngram, len(ngram) - 1, float(term_frequency) * lookup(ngram, log_items))
+        for ngram, term_frequency in counts.items()
+    ]
     squares = [0.0] * max_order
-    bigrams = 0
-    for ngram, term_frequency in counts.items():
-        order = len(ngram) - 1
-        # An n-gram in no reference set has df = max(1, 0) = 1: the full IDF log(N).
-        weight = float(term_frequency) * idf.get(ngram, log_items)
-        items.append((ngram, order, weight))
+    for _, order, weight in items:
         squares[order] += weight * weight
-        if order == 1:
-            bigrams += term_frequency
+    bigrams = sum(count for ngram, count in counts.items() if len(ngram) == 2)
     return _Vector(
         items=tuple(items),
         norms=tuple(math.sqrt(square) for square in squares),
@@ -74,11 +73,11 @@ class _ReferenceGroup:
 
 
 def _reference_group(vectors: Sequence[_Vector]) -> _ReferenceGroup:
-    postings: dict[tuple[str, ...], list[tuple[int, float]]] = {}
+    postings: defaultdict[tuple[str, ...], list[tuple[int, float]]] = defaultdict(list)
     for position, vector in enumerate(vectors):
         for ngram, _, weight in vector.items:
-            postings.setdefault(ngram, []).append((position, weight))
-    return _ReferenceGroup(tuple(vectors), postings)
+            postings[ngram].append((position, weight))
+    return _ReferenceGroup(tuple(vectors), dict(postings))
 
 
 def _item_score(candidate: _Vector, group: _ReferenceGroup, sigma: float, max_order: int) -> float:
@@ -125,19 +124,16 @@ def cider_scores(
         return counts
 
     reference_sets = []
-    document_frequency: Counter[tuple[str, ...]] = Counter()
-    set_cache: dict[tuple[str, ...], frozenset[tuple[str, ...]]] = {}
     for index, candidate_references in enumerate(references):
         if not candidate_references:
             raise ValueError(f"candidate {index} has no reference")
-        key = tuple(candidate_references)
-        ngrams = set_cache.get(key)
-        if ngrams is None:
-            ngrams = set_cache[key] = frozenset(
-                ngram for reference in key for ngram in counts_of(reference)
-            )
-        document_frequency.update(ngrams)
-        reference_sets.append(key)
+        reference_sets.append(tuple(candidate_references))
+    # df counts every scored item whose reference set holds the n-gram; items sharing a reference
+    # set (the candidates of one clip) add their multiplicity at once.
+    document_frequency: Counter[tuple[str, ...]] = Counter()
+    for key, multiplicity in Counter(reference_sets).items():
+        for ngram in {ngram for reference in key for ngram in counts_of(reference)}:
+            document_frequency[ngram] += multiplicity
 
     log_items = math.log(float(len(candidates)))
     # log N - log max(1, df), computed once per distinct n-gram of the references.
