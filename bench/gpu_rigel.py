@@ -841,6 +841,106 @@ def section_phase2(
     return out
 
 
+def section_phase2_train(
+    backbone: Any, clips: list[Path], device: torch.device, args: Any, head: Any
+) -> dict:
+    """Training's real Phase 2 step (`training_bridge.rigel.phase2.train_phase2`, with the engine
+    as the pipeline passes it on CUDA) on a release of the real data's structure: VATEX-EVAL rows
+    (9 references, 6 candidates per clip) on the MP4 files, LoRA r=8/alpha=16 (dropout 0.05, the
+    default), effective and micro batch 8, 1 epoch. Once with peft's default fp32 adapters, then
+    with the same adapters in bf16. Rates from the step callbacks, after the first steps."""
+    from training_bridge.rigel.config import RigelConfig
+    from training_bridge.rigel.data import ExampleLoader, ReleaseRecord
+    from training_bridge.rigel.head import build_head
+    from training_bridge.rigel.phase2 import apply_lora, train_phase2
+    from training_bridge.rigel.store import LocalStore
+
+    _, world, _ = dist_info()
+    store = LocalStore(clips[0].parent)
+    n_clips = max(2, args.phase2_train_samples // 6)
+    rows = make_vatex_examples(clips, n_clips)
+    rng = np.random.default_rng(0)
+    records = [
+        ReleaseRecord(
+            clip_id=f"vatex{k // 6:04d}",
+            candidate_id=f"vatex{k // 6:04d}:{k % 6}",
+            text=ex.candidate,
+            references=tuple(ex.references),
+            normalized=0.5,
+            training_class=int(rng.integers(1, 6)),
+            video_key=Path(str(ex.video_path)).name,
+            duration=5.0,
+        )
+        for k, ex in enumerate(rows)
+    ]
+    config = RigelConfig(backbone=backbone.name, phase2_checkpoint_every=10_000)
+    run_head = build_head(backbone.hidden_size, seed=0).to(device)
+    peft_model = apply_lora(backbone, config)
+    trainable = [p for p in peft_model.parameters() if p.requires_grad]
+    engine = ScoringEngine(
+        backbone, None, batch_size=config.phase2_micro_batch_size, num_workers=args.workers,
+        prefetch_factor=args.prefetch,
+    )  # fmt: skip
+    config_model = backbone.model.config
+    fwd = forward_flops(config_model, seq_len=956, patches=1936, chunk=484)
+    out: dict[str, Any] = {
+        "world_size": world,
+        "samples": len(records),
+        "clips": n_clips,
+        "batch": config.phase2_batch_size,
+        "micro_batch": config.phase2_micro_batch_size,
+        "lora_dropout": config.lora_dropout,
+        "trainable_parameters": int(sum(p.numel() for p in trainable)),
+        # language model forward + input-gradient backward per sample; the vision tower forward
+        # once per clip (6 candidates)
+        "flops_per_sample": 2 * fwd["lm_linear"] + 3 * fwd["lm_attention"]
+        + (fwd["vision_linear"] + fwd["vision_attention"] + fwd["mergers"]) / 6,
+    }  # fmt: skip
+    try:
+        for dtype_name in args.phase2_train_dtypes.split(","):
+            dtype = torch.bfloat16 if dtype_name == "bf16" else torch.float32
+            with torch.no_grad():
+                for p in trainable:
+                    p.data = p.data.to(dtype)
+            times: list[float] = []
+
+            def on_step(done: int, total: int, loss: float, times: list = times) -> None:
+                times.append(time.perf_counter())
+
+            sync(device)
+            start = time.perf_counter()
+            result = train_phase2(
+                backbone=backbone,
+                head=run_head,
+                loader=ExampleLoader(store, frames=backbone.vision.num_frames, lazy=True),
+                records=records,
+                config=config,
+                on_step=on_step,
+                engine=engine,
+            )
+            sync(device)
+            total = time.perf_counter() - start
+            skip = min(4, len(times) - 2)
+            steady = (len(times) - 1 - skip) * config.phase2_batch_size / (times[-1] - times[skip])
+            report = rate_report(len(records), total, out["flops_per_sample"])
+            report["steady_samples_per_s"] = steady
+            report["steady_tflops_per_s"] = steady * out["flops_per_sample"] / 1e12
+            report["steady_fraction_of_bf16_peak"] = (
+                steady * out["flops_per_sample"] / H100_BF16_DENSE_PEAK
+            )
+            report["first_step_seconds"] = times[0] - start if times else None
+            report["steps"] = result.steps
+            report["mean_loss"] = result.mean_loss
+            report["lora_adapter_dtype"] = dtype_name
+            out[f"train_phase2_{dtype_name}"] = report
+            log("phase2_train", dtype_name, json.dumps(report))
+    finally:
+        # leave the backbone without LoRA for the sections after this one
+        backbone.model = peft_model.unload()
+        backbone.extra.pop("peft_model", None)
+    return out
+
+
 def _time_steps(step: Any, device: torch.device, warmup: int, steps: int) -> float:
     for k in range(warmup):
         step(k)
@@ -880,6 +980,8 @@ def main() -> None:
     parser.add_argument("--group-loader-batch", type=int, default=2)
     parser.add_argument("--gpu-reps", type=int, default=3)
     parser.add_argument("--teacher-samples", type=int, default=0)
+    parser.add_argument("--phase2-train-samples", type=int, default=240)
+    parser.add_argument("--phase2-train-dtypes", default="fp32,bf16")
     parser.add_argument("--resume", action="store_true", help="skip sections already in the file")
     parser.add_argument(
         "--limits", default="", help="per-section watchdog seconds, e.g. shared=80,engine=90"
@@ -899,6 +1001,7 @@ def main() -> None:
         args.gpu_reps = 1
         args.shared_samples = min(args.shared_samples, 24)
         args.shared_batch = min(args.shared_batch, 12)
+        args.phase2_train_samples = min(args.phase2_train_samples, 24)
     else:
         device = torch.device("cuda", local)
         torch.cuda.set_device(device)
@@ -969,6 +1072,8 @@ def main() -> None:
                 data = section_hf(backbone, examples, device, args)
             elif name == "shared":
                 data = section_shared(backbone, clips, device, args, head)
+            elif name == "phase2_train":
+                data = section_phase2_train(backbone, clips, device, args, head)
             elif name == "fused":
                 data = section_fused(backbone, clips, examples, device, args, head)
             else:

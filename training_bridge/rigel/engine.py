@@ -125,7 +125,7 @@ class _ExampleDataset(torch.utils.data.Dataset):
         self.examples = examples
         self.reference_free = reference_free
         # What the workers need, without the model.
-        self.backbone = Backbone(**{**backbone.__dict__, "model": _ConfigOnly(backbone.model)})
+        self.backbone = _worker_backbone(backbone)
 
     def __len__(self) -> int:
         return len(self.examples)
@@ -206,6 +206,12 @@ def _mp_context(name: str) -> Any:
     return context
 
 
+def _worker_backbone(backbone: Backbone) -> Backbone:
+    """What the workers need of the backbone: tokenizer, settings and ids, the model's config
+    only, and none of ``extra`` (which may hold a PeftModel: its weights must not be pickled)."""
+    return Backbone(**{**backbone.__dict__, "model": _ConfigOnly(backbone.model), "extra": {}})
+
+
 class _ConfigOnly:
     """Stands in for the model inside workers (only its config is read there)."""
 
@@ -223,6 +229,34 @@ class PreparedBatch:
     lengths: torch.Tensor  # (B,)
     grids: torch.Tensor  # (B, 3)
     indices: torch.Tensor  # (B,) positions in the input list
+
+    def select(self, rows: Sequence[int]) -> PreparedBatch:
+        """The batch of these rows only (in this order), on the same device."""
+        rows = list(rows)
+        where = {}
+        for g, group in enumerate(self.groups):
+            for k, row in enumerate(group):
+                where[row] = (g, k)
+        frames, groups, sizes = [], [], []
+        for g in range(len(self.groups)):
+            picked = [(new, where[row][1]) for new, row in enumerate(rows) if where[row][0] == g]
+            if picked:
+                index = torch.tensor([k for _, k in picked], device=self.frames[g].device)
+                frames.append(self.frames[g].index_select(0, index))
+                groups.append([new for new, _ in picked])
+                sizes.append(self.sizes[g])
+        index = torch.tensor(rows, dtype=torch.long)
+        on = self.input_ids.device
+        return PreparedBatch(
+            frames=frames,
+            groups=groups,
+            sizes=sizes,
+            input_ids=self.input_ids.index_select(0, index.to(on)),
+            positions=self.positions.index_select(1, index.to(on)),
+            lengths=self.lengths.index_select(0, index.to(self.lengths.device)),
+            grids=self.grids.index_select(0, index.to(self.grids.device)),
+            indices=self.indices.index_select(0, index.to(self.indices.device)),
+        )
 
     def pin_memory(self) -> PreparedBatch:
         return PreparedBatch(
@@ -381,7 +415,7 @@ class _GroupDataset(torch.utils.data.Dataset):
         self.examples = examples
         self.groups = [list(g) for g in groups]
         self.reference_free = reference_free
-        self.backbone = Backbone(**{**backbone.__dict__, "model": _ConfigOnly(backbone.model)})
+        self.backbone = _worker_backbone(backbone)
 
     def __len__(self) -> int:
         return len(self.groups)
@@ -571,6 +605,32 @@ def suffix_attention_mask(
         dim=-1,
     )
     return mask.unsqueeze(1)
+
+
+class VisionCache:
+    """Least-recently-used cache of per-clip vision features (on the device), bounded in clips."""
+
+    def __init__(self, max_clips: int = 2048):
+        from collections import OrderedDict
+
+        self.max_clips = max_clips
+        self.items: OrderedDict[Any, tuple[torch.Tensor, list[torch.Tensor]]] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self.items
+
+    def get(self, key: Any) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        self.items.move_to_end(key)
+        self.hits += 1
+        return self.items[key]
+
+    def put(self, key: Any, value: tuple[torch.Tensor, list[torch.Tensor]]) -> None:
+        self.items[key] = value
+        self.misses += 1
+        while len(self.items) > self.max_clips:
+            self.items.popitem(last=False)
 
 
 # --------------------------------------------------------------------------------------------
@@ -773,27 +833,40 @@ class ScoringEngine:
         if pending:
             yield merge_batches(pending, self.backbone.pad_token_id)
 
-    def prepared_batches(self, examples: Sequence[RigelExample]) -> Iterator[PreparedBatch]:
-        """Batches of ``loader_batch`` prepared by the workers (pinned), in input order."""
+    def prepared_batches(
+        self,
+        examples: Sequence[RigelExample],
+        batch_sampler: Sequence[Sequence[int]] | None = None,
+    ) -> Iterator[PreparedBatch]:
+        """Batches of ``loader_batch`` prepared by the workers (pinned), in input order; or, with
+        ``batch_sampler``, exactly those batches of example positions, in that order."""
         dataset = _ExampleDataset(examples, self.backbone, self.reference_free)
         collate = functools.partial(
             _collate, pad_id=self.backbone.pad_token_id, multiple=self.pad_multiple
         )
         # Not "fork": a parent that has used OpenCV/OpenMP thread pools can deadlock its forked
         # children; the fork server starts clean (see _mp_context).
-        loader = self._loader(dataset, collate, self.loader_batch)
+        loader = self._loader(dataset, collate, self.loader_batch, batch_sampler)
         with _worker_environment():  # the workers (and a fork server) start here
             iterator = iter(loader)
         yield from iterator
 
     def _loader(
-        self, dataset: torch.utils.data.Dataset, collate: Callable[[list[Any]], Any], batch: int
+        self,
+        dataset: torch.utils.data.Dataset,
+        collate: Callable[[list[Any]], Any],
+        batch: int,
+        batch_sampler: Sequence[Sequence[int]] | None = None,
     ) -> torch.utils.data.DataLoader:
         workers = self.num_workers
+        sizing: dict[str, Any] = (
+            {"batch_sampler": [list(b) for b in batch_sampler]}
+            if batch_sampler is not None
+            else {"batch_size": batch, "shuffle": False}
+        )
         return torch.utils.data.DataLoader(
             dataset,
-            batch_size=batch,
-            shuffle=False,
+            **sizing,
             num_workers=workers,
             collate_fn=collate,
             pin_memory=self.device.type == "cuda",
@@ -910,6 +983,36 @@ class ScoringEngine:
         finally:
             _CHUNK_LENGTH.reset(token)
         return out.pooler_output, list(out.deepstack_features)
+
+    def cached_vision_features(
+        self, batch: PreparedBatch, keys: Sequence[Any], cache: VisionCache
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The batch's merged video embeddings and DeepStack features, the vision tower running
+        only on clips not yet in ``cache`` (keyed by ``keys``, one per row). The tower is frozen
+        (Phase 2 trains LoRA on the language model only), so its features are constants."""
+        missing: dict[Any, int] = {}
+        for row, key in enumerate(keys):
+            if key not in cache and key not in missing:
+                missing[key] = row
+        if missing:
+            with torch.no_grad():
+                sub = batch.select(list(missing.values()))
+                pixel_values, grid_thw = self.pixels(sub)
+                embeds, deepstack = self.vision_features(pixel_values, grid_thw, sub.grids)
+            tokens = (sub.grids.prod(-1) // self.backbone.vision.merge_size**2).tolist()
+        else:
+            tokens, embeds, deepstack = [], torch.empty(0), []
+        parts = embeds.split(tokens) if missing else ()
+        deep_parts = [d.split(tokens) for d in deepstack]
+        fresh: dict[Any, tuple[torch.Tensor, list[torch.Tensor]]] = {}
+        for k, key in enumerate(missing):
+            fresh[key] = (parts[k].clone(), [d[k].clone() for d in deep_parts])
+        rows = [fresh[key] if key in fresh else cache.get(key) for key in keys]
+        for key, value in fresh.items():
+            cache.put(key, value)
+        embeds = torch.cat([r[0] for r in rows])
+        deepstack = [torch.cat([r[1][i] for r in rows]) for i in range(len(rows[0][1]))]
+        return embeds, deepstack
 
     def answer_hidden(
         self, batch: PreparedBatch, pixel_values: torch.Tensor, grid_thw: torch.Tensor
