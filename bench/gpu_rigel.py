@@ -307,6 +307,7 @@ def section_engine(
         prefetch_factor=args.prefetch,
         loader_batch=args.loader_batch,
         fuse_elementwise=args.fuse,
+        mp_context=args.mp_context,
     )
     # Warm-up (kernels, allocator) on two batches.
     engine.run(mine[: 2 * args.batch])
@@ -435,16 +436,19 @@ def section_shared(
         prefetch_factor=args.prefetch,
         group_loader_batch=args.group_loader_batch,
         fuse_elementwise=args.fuse,
+        mp_context=args.mp_context,
     )
-    warm = examples[: 6 * max(2, -(-2 * args.shared_batch // 6))]
+    parts = args.shared_parts.split(",")
+    batches = 2 if "gpu" in parts else 1
+    warm = examples[: 6 * max(2, -(-batches * args.shared_batch // 6))]
     groups = plan_groups(warm, False)
     prepared = list(engine.group_device_batches(warm, groups))
     for gb in prepared:
         engine.forward_groups(gb)
     sync(device)
     # GPU part alone on the prepared batches.
+    reps = args.gpu_reps if "gpu" in parts else 0
     start = time.perf_counter()
-    reps = args.gpu_reps
     for _ in range(reps):
         for gb in prepared:
             engine.forward_groups(gb)
@@ -473,21 +477,23 @@ def section_shared(
     out["prefix_tokens_per_clip"] = prefix_tokens / sum(len(gb.prefix.lengths) for gb in prepared)
     out["suffix_tokens_per_candidate"] = suffix_tokens / samples
     out["flops_per_sample"] = per_sample
-    out["gpu_only"] = rate_report(reps * samples, gpu_seconds, per_sample["total"])
-    log("shared gpu_only", json.dumps(out["gpu_only"]))
-    # Exactness on the device: the shared path against the per-sample path on the same samples.
-    check = examples[:12]
-    a = engine.run(check)
-    engine.share_prefix = False
-    b = engine.run(check)
-    engine.share_prefix = True
-    out["check_vs_per_sample"] = {
-        "samples": len(check),
-        "max_abs_score_diff": float(np.abs(a.scores - b.scores).max()),
-        "max_abs_score_logit_diff": float(np.abs(a.score_logits - b.score_logits).max()),
-        "dtype": str(backbone.dtype),
-    }
-    log("shared check", json.dumps(out["check_vs_per_sample"]))
+    if reps:
+        out["gpu_only"] = rate_report(reps * samples, gpu_seconds, per_sample["total"])
+        log("shared gpu_only", json.dumps(out["gpu_only"]))
+    if "check" in parts:
+        # Exactness on the device: the shared path against the per-sample path.
+        check = examples[:12]
+        a = engine.run(check)
+        engine.share_prefix = False
+        b = engine.run(check)
+        engine.share_prefix = True
+        out["check_vs_per_sample"] = {
+            "samples": len(check),
+            "max_abs_score_diff": float(np.abs(a.scores - b.scores).max()),
+            "max_abs_score_logit_diff": float(np.abs(a.score_logits - b.score_logits).max()),
+            "dtype": str(backbone.dtype),
+        }
+        log("shared check", json.dumps(out["check_vs_per_sample"]))
     del prepared
     # CPU side alone (decode once per clip, tokenise every candidate).
     cpu = examples[: args.cpu_samples]
@@ -528,7 +534,7 @@ def section_fused(
     out: dict[str, Any] = {}
     engine = ScoringEngine(
         backbone, head, batch_size=args.batch, num_workers=args.workers,
-        prefetch_factor=args.prefetch, loader_batch=args.loader_batch,
+        prefetch_factor=args.prefetch, loader_batch=args.loader_batch, mp_context=args.mp_context,
     )  # fmt: skip
     single = list(engine.device_batches(examples[: 2 * args.batch]))
     vatex = make_vatex_examples(clips, max(2, -(-2 * args.shared_batch // 6)))
@@ -879,7 +885,7 @@ def section_phase2_train(
     trainable = [p for p in peft_model.parameters() if p.requires_grad]
     engine = ScoringEngine(
         backbone, None, batch_size=config.phase2_micro_batch_size, num_workers=args.workers,
-        prefetch_factor=args.prefetch,
+        prefetch_factor=args.prefetch, mp_context=args.mp_context,
     )  # fmt: skip
     config_model = backbone.model.config
     fwd = forward_flops(config_model, seq_len=956, patches=1936, chunk=484)
@@ -981,6 +987,10 @@ def main() -> None:
     parser.add_argument("--gpu-reps", type=int, default=3)
     parser.add_argument("--teacher-samples", type=int, default=0)
     parser.add_argument("--phase2-train-samples", type=int, default=240)
+    parser.add_argument("--shared-parts", default="gpu,check,cpu,e2e")
+    parser.add_argument(
+        "--mp-context", default="fork", help="the engine's worker start: fork|forkserver"
+    )
     parser.add_argument("--phase2-train-dtypes", default="fp32,bf16")
     parser.add_argument("--resume", action="store_true", help="skip sections already in the file")
     parser.add_argument(

@@ -6,7 +6,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 START=$SECONDS
-DEADLINE=${DEADLINE:-250}
+DEADLINE=${DEADLINE:-170}
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -15,15 +15,17 @@ export PYTHONPATH=/tmp/site:$PWD
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 mkdir -p "$OUT/res"
 SECTIONS=${SECTIONS:-env,shared,engine,phase2_train,fused}
-LIMITS=${LIMITS:-shared=70,engine=75,phase2_train=70,fused=100}
+LIMITS=${LIMITS:-shared=45,engine=60,phase2_train=60,fused=60}
 ARGS="--out $OUT/res --clips ../clips --sections $SECTIONS --limits $LIMITS --samples 1024 \
   --cpu-samples 384 --shared-samples 1536 --shared-batch 128 --phase2-train-samples 240 \
-  --gpu-reps 3 --phase2-steps 16 ${EXTRA:-}"
+  --gpu-reps 3 --phase2-steps 16 --mp-context ${MP:-fork} ${EXTRA:-}"
 for attempt in 1 2; do
   left=$((DEADLINE - (SECONDS - START)))
-  [ "$left" -lt 45 ] && break
+  [ "$left" -lt 40 ] && break
   echo "attempt $attempt, $left s left"
-  timeout -s KILL "$left" python3 bench/gpu_rigel.py $ARGS --resume 2>&1 | tee -a "$OUT/log.txt"
+  # a file, not a pipe: worker processes orphaned by a watchdog exit must not hold the caller
+  timeout -s KILL "$left" python3 bench/gpu_rigel.py $ARGS --resume >>"$OUT/log.txt" 2>&1
+  grep -a "^\[rank" "$OUT/log.txt" | cut -c1-300 | tail -n 40
   python3 - "$OUT/res/results.json" "$SECTIONS" <<'PY' && break
 import json, sys
 d = json.load(open(sys.argv[1]))

@@ -150,8 +150,9 @@ class _ExampleDataset(torch.utils.data.Dataset):
 
 
 # Environment the decoding workers start with: one thread per library in each worker (the workers
-# are the parallelism). Under torchrun (which sets OMP_NUM_THREADS=1) the engine ran at full speed
-# on the GPU machine; single-process runs without it did not finish in time there.
+# are the parallelism). OpenCV's decoder threads are set per capture (video._open_capture): its
+# default of one thread per core in each of 15 workers made the earlier single-process runs on the
+# GPU machine crawl; with one thread per capture they ran at full speed (docs/benchmarks.md).
 WORKER_ENV = {
     "OMP_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
@@ -188,8 +189,15 @@ def _worker_init(worker_id: int) -> None:
 
 
 def _mp_context(name: str) -> Any:
-    """The workers' multiprocessing context; a fork server preloads the modules the workers need
-    (imported once in the server, not once per worker and run)."""
+    """The workers' multiprocessing context (``ScoringEngine(mp_context=...)``).
+
+    ``fork`` (the default): workers start in well under a second (measured on the H200 machine:
+    first batch after 0.7 s). Each worker runs with one thread per library (``_worker_init``) and
+    OpenCV decodes with one thread per capture (``video._open_capture``); the parent should not
+    have used OpenCV's or OpenMP's thread pools (benchmarks set ``OMP_NUM_THREADS=1``, as torchrun
+    does). ``forkserver``: workers start from a clean server that preloads the modules below —
+    immune to thread pools inherited from the parent, but each worker unpickles the dataset (the
+    tokenizer) and re-imports the main module: about 10 s per loader on the H200 machine."""
     import multiprocessing
 
     context = multiprocessing.get_context(name)
@@ -670,7 +678,7 @@ class ScoringEngine:
         fast_vision: bool = True,
         linear_patch_embed: bool = True,
         fuse_elementwise: bool = False,
-        mp_context: str = "forkserver",
+        mp_context: str = "fork",
         share_prefix: bool = True,
         group_loader_batch: int = 2,
     ):
@@ -844,8 +852,6 @@ class ScoringEngine:
         collate = functools.partial(
             _collate, pad_id=self.backbone.pad_token_id, multiple=self.pad_multiple
         )
-        # Not "fork": a parent that has used OpenCV/OpenMP thread pools can deadlock its forked
-        # children; the fork server starts clean (see _mp_context).
         loader = self._loader(dataset, collate, self.loader_batch, batch_sampler)
         with _worker_environment():  # the workers (and a fork server) start here
             iterator = iter(loader)
