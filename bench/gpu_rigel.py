@@ -307,6 +307,7 @@ def section_engine(
         prefetch_factor=args.prefetch,
         loader_batch=args.loader_batch,
         fuse_elementwise=args.fuse,
+        mp_context=args.mp_context,
     )
     # Warm-up (kernels, allocator) on two batches.
     engine.run(mine[: 2 * args.batch])
@@ -340,10 +341,10 @@ def section_engine(
     out["gpu_only"] = rate_report(gpu_samples, gpu_seconds, flops["total"])
     del prepared
     # End to end from MP4 files: scoring with the head, then the teacher pass (no head).
-    for name, with_head, n in (
-        ("scoring", True, args.samples),
-        ("teacher", False, args.samples // 2),
-    ):
+    runs = [("scoring", True, args.samples)]
+    if args.teacher_samples:
+        runs.append(("teacher", False, args.teacher_samples))
+    for name, with_head, n in runs:
         engine.head = head if with_head else None
         subset = mine[: n // world] if world > 1 else mine[:n]
         if world > 1:
@@ -362,6 +363,7 @@ def section_engine(
         else:
             total = len(subset)
         report = rate_report(total, seconds, flops["total"], world)
+        report.update(steady_state(result.stats, total, world))
         report["finite"] = bool(
             np.isfinite(result.hidden).all() and np.isfinite(result.score_logits).all()
         )
@@ -370,6 +372,221 @@ def section_engine(
             report["score_std"] = float(np.std(result.scores))
         out[f"end_to_end_{name}"] = report
         log(name, json.dumps(report))
+    return out
+
+
+def steady_state(stats: dict[str, Any], total: int, world: int) -> dict[str, Any]:
+    """Start-up (worker processes, first batch) and the rate after the first batch."""
+    first = stats.get("first_batch_seconds")
+    out: dict[str, Any] = {"first_batch_seconds": first}
+    if first is not None and stats["seconds"] > first and stats["batches"] > 1:
+        per_batch = total / world / stats["batches"]
+        rest = (total / world - per_batch) * world
+        out["after_first_batch_ms_per_sample"] = 1000 * (stats["seconds"] - first) / rest
+    return out
+
+
+def make_vatex_examples(clips: list[Path], n_clips: int, refs: int = 9) -> list[RigelExample]:
+    """The real data's structure: VATEX-EVAL rows in order, each with its own 9 references and
+    its 6 candidates, the row's video being one of the MP4 files (row r -> file r mod count).
+    Rows are distinct groups (their references differ), so every row's clip is decoded once."""
+    path = Path(__file__).resolve().parents[1] / "data" / "vatex_eval" / "vid_cans_score_dict.json"
+    rows = list(json.loads(path.read_text()).values())[:n_clips]
+    examples = []
+    for r, row in enumerate(rows):
+        references = row["refs"][0] if isinstance(row["refs"][0], list) else row["refs"]
+        for candidate in row["cands"]:
+            examples.append(
+                RigelExample(
+                    references=list(references[:refs]),
+                    candidate=candidate,
+                    video_path=str(clips[r % len(clips)]),
+                )
+            )
+    return examples
+
+
+def section_shared(
+    backbone: Any, clips: list[Path], device: torch.device, args: Any, head: Any
+) -> dict:
+    """Workload (b): 6 candidates per clip with the same 9 references (VATEX-EVAL's structure),
+    through the shared-prefix path: decode, vision tower and prompt prefix once per clip."""
+    from training_bridge.rigel.engine import plan_groups, shared_prefix_flops
+
+    rank, world, _ = dist_info()
+    n_clips = max(1, args.shared_samples // 6)
+    every = make_vatex_examples(clips, n_clips * world)
+    # whole clips per rank
+    examples = [e for r in range(rank, n_clips * world, world) for e in every[6 * r : 6 * r + 6]]
+    out: dict[str, Any] = {
+        "workload": "b: 6 candidates per clip, same 9 references (VATEX-EVAL structure)",
+        "world_size": world,
+        "batch_candidates": args.shared_batch,
+        "workers": args.workers,
+        "group_loader_batch": args.group_loader_batch,
+        "prefetch": args.prefetch,
+        "fuse_elementwise": args.fuse,
+    }
+    config = backbone.model.config
+    engine = ScoringEngine(
+        backbone,
+        head,
+        batch_size=args.shared_batch,
+        num_workers=args.workers,
+        prefetch_factor=args.prefetch,
+        group_loader_batch=args.group_loader_batch,
+        fuse_elementwise=args.fuse,
+        mp_context=args.mp_context,
+    )
+    parts = args.shared_parts.split(",")
+    batches = 2 if "gpu" in parts else 1
+    warm = examples[: 6 * max(2, -(-batches * args.shared_batch // 6))]
+    groups = plan_groups(warm, False)
+    prepared = list(engine.group_device_batches(warm, groups))
+    for gb in prepared:
+        engine.forward_groups(gb)
+    sync(device)
+    # GPU part alone on the prepared batches.
+    reps = args.gpu_reps if "gpu" in parts else 0
+    start = time.perf_counter()
+    for _ in range(reps):
+        for gb in prepared:
+            engine.forward_groups(gb)
+    sync(device)
+    gpu_seconds = time.perf_counter() - start
+    samples = sum(len(gb.indices) for gb in prepared)
+    flops = {k: 0.0 for k in ("lm_linear", "lm_attention", "vision_linear", "vision_attention",
+                              "mergers", "total")}  # fmt: skip
+    prefix_tokens = suffix_tokens = 0
+    for gb in prepared:
+        f = shared_prefix_flops(
+            config,
+            prefix_lengths=gb.prefix.lengths.tolist(),
+            suffix_lengths=gb.suffix_lengths.tolist(),
+            owner=gb.owner.tolist(),
+            patches=float(gb.prefix.grids[0].prod()),
+            chunk=float(gb.prefix.grids[0, 1] * gb.prefix.grids[0, 2]),
+        )
+        for key in flops:
+            flops[key] += f[key]
+        prefix_tokens += int(gb.prefix.lengths.sum())
+        suffix_tokens += int(gb.suffix_lengths.sum())
+    per_sample = {k: v / samples for k, v in flops.items()}
+    out["clips_per_batch"] = float(np.mean([len(gb.prefix.lengths) for gb in prepared]))
+    out["candidates_per_batch"] = float(np.mean([len(gb.indices) for gb in prepared]))
+    out["prefix_tokens_per_clip"] = prefix_tokens / sum(len(gb.prefix.lengths) for gb in prepared)
+    out["suffix_tokens_per_candidate"] = suffix_tokens / samples
+    out["flops_per_sample"] = per_sample
+    if reps:
+        out["gpu_only"] = rate_report(reps * samples, gpu_seconds, per_sample["total"])
+        log("shared gpu_only", json.dumps(out["gpu_only"]))
+    if "check" in parts:
+        # Exactness on the device: the shared path against the per-sample path.
+        check = examples[:12]
+        a = engine.run(check)
+        engine.share_prefix = False
+        b = engine.run(check)
+        engine.share_prefix = True
+        out["check_vs_per_sample"] = {
+            "samples": len(check),
+            "max_abs_score_diff": float(np.abs(a.scores - b.scores).max()),
+            "max_abs_score_logit_diff": float(np.abs(a.score_logits - b.score_logits).max()),
+            "dtype": str(backbone.dtype),
+        }
+        log("shared check", json.dumps(out["check_vs_per_sample"]))
+    del prepared
+    # CPU side alone (decode once per clip, tokenise every candidate).
+    cpu = examples[: args.cpu_samples]
+    start = time.perf_counter()
+    count = 0
+    for gb in engine.prepared_groups(cpu, plan_groups(cpu, False)):
+        count += len(gb.indices)
+    out["cpu_pipeline_samples_per_s"] = count / (time.perf_counter() - start)
+    log("shared cpu", out["cpu_pipeline_samples_per_s"])
+    # End to end from MP4 files.
+    sync(device)
+    start = time.perf_counter()
+    result = engine.run(examples)
+    sync(device)
+    seconds = time.perf_counter() - start
+    report = rate_report(len(examples), seconds, per_sample["total"])
+    report.update(steady_state(result.stats, len(examples), 1))
+    report["clips"] = result.stats["shared_clips"]
+    report["finite"] = bool(np.isfinite(result.hidden).all())
+    assert result.scores is not None
+    report["score_mean"] = float(np.mean(result.scores))
+    report["score_std"] = float(np.std(result.scores))
+    out["end_to_end_scoring"] = report
+    log("shared end_to_end", json.dumps(report))
+    return out
+
+
+def section_fused(
+    backbone: Any, clips: list[Path], examples: list[RigelExample], device: torch.device,
+    args: Any, head: Any,
+) -> dict:  # fmt: skip
+    """The GPU part alone for both workloads with the compiled elementwise ops (fused RMSNorm,
+    SiLU-gate, text and vision rotary), against the same batches unfused; then a kernel
+    profile of one fused batch of workload (a)."""
+    from training_bridge.rigel import fused
+    from training_bridge.rigel.engine import plan_groups
+
+    out: dict[str, Any] = {}
+    engine = ScoringEngine(
+        backbone, head, batch_size=args.batch, num_workers=args.workers,
+        prefetch_factor=args.prefetch, loader_batch=args.loader_batch, mp_context=args.mp_context,
+    )  # fmt: skip
+    single = list(engine.device_batches(examples[: 2 * args.batch]))
+    vatex = make_vatex_examples(clips, max(2, -(-2 * args.shared_batch // 6)))
+    engine.batch_size = args.shared_batch
+    shared = list(engine.group_device_batches(vatex, plan_groups(vatex, False)))
+    engine.batch_size = args.batch
+
+    def timed(name: str, fn: Any, batches: list[Any]) -> None:
+        for b in batches:
+            fn(b)
+        sync(device)
+        start = time.perf_counter()
+        for _ in range(args.gpu_reps):
+            for b in batches:
+                fn(b)
+        sync(device)
+        n = args.gpu_reps * sum(len(b.indices) for b in batches)
+        out[name] = 1000 * (time.perf_counter() - start) / n
+        log("fused", name, f"{out[name]:.3f} ms/sample")
+
+    timed("a_gpu_ms_per_sample_unfused", engine.forward_batch, single)
+    timed("b_gpu_ms_per_sample_unfused", engine.forward_groups, shared)
+    base = engine.forward_batch(single[0])[1].float()
+    start = time.perf_counter()
+    fused.fuse_elementwise()
+    for b in single[:1]:
+        engine.forward_batch(b)
+    for b in shared[:1]:
+        engine.forward_groups(b)
+    sync(device)
+    out["compile_seconds"] = time.perf_counter() - start
+    log("fused compile", out["compile_seconds"])
+    timed("a_gpu_ms_per_sample_fused", engine.forward_batch, single)
+    timed("b_gpu_ms_per_sample_fused", engine.forward_groups, shared)
+    ref = engine.forward_batch(single[0])[1].float()
+    out["a_fused_vs_unfused_max_abs_logit_diff"] = float((ref - base).abs().max())
+    out["a_logit_scale"] = float(base.abs().max())
+    try:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            engine.forward_batch(single[0])
+            sync(device)
+        table = prof.key_averages().table(
+            sort_by="cuda_time_total", row_limit=20, max_name_column_width=70
+        )
+        out["profile_a_fused"] = table.splitlines()
+        print(table, flush=True)
+    except Exception as exc:  # the profile is a bonus
+        out["profile_error"] = repr(exc)
+    fused.restore()
+    fused.linear_patch_embed()
     return out
 
 
@@ -508,7 +725,7 @@ def section_phase2(
         sync(device)
         out["vision_cache_ms_per_sample"] = 1000 * (time.perf_counter() - start) / len(mine)
     cache = [(e.detach(), [d.detach() for d in ds]) for e, ds in cache]
-    peft_model = _lora_model(model, adapter_fp32=args.lora_dtype == "fp32")
+    peft_model = _lora_model(model, adapter_fp32=False)  # dtype set per run below
     trainable = [p for p in peft_model.parameters() if p.requires_grad]
     out["trainable_parameters"] = int(sum(p.numel() for p in trainable))
     assert all(not p.requires_grad for p in model.model.visual.parameters())
@@ -567,7 +784,8 @@ def section_phase2(
         del opt
         gc.collect()
 
-    # Fast step.
+    # Fast step, once per LoRA adapter dtype (bf16 adapters first; then the same adapters in
+    # fp32, peft's default, where the inputs of every adapter are cast to fp32).
     if args.fuse:
         fused.fuse_elementwise()
     out["fuse_elementwise"] = args.fuse
@@ -578,43 +796,154 @@ def section_phase2(
             device_ids=[local] if device.type == "cuda" else None,
             find_unused_parameters=False,
         )
-    opt = torch.optim.AdamW(trainable, lr=1e-4, weight_decay=0.0, fused=device.type == "cuda")
     peft_model.train()
-    losses: list[float] = []
+    for dtype_name in args.lora_dtype.split(","):
+        dtype = torch.bfloat16 if dtype_name == "bf16" else torch.float32
+        with torch.no_grad():
+            for p in trainable:
+                p.data = p.data.to(dtype)
+        opt = torch.optim.AdamW(trainable, lr=1e-4, weight_decay=0.0, fused=device.type == "cuda")
+        losses: list[float] = []
+        grads_ok: dict[str, bool] = {}
 
-    grads_ok: dict[str, bool] = {}
+        def fast_step(
+            k: int,
+            opt: torch.optim.Optimizer = opt,
+            grads_ok: dict[str, bool] = grads_ok,
+            losses: list[float] = losses,
+        ) -> None:
+            i = k % len(prepared)
+            emb, ds = cache[i]
+            loss = step_module(prepared[i], emb, ds, labels[i])
+            loss.backward()
+            if not grads_ok:
+                grads_ok["lora_has_gradients"] = any(
+                    p.grad is not None and bool(p.grad.abs().sum() > 0) for p in trainable
+                )
+                grads_ok["head_has_no_gradients"] = all(p.grad is None for p in head.parameters())
+                grads_ok["vision_has_no_gradients"] = all(
+                    p.grad is None for p in model.model.visual.parameters()
+                )
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            if k % 10 == 0:
+                losses.append(float(loss.detach()))
 
-    def fast_step(k: int) -> None:
-        i = k % len(prepared)
-        emb, ds = cache[i]
-        loss = step_module(prepared[i], emb, ds, labels[i])
-        loss.backward()
-        if not grads_ok:
-            grads_ok["lora_has_gradients"] = any(
-                p.grad is not None and bool(p.grad.abs().sum() > 0) for p in trainable
+        fast_step(0)  # the checked step: LoRA gets gradients, the head and the vision tower none
+        steps = args.phase2_steps
+        if world > 1:
+            torch.distributed.barrier()
+        seconds = _time_steps(fast_step, device, 2, steps)
+        if world > 1:
+            t = torch.tensor([seconds], device=device, dtype=torch.float64)
+            torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+            seconds = float(t)
+        key = "fast" if dtype_name == args.lora_dtype.split(",")[0] else f"fast_{dtype_name}"
+        out[key] = rate_report(8 * steps * world, seconds, lm_train, world)
+        out[key]["lora_adapter_dtype"] = dtype_name
+        out[key]["loss_samples"] = losses[:5]
+        out[key]["grads"] = grads_ok
+        log("phase2", key, json.dumps(out[key]))
+    return out
+
+
+def section_phase2_train(
+    backbone: Any, clips: list[Path], device: torch.device, args: Any, head: Any
+) -> dict:
+    """Training's real Phase 2 step (`training_bridge.rigel.phase2.train_phase2`, with the engine
+    as the pipeline passes it on CUDA) on a release of the real data's structure: VATEX-EVAL rows
+    (9 references, 6 candidates per clip) on the MP4 files, LoRA r=8/alpha=16 (dropout 0.05, the
+    default), effective and micro batch 8, 1 epoch. Once with peft's default fp32 adapters, then
+    with the same adapters in bf16. Rates from the step callbacks, after the first steps."""
+    from training_bridge.rigel.config import RigelConfig
+    from training_bridge.rigel.data import ExampleLoader, ReleaseRecord
+    from training_bridge.rigel.head import build_head
+    from training_bridge.rigel.phase2 import apply_lora, train_phase2
+    from training_bridge.rigel.store import LocalStore
+
+    _, world, _ = dist_info()
+    store = LocalStore(clips[0].parent)
+    n_clips = max(2, args.phase2_train_samples // 6)
+    rows = make_vatex_examples(clips, n_clips)
+    rng = np.random.default_rng(0)
+    records = [
+        ReleaseRecord(
+            clip_id=f"vatex{k // 6:04d}",
+            candidate_id=f"vatex{k // 6:04d}:{k % 6}",
+            text=ex.candidate,
+            references=tuple(ex.references),
+            normalized=0.5,
+            training_class=int(rng.integers(1, 6)),
+            video_key=Path(str(ex.video_path)).name,
+            duration=5.0,
+        )
+        for k, ex in enumerate(rows)
+    ]
+    config = RigelConfig(backbone=backbone.name, phase2_checkpoint_every=10_000)
+    run_head = build_head(backbone.hidden_size, seed=0).to(device)
+    peft_model = apply_lora(backbone, config)
+    trainable = [p for p in peft_model.parameters() if p.requires_grad]
+    engine = ScoringEngine(
+        backbone, None, batch_size=config.phase2_micro_batch_size, num_workers=args.workers,
+        prefetch_factor=args.prefetch, mp_context=args.mp_context,
+    )  # fmt: skip
+    config_model = backbone.model.config
+    fwd = forward_flops(config_model, seq_len=956, patches=1936, chunk=484)
+    out: dict[str, Any] = {
+        "world_size": world,
+        "samples": len(records),
+        "clips": n_clips,
+        "batch": config.phase2_batch_size,
+        "micro_batch": config.phase2_micro_batch_size,
+        "lora_dropout": config.lora_dropout,
+        "trainable_parameters": int(sum(p.numel() for p in trainable)),
+        # language model forward + input-gradient backward per sample; the vision tower forward
+        # once per clip (6 candidates)
+        "flops_per_sample": 2 * fwd["lm_linear"] + 3 * fwd["lm_attention"]
+        + (fwd["vision_linear"] + fwd["vision_attention"] + fwd["mergers"]) / 6,
+    }  # fmt: skip
+    try:
+        for dtype_name in args.phase2_train_dtypes.split(","):
+            dtype = torch.bfloat16 if dtype_name == "bf16" else torch.float32
+            with torch.no_grad():
+                for p in trainable:
+                    p.data = p.data.to(dtype)
+            times: list[float] = []
+
+            def on_step(done: int, total: int, loss: float, times: list = times) -> None:
+                times.append(time.perf_counter())
+
+            sync(device)
+            start = time.perf_counter()
+            result = train_phase2(
+                backbone=backbone,
+                head=run_head,
+                loader=ExampleLoader(store, frames=backbone.vision.num_frames, lazy=True),
+                records=records,
+                config=config,
+                on_step=on_step,
+                engine=engine,
             )
-            grads_ok["head_has_no_gradients"] = all(p.grad is None for p in head.parameters())
-            grads_ok["vision_has_no_gradients"] = all(
-                p.grad is None for p in model.model.visual.parameters()
+            sync(device)
+            total = time.perf_counter() - start
+            skip = min(4, len(times) - 2)
+            steady = (len(times) - 1 - skip) * config.phase2_batch_size / (times[-1] - times[skip])
+            report = rate_report(len(records), total, out["flops_per_sample"])
+            report["steady_samples_per_s"] = steady
+            report["steady_tflops_per_s"] = steady * out["flops_per_sample"] / 1e12
+            report["steady_fraction_of_bf16_peak"] = (
+                steady * out["flops_per_sample"] / H100_BF16_DENSE_PEAK
             )
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        if k % 10 == 0:
-            losses.append(float(loss.detach()))
-
-    fast_step(0)  # the checked step: LoRA gets gradients, the head and the vision tower none
-    steps = args.phase2_steps
-    if world > 1:
-        torch.distributed.barrier()
-    seconds = _time_steps(fast_step, device, 2, steps)
-    if world > 1:
-        t = torch.tensor([seconds], device=device, dtype=torch.float64)
-        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
-        seconds = float(t)
-    out["fast"] = rate_report(8 * steps * world, seconds, lm_train, world)
-    out["fast"]["loss_samples"] = losses[:5]
-    out["grads"] = grads_ok
-    log("phase2 fast", json.dumps(out["fast"]))
+            report["first_step_seconds"] = times[0] - start if times else None
+            report["steps"] = result.steps
+            report["mean_loss"] = result.mean_loss
+            report["lora_adapter_dtype"] = dtype_name
+            out[f"train_phase2_{dtype_name}"] = report
+            log("phase2_train", dtype_name, json.dumps(report))
+    finally:
+        # leave the backbone without LoRA for the sections after this one
+        backbone.model = peft_model.unload()
+        backbone.extra.pop("peft_model", None)
     return out
 
 
@@ -651,7 +980,22 @@ def main() -> None:
     parser.add_argument("--skip-plain-phase2", action="store_true")
     parser.add_argument("--loader-batch", type=int, default=8)
     parser.add_argument("--fuse", action="store_true", help="compiled fused elementwise ops")
-    parser.add_argument("--lora-dtype", choices=["fp32", "bf16"], default="fp32")
+    parser.add_argument("--lora-dtype", default="bf16,fp32", help="comma list: bf16, fp32")
+    parser.add_argument("--shared-samples", type=int, default=1536)
+    parser.add_argument("--shared-batch", type=int, default=128, help="candidates per batch")
+    parser.add_argument("--group-loader-batch", type=int, default=2)
+    parser.add_argument("--gpu-reps", type=int, default=3)
+    parser.add_argument("--teacher-samples", type=int, default=0)
+    parser.add_argument("--phase2-train-samples", type=int, default=240)
+    parser.add_argument("--shared-parts", default="gpu,check,cpu,e2e")
+    parser.add_argument(
+        "--mp-context", default="fork", help="the engine's worker start: fork|forkserver"
+    )
+    parser.add_argument("--phase2-train-dtypes", default="fp32,bf16")
+    parser.add_argument("--resume", action="store_true", help="skip sections already in the file")
+    parser.add_argument(
+        "--limits", default="", help="per-section watchdog seconds, e.g. shared=80,engine=90"
+    )
     parser.add_argument("--tag", default="")
     args = parser.parse_args()
 
@@ -664,6 +1008,10 @@ def main() -> None:
         args.batch = min(args.batch, 4)
         args.phase2_steps = min(args.phase2_steps, 3)
         args.reps = 1
+        args.gpu_reps = 1
+        args.shared_samples = min(args.shared_samples, 24)
+        args.shared_batch = min(args.shared_batch, 12)
+        args.phase2_train_samples = min(args.phase2_train_samples, 24)
     else:
         device = torch.device("cuda", local)
         torch.cuda.set_device(device)
@@ -679,16 +1027,31 @@ def main() -> None:
     sections = args.sections.split(",")
 
     results: dict[str, Any] = {"argv": sys.argv[1:], "world_size": world}
+    path = out_dir / f"results{suffix}.json"
+    if args.resume and path.exists():
+        results = json.loads(path.read_text())
+        results.setdefault("attempts", []).append(sys.argv[1:])
+    done = {k for k, v in results.items() if isinstance(v, dict) and "error" not in v}
+    limits = {k: float(v) for k, v in (x.split("=") for x in args.limits.split(",") if x)}
 
     def save(name: str, data: dict) -> None:
         """All sections of a run in one file, rewritten after each section."""
         results[name] = data
         if rank == 0:
-            path = out_dir / f"results{suffix}.json"
             path.write_text(json.dumps(results, indent=2, default=str))
             log("wrote", name, "to", path)
 
-    if "env" in sections:
+    def watchdog(name: str) -> None:
+        """A hang costs at most the section's limit: dump every thread's stack, then exit (the
+        caller may start the script again with --resume for the remaining sections)."""
+        import faulthandler
+
+        faulthandler.cancel_dump_traceback_later()
+        if name in limits:
+            save(name, {"error": f"no result within the watchdog limit of {limits[name]} s"})
+            faulthandler.dump_traceback_later(limits[name], exit=True)
+
+    if "env" in sections and "env" not in done:
         save("env", section_env(device))
     clip_dir = Path(args.clips) if args.clips else out_dir / "clips"
     size = 96 if args.smoke else 448
@@ -700,29 +1063,39 @@ def main() -> None:
         max(args.samples, 8 * (args.phase2_steps + 3) * world, 2 * args.batch * world),
         args.refs,
     )
+    todo = [n for n in sections if n != "env" and n not in done]
+    if not todo:
+        return
     started = time.perf_counter()
     backbone = load_backbone(args.backbone or "qwen3-vl-2b-random", device=device, seed=0)
     log("backbone", backbone.name, f"{time.perf_counter() - started:.1f}s")
+    results["backbone_build_seconds"] = time.perf_counter() - started
     head = ScoreHead(backbone.hidden_size).to(device)
-    for name in ("variants", "hf", "engine", "phase2"):
-        if name not in sections:
-            continue
+    for name in todo:
         if name == "hf" and world > 1:
             continue
         try:
             log("section", name)
-            fn = {
-                "hf": section_hf,
-                "engine": section_engine,
-                "phase2": section_phase2,
-                "variants": section_variants,
-            }[name]
+            watchdog(name)
+            section_start = time.perf_counter()
             if name == "hf":
-                data = fn(backbone, examples, device, args)
+                data = section_hf(backbone, examples, device, args)
+            elif name == "shared":
+                data = section_shared(backbone, clips, device, args, head)
+            elif name == "phase2_train":
+                data = section_phase2_train(backbone, clips, device, args, head)
+            elif name == "fused":
+                data = section_fused(backbone, clips, examples, device, args, head)
             else:
+                fn = {
+                    "engine": section_engine,
+                    "phase2": section_phase2,
+                    "variants": section_variants,
+                }[name]
                 data = fn(backbone, examples, device, args, head)
             data["card"] = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
             data["backbone"] = backbone.name
+            data["section_seconds"] = time.perf_counter() - section_start
             save(name, data)
         except Exception:
             err = traceback.format_exc()
@@ -731,6 +1104,9 @@ def main() -> None:
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
+    import faulthandler
+
+    faulthandler.cancel_dump_traceback_later()
     if world > 1:
         torch.distributed.destroy_process_group()
 

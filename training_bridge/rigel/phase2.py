@@ -9,6 +9,13 @@ and data parallelism under torchrun with a hand-rolled gradient all-reduce).
 A checkpoint (LoRA weights, optimiser state, step, history) is handed to `on_checkpoint` every K
 optimiser steps; `resume` takes such a checkpoint and continues at the next step with the same data
 order, so a killed worker loses at most K steps.
+
+With `engine` (a `training_bridge.rigel.engine.ScoringEngine` over the same backbone; used on CUDA)
+the same steps run faster, with the same numbers: the micro-batches of the whole run are decoded
+and tokenised in the engine's worker processes ahead of the GPU, in the training order; resizing
+and normalisation run on the GPU; the frozen vision tower runs once per clip (its features are
+cached, `vision_cache_clips` clips at most); the language model reads right-padded rows without an
+attention mask (causal, flash attention); AdamW is the fused CUDA one.
 """
 
 from __future__ import annotations
@@ -106,6 +113,45 @@ def head_score_logits(
     return head(hidden.to(head_parameter.device, head_parameter.dtype))
 
 
+class _EngineMicroBatches:
+    """The run's micro-batches, prepared by the engine's workers in the order the loop takes them,
+    and their five score logits through the language model (with LoRA) and the head."""
+
+    def __init__(
+        self,
+        engine: Any,
+        loader: ExampleLoader,
+        records: Sequence[ReleaseRecord],
+        plan: Sequence[Sequence[int]],
+        cache_clips: int,
+    ):
+        from training_bridge.rigel.engine import VisionCache
+
+        self.engine = engine
+        flat = [index for micro in plan for index in micro]
+        self.keys = [
+            (records[i].clip_id, records[i].frames_key, records[i].video_key) for i in flat
+        ]
+        examples = loader.examples([records[i] for i in flat])
+        sampler: list[list[int]] = []
+        start = 0
+        for micro in plan:
+            sampler.append(list(range(start, start + len(micro))))
+            start += len(micro)
+        self.batches = iter(engine.prepared_batches(examples, batch_sampler=sampler))
+        self.cache = VisionCache(cache_clips)
+
+    def logits(self, backbone: Any, head: ScoringHead | None) -> torch.Tensor:
+        batch = next(self.batches).to(self.engine.device)
+        keys = [self.keys[int(i)] for i in batch.indices]
+        embeds, deepstack = self.engine.cached_vision_features(batch, keys, self.cache)
+        hidden = self.engine.language_hidden(batch, embeds, deepstack)
+        if head is None:
+            return score_token_logits(backbone, hidden)
+        head_parameter = next(head.parameters())
+        return head(hidden.to(head_parameter.device, head_parameter.dtype))
+
+
 def data_order(count: int, *, seed: int, epoch: int) -> list[int]:
     generator = torch.Generator().manual_seed(seed * 1000 + epoch)
     return torch.randperm(count, generator=generator).tolist()
@@ -133,8 +179,11 @@ def train_phase2(
     on_checkpoint: CheckpointCallback | None = None,
     resume: bytes | None = None,
     log: Callable[[str], None] | None = None,
+    engine: Any | None = None,
+    vision_cache_clips: int = 2048,
 ) -> Phase2Result:
-    """Train LoRA adapters (already injected with `apply_lora`) for `config.phase2_epochs`."""
+    """Train LoRA adapters (already injected with `apply_lora`) for `config.phase2_epochs`;
+    through `engine` when given (see the module docstring)."""
     from training_bridge.rigel.inputs import build_batch
 
     dist = dist or Distributed()
@@ -146,7 +195,10 @@ def train_phase2(
     named = trainable_parameters(model)
     parameters = [p for _, p in named]
     optimizer = torch.optim.AdamW(
-        parameters, lr=config.phase2_learning_rate, weight_decay=config.phase2_weight_decay
+        parameters,
+        lr=config.phase2_learning_rate,
+        weight_decay=config.phase2_weight_decay,
+        fused=backbone.device.type == "cuda",
     )
     count = len(records)
     if count == 0:
@@ -169,6 +221,8 @@ def train_phase2(
     model.train()
     # The vision tower has no trainable weight; keep it (and its dropout-free blocks) in eval.
     backbone.model.model.visual.eval()
+    # The whole schedule first (the engine prepares its micro-batches ahead, in this order).
+    schedule: list[tuple[int, int, list[int], list[list[int]]]] = []
     order: list[int] = []
     order_epoch = -1
     for step in range(start_step, total_steps):
@@ -178,18 +232,29 @@ def train_phase2(
         within = step % steps_per_epoch
         batch_positions = order[within * global_batch : (within + 1) * global_batch]
         mine = dist.shard(batch_positions)
+        micro_size = config.phase2_micro_batch_size
+        micros = [mine[first : first + micro_size] for first in range(0, len(mine), micro_size)]
+        schedule.append((step, epoch, batch_positions, micros))
+    fast = None
+    if engine is not None and schedule:
+        plan = [micro for *_, micros in schedule for micro in micros]
+        fast = _EngineMicroBatches(engine, loader, records, plan, vision_cache_clips)
+    for step, epoch, batch_positions, micros in schedule:
         optimizer.zero_grad(set_to_none=True)
         step_loss = 0.0
-        for first in range(0, len(mine), config.phase2_micro_batch_size):
-            micro = [records[i] for i in mine[first : first + config.phase2_micro_batch_size]]
-            batch = build_batch(
-                loader.examples(micro),
-                backbone,
-                reference_free=config.reference_free,
-                device=backbone.device,
-            )
+        for positions in micros:
+            micro = [records[i] for i in positions]
             targets = torch.tensor([r.class_index for r in micro], device=backbone.device)
-            logits = head_score_logits(backbone, head, batch)
+            if fast is not None:
+                logits = fast.logits(backbone, head)
+            else:
+                batch = build_batch(
+                    loader.examples(micro),
+                    backbone,
+                    reference_free=config.reference_free,
+                    device=backbone.device,
+                )
+                logits = head_score_logits(backbone, head, batch)
             # Each micro-batch's mean loss weighted by its share of the global batch: the sum
             # over micro-batches and processes is the global batch's mean.
             loss = phase2_loss(logits, targets) * (len(micro) / len(batch_positions))

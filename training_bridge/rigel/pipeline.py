@@ -344,7 +344,10 @@ def step_phase2(
     resume = None
     if checkpoint and checkpoint.get("key") and store.exists(checkpoint["key"]):
         resume = store.read_bytes(checkpoint["key"])
-    loader = ExampleLoader(store, frames=config.frames)
+    # On CUDA the fast engine prepares the micro-batches in worker processes (file paths are
+    # decoded there) and caches the frozen vision tower's features per clip.
+    engine = make_engine(backbone, config, batch_size=config.phase2_micro_batch_size)
+    loader = ExampleLoader(store, frames=config.frames, lazy=engine is not None)
     previous_checkpoint: list[str] = (
         [str(checkpoint["key"])] if checkpoint and checkpoint.get("key") else []
     )
@@ -382,6 +385,7 @@ def step_phase2(
         on_checkpoint=on_checkpoint,
         resume=resume,
         log=reporter.log if dist.is_main else None,
+        engine=engine,
     )
     adapter_prefix = spec.artifact("adapter")
     if dist.is_main:
