@@ -429,6 +429,7 @@ def run_load(
     max_cycles: int | None,
     timeout: float,
     server_roots: dict[str, int],
+    drain: Callable[[], float] | None = None,
 ) -> dict[str, Any]:
     """Drive `target` with `workers` closed-loop clients; returns the measured numbers."""
     state = RunState(deadline=time.monotonic() + duration, max_cycles=max_cycles)
@@ -453,6 +454,9 @@ def run_load(
         thread.join(duration + 2 * timeout + 30)
     elapsed = time.perf_counter() - started
     state.stop.set()
+    # Background work the cycles caused (Lepus: the after-submission task) is part of their cost:
+    # wait until the queue is empty before reading the CPU counters.
+    drained_s = drain() if drain is not None else 0.0
     sampler.stop()
     client_cpu_after = os.times()
     cycles = len(state.acknowledged)
@@ -489,6 +493,7 @@ def run_load(
         "submits_with_unknown_outcome": state.unknown_outcome,
         "workers_exhausted": state.workers_exhausted,
         "threads_still_running": sum(thread.is_alive() for thread in threads),
+        "background_drain_s": round(drained_s, 2),
     }
     log(f"{target.name}: {cycles} cycles in {elapsed:.1f}s; checking the database")
     correctness = target.correctness(state.acknowledged)
@@ -1134,6 +1139,52 @@ def setup_lepus(bench: Bench, args: argparse.Namespace) -> dict[str, str]:
     return env
 
 
+def start_celery_worker(bench: Bench, env: dict[str, str]) -> int:
+    """One Celery worker (prefork, one child) on the default queue, as a deployment would run."""
+    celery = str(Path(lepus_python()).parent / "celery")
+    process = bench.services.start(
+        "lepus-celery",
+        [
+            celery,
+            "-A",
+            "config",
+            "worker",
+            "-Q",
+            "default",
+            "--concurrency",
+            "1",
+            "--without-gossip",
+            "--without-mingle",
+            "--loglevel",
+            "WARNING",
+        ],
+        env=env,
+        log_path=bench.root / "lepus-celery.log",
+        cwd=REPO_ROOT,
+    )
+    return process.pid
+
+
+def celery_queue_drainer(bench: Bench, *, timeout: float = 180) -> Callable[[], float]:
+    def drain() -> float:
+        import redis
+
+        client = redis.Redis(unix_socket_path=str(bench.redis_socket), db=1)
+        started = time.monotonic()
+        try:
+            while time.monotonic() - started < timeout:
+                if not client.llen("default") and not client.hlen("unacked"):
+                    break
+                time.sleep(0.2)
+            else:
+                log(f"celery queue not drained after {timeout:.0f}s")
+        finally:
+            client.close()
+        return time.monotonic() - started
+
+    return drain
+
+
 def create_lepus_campaign(env: dict[str, str], slug: str, judgments: int) -> dict[str, Any]:
     created = subprocess.run(
         [
@@ -1522,8 +1573,11 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
         if "lepus" in args.systems:
             env = setup_lepus(bench, args)
             base_url, web_pid = start_lepus(bench, env, args)
+            celery_pid = start_celery_worker(bench, env) if args.celery_worker else 0
             config = f"{gunicorn_config}, PostgreSQL {postgres_bin().parent.name} (private "
             config += "cluster, unix socket), Redis (unix socket) for cache/throttle and broker"
+            if args.celery_worker:
+                config += ", 1 Celery worker (concurrency 1) for the after-submission tasks"
             for workers in args.workers:
                 slug = f"loadbench-w{workers}"
                 campaign = create_lepus_campaign(env, slug, args.judgments)
@@ -1540,10 +1594,14 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
                         "web": web_pid,
                         "database": postmaster_pid(bench),
                         "redis": bench.redis.pid,
+                        "celery": celery_pid,
                     },
+                    drain=celery_queue_drainer(bench) if args.celery_worker else None,
                 )
                 report["runs"].append(run_entry("lepus", config, result, {"campaign": campaign}))
-            services.stop(services.processes[-1][1])
+            for name, process in list(services.processes):
+                if name.startswith("lepus-"):
+                    services.stop(process)
         for system in args.systems:
             if not system.startswith("label-studio"):
                 continue
@@ -1737,6 +1795,12 @@ def main() -> None:
     parser.add_argument("--gunicorn-workers", type=int, default=3)
     parser.add_argument("--gunicorn-threads", type=int, default=4)
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (debug)")
+    parser.add_argument(
+        "--celery-worker",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="Lepus: run a Celery worker and count its CPU (after-submission quality work)",
+    )
     parser.add_argument("--output", type=Path, help="also write the JSON report to this file")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     # Single-target mode.
