@@ -1048,6 +1048,19 @@ def create_database(bench: Bench, name: str) -> None:
     connection.close()
 
 
+def analyze_database(bench: Bench, name: str) -> None:
+    """VACUUM ANALYZE after the bulk set-up, as autovacuum would shortly after an import: without
+    statistics the planner believes the freshly filled tables are empty and picks nested loops that
+    cost hundreds of milliseconds per query (measured on the Lepus claim query: 375 ms -> 1 ms)."""
+    import psycopg2
+
+    connection = psycopg2.connect(bench.pg_dsn(name))
+    connection.autocommit = True
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE")
+    connection.close()
+
+
 def start_redis(bench: Bench) -> None:
     bench.redis = bench.services.start(
         "redis",
@@ -1584,6 +1597,7 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
                 log(f"lepus: campaign {campaign}")
                 target = LepusTarget(base_url=base_url, campaign=slug, db_dsn=bench.pg_dsn("lepus"))
                 target.join(workers)
+                analyze_database(bench, "lepus")
                 result = run_load(
                     target,
                     workers=workers,
@@ -1627,6 +1641,7 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
                 roots = {"web": web_pid}
                 if config_name == "postgresql":
                     roots["database"] = postmaster_pid(bench)
+                    analyze_database(bench, "lsbench")
                 result = run_load(
                     target,
                     workers=workers,
