@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+from typing import Any
+
+from django import forms
 from django.contrib import admin
 
 from annotation.models import (
@@ -18,6 +21,103 @@ from annotation.models import (
     WorkerExclusion,
     WorkerQCStats,
 )
+from annotation.services.campaigns import (
+    FROZEN_ONCE_RATED,
+    OPTION_FIELDS,
+    CampaignInvalid,
+    campaign_create,
+    campaign_has_crowd_judgments,
+    campaign_slug_clean,
+    campaign_update,
+    candidates_select,
+    questions_clean,
+)
+from datasets_app.models import ImportBatch
+
+
+class CampaignAdminForm(forms.ModelForm):
+    """Edits go through `campaign_update` (frozen fields, quota changes with counters)."""
+
+    redirect_url = forms.URLField(max_length=500, required=False, assume_scheme="https")
+
+    class Meta:
+        model = Campaign
+        fields = [
+            "slug",
+            "name",
+            "description",
+            "instructions",
+            "status",
+            "questions",
+            "overall_question_key",
+            "judgments_per_candidate",
+            "reference_free",
+            "lease_seconds",
+            "min_seconds_on_clip",
+            "reason_required_at_or_below",
+            "max_assignments_per_worker",
+            "control_rate",
+            "control_settings",
+            "qc_rules",
+            "review_range_threshold",
+            "pay_per_assignment",
+            "currency",
+            "completion_code",
+            "redirect_url",
+        ]
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        if self.instance.pk and campaign_has_crowd_judgments(campaign=self.instance):
+            for name in FROZEN_ONCE_RATED:
+                if name in self.changed_data:
+                    self.add_error(name, "Cannot change once workers have submitted judgments.")
+        if "questions" in self.changed_data and cleaned.get("questions") is not None:
+            try:
+                cleaned["questions"] = questions_clean(cleaned["questions"])
+            except CampaignInvalid as invalid:
+                self.add_error("questions", str(invalid))
+        return cleaned
+
+
+class CampaignAdminCreateForm(CampaignAdminForm):
+    """Creation goes through `campaign_create`, which selects the candidates."""
+
+    import_batches = forms.ModelMultipleChoiceField(
+        queryset=ImportBatch.objects.all(), required=False, help_text="Empty: any."
+    )
+    systems = forms.CharField(
+        required=False, help_text="Captioning system names, comma-separated (empty: any)."
+    )
+    clip_list = forms.CharField(
+        required=False, widget=forms.Textarea, help_text="VATEX clip ids, one per line."
+    )
+    clip_limit = forms.IntegerField(required=False, min_value=1)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["questions"].required = False
+        self.fields["questions"].help_text = "Empty: the three criteria of the Rigel paper."
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        try:
+            campaign_slug_clean(cleaned.get("slug") or "")
+        except CampaignInvalid as invalid:
+            self.add_error("slug", " ".join(invalid.errors["slug"]))
+        try:
+            candidates_select(clip_vatex_ids=self.clip_ids() or None)
+        except CampaignInvalid as invalid:
+            self.add_error("clip_list", " ".join(invalid.errors["clips"]))
+        return cleaned
+
+    def clip_ids(self) -> list[str]:
+        text = self.cleaned_data.get("clip_list") or ""
+        return [line.strip() for line in text.splitlines() if line.strip()]
+
+    def system_names(self) -> list[str]:
+        text = self.cleaned_data.get("systems") or ""
+        return [name.strip() for name in text.split(",") if name.strip()]
 
 
 @admin.register(Campaign)
@@ -34,6 +134,54 @@ class CampaignAdmin(admin.ModelAdmin):
     list_filter = ["status", "reference_free", "is_imported"]
     search_fields = ["slug", "name"]
     prepopulated_fields = {"slug": ["name"]}
+    form = CampaignAdminForm
+
+    def get_form(self, request, obj=None, change=False, **kwargs):  # type: ignore[no-untyped-def]
+        if obj is None:
+            kwargs["form"] = CampaignAdminCreateForm
+        return super().get_form(request, obj, change=change, **kwargs)
+
+    def get_readonly_fields(self, request, obj=None):  # type: ignore[no-untyped-def]
+        # Worker links and invites carry the slug: it never changes.
+        return ["slug"] if obj is not None else []
+
+    def get_prepopulated_fields(self, request, obj=None):  # type: ignore[no-untyped-def]
+        return {} if obj is not None else {"slug": ["name"]}
+
+    def save_model(self, request, obj, form, change):  # type: ignore[no-untyped-def]
+        options = {
+            name: form.cleaned_data[name]
+            for name in OPTION_FIELDS
+            if name in form.cleaned_data and name in form.changed_data
+        }
+        if change:
+            stored = Campaign.objects.get(pk=obj.pk)
+            changes = {
+                name: form.cleaned_data[name]
+                for name in ("name", "questions", "reference_free", "judgments_per_candidate")
+                if name in form.changed_data
+            }
+            campaign_update(campaign=stored, **changes, **options)
+            return
+        campaign = campaign_create(
+            slug=form.cleaned_data["slug"],
+            name=form.cleaned_data["name"],
+            questions=form.cleaned_data.get("questions") or None,
+            judgments_per_candidate=form.cleaned_data["judgments_per_candidate"],
+            reference_free=form.cleaned_data["reference_free"],
+            import_batch_ids=[batch.pk for batch in form.cleaned_data["import_batches"]],
+            system_names=form.system_names(),
+            clip_vatex_ids=form.clip_ids() or None,
+            clip_limit=form.cleaned_data.get("clip_limit"),
+            created_by=request.user,
+            **options,
+        )
+        obj.pk = obj.id = campaign.pk
+        obj._state.adding = False
+
+    def save_related(self, request, form, formsets, change):  # type: ignore[no-untyped-def]
+        # The services saved everything; the form has no many-to-many fields of its own.
+        return None
 
 
 @admin.register(CampaignCandidate)

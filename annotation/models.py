@@ -294,6 +294,12 @@ class Assignment(models.Model):
             models.UniqueConstraint(
                 fields=["participation", "clip"], name="assignment_worker_clip_unique"
             ),
+            # A worker holds at most one live lease per campaign: `next` hands the same one back.
+            models.UniqueConstraint(
+                fields=["participation"],
+                condition=Q(status=AssignmentStatus.LIVE),
+                name="assignment_one_live_per_worker",
+            ),
         ]
         indexes = [models.Index(fields=["status", "expires_at"], name="assignment_lease")]
 

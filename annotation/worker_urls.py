@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from django.urls import URLPattern, URLResolver
+from django.urls import URLPattern, URLResolver, path
+
+from annotation.views import worker
 
 app_name = "worker"
-urlpatterns: list[URLPattern | URLResolver] = []
+urlpatterns: list[URLPattern | URLResolver] = [
+    path("<slug:slug>/", worker.worker_entry, name="entry"),
+]

@@ -1,0 +1,298 @@
+"""Curator API for campaigns: list, create, read, update, delete; invite links; payments."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from annotation.apis.crowd import ErrorSerializer, FieldErrorsSerializer
+from annotation.models import Campaign, CampaignStatus
+from annotation.services.campaigns import (
+    CampaignInvalid,
+    campaign_create,
+    campaign_delete,
+    campaign_update,
+    campaigns_with_counts,
+)
+from annotation.services.payments import payments_rows, payments_total
+from annotation.services.workers import invite_create, invite_url_path
+
+
+class CampaignSerializer(serializers.ModelSerializer):
+    candidates = serializers.IntegerField(source="candidate_count", read_only=True)
+    clips = serializers.IntegerField(source="clip_count", read_only=True)
+    slots_total = serializers.IntegerField(read_only=True)
+    slots_taken = serializers.IntegerField(read_only=True)
+    participations = serializers.IntegerField(source="participation_count", read_only=True)
+    worker_url = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Campaign
+        fields = [
+            "slug",
+            "name",
+            "description",
+            "instructions",
+            "status",
+            "questions",
+            "overall_question_key",
+            "judgments_per_candidate",
+            "reference_free",
+            "lease_seconds",
+            "min_seconds_on_clip",
+            "reason_required_at_or_below",
+            "max_assignments_per_worker",
+            "control_rate",
+            "control_settings",
+            "qc_rules",
+            "review_range_threshold",
+            "pay_per_assignment",
+            "currency",
+            "completion_code",
+            "redirect_url",
+            "is_imported",
+            "selection",
+            "created_at",
+            "updated_at",
+            "candidates",
+            "clips",
+            "slots_total",
+            "slots_taken",
+            "participations",
+            "worker_url",
+        ]
+        read_only_fields = fields
+
+    def get_worker_url(self, campaign: Campaign) -> str:
+        return f"/w/{campaign.slug}/"
+
+
+class QuestionInputSerializer(serializers.Serializer):
+    key = serializers.CharField()
+    label = serializers.CharField(required=False)
+    help = serializers.CharField(required=False, allow_blank=True)
+    levels = serializers.ListField(child=serializers.DictField(), required=False)
+
+
+class CampaignOptionsSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=200, required=False)
+    description = serializers.CharField(required=False, allow_blank=True)
+    instructions = serializers.CharField(required=False, allow_blank=True)
+    status = serializers.ChoiceField(choices=CampaignStatus.choices, required=False)
+    questions = QuestionInputSerializer(many=True, required=False)
+    overall_question_key = serializers.CharField(required=False, allow_blank=True)
+    judgments_per_candidate = serializers.IntegerField(min_value=1, max_value=100, required=False)
+    reference_free = serializers.BooleanField(required=False)
+    lease_seconds = serializers.IntegerField(min_value=30, required=False)
+    min_seconds_on_clip = serializers.IntegerField(min_value=0, required=False)
+    reason_required_at_or_below = serializers.IntegerField(
+        min_value=0, required=False, allow_null=True
+    )
+    max_assignments_per_worker = serializers.IntegerField(
+        min_value=1, required=False, allow_null=True
+    )
+    control_rate = serializers.FloatField(min_value=0, max_value=1, required=False)
+    control_settings = serializers.JSONField(required=False)
+    qc_rules = serializers.JSONField(required=False)
+    review_range_threshold = serializers.IntegerField(min_value=1, required=False)
+    pay_per_assignment = serializers.DecimalField(
+        max_digits=8, decimal_places=2, min_value=Decimal("0"), required=False
+    )
+    currency = serializers.CharField(min_length=3, max_length=3, required=False)
+    completion_code = serializers.CharField(max_length=100, required=False, allow_blank=True)
+    redirect_url = serializers.URLField(max_length=500, required=False, allow_blank=True)
+
+
+class CampaignCreateSerializer(CampaignOptionsSerializer):
+    slug = serializers.CharField(max_length=100)
+    name = serializers.CharField(max_length=200)
+    import_batch_ids = serializers.ListField(child=serializers.IntegerField(), required=False)
+    systems = serializers.ListField(child=serializers.CharField(), required=False)
+    clips = serializers.ListField(
+        child=serializers.CharField(), required=False, help_text="VATEX clip ids."
+    )
+    clip_limit = serializers.IntegerField(min_value=1, required=False)
+
+
+class InviteInputSerializer(serializers.Serializer):
+    invitee = serializers.CharField(max_length=200)
+    valid_days = serializers.IntegerField(min_value=1, max_value=365, default=14)
+
+
+class InviteOutputSerializer(serializers.Serializer):
+    invitee = serializers.CharField()
+    invite_token = serializers.CharField()
+    invite_url = serializers.CharField()
+    expires_at = serializers.DateTimeField()
+
+
+class PaymentRowSerializer(serializers.Serializer):
+    platform = serializers.CharField()
+    external_id = serializers.CharField()
+    status = serializers.CharField()
+    assignments_submitted = serializers.IntegerField()
+    active_ms = serializers.IntegerField()
+    server_ms = serializers.IntegerField()
+    amount = serializers.DecimalField(max_digits=12, decimal_places=2)
+    currency = serializers.CharField()
+
+
+class PaymentsSerializer(serializers.Serializer):
+    total = serializers.DictField()
+    workers = PaymentRowSerializer(many=True)
+
+
+def _campaign_response(campaign: Campaign, *, status_code: int = 200) -> Response:
+    annotated = campaigns_with_counts().get(pk=campaign.pk)
+    return Response(CampaignSerializer(annotated).data, status=status_code)
+
+
+def _option_values(data: dict[str, Any]) -> dict[str, Any]:
+    values = dict(data)
+    if "questions" in values:
+        values["questions"] = [dict(question) for question in values["questions"]]
+    return values
+
+
+class CampaignListApi(APIView):
+    @extend_schema(
+        operation_id="campaign_list",
+        tags=["campaigns"],
+        responses={200: CampaignSerializer(many=True)},
+    )
+    def get(self, request: Request) -> Response:
+        campaigns = campaigns_with_counts().order_by("-created_at")
+        return Response(CampaignSerializer(campaigns, many=True).data)
+
+    @extend_schema(
+        operation_id="campaign_create",
+        tags=["campaigns"],
+        request=CampaignCreateSerializer,
+        responses={201: CampaignSerializer, 400: FieldErrorsSerializer},
+    )
+    def post(self, request: Request) -> Response:
+        serializer = CampaignCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = _option_values(serializer.validated_data)
+        try:
+            campaign = campaign_create(
+                slug=data.pop("slug"),
+                name=data.pop("name"),
+                questions=data.pop("questions", None),
+                judgments_per_candidate=data.pop("judgments_per_candidate", 3),
+                reference_free=data.pop("reference_free", False),
+                import_batch_ids=data.pop("import_batch_ids", None),
+                system_names=data.pop("systems", None),
+                clip_vatex_ids=data.pop("clips", None),
+                clip_limit=data.pop("clip_limit", None),
+                created_by=request.user,
+                **data,
+            )
+        except CampaignInvalid as invalid:
+            return Response(invalid.errors, status=status.HTTP_400_BAD_REQUEST)
+        return _campaign_response(campaign, status_code=status.HTTP_201_CREATED)
+
+
+class CampaignDetailApi(APIView):
+    @extend_schema(operation_id="campaign_read", tags=["campaigns"], responses=CampaignSerializer)
+    def get(self, request: Request, slug: str) -> Response:
+        campaign = get_object_or_404(campaigns_with_counts(), slug=slug)
+        return Response(CampaignSerializer(campaign).data)
+
+    @extend_schema(
+        operation_id="campaign_update",
+        tags=["campaigns"],
+        request=CampaignOptionsSerializer,
+        responses={200: CampaignSerializer, 400: FieldErrorsSerializer},
+    )
+    def patch(self, request: Request, slug: str) -> Response:
+        campaign = get_object_or_404(Campaign, slug=slug)
+        serializer = CampaignOptionsSerializer(data=request.data, partial=True)
+        serializer.is_valid(raise_exception=True)
+        try:
+            campaign = campaign_update(
+                campaign=campaign, **_option_values(serializer.validated_data)
+            )
+        except CampaignInvalid as invalid:
+            return Response(invalid.errors, status=status.HTTP_400_BAD_REQUEST)
+        return _campaign_response(campaign)
+
+    @extend_schema(
+        operation_id="campaign_delete",
+        tags=["campaigns"],
+        responses={
+            204: OpenApiResponse(description="Deleted."),
+            409: OpenApiResponse(FieldErrorsSerializer, description="Workers joined already."),
+        },
+    )
+    def delete(self, request: Request, slug: str) -> Response:
+        campaign = get_object_or_404(Campaign, slug=slug)
+        try:
+            campaign_delete(campaign=campaign)
+        except CampaignInvalid as invalid:
+            return Response(invalid.errors, status=status.HTTP_409_CONFLICT)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class CampaignInviteApi(APIView):
+    @extend_schema(
+        operation_id="campaign_invite_create",
+        summary="An HMAC-signed invite link for one invitee",
+        tags=["campaigns"],
+        request=InviteInputSerializer,
+        responses={201: InviteOutputSerializer, 404: ErrorSerializer},
+    )
+    def post(self, request: Request, slug: str) -> Response:
+        campaign = get_object_or_404(Campaign, slug=slug, is_imported=False)
+        serializer = InviteInputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        invitee = serializer.validated_data["invitee"].strip()
+        token, expires_at = invite_create(
+            campaign=campaign,
+            invitee=invitee,
+            valid_for=timedelta(days=serializer.validated_data["valid_days"]),
+        )
+        body = {
+            "invitee": invitee,
+            "invite_token": token,
+            "invite_url": request.build_absolute_uri(
+                invite_url_path(campaign=campaign, token=token)
+            ),
+            "expires_at": expires_at,
+        }
+        return Response(InviteOutputSerializer(body).data, status=status.HTTP_201_CREATED)
+
+
+class CampaignPaymentsApi(APIView):
+    @extend_schema(
+        operation_id="campaign_payments",
+        summary="What each worker is owed (see also the CSV downloads in the dashboard)",
+        tags=["campaigns"],
+        responses={200: PaymentsSerializer},
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        campaign = get_object_or_404(Campaign, slug=slug)
+        rows = [
+            {
+                "platform": row.platform,
+                "external_id": row.external_id,
+                "status": row.status,
+                "assignments_submitted": row.assignments_submitted,
+                "active_ms": row.active_ms,
+                "server_ms": row.server_ms,
+                "amount": row.amount,
+                "currency": row.currency,
+            }
+            for row in payments_rows(campaign=campaign)
+        ]
+        return Response(
+            PaymentsSerializer({"total": payments_total(campaign=campaign), "workers": rows}).data
+        )

@@ -1,0 +1,66 @@
+"""Worker authentication for the worker API: `Authorization: Worker <token>`.
+
+Workers are not Django users: `request.user` stays anonymous and `request.auth` is the worker's
+`Participation` (with its campaign and worker loaded in the same query), so curator-only views
+stay closed to them and worker views read everything they need from `request.auth`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import AnonymousUser
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from rest_framework import exceptions
+from rest_framework.authentication import BaseAuthentication
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+
+from annotation.models import Participation
+from annotation.services.workers import participation_by_token
+
+KEYWORD = "Worker"
+
+
+class WorkerTokenAuthentication(BaseAuthentication):
+    def authenticate(self, request: Request) -> tuple[AnonymousUser, Participation] | None:
+        header = request.META.get("HTTP_AUTHORIZATION", "")
+        if not header:
+            return None
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != KEYWORD.lower():
+            return None
+        token = token.strip()
+        if not token or " " in token:
+            raise exceptions.AuthenticationFailed("Malformed worker token header.")
+        participation = participation_by_token(token=token)
+        if participation is None:
+            raise exceptions.AuthenticationFailed("Unknown or revoked worker token.")
+        return AnonymousUser(), participation
+
+    def authenticate_header(self, request: Request) -> str:
+        # Makes DRF answer 401 (not 403) to requests without a valid token.
+        return KEYWORD
+
+
+class IsWorker(BasePermission):
+    message = "A worker token is required (Authorization: Worker <token>)."
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return isinstance(request.auth, Participation)
+
+
+class WorkerTokenScheme(OpenApiAuthenticationExtension):
+    """Documents the worker token in the OpenAPI schema."""
+
+    target_class = "annotation.auth.WorkerTokenAuthentication"
+    name = "workerToken"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {
+            "type": "apiKey",
+            "in": "header",
+            "name": "Authorization",
+            "description": "`Worker <token>`, the worker_token returned by "
+            "POST /api/v1/campaigns/{slug}/join.",
+        }

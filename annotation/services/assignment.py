@@ -1,0 +1,485 @@
+"""The assignment engine: which clip a worker rates next, leases, and returning expired slots.
+
+Guarantees on PostgreSQL under many concurrent workers, and how they are kept:
+
+* No candidate gets more live + finished judgments than its quota. `CampaignCandidate.slots_taken`
+  counts live assignment slots plus kept judgments; a claim raises it with F() only on rows it
+  has locked and that still have `slots_taken < quota`; the CHECK constraint
+  `slots_taken <= quota` is the last line.
+* No worker gets the same clip twice: the claim query skips clips the worker has any assignment
+  for (live, submitted or expired), and UNIQUE(participation, clip) is the last line.
+* One live lease per worker: the participation row is locked first, a live unexpired assignment is
+  handed back as it is (a page reload burns nothing), and a partial unique index is the last line.
+* Expired leases return their slots (`assignments_expire`, run by beat every minute, and inline
+  when the worker comes back for more). A late submit re-takes the slots only while they are free.
+* Nearly complete clips first: clips are taken in ascending `CampaignClip.open_slots` (an indexed
+  column kept in step with the candidates' counters), with `FOR UPDATE SKIP LOCKED` so concurrent
+  workers never queue behind each other on the same clip row.
+
+Lock order, everywhere in this module and in `services.submission` (keep it to avoid deadlocks):
+Participation → Assignment → CampaignClip → CampaignCandidate. Code outside this module that moves
+slot counters (QC exclusions) should call `campaign_candidate_slots_release`, which keeps it too.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import Exists, F, OuterRef, QuerySet
+from django.utils import timezone
+
+from annotation.models import (
+    Assignment,
+    AssignmentItem,
+    AssignmentStatus,
+    Campaign,
+    CampaignCandidate,
+    CampaignClip,
+    CampaignStatus,
+    Participation,
+    ParticipationStatus,
+)
+from annotation.questions import RUBRIC_LEVELS
+from common import storage
+from datasets_app.models import Clip, ClipStatus, ReferenceCaption
+
+# How many clips one claim may find already full (counter drift repaired on the way) or lose to a
+# constraint race before it gives up and answers "nothing for you now".
+_CLAIM_ATTEMPTS = 5
+_CLIP_FIELDS = ("id", "video_key", "poster_key", "duration", "status")
+_shuffle = random.SystemRandom().shuffle
+
+
+class _Retry(Exception):
+    """Internal: the transaction hit a database constraint; try once more."""
+
+
+# --- selectors ---------------------------------------------------------------------------------
+
+
+def clips_open_for(*, participation: Participation) -> QuerySet[CampaignClip]:
+    """Clips of the participation's campaign that could be served to it now: servable video,
+    open slots, and never given to this worker before."""
+    return (
+        CampaignClip.objects.filter(
+            campaign_id=participation.campaign_id,
+            open_slots__gt=0,
+            clip__status=ClipStatus.READY,
+        )
+        .exclude(clip__video_key="")
+        .exclude(
+            Exists(
+                Assignment.objects.filter(
+                    participation_id=participation.pk, clip_id=OuterRef("clip_id")
+                )
+            )
+        )
+    )
+
+
+def participation_live_assignment(*, participation: Participation) -> Assignment | None:
+    return (
+        Assignment.objects.filter(participation_id=participation.pk, status=AssignmentStatus.LIVE)
+        .order_by("-id")
+        .first()
+    )
+
+
+# --- claiming ----------------------------------------------------------------------------------
+
+
+def assignment_claim_next(
+    *, participation: Participation, now: datetime | None = None
+) -> Assignment | None:
+    """The worker's next assignment: its live unexpired lease if it has one, else one new clip with
+    the campaign's candidates of that clip that still need judgments; None when nothing is left
+    for this worker (or it may not receive work).
+
+    The returned assignment carries `offered_candidates` ([(campaign candidate id, text)] in the
+    order to show) and a loaded `clip`, so `assignment_offer_payload` needs no further query for
+    them.
+    """
+    campaign = participation.campaign
+    if campaign.status != CampaignStatus.ACTIVE or campaign.is_imported:
+        return None
+    now = now or timezone.now()
+    for _attempt in range(_CLAIM_ATTEMPTS):
+        try:
+            with transaction.atomic():
+                return _claim(participation=participation, campaign=campaign, now=now)
+        except (_Retry, IntegrityError):
+            continue
+    return None
+
+
+def _claim(*, participation: Participation, campaign: Campaign, now: datetime) -> Assignment | None:
+    # 1. Lock the participation (serialises one worker's concurrent requests; re-checks status).
+    locked = Participation.objects.filter(
+        pk=participation.pk, status=ParticipationStatus.ACTIVE
+    ).update(last_seen_at=now)
+    if not locked:
+        return None
+
+    # 2. A live lease is handed back unchanged; an expired one returns its slots first.
+    live = (
+        Assignment.objects.select_for_update(of=("self",))
+        .select_related("clip")
+        .filter(participation_id=participation.pk, status=AssignmentStatus.LIVE)
+        .first()
+    )
+    if live is not None:
+        if live.expires_at > now:
+            return live
+        _expire_locked(assignment_id=live.pk, campaign_id=live.campaign_id, clip_id=live.clip_id)
+
+    if campaign.max_assignments_per_worker is not None:
+        done = (
+            Participation.objects.filter(pk=participation.pk)
+            .values_list("assignments_submitted", flat=True)
+            .get()
+        )
+        if done >= campaign.max_assignments_per_worker:
+            return None
+
+    for _clip_attempt in range(_CLAIM_ATTEMPTS):
+        # 3. The most nearly complete clip this worker has not seen; rows other transactions are
+        # claiming right now are skipped rather than waited for.
+        row = (
+            clips_open_for(participation=participation)
+            .select_for_update(skip_locked=True, of=("self",))
+            .order_by("open_slots", "id")
+            .values_list("id", "clip_id", "clip__video_key", "clip__poster_key", "clip__duration")
+            .first()
+        )
+        if row is None:
+            return None
+        campaign_clip_id, clip_id, video_key, poster_key, duration = row
+
+        # 4. Its candidates that still have a free slot, locked, then one slot each.
+        offered = list(
+            CampaignCandidate.objects.select_for_update(of=("self",))
+            .filter(campaign_id=campaign.pk, clip_id=clip_id, slots_taken__lt=F("quota"))
+            .order_by("id")
+            .values_list("id", "candidate__text")
+        )
+        if not offered:
+            # The clip counter had drifted (e.g. a quota edit raced); repair it and move on.
+            _campaign_clip_recount(campaign_clip_id=campaign_clip_id)
+            continue
+        candidate_ids = [candidate_id for candidate_id, _text in offered]
+        CampaignCandidate.objects.filter(id__in=candidate_ids).update(
+            slots_taken=F("slots_taken") + 1
+        )
+        CampaignClip.objects.filter(pk=campaign_clip_id).update(
+            open_slots=F("open_slots") - len(candidate_ids)
+        )
+
+        # 5. The lease. Candidates are shown in a fresh random order (no position bias, and
+        # control items sit anywhere).
+        assignment = Assignment.objects.create(
+            campaign_id=campaign.pk,
+            participation_id=participation.pk,
+            clip_id=clip_id,
+            status=AssignmentStatus.LIVE,
+            issued_at=now,
+            expires_at=now + timedelta(seconds=campaign.lease_seconds),
+        )
+        _shuffle(offered)
+        AssignmentItem.objects.bulk_create(
+            [
+                AssignmentItem(
+                    assignment_id=assignment.pk, campaign_candidate_id=candidate_id, position=index
+                )
+                for index, (candidate_id, _text) in enumerate(offered)
+            ]
+        )
+        # A clip instance from the values already read; the other fields load lazily if touched
+        # (from_db wants the values in the model's field order, which _CLIP_FIELDS follows).
+        assignment.clip = Clip.from_db(
+            Clip.objects.db,
+            list(_CLIP_FIELDS),
+            (clip_id, video_key, poster_key, duration, ClipStatus.READY),
+        )
+        assignment.offered_candidates = offered  # type: ignore[attr-defined]
+        return assignment
+    return None
+
+
+def _campaign_clip_recount(*, campaign_clip_id: int) -> None:
+    campaign_clip = CampaignClip.objects.get(pk=campaign_clip_id)
+    open_slots = sum(
+        quota - taken
+        for quota, taken in CampaignCandidate.objects.filter(
+            campaign_id=campaign_clip.campaign_id, clip_id=campaign_clip.clip_id
+        ).values_list("quota", "slots_taken")
+    )
+    CampaignClip.objects.filter(pk=campaign_clip_id).update(open_slots=max(0, open_slots))
+
+
+# --- what the worker sees ----------------------------------------------------------------------
+
+
+def _iso(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def questions_payload(*, campaign: Campaign) -> list[dict[str, Any]]:
+    """The campaign's questions as the worker API shows them (levels in ascending value)."""
+    questions = []
+    for question in campaign.questions:
+        levels = sorted(question.get("levels") or RUBRIC_LEVELS, key=lambda level: level["value"])
+        questions.append(
+            {
+                "key": question["key"],
+                "label": question.get("label") or question["key"],
+                "levels": [
+                    {
+                        "value": int(level["value"]),
+                        "label": level.get("label", ""),
+                        "description": level.get("description", ""),
+                    }
+                    for level in levels
+                ],
+            }
+        )
+    return questions
+
+
+def assignment_offer_payload(*, assignment: Assignment, campaign: Campaign) -> dict[str, Any]:
+    """The body of `POST /api/v1/worker/assignments/next` for this assignment.
+
+    Never says which candidates are control items. Media URLs are short-lived (see
+    `common.storage.media_url`)."""
+    offered = getattr(assignment, "offered_candidates", None)
+    if offered is None:
+        offered = list(
+            AssignmentItem.objects.filter(assignment_id=assignment.pk)
+            .order_by("position")
+            .values_list("campaign_candidate_id", "campaign_candidate__candidate__text")
+        )
+    clip = assignment.clip
+    payload: dict[str, Any] = {
+        "assignment_id": assignment.pk,
+        "expires_at": _iso(assignment.expires_at),
+        "clip": {
+            "id": clip.pk,
+            "video_url": storage.media_url(clip.video_key),
+            "poster_url": storage.media_url(clip.poster_key) if clip.poster_key else None,
+            "duration": clip.duration,
+        },
+    }
+    if not campaign.reference_free:
+        payload["references"] = list(
+            ReferenceCaption.objects.filter(clip_id=clip.pk, language="en")
+            .order_by("position")
+            .values_list("text", flat=True)
+        )
+    payload["candidates"] = [{"id": candidate_id, "text": text} for candidate_id, text in offered]
+    payload["questions"] = questions_payload(campaign=campaign)
+    return payload
+
+
+# --- leases ------------------------------------------------------------------------------------
+
+
+def _expire_locked(*, assignment_id: int, campaign_id: int, clip_id: int) -> None:
+    """Return a live assignment's slots; the caller holds the assignment row lock."""
+    _slots_return(assignment_id=assignment_id, campaign_id=campaign_id, clip_id=clip_id)
+    Assignment.objects.filter(pk=assignment_id).update(status=AssignmentStatus.EXPIRED)
+
+
+def _slots_return(*, assignment_id: int, campaign_id: int, clip_id: int) -> None:
+    candidate_ids = list(
+        AssignmentItem.objects.filter(assignment_id=assignment_id).values_list(
+            "campaign_candidate_id", flat=True
+        )
+    )
+    _slots_release(campaign_id=campaign_id, clip_id=clip_id, candidate_ids=candidate_ids)
+
+
+def _slots_release(*, campaign_id: int, clip_id: int, candidate_ids: list[int]) -> int:
+    if not candidate_ids:
+        return 0
+    # The clip row first (lock order), then the candidates, then the clip counter by what was
+    # really released.
+    campaign_clip_id = (
+        CampaignClip.objects.select_for_update()
+        .filter(campaign_id=campaign_id, clip_id=clip_id)
+        .values_list("id", flat=True)
+        .first()
+    )
+    released = CampaignCandidate.objects.filter(id__in=candidate_ids, slots_taken__gt=0).update(
+        slots_taken=F("slots_taken") - 1
+    )
+    if campaign_clip_id is not None and released:
+        CampaignClip.objects.filter(pk=campaign_clip_id).update(
+            open_slots=F("open_slots") + released
+        )
+    return released
+
+
+def assignment_expire(*, assignment_id: int, now: datetime | None = None) -> bool:
+    """Expire one live assignment whose lease ran out and return its slots; False if it is not
+    (any more) a live expired lease, or another transaction is handling it right now."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        row = (
+            Assignment.objects.select_for_update(skip_locked=True)
+            .filter(pk=assignment_id, status=AssignmentStatus.LIVE, expires_at__lte=now)
+            .values_list("campaign_id", "clip_id")
+            .first()
+        )
+        if row is None:
+            return False
+        campaign_id, clip_id = row
+        _expire_locked(assignment_id=assignment_id, campaign_id=campaign_id, clip_id=clip_id)
+    return True
+
+
+def assignments_expire(*, now: datetime | None = None, limit: int = 50_000) -> int:
+    """Expire every live assignment whose lease ran out (one short transaction each); returns how
+    many were expired. Called by the `annotation.expire_leases` beat task."""
+    now = now or timezone.now()
+    expired_ids = list(
+        Assignment.objects.filter(status=AssignmentStatus.LIVE, expires_at__lte=now)
+        .order_by("expires_at", "id")
+        .values_list("id", flat=True)[:limit]
+    )
+    return sum(assignment_expire(assignment_id=pk, now=now) for pk in expired_ids)
+
+
+def assignment_slots_retake(*, assignment: Assignment) -> bool:
+    """For a late submit of an expired assignment (caller holds its row lock inside a
+    transaction): take one slot on each of its candidates again, all or nothing. False when any
+    of them has been filled by other workers meanwhile."""
+    candidate_ids = list(
+        AssignmentItem.objects.filter(assignment_id=assignment.pk).values_list(
+            "campaign_candidate_id", flat=True
+        )
+    )
+    campaign_clip_id = (
+        CampaignClip.objects.select_for_update()
+        .filter(campaign_id=assignment.campaign_id, clip_id=assignment.clip_id)
+        .values_list("id", flat=True)
+        .first()
+    )
+    free = list(
+        CampaignCandidate.objects.select_for_update()
+        .filter(id__in=candidate_ids, slots_taken__lt=F("quota"))
+        .values_list("id", flat=True)
+    )
+    if campaign_clip_id is None or len(free) != len(candidate_ids):
+        return False
+    CampaignCandidate.objects.filter(id__in=candidate_ids).update(slots_taken=F("slots_taken") + 1)
+    CampaignClip.objects.filter(pk=campaign_clip_id).update(
+        open_slots=F("open_slots") - len(candidate_ids)
+    )
+    return True
+
+
+def campaign_candidate_slots_release(*, campaign_candidate_ids: Iterable[int]) -> int:
+    """Give back one slot on each of these campaign candidates (e.g. QC excluded a kept judgment
+    of each), keeping `CampaignClip.open_slots` in step and the engine's lock order. Call inside
+    the caller's transaction or alone; returns how many slots were released."""
+    by_clip: dict[tuple[int, int], list[int]] = {}
+    for pk, campaign_id, clip_id in CampaignCandidate.objects.filter(
+        id__in=list(campaign_candidate_ids)
+    ).values_list("id", "campaign_id", "clip_id"):
+        by_clip.setdefault((campaign_id, clip_id), []).append(pk)
+    released = 0
+    with transaction.atomic():
+        for (campaign_id, clip_id), ids in sorted(by_clip.items()):
+            released += _slots_release(campaign_id=campaign_id, clip_id=clip_id, candidate_ids=ids)
+    return released
+
+
+def campaign_candidate_slots_take(*, campaign_candidate_ids: Iterable[int]) -> list[int]:
+    """Take one slot on each of these campaign candidates where one is free (e.g. a curator
+    re-includes an excluded judgment); returns the ids that got one. Same lock order."""
+    by_clip: dict[tuple[int, int], list[int]] = {}
+    for pk, campaign_id, clip_id in CampaignCandidate.objects.filter(
+        id__in=list(campaign_candidate_ids)
+    ).values_list("id", "campaign_id", "clip_id"):
+        by_clip.setdefault((campaign_id, clip_id), []).append(pk)
+    taken: list[int] = []
+    with transaction.atomic():
+        for (campaign_id, clip_id), ids in sorted(by_clip.items()):
+            campaign_clip_id = (
+                CampaignClip.objects.select_for_update()
+                .filter(campaign_id=campaign_id, clip_id=clip_id)
+                .values_list("id", flat=True)
+                .first()
+            )
+            free = list(
+                CampaignCandidate.objects.select_for_update()
+                .filter(id__in=ids, slots_taken__lt=F("quota"))
+                .values_list("id", flat=True)
+            )
+            if not free:
+                continue
+            CampaignCandidate.objects.filter(id__in=free).update(slots_taken=F("slots_taken") + 1)
+            if campaign_clip_id is not None:
+                CampaignClip.objects.filter(pk=campaign_clip_id).update(
+                    open_slots=F("open_slots") - len(free)
+                )
+            taken.extend(free)
+    return taken
+
+
+# --- progress ----------------------------------------------------------------------------------
+
+
+def participation_progress(*, participation: Participation, cap: int = 1000) -> dict[str, Any]:
+    """What `GET /api/v1/worker/me` answers: assignments done, an estimate of what remains, and
+    once finished the completion code or redirect URL.
+
+    `state`: "working" (a lease is live or clips remain), "finished" (at least one assignment
+    submitted and nothing left for this worker: here is the code), "no_work" (nothing was left
+    before this worker did anything), "stopped" (paused or excluded by quality control, or the
+    campaign is not active)."""
+    campaign = participation.campaign
+    fresh = Participation.objects.filter(pk=participation.pk).values_list(
+        "assignments_submitted", "status", "completed_at"
+    )
+    done, status, completed_at = fresh.get()
+    live = participation_live_assignment(participation=participation)
+    now = timezone.now()
+    live_id = live.pk if live is not None and live.expires_at > now else None
+    if campaign.max_assignments_per_worker is not None:
+        allowed = max(0, campaign.max_assignments_per_worker - done)
+    else:
+        allowed = cap
+    remaining = 0
+    if (
+        allowed
+        and status == ParticipationStatus.ACTIVE
+        and campaign.status == CampaignStatus.ACTIVE
+    ):
+        remaining = clips_open_for(participation=participation).values("id")[:allowed].count()
+    if status != ParticipationStatus.ACTIVE or campaign.status != CampaignStatus.ACTIVE:
+        state = "stopped"
+    elif live_id is not None or remaining > 0:
+        state = "working"
+    elif done > 0:
+        state = "finished"
+    else:
+        state = "no_work"
+    if state == "finished" and completed_at is None:
+        Participation.objects.filter(pk=participation.pk, completed_at__isnull=True).update(
+            completed_at=now
+        )
+    finished = state == "finished"
+    return {
+        "campaign": campaign.slug,
+        "state": state,
+        "assignments_done": done,
+        "remaining_estimate": remaining,
+        "live_assignment_id": live_id,
+        "max_assignments": campaign.max_assignments_per_worker,
+        "completion_code": (campaign.completion_code or None) if finished else None,
+        "redirect_url": (campaign.redirect_url or None) if finished else None,
+    }

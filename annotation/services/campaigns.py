@@ -1,0 +1,501 @@
+"""Creating and editing campaigns, and keeping their slot counters right.
+
+A campaign selects candidates (by import batch, captioning system, clip list, a number of clips, or
+all model outputs) and gets one `CampaignCandidate` per candidate (quota = judgments per candidate)
+and one `CampaignClip` per clip (`open_slots` = sum of quota − slots_taken of its candidates).
+
+Clips whose video is not ready yet may be part of a campaign: the engine only ever serves clips
+that are servable (`Clip.status == ready` with a video), so they join the flow once the video
+pipeline has processed them. `--clips N` prefers clips that are already servable.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django.db import transaction
+from django.db.models import (
+    Case,
+    Count,
+    F,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+    When,
+)
+from django.db.models.functions import Coalesce, Greatest
+
+from annotation.models import (
+    Campaign,
+    CampaignCandidate,
+    CampaignClip,
+    CampaignStatus,
+    Judgment,
+    JudgmentSource,
+)
+from annotation.questions import RUBRIC_LEVELS, default_questions
+from datasets_app.models import CandidateCaption, Clip, ClipStatus
+
+SLUG_PATTERN = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,98}[a-z0-9])?$")
+# Path segments of the dashboard that a campaign slug may not shadow.
+RESERVED_SLUGS = frozenset({"new", "edit", "campaigns", "api", "static", "media", "admin"})
+QUESTION_KEY_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,49}$")
+RESERVED_QUESTION_KEYS = frozenset({"candidate_id", "reason", "id"})
+_BATCH = 2000
+
+# Campaign settings a curator may set at creation and change later (beside name and questions).
+OPTION_FIELDS = (
+    "description",
+    "instructions",
+    "status",
+    "overall_question_key",
+    "lease_seconds",
+    "min_seconds_on_clip",
+    "reason_required_at_or_below",
+    "max_assignments_per_worker",
+    "control_rate",
+    "control_settings",
+    "qc_rules",
+    "review_range_threshold",
+    "pay_per_assignment",
+    "currency",
+    "completion_code",
+    "redirect_url",
+)
+# Settings that change what a judgment means: frozen once crowd judgments exist.
+FROZEN_ONCE_RATED = ("questions", "reference_free", "overall_question_key")
+
+
+class CampaignInvalid(Exception):
+    """Field errors: {"field": ["message", ...]}."""
+
+    def __init__(self, errors: dict[str, list[str]]) -> None:
+        super().__init__("; ".join(f"{key}: {' '.join(value)}" for key, value in errors.items()))
+        self.errors = errors
+
+
+# --- validation --------------------------------------------------------------------------------
+
+
+def questions_clean(questions: Any) -> list[dict[str, Any]]:
+    """Validate rating questions; a question without levels gets the five rubric levels."""
+    if not isinstance(questions, list) or not questions:
+        raise CampaignInvalid({"questions": ["Give a non-empty list of questions."]})
+    if len(questions) > 10:
+        raise CampaignInvalid({"questions": ["At most 10 questions."]})
+    cleaned: list[dict[str, Any]] = []
+    keys: set[str] = set()
+    for index, question in enumerate(questions):
+        where = f"questions[{index}]"
+        if not isinstance(question, dict):
+            raise CampaignInvalid({where: ["Expected an object with key, label and levels."]})
+        key = question.get("key")
+        if not isinstance(key, str) or not QUESTION_KEY_PATTERN.match(key):
+            raise CampaignInvalid(
+                {f"{where}.key": ["Lower-case letters, digits and _; start with a letter."]}
+            )
+        if key in RESERVED_QUESTION_KEYS or key in keys:
+            raise CampaignInvalid({f"{where}.key": [f"The key {key!r} is taken."]})
+        keys.add(key)
+        label = question.get("label") or key.replace("_", " ").capitalize()
+        if not isinstance(label, str) or len(label) > 100:
+            raise CampaignInvalid({f"{where}.label": ["A text of at most 100 characters."]})
+        help_text = question.get("help", "")
+        if not isinstance(help_text, str) or len(help_text) > 1000:
+            raise CampaignInvalid({f"{where}.help": ["A text of at most 1000 characters."]})
+        levels = question.get("levels") or [dict(level) for level in RUBRIC_LEVELS]
+        if not isinstance(levels, list) or not 2 <= len(levels) <= 11:
+            raise CampaignInvalid({f"{where}.levels": ["Give between 2 and 11 levels."]})
+        clean_levels = []
+        values: set[int] = set()
+        for level in levels:
+            value = level.get("value") if isinstance(level, dict) else None
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 100:
+                raise CampaignInvalid({f"{where}.levels": ["Each level needs an integer value."]})
+            if value in values:
+                raise CampaignInvalid({f"{where}.levels": [f"Level {value} appears twice."]})
+            values.add(value)
+            clean_levels.append(
+                {
+                    "value": value,
+                    "label": str(level.get("label", ""))[:100],
+                    "description": str(level.get("description", ""))[:1000],
+                }
+            )
+        clean_levels.sort(key=lambda level: -level["value"])
+        cleaned.append({"key": key, "label": label, "help": help_text, "levels": clean_levels})
+    return cleaned
+
+
+def _options_clean(options: dict[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(options) - set(OPTION_FIELDS))
+    if unknown:
+        raise CampaignInvalid({name: ["Unknown campaign setting."] for name in unknown})
+    errors: dict[str, list[str]] = {}
+    clean = dict(options)
+    if "status" in clean and clean["status"] not in CampaignStatus.values:
+        errors["status"] = [f"One of {', '.join(CampaignStatus.values)}."]
+    if "lease_seconds" in clean and not (30 <= int(clean["lease_seconds"]) <= 7 * 24 * 3600):
+        errors["lease_seconds"] = ["Between 30 seconds and 7 days."]
+    if "min_seconds_on_clip" in clean and not (0 <= int(clean["min_seconds_on_clip"]) <= 3600):
+        errors["min_seconds_on_clip"] = ["Between 0 and 3600."]
+    if "control_rate" in clean and not (0 <= float(clean["control_rate"]) <= 1):
+        errors["control_rate"] = ["Between 0 and 1."]
+    if clean.get("max_assignments_per_worker") is not None and (
+        int(clean["max_assignments_per_worker"]) < 1
+    ):
+        errors["max_assignments_per_worker"] = ["At least 1 (or empty for no limit)."]
+    if clean.get("reason_required_at_or_below") is not None and not (
+        0 <= int(clean["reason_required_at_or_below"]) <= 100
+    ):
+        errors["reason_required_at_or_below"] = ["A rating value (or empty for never)."]
+    if "pay_per_assignment" in clean:
+        try:
+            pay = Decimal(str(clean["pay_per_assignment"]))
+        except InvalidOperation:
+            errors["pay_per_assignment"] = ["A decimal amount."]
+        else:
+            if pay < 0 or pay >= Decimal("1000000"):
+                errors["pay_per_assignment"] = ["Between 0 and 999999.99."]
+            clean["pay_per_assignment"] = pay.quantize(Decimal("0.01"))
+    if "currency" in clean and not re.match(r"^[A-Z]{3}$", str(clean["currency"])):
+        errors["currency"] = ["A three-letter ISO 4217 code, e.g. GBP or USD."]
+    redirect = clean.get("redirect_url")
+    if redirect and not re.match(r"^https?://", str(redirect)):
+        errors["redirect_url"] = ["An http(s) URL."]
+    if errors:
+        raise CampaignInvalid(errors)
+    return clean
+
+
+def campaign_slug_clean(slug: str) -> str:
+    if not isinstance(slug, str) or not SLUG_PATTERN.match(slug):
+        raise CampaignInvalid(
+            {"slug": ["Lower-case letters, digits and hyphens (1–100), e.g. vid-lepus-pilot."]}
+        )
+    if slug in RESERVED_SLUGS:
+        raise CampaignInvalid({"slug": [f"{slug!r} is reserved."]})
+    if Campaign.objects.filter(slug=slug).exists():
+        raise CampaignInvalid({"slug": [f"A campaign {slug!r} exists already."]})
+    return slug
+
+
+# --- selection ---------------------------------------------------------------------------------
+
+
+def candidates_select(
+    *,
+    import_batch_ids: Iterable[int] | None = None,
+    system_names: Iterable[str] | None = None,
+    clip_vatex_ids: Iterable[str] | None = None,
+    clip_limit: int | None = None,
+) -> QuerySet[CandidateCaption]:
+    """Model-output candidates matching every given filter (all of them when none is given)."""
+    candidates = CandidateCaption.objects.model_outputs()
+    if import_batch_ids:
+        candidates = candidates.filter(
+            Q(import_batch_id__in=list(import_batch_ids))
+            | Q(clip__import_batch_id__in=list(import_batch_ids))
+        )
+    if system_names:
+        candidates = candidates.filter(system__name__in=list(system_names))
+    if clip_vatex_ids is not None:
+        wanted = sorted({vatex_id.strip() for vatex_id in clip_vatex_ids if vatex_id.strip()})
+        known = set(Clip.objects.filter(vatex_id__in=wanted).values_list("vatex_id", flat=True))
+        unknown = [vatex_id for vatex_id in wanted if vatex_id not in known]
+        if unknown:
+            shown = ", ".join(unknown[:10]) + (" …" if len(unknown) > 10 else "")
+            raise CampaignInvalid({"clips": [f"Unknown clips: {shown}."]})
+        candidates = candidates.filter(clip__vatex_id__in=wanted)
+    if clip_limit is not None:
+        if clip_limit < 1:
+            raise CampaignInvalid({"clips": ["At least 1 clip."]})
+        # Servable clips first, then by id: a deterministic pick that can start at once.
+        clip_ids = list(
+            Clip.objects.filter(id__in=candidates.values("clip_id"))
+            .annotate(not_ready=Case(When(status=ClipStatus.READY, then=0), default=1))
+            .order_by("not_ready", "vatex_id")
+            .values_list("id", flat=True)[:clip_limit]
+        )
+        candidates = candidates.filter(clip_id__in=clip_ids)
+    return candidates.order_by("clip_id", "position", "id")
+
+
+# --- create, update, delete --------------------------------------------------------------------
+
+
+def campaign_create(
+    *,
+    slug: str,
+    name: str,
+    questions: list[dict[str, Any]] | None = None,
+    judgments_per_candidate: int = 3,
+    reference_free: bool = False,
+    import_batch_ids: Iterable[int] | None = None,
+    system_names: Iterable[str] | None = None,
+    clip_vatex_ids: Iterable[str] | None = None,
+    clip_limit: int | None = None,
+    created_by: Any = None,
+    **options: Any,
+) -> Campaign:
+    """Create a campaign over the selected candidates (see `candidates_select`); one transaction.
+
+    `options` are the settings in OPTION_FIELDS (lease, minimum time on a clip, reasons, pay,
+    completion code, ...)."""
+    slug = campaign_slug_clean(slug)
+    name = (name or "").strip()
+    if not name or len(name) > 200:
+        raise CampaignInvalid({"name": ["A name of 1 to 200 characters."]})
+    if not isinstance(judgments_per_candidate, int) or not 1 <= judgments_per_candidate <= 100:
+        raise CampaignInvalid({"judgments_per_candidate": ["Between 1 and 100."]})
+    clean_questions = questions_clean(questions) if questions is not None else default_questions()
+    clean_options = _options_clean(options)
+    overall_key = clean_options.get("overall_question_key", "")
+    if overall_key and overall_key not in {question["key"] for question in clean_questions}:
+        raise CampaignInvalid({"overall_question_key": ["Not one of the question keys."]})
+    batch_ids = sorted(set(import_batch_ids or []))
+    systems = sorted(set(system_names or []))
+    clip_list = sorted(set(clip_vatex_ids)) if clip_vatex_ids is not None else None
+    selected = candidates_select(
+        import_batch_ids=batch_ids,
+        system_names=systems,
+        clip_vatex_ids=clip_list,
+        clip_limit=clip_limit,
+    )
+    selection: dict[str, Any] = {
+        "import_batch_ids": batch_ids,
+        "systems": systems,
+        "clips": clip_list,
+        "clip_limit": clip_limit,
+    }
+    with transaction.atomic():
+        campaign = Campaign.objects.create(
+            slug=slug,
+            name=name,
+            questions=clean_questions,
+            judgments_per_candidate=judgments_per_candidate,
+            reference_free=bool(reference_free),
+            created_by=created_by,
+            selection={key: value for key, value in selection.items() if value},
+            **clean_options,
+        )
+        campaign_items_add(campaign=campaign, candidate_ids=selected.values_list("id", flat=True))
+    return campaign
+
+
+def campaign_items_add(
+    *,
+    campaign: Campaign,
+    candidate_ids: Iterable[int],
+    quota: int | None = None,
+    is_control: bool = False,
+) -> int:
+    """Add candidates to a campaign (skipping those already in it) and bring the clip counters up
+    to date; returns how many were added. Used at creation and by `controls_generate` (QC) to add
+    control items, which then flow through the engine like any candidate."""
+    quota = quota or campaign.judgments_per_candidate
+    wanted = list(dict.fromkeys(candidate_ids))
+    if not wanted:
+        return 0
+    added = 0
+    with transaction.atomic():
+        existing = set(
+            CampaignCandidate.objects.filter(
+                campaign=campaign, candidate_id__in=wanted
+            ).values_list("candidate_id", flat=True)
+        )
+        rows = [
+            (candidate_id, clip_id)
+            for candidate_id, clip_id in CandidateCaption.objects.filter(id__in=wanted)
+            .exclude(id__in=existing)
+            .order_by("clip_id", "position", "id")
+            .values_list("id", "clip_id")
+        ]
+        if not rows:
+            return 0
+        clip_ids = sorted({clip_id for _candidate_id, clip_id in rows})
+        # Lock order: clip rows before candidate rows (see services.assignment).
+        list(
+            CampaignClip.objects.select_for_update()
+            .filter(campaign=campaign, clip_id__in=clip_ids)
+            .order_by("id")
+            .values_list("id", flat=True)
+        )
+        for start in range(0, len(rows), _BATCH):
+            CampaignCandidate.objects.bulk_create(
+                [
+                    CampaignCandidate(
+                        campaign=campaign,
+                        candidate_id=candidate_id,
+                        clip_id=clip_id,
+                        quota=quota,
+                        is_control=is_control,
+                    )
+                    for candidate_id, clip_id in rows[start : start + _BATCH]
+                ]
+            )
+        added = len(rows)
+        _clip_counters_rebuild(campaign=campaign, clip_ids=clip_ids)
+    return added
+
+
+def _clip_counters_rebuild(*, campaign: Campaign, clip_ids: list[int] | None = None) -> int:
+    """Recompute `CampaignClip.candidates/open_slots` from the candidates (creating missing clip
+    rows). The caller holds the clip row locks (or accepts a repair racing live claims)."""
+    items = CampaignCandidate.objects.filter(campaign=campaign)
+    if clip_ids is not None:
+        items = items.filter(clip_id__in=clip_ids)
+    sums = {
+        row["clip_id"]: (row["count"], row["open"])
+        for row in items.values("clip_id").annotate(
+            count=Count("id"), open=Sum(F("quota") - F("slots_taken"))
+        )
+    }
+    existing = {
+        campaign_clip.clip_id: campaign_clip
+        for campaign_clip in CampaignClip.objects.filter(campaign=campaign, clip_id__in=list(sums))
+    }
+    to_update = []
+    to_create = []
+    for clip_id, (count, open_slots) in sums.items():
+        campaign_clip = existing.get(clip_id)
+        if campaign_clip is None:
+            to_create.append(
+                CampaignClip(
+                    campaign=campaign, clip_id=clip_id, candidates=count, open_slots=open_slots
+                )
+            )
+        elif (campaign_clip.candidates, campaign_clip.open_slots) != (count, open_slots):
+            campaign_clip.candidates, campaign_clip.open_slots = count, open_slots
+            to_update.append(campaign_clip)
+    CampaignClip.objects.bulk_create(to_create, batch_size=_BATCH)
+    CampaignClip.objects.bulk_update(to_update, ["candidates", "open_slots"], batch_size=_BATCH)
+    return len(to_create) + len(to_update)
+
+
+def campaign_counters_rebuild(*, campaign: Campaign) -> int:
+    """Repair every clip counter of a campaign from its candidates, under the clip row locks;
+    returns how many clip rows changed."""
+    with transaction.atomic():
+        list(
+            CampaignClip.objects.select_for_update()
+            .filter(campaign=campaign)
+            .order_by("id")
+            .values_list("id", flat=True)
+        )
+        return _clip_counters_rebuild(campaign=campaign)
+
+
+def campaign_has_crowd_judgments(*, campaign: Campaign) -> bool:
+    return Judgment.objects.filter(campaign=campaign, source=JudgmentSource.CROWD).exists()
+
+
+def campaign_update(*, campaign: Campaign, **changes: Any) -> Campaign:
+    """Change a campaign's settings. Questions, the reference condition and the overall key are
+    frozen once crowd judgments exist; a new judgments-per-candidate applies to every non-control
+    candidate (never below what is already taken) and the clip counters follow."""
+    changes = dict(changes)
+    errors: dict[str, list[str]] = {}
+    if "slug" in changes and changes.pop("slug") != campaign.slug:
+        errors["slug"] = ["The slug cannot change (worker links and invites use it)."]
+    if "questions" in changes:
+        changes["questions"] = questions_clean(changes["questions"])
+    frozen = [
+        name
+        for name in FROZEN_ONCE_RATED
+        if name in changes and changes[name] != getattr(campaign, name)
+    ]
+    if frozen and campaign_has_crowd_judgments(campaign=campaign):
+        for name in frozen:
+            errors[name] = ["Cannot change once workers have submitted judgments."]
+    if "name" in changes:
+        changes["name"] = (changes["name"] or "").strip()
+        if not changes["name"] or len(changes["name"]) > 200:
+            errors["name"] = ["A name of 1 to 200 characters."]
+    quota = changes.pop("judgments_per_candidate", None)
+    if quota is not None and (not isinstance(quota, int) or not 1 <= quota <= 100):
+        errors["judgments_per_candidate"] = ["Between 1 and 100."]
+    if errors:
+        raise CampaignInvalid(errors)
+    simple = {key: value for key, value in changes.items() if key not in ("name", "questions")}
+    clean = _options_clean({key: value for key, value in simple.items() if key != "reference_free"})
+    if "reference_free" in simple:
+        clean["reference_free"] = bool(simple["reference_free"])
+    for key in ("name", "questions"):
+        if key in changes:
+            clean[key] = changes[key]
+    questions = clean.get("questions", campaign.questions)
+    overall_key = clean.get("overall_question_key", campaign.overall_question_key)
+    if overall_key and overall_key not in {question["key"] for question in questions}:
+        raise CampaignInvalid({"overall_question_key": ["Not one of the question keys."]})
+
+    with transaction.atomic():
+        for key, value in clean.items():
+            setattr(campaign, key, value)
+        if quota is not None and quota != campaign.judgments_per_candidate:
+            campaign.judgments_per_candidate = quota
+            list(
+                CampaignClip.objects.select_for_update()
+                .filter(campaign=campaign)
+                .order_by("id")
+                .values_list("id", flat=True)
+            )
+            CampaignCandidate.objects.filter(campaign=campaign, is_control=False).update(
+                quota=Greatest(quota, F("slots_taken"))
+            )
+            _clip_counters_rebuild(campaign=campaign)
+        campaign.save()
+    return campaign
+
+
+def campaign_delete(*, campaign: Campaign) -> None:
+    """Delete a campaign nobody has worked on yet; close it instead once workers joined."""
+    if campaign.participations.exists() or campaign.judgments.exists():
+        raise CampaignInvalid(
+            {"campaign": ["Workers have joined this campaign; close it instead of deleting it."]}
+        )
+    campaign.delete()
+
+
+def campaign_counts(*, campaign: Campaign) -> dict[str, int]:
+    """Candidates, clips, slots (quota total, taken) of a campaign, in one query each."""
+    totals = CampaignCandidate.objects.filter(campaign=campaign).aggregate(
+        candidates=Count("id"), quota=Sum("quota"), taken=Sum("slots_taken")
+    )
+    return {
+        "candidates": totals["candidates"] or 0,
+        "clips": CampaignClip.objects.filter(campaign=campaign).count(),
+        "quota": totals["quota"] or 0,
+        "slots_taken": totals["taken"] or 0,
+    }
+
+
+def campaigns_with_counts() -> QuerySet[Campaign]:
+    """Campaigns annotated with candidate_count, slots_total, slots_taken, clip_count and
+    participation_count
+    (independent subqueries, so the counts never multiply each other)."""
+    from annotation.models import Participation
+
+    def scalar(model: Any, expression: Any) -> Subquery:
+        return Subquery(
+            model.objects.filter(campaign=OuterRef("pk"))
+            .order_by()
+            .values("campaign")
+            .annotate(value=expression)
+            .values("value")[:1],
+            output_field=IntegerField(),
+        )
+
+    return Campaign.objects.annotate(
+        candidate_count=Coalesce(scalar(CampaignCandidate, Count("id")), 0),
+        slots_total=Coalesce(scalar(CampaignCandidate, Sum("quota")), 0),
+        slots_taken=Coalesce(scalar(CampaignCandidate, Sum("slots_taken")), 0),
+        clip_count=Coalesce(scalar(CampaignClip, Count("id")), 0),
+        participation_count=Coalesce(scalar(Participation, Count("id")), 0),
+    )

@@ -1,0 +1,327 @@
+"""Submitting an assignment: validation, idempotent replays, late submits, timing.
+
+`assignment_submit` either stores one judgment per candidate of the assignment and marks it
+submitted (201), or replays the stored result of an identical earlier submission (200), or stores
+nothing at all (400 invalid, 404 not this worker's, 409 conflict, 403 participation ended).
+
+Timing: the assignment keeps the whole server time (issued → submitted) and the client's
+`active_ms` / `video_played_ms`. Each judgment keeps its share of the server and active time (the
+assignment's value divided by its number of candidates), and the whole `video_played_ms` (the clip
+was watched once for all of them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from annotation import tasks as annotation_tasks
+from annotation.models import (
+    Assignment,
+    AssignmentItem,
+    AssignmentStatus,
+    Campaign,
+    Judgment,
+    JudgmentSource,
+    Participation,
+    ParticipationStatus,
+)
+from annotation.questions import level_values
+from annotation.services.assignment import assignment_slots_retake
+from common.tasks import enqueue
+
+MAX_CLIENT_MS = 7 * 24 * 3600 * 1000
+TIMING_KEYS = ("active_ms", "video_played_ms")
+
+
+class AssignmentNotFound(Exception):
+    """Unknown assignment, or another worker's."""
+
+
+class SubmissionInvalid(Exception):
+    """Field errors, keyed by the path of the offending field (e.g. `ratings[1].relevance`)."""
+
+    def __init__(self, errors: dict[str, list[str]]) -> None:
+        super().__init__("invalid submission")
+        self.errors = errors
+
+
+class SubmissionRefused(Exception):
+    """A well-formed submission that cannot be accepted (`status`: 409 or 403)."""
+
+    def __init__(self, message: str, *, status: int = 409) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+@dataclass(frozen=True)
+class SubmitOutcome:
+    result: dict[str, Any]
+    created: bool
+
+
+@dataclass(frozen=True)
+class CleanSubmission:
+    ratings: list[dict[str, Any]]  # [{"candidate_id", "values": {key: int}, "reason": str}]
+    active_ms: int | None
+    video_played_ms: int | None
+
+    @property
+    def digest(self) -> str:
+        canonical = json.dumps(
+            sorted(self.ratings, key=lambda rating: rating["candidate_id"]),
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def submission_clean(*, campaign: Campaign, candidate_ids: list[int], body: Any) -> CleanSubmission:
+    """Check a submit body against the assignment's candidates and the campaign's questions;
+    raise SubmissionInvalid with every field error found."""
+    errors: dict[str, list[str]] = {}
+
+    def fail(path: str, message: str) -> None:
+        errors.setdefault(path, []).append(message)
+
+    if not isinstance(body, dict):
+        raise SubmissionInvalid({"non_field_errors": ["Expected a JSON object."]})
+    for key in body:
+        if key not in ("ratings", "client_timing"):
+            fail(str(key)[:100], "Unknown field.")
+
+    questions = campaign.questions
+    allowed_values = {question["key"]: level_values(question) for question in questions}
+    threshold = campaign.reason_required_at_or_below
+    max_reason = settings.LEPUS_MAX_REASON_CHARS
+    expected = set(candidate_ids)
+    seen: set[int] = set()
+    ratings: list[dict[str, Any]] = []
+
+    raw_ratings = body.get("ratings")
+    if raw_ratings is None:
+        fail("ratings", "This field is required.")
+    elif not isinstance(raw_ratings, list):
+        fail("ratings", "Expected a list of ratings.")
+    elif len(raw_ratings) > max(len(expected), 1) * 4:
+        fail("ratings", f"Too many ratings (this assignment has {len(expected)} candidates).")
+    else:
+        for index, item in enumerate(raw_ratings):
+            path = f"ratings[{index}]"
+            if not isinstance(item, dict):
+                fail(path, "Expected an object.")
+                continue
+            candidate_id = item.get("candidate_id")
+            if candidate_id is None:
+                fail(f"{path}.candidate_id", "This field is required.")
+            elif not _is_int(candidate_id):
+                fail(f"{path}.candidate_id", "Expected an integer.")
+            elif candidate_id not in expected:
+                fail(f"{path}.candidate_id", "Not a candidate of this assignment.")
+            elif candidate_id in seen:
+                fail(f"{path}.candidate_id", "Duplicate rating for this candidate.")
+            else:
+                seen.add(candidate_id)
+            values: dict[str, int] = {}
+            for key, allowed in allowed_values.items():
+                value = item.get(key)
+                if value is None:
+                    fail(f"{path}.{key}", "This field is required.")
+                elif not _is_int(value) or value not in allowed:
+                    fail(
+                        f"{path}.{key}",
+                        f"Must be one of {', '.join(str(level) for level in allowed)}.",
+                    )
+                else:
+                    values[key] = value
+            for key in item:
+                if key not in allowed_values and key not in ("candidate_id", "reason"):
+                    fail(f"{path}.{str(key)[:100]}", "Unknown field.")
+            reason = item.get("reason")
+            if reason is None:
+                reason = ""
+            if not isinstance(reason, str):
+                fail(f"{path}.reason", "Expected a string.")
+                reason = ""
+            reason = reason.strip()
+            if len(reason) > max_reason:
+                fail(
+                    f"{path}.reason", f"Ensure this field has no more than {max_reason} characters."
+                )
+            if (
+                threshold is not None
+                and not reason
+                and any(value <= threshold for value in values.values())
+            ):
+                fail(
+                    f"{path}.reason", f"A reason is required when a rating is {threshold} or lower."
+                )
+            ratings.append({"candidate_id": candidate_id, "values": values, "reason": reason})
+        missing = sorted(expected - seen)
+        if missing:
+            fail("ratings", f"Missing ratings for candidates: {', '.join(map(str, missing))}.")
+
+    timing = body.get("client_timing")
+    timing_values: dict[str, int | None] = {key: None for key in TIMING_KEYS}
+    if timing is not None:
+        if not isinstance(timing, dict):
+            fail("client_timing", "Expected an object.")
+        else:
+            for key, value in timing.items():
+                if key not in TIMING_KEYS:
+                    fail(f"client_timing.{str(key)[:100]}", "Unknown field.")
+                elif value is None:
+                    continue
+                elif not _is_int(value) or not 0 <= value <= MAX_CLIENT_MS:
+                    fail(
+                        f"client_timing.{key}",
+                        f"Expected an integer number of milliseconds between 0 and {MAX_CLIENT_MS}.",
+                    )
+                else:
+                    timing_values[key] = value
+    if errors:
+        raise SubmissionInvalid(errors)
+    return CleanSubmission(
+        ratings=ratings,
+        active_ms=timing_values["active_ms"],
+        video_played_ms=timing_values["video_played_ms"],
+    )
+
+
+def _iso(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _replay(assignment: Assignment, digest: str) -> SubmitOutcome:
+    if assignment.submission_digest == digest:
+        return SubmitOutcome(result=assignment.result, created=False)
+    raise SubmissionRefused(
+        "This assignment was already submitted with different ratings; the first submission stands."
+    )
+
+
+def assignment_submit(
+    *, participation: Participation, assignment_id: int, body: Any, now: datetime | None = None
+) -> SubmitOutcome:
+    """Store the worker's ratings of one assignment (see the module docstring)."""
+    assignment = (
+        Assignment.objects.filter(pk=assignment_id, participation_id=participation.pk)
+        .only("id", "status", "submission_digest", "result", "campaign_id", "clip_id", "issued_at")
+        .first()
+    )
+    if assignment is None:
+        raise AssignmentNotFound(assignment_id)
+    campaign = participation.campaign
+    candidate_ids = list(
+        AssignmentItem.objects.filter(assignment_id=assignment.pk)
+        .order_by("position")
+        .values_list("campaign_candidate_id", flat=True)
+    )
+    clean = submission_clean(campaign=campaign, candidate_ids=candidate_ids, body=body)
+    digest = clean.digest
+    if assignment.status == AssignmentStatus.SUBMITTED:
+        return _replay(assignment, digest)
+
+    now = now or timezone.now()
+    try:
+        with transaction.atomic():
+            return _store(
+                participation=participation,
+                assignment_id=assignment.pk,
+                clean=clean,
+                digest=digest,
+                now=now,
+            )
+    except IntegrityError:
+        # The last line of defence (one judgment per worker and candidate) fired: nothing stored.
+        raise SubmissionRefused("These ratings conflict with ratings already stored.")
+
+
+def _store(
+    *,
+    participation: Participation,
+    assignment_id: int,
+    clean: CleanSubmission,
+    digest: str,
+    now: datetime,
+) -> SubmitOutcome:
+    # Lock order: participation, then assignment (see services.assignment). The counter update is
+    # the participation lock; it is rolled back with everything else if the submit is refused.
+    active_ms = clean.active_ms or 0
+    locked = (
+        Participation.objects.filter(pk=participation.pk)
+        .exclude(status=ParticipationStatus.EXCLUDED)
+        .update(
+            assignments_submitted=F("assignments_submitted") + 1,
+            active_ms_total=F("active_ms_total") + active_ms,
+            last_seen_at=now,
+        )
+    )
+    if not locked:
+        raise SubmissionRefused(
+            "Your participation in this campaign has ended, so this submission was not stored.",
+            status=403,
+        )
+    assignment = Assignment.objects.select_for_update().get(pk=assignment_id)
+    if assignment.status == AssignmentStatus.SUBMITTED:
+        # A concurrent identical request got here first.
+        transaction.set_rollback(True)
+        return _replay(assignment, digest)
+    if assignment.status == AssignmentStatus.EXPIRED and not assignment_slots_retake(
+        assignment=assignment
+    ):
+        raise SubmissionRefused(
+            "This assignment expired and its clip has since been given to other workers, so "
+            "these ratings could not be stored. Please continue with the next clip."
+        )
+
+    count = len(clean.ratings)
+    server_ms = max(0, int((now - assignment.issued_at).total_seconds() * 1000))
+    Judgment.objects.bulk_create(
+        [
+            Judgment(
+                campaign_id=assignment.campaign_id,
+                campaign_candidate_id=rating["candidate_id"],
+                participation_id=participation.pk,
+                assignment_id=assignment.pk,
+                values=rating["values"],
+                reason=rating["reason"],
+                source=JudgmentSource.CROWD,
+                server_ms=server_ms // count,
+                client_active_ms=None if clean.active_ms is None else clean.active_ms // count,
+                client_video_played_ms=clean.video_played_ms,
+                created_at=now,
+            )
+            for rating in clean.ratings
+        ]
+    )
+    result = {
+        "assignment_id": assignment.pk,
+        "status": AssignmentStatus.SUBMITTED.value,
+        "judgments": count,
+        "submitted_at": _iso(now),
+    }
+    Assignment.objects.filter(pk=assignment.pk).update(
+        status=AssignmentStatus.SUBMITTED,
+        submitted_at=now,
+        submission_digest=digest,
+        result=result,
+        server_ms=server_ms,
+        client_active_ms=clean.active_ms,
+        client_video_played_ms=clean.video_played_ms,
+    )
+    enqueue(annotation_tasks.after_submission, assignment.pk)
+    return SubmitOutcome(result=result, created=True)

@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.core.management.base import CommandParser
+
+from datasets_app.management.base import ImportCommand
+from datasets_app.services.imports import ImportResult, judgments_import
+
+
+class Command(ImportCommand):
+    help = (
+        "Import judgments (rater, candidate, one rating per question, optional response time and "
+        "reason) from the generic JSONL or CSV format of docs/import-formats.md into a campaign. "
+        "A campaign that does not exist is created as an imported campaign whose questions are the "
+        "file's rating columns (1–5). Idempotent and all-or-nothing."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        super().add_arguments(parser)
+        parser.add_argument("path", help="A .jsonl or .csv file.")
+        parser.add_argument("--campaign", required=True, help="Slug of the campaign.")
+        parser.add_argument(
+            "--format",
+            choices=["jsonl", "csv"],
+            default=None,
+            dest="file_format",
+            help="The file's format (default: from the extension).",
+        )
+
+    def run_import(self, progress: Callable[[str, int, int], None], **options: Any) -> ImportResult:
+        return judgments_import(
+            path=options["path"],
+            campaign_slug=options["campaign"],
+            file_format=options["file_format"],
+            progress=progress,
+        )

@@ -1,0 +1,64 @@
+"""Reads of datasets_app: platform-wide row counts, clip status counts, recent import batches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Count, QuerySet
+
+from annotation.models import (
+    Assignment,
+    Campaign,
+    CampaignCandidate,
+    CampaignClip,
+    Judgment,
+    JudgmentSource,
+    Participation,
+    Worker,
+)
+from datasets_app.models import (
+    CandidateCaption,
+    CaptioningSystem,
+    Clip,
+    ClipStatus,
+    ImportBatch,
+    ReferenceCaption,
+)
+
+
+def clip_status_counts() -> dict[str, int]:
+    """{status: clips} with every status present (0 when none)."""
+    counts = {status.value: 0 for status in ClipStatus}
+    for row in Clip.objects.order_by().values("status").annotate(n=Count("pk")):
+        counts[row["status"]] = row["n"]
+    return counts
+
+
+def platform_stats() -> dict[str, Any]:
+    """Row counts of the core tables (the `stats --json` command prints exactly this)."""
+    judgments_by_source = {source.value: 0 for source in JudgmentSource}
+    for row in Judgment.objects.order_by().values("source").annotate(n=Count("pk")):
+        judgments_by_source[row["source"]] = row["n"]
+    stats: dict[str, Any] = {
+        "clips": Clip.objects.count(),
+        "clips_servable": Clip.objects.servable().count(),
+        "clips_by_status": clip_status_counts(),
+        "references": ReferenceCaption.objects.count(),
+        "systems": CaptioningSystem.objects.count(),
+        "candidates": CandidateCaption.objects.count(),
+        "import_batches": ImportBatch.objects.count(),
+        "campaigns": Campaign.objects.count(),
+        "campaign_candidates": CampaignCandidate.objects.count(),
+        "campaign_clips": CampaignClip.objects.count(),
+        "workers": Worker.objects.count(),
+        "participations": Participation.objects.count(),
+        "assignments": Assignment.objects.count(),
+        "judgments": Judgment.objects.count(),
+        "judgments_by_source": judgments_by_source,
+        "judgments_excluded": Judgment.objects.filter(is_excluded=True).count(),
+    }
+    return stats
+
+
+def import_batches_recent(*, limit: int = 50) -> QuerySet[ImportBatch]:
+    return ImportBatch.objects.select_related("created_by").order_by("-created_at", "-pk")[:limit]

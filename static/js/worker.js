@@ -1,0 +1,445 @@
+/* Lepus rating page: drives the worker API (join, next, submit, me) with the worker token.
+ * Plain JavaScript, no dependency. Every caption, reference and message is inserted as text
+ * (textContent), never as HTML: captions may contain markup. */
+(function () {
+  "use strict";
+
+  var config = JSON.parse(document.getElementById("worker-config").textContent);
+  var storageKey = "lepus-worker:" + config.slug + ":" + config.identity;
+  var $ = function (id) { return document.getElementById(id); };
+  var el = {
+    status: $("status"), consent: $("consent"), start: $("start"), task: $("task"),
+    video: $("clip"), play: $("play"), hint: $("watch-hint"), progress: $("progress"),
+    progressLabel: $("progress-label"), refsBox: $("references-box"), refs: $("references"),
+    form: $("ratings"), candidates: $("candidates"), formError: $("form-error"),
+    submit: $("submit"), done: $("done"), doneMessage: $("done-message"),
+    completion: $("completion"), code: $("completion-code"), redirect: $("redirect"),
+    redirectLink: $("redirect-link"), mturkForm: $("mturk-form")
+  };
+
+  var token = null;
+  try { token = window.sessionStorage.getItem(storageKey); } catch (e) { token = null; }
+  var current = null;      // the assignment being rated (the `next` body)
+  var shownAt = 0;         // when it was shown (ms, performance clock)
+  var activeMs = 0;        // time the page was visible while rating it
+  var visibleSince = 0;
+  var ended = false;
+  var unlockTimer = null;
+  var progress = { done: 0, total: 0 };
+  var busy = false;
+
+  function say(message) { el.status.textContent = message || ""; }
+
+  function api(method, url, body) {
+    var headers = { "Accept": "application/json" };
+    if (token) { headers["Authorization"] = "Worker " + token; }
+    if (body !== undefined) { headers["Content-Type"] = "application/json"; }
+    return fetch(url, {
+      method: method, headers: headers, credentials: "omit", cache: "no-store",
+      body: body === undefined ? undefined : JSON.stringify(body)
+    }).then(function (response) {
+      if (response.status === 204) { return { status: 204, body: null }; }
+      return response.json().then(
+        function (data) { return { status: response.status, body: data }; },
+        function () { return { status: response.status, body: null }; }
+      );
+    });
+  }
+
+  // Retry network failures and 5xx answers a few times (submit is idempotent on the server).
+  function patiently(call, attempt) {
+    attempt = attempt || 0;
+    return call().then(function (answer) {
+      if (answer.status >= 500 && attempt < 4) { return later(call, attempt); }
+      return answer;
+    }, function (error) {
+      if (attempt < 4) { return later(call, attempt); }
+      throw error;
+    });
+  }
+
+  function later(call, attempt) {
+    say("Connection problem — trying again…");
+    return new Promise(function (resolve) { setTimeout(resolve, 1500 * (attempt + 1)); })
+      .then(function () { return patiently(call, attempt + 1); });
+  }
+
+  function fail(message) {
+    busy = false;
+    say(message);
+  }
+
+  // --- timing ---------------------------------------------------------------------------------
+  function now() { return window.performance ? performance.now() : Date.now(); }
+  document.addEventListener("visibilitychange", function () {
+    if (!current) { return; }
+    if (document.hidden) { activeMs += now() - visibleSince; } else { visibleSince = now(); }
+  });
+  function activeSoFar() {
+    return Math.round(activeMs + (document.hidden ? 0 : now() - visibleSince));
+  }
+  function videoPlayedMs() {
+    var ranges = el.video.played, total = 0;
+    for (var i = 0; i < ranges.length; i += 1) { total += ranges.end(i) - ranges.start(i); }
+    return Math.round(total * 1000);
+  }
+
+  // --- progress -------------------------------------------------------------------------------
+  function showProgress() {
+    var total = Math.max(progress.total, progress.done + (current ? 1 : 0), 1);
+    el.progress.max = total;
+    el.progress.value = progress.done;
+    el.progressLabel.textContent = current
+      ? "Clip " + (progress.done + 1) + " of about " + total
+      : progress.done + " done";
+  }
+
+  function readProgress(me) {
+    progress.done = me.assignments_done;
+    var total = me.assignments_done + me.remaining_estimate + (me.live_assignment_id ? 1 : 0);
+    if (me.max_assignments !== null) { total = Math.min(total, me.max_assignments); }
+    progress.total = total;
+  }
+
+  // --- flow -----------------------------------------------------------------------------------
+  function begin() {
+    el.consent.hidden = true;
+    el.task.hidden = false;
+    patiently(function () { return api("GET", config.urls.me); }).then(function (answer) {
+      if (answer.status === 401) { return forget(); }
+      if (answer.status === 200) { readProgress(answer.body); }
+      loadNext();
+    }, function () { fail("We could not reach the server. Please check your connection and reload."); });
+  }
+
+  function forget() {
+    try { window.sessionStorage.removeItem(storageKey); } catch (e) { /* private mode */ }
+    token = null;
+    el.task.hidden = true;
+    el.consent.hidden = false;
+    fail("Your session has ended. Please start again.");
+  }
+
+  function join() {
+    if (busy) { return; }
+    busy = true;
+    say("Starting…");
+    patiently(function () { return api("POST", config.urls.join, config.join); }).then(function (answer) {
+      busy = false;
+      if (answer.status !== 200) {
+        var detail = answer.body && (answer.body.detail || JSON.stringify(answer.body));
+        return fail(detail || "Could not start the study.");
+      }
+      token = answer.body.worker_token;
+      try { window.sessionStorage.setItem(storageKey, token); } catch (e) { /* private mode */ }
+      say("");
+      begin();
+    }, function () { fail("We could not reach the server. Please check your connection."); });
+  }
+
+  function loadNext() {
+    busy = true;
+    current = null;
+    say("Loading the next clip…");
+    patiently(function () { return api("POST", config.urls.next); }).then(function (answer) {
+      busy = false;
+      if (answer.status === 204) { return finish(); }
+      if (answer.status === 401) { return forget(); }
+      if (answer.status !== 200) {
+        return fail((answer.body && answer.body.detail) || "Could not load the next clip.");
+      }
+      say("");
+      render(answer.body);
+    }, function () { fail("We could not reach the server. Please check your connection and reload."); });
+  }
+
+  function render(assignment) {
+    current = assignment;
+    ended = false;
+    activeMs = 0;
+    shownAt = visibleSince = now();
+    clearTimeout(unlockTimer);
+    el.formError.textContent = "";
+    el.hint.hidden = false;
+    el.hint.textContent = "Watch the whole clip to unlock the ratings.";
+    el.play.textContent = "Play clip";
+
+    el.video.removeAttribute("src");
+    if (assignment.clip.poster_url) { el.video.setAttribute("poster", assignment.clip.poster_url); }
+    else { el.video.removeAttribute("poster"); }
+    el.video.setAttribute("src", assignment.clip.video_url);
+    el.video.load();
+
+    el.refs.textContent = "";
+    if (assignment.references && assignment.references.length) {
+      assignment.references.forEach(function (text) {
+        var item = document.createElement("li");
+        item.textContent = text;
+        el.refs.appendChild(item);
+      });
+      el.refsBox.hidden = false;
+    } else {
+      el.refsBox.hidden = true;
+    }
+
+    el.candidates.textContent = "";
+    assignment.candidates.forEach(function (candidate, index) {
+      el.candidates.appendChild(candidateBlock(candidate, index, assignment.questions));
+    });
+    setLocked(true);
+    showProgress();
+    el.play.focus();
+  }
+
+  function candidateBlock(candidate, index, questions) {
+    var number = index + 1;
+    var block = document.createElement("section");
+    block.className = "candidate card";
+    block.setAttribute("role", "group");
+    block.setAttribute("aria-labelledby", "cand-" + number + "-title");
+    block.dataset.candidateId = String(candidate.id);
+
+    var title = document.createElement("h2");
+    title.id = "cand-" + number + "-title";
+    title.textContent = "Caption " + number;
+    block.appendChild(title);
+    var text = document.createElement("p");
+    text.className = "caption";
+    text.textContent = candidate.text;
+    block.appendChild(text);
+
+    questions.forEach(function (question) {
+      var fieldset = document.createElement("fieldset");
+      fieldset.className = "scale";
+      fieldset.dataset.question = question.key;
+      fieldset.dataset.label = question.label;
+      var legend = document.createElement("legend");
+      legend.textContent = question.label;
+      fieldset.appendChild(legend);
+      var row = document.createElement("div");
+      row.className = "levels";
+      question.levels.forEach(function (level) {
+        var label = document.createElement("label");
+        label.className = "level";
+        label.title = level.description;
+        var input = document.createElement("input");
+        input.type = "radio";
+        input.name = "c" + candidate.id + "-" + question.key;
+        input.value = String(level.value);
+        input.setAttribute("aria-label", question.label + ": " + level.value + " — " + level.label);
+        var value = document.createElement("span");
+        value.className = "value";
+        value.textContent = String(level.value);
+        var name = document.createElement("span");
+        name.className = "name";
+        name.textContent = level.label;
+        label.appendChild(input);
+        label.appendChild(value);
+        label.appendChild(name);
+        row.appendChild(label);
+      });
+      fieldset.appendChild(row);
+      block.appendChild(fieldset);
+    });
+
+    if (config.reasonAtOrBelow !== null) {
+      var reason = document.createElement("div");
+      reason.className = "reason";
+      reason.hidden = true;
+      var reasonId = "reason-" + number;
+      var reasonLabel = document.createElement("label");
+      reasonLabel.setAttribute("for", reasonId);
+      reasonLabel.textContent = "Caption " + number + ": why the low rating? (required)";
+      var area = document.createElement("textarea");
+      area.id = reasonId;
+      area.maxLength = 2000;
+      area.rows = 2;
+      reason.appendChild(reasonLabel);
+      reason.appendChild(area);
+      block.appendChild(reason);
+    }
+    return block;
+  }
+
+  function setLocked(locked) {
+    var sets = el.candidates.querySelectorAll("fieldset");
+    for (var i = 0; i < sets.length; i += 1) { sets[i].disabled = locked; }
+    el.submit.disabled = locked;
+  }
+
+  function maybeUnlock() {
+    if (!current || !ended) { return; }
+    var wait = config.minSecondsOnClip * 1000 - (now() - shownAt);
+    if (wait > 0) {
+      el.hint.textContent = "The ratings unlock in a few seconds.";
+      clearTimeout(unlockTimer);
+      unlockTimer = setTimeout(maybeUnlock, wait + 50);
+      return;
+    }
+    setLocked(false);
+    el.hint.textContent = "Ratings unlocked: rate every caption, then press Submit.";
+    say("Ratings unlocked.");
+  }
+
+  el.video.addEventListener("ended", function () {
+    ended = true;
+    el.play.textContent = "Play again";
+    maybeUnlock();
+  });
+  el.video.addEventListener("error", function () {
+    if (current) { say("The clip could not be loaded. Please reload the page."); }
+  });
+  el.play.addEventListener("click", function () {
+    if (el.video.ended) { el.video.currentTime = 0; }
+    var playing = el.video.play();
+    if (playing && playing.catch) {
+      playing.catch(function () { say("Press play on the video to start the clip."); });
+    }
+  });
+
+  // Number keys pick a rating in the focused scale (arrow keys work natively on radios).
+  el.candidates.addEventListener("keydown", function (event) {
+    var target = event.target;
+    if (!target || target.type !== "radio" || event.altKey || event.ctrlKey || event.metaKey) {
+      return;
+    }
+    if (!/^[0-9]$/.test(event.key)) { return; }
+    var fieldset = target.closest("fieldset");
+    var choice = fieldset && fieldset.querySelector('input[value="' + event.key + '"]');
+    if (choice) {
+      event.preventDefault();
+      choice.checked = true;
+      choice.focus();
+      choice.dispatchEvent(new Event("change", { bubbles: true }));
+    }
+  });
+
+  // A reason box appears for a candidate as soon as one of its ratings is at or below the limit.
+  el.candidates.addEventListener("change", function (event) {
+    if (config.reasonAtOrBelow === null || event.target.type !== "radio") { return; }
+    var block = event.target.closest(".candidate");
+    var low = false;
+    var checked = block.querySelectorAll("input[type=radio]:checked");
+    for (var i = 0; i < checked.length; i += 1) {
+      if (Number(checked[i].value) <= config.reasonAtOrBelow) { low = true; }
+    }
+    block.querySelector(".reason").hidden = !low;
+  });
+
+  function collect() {
+    var ratings = [], missing = [], firstMissing = null;
+    var blocks = el.candidates.querySelectorAll(".candidate");
+    for (var b = 0; b < blocks.length; b += 1) {
+      var block = blocks[b];
+      var rating = { candidate_id: Number(block.dataset.candidateId) };
+      var low = false;
+      var sets = block.querySelectorAll("fieldset");
+      for (var s = 0; s < sets.length; s += 1) {
+        var checked = sets[s].querySelector("input:checked");
+        if (!checked) {
+          missing.push("Caption " + (b + 1) + ": " + sets[s].dataset.label);
+          firstMissing = firstMissing || sets[s].querySelector("input");
+          continue;
+        }
+        rating[sets[s].dataset.question] = Number(checked.value);
+        if (config.reasonAtOrBelow !== null && Number(checked.value) <= config.reasonAtOrBelow) {
+          low = true;
+        }
+      }
+      var area = block.querySelector("textarea");
+      if (area) {
+        var reason = area.value.trim();
+        if (reason) { rating.reason = reason; }
+        if (low && !reason) {
+          missing.push("Caption " + (b + 1) + ": a reason for the low rating");
+          firstMissing = firstMissing || area;
+        }
+      }
+      ratings.push(rating);
+    }
+    return { ratings: ratings, missing: missing, firstMissing: firstMissing };
+  }
+
+  el.form.addEventListener("submit", function (event) {
+    event.preventDefault();
+    if (!current || busy || el.submit.disabled) { return; }
+    var collected = collect();
+    if (collected.missing.length) {
+      el.formError.textContent = "Please complete: " + collected.missing.join("; ") + ".";
+      if (collected.firstMissing) { collected.firstMissing.focus(); }
+      return;
+    }
+    el.formError.textContent = "";
+    busy = true;
+    el.submit.disabled = true;
+    say("Sending your ratings…");
+    var body = {
+      ratings: collected.ratings,
+      client_timing: { active_ms: activeSoFar(), video_played_ms: videoPlayedMs() }
+    };
+    var url = config.urls.submit.replace("{id}", String(current.assignment_id));
+    patiently(function () { return api("POST", url, body); }).then(function (answer) {
+      busy = false;
+      if (answer.status === 201 || answer.status === 200) {
+        progress.done += 1;
+        return loadNext();
+      }
+      if (answer.status === 401) { return forget(); }
+      if (answer.status === 400) {
+        el.submit.disabled = false;
+        var problems = [];
+        Object.keys(answer.body || {}).forEach(function (key) {
+          problems.push(key + ": " + [].concat(answer.body[key]).join(" "));
+        });
+        el.formError.textContent = "Please check: " + problems.join("; ");
+        return say("");
+      }
+      // 409 (lease lost), 404 (gone), 403 (stopped): nothing more to do with this clip.
+      say((answer.body && answer.body.detail) || "This clip could not be submitted.");
+      return loadNext();
+    }, function () {
+      el.submit.disabled = false;
+      fail("We could not reach the server. Your ratings are still here: press Submit again.");
+    });
+  });
+
+  function finish() {
+    current = null;
+    el.task.hidden = true;
+    patiently(function () { return api("GET", config.urls.me); }).then(function (answer) {
+      var me = answer.body || {};
+      el.done.hidden = false;
+      el.done.focus();
+      say("");
+      if (me.state === "finished") {
+        el.doneMessage.textContent = "You have rated " + me.assignments_done +
+          (me.assignments_done === 1 ? " clip" : " clips") + ". Thank you for your help.";
+        if (me.completion_code) {
+          el.code.textContent = me.completion_code;
+          el.completion.hidden = false;
+        }
+        if (config.mturk.submitTo && config.mturk.assignmentId) {
+          el.mturkForm.action = config.mturk.submitTo + "/mturk/externalSubmit";
+          $("mturk-assignment").value = config.mturk.assignmentId;
+          $("mturk-code").value = me.completion_code || "";
+          el.mturkForm.hidden = false;
+        } else if (me.redirect_url) {
+          el.redirectLink.href = me.redirect_url;
+          el.redirect.hidden = false;
+          if (!me.completion_code) {
+            setTimeout(function () { window.location.assign(me.redirect_url); }, 2000);
+          }
+        }
+      } else if (me.state === "stopped") {
+        el.doneMessage.textContent = "There is no more work for you in this study. " +
+          "Please contact the researchers if you have questions.";
+      } else {
+        el.doneMessage.textContent = "There are no clips left for you right now. " +
+          "Please return or close the study.";
+      }
+    }, function () { fail("We could not reach the server. Please reload the page."); });
+  }
+
+  if (el.start) { el.start.addEventListener("click", join); }
+  if (token && !config.preview) { begin(); }
+})();

@@ -1,0 +1,262 @@
+"""`manage.py evaluate_metrics` on campaigns in the real database, checked against an independent
+computation: pycocoevalcap's scorers for the metric scores and scipy for the correlations."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from scipy import stats
+
+from annotation.models import CampaignCandidate, Judgment
+from tests.training_bridge.metric_benchmark_data import (
+    VATEX_EVAL_SLUG,
+    build_crowd_campaign,
+    build_vatex_eval_campaign,
+)
+from tests.training_bridge.vatex_eval_data import vatex_eval_subset
+from training_bridge.metrics.standard import tokenize_corpus
+
+pytest.importorskip("pycocoevalcap")
+from pycocoevalcap.bleu.bleu import Bleu
+from pycocoevalcap.cider.cider import Cider
+from pycocoevalcap.rouge.rouge import Rouge
+
+SUBSET = 300  # 50 clips x 6 candidates
+KEYS = ["kendall_b", "kendall_c", "spearman", "pearson"]
+
+
+def run_command(*args: str) -> dict:  # type: ignore[type-arg]
+    stdout, stderr = io.StringIO(), io.StringIO()
+    call_command("evaluate_metrics", *args, "--json", stdout=stdout, stderr=stderr)
+    return json.loads(stdout.getvalue())
+
+
+def coco_scores(candidates: list[str], references: list[list[str]]) -> dict[str, np.ndarray]:
+    """Per-candidate scores from the reference implementation, on our tokenisation."""
+    tokenized, tokenized_references = tokenize_corpus(candidates, references)
+    gts = dict(enumerate(tokenized_references))
+    res = {index: [text] for index, text in enumerate(tokenized)}
+    _, bleu = Bleu(4).compute_score(gts, res, verbose=0)
+    _, rouge = Rouge().compute_score(gts, res)
+    _, cider = Cider().compute_score(gts, res)
+    return {
+        "bleu1": np.array(bleu[0]),
+        "bleu4": np.array(bleu[3]),
+        "rougeL": np.array(rouge),
+        "cider": np.array(cider),
+    }
+
+
+def scipy_row(predicted: np.ndarray, human: np.ndarray) -> dict[str, float]:
+    return {
+        "kendall_b": 100 * stats.kendalltau(predicted, human, variant="b").statistic,
+        "kendall_c": 100 * stats.kendalltau(predicted, human, variant="c").statistic,
+        "spearman": 100 * stats.spearmanr(predicted, human).statistic,
+        "pearson": 100 * stats.pearsonr(predicted, human).statistic,
+    }
+
+
+def emscore_row(predicted: np.ndarray, raters: np.ndarray) -> dict[str, float]:
+    rounded = np.around(predicted, 4)
+    per_rater = [scipy_row(rounded, raters[:, column]) for column in range(raters.shape[1])]
+    return {key: 100 * round(np.mean([row[key] for row in per_rater]) / 100, 4) for key in KEYS}
+
+
+@pytest.fixture
+def vatex_subset():  # type: ignore[no-untyped-def]
+    data = vatex_eval_subset(SUBSET)
+    build_vatex_eval_campaign(data)
+    return data
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("refs", "count"), [("all", 9), ("1", 1)])
+def test_default_protocol_matches_an_independent_computation(vatex_subset, refs, count) -> None:  # type: ignore[no-untyped-def]
+    table = run_command(
+        "--campaign", VATEX_EVAL_SLUG, "--refs", refs, "--metrics", "bleu1,bleu4,rougeL,cider"
+    )
+    assert sorted(table) == ["bleu1", "bleu4", "cider", "rougeL"]
+    # The aggregate has not been computed (as after an import): the human score is the mean of
+    # the three kept judgments.
+    human = vatex_subset.rater_scores.mean(axis=1)
+    expected_scores = coco_scores(
+        vatex_subset.candidates, [group[:count] for group in vatex_subset.references]
+    )
+    for metric, row in table.items():
+        assert sorted(row) == sorted(KEYS)
+        assert row == pytest.approx(scipy_row(expected_scores[metric], human), abs=1e-6)
+        assert 5 < row["kendall_b"] < 60
+
+
+@pytest.mark.django_db
+def test_one_reference_and_all_references_differ(vatex_subset) -> None:  # type: ignore[no-untyped-def]
+    one = run_command("--campaign", VATEX_EVAL_SLUG, "--refs", "1", "--metrics", "cider")
+    every = run_command("--campaign", VATEX_EVAL_SLUG, "--metrics", "cider")
+    assert every["cider"]["kendall_b"] > one["cider"]["kendall_b"] + 3
+
+
+@pytest.mark.django_db
+def test_emscore_protocol_averages_the_rater_slots(vatex_subset) -> None:  # type: ignore[no-untyped-def]
+    table = run_command(
+        "--campaign",
+        VATEX_EVAL_SLUG,
+        "--refs",
+        "1",
+        "--protocol",
+        "emscore",
+        "--metrics",
+        "bleu1,rougeL,cider",
+    )
+    expected_scores = coco_scores(
+        vatex_subset.candidates, [group[:1] for group in vatex_subset.references]
+    )
+    for metric, row in table.items():
+        assert row == pytest.approx(
+            emscore_row(expected_scores[metric], vatex_subset.rater_scores), abs=1e-9
+        )
+        # Per-rater correlations differ from the correlation with the averaged score.
+        assert row["kendall_b"] != pytest.approx(
+            scipy_row(expected_scores[metric], vatex_subset.rater_scores.mean(axis=1))["kendall_b"],
+            abs=0.05,
+        )
+
+
+@pytest.mark.django_db
+def test_aggregate_overall_wins_and_excluded_controls_and_dropped_rows_stay_out(
+    vatex_subset,
+) -> None:  # type: ignore[no-untyped-def]
+    items = list(
+        CampaignCandidate.objects.filter(campaign__slug=VATEX_EVAL_SLUG).order_by(
+            "clip_id", "candidate__position"
+        )
+    )
+    # An expert resolution set the aggregate of the first candidate; an excluded judgment of the
+    # second no longer counts; the third was dropped and the fourth is a control item.
+    CampaignCandidate.objects.filter(pk=items[0].pk).update(overall=1.0)
+    excluded = Judgment.objects.filter(campaign_candidate=items[1]).order_by("id").first()
+    Judgment.objects.filter(pk=excluded.pk).update(is_excluded=True)
+    CampaignCandidate.objects.filter(pk=items[2].pk).update(dropped=True)
+    CampaignCandidate.objects.filter(pk=items[3].pk).update(is_control=True)
+
+    human = vatex_subset.rater_scores.mean(axis=1)
+    human[0] = 1.0
+    human[1] = vatex_subset.rater_scores[1, 1:].mean()
+    keep = np.ones(SUBSET, dtype=bool)
+    keep[[2, 3]] = False
+    candidates = [text for text, kept in zip(vatex_subset.candidates, keep, strict=True) if kept]
+    references = [group for group, kept in zip(vatex_subset.references, keep, strict=True) if kept]
+    expected = coco_scores(candidates, references)["cider"]
+
+    table = run_command("--campaign", VATEX_EVAL_SLUG, "--metrics", "cider")
+    assert table["cider"] == pytest.approx(scipy_row(expected, human[keep]), abs=1e-6)
+
+
+@pytest.mark.django_db
+def test_crowd_campaign_uses_the_mean_of_its_questions() -> None:
+    references = ["a man is playing a guitar on a stage", "a person plays guitar for a crowd"]
+    texts = [
+        "a man plays a guitar on stage",
+        "a woman is cooking in a kitchen",
+        "a man is playing guitar",
+        "someone plays an instrument",
+        "a dog runs in a park",
+    ]
+    ratings = [(5, 5, 4), (1, 2, 5), (4, 4, 5), (3, 3, 4), (1, 1, 3)]
+    clips = [
+        (
+            references,
+            [
+                (
+                    text,
+                    [
+                        {"descriptiveness": d, "relevance": r, "fluency": f},
+                        {"descriptiveness": max(1, d - 1), "relevance": r, "fluency": f},
+                    ],
+                )
+                for text, (d, r, f) in zip(texts, ratings, strict=True)
+            ],
+        )
+    ]
+    build_crowd_campaign(slug="crowd-a", clips=clips)
+    table = run_command("--campaign", "crowd-a", "--metrics", "bleu1,rougeL")
+    human = np.array(
+        [np.mean([(d + r + f) / 3, (max(1, d - 1) + r + f) / 3]) for d, r, f in ratings]
+    )
+    expected = coco_scores(texts, [references] * len(texts))
+    for metric in ("bleu1", "rougeL"):
+        assert table[metric] == pytest.approx(scipy_row(expected[metric], human), abs=1e-6)
+
+
+@pytest.mark.django_db
+def test_meteor_without_java_is_reported_unavailable(
+    vatex_subset, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("PATH", "/nonexistent")
+    table = run_command("--campaign", VATEX_EVAL_SLUG, "--metrics", "bleu4,meteor")
+    assert table["meteor"] == {
+        "kendall_b": None,
+        "kendall_c": None,
+        "spearman": None,
+        "pearson": None,
+        "unavailable": "METEOR needs Java, and no `java` executable is on the PATH",
+    }
+    assert isinstance(table["bleu4"]["kendall_b"], float)
+
+
+@pytest.mark.django_db
+def test_human_readable_output_without_json(vatex_subset) -> None:  # type: ignore[no-untyped-def]
+    stdout = io.StringIO()
+    call_command(
+        "evaluate_metrics",
+        "--campaign",
+        VATEX_EVAL_SLUG,
+        "--metrics",
+        "cider",
+        stdout=stdout,
+        stderr=io.StringIO(),
+    )
+    text = stdout.getvalue()
+    assert text.splitlines()[0].split() == ["metric", *KEYS]
+    assert f"({SUBSET} candidates; values x100)" in text
+
+
+@pytest.mark.django_db
+def test_errors_are_clear_and_print_nothing() -> None:
+    build_crowd_campaign(
+        slug="crowd-b",
+        clips=[
+            (["a cat sleeps"], [("a cat", [{"descriptiveness": 3}]), ("a dog", [{"relevance": 2}])])
+        ],
+    )
+    cases = [
+        (["--campaign", "missing"], "no campaign with slug 'missing'"),
+        ([], "give --campaign SLUG, --release ID, or both"),
+        (["--campaign", "crowd-b", "--refs", "0"], "--refs must be at least 1"),
+        (["--campaign", "crowd-b", "--refs", "two"], "--refs must be a positive number"),
+        (["--campaign", "crowd-b", "--metrics", "spice"], "unknown metric(s) spice"),
+        (
+            ["--campaign", "crowd-b", "--protocol", "emscore"],
+            "the emscore protocol needs per-rater scores",
+        ),
+        (["--campaign", "crowd-b", "--split", "train"], "splits belong to releases"),
+    ]
+    for arguments, message in cases:
+        stdout = io.StringIO()
+        with pytest.raises(CommandError) as error:
+            call_command("evaluate_metrics", *arguments, "--json", stdout=stdout)
+        assert message in str(error.value)
+        assert stdout.getvalue() == ""
+
+
+@pytest.mark.django_db
+def test_emscore_protocol_needs_a_complete_rater_matrix(vatex_subset) -> None:  # type: ignore[no-untyped-def]
+    Judgment.objects.filter(
+        pk=Judgment.objects.filter(campaign__slug=VATEX_EVAL_SLUG).order_by("id").first().pk
+    ).update(is_excluded=True)
+    with pytest.raises(CommandError, match="1 candidate\\(s\\) lack a kept judgment"):
+        run_command("--campaign", VATEX_EVAL_SLUG, "--protocol", "emscore", "--metrics", "cider")

@@ -1,0 +1,121 @@
+"""`manage.py evaluate_metrics`: correlation of the standard caption metrics with the human scores of
+a campaign or a release, without training anything.
+
+    python manage.py evaluate_metrics --campaign vatex-eval --refs 1 --protocol emscore --json
+    -> {"bleu1": {"kendall_b": 12.2, "kendall_c": ..., "spearman": ..., "pearson": ...}, ...}
+
+Values are x100. A metric whose runtime is missing here (METEOR without Java) keeps its row with
+null values and an "unavailable" reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import CommandError, CommandParser
+
+from annotation.models import Campaign
+from common.management.base import LepusCommand
+from training_bridge.metrics.benchmark import CORRELATION_KEYS, PROTOCOLS
+from training_bridge.metrics.standard import DEFAULT_METRICS, METRIC_NAMES
+from training_bridge.services.metric_benchmark import MetricBenchmarkError, metric_benchmark_compute
+
+
+def _reference_count(value: str) -> int | None:
+    if value == "all":
+        return None
+    try:
+        count = int(value)
+    except ValueError:
+        raise CommandError(f"--refs must be a positive number or 'all', not {value!r}")
+    if count < 1:
+        raise CommandError("--refs must be at least 1")
+    return count
+
+
+def _metric_list(value: str) -> list[str]:
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    unknown = [name for name in names if name not in METRIC_NAMES]
+    if unknown or not names:
+        raise CommandError(
+            f"unknown metric(s) {', '.join(unknown) or '(none)'}; known: {', '.join(METRIC_NAMES)}"
+        )
+    return names
+
+
+class Command(LepusCommand):
+    help = (
+        "Correlate the standard caption metrics (BLEU, ROUGE-L, METEOR, CIDEr-D) with the human "
+        "scores of a campaign or a release: Kendall tau_b and tau_c, Spearman, Pearson (x100)."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        super().add_arguments(parser)
+        parser.add_argument("--campaign", help="Campaign slug (with --release: only its records).")
+        parser.add_argument("--release", type=int, help="Release id: use the release's records.")
+        parser.add_argument(
+            "--split",
+            action="append",
+            dest="splits",
+            help="With --release: only this split (repeatable; default: every split).",
+        )
+        parser.add_argument(
+            "--refs",
+            default="all",
+            help="References per candidate: the first N (e.g. 1), or 'all' (default).",
+        )
+        parser.add_argument(
+            "--protocol",
+            choices=[protocol for protocol in PROTOCOLS if protocol != "default"],
+            help="emscore: the VATEX-EVAL protocol of the EMScore paper (scores rounded to 4 "
+            "decimals, correlations per rater slot, averaged). Default: against the overall score.",
+        )
+        parser.add_argument(
+            "--metrics",
+            default=",".join(DEFAULT_METRICS),
+            help=f"Comma-separated metrics (default {','.join(DEFAULT_METRICS)}; "
+            f"known: {','.join(METRIC_NAMES)}).",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        campaign = None
+        if options["campaign"]:
+            campaign = Campaign.objects.filter(slug=options["campaign"]).first()
+            if campaign is None:
+                raise CommandError(f"no campaign with slug {options['campaign']!r}")
+        if campaign is None and options["release"] is None:
+            raise CommandError("give --campaign SLUG, --release ID, or both")
+        protocol = options["protocol"] or "default"
+        reference_count = _reference_count(str(options["refs"]))
+        metrics = _metric_list(options["metrics"])
+        self.note(
+            f"scoring {', '.join(metrics)} with {options['refs']} reference(s), "
+            f"protocol {protocol} ..."
+        )
+        try:
+            table, benchmark = metric_benchmark_compute(
+                campaign=campaign,
+                release_id=options["release"],
+                splits=options["splits"],
+                reference_count=reference_count,
+                protocol=protocol,
+                metrics=metrics,
+            )
+        except MetricBenchmarkError as error:
+            raise CommandError(str(error))
+        self.note(f"{len(benchmark.candidates)} candidates")
+        self.emit(table, human=_human_table(table, candidates=len(benchmark.candidates)))
+
+
+def _human_table(table: dict[str, dict[str, Any]], *, candidates: int) -> str:
+    lines = [f"{'metric':<8} " + " ".join(f"{key:>10}" for key in CORRELATION_KEYS)]
+    for metric, row in table.items():
+        if row.get("unavailable"):
+            lines.append(f"{metric:<8} unavailable: {row['unavailable']}")
+            continue
+        cells = [
+            "      n/a" if row[key] is None else f"{row[key]:>10.2f}" for key in CORRELATION_KEYS
+        ]
+        lines.append(f"{metric:<8} " + " ".join(cells))
+    lines.append(f"({candidates} candidates; values x100)")
+    return "\n".join(lines)

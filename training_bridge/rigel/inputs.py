@@ -1,0 +1,244 @@
+"""From (video, references, candidate) to the keyword arguments of the backbone's forward.
+
+:func:`build_batch` returns exactly what ``Qwen3VLForConditionalGeneration.forward`` needs for a
+video prompt — ``input_ids``, ``attention_mask``, ``mm_token_type_ids``, ``pixel_values_videos``,
+``video_grid_thw`` (plus ``second_per_grid_ts`` for Qwen2.5-VL) — left-padded, so that position
+``-1`` of every row is the answer position (the next token is the score digit).
+
+The token sequence is the one transformers' processor builds (checked against it, see
+``tests/training_bridge/test_inputs_processor_parity.py``): the chat template puts
+``<|vision_start|><|video_pad|><|vision_end|>`` where the video goes, and Qwen3-VL's processor
+replaces the ``<|video_pad|>`` with, per temporal group, ``<{t:.1f} seconds>`` followed by
+``<|vision_start|>``, ``h·w / merge²`` video pads and ``<|vision_end|>``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from . import prompts
+from .backbone import Backbone, VisionSettings
+from .video import (
+    DecodedVideo,
+    decode_video,
+    grid_thw,
+    load_frames,
+    preprocess_video,
+    target_size,
+    timestamps,
+)
+
+
+@dataclass
+class RigelExample:
+    """One sample: a video (decoded frames, a frames directory/list, or a video file), the human
+    references and the candidate caption. ``fps``/``frame_indices`` describe pre-decoded frames
+    (where in the source they were taken; Qwen3-VL writes their timestamps into the prompt)."""
+
+    references: list[str]
+    candidate: str
+    frames: np.ndarray | None = None  # (T, H, W, 3) uint8 RGB
+    frame_paths: str | Path | list[str | Path] | None = None  # a directory or a list of images
+    video_path: str | Path | None = None
+    fps: float | None = None
+    frame_indices: list[int] | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def load_video(example: RigelExample, vision: VisionSettings) -> DecodedVideo:
+    """The example's frames, decoded or loaded, with their source indices and fps."""
+    if example.frames is not None:
+        frames = np.asarray(example.frames)
+        indices = np.asarray(
+            example.frame_indices if example.frame_indices is not None else range(len(frames))
+        )
+        return DecodedVideo(
+            frames=frames,
+            indices=indices,
+            fps=float(example.fps or vision.default_fps),
+            total_frames=int(indices.max()) + 1,
+        )
+    if example.frame_paths is not None:
+        return load_frames(
+            example.frame_paths,
+            fps=example.fps,
+            indices=example.frame_indices,
+            default_fps=vision.default_fps,
+        )
+    if example.video_path is not None:
+        return decode_video(example.video_path, vision.num_frames)
+    raise ValueError("the example has no frames, frame_paths or video_path")
+
+
+def video_placeholder(
+    grid: Sequence[int], indices: Sequence[int], fps: float, backbone: Backbone
+) -> str:
+    """The text that replaces the prompt's ``<|video_pad|>`` (what the processor inserts)."""
+    vision = backbone.vision
+    tokenizer = backbone.tokenizer
+    pad = tokenizer.convert_ids_to_tokens(backbone.video_token_id)
+    t, h, w = (int(x) for x in grid)
+    per_group = h * w // (vision.merge_size**2)
+    if not vision.timestamps:  # Qwen2.5-VL: all groups in one run
+        return pad * (t * per_group)
+    start = tokenizer.convert_ids_to_tokens(backbone.vision_start_token_id)
+    end = tokenizer.convert_ids_to_tokens(backbone.vision_end_token_id)
+    times = timestamps(indices, fps, vision.temporal_patch_size)
+    return "".join(f"<{times[k]:.1f} seconds>{start}{pad * per_group}{end}" for k in range(t))
+
+
+def expand_prompt(prompt: str, placeholder: str, backbone: Backbone) -> str:
+    pad = backbone.tokenizer.convert_ids_to_tokens(backbone.video_token_id)
+    if prompt.count(pad) != 1:
+        raise ValueError(f"the prompt must hold exactly one {pad}")
+    return prompt.replace(pad, placeholder, 1)
+
+
+def mm_token_type_ids(input_ids: Sequence[int] | np.ndarray, backbone: Backbone) -> np.ndarray:
+    """0 text, 1 image pad, 2 video pad (what the processor returns)."""
+    ids = np.asarray(input_ids)
+    types = np.zeros_like(ids)
+    types[ids == backbone.image_token_id] = 1
+    types[ids == backbone.video_token_id] = 2
+    return types
+
+
+@dataclass
+class EncodedExample:
+    input_ids: list[int]
+    grid: tuple[int, int, int]
+    fps: float
+    pixel_values: torch.Tensor | None = None  # (N, C·tp·p·p) float32
+    frames: np.ndarray | None = None  # raw uint8 frames when preprocessing is deferred
+
+
+def encode_text(
+    example: RigelExample,
+    video: DecodedVideo,
+    backbone: Backbone,
+    *,
+    reference_free: bool,
+) -> tuple[list[int], tuple[int, int, int]]:
+    """Token ids of the full prompt for a clip of this shape (no pixel work)."""
+    vision = backbone.vision
+    frames = video.frames
+    size = target_size(len(frames), int(frames.shape[1]), int(frames.shape[2]), vision)
+    grid = grid_thw(len(frames), size[0], size[1], vision)
+    prompt = prompts.render_prompt(
+        backbone.tokenizer,
+        references=example.references,
+        candidate=example.candidate,
+        reference_free=reference_free,
+    )
+    text = expand_prompt(
+        prompt, video_placeholder(grid, video.indices, video.fps, backbone), backbone
+    )
+    ids = backbone.tokenizer(text, add_special_tokens=False)["input_ids"]
+    return list(ids), grid
+
+
+def encode_example(
+    example: RigelExample,
+    backbone: Backbone,
+    *,
+    reference_free: bool,
+    device: str | torch.device = "cpu",
+    video: DecodedVideo | None = None,
+) -> EncodedExample:
+    video = video if video is not None else load_video(example, backbone.vision)
+    ids, grid = encode_text(example, video, backbone, reference_free=reference_free)
+    values, got = preprocess_video(video.frames, backbone.vision, device=device)
+    if got != grid:
+        raise AssertionError(f"grid {got} != {grid}")
+    return EncodedExample(input_ids=ids, grid=grid, fps=video.fps, pixel_values=values)
+
+
+def left_pad(
+    sequences: Sequence[Sequence[int]], pad_value: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, L) left-padded ids and the attention mask."""
+    length = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), length), pad_value, dtype=torch.long)
+    mask = torch.zeros((len(sequences), length), dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        if len(seq):
+            ids[row, length - len(seq) :] = torch.as_tensor(list(seq), dtype=torch.long)
+            mask[row, length - len(seq) :] = 1
+    return ids, mask
+
+
+def collate(
+    encoded: Sequence[EncodedExample], backbone: Backbone, *, device: str | torch.device = "cpu"
+) -> dict[str, torch.Tensor]:
+    ids, mask = left_pad([e.input_ids for e in encoded], backbone.pad_token_id)
+    types = torch.as_tensor(mm_token_type_ids(ids.numpy(), backbone), dtype=torch.long)
+    types[mask == 0] = 0
+    batch: dict[str, torch.Tensor] = {
+        "input_ids": ids.to(device),
+        "attention_mask": mask.to(device),
+        "mm_token_type_ids": types.to(device),
+        "pixel_values_videos": torch.cat([e.pixel_values for e in encoded], dim=0).to(device),  # type: ignore[misc]
+        "video_grid_thw": torch.tensor(
+            [list(e.grid) for e in encoded], dtype=torch.long, device=device
+        ),
+    }
+    if backbone.family == "qwen2_5_vl":
+        tp = backbone.vision.temporal_patch_size
+        batch["second_per_grid_ts"] = torch.tensor(
+            [tp / e.fps for e in encoded], dtype=torch.float32, device=device
+        )
+    return batch
+
+
+def build_batch(
+    examples: Sequence[RigelExample],
+    backbone: Backbone,
+    *,
+    reference_free: bool,
+    device: str | torch.device = "cpu",
+) -> dict[str, torch.Tensor]:
+    """The forward kwargs for a batch of examples, left-padded (position -1 = answer position)."""
+    if not examples:
+        raise ValueError("no examples")
+    encoded = [
+        encode_example(example, backbone, reference_free=reference_free, device=device)
+        for example in examples
+    ]
+    return collate(encoded, backbone, device=device)
+
+
+def rope_position_ids(
+    mm_types: Sequence[int] | np.ndarray, grid: Sequence[int], merge_size: int
+) -> np.ndarray:
+    """Qwen3-VL's 3-D M-RoPE positions (3, L) of one unpadded sequence with one video, the same
+    numbers ``Qwen3VLModel.get_rope_index`` computes (each run of video pads is one temporal
+    group of ``h/merge x w/merge`` tokens)."""
+    types = np.asarray(mm_types)
+    _, h, w = (int(x) for x in grid)
+    lh, lw = h // merge_size, w // merge_size
+    pieces: list[np.ndarray] = []
+    current = 0
+    start = 0
+    for key, run in itertools.groupby(types.tolist()):
+        length = len(list(run))
+        if key == 0:
+            pieces.append(np.broadcast_to(np.arange(length) + current, (3, length)))
+            current += length
+        else:
+            if length != lh * lw:
+                raise ValueError(f"a video run of {length} tokens, expected {lh * lw}")
+            hh, ww = np.meshgrid(np.arange(lh), np.arange(lw), indexing="ij")
+            block = np.stack(
+                [np.full(lh * lw, current), hh.reshape(-1) + current, ww.reshape(-1) + current]
+            )
+            pieces.append(block)
+            current += max(h, w) // merge_size
+        start += length
+    return np.concatenate(pieces, axis=1).astype(np.int64)

@@ -1,0 +1,132 @@
+"""Prompts for Rigel's video caption evaluation, in our own wording.
+
+Two conditions, as in the paper (Section 3): *reference-based* (the video, the human reference
+captions and the candidate) and *reference-free* (the video and the candidate only). Both use the
+five rubric levels of the paper's Appendix C (the same texts the annotation campaigns show to crowd
+workers, ``annotation.questions.RUBRIC_LEVELS``; copied here so this module needs no Django app, and
+a test keeps the two in sync).
+
+The prompt is a single user turn (video first, then the text) rendered with the backbone
+tokenizer's chat template, followed by the opened assistant turn: the next token the model writes
+is the score digit "1".."5".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+# (value, label, description), best first. Keep equal to annotation.questions.RUBRIC_LEVELS.
+RUBRIC_LEVELS: tuple[tuple[int, str, str], ...] = (
+    (
+        5,
+        "Excellent",
+        "Comprehensively and accurately describes all observed objects, relationships "
+        "and contextual details, with no grammatical errors or at most one minor "
+        "error.",
+    ),
+    (
+        4,
+        "Good",
+        "Describes most objects and relationships with only minor omissions or "
+        "inaccuracies, and is generally natural and comprehensible.",
+    ),
+    (
+        3,
+        "Fair",
+        "Mentions key objects but lacks detail in relationships or other attributes, "
+        "or contains significant inaccuracies or noticeable grammatical errors, yet "
+        "remains understandable.",
+    ),
+    (
+        2,
+        "Poor",
+        "Describes a few objects but omits significant details, contains numerous "
+        "inaccuracies, or has errors that make it difficult to read.",
+    ),
+    (
+        1,
+        "Bad",
+        "Minimal description, fundamentally unrelated to the video, or frequent "
+        "errors that make it incomprehensible.",
+    ),
+)
+
+SCORE_DIGITS: tuple[str, ...] = ("1", "2", "3", "4", "5")
+
+_INTRO_REFERENCE_BASED = (
+    "You will judge how good a caption is for the video shown above. "
+    "People who watched the video wrote the reference captions below; use them, together with "
+    "what you see, to decide what the video really shows."
+)
+_INTRO_REFERENCE_FREE = (
+    "You will judge how good a caption is for the video shown above, "
+    "using only what you see in the video."
+)
+_QUESTION = (
+    "Rate the candidate caption on a scale of 1 to 5, following this rubric. Consider whether "
+    "it mentions the objects, actions and relationships that matter, whether everything it says "
+    "is really in the video, and whether it reads as natural English."
+)
+_ANSWER_FORMAT = "Reply with one digit from 1 to 5 and nothing else."
+
+
+def rubric_text() -> str:
+    return "\n".join(
+        f"{value} ({label}): {description}" for value, label, description in RUBRIC_LEVELS
+    )
+
+
+def prompt_text(*, references: Sequence[str], candidate: str, reference_free: bool) -> str:
+    """The text part of the user turn (what follows the video)."""
+    parts: list[str] = [_INTRO_REFERENCE_FREE if reference_free else _INTRO_REFERENCE_BASED]
+    if not reference_free:
+        if not references:
+            raise ValueError("the reference-based prompt needs at least one reference caption")
+        lines = "\n".join(f"{i}. {_clean(ref)}" for i, ref in enumerate(references, start=1))
+        parts.append(f"Reference captions:\n{lines}")
+    parts.append(f"Candidate caption: {_clean(candidate)}")
+    parts.append(f"{_QUESTION}\n{rubric_text()}")
+    parts.append(_ANSWER_FORMAT)
+    return "\n\n".join(parts)
+
+
+def prompt_messages(
+    *, references: Sequence[str], candidate: str, reference_free: bool
+) -> list[dict[str, Any]]:
+    """Chat messages: one user turn holding the video and the text."""
+    text = prompt_text(references=references, candidate=candidate, reference_free=reference_free)
+    return [
+        {
+            "role": "user",
+            "content": [{"type": "video"}, {"type": "text", "text": text}],
+        }
+    ]
+
+
+def render_prompt(
+    tokenizer: Any, *, references: Sequence[str], candidate: str, reference_free: bool
+) -> str:
+    """The full prompt string with one ``<|video_pad|>`` placeholder (the processor expands it),
+    ending with the opened assistant turn so that the next token is the score digit."""
+    messages = prompt_messages(
+        references=references, candidate=candidate, reference_free=reference_free
+    )
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def prompt_corpus() -> list[str]:
+    """Texts that the locally built tokenizers are trained on (with captions, see backbone)."""
+    return [
+        _INTRO_REFERENCE_BASED,
+        _INTRO_REFERENCE_FREE,
+        _QUESTION,
+        _ANSWER_FORMAT,
+        rubric_text(),
+        "Reference captions:",
+        "Candidate caption:",
+    ]
+
+
+def _clean(text: str) -> str:
+    return " ".join(str(text).split())
