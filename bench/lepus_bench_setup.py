@@ -10,7 +10,7 @@ the ORM (bulk inserts), so 1,000 clips x 3 candidates take a few seconds:
 Clips are marked `ready` with a `video_key` and a `poster_key`, but **the video files do not exist**:
 the load test only needs the signed URLs that `next` hands out, never the bytes behind them.
 
-`campaign` uses the project's `create_campaign` management command (the contract of issue 3). Both
+`campaign` runs the project's `create_campaign` management command (the contract of issue 3). Both
 print one JSON object on stdout.
 """
 
@@ -96,32 +96,22 @@ def seed(*, clips: int, candidates_per_clip: int, references_per_clip: int) -> d
 
 
 def campaign(*, slug: str, judgments_per_candidate: int) -> dict[str, object]:
-    """The campaign through `create_campaign` (issue 3's command-line contract); where that command
-    is not there yet, through the service it wraps."""
+    """The campaign through `create_campaign`, with the arguments of issue 3's contract."""
     from io import StringIO
 
-    from django.core.management import get_commands
-
-    if "create_campaign" in get_commands():
-        out = StringIO()
-        call_command(
-            "create_campaign",
-            slug=slug,
-            judgments_per_candidate=judgments_per_candidate,
-            system=SYSTEM_NAME,
-            as_json=True,
-            stdout=out,
-        )
-        return json.loads(out.getvalue().strip().splitlines()[-1])
-    from annotation.services.campaigns import campaign_counts, campaign_create
-
-    created = campaign_create(
-        slug=slug,
-        name=slug,
-        judgments_per_candidate=judgments_per_candidate,
-        system_names=[SYSTEM_NAME],
+    out = StringIO()
+    call_command(
+        "create_campaign",
+        "--slug",
+        slug,
+        "--judgments-per-candidate",
+        str(judgments_per_candidate),
+        "--system",
+        SYSTEM_NAME,
+        "--json",
+        stdout=out,
     )
-    return {"slug": created.slug, "via": "campaign_create", **campaign_counts(campaign=created)}
+    return json.loads(out.getvalue().strip().splitlines()[-1])
 
 
 def main() -> None:

@@ -336,8 +336,13 @@ class Target:
         raise NotImplementedError
 
 
-def worker_loop(target: Target, worker: int, state: RunState, *, timeout: float) -> None:
+def worker_loop(
+    target: Target, worker: int, state: RunState, *, timeout: float, think_s: float = 0.0
+) -> None:
     rng = random.Random(worker)
+    if think_s:
+        # Paced workers start spread over one think time, as people arriving do.
+        state.stop.wait(rng.uniform(0, think_s))
     client = target.client(worker, timeout=timeout)
     seen: set[str] = set()
     consecutive_errors = 0
@@ -380,6 +385,13 @@ def worker_loop(target: Target, worker: int, state: RunState, *, timeout: float)
                 continue
             with state.lock:
                 state.submit_ms.append(submitted.seconds * 1000)
+            if think_s:
+                # A person watches and rates for a while before asking for the next clip.
+                state.stop.wait(
+                    max(
+                        0.0, min(rng.uniform(0.5, 1.5) * think_s, state.deadline - time.monotonic())
+                    )
+                )
             if target.submit_acknowledged(submitted):
                 consecutive_errors = 0
                 with state.lock:
@@ -430,6 +442,7 @@ def run_load(
     timeout: float,
     server_roots: dict[str, int],
     drain: Callable[[], float] | None = None,
+    think_ms: float = 0.0,
 ) -> dict[str, Any]:
     """Drive `target` with `workers` closed-loop clients; returns the measured numbers."""
     state = RunState(deadline=time.monotonic() + duration, max_cycles=max_cycles)
@@ -438,7 +451,7 @@ def run_load(
         threading.Thread(
             target=worker_loop,
             args=(target, index, state),
-            kwargs={"timeout": timeout},
+            kwargs={"timeout": timeout, "think_s": think_ms / 1000.0},
             name=f"worker-{index}",
             daemon=True,
         )
@@ -467,6 +480,8 @@ def run_load(
     ) * 1000
     result: dict[str, Any] = {
         "workers": workers,
+        "think_ms": think_ms,
+        "mode": "paced" if think_ms else "saturated",
         "duration_limit_s": duration,
         "max_cycles": max_cycles,
         "elapsed_s": round(elapsed, 2),
@@ -1591,8 +1606,8 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
             config += "cluster, unix socket), Redis (unix socket) for cache/throttle and broker"
             if args.celery_worker:
                 config += ", 1 Celery worker (concurrency 1) for the after-submission tasks"
-            for workers in args.workers:
-                slug = f"loadbench-w{workers}"
+            for workers, think_ms in args.scenarios:
+                slug = f"loadbench-w{workers}-t{int(think_ms)}"
                 campaign = create_lepus_campaign(env, slug, args.judgments)
                 log(f"lepus: campaign {campaign}")
                 target = LepusTarget(base_url=base_url, campaign=slug, db_dsn=bench.pg_dsn("lepus"))
@@ -1611,6 +1626,7 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
                         "celery": celery_pid,
                     },
                     drain=celery_queue_drainer(bench) if args.celery_worker else None,
+                    think_ms=think_ms,
                 )
                 report["runs"].append(run_entry("lepus", config, result, {"campaign": campaign}))
             for name, process in list(services.processes):
@@ -1621,15 +1637,18 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
                 continue
             config_name = system.split(":", 1)[1] if ":" in system else "sqlite"
             base_url, web_pid, accounts, db = start_label_studio(
-                bench, config_name, max(args.workers), args
+                bench, config_name, max(workers for workers, _ in args.scenarios), args
             )
             if config_name == "sqlite":
                 config = "label-studio start (its default: Django runserver, SQLite)"
             else:
                 config = f"{gunicorn_config}, PostgreSQL (private cluster, unix socket), DJANGO_DB=default"
-            for workers in args.workers:
+            for workers, think_ms in args.scenarios:
                 project_id = create_label_studio_project(
-                    base_url, accounts["admin_token"], title=f"loadbench-w{workers}", args=args
+                    base_url,
+                    accounts["admin_token"],
+                    title=f"loadbench-w{workers}-t{int(think_ms)}",
+                    args=args,
                 )
                 target = LabelStudioTarget(
                     base_url=base_url,
@@ -1649,6 +1668,7 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
                     max_cycles=args.max_cycles,
                     timeout=args.request_timeout,
                     server_roots=roots,
+                    think_ms=think_ms,
                 )
                 report["runs"].append(
                     run_entry(
@@ -1673,13 +1693,15 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def evaluate_targets(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The targets of issue 3, checked on this run's numbers."""
+    """The targets of issue 3, checked on this run's numbers (per workers count and pacing)."""
     targets: dict[str, Any] = {}
-    for workers in sorted({run["workers"] for run in runs}):
-        lepus = next((r for r in runs if r["system"] == "lepus" and r["workers"] == workers), None)
-        peers = [
-            r for r in runs if r["system"].startswith("label-studio") and r["workers"] == workers
-        ]
+    for workers, think_ms in sorted({(run["workers"], run.get("think_ms", 0)) for run in runs}):
+
+        def same(run: dict[str, Any], workers: int = workers, think_ms: float = think_ms) -> bool:
+            return run["workers"] == workers and run.get("think_ms", 0) == think_ms
+
+        lepus = next((r for r in runs if r["system"] == "lepus" and same(r)), None)
+        peers = [r for r in runs if r["system"].startswith("label-studio") and same(r)]
         entry: dict[str, Any] = {}
         if lepus is not None:
             entry["lepus_correctness_all_zero"] = lepus["correctness_all_zero"]
@@ -1691,14 +1713,31 @@ def evaluate_targets(runs: list[dict[str, Any]]) -> dict[str, Any]:
         if lepus is not None and peers:
             best = max(peers, key=lambda r: r["cycles_per_s"] or 0)
             entry["label_studio_better_config"] = best["system"]
-            ratio = lepus["cycles_per_s"] / best["cycles_per_s"] if best["cycles_per_s"] else None
-            entry["throughput_ratio"] = round(ratio, 1) if ratio is not None else None
-            entry["throughput_at_least_10x"] = ratio is not None and ratio >= 10
+            entry["label_studio_correctness"] = {
+                r["system"]: {
+                    key: r["correctness"].get(key)
+                    for key in (
+                        "over_quota_tasks",
+                        "over_quota_tasks_share",
+                        "repeated_clips_per_worker",
+                        "lost_submissions",
+                    )
+                }
+                for r in peers
+            }
+            if not think_ms:
+                # Throughput is only comparable when both sides run flat out.
+                ratio = (
+                    lepus["cycles_per_s"] / best["cycles_per_s"] if best["cycles_per_s"] else None
+                )
+                entry["throughput_ratio"] = round(ratio, 1) if ratio is not None else None
+                entry["throughput_at_least_10x"] = ratio is not None and ratio >= 10
             if lepus["server_cpu_ms_per_cycle"] and best["server_cpu_ms_per_cycle"]:
                 cpu_ratio = best["server_cpu_ms_per_cycle"] / lepus["server_cpu_ms_per_cycle"]
                 entry["cpu_per_cycle_ratio"] = round(cpu_ratio, 1)
                 entry["cpu_per_cycle_at_most_a_tenth"] = cpu_ratio >= 10
-        targets[f"workers_{workers}"] = entry
+        key = f"workers_{workers}" + (f"_paced_{int(think_ms)}ms" if think_ms else "")
+        targets[key] = entry
     return targets
 
 
@@ -1713,16 +1752,23 @@ def fmt(value: Any, width: int) -> str:
 
 
 TABLE_HEADER = (
-    f"{'system':<26}{'workers':>8}{'cycles':>8}{'cyc/s':>8}"
+    f"{'system':<26}{'workers':>8}{'think':>7}{'cycles':>8}{'cyc/s':>8}"
     f"{'next p50':>10}{'p95':>8}{'p99':>8}{'submit p50':>11}{'p95':>8}{'p99':>8}"
     f"{'cpu ms/cyc':>11}{'PSS MiB':>9}{'errors':>8}{'over-q':>8}{'repeat':>8}{'lost':>6}{'dup':>5}"
 )
 
 
+def think_label(run: dict[str, Any]) -> str:
+    think_ms = run.get("think_ms") or 0
+    return f"{think_ms / 1000:g}s" if think_ms else "-"
+
+
 def run_line(run: dict[str, Any]) -> str:
     correctness = run["correctness"]
     return (
-        f"{run['system']:<26}{fmt(run['workers'], 8)}{fmt(run['cycles'], 8)}"
+        f"{run['system']:<26}{fmt(run['workers'], 8)}"
+        f"{fmt(think_label(run), 7)}"
+        f"{fmt(run['cycles'], 8)}"
         f"{fmt(run['cycles_per_s'], 8)}{fmt(run['next']['p50_ms'], 10)}"
         f"{fmt(run['next']['p95_ms'], 8)}{fmt(run['next']['p99_ms'], 8)}"
         f"{fmt(run['submit']['p50_ms'], 11)}{fmt(run['submit']['p95_ms'], 8)}"
@@ -1800,6 +1846,15 @@ def main() -> None:
         default=[20],
         help="simulated workers; a comma-separated list runs each in turn",
     )
+    parser.add_argument(
+        "--paced",
+        default="",
+        help="extra runs with think time, e.g. '20:5000' = 20 workers, each pausing 0.5-1.5 x "
+        "5000 ms after every submit (comma-separated list)",
+    )
+    parser.add_argument(
+        "--think-ms", type=float, default=0.0, help="single-target mode: think time of every worker"
+    )
     parser.add_argument("--duration", type=float, default=60, help="seconds per run")
     parser.add_argument("--max-cycles", type=int, default=None, help="cycle budget per run")
     parser.add_argument("--request-timeout", type=float, default=30)
@@ -1830,6 +1885,11 @@ def main() -> None:
     parser.add_argument("--db-server-pid", type=int, default=0)
     args = parser.parse_args()
     args.systems = [system.strip() for system in args.systems.split(",") if system.strip()]
+    args.scenarios = [(workers, 0.0) for workers in args.workers] + [
+        (int(part.split(":")[0]), float(part.split(":")[1]))
+        for part in args.paced.split(",")
+        if part.strip()
+    ]
 
     if args.compare:
         report = compare(args)
@@ -1881,6 +1941,7 @@ def main() -> None:
                 max_cycles=args.max_cycles,
                 timeout=args.request_timeout,
                 server_roots=roots,
+                think_ms=args.think_ms,
             )
             report["runs"].append(run_entry(args.target, args.base_url, result, {}))
         report["targets"] = evaluate_targets(report["runs"])

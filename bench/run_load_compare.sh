@@ -61,5 +61,5 @@ mkdir -p "$(dirname "$OUTPUT")"
 cd "$REPO_ROOT"
 # The defaults come first so that any option given on the command line overrides them.
 ip netns exec "$NETNS" env LEPUS_PYTHON="$PYTHON" "$PYTHON" bench/load_workers.py \
-    --compare label-studio --workers 20,200 --duration 60 --output "$OUTPUT" "$@"
+    --compare label-studio --workers 20,200 --paced 20:5000 --duration 60 --output "$OUTPUT" "$@"
 echo "report: $OUTPUT"
