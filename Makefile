@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: install install-dev demo run worker beat test lint typecheck bench migrate clean-demo
+.PHONY: install install-dev demo demo-smoke run worker beat test lint typecheck bench migrate clean-demo
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ install-dev: $(DEV_STAMP)
 ## Celery broker) and a real Celery worker; prints the URLs and the curator's credentials.
 demo: $(STAMP)
 	bash scripts/demo.sh
+
+## The demo brought up, its pages checked, and shut down again (CI).
+demo-smoke: $(STAMP)
+	bash scripts/demo.sh --smoke
 
 ## Web server and worker against whatever the environment configures (see .env.example).
 run: $(STAMP)

@@ -8,6 +8,7 @@ from datasets_app.models import (
     Clip,
     ImportBatch,
     ReferenceCaption,
+    VideoAttachJob,
 )
 
 
@@ -29,8 +30,20 @@ class CandidateInline(admin.TabularInline):
 class ClipAdmin(admin.ModelAdmin):
     list_display = ["vatex_id", "youtube_id", "start_seconds", "end_seconds", "status", "duration"]
     list_filter = ["status"]
+
     search_fields = ["vatex_id", "youtube_id"]
-    readonly_fields = ["created_at", "processed_at"]
+    # The pipeline writes the video fields; edited by hand they could serve a file that is not there.
+    readonly_fields = [
+        "created_at",
+        "processed_at",
+        "video_key",
+        "poster_key",
+        "frames_key",
+        "frame_count",
+        "duration",
+        "width",
+        "height",
+    ]
     raw_id_fields = ["import_batch"]
     inlines = [ReferenceInline, CandidateInline]
 
@@ -68,4 +81,32 @@ class ImportBatchAdmin(admin.ModelAdmin):
         "counts",
         "created_by",
         "created_at",
+    ]
+
+
+@admin.register(VideoAttachJob)
+class VideoAttachJobAdmin(admin.ModelAdmin):
+    list_display = ["pk", "status", "done", "total", "ready", "failed", "directory", "created_at"]
+    list_filter = ["status"]
+    readonly_fields = [
+        "status",
+        "progress",
+        "progress_message",
+        "error",
+        "attempts",
+        "worker_hostname",
+        "task_id",
+        "created_at",
+        "started_at",
+        "finished_at",
+        "heartbeat_at",
+        "directory",
+        "requested_by",
+        "force",
+        "clip_ids",
+        "total",
+        "done",
+        "ready",
+        "failed",
+        "summary",
     ]

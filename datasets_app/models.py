@@ -7,6 +7,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from common.models import Job
+
 
 class CaptioningSystem(models.Model):
     """The model (or person, or process) that produced a candidate caption."""
@@ -236,3 +238,28 @@ class CandidateCaption(models.Model):
     @property
     def is_control(self) -> bool:
         return self.kind == CandidateKind.CONTROL
+
+
+class VideoAttachJob(Job):
+    """Processing the videos matched to clips by one `attach_videos` run (a Celery job): for each
+    clip, probe, cut, transcode, poster, frames, upload. `done` of `total` clips so far, of which
+    `ready` succeeded and `failed` ended in the clip's error state."""
+
+    directory = models.CharField(max_length=1000)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    force = models.BooleanField(default=False)
+    clip_ids = models.JSONField(default=list, blank=True)
+    total = models.PositiveIntegerField(default=0)
+    done = models.PositiveIntegerField(default=0)
+    ready = models.PositiveIntegerField(default=0)
+    failed = models.PositiveIntegerField(default=0)
+    # What matching found: files seen, unmatched files, clips skipped (already ready, in progress).
+    summary = models.JSONField(default=dict, blank=True)
+
+    class Meta(Job.Meta):
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"video job {self.pk} ({self.status}, {self.done}/{self.total})"

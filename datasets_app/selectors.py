@@ -16,6 +16,7 @@ from annotation.models import (
     Participation,
     Worker,
 )
+from common.models import JobStatus
 from datasets_app.models import (
     CandidateCaption,
     CaptioningSystem,
@@ -23,6 +24,7 @@ from datasets_app.models import (
     ClipStatus,
     ImportBatch,
     ReferenceCaption,
+    VideoAttachJob,
 )
 
 
@@ -56,8 +58,28 @@ def platform_stats() -> dict[str, Any]:
         "judgments": Judgment.objects.count(),
         "judgments_by_source": judgments_by_source,
         "judgments_excluded": Judgment.objects.filter(is_excluded=True).count(),
+        "video_jobs": video_job_status_counts(),
     }
     return stats
+
+
+def video_job_status_counts() -> dict[str, int]:
+    counts = {status.value: 0 for status in JobStatus}
+    for row in VideoAttachJob.objects.order_by().values("status").annotate(n=Count("pk")):
+        counts[row["status"]] = row["n"]
+    return counts
+
+
+def video_jobs_recent(*, limit: int = 20) -> QuerySet[VideoAttachJob]:
+    return VideoAttachJob.objects.select_related("requested_by").order_by("-created_at", "-pk")[
+        :limit
+    ]
+
+
+def clips_with_errors(*, limit: int = 20) -> QuerySet[Clip]:
+    return Clip.objects.filter(status=ClipStatus.ERROR).order_by("-processed_at", "vatex_id")[
+        :limit
+    ]
 
 
 def import_batches_recent(*, limit: int = 50) -> QuerySet[ImportBatch]:

@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import CommandError, CommandParser
+
+from common.management.base import LepusCommand
+from common.media import MediaError
+from datasets_app.services.video import demo_videos_make
+
+
+class Command(LepusCommand):
+    help = (
+        "Generate synthetic videos (lavfi test patterns with a sine tone, different per clip) for "
+        "clips that have no video yet, named so that `attach_videos DIR` picks them up."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        super().add_arguments(parser)
+        parser.add_argument("--clips", type=int, default=10, help="How many clips (default 10).")
+        parser.add_argument(
+            "--out",
+            default=None,
+            help="Output folder (default: <LEPUS_VAR_DIR>/demo-videos).",
+        )
+        parser.add_argument(
+            "--seconds", type=float, default=4.0, help="Length of each pre-cut clip (default 4)."
+        )
+        parser.add_argument("--height", type=int, default=240, help="Frame height (default 240).")
+        parser.add_argument(
+            "--full-sources",
+            action="store_true",
+            help="Write full-length sources <youtube id>.mkv to be cut, instead of pre-cut clips.",
+        )
+        parser.add_argument("--overwrite", action="store_true", help="Rewrite existing files.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        directory = Path(options["out"] or Path(settings.VAR_DIR) / "demo-videos")
+        bar = None
+
+        def progress(done: int, total: int) -> None:
+            nonlocal bar
+            if bar is None:
+                bar = self.progress_bar(total=total, description="synthesising videos")
+            bar.n = done
+            bar.refresh()
+
+        try:
+            result = demo_videos_make(
+                directory=directory,
+                clips=options["clips"],
+                seconds=options["seconds"],
+                height=options["height"],
+                full_sources=options["full_sources"],
+                overwrite=options["overwrite"],
+                progress=progress,
+            )
+        except (ValueError, MediaError) as error:
+            if self.as_json:
+                self.emit({"ok": False, "error": str(error)})
+            raise CommandError(str(error))
+        finally:
+            if bar is not None:
+                bar.close()
+        payload = result.as_dict()
+        self.emit(
+            payload,
+            human=f"{payload['written']} videos written, {payload['existing']} already there, in "
+            f"{payload['directory']}; next: python manage.py attach_videos {payload['directory']}",
+        )

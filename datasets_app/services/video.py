@@ -1,0 +1,478 @@
+"""The video pipeline: match files to clips, then (in a Celery worker) probe, cut, transcode, make a
+poster and training frames, and upload everything to storage.
+
+Never called from a web request, and never with ffmpeg or an upload inside a database
+transaction: each clip's row is updated in short single statements before and after the work.
+A broken or missing source puts the clip in the error state with the reason; such a clip is never
+served (`Clip.objects.servable()` wants status ready and a video).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from common import media, storage
+from common.jobs import JobCancelled, job_claim, job_finish, job_progress, job_requeue
+from common.models import JobStatus
+from datasets_app.models import Clip, ClipStatus, VideoAttachJob
+from datasets_app.services.imports.base import CLIP_ID_PATTERN, SOURCE_ID_PATTERN
+
+logger = logging.getLogger(__name__)
+
+VIDEO_EXTENSIONS = (
+    ".mp4",
+    ".3gp",
+    ".avi",
+    ".flv",
+    ".m4v",
+    ".mkv",
+    ".mov",
+    ".mpeg",
+    ".mpg",
+    ".ogv",
+    ".ts",
+    ".webm",
+    ".wmv",
+)
+# A full source may end this much before the clip's window does (VATEX windows are whole seconds).
+SOURCE_SHORTFALL_TOLERANCE = 0.5
+UNMATCHED_LISTED = 50
+
+
+class SourceMissing(Exception):
+    """The clip's source video is not where its source key says."""
+
+
+def clip_storage_prefix(vatex_id: str) -> str:
+    return f"clips/{vatex_id}"
+
+
+# --- Matching files to clips ---------------------------------------------------------------------
+
+
+@dataclass
+class AttachMatch:
+    clip_id: int
+    vatex_id: str
+    path: Path
+    precut: bool
+
+
+@dataclass
+class AttachPlan:
+    directory: Path
+    files: int = 0
+    matches: list[AttachMatch] = field(default_factory=list)
+    unmatched_files: list[str] = field(default_factory=list)
+    duplicate_stems: list[str] = field(default_factory=list)
+    skipped_ready: int = 0
+    skipped_in_progress: int = 0
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "files": self.files,
+            "matched_clips": len(self.matches),
+            "precut": sum(1 for match in self.matches if match.precut),
+            "cut_from_source": sum(1 for match in self.matches if not match.precut),
+            "unmatched_files": len(self.unmatched_files),
+            "unmatched_examples": self.unmatched_files[:UNMATCHED_LISTED],
+            "duplicate_stems": self.duplicate_stems[:UNMATCHED_LISTED],
+            "skipped_ready": self.skipped_ready,
+            "skipped_in_progress": self.skipped_in_progress,
+        }
+
+
+def _extension_rank(path: Path) -> tuple[int, str]:
+    # .mp4 first, then the others alphabetically: a deterministic choice among same-stem files.
+    return (0 if path.suffix.lower() == ".mp4" else 1, path.suffix.lower())
+
+
+def video_attach_plan(*, directory: str | Path, force: bool = False) -> AttachPlan:
+    """Which clips the files of `directory` provide: `<clip id>.<ext>` is a pre-cut clip,
+    `<youtube id>.<ext>` a full source cut to each of its clips' windows (pre-cut wins). Clips
+    already ready, queued or processing are skipped unless `force`."""
+    folder = Path(directory)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"no such directory: {folder}")
+    plan = AttachPlan(directory=folder.resolve())
+    by_stem: dict[str, list[Path]] = {}
+    for path in sorted(folder.iterdir()):
+        if path.name.startswith(".") or not path.is_file():
+            continue
+        if path.suffix.lower() not in VIDEO_EXTENSIONS:
+            continue
+        plan.files += 1
+        by_stem.setdefault(path.stem, []).append(path)
+    chosen: dict[str, Path] = {}
+    for stem, paths in by_stem.items():
+        chosen[stem] = sorted(paths, key=_extension_rank)[0]
+        if len(paths) > 1:
+            plan.duplicate_stems.append(stem)
+
+    clip_stems = [stem for stem in chosen if CLIP_ID_PATTERN.match(stem)]
+    source_stems = [stem for stem in chosen if SOURCE_ID_PATTERN.match(stem)]
+    rows: dict[int, tuple[str, str, str]] = {}
+    for start in range(0, len(clip_stems), 1000):
+        for pk, vatex_id, youtube_id, status in Clip.objects.filter(
+            vatex_id__in=clip_stems[start : start + 1000]
+        ).values_list("pk", "vatex_id", "youtube_id", "status"):
+            rows[pk] = (vatex_id, youtube_id, status)
+    for start in range(0, len(source_stems), 1000):
+        for pk, vatex_id, youtube_id, status in Clip.objects.filter(
+            youtube_id__in=source_stems[start : start + 1000]
+        ).values_list("pk", "vatex_id", "youtube_id", "status"):
+            rows[pk] = (vatex_id, youtube_id, status)
+
+    used_stems: set[str] = set()
+    for pk, (vatex_id, youtube_id, status) in sorted(rows.items(), key=lambda item: item[1][0]):
+        if vatex_id in chosen:
+            path, precut = chosen[vatex_id], True
+            used_stems.add(vatex_id)
+        elif youtube_id in chosen:
+            path, precut = chosen[youtube_id], False
+            used_stems.add(youtube_id)
+        else:
+            continue
+        if not force and status == ClipStatus.READY:
+            plan.skipped_ready += 1
+            continue
+        if not force and status in (ClipStatus.QUEUED, ClipStatus.PROCESSING):
+            plan.skipped_in_progress += 1
+            continue
+        plan.matches.append(AttachMatch(pk, vatex_id, path.resolve(), precut))
+    plan.unmatched_files = sorted(chosen[stem].name for stem in chosen if stem not in used_stems)
+    return plan
+
+
+def video_attach_job_create(
+    *,
+    directory: str | Path,
+    user: AbstractBaseUser | None = None,
+    force: bool = False,
+    upload_sources: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[VideoAttachJob | None, AttachPlan]:
+    """Match the files, record each clip's source and queue the clips, and create the job row.
+    The caller publishes the job (`video_attach_job_publish`) or runs it (`video_attach_job_run`).
+
+    By default a clip's source key is the file's absolute path, for workers that share this
+    machine's disk; `upload_sources` first copies each matched file into storage
+    (`sources/<file name>`) so workers anywhere can fetch it. No job when nothing matched."""
+    plan = video_attach_plan(directory=directory, force=force)
+    if not plan.matches:
+        return None, plan
+    sources: dict[Path, str] = {}
+    if upload_sources:
+        paths = sorted({match.path for match in plan.matches})
+        for index, path in enumerate(paths, start=1):
+            # Uploads happen before (outside) the transaction below.
+            sources[path] = storage.put_file(f"sources/{path.name}", path)
+            if progress is not None:
+                progress(index, len(paths))
+    else:
+        sources = {match.path: str(match.path) for match in plan.matches}
+    with transaction.atomic():
+        job = VideoAttachJob.objects.create(
+            directory=str(plan.directory)[:1000],
+            requested_by=user if user is not None and user.is_authenticated else None,
+            force=force,
+            clip_ids=[match.clip_id for match in plan.matches],
+            total=len(plan.matches),
+            summary=plan.summary(),
+        )
+        for match in plan.matches:
+            Clip.objects.filter(pk=match.clip_id).update(
+                source_key=sources[match.path][:500],
+                status=ClipStatus.QUEUED,
+                error_reason="",
+            )
+    return job, plan
+
+
+def video_attach_job_publish(*, job: VideoAttachJob) -> None:
+    """Send the job to a Celery worker now; raises when the broker cannot be reached (the job
+    stays queued and `video_attach_job_retry` or a re-publish picks it up)."""
+    from datasets_app.tasks import attach_videos
+
+    attach_videos.apply_async(args=[job.pk], retry=False)
+
+
+def video_attach_job_retry(*, job_id: int) -> VideoAttachJob:
+    """Put a failed or cancelled job back in the queue; its unfinished clips are queued again."""
+    job = VideoAttachJob.objects.get(pk=job_id)
+    if not job_requeue(job=job):
+        raise ValueError(f"video job {job_id} is {job.status}; only failed or cancelled jobs retry")
+    Clip.objects.filter(
+        pk__in=job.clip_ids, status__in=(ClipStatus.PENDING, ClipStatus.PROCESSING)
+    ).exclude(source_key="").update(status=ClipStatus.QUEUED)
+    job.refresh_from_db()
+    return job
+
+
+# --- Running a job (in the Celery worker) ---------------------------------------------------------
+
+
+def video_attach_job_run(*, job_id: int, task_id: str = "") -> VideoAttachJob | None:
+    """Process every clip of the job that is not finished yet (so a re-run after a dead worker
+    resumes). None when the job is not queued (another worker has it, or it is done)."""
+    job = job_claim(model=VideoAttachJob, job_id=job_id, task_id=task_id)
+    if job is None:
+        return None
+    pending = list(
+        Clip.objects.filter(
+            pk__in=job.clip_ids, status__in=(ClipStatus.QUEUED, ClipStatus.PROCESSING)
+        )
+        .order_by("vatex_id")
+        .values_list("pk", flat=True)
+    )
+
+    def heartbeat() -> None:
+        VideoAttachJob.objects.filter(pk=job.pk, status=JobStatus.RUNNING).update(
+            heartbeat_at=timezone.now()
+        )
+
+    try:
+        for clip_pk in pending:
+            outcome = clip_process_video(clip_id=clip_pk, heartbeat=heartbeat)
+            VideoAttachJob.objects.filter(pk=job.pk).update(
+                done=F("done") + 1,
+                ready=F("ready") + int(outcome.ready),
+                failed=F("failed") + int(not outcome.ready),
+            )
+            job.refresh_from_db(fields=["done", "total"])
+            job_progress(
+                job=job,
+                fraction=job.done / job.total if job.total else 1.0,
+                message=f"{job.done} of {job.total} clips",
+            )
+    except JobCancelled:
+        Clip.objects.filter(pk__in=job.clip_ids, status=ClipStatus.QUEUED).update(
+            status=ClipStatus.PENDING
+        )
+        job_finish(job=job, status=JobStatus.CANCELLED, error="cancelled by a curator")
+        return job
+    except Exception as error:  # storage down, database lost...: the job fails and can be retried
+        logger.exception("video job %s failed", job.pk)
+        job_finish(job=job, status=JobStatus.FAILED, error=f"{type(error).__name__}: {error}")
+        return job
+    job_finish(job=job, status=JobStatus.SUCCEEDED, progress_message=f"{job.total} clips")
+    return job
+
+
+@dataclass(frozen=True)
+class ClipVideoOutcome:
+    clip_id: int
+    ready: bool
+    error: str = ""
+
+
+@contextmanager
+def _source_file(clip: Clip) -> Iterator[Path]:
+    key = clip.source_key
+    if not key:
+        raise SourceMissing("the clip has no source video (attach one with attach_videos)")
+    if key.startswith("/"):
+        path = Path(key)
+        if not path.is_file():
+            raise SourceMissing(f"source video not found: {key}")
+        yield path
+        return
+    try:
+        found = storage.exists(key)
+    except ValueError as error:
+        raise SourceMissing(f"invalid source key {key!r}: {error}") from error
+    if not found:
+        raise SourceMissing(f"source video not found in storage: {key}")
+    with storage.local_copy(key) as path:
+        yield path
+
+
+def _is_precut(clip: Clip) -> bool:
+    return Path(clip.source_key).stem == clip.vatex_id
+
+
+def clip_process_video(
+    *, clip_id: int, heartbeat: media.Heartbeat | None = None
+) -> ClipVideoOutcome:
+    """Probe the clip's source, cut its window (or take a pre-cut file whole), transcode it to a
+    browser-safe MP4, make a poster and LEPUS_VIDEO_FRAMES training frames, upload them under
+    `clips/<clip id>/`, and mark the clip ready. A missing or unreadable source marks the clip
+    error with the reason. Other failures (storage down) put the clip back in the queue and raise."""
+    clip = Clip.objects.get(pk=clip_id)
+    Clip.objects.filter(pk=clip_id).update(status=ClipStatus.PROCESSING)
+    prefix = clip_storage_prefix(clip.vatex_id)
+    frame_count = settings.LEPUS_VIDEO_FRAMES
+    try:
+        with _source_file(clip) as source, tempfile.TemporaryDirectory(prefix="lepus-clip-") as tmp:
+            work = Path(tmp)
+            try:
+                source_info = media.probe(source)
+            except media.MediaError as error:
+                raise media.MediaError(f"the source video cannot be read: {error}") from error
+            if not source_info.has_video:
+                raise media.MediaError("the source file has no video stream")
+            if _is_precut(clip):
+                start, length = None, None
+            else:
+                if source_info.duration < clip.end_seconds - SOURCE_SHORTFALL_TOLERANCE:
+                    raise media.MediaError(
+                        f"the source video is {source_info.duration:.2f} s long; the clip's "
+                        f"window [{clip.start_seconds:g}, {clip.end_seconds:g}] s ends after it"
+                    )
+                start = clip.start_seconds
+                length = min(clip.end_seconds, source_info.duration) - clip.start_seconds
+            output = work / "video.mp4"
+            media.transcode(
+                source,
+                output,
+                source_info=source_info,
+                max_height=settings.LEPUS_VIDEO_MAX_HEIGHT,
+                start=start,
+                duration=length,
+                heartbeat=heartbeat,
+            )
+            info = media.probe(output)
+            if not media.is_browser_safe(info):
+                raise media.MediaError(
+                    f"the transcoded video is not browser-safe ({info.video_codec}/"
+                    f"{info.audio_codec}, {info.width}x{info.height})"
+                )
+            media.extract_poster(
+                output, work / "poster.jpg", at_seconds=info.duration / 2, heartbeat=heartbeat
+            )
+            frames = media.extract_frames(
+                output,
+                work / "frames",
+                count=frame_count,
+                duration=info.duration,
+                heartbeat=heartbeat,
+            )
+            # Uploads: no transaction is open here; the clip is not servable until the update
+            # below, so a half-finished upload is never shown.
+            storage.delete_prefix(f"{prefix}/frames")
+            video_key = storage.put_file(f"{prefix}/video.mp4", output)
+            poster_key = storage.put_file(f"{prefix}/poster.jpg", work / "poster.jpg")
+            for path in frames:
+                storage.put_file(f"{prefix}/frames/{path.name}", path)
+    except (media.MediaError, SourceMissing) as error:
+        reason = str(error)[:2000]
+        Clip.objects.filter(pk=clip_id).update(
+            status=ClipStatus.ERROR,
+            error_reason=reason,
+            video_key="",
+            poster_key="",
+            frames_key="",
+            frame_count=0,
+            processed_at=timezone.now(),
+        )
+        logger.warning("clip %s: %s", clip.vatex_id, reason)
+        return ClipVideoOutcome(clip_id, ready=False, error=reason)
+    except BaseException:
+        Clip.objects.filter(pk=clip_id, status=ClipStatus.PROCESSING).update(
+            status=ClipStatus.QUEUED
+        )
+        raise
+    Clip.objects.filter(pk=clip_id).update(
+        video_key=video_key,
+        poster_key=poster_key,
+        frames_key=f"{prefix}/frames",
+        frame_count=len(frames),
+        duration=round(info.duration, 3),
+        width=info.width,
+        height=info.height,
+        status=ClipStatus.READY,
+        error_reason="",
+        processed_at=timezone.now(),
+    )
+    return ClipVideoOutcome(clip_id, ready=True)
+
+
+# --- Synthetic videos for the demo and the tests ------------------------------------------------
+
+
+@dataclass
+class DemoVideosResult:
+    directory: Path
+    written: list[str] = field(default_factory=list)
+    existing: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ok": True,
+            "directory": str(self.directory),
+            "written": len(self.written),
+            "existing": len(self.existing),
+            "files": self.written + self.existing,
+        }
+
+
+def demo_videos_make(
+    *,
+    directory: str | Path,
+    clips: int = 10,
+    seconds: float = 4.0,
+    height: int = 240,
+    full_sources: bool = False,
+    overwrite: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> DemoVideosResult:
+    """Write synthetic videos (a lavfi test pattern with a sine tone, different per clip) for the
+    first `clips` clips without a video, ready for `attach_videos DIRECTORY`.
+
+    By default each is a pre-cut clip `<clip id>.mp4` of `seconds` seconds; with `full_sources`
+    a full source `<youtube id>.mkv` (MPEG-4, so the pipeline really transcodes it) long enough
+    to cut every window of that YouTube id from."""
+    if clips < 1:
+        raise ValueError("clips must be at least 1")
+    if seconds <= 0:
+        raise ValueError("seconds must be positive")
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    result = DemoVideosResult(directory=folder.resolve())
+    chosen = list(
+        Clip.objects.exclude(status=ClipStatus.READY)
+        .order_by("vatex_id")
+        .values_list("vatex_id", "youtube_id", "end_seconds")[:clips]
+    )
+    width = int(round(height * 16 / 9 / 2)) * 2
+    jobs: list[tuple[Path, float]] = []
+    if full_sources:
+        longest: dict[str, float] = {}
+        for _, youtube_id, end in chosen:
+            longest[youtube_id] = max(longest.get(youtube_id, 0.0), end)
+        jobs = [(folder / f"{youtube_id}.mkv", end + 1.0) for youtube_id, end in longest.items()]
+    else:
+        jobs = [(folder / f"{vatex_id}.mp4", seconds) for vatex_id, _, _ in chosen]
+    for index, (path, duration) in enumerate(jobs):
+        if path.exists() and not overwrite:
+            result.existing.append(path.name)
+        else:
+            partial = path.with_name(f".partial-{path.name}")
+            media.synthesize_video(
+                partial,
+                duration=duration,
+                width=width,
+                height=height,
+                pattern=media.SYNTHETIC_PATTERNS[index % len(media.SYNTHETIC_PATTERNS)],
+                hue_degrees=(index * 47) % 360,
+                frequency=220.0 + 55.0 * (index % 12),
+                codec="mpeg4" if full_sources else "h264",
+            )
+            shutil.move(partial, path)
+            result.written.append(path.name)
+        if progress is not None:
+            progress(index + 1, len(jobs))
+    return result

@@ -1,0 +1,59 @@
+"""The curator's Data page: what was imported, the clips by video status, and the video jobs."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from common.permissions import is_curator
+from common.tasks import enqueue
+from datasets_app.models import VideoAttachJob
+from datasets_app.selectors import (
+    clips_with_errors,
+    import_batches_recent,
+    platform_stats,
+    video_jobs_recent,
+)
+from datasets_app.services.video import video_attach_job_retry
+
+
+def _require_curator(request: HttpRequest) -> None:
+    if not is_curator(request.user):
+        raise PermissionDenied("Curator role required.")
+
+
+@login_required
+def data_page(request: HttpRequest) -> HttpResponse:
+    _require_curator(request)
+    jobs = list(video_jobs_recent(limit=20))
+    context = {
+        "stats": platform_stats(),
+        "batches": import_batches_recent(limit=50),
+        "jobs": jobs,
+        "error_clips": clips_with_errors(limit=20),
+        # Refresh while a job runs, so the progress moves without any script.
+        "refresh_seconds": 5 if any(not job.is_finished for job in jobs) else None,
+    }
+    return render(request, "datasets_app/data.html", context)
+
+
+@login_required
+@require_POST
+def video_job_retry(request: HttpRequest, job_id: int) -> HttpResponse:
+    _require_curator(request)
+    try:
+        job = video_attach_job_retry(job_id=job_id)
+    except VideoAttachJob.DoesNotExist:
+        messages.error(request, f"There is no video job {job_id}.")
+    except ValueError as error:
+        messages.error(request, str(error))
+    else:
+        from datasets_app.tasks import attach_videos
+
+        enqueue(attach_videos, job.pk)
+        messages.success(request, f"Video job {job.pk} is queued again.")
+    return redirect("datasets_app:data")
