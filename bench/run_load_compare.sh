@@ -35,6 +35,7 @@ if [ -z "${LEPUSBENCH_LOCKED:-}" ]; then
     exec env LEPUSBENCH_LOCKED=1 flock "$LOCK" bash "$0" "$@"
 fi
 
+RUN_TMP=""
 cleanup() {
     local status=$?
     if ip netns list | grep -qw "$NETNS"; then
@@ -44,7 +45,8 @@ cleanup() {
         for pid in $(ip netns pids "$NETNS"); do kill -KILL "$pid" 2>/dev/null || true; done
         ip netns delete "$NETNS" || true
     fi
-    rm -rf /tmp/lepusbench-* 2>/dev/null || true
+    # Only this run's folder (another run may be waiting on the lock with its own).
+    if [ -n "$RUN_TMP" ]; then rm -rf "$RUN_TMP"; fi
     exit $status
 }
 trap cleanup EXIT INT TERM
@@ -55,11 +57,13 @@ if ip netns list | grep -qw "$NETNS"; then
     ip netns delete "$NETNS"
 fi
 ip netns add "$NETNS"
+RUN_TMP="$(mktemp -d /tmp/lepusbench-run-XXXXXX)"
+chmod 755 "$RUN_TMP"  # the private PostgreSQL runs as user postgres below it
 ip netns exec "$NETNS" ip link set lo up
 
 mkdir -p "$(dirname "$OUTPUT")"
 cd "$REPO_ROOT"
 # The defaults come first so that any option given on the command line overrides them.
-ip netns exec "$NETNS" env LEPUS_PYTHON="$PYTHON" "$PYTHON" bench/load_workers.py \
+ip netns exec "$NETNS" env LEPUS_PYTHON="$PYTHON" LEPUSBENCH_TMPDIR="$RUN_TMP" "$PYTHON" bench/load_workers.py \
     --compare label-studio --workers 20,200 --paced 20:5000 --duration 60 --output "$OUTPUT" "$@"
 echo "report: $OUTPUT"
