@@ -320,6 +320,10 @@ class Target:
     def next_path(self) -> str:
         raise NotImplementedError
 
+    def warm_up_path(self) -> str:
+        """A read-only authenticated request that loads the code paths of a worker's request."""
+        raise NotImplementedError
+
     def parse_next(self, response: Response) -> Work:
         raise NotImplementedError
 
@@ -448,6 +452,25 @@ def wait_until_idle(roots: dict[str, int], *, timeout: float = 300.0) -> float:
     return time.monotonic() - started
 
 
+def warm_up(target: Target, *, timeout: float, connections: int = 6, requests: int = 5) -> None:
+    """Touch every web process once or more before measuring (first requests import code and
+    open database connections): a few concurrent connections, a fresh one per request so the
+    kernel spreads them over the processes. Nothing is written."""
+
+    def one(index: int) -> None:
+        for _ in range(requests):
+            client = target.client(index, timeout=timeout)
+            with contextlib.suppress(HttpError):
+                client.request("GET", target.warm_up_path())
+            client.close()
+
+    threads = [threading.Thread(target=one, args=(index,)) for index in range(connections)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 def run_load(
     target: Target,
     *,
@@ -460,6 +483,7 @@ def run_load(
     think_ms: float = 0.0,
 ) -> dict[str, Any]:
     """Drive `target` with `workers` closed-loop clients; returns the measured numbers."""
+    warm_up(target, timeout=timeout, connections=min(6, workers))
     idle_wait_s = wait_until_idle(server_roots)
     state = RunState(deadline=time.monotonic() + duration, max_cycles=max_cycles)
     sampler = TreeSampler(server_roots)
@@ -616,6 +640,9 @@ class LepusTarget(Target):
 
     def next_path(self) -> str:
         return "/api/v1/worker/assignments/next"
+
+    def warm_up_path(self) -> str:
+        return "/api/v1/worker/me"
 
     def parse_next(self, response: Response) -> Work:
         body = response.json()
@@ -803,6 +830,9 @@ class LabelStudioTarget(Target):
 
     def next_path(self) -> str:
         return f"/api/projects/{self.project_id}/next"
+
+    def warm_up_path(self) -> str:
+        return f"/api/projects/{self.project_id}/"
 
     def parse_next(self, response: Response) -> Work:
         body = response.json()
