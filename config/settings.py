@@ -250,13 +250,14 @@ else:
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://") or "filesystem://"
 if CELERY_BROKER_URL.startswith("filesystem://"):
     _broker_dir = VAR_DIR / "celery-broker"
-    for _sub in ("queue", "processed"):
+    for _sub in ("queue", "processed", "control"):
         (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
     # One folder for in and out: producer (web) and consumer (worker) run on the same machine.
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),
         "processed_folder": str(_broker_dir / "processed"),
+        "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
     }
 else:
@@ -285,6 +286,22 @@ CELERY_BROKER_CONNECTION_TIMEOUT = env_float("CELERY_BROKER_CONNECTION_TIMEOUT",
 # --- Training -----------------------------------------------------------------------------------
 LEPUS_DEFAULT_BACKBONE = env_str("LEPUS_DEFAULT_BACKBONE", "Qwen/Qwen3-VL-2B-Instruct")
 LEPUS_RETRAIN_MIN_NEW_CANDIDATES = env_int("LEPUS_RETRAIN_MIN_NEW_CANDIDATES", 1000, minimum=1)
+# Where scheduled runs train ("cpu", "cuda") and with how many torchrun processes (GPUs).
+LEPUS_TRAINING_DEVICE = env_str("LEPUS_TRAINING_DEVICE", "cpu") or "cpu"
+LEPUS_TRAINING_PROCESSES = env_int("LEPUS_TRAINING_PROCESSES", 1, minimum=1)
+# Most (clip, references, candidate) triples one POST /api/v1/score may carry, and the most
+# seconds the request may wait for its scores before answering 202 with a job to poll.
+LEPUS_SCORE_MAX_ITEMS = env_int("LEPUS_SCORE_MAX_ITEMS", 64, minimum=1)
+LEPUS_SCORE_MAX_WAIT = env_int("LEPUS_SCORE_MAX_WAIT", 30, minimum=0)
+
+# --- Releases (export) --------------------------------------------------------------------------
+# Rows fetched from the database per batch while a release streams out (memory stays flat).
+LEPUS_RELEASE_BATCH_SIZE = env_int("LEPUS_RELEASE_BATCH_SIZE", 5000, minimum=1)
+# Test-only: seconds to sleep after each batch, so a test can kill a worker mid-build. Keep 0.
+LEPUS_RELEASE_BATCH_DELAY = env_float("LEPUS_RELEASE_BATCH_DELAY", 0.0)
+# Key of the HMAC that turns worker ids into release pseudonyms (defaults to one derived from
+# DJANGO_SECRET_KEY). Changing it changes every pseudonym, and so the bytes of raw-judgment files.
+LEPUS_RELEASE_PSEUDONYM_SECRET = env_str("LEPUS_RELEASE_PSEUDONYM_SECRET", "") or ""
 
 # --- Security -----------------------------------------------------------------------------------
 SESSION_COOKIE_HTTPONLY = True
@@ -317,4 +334,5 @@ CELERY_BEAT_SCHEDULE = {
     "expire-assignment-leases": {"task": "annotation.expire_leases", "schedule": 60.0},
     "quality-sweep": {"task": "annotation.quality_sweep", "schedule": 300.0},
     "check-retraining": {"task": "training_bridge.check_retraining", "schedule": 600.0},
+    "sweep-queued-releases": {"task": "export.sweep_queued_releases", "schedule": 300.0},
 }

@@ -1,1 +1,110 @@
+"""Vid-Lepus releases: a `Release` is a build job and, once it succeeded, an immutable set of files
+in storage; `ReleaseRecord` keeps which candidate went to which split with which score, so two
+releases can be compared in SQL without reading their files."""
+
 from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from annotation.models import Campaign, CampaignCandidate
+from common.models import Job, JobQuerySet, JobStatus
+from datasets_app.models import CandidateCaption, Clip
+
+
+class ReleaseSplit(models.IntegerChoices):
+    TRAIN = 0, "train"
+    VALIDATION = 1, "validation"
+    TEST = 2, "test"
+
+
+SPLIT_NAMES: tuple[str, ...] = ("train", "validation", "test")
+
+
+class ReleaseQuerySet(JobQuerySet):
+    def published(self) -> ReleaseQuerySet:
+        """Releases whose files are complete and verified: the only ones listed as available."""
+        return self.filter(status=JobStatus.SUCCEEDED)
+
+
+class Release(Job):
+    """One build of Vid-Lepus from the finalised candidates of some campaigns.
+
+    The files are written under `releases/_staging/<id>-<attempt>/`, verified, then published to
+    `storage_prefix` (`releases/<id>/`); `files` ({relative path: sha256}) is filled only when the
+    release succeeded. Build time lives here (created_at/started_at/finished_at), never in a file.
+    """
+
+    name = models.CharField(max_length=200)
+    campaigns = models.ManyToManyField(Campaign, related_name="releases")
+    seed = models.BigIntegerField(default=0)
+    # [train, validation] or [train, validation, test]; they sum to 1.
+    ratios = models.JSONField(default=list)
+    include_raw_judgments = models.BooleanField(default=False)
+    storage_prefix = models.CharField(max_length=300, blank=True, default="")
+    location = models.CharField(max_length=1000, blank=True, default="")
+    files = models.JSONField(default=dict, blank=True)
+    total_bytes = models.BigIntegerField(default=0)
+    # {"splits": {"train": {"candidates", "clips"}, ...}, "excluded": {...}, ...}
+    counts = models.JSONField(default=dict, blank=True)
+    # The dataset card's statistics (the same numbers as manifest.json "statistics").
+    stats = models.JSONField(default=dict, blank=True)
+    # Summary of what changed since `previous` (computed when the build succeeded).
+    changes = models.JSONField(default=dict, blank=True)
+    previous = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    objects = ReleaseQuerySet.as_manager()  # type: ignore[misc]  # narrows Job.objects
+
+    class Meta(Job.Meta):
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            *Job.Meta.constraints,
+            models.CheckConstraint(condition=~Q(name=""), name="release_name_not_empty"),
+        ]
+
+    def __str__(self) -> str:
+        return f"release {self.pk} ({self.name})"
+
+    @property
+    def split_names(self) -> list[str]:
+        return list(SPLIT_NAMES[: len(self.ratios)])
+
+    @property
+    def is_published(self) -> bool:
+        return self.status == JobStatus.SUCCEEDED
+
+
+class ReleaseRecord(models.Model):
+    """A candidate of a release: its split and score, for comparisons between releases.
+
+    The foreign keys carry no database constraint: a release is a historical record and must stay
+    comparable even after the campaign data it came from changed or was deleted.
+    """
+
+    release = models.ForeignKey(Release, on_delete=models.CASCADE, related_name="records")
+    campaign_candidate = models.ForeignKey(
+        CampaignCandidate, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    candidate = models.ForeignKey(
+        CandidateCaption, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    clip = models.ForeignKey(
+        Clip, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    split = models.PositiveSmallIntegerField(choices=ReleaseSplit.choices)
+    overall = models.FloatField()
+    training_class = models.PositiveSmallIntegerField(null=True, blank=True)
+    kept_judgments = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["release", "campaign_candidate"], name="release_record_unique"
+            ),
+        ]

@@ -1,0 +1,229 @@
+"""REST API of releases (curators only): list, create, detail, compare, re-run, cancel.
+
+Each view validates, calls one service or selector and serialises the result.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    extend_schema,
+    extend_schema_field,
+    inline_serializer,
+)
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from annotation.models import Campaign
+from common.models import JobStatus
+from export.models import Release
+from export.selectors import release_compare, release_files, release_list
+from export.services import (
+    DEFAULT_RATIOS,
+    DEFAULT_SEED,
+    release_cancel,
+    release_create,
+    release_rerun,
+)
+
+
+class ReleaseFileSerializer(serializers.Serializer):
+    path = serializers.CharField()
+    sha256 = serializers.CharField()
+    format = serializers.CharField()
+    url = serializers.CharField(allow_null=True, help_text="Short-lived download URL.")
+
+
+class ReleaseSerializer(serializers.ModelSerializer):
+    campaigns: serializers.Field = serializers.SlugRelatedField(
+        many=True, read_only=True, slug_field="slug"
+    )
+    created_by = serializers.CharField(source="created_by.username", default=None, read_only=True)
+    previous: serializers.Field = serializers.PrimaryKeyRelatedField(read_only=True)
+
+    class Meta:
+        model = Release
+        fields = [
+            "id",
+            "name",
+            "status",
+            "progress",
+            "progress_message",
+            "error",
+            "attempts",
+            "campaigns",
+            "seed",
+            "ratios",
+            "include_raw_judgments",
+            "location",
+            "total_bytes",
+            "counts",
+            "previous",
+            "created_by",
+            "created_at",
+            "started_at",
+            "finished_at",
+        ]
+        read_only_fields = fields
+
+
+class ReleaseDetailSerializer(ReleaseSerializer):
+    files = serializers.SerializerMethodField()
+
+    class Meta(ReleaseSerializer.Meta):
+        fields = [*ReleaseSerializer.Meta.fields, "files", "stats", "changes"]
+        read_only_fields = fields
+
+    @extend_schema_field(ReleaseFileSerializer(many=True))
+    def get_files(self, release: Release) -> list[dict[str, Any]]:
+        return release_files(release=release)
+
+
+class ReleaseCreateSerializer(serializers.Serializer):
+    campaigns = serializers.ListField(
+        child=serializers.SlugField(), min_length=1, max_length=50, help_text="Campaign slugs."
+    )
+    seed = serializers.IntegerField(default=DEFAULT_SEED, min_value=-(2**63), max_value=2**63 - 1)
+    ratios = serializers.ListField(
+        child=serializers.FloatField(min_value=0.0, max_value=1.0),
+        min_length=2,
+        max_length=3,
+        default=list(DEFAULT_RATIOS),
+        help_text="[train, validation] or [train, validation, test], summing to 1.",
+    )
+    name = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    include_raw_judgments = serializers.BooleanField(default=False)
+
+    def validate_campaigns(self, slugs: list[str]) -> list[Campaign]:
+        found = {campaign.slug: campaign for campaign in Campaign.objects.filter(slug__in=slugs)}
+        missing = sorted(set(slugs) - set(found))
+        if missing:
+            raise serializers.ValidationError(f"unknown campaign(s): {', '.join(missing)}")
+        return [found[slug] for slug in dict.fromkeys(slugs)]
+
+
+CompareSerializer = inline_serializer(
+    name="ReleaseComparison",
+    fields={
+        "release": serializers.IntegerField(),
+        "other": serializers.IntegerField(),
+        "summary": serializers.DictField(),
+        "added": serializers.ListField(child=serializers.DictField()),
+        "removed": serializers.ListField(child=serializers.DictField()),
+        "largest_changes": serializers.ListField(child=serializers.DictField()),
+    },
+)
+ActionResultSerializer = inline_serializer(
+    name="ReleaseActionResult",
+    fields={"id": serializers.IntegerField(), "status": serializers.CharField()},
+)
+
+
+class ReleaseListCreateApi(APIView):
+    @extend_schema(
+        operation_id="releases_list",
+        parameters=[
+            OpenApiParameter(
+                "status",
+                str,
+                description="Default: published (succeeded) releases only; `all` or a job status "
+                "(queued, running, failed, cancelled) lists builds too.",
+                enum=["all", *JobStatus.values],
+            )
+        ],
+        responses=ReleaseSerializer(many=True),
+    )
+    def get(self, request: Request) -> Response:
+        requested = request.query_params.get("status") or None
+        if requested not in (None, "all", *JobStatus.values):
+            return Response({"status": ["unknown status"]}, status=status.HTTP_400_BAD_REQUEST)
+        releases = release_list(user=request.user, status=requested)[:200]
+        return Response(ReleaseSerializer(releases, many=True).data)
+
+    @extend_schema(
+        operation_id="releases_create",
+        request=ReleaseCreateSerializer,
+        responses={202: ReleaseSerializer},
+    )
+    def post(self, request: Request) -> Response:
+        serializer = ReleaseCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        try:
+            release = release_create(
+                campaigns=data["campaigns"],
+                seed=data["seed"],
+                ratios=data["ratios"],
+                name=data.get("name") or None,
+                include_raw_judgments=data["include_raw_judgments"],
+                created_by=request.user,
+            )
+        except DjangoValidationError as error:
+            return Response({"detail": error.messages}, status=status.HTTP_400_BAD_REQUEST)
+        return Response(ReleaseSerializer(release).data, status=status.HTTP_202_ACCEPTED)
+
+
+class ReleaseDetailApi(APIView):
+    @extend_schema(operation_id="releases_retrieve", responses=ReleaseDetailSerializer)
+    def get(self, request: Request, release_id: int) -> Response:
+        release = get_object_or_404(release_list(user=request.user, status="all"), pk=release_id)
+        return Response(ReleaseDetailSerializer(release).data)
+
+
+class ReleaseCompareApi(APIView):
+    @extend_schema(
+        operation_id="releases_compare",
+        parameters=[
+            OpenApiParameter(
+                "examples", int, description="How many example candidates per list (0-200)."
+            )
+        ],
+        responses=CompareSerializer,
+    )
+    def get(self, request: Request, release_id: int, other_id: int) -> Response:
+        published = release_list(user=request.user)
+        release = get_object_or_404(published, pk=release_id)
+        other = get_object_or_404(published, pk=other_id)
+        try:
+            examples = max(0, min(200, int(request.query_params.get("examples", 20))))
+        except ValueError:
+            return Response(
+                {"examples": ["must be an integer"]}, status=status.HTTP_400_BAD_REQUEST
+            )
+        return Response(release_compare(release=release, other=other, examples=examples))
+
+
+class ReleaseRerunApi(APIView):
+    @extend_schema(operation_id="releases_rerun", request=None, responses=ActionResultSerializer)
+    def post(self, request: Request, release_id: int) -> Response:
+        release = get_object_or_404(release_list(user=request.user, status="all"), pk=release_id)
+        if not release_rerun(release=release):
+            return Response(
+                {
+                    "detail": f"only failed or cancelled releases can be re-run (this one is {release.status})"
+                },
+                status=status.HTTP_409_CONFLICT,
+            )
+        release.refresh_from_db()
+        return Response({"id": release.pk, "status": release.status})
+
+
+class ReleaseCancelApi(APIView):
+    @extend_schema(operation_id="releases_cancel", request=None, responses=ActionResultSerializer)
+    def post(self, request: Request, release_id: int) -> Response:
+        release = get_object_or_404(release_list(user=request.user, status="all"), pk=release_id)
+        if not release_cancel(release=release):
+            return Response(
+                {
+                    "detail": f"only queued or running releases can be cancelled (this one is {release.status})"
+                },
+                status=status.HTTP_409_CONFLICT,
+            )
+        release.refresh_from_db()
+        return Response({"id": release.pk, "status": release.status})

@@ -1,0 +1,236 @@
+"""Reads of releases: listings, download links and what changed between two releases."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from django.db import connection
+from django.db.models import QuerySet
+
+from annotation.models import Campaign, CampaignCandidate
+from common import storage
+from common.models import JobStatus
+from datasets_app.models import CandidateCaption
+from export.models import SPLIT_NAMES, Release, ReleaseRecord
+
+T_RECORD = ReleaseRecord._meta.db_table
+T_CC = CampaignCandidate._meta.db_table
+T_CAND = CandidateCaption._meta.db_table
+T_CAMPAIGN = Campaign._meta.db_table
+
+# Buckets of the overall-score shift of candidates in both releases (new - old).
+SHIFT_BUCKETS = (
+    ("< -1", None, -1.0),
+    ("-1 to -0.5", -1.0, -0.5),
+    ("-0.5 to 0", -0.5, 0.0),
+    ("0 to 0.5", 0.0, 0.5),
+    ("0.5 to 1", 0.5, 1.0),
+    ("> 1", 1.0, None),
+)
+
+
+def release_list(*, user: Any, status: str | None = None) -> QuerySet[Release]:
+    """Releases a curator may see: published ones by default; `status="all"` or a job status
+    lists builds too. Curators see every release (releases are not owned)."""
+    queryset = Release.objects.prefetch_related("campaigns").select_related("created_by")
+    if status in (None, "", JobStatus.SUCCEEDED):
+        return queryset.published()
+    if status == "all":
+        return queryset
+    return queryset.filter(status=status)
+
+
+def release_builds() -> QuerySet[Release]:
+    """Releases that are not (yet) published: queued, running, failed or cancelled builds."""
+    return (
+        Release.objects.exclude(status=JobStatus.SUCCEEDED)
+        .prefetch_related("campaigns")
+        .select_related("created_by")
+    )
+
+
+def release_download_name(*, release: Release, relative: str) -> str:
+    safe_name = "".join(char if char.isalnum() or char in "-_." else "-" for char in release.name)
+    return f"{safe_name}-{relative.replace('/', '-')}"
+
+
+def release_files(*, release: Release, with_urls: bool = True) -> list[dict[str, Any]]:
+    """The files of a published release with short-lived download URLs; empty otherwise."""
+    if not release.is_published:
+        return []
+    rows = []
+    for relative, sha256 in sorted(release.files.items()):
+        key = f"{release.storage_prefix}/{relative}"
+        url = None
+        if with_urls:
+            try:
+                url = storage.media_url(
+                    key, download_name=release_download_name(release=release, relative=relative)
+                )
+            except storage.StorageUnavailable:
+                url = None
+        rows.append(
+            {
+                "path": relative,
+                "sha256": sha256,
+                "url": url,
+                "format": _format_of(relative),
+            }
+        )
+    return rows
+
+
+def _format_of(relative: str) -> str:
+    extension = os.path.splitext(relative)[1].lstrip(".")
+    return {
+        "jsonl": "JSONL",
+        "csv": "CSV",
+        "parquet": "Parquet",
+        "md": "card",
+        "json": "manifest",
+    }.get(extension, extension)
+
+
+def _fetch(sql: str, parameters: list[Any]) -> list[tuple[Any, ...]]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, parameters)
+        return cursor.fetchall()
+
+
+def release_compare(*, release: Release, other: Release, examples: int = 20) -> dict[str, Any]:
+    """What changed from `other` (older) to `release`: candidates added and removed, scores that
+    moved (and by how much), training classes that changed, and clips that moved between splits.
+
+    Candidates are matched by campaign candidate (a candidate in a campaign), in SQL over the
+    releases' ReleaseRecord rows: no release file is read.
+    """
+    new, old = release.pk, other.pk
+    both = f"""
+        FROM {T_RECORD} n JOIN {T_RECORD} o
+          ON o.campaign_candidate_id = n.campaign_candidate_id AND o.release_id = %s
+        WHERE n.release_id = %s"""
+    (
+        added,
+        removed,
+        common,
+        changed,
+        mean_shift,
+        mean_absolute_shift,
+        largest_shift,
+        class_changes,
+        moved_candidates,
+    ) = _fetch(
+        f"""
+        SELECT
+          (SELECT count(*) FROM {T_RECORD} n WHERE n.release_id = %s AND NOT EXISTS (
+             SELECT 1 FROM {T_RECORD} o WHERE o.release_id = %s
+             AND o.campaign_candidate_id = n.campaign_candidate_id)),
+          (SELECT count(*) FROM {T_RECORD} o WHERE o.release_id = %s AND NOT EXISTS (
+             SELECT 1 FROM {T_RECORD} n WHERE n.release_id = %s
+             AND n.campaign_candidate_id = o.campaign_candidate_id)),
+          count(*),
+          count(*) FILTER (WHERE n.overall <> o.overall),
+          avg(n.overall - o.overall) FILTER (WHERE n.overall <> o.overall),
+          avg(abs(n.overall - o.overall)) FILTER (WHERE n.overall <> o.overall),
+          max(abs(n.overall - o.overall)),
+          count(*) FILTER (WHERE n.training_class IS DISTINCT FROM o.training_class),
+          count(*) FILTER (WHERE n.split <> o.split)
+        {both}
+        """,
+        [new, old, old, new, old, new],
+    )[0]
+    moves = _fetch(
+        f"""SELECT o.split, n.split, count(*), count(DISTINCT n.clip_id) {both}
+            AND n.split <> o.split GROUP BY o.split, n.split ORDER BY o.split, n.split""",
+        [old, new],
+    )
+    bucket_sql = ", ".join(
+        "count(*) FILTER (WHERE n.overall <> o.overall"
+        + (f" AND n.overall - o.overall >= {low!r}" if low is not None else "")
+        + (f" AND n.overall - o.overall < {high!r}" if high is not None else "")
+        + ")"
+        for _, low, high in SHIFT_BUCKETS
+    )
+    buckets = _fetch(f"SELECT {bucket_sql} {both}", [old, new])[0]
+    summary = {
+        "against": old,
+        "added": int(added),
+        "removed": int(removed),
+        "in_both": int(common),
+        "score_changed": int(changed),
+        "mean_shift": float(mean_shift) if mean_shift is not None else None,
+        "mean_absolute_shift": float(mean_absolute_shift)
+        if mean_absolute_shift is not None
+        else None,
+        "largest_shift": float(largest_shift) if largest_shift else 0.0,
+        "class_changed": int(class_changes),
+        "moved_between_splits": int(moved_candidates),
+        "split_moves": [
+            {
+                "from": SPLIT_NAMES[from_split],
+                "to": SPLIT_NAMES[to_split],
+                "candidates": int(count),
+                "clips": int(clips),
+            }
+            for from_split, to_split, count, clips in moves
+        ],
+        "shift_histogram": {
+            label: int(count) for (label, _, _), count in zip(SHIFT_BUCKETS, buckets, strict=True)
+        },
+    }
+    result: dict[str, Any] = {"release": new, "other": old, "summary": summary}
+    if examples:
+        candidate = f"""JOIN {T_CAND} cand ON cand.id = r.candidate_id
+                        JOIN {T_CC} cc ON cc.id = r.campaign_candidate_id
+                        JOIN {T_CAMPAIGN} camp ON camp.id = cc.campaign_id"""
+        result["added"] = _examples(
+            f"""SELECT cand.external_id, camp.slug, r.split, r.overall, NULL
+                FROM {T_RECORD} r {candidate}
+                WHERE r.release_id = %s AND NOT EXISTS (SELECT 1 FROM {T_RECORD} o
+                  WHERE o.release_id = %s AND o.campaign_candidate_id = r.campaign_candidate_id)
+                ORDER BY cand.external_id LIMIT %s""",
+            [new, old, examples],
+        )
+        result["removed"] = _examples(
+            f"""SELECT cand.external_id, camp.slug, r.split, NULL, r.overall
+                FROM {T_RECORD} r {candidate}
+                WHERE r.release_id = %s AND NOT EXISTS (SELECT 1 FROM {T_RECORD} n
+                  WHERE n.release_id = %s AND n.campaign_candidate_id = r.campaign_candidate_id)
+                ORDER BY cand.external_id LIMIT %s""",
+            [old, new, examples],
+        )
+        result["largest_changes"] = [
+            {
+                "candidate_id": external_id,
+                "campaign": slug,
+                "old_overall": old_overall,
+                "new_overall": new_overall,
+                "shift": new_overall - old_overall,
+                "old_split": SPLIT_NAMES[old_split],
+                "new_split": SPLIT_NAMES[new_split],
+            }
+            for external_id, slug, old_overall, new_overall, old_split, new_split in _fetch(
+                f"""SELECT cand.external_id, camp.slug, o.overall, r.overall, o.split, r.split
+                    FROM {T_RECORD} r JOIN {T_RECORD} o
+                      ON o.campaign_candidate_id = r.campaign_candidate_id AND o.release_id = %s
+                    {candidate}
+                    WHERE r.release_id = %s AND (r.overall <> o.overall OR r.split <> o.split)
+                    ORDER BY abs(r.overall - o.overall) DESC, cand.external_id LIMIT %s""",
+                [old, new, examples],
+            )
+        ]
+    return result
+
+
+def _examples(sql: str, parameters: list[Any]) -> list[dict[str, Any]]:
+    return [
+        {
+            "candidate_id": external_id,
+            "campaign": slug,
+            "split": SPLIT_NAMES[split],
+            "new_overall": new_overall,
+            "old_overall": old_overall,
+        }
+        for external_id, slug, split, new_overall, old_overall in _fetch(sql, parameters)
+    ]

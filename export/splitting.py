@@ -1,0 +1,108 @@
+"""How clips are assigned to splits: the rule both builders (PostgreSQL's SQL and the portable
+Python one) implement, with exact integer arithmetic so they agree to the clip.
+
+Within each score stratum, clips are ordered by md5("<seed>:<clip id>") (then by row id, which only
+matters for md5 collisions) and laid end to end by their number of candidates; a clip goes to the
+split whose share of the stratum its midpoint falls in. A clip's band is its mean training class
+(sum // count, clamped to 1..4): [1, 2), [2, 3), [3, 4), [4, 5]. Strata are those bands, merged
+upwards while a band has fewer clips than it takes to give the smallest split about five of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterable, Sequence
+from fractions import Fraction
+
+SCORE_BANDS = (1, 2, 3, 4)
+METHOD = (
+    "grouped by clip; within strata of the clip's mean training class (1-2, 2-3, 3-4, 4-5, small "
+    "strata merged), clips ordered by md5('<seed>:<clip id>') and assigned by the midpoint of "
+    "their cumulative candidate count"
+)
+
+
+def clip_band(class_sum: int, candidates: int) -> int:
+    return min(max(class_sum // candidates, SCORE_BANDS[0]), SCORE_BANDS[-1])
+
+
+def strata_of(band_sizes: dict[int, int], ratios: Sequence[float]) -> dict[int, int]:
+    """band -> stratum: bands merged upwards until each has ceil(5 / smallest ratio) clips; a
+    too-small remainder joins the last stratum."""
+    minimum = math.ceil(5 / min(ratios))
+    groups: list[list[int]] = []
+    current: list[int] = []
+    size = 0
+    for band in SCORE_BANDS:
+        current.append(band)
+        size += band_sizes.get(band, 0)
+        if size >= minimum:
+            groups.append(current)
+            current, size = [], 0
+    if current:
+        if groups:
+            groups[-1].extend(current)
+        else:
+            groups.append(current)
+    return {band: number for number, group in enumerate(groups) for band in group}
+
+
+def cumulative_bounds(ratios: Sequence[float]) -> list[Fraction]:
+    """Exact upper bounds of every split but the last (0.8, 0.1, 0.1 -> 4/5, 9/10)."""
+    return [
+        Fraction(str(round(float(sum(ratios[: index + 1])), 12)))
+        for index in range(len(ratios) - 1)
+    ]
+
+
+def split_of(before: int, candidates: int, total: int, bounds: Sequence[Fraction]) -> int:
+    """The split whose share holds the clip's midpoint (before + candidates / 2) / total."""
+    for index, bound in enumerate(bounds):
+        if (2 * before + candidates) * bound.denominator < 2 * total * bound.numerator:
+            return index
+    return len(bounds)
+
+
+def shuffle_key(seed: int, vatex_id: str) -> str:
+    return hashlib.md5(f"{seed}:{vatex_id}".encode()).hexdigest()
+
+
+def describe(band_sizes: dict[int, int], strata: dict[int, int]) -> dict[str, object]:
+    return {
+        "method": METHOD,
+        "score_bands": {str(band): band_sizes.get(band, 0) for band in SCORE_BANDS},
+        "strata": [
+            [band for band, stratum in strata.items() if stratum == number]
+            for number in sorted(set(strata.values()))
+        ],
+    }
+
+
+def assign(
+    clips: Iterable[tuple[int, str, int, int]], *, seed: int, ratios: Sequence[float]
+) -> tuple[dict[int, int], dict[str, object]]:
+    """clip pk -> split for (clip pk, clip id, candidates, sum of training classes) rows."""
+    rows = [
+        (pk, vatex_id, candidates, clip_band(class_sum, candidates))
+        for pk, vatex_id, candidates, class_sum in clips
+    ]
+    band_sizes: dict[int, int] = {}
+    for *_, band in rows:
+        band_sizes[band] = band_sizes.get(band, 0) + 1
+    strata = strata_of(band_sizes, ratios)
+    bounds = cumulative_bounds(ratios)
+    by_stratum: dict[int, list[tuple[str, int, int]]] = {}
+    for pk, vatex_id, candidates, band in rows:
+        by_stratum.setdefault(strata[band], []).append(
+            (shuffle_key(seed, vatex_id), pk, candidates)
+        )
+    assignment: dict[int, int] = {}
+    for members in by_stratum.values():
+        members.sort()
+        total = sum(candidates for _, _, candidates in members)
+        before = 0
+        for _, pk, candidates in members:
+            assignment[pk] = split_of(before, candidates, total, bounds)
+            before += candidates
+    return assignment, describe(band_sizes, strata)

@@ -1,0 +1,138 @@
+"""Curator pages of releases under /dashboard/releases/: list and create, detail (progress,
+statistics, downloads), compare two releases, re-run and cancel builds."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from common.permissions import is_curator
+from export.forms import ReleaseForm
+from export.models import Release
+from export.selectors import release_builds, release_compare, release_files, release_list
+from export.services import release_cancel, release_create, release_rerun
+
+View = Callable[..., HttpResponse]
+
+
+def curator_required(view: View) -> View:
+    @wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not request.user.is_authenticated:
+            return redirect_to_login(request.get_full_path())
+        if not is_curator(request.user):
+            raise PermissionDenied("Curator role required.")
+        return view(request, *args, **kwargs)
+
+    return wrapped
+
+
+def _list_context(request: HttpRequest, form: ReleaseForm) -> dict[str, Any]:
+    return {
+        "form": form,
+        "releases": release_list(user=request.user)[:100],
+        "builds": release_builds()[:50],
+    }
+
+
+@require_GET
+@curator_required
+def release_list_page(request: HttpRequest) -> HttpResponse:
+    return render(request, "export/release_list.html", _list_context(request, ReleaseForm()))
+
+
+@require_POST
+@curator_required
+def release_create_page(request: HttpRequest) -> HttpResponse:
+    form = ReleaseForm(request.POST)
+    if form.is_valid():
+        try:
+            release = release_create(**form.service_arguments(), created_by=request.user)
+        except ValidationError as error:
+            form.add_error(None, error)
+        else:
+            messages.success(request, f"Release {release.pk} is queued.")
+            return redirect("export:detail", release_id=release.pk)
+    return render(request, "export/release_list.html", _list_context(request, form), status=400)
+
+
+@require_GET
+@curator_required
+def release_detail_page(request: HttpRequest, release_id: int) -> HttpResponse:
+    release = get_object_or_404(release_list(user=request.user, status="all"), pk=release_id)
+    other_id = request.GET.get("other")
+    if other_id and other_id.isdigit():
+        return redirect("export:compare", release_id=release.pk, other_id=int(other_id))
+    others = (
+        release_list(user=request.user)
+        .exclude(pk=release.pk)
+        .select_related(None)
+        .prefetch_related(None)
+        .only("pk", "name")[:100]
+        if release.is_published
+        else []
+    )
+    return render(
+        request,
+        "export/release_detail.html",
+        {
+            "release": release,
+            "files": release_files(release=release),
+            "others": others,
+            "stats": release.stats,
+            "agreement": sorted((release.stats or {}).get("agreement", {}).items()),
+            "splits": list((release.stats or {}).get("splits", {}).items()),
+            "excluded": sorted((release.counts or {}).get("excluded", {}).items()),
+            "refresh": not release.is_finished,
+        },
+    )
+
+
+@require_GET
+@curator_required
+def release_compare_page(request: HttpRequest, release_id: int, other_id: int) -> HttpResponse:
+    published = release_list(user=request.user)
+    release = get_object_or_404(published, pk=release_id)
+    other = get_object_or_404(published, pk=other_id)
+    comparison = release_compare(release=release, other=other, examples=20)
+    return render(
+        request,
+        "export/release_compare.html",
+        {
+            "release": release,
+            "other": other,
+            "comparison": comparison,
+            "summary": comparison["summary"],
+            "histogram": list(comparison["summary"]["shift_histogram"].items()),
+        },
+    )
+
+
+@require_POST
+@curator_required
+def release_rerun_page(request: HttpRequest, release_id: int) -> HttpResponse:
+    release = get_object_or_404(Release, pk=release_id)
+    if release_rerun(release=release):
+        messages.success(request, f"Release {release.pk} is queued again.")
+    else:
+        messages.error(request, "Only failed or cancelled releases can be re-run.")
+    return redirect("export:detail", release_id=release.pk)
+
+
+@require_POST
+@curator_required
+def release_cancel_page(request: HttpRequest, release_id: int) -> HttpResponse:
+    release = get_object_or_404(Release, pk=release_id)
+    if release_cancel(release=release):
+        messages.success(request, f"Release {release.pk}: cancellation requested.")
+    else:
+        messages.error(request, "Only queued or running releases can be cancelled.")
+    return redirect("export:detail", release_id=release.pk)
