@@ -122,7 +122,11 @@ class CampaignCandidate(models.Model):
     normalized = models.FloatField(null=True, blank=True)
     training_class = models.PositiveSmallIntegerField(null=True, blank=True)
     rating_range = models.PositiveSmallIntegerField(null=True, blank=True)
-    is_finalised = models.BooleanField(default=False, db_index=True)
+    # Not indexed on purpose: aggregation rewrites these columns for whole campaigns, and with
+    # no index on any column it writes, PostgreSQL updates rows in place (HOT) instead of adding
+    # an entry to every index of the table for every row (see migration 0003 and
+    # docs/quality.md). Filter finalised candidates through the campaign index.
+    is_finalised = models.BooleanField(default=False)
     finalised_at = models.DateTimeField(null=True, blank=True)
     review_state = models.CharField(
         max_length=10, choices=ReviewState.choices, blank=True, default=ReviewState.NONE
@@ -151,7 +155,6 @@ class CampaignCandidate(models.Model):
         ]
         indexes = [
             models.Index(fields=["campaign", "clip"], name="campaign_candidate_clip"),
-            models.Index(fields=["campaign", "review_state"], name="campaign_candidate_review"),
         ]
 
     def __str__(self) -> str:
@@ -179,7 +182,9 @@ class CampaignClip(models.Model):
             ),
         ]
         indexes = [
-            models.Index(fields=["campaign", "open_slots"], name="campaign_clip_open"),
+            # The claim's ORDER BY open_slots, id LIMIT 1: with the id in the index the scan stops
+            # at the first clip it can lock instead of sorting every clip with equal open_slots.
+            models.Index(fields=["campaign", "open_slots", "id"], name="campaign_clip_claim_order"),
         ]
 
 

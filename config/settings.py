@@ -250,13 +250,14 @@ else:
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://") or "filesystem://"
 if CELERY_BROKER_URL.startswith("filesystem://"):
     _broker_dir = VAR_DIR / "celery-broker"
-    for _sub in ("queue", "processed"):
+    for _sub in ("queue", "processed", "control"):
         (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
     # One folder for in and out: producer (web) and consumer (worker) run on the same machine.
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),
         "processed_folder": str(_broker_dir / "processed"),
+        "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
     }
 else:
@@ -285,6 +286,13 @@ CELERY_BROKER_CONNECTION_TIMEOUT = env_float("CELERY_BROKER_CONNECTION_TIMEOUT",
 # --- Training -----------------------------------------------------------------------------------
 LEPUS_DEFAULT_BACKBONE = env_str("LEPUS_DEFAULT_BACKBONE", "Qwen/Qwen3-VL-2B-Instruct")
 LEPUS_RETRAIN_MIN_NEW_CANDIDATES = env_int("LEPUS_RETRAIN_MIN_NEW_CANDIDATES", 1000, minimum=1)
+# Where scheduled runs train ("cpu", "cuda") and with how many torchrun processes (GPUs).
+LEPUS_TRAINING_DEVICE = env_str("LEPUS_TRAINING_DEVICE", "cpu") or "cpu"
+LEPUS_TRAINING_PROCESSES = env_int("LEPUS_TRAINING_PROCESSES", 1, minimum=1)
+# Most (clip, references, candidate) triples one POST /api/v1/score may carry, and the most
+# seconds the request may wait for its scores before answering 202 with a job to poll.
+LEPUS_SCORE_MAX_ITEMS = env_int("LEPUS_SCORE_MAX_ITEMS", 64, minimum=1)
+LEPUS_SCORE_MAX_WAIT = env_int("LEPUS_SCORE_MAX_WAIT", 30, minimum=0)
 
 # --- Releases (export) --------------------------------------------------------------------------
 # Rows fetched from the database per batch while a release streams out (memory stays flat).

@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
-from django.urls import URLPattern, URLResolver
+from django.urls import path
+
+from training_bridge import apis
 
 app_name = "training_bridge_api"
-urlpatterns: list[URLPattern | URLResolver] = []
+urlpatterns = [
+    path("training/runs", apis.TrainingRunListApi.as_view(), name="run-list"),
+    path("training/runs/<int:run_id>", apis.TrainingRunDetailApi.as_view(), name="run-detail"),
+    path(
+        "training/runs/<int:run_id>/cancel", apis.TrainingRunCancelApi.as_view(), name="run-cancel"
+    ),
+    path(
+        "training/runs/<int:run_id>/resume", apis.TrainingRunResumeApi.as_view(), name="run-resume"
+    ),
+    path("score", apis.ScoreCreateApi.as_view(), name="score"),
+    path("score/<int:request_id>", apis.ScoreDetailApi.as_view(), name="score-detail"),
+]

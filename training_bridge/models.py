@@ -1,1 +1,171 @@
+"""Training runs of the Rigel metric on a release, scoring requests, and the retraining schedule's
+state.
+
+A `TrainingRun` is a `common.models.Job` driven by a Celery chain of four steps (teacher pass,
+Phase 1, Phase 2, evaluation). Each step claims the row (queued -> running), runs, records its result
+and puts the row back to queued for the next step, so a run waiting between steps is never mistaken
+for an orphan, and a step's message redelivered later finds its work done and does nothing.
+"""
+
 from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from common.models import Job, JobStatus
+
+STEP_NAMES = ("teacher", "phase1", "phase2", "evaluate")
+
+
+class TrainingStep(models.TextChoices):
+    NONE = "", "Not started"
+    TEACHER = "teacher", "Teacher pass"
+    PHASE1 = "phase1", "Phase 1: head distillation"
+    PHASE2 = "phase2", "Phase 2: LoRA adaptation"
+    EVALUATE = "evaluate", "Evaluation"
+
+
+class TrainingAblation(models.TextChoices):
+    FULL = "full", "Full method (Phase 1 + Phase 2, scoring head)"
+    LM_HEAD = "lm_head", "LM head instead of the scoring head"
+    PHASE1_ONLY = "phase1_only", "Phase 1 only (no Phase 2)"
+    RANDOM_HEAD = "random_head", "Phase 2 from a random head (no Phase 1)"
+
+
+class TrainingTrigger(models.TextChoices):
+    DASHBOARD = "dashboard", "Dashboard"
+    API = "api", "API"
+    COMMAND = "command", "Command line"
+    SCHEDULE = "schedule", "Scheduled retraining"
+
+
+class TrainingRun(Job):
+    release = models.ForeignKey(
+        "export.Release", on_delete=models.PROTECT, related_name="training_runs"
+    )
+    name = models.CharField(max_length=200, blank=True, default="")
+    backbone = models.CharField(max_length=500)
+    device = models.CharField(max_length=20, default="cpu")
+    ablation = models.CharField(
+        max_length=20, choices=TrainingAblation.choices, default=TrainingAblation.FULL
+    )
+    reference_free = models.BooleanField(default=False)
+    # Every other Rigel setting (training_bridge.rigel.config.RigelConfig), as given at creation.
+    hyperparameters = models.JSONField(default=dict, blank=True)
+    # torchrun processes for the teacher pass and Phase 2 (one per GPU); 1 = a plain process.
+    processes = models.PositiveSmallIntegerField(default=1)
+    trigger = models.CharField(
+        max_length=12, choices=TrainingTrigger.choices, default=TrainingTrigger.DASHBOARD
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    # Where the run is.
+    phase = models.CharField(
+        max_length=10, choices=TrainingStep.choices, blank=True, default=TrainingStep.NONE
+    )
+    completed_steps = models.JSONField(default=list, blank=True)
+    step_results = models.JSONField(default=dict, blank=True)
+    # The latest figures, for lists; the full curves are in `history`.
+    epoch = models.PositiveIntegerField(default=0)
+    step = models.PositiveIntegerField(default=0)
+    loss = models.FloatField(null=True, blank=True)
+    validation_tau = models.FloatField(null=True, blank=True)
+    # [{"phase": "phase1", "epoch": 3, "loss": .., "validation_tau": ..}, {"phase": "phase2",
+    #   "step": 10, "loss": ..}, ...]
+    history = models.JSONField(default=list, blank=True)
+    # Outcomes.
+    metrics = models.JSONField(default=dict, blank=True)  # {"validation": {"kendall_b": ..}, ..}
+    evaluation = models.JSONField(default=dict, blank=True)  # the side-by-side table
+    artifacts = models.JSONField(default=dict, blank=True)  # name -> storage key
+    # The resume point: {"phase2": {"key": "<storage key>", "step": 150}}.
+    checkpoint = models.JSONField(default=dict, blank=True)
+    log_key = models.CharField(max_length=300, blank=True, default="")
+    log_tail = models.TextField(blank=True, default="")
+    # Identifies the Celery chain currently allowed to drive the run; a resume issues a new one,
+    # so messages of an older chain (redelivered after a crash) do nothing.
+    chain_token = models.CharField(max_length=32, blank=True, default="")
+
+    class Meta(Job.Meta):
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            *Job.Meta.constraints,
+            models.CheckConstraint(condition=~Q(backbone=""), name="training_run_backbone_set"),
+            models.CheckConstraint(
+                condition=Q(processes__gte=1), name="training_run_processes_min"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"training run {self.pk} on release {self.release_id}"
+
+    @property
+    def storage_prefix(self) -> str:
+        return f"training/runs/{self.pk}"
+
+    @property
+    def can_cancel(self) -> bool:
+        return self.status in (JobStatus.QUEUED, JobStatus.RUNNING) and not self.cancel_requested
+
+    @property
+    def can_resume(self) -> bool:
+        return self.status in (JobStatus.FAILED, JobStatus.CANCELLED)
+
+    @property
+    def can_score(self) -> bool:
+        return self.status == JobStatus.SUCCEEDED
+
+    @property
+    def remaining_steps(self) -> list[str]:
+        done = set(self.completed_steps or [])
+        return [name for name in STEP_NAMES if name not in done]
+
+    def validation_metric(self, name: str = "kendall_b") -> float | None:
+        value: Any = (self.metrics or {}).get("validation", {}).get(name)
+        return value if isinstance(value, (int, float)) else None
+
+
+class ScoreRequest(Job):
+    """A batch of (clip, references, candidate) triples scored by a finished run, on the training
+    queue (web processes never load torch)."""
+
+    run = models.ForeignKey(TrainingRun, on_delete=models.CASCADE, related_name="score_requests")
+    # [{"clip": "<clip id>", "references": [...] | null, "candidate": "..."}]
+    items = models.JSONField(default=list)
+    scores = models.JSONField(default=list, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta(Job.Meta):
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"score request {self.pk} ({len(self.items)} items, run {self.run_id})"
+
+
+class RetrainingState(models.Model):
+    """The one row that serialises scheduled retraining (locked with SELECT ... FOR UPDATE), and
+    remembers the release it is waiting for."""
+
+    singleton = models.PositiveSmallIntegerField(primary_key=True, default=1, editable=False)
+    pending_release = models.ForeignKey(
+        "export.Release", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    last_run = models.ForeignKey(
+        TrainingRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    last_checked_at = models.DateTimeField(null=True, blank=True)
+    last_outcome = models.CharField(max_length=300, blank=True, default="")
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=Q(singleton=1), name="retraining_state_singleton")
+        ]
+
+    def __str__(self) -> str:
+        return "retraining state"

@@ -7,7 +7,7 @@ serializers below document them in the OpenAPI schema).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.shortcuts import get_object_or_404
@@ -99,13 +99,13 @@ class JoinOutputSerializer(serializers.Serializer):
 
 class LevelSerializer(serializers.Serializer):
     value = serializers.IntegerField()
-    label = serializers.CharField()
+    label = serializers.CharField()  # type: ignore[assignment]
     description = serializers.CharField()
 
 
 class QuestionSerializer(serializers.Serializer):
     key = serializers.CharField()
-    label = serializers.CharField()
+    label = serializers.CharField()  # type: ignore[assignment]
     levels = LevelSerializer(many=True)
 
 
@@ -308,7 +308,7 @@ class AssignmentNextApi(_WorkerApi):
         },
     )
     def post(self, request: Request) -> Response:
-        participation: Participation = request.auth
+        participation = cast(Participation, request.auth)
         assignment = assignment_claim_next(participation=participation)
         if assignment is None:
             return Response(status=status.HTTP_204_NO_CONTENT)
@@ -371,7 +371,7 @@ class AssignmentSubmitApi(_WorkerApi):
         too_large = _too_large(request)
         if too_large is not None:
             return too_large
-        participation: Participation = request.auth
+        participation = cast(Participation, request.auth)
         try:
             outcome = assignment_submit(
                 participation=participation, assignment_id=assignment_id, body=request.data
@@ -396,4 +396,4 @@ class WorkerMeApi(_WorkerApi):
         responses={200: ProgressSerializer, **_WORKER_ERRORS},
     )
     def get(self, request: Request) -> Response:
-        return Response(participation_progress(participation=request.auth))
+        return Response(participation_progress(participation=cast(Participation, request.auth)))

@@ -77,7 +77,7 @@ class CampaignSerializer(serializers.ModelSerializer):
 
 class QuestionInputSerializer(serializers.Serializer):
     key = serializers.CharField()
-    label = serializers.CharField(required=False)
+    label = serializers.CharField(required=False)  # type: ignore[assignment]
     help = serializers.CharField(required=False, allow_blank=True)
     levels = serializers.ListField(child=serializers.DictField(), required=False)
 

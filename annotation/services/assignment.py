@@ -3,9 +3,10 @@
 Guarantees on PostgreSQL under many concurrent workers, and how they are kept:
 
 * No candidate gets more live + finished judgments than its quota. `CampaignCandidate.slots_taken`
-  counts live assignment slots plus kept judgments; a claim raises it with F() only on rows it
-  has locked and that still have `slots_taken < quota`; the CHECK constraint
-  `slots_taken <= quota` is the last line.
+  counts live assignment slots plus kept judgments; a claim raises it with one
+  `UPDATE ... SET slots_taken = slots_taken + 1 WHERE ... AND slots_taken < quota` (the row lock
+  re-checks the condition), under the clip's row lock; the CHECK constraint `slots_taken <= quota`
+  is the last line.
 * No worker gets the same clip twice: the claim query skips clips the worker has any assignment
   for (live, submitted or expired), and UNIQUE(participation, clip) is the last line.
 * One live lease per worker: the participation row is locked first, a live unexpired assignment is
@@ -44,18 +45,14 @@ from annotation.models import (
     ParticipationStatus,
 )
 from annotation.questions import RUBRIC_LEVELS
+from annotation.services import crowd_sql as sql
 from common import storage
-from datasets_app.models import Clip, ClipStatus, ReferenceCaption
+from datasets_app.models import Clip, ClipStatus
 
 # How many clips one claim may find already full (counter drift repaired on the way) or lose to a
 # constraint race before it gives up and answers "nothing for you now".
 _CLAIM_ATTEMPTS = 5
-_CLIP_FIELDS = ("id", "video_key", "poster_key", "duration", "status")
 _shuffle = random.SystemRandom().shuffle
-
-
-class _Retry(Exception):
-    """Internal: the transaction hit a database constraint; try once more."""
 
 
 # --- selectors ---------------------------------------------------------------------------------
@@ -111,100 +108,234 @@ def assignment_claim_next(
         try:
             with transaction.atomic():
                 return _claim(participation=participation, campaign=campaign, now=now)
-        except (_Retry, IntegrityError):
+        except IntegrityError:  # a last-line constraint fired: nothing was kept, try again
             continue
     return None
 
 
-def _claim(*, participation: Participation, campaign: Campaign, now: datetime) -> Assignment | None:
-    # 1. Lock the participation (serialises one worker's concurrent requests; re-checks status).
-    locked = Participation.objects.filter(
-        pk=participation.pk, status=ParticipationStatus.ACTIVE
-    ).update(last_seen_at=now)
-    if not locked:
-        return None
+# The hot path in SQL (see crowd_sql for why); the comments name the step of the claim. Each
+# step has a portable form (one statement per step) and, on PostgreSQL, steps are combined.
+_LOCK_PARTICIPATION = (
+    f"UPDATE {sql.T_PARTICIPATION} SET last_seen_at = %s WHERE id = %s AND status = %s"
+    " RETURNING assignments_submitted"
+)
+_LIVE_COLUMNS = (
+    "a.id, a.campaign_id, a.clip_id, a.issued_at, a.expires_at,"
+    " cl.video_key, cl.poster_key, cl.duration"
+)
+_LIVE_LEASE = (
+    f"SELECT {_LIVE_COLUMNS}"
+    f" FROM {sql.T_ASSIGNMENT} a JOIN {sql.T_CLIP} cl ON cl.id = a.clip_id"
+    " WHERE a.participation_id = %s AND a.status = %s"
+)
+# Steps 1 + 2 in one statement: lock the participation and read its live lease.
+_LOCK_AND_LIVE = (
+    f"WITH p AS ({_LOCK_PARTICIPATION.replace('RETURNING ', 'RETURNING id, ')})"
+    f" SELECT p.assignments_submitted, {_LIVE_COLUMNS} FROM p"
+    f" LEFT JOIN {sql.T_ASSIGNMENT} a ON a.participation_id = p.id AND a.status = %s"
+    f" LEFT JOIN {sql.T_CLIP} cl ON cl.id = a.clip_id"
+)
+_NEXT_CLIP_FROM = (
+    f" FROM {sql.T_CAMPAIGN_CLIP} cc JOIN {sql.T_CLIP} cl ON cl.id = cc.clip_id"
+    " WHERE cc.campaign_id = %s AND cc.open_slots > 0 AND cl.status = %s AND cl.video_key <> ''"
+    f" AND NOT EXISTS (SELECT 1 FROM {sql.T_ASSIGNMENT} seen"
+    " WHERE seen.participation_id = %s AND seen.clip_id = cc.clip_id)"
+    " ORDER BY cc.open_slots, cc.id LIMIT 1"
+)
+_NEXT_CLIP = "SELECT cc.id, cc.clip_id, cl.video_key, cl.poster_key, cl.duration" + _NEXT_CLIP_FROM
+# Step 3 with the clip's references in the same statement (PostgreSQL).
+_NEXT_CLIP_WITH_REFERENCES = (
+    "SELECT cc.id, cc.clip_id, cl.video_key, cl.poster_key, cl.duration,"
+    f" (SELECT json_agg(r.text ORDER BY r.position) FROM {sql.T_REFERENCE} r"
+    " WHERE r.clip_id = cc.clip_id AND r.language = 'en')" + _NEXT_CLIP_FROM
+)
+_TAKE_SLOTS_SET = (
+    f"UPDATE {sql.T_CANDIDATE} SET slots_taken = slots_taken + 1"
+    " WHERE campaign_id = %s AND clip_id = %s AND slots_taken < quota"
+)
+_TAKE_SLOTS = (
+    _TAKE_SLOTS_SET + f" RETURNING id, (SELECT text FROM {sql.T_CAPTION} WHERE id = candidate_id)"
+)
+_CLIP_SLOTS_TAKEN = f"UPDATE {sql.T_CAMPAIGN_CLIP} SET open_slots = open_slots - %s WHERE id = %s"
+# Step 4 in one statement: the candidates' slots and the clip counter by what was taken.
+_TAKE_SLOTS_AND_COUNT = (
+    f"WITH taken AS ({_TAKE_SLOTS_SET} RETURNING id, candidate_id),"
+    f" counted AS (UPDATE {sql.T_CAMPAIGN_CLIP}"
+    " SET open_slots = open_slots - (SELECT count(*) FROM taken)"
+    " WHERE id = %s AND EXISTS (SELECT 1 FROM taken))"
+    f" SELECT taken.id, cap.text FROM taken JOIN {sql.T_CAPTION} cap ON cap.id = taken.candidate_id"
+)
+_NEW_LEASE_INSERT = (
+    f"INSERT INTO {sql.T_ASSIGNMENT} (campaign_id, participation_id, clip_id, status, issued_at,"
+    " expires_at, submission_digest, result) VALUES (%s, %s, %s, %s, %s, %s, '', %s)"
+)
+_NEW_LEASE = _NEW_LEASE_INSERT + " RETURNING id"
+_ITEMS_INSERT = f"INSERT INTO {sql.T_ITEM} (assignment_id, campaign_candidate_id, position)"
+_OFFERED = (
+    "SELECT i.campaign_candidate_id, cap.text"
+    f" FROM {sql.T_ITEM} i JOIN {sql.T_CANDIDATE} cc ON cc.id = i.campaign_candidate_id"
+    f" JOIN {sql.T_CAPTION} cap ON cap.id = cc.candidate_id"
+    " WHERE i.assignment_id = %s ORDER BY i.position"
+)
+_REFERENCES = (
+    f"SELECT text FROM {sql.T_REFERENCE} WHERE clip_id = %s AND language = 'en' ORDER BY position"
+)
 
-    # 2. A live lease is handed back unchanged; an expired one returns its slots first.
-    live = (
-        Assignment.objects.select_for_update(of=("self",))
-        .select_related("clip")
-        .filter(participation_id=participation.pk, status=AssignmentStatus.LIVE)
-        .first()
+
+def _clip_instance(clip_id: int, video_key: str, poster_key: str, duration: Any) -> Clip:
+    return sql.instance(
+        Clip,
+        {
+            "id": clip_id,
+            "video_key": video_key,
+            "poster_key": poster_key,
+            "duration": duration,
+            "status": ClipStatus.READY,
+        },
     )
-    if live is not None:
-        if live.expires_at > now:
-            return live
-        _expire_locked(assignment_id=live.pk, campaign_id=live.campaign_id, clip_id=live.clip_id)
 
-    if campaign.max_assignments_per_worker is not None:
-        done = (
-            Participation.objects.filter(pk=participation.pk)
-            .values_list("assignments_submitted", flat=True)
-            .get()
-        )
-        if done >= campaign.max_assignments_per_worker:
-            return None
 
-    for _clip_attempt in range(_CLAIM_ATTEMPTS):
-        # 3. The most nearly complete clip this worker has not seen; rows other transactions are
-        # claiming right now are skipped rather than waited for.
-        row = (
-            clips_open_for(participation=participation)
-            .select_for_update(skip_locked=True, of=("self",))
-            .order_by("open_slots", "id")
-            .values_list("id", "clip_id", "clip__video_key", "clip__poster_key", "clip__duration")
-            .first()
+def _claim(*, participation: Participation, campaign: Campaign, now: datetime) -> Assignment | None:
+    combined = sql.combined_statements()
+    # 1. Lock the participation (serialises one worker's concurrent requests; re-checks status).
+    # 2. Read its live lease. No row lock is needed on it: a submit of the same worker waits for
+    # the participation lock, and the sweeper only expires leases whose time is up (handled below
+    # under a lock).
+    if combined:
+        row = sql.fetchone(
+            _LOCK_AND_LIVE,
+            [
+                sql.db_datetime(now),
+                participation.pk,
+                ParticipationStatus.ACTIVE.value,
+                AssignmentStatus.LIVE.value,
+            ],
         )
         if row is None:
             return None
-        campaign_clip_id, clip_id, video_key, poster_key, duration = row
-
-        # 4. Its candidates that still have a free slot, locked, then one slot each.
-        offered = list(
-            CampaignCandidate.objects.select_for_update(of=("self",))
-            .filter(campaign_id=campaign.pk, clip_id=clip_id, slots_taken__lt=F("quota"))
-            .order_by("id")
-            .values_list("id", "candidate__text")
+        done, live = row[0], (row[1:] if row[1] is not None else None)
+    else:
+        locked = sql.fetchone(
+            _LOCK_PARTICIPATION,
+            [sql.db_datetime(now), participation.pk, ParticipationStatus.ACTIVE.value],
         )
+        if locked is None:
+            return None
+        (done,) = locked
+        live = sql.fetchone(_LIVE_LEASE, [participation.pk, AssignmentStatus.LIVE.value])
+    if live is not None:
+        live_id, campaign_id, clip_id, issued_at, expires_at, video_key, poster_key, duration = live
+        expires_at = sql.py_datetime(expires_at)
+        if expires_at > now:
+            assignment: Assignment = sql.instance(
+                Assignment,
+                {
+                    "id": live_id,
+                    "campaign_id": campaign_id,
+                    "participation_id": participation.pk,
+                    "clip_id": clip_id,
+                    "status": AssignmentStatus.LIVE.value,
+                    "issued_at": sql.py_datetime(issued_at),
+                    "expires_at": expires_at,
+                },
+            )
+            assignment.clip = _clip_instance(clip_id, video_key, poster_key, duration)
+            return assignment
+        if (
+            Assignment.objects.select_for_update()
+            .filter(pk=live_id, status=AssignmentStatus.LIVE)
+            .exists()
+        ):
+            _expire_locked(assignment_id=live_id, campaign_id=campaign_id, clip_id=clip_id)
+
+    maximum = campaign.max_assignments_per_worker
+    if maximum is not None and done >= maximum:
+        return None
+
+    with_references = combined and not campaign.reference_free
+    for _clip_attempt in range(_CLAIM_ATTEMPTS):
+        # 3. The most nearly complete clip this worker has not seen; rows other transactions are
+        # claiming right now are skipped rather than waited for.
+        row = sql.fetchone(
+            (_NEXT_CLIP_WITH_REFERENCES if with_references else _NEXT_CLIP)
+            + sql.lock_clause(of="cc", skip_locked=True),
+            [campaign.pk, ClipStatus.READY.value, participation.pk],
+        )
+        if row is None:
+            return None
+        campaign_clip_id, clip_id, video_key, poster_key, duration = row[:5]
+
+        # 4. One slot on each of its candidates that still has one free, and the clip counter.
+        # The UPDATE re-checks `slots_taken < quota` on each row it locks, so it never overfills
+        # even if something else moved a counter meanwhile.
+        if combined:
+            offered = sql.fetchall(_TAKE_SLOTS_AND_COUNT, [campaign.pk, clip_id, campaign_clip_id])
+        else:
+            offered = sql.fetchall(_TAKE_SLOTS, [campaign.pk, clip_id])
+            if offered:
+                sql.execute(_CLIP_SLOTS_TAKEN, [len(offered), campaign_clip_id])
         if not offered:
             # The clip counter had drifted (e.g. a quota edit raced); repair it and move on.
             _campaign_clip_recount(campaign_clip_id=campaign_clip_id)
             continue
-        candidate_ids = [candidate_id for candidate_id, _text in offered]
-        CampaignCandidate.objects.filter(id__in=candidate_ids).update(
-            slots_taken=F("slots_taken") + 1
-        )
-        CampaignClip.objects.filter(pk=campaign_clip_id).update(
-            open_slots=F("open_slots") - len(candidate_ids)
-        )
 
-        # 5. The lease. Candidates are shown in a fresh random order (no position bias, and
-        # control items sit anywhere).
-        assignment = Assignment.objects.create(
-            campaign_id=campaign.pk,
-            participation_id=participation.pk,
-            clip_id=clip_id,
-            status=AssignmentStatus.LIVE,
-            issued_at=now,
-            expires_at=now + timedelta(seconds=campaign.lease_seconds),
-        )
+        # 5. The lease and its items. Candidates are shown in a fresh random order (no position
+        # bias, and control items sit anywhere).
+        offered = [(candidate_id, text) for candidate_id, text in offered]
         _shuffle(offered)
-        AssignmentItem.objects.bulk_create(
-            [
-                AssignmentItem(
-                    assignment_id=assignment.pk, campaign_candidate_id=candidate_id, position=index
-                )
-                for index, (candidate_id, _text) in enumerate(offered)
-            ]
+        expires_at = now + timedelta(seconds=campaign.lease_seconds)
+        lease = [
+            campaign.pk,
+            participation.pk,
+            clip_id,
+            AssignmentStatus.LIVE.value,
+            sql.db_datetime(now),
+            sql.db_datetime(expires_at),
+            sql.db_json(Assignment, "result", {}),
+        ]
+        if combined:
+            pairs = ", ".join(["(%s, %s)"] * len(offered))
+            (assignment_id,) = sql.fetchone(  # type: ignore[misc]
+                f"WITH lease AS ({_NEW_LEASE_INSERT} RETURNING id) {_ITEMS_INSERT}"
+                f" SELECT lease.id, item.candidate, item.position FROM lease"
+                f" CROSS JOIN (VALUES {pairs}) AS item (candidate, position)"
+                " RETURNING assignment_id",
+                [
+                    *lease,
+                    *[
+                        value
+                        for index, (candidate_id, _text) in enumerate(offered)
+                        for value in (candidate_id, index)
+                    ],
+                ],
+            )
+        else:
+            (assignment_id,) = sql.fetchone(_NEW_LEASE, lease)  # type: ignore[misc]
+            triples = ", ".join(["(%s, %s, %s)"] * len(offered))
+            sql.execute(
+                f"{_ITEMS_INSERT} VALUES {triples}",
+                [
+                    value
+                    for index, (candidate_id, _text) in enumerate(offered)
+                    for value in (assignment_id, candidate_id, index)
+                ],
+            )
+        assignment = sql.instance(
+            Assignment,
+            {
+                "id": assignment_id,
+                "campaign_id": campaign.pk,
+                "participation_id": participation.pk,
+                "clip_id": clip_id,
+                "status": AssignmentStatus.LIVE.value,
+                "issued_at": now,
+                "expires_at": expires_at,
+            },
         )
-        # A clip instance from the values already read; the other fields load lazily if touched
-        # (from_db wants the values in the model's field order, which _CLIP_FIELDS follows).
-        assignment.clip = Clip.from_db(
-            Clip.objects.db,
-            list(_CLIP_FIELDS),
-            (clip_id, video_key, poster_key, duration, ClipStatus.READY),
-        )
+        assignment.clip = _clip_instance(clip_id, video_key, poster_key, duration)
         assignment.offered_candidates = offered  # type: ignore[attr-defined]
+        if with_references:
+            assignment.offered_references = sql.py_json(row[5]) or []  # type: ignore[attr-defined]
         return assignment
     return None
 
@@ -256,11 +387,7 @@ def assignment_offer_payload(*, assignment: Assignment, campaign: Campaign) -> d
     `common.storage.media_url`)."""
     offered = getattr(assignment, "offered_candidates", None)
     if offered is None:
-        offered = list(
-            AssignmentItem.objects.filter(assignment_id=assignment.pk)
-            .order_by("position")
-            .values_list("campaign_candidate_id", "campaign_candidate__candidate__text")
-        )
+        offered = sql.fetchall(_OFFERED, [assignment.pk])
     clip = assignment.clip
     payload: dict[str, Any] = {
         "assignment_id": assignment.pk,
@@ -273,11 +400,10 @@ def assignment_offer_payload(*, assignment: Assignment, campaign: Campaign) -> d
         },
     }
     if not campaign.reference_free:
-        payload["references"] = list(
-            ReferenceCaption.objects.filter(clip_id=clip.pk, language="en")
-            .order_by("position")
-            .values_list("text", flat=True)
-        )
+        references = getattr(assignment, "offered_references", None)
+        if references is None:
+            references = [text for (text,) in sql.fetchall(_REFERENCES, [clip.pk])]
+        payload["references"] = references
     payload["candidates"] = [{"id": candidate_id, "text": text} for candidate_id, text in offered]
     payload["questions"] = questions_payload(campaign=campaign)
     return payload

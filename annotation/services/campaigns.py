@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import (
     Case,
     Count,
@@ -112,7 +112,7 @@ def questions_clean(questions: Any) -> list[dict[str, Any]]:
         levels = question.get("levels") or [dict(level) for level in RUBRIC_LEVELS]
         if not isinstance(levels, list) or not 2 <= len(levels) <= 11:
             raise CampaignInvalid({f"{where}.levels": ["Give between 2 and 11 levels."]})
-        clean_levels = []
+        clean_levels: list[dict[str, Any]] = []
         values: set[int] = set()
         for level in levels:
             value = level.get("value") if isinstance(level, dict) else None
@@ -128,7 +128,7 @@ def questions_clean(questions: Any) -> list[dict[str, Any]]:
                     "description": str(level.get("description", ""))[:1000],
                 }
             )
-        clean_levels.sort(key=lambda level: -level["value"])
+        clean_levels.sort(key=lambda level: -int(level["value"]))
         cleaned.append({"key": key, "label": label, "help": help_text, "levels": clean_levels})
     return cleaned
 
@@ -285,8 +285,27 @@ def campaign_create(
             selection={key: value for key, value in selection.items() if value},
             **clean_options,
         )
-        campaign_items_add(campaign=campaign, candidate_ids=selected.values_list("id", flat=True))
+        added = campaign_items_add(
+            campaign=campaign, candidate_ids=selected.values_list("id", flat=True)
+        )
+    if added:
+        planner_statistics_refresh()
     return campaign
+
+
+def planner_statistics_refresh() -> None:
+    """Refresh PostgreSQL's statistics of the tables the engine's claim query joins.
+
+    Right after a bulk insert (a new campaign, a fresh import) the statistics can be stale enough
+    for the planner to scan every clip for every claim (a nested loop over a "1-row" estimate),
+    which made `next` take >100 ms on 1,000 clips until autovacuum caught up."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"ANALYZE {CampaignClip._meta.db_table}, {CampaignCandidate._meta.db_table}, "
+            f"{Clip._meta.db_table}"
+        )
 
 
 def campaign_items_add(

@@ -20,13 +20,11 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F
 from django.utils import timezone
 
 from annotation import tasks as annotation_tasks
 from annotation.models import (
     Assignment,
-    AssignmentItem,
     AssignmentStatus,
     Campaign,
     Judgment,
@@ -35,6 +33,7 @@ from annotation.models import (
     ParticipationStatus,
 )
 from annotation.questions import level_values
+from annotation.services import crowd_sql as sql
 from annotation.services.assignment import assignment_slots_retake
 from common.tasks import enqueue
 
@@ -205,46 +204,91 @@ def _iso(value: datetime) -> str:
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def _replay(assignment: Assignment, digest: str) -> SubmitOutcome:
-    if assignment.submission_digest == digest:
-        return SubmitOutcome(result=assignment.result, created=False)
+def _replay(*, stored_digest: str, stored_result: Any, digest: str) -> SubmitOutcome:
+    if stored_digest == digest:
+        return SubmitOutcome(result=sql.py_json(stored_result), created=False)
     raise SubmissionRefused(
         "This assignment was already submitted with different ratings; the first submission stands."
     )
+
+
+# The hot path in SQL (see crowd_sql for why).
+_ASSIGNMENT_WITH_ITEMS = (
+    "SELECT a.status, a.submission_digest, a.result, a.issued_at, a.campaign_id,"
+    " i.campaign_candidate_id"
+    f" FROM {sql.T_ASSIGNMENT} a JOIN {sql.T_ITEM} i ON i.assignment_id = a.id"
+    " WHERE a.id = %s AND a.participation_id = %s ORDER BY i.position"
+)
+_COUNT_SUBMISSION = (
+    f"UPDATE {sql.T_PARTICIPATION} SET assignments_submitted = assignments_submitted + 1,"
+    " active_ms_total = active_ms_total + %s, last_seen_at = %s WHERE id = %s AND status <> %s"
+)
+_MARK_SUBMITTED = (
+    f"UPDATE {sql.T_ASSIGNMENT} SET status = %s, submitted_at = %s, submission_digest = %s,"
+    " result = %s, server_ms = %s, client_active_ms = %s, client_video_played_ms = %s"
+    " WHERE id = %s AND status = %s"
+)
+_JUDGMENT_COLUMNS = (
+    'campaign_id, campaign_candidate_id, participation_id, assignment_id, "values", reason,'
+    " source, server_ms, client_active_ms, client_video_played_ms, created_at, is_excluded,"
+    " excluded_by, exclusion_reason, exclusion_detail"
+)
+
+# PostgreSQL: the whole usual case in one statement. Each step is gated on the previous one, which
+# also keeps the lock order (participation, then assignment); the judgments go in only when the
+# lease was live and the worker may submit. Anything else inserts nothing and takes the slow path.
+_JUDGMENT_CASTS = (
+    "(%s::bigint, %s::bigint, %s::bigint, %s::bigint, %s::jsonb, %s::text, %s::varchar,"
+    " %s::bigint, %s::bigint, %s::bigint, %s::timestamptz, %s::boolean, %s::varchar, %s::text,"
+    " %s::jsonb)"
+)
+_SUBMIT_COMBINED = (
+    f"WITH p AS ({_COUNT_SUBMISSION} RETURNING id),"
+    f" a AS ({_MARK_SUBMITTED} AND EXISTS (SELECT 1 FROM p) RETURNING id)"
+    f" INSERT INTO {sql.T_JUDGMENT} ({_JUDGMENT_COLUMNS})"
+    " SELECT * FROM (VALUES {rows}) AS submitted WHERE EXISTS (SELECT 1 FROM a)"
+)
+
+
+class _SlowPath(Exception):
+    """Internal: the one-statement submit did not apply; roll back and take the detailed path."""
 
 
 def assignment_submit(
     *, participation: Participation, assignment_id: int, body: Any, now: datetime | None = None
 ) -> SubmitOutcome:
     """Store the worker's ratings of one assignment (see the module docstring)."""
-    assignment = (
-        Assignment.objects.filter(pk=assignment_id, participation_id=participation.pk)
-        .only("id", "status", "submission_digest", "result", "campaign_id", "clip_id", "issued_at")
-        .first()
-    )
-    if assignment is None:
+    rows = sql.fetchall(_ASSIGNMENT_WITH_ITEMS, [assignment_id, participation.pk])
+    if not rows:
         raise AssignmentNotFound(assignment_id)
-    campaign = participation.campaign
-    candidate_ids = list(
-        AssignmentItem.objects.filter(assignment_id=assignment.pk)
-        .order_by("position")
-        .values_list("campaign_candidate_id", flat=True)
+    status, stored_digest, stored_result, issued_at, campaign_id = rows[0][:5]
+    candidate_ids = [row[5] for row in rows]
+    clean = submission_clean(
+        campaign=participation.campaign, candidate_ids=candidate_ids, body=body
     )
-    clean = submission_clean(campaign=campaign, candidate_ids=candidate_ids, body=body)
     digest = clean.digest
-    if assignment.status == AssignmentStatus.SUBMITTED:
-        return _replay(assignment, digest)
+    if status == AssignmentStatus.SUBMITTED:
+        return _replay(stored_digest=stored_digest, stored_result=stored_result, digest=digest)
 
     now = now or timezone.now()
+    arguments = {
+        "participation": participation,
+        "assignment_id": assignment_id,
+        "campaign_id": campaign_id,
+        "issued_at": sql.py_datetime(issued_at),
+        "clean": clean,
+        "digest": digest,
+        "now": now,
+    }
     try:
+        if sql.combined_statements():
+            try:
+                with transaction.atomic():
+                    return _store_combined(**arguments)
+            except _SlowPath:
+                pass
         with transaction.atomic():
-            return _store(
-                participation=participation,
-                assignment_id=assignment.pk,
-                clean=clean,
-                digest=digest,
-                now=now,
-            )
+            return _store(**arguments)
     except IntegrityError:
         # The last line of defence (one judgment per worker and candidate) fired: nothing stored.
         raise SubmissionRefused("These ratings conflict with ratings already stored.")
@@ -254,74 +298,153 @@ def _store(
     *,
     participation: Participation,
     assignment_id: int,
+    campaign_id: int,
+    issued_at: datetime,
     clean: CleanSubmission,
     digest: str,
     now: datetime,
 ) -> SubmitOutcome:
     # Lock order: participation, then assignment (see services.assignment). The counter update is
     # the participation lock; it is rolled back with everything else if the submit is refused.
-    active_ms = clean.active_ms or 0
-    locked = (
-        Participation.objects.filter(pk=participation.pk)
-        .exclude(status=ParticipationStatus.EXCLUDED)
-        .update(
-            assignments_submitted=F("assignments_submitted") + 1,
-            active_ms_total=F("active_ms_total") + active_ms,
-            last_seen_at=now,
-        )
+    locked = sql.execute(
+        _COUNT_SUBMISSION,
+        [
+            clean.active_ms or 0,
+            sql.db_datetime(now),
+            participation.pk,
+            ParticipationStatus.EXCLUDED.value,
+        ],
     )
     if not locked:
         raise SubmissionRefused(
             "Your participation in this campaign has ended, so this submission was not stored.",
             status=403,
         )
-    assignment = Assignment.objects.select_for_update().get(pk=assignment_id)
-    if assignment.status == AssignmentStatus.SUBMITTED:
-        # A concurrent identical request got here first.
-        transaction.set_rollback(True)
-        return _replay(assignment, digest)
-    if assignment.status == AssignmentStatus.EXPIRED and not assignment_slots_retake(
-        assignment=assignment
-    ):
-        raise SubmissionRefused(
-            "This assignment expired and its clip has since been given to other workers, so "
-            "these ratings could not be stored. Please continue with the next clip."
-        )
-
-    count = len(clean.ratings)
-    server_ms = max(0, int((now - assignment.issued_at).total_seconds() * 1000))
-    Judgment.objects.bulk_create(
-        [
-            Judgment(
-                campaign_id=assignment.campaign_id,
-                campaign_candidate_id=rating["candidate_id"],
-                participation_id=participation.pk,
-                assignment_id=assignment.pk,
-                values=rating["values"],
-                reason=rating["reason"],
-                source=JudgmentSource.CROWD,
-                server_ms=server_ms // count,
-                client_active_ms=None if clean.active_ms is None else clean.active_ms // count,
-                client_video_played_ms=clean.video_played_ms,
-                created_at=now,
-            )
-            for rating in clean.ratings
-        ]
+    result, mark, judgment_rows = _rows(
+        participation=participation,
+        assignment_id=assignment_id,
+        campaign_id=campaign_id,
+        issued_at=issued_at,
+        clean=clean,
+        digest=digest,
+        now=now,
     )
+    # The usual case in one statement: a live lease becomes submitted (the row lock it takes
+    # serialises concurrent repeats of the same submit).
+    if not sql.execute(_MARK_SUBMITTED, [*mark, AssignmentStatus.LIVE.value]):
+        assignment = Assignment.objects.select_for_update().get(pk=assignment_id)
+        if assignment.status == AssignmentStatus.SUBMITTED:
+            # A concurrent request got here first.
+            transaction.set_rollback(True)
+            return _replay(
+                stored_digest=assignment.submission_digest,
+                stored_result=assignment.result,
+                digest=digest,
+            )
+        # Expired: accepted only if every slot can be taken again.
+        if not assignment_slots_retake(assignment=assignment):
+            raise SubmissionRefused(
+                "This assignment expired and its clip has since been given to other workers, so "
+                "these ratings could not be stored. Please continue with the next clip."
+            )
+        sql.execute(_MARK_SUBMITTED, [*mark, AssignmentStatus.EXPIRED.value])
+
+    rows = ", ".join(["(" + ", ".join(["%s"] * 15) + ")"] * len(clean.ratings))
+    sql.execute(
+        f"INSERT INTO {sql.T_JUDGMENT} ({_JUDGMENT_COLUMNS}) VALUES {rows}",
+        [value for row in judgment_rows for value in row],
+    )
+    enqueue(annotation_tasks.after_submission, assignment_id)
+    return SubmitOutcome(result=result, created=True)
+
+
+def _store_combined(
+    *,
+    participation: Participation,
+    assignment_id: int,
+    campaign_id: int,
+    issued_at: datetime,
+    clean: CleanSubmission,
+    digest: str,
+    now: datetime,
+) -> SubmitOutcome:
+    result, mark, judgment_rows = _rows(
+        participation=participation,
+        assignment_id=assignment_id,
+        campaign_id=campaign_id,
+        issued_at=issued_at,
+        clean=clean,
+        digest=digest,
+        now=now,
+    )
+    inserted = sql.execute(
+        _SUBMIT_COMBINED.format(rows=", ".join([_JUDGMENT_CASTS] * len(judgment_rows))),
+        [
+            clean.active_ms or 0,
+            sql.db_datetime(now),
+            participation.pk,
+            ParticipationStatus.EXCLUDED.value,
+            *mark,
+            AssignmentStatus.LIVE.value,
+            *[value for row in judgment_rows for value in row],
+        ],
+    )
+    if inserted != len(judgment_rows):
+        raise _SlowPath()
+    enqueue(annotation_tasks.after_submission, assignment_id)
+    return SubmitOutcome(result=result, created=True)
+
+
+def _rows(
+    *,
+    participation: Participation,
+    assignment_id: int,
+    campaign_id: int,
+    issued_at: datetime,
+    clean: CleanSubmission,
+    digest: str,
+    now: datetime,
+) -> tuple[dict[str, Any], list[Any], list[list[Any]]]:
+    """The result body, the parameters that mark the assignment submitted (without the status it
+    must have), and one row of column values per judgment."""
+    count = len(clean.ratings)
+    server_ms = max(0, int((now - issued_at).total_seconds() * 1000))
     result = {
-        "assignment_id": assignment.pk,
+        "assignment_id": assignment_id,
         "status": AssignmentStatus.SUBMITTED.value,
         "judgments": count,
         "submitted_at": _iso(now),
     }
-    Assignment.objects.filter(pk=assignment.pk).update(
-        status=AssignmentStatus.SUBMITTED,
-        submitted_at=now,
-        submission_digest=digest,
-        result=result,
-        server_ms=server_ms,
-        client_active_ms=clean.active_ms,
-        client_video_played_ms=clean.video_played_ms,
-    )
-    enqueue(annotation_tasks.after_submission, assignment.pk)
-    return SubmitOutcome(result=result, created=True)
+    mark = [
+        AssignmentStatus.SUBMITTED.value,
+        sql.db_datetime(now),
+        digest,
+        sql.db_json(Assignment, "result", result),
+        server_ms,
+        clean.active_ms,
+        clean.video_played_ms,
+        assignment_id,
+    ]
+    created_at = sql.db_datetime(now)
+    empty_detail = sql.db_json(Judgment, "exclusion_detail", {})
+    judgment_rows = [
+        [
+            campaign_id,
+            rating["candidate_id"],
+            participation.pk,
+            assignment_id,
+            sql.db_json(Judgment, "values", rating["values"]),
+            rating["reason"],
+            JudgmentSource.CROWD.value,
+            server_ms // count,
+            None if clean.active_ms is None else clean.active_ms // count,
+            clean.video_played_ms,
+            created_at,
+            False,
+            "",
+            "",
+            empty_detail,
+        ]
+        for rating in clean.ratings
+    ]
+    return result, mark, judgment_rows

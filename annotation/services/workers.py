@@ -30,6 +30,7 @@ from annotation.models import (
     Platform,
     Worker,
 )
+from annotation.services import crowd_sql
 
 JOINABLE_PLATFORMS = (Platform.PROLIFIC, Platform.MTURK, Platform.INVITE)
 EXTERNAL_ID_MAX_CHARS = 200
@@ -76,15 +77,48 @@ def worker_token_for(*, participation: Participation) -> str:
     return base64.urlsafe_b64encode(digest).decode("ascii").rstrip("=")
 
 
+_CAMPAIGN_COLUMNS = (
+    "slug",
+    "name",
+    "status",
+    "is_imported",
+    "questions",
+    "reference_free",
+    "lease_seconds",
+    "min_seconds_on_clip",
+    "reason_required_at_or_below",
+    "max_assignments_per_worker",
+    "completion_code",
+    "redirect_url",
+)
+_PARTICIPATION_COLUMNS = ("id", "campaign_id", "worker_id", "status", "assignments_submitted")
+_AUTH_SQL = (
+    "SELECT "
+    + ", ".join(f"p.{column}" for column in _PARTICIPATION_COLUMNS)
+    + ", "
+    + ", ".join(f"c.{column}" for column in _CAMPAIGN_COLUMNS)
+    + f" FROM {crowd_sql.T_PARTICIPATION} p JOIN {crowd_sql.T_CAMPAIGN} c ON c.id = p.campaign_id"
+    " WHERE p.token_hash = %s"
+)
+
+
 def participation_by_token(*, token: str) -> Participation | None:
-    """The participation (with its campaign and worker loaded) holding `token`, or None."""
+    """The participation holding `token`, with the campaign settings the worker API needs loaded
+    in the same query (one indexed lookup per request; other fields load lazily if touched)."""
     if not token or len(token) > 200:
         return None
-    return (
-        Participation.objects.select_related("campaign", "worker")
-        .filter(token_hash=token_hash(token))
-        .first()
-    )
+    row = crowd_sql.fetchone(_AUTH_SQL, [token_hash(token)])
+    if row is None:
+        return None
+    participation_values = dict(zip(_PARTICIPATION_COLUMNS, row, strict=False))
+    campaign_values = dict(zip(_CAMPAIGN_COLUMNS, row[len(_PARTICIPATION_COLUMNS) :], strict=True))
+    campaign_values["id"] = participation_values["campaign_id"]
+    campaign_values["questions"] = crowd_sql.py_json(campaign_values["questions"])
+    campaign_values["is_imported"] = bool(campaign_values["is_imported"])
+    campaign_values["reference_free"] = bool(campaign_values["reference_free"])
+    participation: Participation = crowd_sql.instance(Participation, participation_values)
+    participation.campaign = crowd_sql.instance(Campaign, campaign_values)
+    return participation
 
 
 # --- invites ----------------------------------------------------------------------------------

@@ -176,7 +176,9 @@ class CampaignCreateForm(CampaignSettingsForm):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         names = sorted(set(CaptioningSystem.objects.values_list("name", flat=True)))
-        self.fields["systems"].choices = [(name, name) for name in names]
+        systems = self.fields["systems"]
+        assert isinstance(systems, forms.MultipleChoiceField)
+        systems.choices = [(name, name) for name in names]
 
 
 def _apply_errors(form: forms.Form, invalid: CampaignInvalid) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
@@ -160,20 +160,43 @@ def video_attach_plan(*, directory: str | Path, force: bool = False) -> AttachPl
 def video_attach_job_create(
     *,
     directory: str | Path,
-    user: AbstractBaseUser | None = None,
+    user: User | None = None,
     force: bool = False,
     upload_sources: bool = False,
     progress: Callable[[int, int], None] | None = None,
 ) -> tuple[VideoAttachJob | None, AttachPlan]:
-    """Match the files, record each clip's source and queue the clips, and create the job row.
-    The caller publishes the job (`video_attach_job_publish`) or runs it (`video_attach_job_run`).
+    """One job for every matched clip (see `video_attach_jobs_create`); None when nothing matched."""
+    jobs, plan = video_attach_jobs_create(
+        directory=directory,
+        user=user,
+        force=force,
+        upload_sources=upload_sources,
+        progress=progress,
+    )
+    return (jobs[0] if jobs else None), plan
+
+
+def video_attach_jobs_create(
+    *,
+    directory: str | Path,
+    user: User | None = None,
+    force: bool = False,
+    upload_sources: bool = False,
+    clips_per_job: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[list[VideoAttachJob], AttachPlan]:
+    """Match the files, record each clip's source, queue the clips and create the job rows: one
+    job, or one per `clips_per_job` clips so that several workers share the work. The caller
+    publishes the jobs (`video_attach_job_publish`) or runs them (`video_attach_job_run`).
 
     By default a clip's source key is the file's absolute path, for workers that share this
     machine's disk; `upload_sources` first copies each matched file into storage
     (`sources/<file name>`) so workers anywhere can fetch it. No job when nothing matched."""
+    if clips_per_job is not None and clips_per_job < 1:
+        raise ValueError("clips_per_job must be at least 1")
     plan = video_attach_plan(directory=directory, force=force)
     if not plan.matches:
-        return None, plan
+        return [], plan
     sources: dict[Path, str] = {}
     if upload_sources:
         paths = sorted({match.path for match in plan.matches})
@@ -184,22 +207,28 @@ def video_attach_job_create(
                 progress(index, len(paths))
     else:
         sources = {match.path: str(match.path) for match in plan.matches}
+    size = clips_per_job or len(plan.matches)
+    jobs: list[VideoAttachJob] = []
     with transaction.atomic():
-        job = VideoAttachJob.objects.create(
-            directory=str(plan.directory)[:1000],
-            requested_by=user if user is not None and user.is_authenticated else None,
-            force=force,
-            clip_ids=[match.clip_id for match in plan.matches],
-            total=len(plan.matches),
-            summary=plan.summary(),
-        )
+        for start in range(0, len(plan.matches), size):
+            chunk = plan.matches[start : start + size]
+            jobs.append(
+                VideoAttachJob.objects.create(
+                    directory=str(plan.directory)[:1000],
+                    requested_by=user if user is not None and user.is_authenticated else None,
+                    force=force,
+                    clip_ids=[match.clip_id for match in chunk],
+                    total=len(chunk),
+                    summary=plan.summary(),
+                )
+            )
         for match in plan.matches:
             Clip.objects.filter(pk=match.clip_id).update(
                 source_key=sources[match.path][:500],
                 status=ClipStatus.QUEUED,
                 error_reason="",
             )
-    return job, plan
+    return jobs, plan
 
 
 def video_attach_job_publish(*, job: VideoAttachJob) -> None:
@@ -211,10 +240,16 @@ def video_attach_job_publish(*, job: VideoAttachJob) -> None:
 
 
 def video_attach_job_retry(*, job_id: int) -> VideoAttachJob:
-    """Put a failed or cancelled job back in the queue; its unfinished clips are queued again."""
+    """Put a failed or cancelled job back in the queue; its unfinished clips are queued again.
+    A job still queued (e.g. never published because the broker was down) is returned as it is,
+    to be published again: a second delivery is harmless, the claim is atomic."""
     job = VideoAttachJob.objects.get(pk=job_id)
+    if job.status == JobStatus.QUEUED:
+        return job
     if not job_requeue(job=job):
-        raise ValueError(f"video job {job_id} is {job.status}; only failed or cancelled jobs retry")
+        raise ValueError(
+            f"video job {job_id} is {job.status}; only failed, cancelled or queued jobs retry"
+        )
     Clip.objects.filter(
         pk__in=job.clip_ids, status__in=(ClipStatus.PENDING, ClipStatus.PROCESSING)
     ).exclude(source_key="").update(status=ClipStatus.QUEUED)

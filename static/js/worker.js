@@ -137,10 +137,11 @@
     }, function () { fail("We could not reach the server. Please check your connection."); });
   }
 
-  function loadNext() {
+  // `notice`: a message about the previous clip (e.g. its lease was lost) kept on screen.
+  function loadNext(notice) {
     busy = true;
     current = null;
-    say("Loading the next clip…");
+    say(notice || "Loading the next clip…");
     patiently(function () { return api("POST", config.urls.next); }).then(function (answer) {
       busy = false;
       if (answer.status === 204) { return finish(); }
@@ -148,7 +149,7 @@
       if (answer.status !== 200) {
         return fail((answer.body && answer.body.detail) || "Could not load the next clip.");
       }
-      say("");
+      say(notice || "");
       render(answer.body);
     }, function () { fail("We could not reach the server. Please check your connection and reload."); });
   }
@@ -395,8 +396,7 @@
         return say("");
       }
       // 409 (lease lost), 404 (gone), 403 (stopped): nothing more to do with this clip.
-      say((answer.body && answer.body.detail) || "This clip could not be submitted.");
-      return loadNext();
+      return loadNext((answer.body && answer.body.detail) || "This clip could not be submitted.");
     }, function () {
       el.submit.disabled = false;
       fail("We could not reach the server. Your ratings are still here: press Submit again.");

@@ -7,10 +7,17 @@ from datetime import timedelta
 
 import pytest
 from django.core.cache import cache
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from annotation.apis.crowd import JoinThrottle, NextAssignmentSerializer, NextThrottle
+from annotation.apis.crowd import (
+    JoinThrottle,
+    NextAssignmentSerializer,
+    NextThrottle,
+    SubmitThrottle,
+)
 from annotation.models import (
     Assignment,
     AssignmentStatus,
@@ -301,6 +308,20 @@ def test_next_is_throttled_per_worker(campaign, worker_a, worker_b, monkeypatch)
     cache.clear()
     assert codes_a == [200, 200, 429]
     assert code_b == 200
+
+
+def test_submit_is_throttled_per_worker(worker_a, monkeypatch):
+    body = worker_a.post(NEXT).json()
+    submission = {"ratings": all_candidate_ratings(body)}
+    cache.clear()
+    monkeypatch.setattr(SubmitThrottle, "rate", "1/min", raising=False)
+    codes = [
+        worker_a.post(submit_url(body["assignment_id"]), submission, format="json").status_code
+        for _ in range(2)
+    ]
+    cache.clear()
+    assert codes == [201, 429]
+    assert Judgment.objects.count() == 2
 
 
 def test_a_worker_token_opens_no_curator_api(worker_a):
@@ -697,3 +718,46 @@ def test_the_worker_api_is_in_the_openapi_schema(client):
     assert set(next_op["responses"]) >= {"200", "204", "401"}
     assert next_op["security"] == [{"workerToken": []}]
     assert schema["components"]["securitySchemes"]["workerToken"]["in"] == "header"
+
+
+# --- the portable statements (the SQLite path) -------------------------------------------------
+
+
+@pytest.fixture
+def portable_sql(monkeypatch):
+    """Run the hot path one statement per step, as on SQLite (PostgreSQL combines them)."""
+    from annotation.services import crowd_sql
+
+    monkeypatch.setattr(crowd_sql, "FORCE_PORTABLE", True)
+
+
+def test_the_portable_statements_keep_the_contract(campaign, worker_a, worker_b, portable_sql):
+    first = worker_a.post(NEXT).json()
+    again = worker_a.post(NEXT).json()
+    assert again["assignment_id"] == first["assignment_id"]
+    assert len(first["references"]) == 2
+    submission = {"ratings": all_candidate_ratings(first), "client_timing": {"active_ms": 10}}
+    created = worker_a.post(submit_url(first["assignment_id"]), submission, format="json")
+    repeated = worker_a.post(submit_url(first["assignment_id"]), submission, format="json")
+    assert (created.status_code, repeated.status_code) == (201, 200)
+    assert repeated.json() == created.json()
+
+    with CaptureQueriesContext(connection) as queries:
+        late = worker_b.post(NEXT).json()
+    assert not [q["sql"] for q in queries.captured_queries if q["sql"].startswith("WITH")]
+    assert late["clip"]["id"] == first["clip"]["id"]  # nearly complete first
+    _lapse(late["assignment_id"])
+    accepted = worker_b.post(
+        submit_url(late["assignment_id"]), {"ratings": all_candidate_ratings(late)}, format="json"
+    )
+    assert accepted.status_code == 201
+    assert Judgment.objects.count() == 4
+    assert set(CampaignCandidate.objects.values_list("slots_taken", flat=True)) <= {0, 1, 2}
+    for clip in CampaignClip.objects.all():
+        assert clip.open_slots == sum(
+            c.quota - c.slots_taken for c in CampaignCandidate.objects.filter(clip_id=clip.clip_id)
+        )
+    Participation.objects.filter(worker__external_id="worker-b").update(
+        status=ParticipationStatus.PAUSED
+    )
+    assert worker_b.post(NEXT).status_code == 204

@@ -98,6 +98,7 @@ def test_a_curator_retries_a_failed_job(
     clip.refresh_from_db()
     assert (job.status, job.error, clip.status) == (JobStatus.QUEUED, "", ClipStatus.QUEUED)
 
-    # A job that is not failed is not retried.
+    # A job that succeeded is not retried.
+    VideoAttachJob.objects.filter(pk=job.pk).update(status=JobStatus.SUCCEEDED)
     response = curator_client.post(retry, follow=True)
-    assert "only failed or cancelled jobs retry" in response.content.decode()
+    assert "only failed, cancelled or queued jobs retry" in response.content.decode()

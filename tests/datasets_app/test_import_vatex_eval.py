@@ -400,3 +400,29 @@ def test_stats_counts_every_core_table(tmp_path):
         "ready": 0,
         "error": 0,
     }
+
+
+def test_the_command_exits_non_zero_with_the_error_on_stderr(tmp_path, seeded):
+    """The real command line: status 1, the message on stderr, one JSON object on stdout."""
+    import subprocess
+    import sys
+
+    from tests.support.processes import REPO_ROOT, process_environment
+
+    entries = vatex_eval_entries(3, start=2)
+    entries[2][1]["scores"] = SCORES.replace("2.0", "0.0", 1)
+    path = write_vatex_eval(tmp_path / "bad.json", entries)
+    completed = subprocess.run(
+        [sys.executable, "manage.py", "import_vatex_eval", str(path), "--json"],
+        cwd=REPO_ROOT,
+        env=process_environment(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 1
+    payload = json.loads(completed.stdout)
+    assert (payload["ok"], payload["line"], payload["field"]) == (False, 4, "scores[1][1]")
+    assert f"CommandError: {payload['error']}" in completed.stderr
+    assert "the rating 0.0 is outside 1–5" in completed.stderr
+    assert table_snapshot() == seeded

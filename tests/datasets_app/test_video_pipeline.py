@@ -326,3 +326,22 @@ def test_a_real_worker_runs_the_video_job_over_redis_and_the_output_round_trips_
     response = requests.get(url, timeout=10)
     assert response.status_code == 200
     assert response.content == storage.read_bytes(clip.video_key)
+
+
+@pytest.mark.django_db
+def test_the_work_splits_into_jobs_for_several_workers(tmp_path, settings):
+    settings.LEPUS_VIDEO_FRAMES = 1
+    clips = [_clip(f"splitclip{index:02d}_000000_000001") for index in range(3)]
+    for clip in clips:
+        media.synthesize_video(tmp_path / f"{clip.vatex_id}.mp4", duration=1, width=160, height=90)
+    result = run_command("attach_videos", str(tmp_path), "--clips-per-job", "2", "--in-process")
+    assert len(result["job_ids"]) == 2
+    assert result["job_id"] == result["job_ids"][0]
+    assert [VideoAttachJob.objects.get(pk=pk).total for pk in result["job_ids"]] == [2, 1]
+    assert (result["status"], result["total"], result["ready"], result["failed"]) == (
+        "succeeded",
+        3,
+        3,
+        0,
+    )
+    assert Clip.objects.servable().count() == 3

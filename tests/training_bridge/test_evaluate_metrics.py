@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -18,7 +19,9 @@ from tests.training_bridge.metric_benchmark_data import (
     build_crowd_campaign,
     build_vatex_eval_campaign,
 )
-from tests.training_bridge.vatex_eval_data import vatex_eval_subset
+from tests.training_bridge.test_metrics_vatex_eval import PUBLISHED, REPRODUCED
+from tests.training_bridge.vatex_eval_data import VATEX_EVAL_FILE, vatex_eval_subset
+from training_bridge.metrics.benchmark import BenchmarkSet, correlation_table
 from training_bridge.metrics.standard import tokenize_corpus
 
 pytest.importorskip("pycocoevalcap")
@@ -210,7 +213,7 @@ def test_meteor_without_java_is_reported_unavailable(
 
 @pytest.mark.django_db
 def test_human_readable_output_without_json(vatex_subset) -> None:  # type: ignore[no-untyped-def]
-    stdout = io.StringIO()
+    stdout, stderr = io.StringIO(), io.StringIO()
     call_command(
         "evaluate_metrics",
         "--campaign",
@@ -218,11 +221,17 @@ def test_human_readable_output_without_json(vatex_subset) -> None:  # type: igno
         "--metrics",
         "cider",
         stdout=stdout,
-        stderr=io.StringIO(),
+        stderr=stderr,
     )
     text = stdout.getvalue()
     assert text.splitlines()[0].split() == ["metric", *KEYS]
     assert f"({SUBSET} candidates; values x100)" in text
+    # Progress goes to stderr, step by step.
+    assert [line.strip() for line in stderr.getvalue().splitlines()[1:]] == [
+        f"{SUBSET} candidates ...",
+        "tokenize ...",
+        "cider ...",
+    ]
 
 
 @pytest.mark.django_db
@@ -260,3 +269,79 @@ def test_emscore_protocol_needs_a_complete_rater_matrix(vatex_subset) -> None:  
     ).update(is_excluded=True)
     with pytest.raises(CommandError, match="1 candidate\\(s\\) lack a kept judgment"):
         run_command("--campaign", VATEX_EVAL_SLUG, "--protocol", "emscore", "--metrics", "cider")
+
+
+# --- through the real importer ------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_imported_vatex_eval_subset_gives_the_same_table_as_the_file() -> None:
+    """`import_vatex_eval --limit 50` lays out references, rater slots and ratings the way the
+    command expects: the table equals the pure computation on the first 300 candidates."""
+    call_command(
+        "import_vatex_eval",
+        str(VATEX_EVAL_FILE),
+        "--limit",
+        "50",
+        stdout=io.StringIO(),
+        stderr=io.StringIO(),
+    )
+    data = vatex_eval_subset(SUBSET)
+    benchmark = BenchmarkSet(
+        candidates=data.candidates,
+        references=data.references,
+        human=data.rater_scores.mean(axis=1),
+        rater_scores=data.rater_scores,
+    )
+    metrics = ["bleu1", "rougeL", "cider"]
+    for refs, count in (("1", 1), ("all", None)):
+        for protocol in ("emscore", "default"):
+            arguments = [
+                "--campaign",
+                VATEX_EVAL_SLUG,
+                "--refs",
+                refs,
+                "--metrics",
+                ",".join(metrics),
+            ]
+            if protocol == "emscore":
+                arguments += ["--protocol", "emscore"]
+            table = run_command(*arguments)
+            expected = correlation_table(
+                benchmark, reference_count=count, protocol=protocol, metrics=metrics
+            )
+            assert sorted(table) == sorted(expected)
+            for metric in metrics:
+                assert table[metric] == pytest.approx(expected[metric], abs=1e-9)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_imported_vatex_eval_reproduces_the_table_through_the_command() -> None:
+    """All 18,000 candidates imported with `import_vatex_eval`, then `evaluate_metrics` with the
+    EMScore protocol at 1 and 9 references (METEOR too where Java runs)."""
+    call_command(
+        "import_vatex_eval", str(VATEX_EVAL_FILE), stdout=io.StringIO(), stderr=io.StringIO()
+    )
+    metrics = ["bleu1", "bleu4", "rougeL", "cider"]
+    if shutil.which("java"):
+        metrics.append("meteor")
+    for count in (1, 9):
+        table = run_command(
+            "--campaign",
+            VATEX_EVAL_SLUG,
+            "--refs",
+            str(count),
+            "--protocol",
+            "emscore",
+            "--metrics",
+            ",".join(metrics),
+        )
+        for metric in metrics:
+            row = table[metric]
+            assert (row["kendall_b"], row["spearman"]) == pytest.approx(
+                REPRODUCED[(metric, count)], abs=0.005
+            )
+            published = PUBLISHED.get((metric, count))
+            if published is not None:
+                assert (round(row["kendall_b"], 1), round(row["spearman"], 1)) == published

@@ -157,3 +157,43 @@ def test_prompt_ends_with_the_opened_assistant_turn(tiny) -> None:  # type: igno
         assert f"{value} ({label}): {description}" in text
     with pytest.raises(ValueError):
         prompts.prompt_text(references=[], candidate="a cat", reference_free=False)
+
+
+def test_segment_tokenisation_equals_tokenising_the_expanded_prompt(tiny) -> None:  # type: ignore[no-untyped-def]
+    from training_bridge.rigel.backbone import build_tokenizer
+    from training_bridge.rigel.inputs import expand_prompt, tokenize_expanded
+
+    for tokenizer in (tiny.tokenizer, build_tokenizer("large")):
+        backbone = type(tiny)(**{**tiny.__dict__, "tokenizer": tokenizer})
+        backbone.video_token_id = tokenizer.convert_tokens_to_ids("<|video_pad|>")
+        backbone.vision_start_token_id = tokenizer.convert_tokens_to_ids("<|vision_start|>")
+        backbone.vision_end_token_id = tokenizer.convert_tokens_to_ids("<|vision_end|>")
+        prompt = prompts.render_prompt(
+            tokenizer, references=["a b c .", "x  y"], candidate="it's 12.5 s", reference_free=False
+        )
+        grid, indices, fps = (3, 4, 6), [0, 9, 18, 27, 36, 45], 29.97
+        full = tokenizer(
+            expand_prompt(prompt, video_placeholder(grid, indices, fps, backbone), backbone),
+            add_special_tokens=False,
+        )["input_ids"]
+        assert tokenize_expanded(prompt, grid, indices, fps, backbone) == list(full)
+
+
+def test_frame_times_of_presampled_frames_give_the_timestamps(tiny, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from PIL import Image
+
+    rng = np.random.default_rng(4)
+    frames_dir = tmp_path / "frames"
+    frames_dir.mkdir()
+    for k in range(8):
+        Image.fromarray(rng.integers(0, 256, (48, 64, 3), dtype=np.uint8)).save(
+            frames_dir / f"{k:03d}.png"
+        )
+    times = [(k + 0.5) * 10.0 / 8 for k in range(8)]  # common.media.frame_times(10 s, 8)
+    example = RigelExample(
+        references=["r ."], candidate="c", frame_paths=frames_dir, frame_times=times
+    )
+    text = tiny.tokenizer.decode(build_batch([example], tiny, reference_free=False)["input_ids"][0])
+    # groups (0.625, 1.875) (3.125, 4.375) (5.625, 6.875) (8.125, 9.375): means 1.25, 3.75, 6.25, 8.75
+    for stamp in ("<1.2 seconds>", "<3.8 seconds>", "<6.2 seconds>", "<8.8 seconds>"):
+        assert stamp in text

@@ -16,7 +16,7 @@ In both, `reference_count` keeps the first n references of every candidate (None
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -77,6 +77,7 @@ def correlation_table(
     metrics: Sequence[str] = DEFAULT_METRICS,
     meteor_jar: str | os.PathLike[str] | None = None,
     meteor_scorer: MeteorScorer | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> dict[str, dict[str, float | str | None]]:
     """{metric: {kendall_b, kendall_c, spearman, pearson}} x100 for the requested metrics.
 
@@ -100,6 +101,7 @@ def correlation_table(
         metrics=[metric for metric in metrics if metric not in reasons],
         meteor_jar=meteor_jar,
         meteor_scorer=meteor_scorer,
+        progress=progress,
     )
     table: dict[str, dict[str, float | str | None]] = {}
     for metric in dict.fromkeys(metrics):

@@ -41,9 +41,9 @@ Smoothing = Literal["coco", "add_one"]
 def ngram_counts(tokens: Sequence[str], max_order: int) -> Counter[tuple[str, ...]]:
     """Counts of every n-gram of `tokens` for n = 1..max_order (all orders in one counter)."""
     counts: Counter[tuple[str, ...]] = Counter()
-    length = len(tokens)
     for order in range(1, max_order + 1):
-        counts.update(tuple(tokens[i : i + order]) for i in range(length - order + 1))
+        # zip of the shifted sequences yields the n-grams as tuples, left to right.
+        counts.update(zip(*(tokens[start:] for start in range(order)), strict=False))
     return counts
 
 

@@ -20,7 +20,7 @@ Because the IDF depends on the corpus, CIDEr of a candidate changes with the set
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -36,54 +36,68 @@ MAX_ORDER = 4
 class _Vector:
     # (n-gram, order index, tf-idf weight) in the toolkit's insertion order, so sums run in its order.
     items: tuple[tuple[tuple[str, ...], int, float], ...]
-    weights: dict[tuple[str, ...], float]
     norms: tuple[float, ...]
     length: int
 
 
 def _vector(
     counts: Counter[tuple[str, ...]],
-    document_frequency: dict[tuple[str, ...], int],
+    idf: dict[tuple[str, ...], float],
     log_items: float,
     max_order: int,
 ) -> _Vector:
-    items = []
+    lookup = idf.get
+    # An n-gram in no reference set has df = max(1, 0) = 1: the full IDF log(N).
+    items = [
+        (ngram, len(ngram) - 1, float(term_frequency) * lookup(ngram, log_items))
+        for ngram, term_frequency in counts.items()
+    ]
     squares = [0.0] * max_order
-    bigrams = 0
-    for ngram, term_frequency in counts.items():
-        order = len(ngram) - 1
-        frequency = document_frequency.get(ngram, 0)
-        weight = float(term_frequency) * (log_items - math.log(max(1.0, float(frequency))))
-        items.append((ngram, order, weight))
+    for _, order, weight in items:
         squares[order] += weight * weight
-        if order == 1:
-            bigrams += term_frequency
+    bigrams = sum(count for ngram, count in counts.items() if len(ngram) == 2)
     return _Vector(
         items=tuple(items),
-        weights={ngram: weight for ngram, _, weight in items},
         norms=tuple(math.sqrt(square) for square in squares),
         length=bigrams,
     )
 
 
-def _add_similarity(
-    total: list[float], candidate: _Vector, reference: _Vector, sigma: float
-) -> None:
-    """Add sim_n(candidate, reference) for every order n to `total`."""
-    delta = float(candidate.length - reference.length)
-    penalty = math.e ** (-(delta**2) / (2 * sigma**2))
-    values = [0.0] * len(total)
-    reference_weights = reference.weights
+@dataclass(frozen=True)
+class _ReferenceGroup:
+    """The references of one scored item, indexed by n-gram: n-gram -> [(reference, weight)].
+    A candidate n-gram then visits only the references that contain it."""
+
+    vectors: tuple[_Vector, ...]
+    postings: dict[tuple[str, ...], list[tuple[int, float]]]
+
+
+def _reference_group(vectors: Sequence[_Vector]) -> _ReferenceGroup:
+    postings: defaultdict[tuple[str, ...], list[tuple[int, float]]] = defaultdict(list)
+    for position, vector in enumerate(vectors):
+        for ngram, _, weight in vector.items:
+            postings[ngram].append((position, weight))
+    return _ReferenceGroup(tuple(vectors), dict(postings))
+
+
+def _item_score(candidate: _Vector, group: _ReferenceGroup, sigma: float, max_order: int) -> float:
+    """CIDEr-D of one candidate against its reference group (x10, mean over orders and refs)."""
+    overlaps = [[0.0] * max_order for _ in group.vectors]
     for ngram, order, weight in candidate.items:
-        reference_weight = reference_weights.get(ngram)
-        if reference_weight:
-            values[order] += min(weight, reference_weight) * reference_weight
-    for order, value in enumerate(values):
-        candidate_norm = candidate.norms[order]
-        reference_norm = reference.norms[order]
-        if candidate_norm != 0 and reference_norm != 0:
-            value /= candidate_norm * reference_norm
-        total[order] += value * penalty
+        for position, reference_weight in group.postings.get(ngram, ()):
+            if reference_weight:
+                overlaps[position][order] += min(weight, reference_weight) * reference_weight
+    total = [0.0] * max_order
+    for reference, values in zip(group.vectors, overlaps, strict=True):
+        delta = float(candidate.length - reference.length)
+        penalty = math.e ** (-(delta**2) / (2 * sigma**2))
+        for order, value in enumerate(values):
+            candidate_norm = candidate.norms[order]
+            reference_norm = reference.norms[order]
+            if candidate_norm != 0 and reference_norm != 0:
+                value /= candidate_norm * reference_norm
+            total[order] += value * penalty
+    return float(np.mean(total)) / len(group.vectors) * 10.0
 
 
 def cider_scores(
@@ -110,41 +124,41 @@ def cider_scores(
         return counts
 
     reference_sets = []
-    document_frequency: Counter[tuple[str, ...]] = Counter()
-    set_cache: dict[tuple[str, ...], frozenset[tuple[str, ...]]] = {}
     for index, candidate_references in enumerate(references):
         if not candidate_references:
             raise ValueError(f"candidate {index} has no reference")
-        key = tuple(candidate_references)
-        ngrams = set_cache.get(key)
-        if ngrams is None:
-            ngrams = set_cache[key] = frozenset(
-                ngram for reference in key for ngram in counts_of(reference)
-            )
-        document_frequency.update(ngrams)
-        reference_sets.append(key)
+        reference_sets.append(tuple(candidate_references))
+    # df counts every scored item whose reference set holds the n-gram; items sharing a reference
+    # set (the candidates of one clip) add their multiplicity at once.
+    document_frequency: Counter[tuple[str, ...]] = Counter()
+    for key, multiplicity in Counter(reference_sets).items():
+        for ngram in {ngram for reference in key for ngram in counts_of(reference)}:
+            document_frequency[ngram] += multiplicity
 
     log_items = math.log(float(len(candidates)))
-    frequency = dict(document_frequency)
+    # log N - log max(1, df), computed once per distinct n-gram of the references.
+    idf = {
+        ngram: log_items - math.log(max(1.0, float(frequency)))
+        for ngram, frequency in document_frequency.items()
+    }
     vector_cache: dict[str, _Vector] = {}
+    group_cache: dict[tuple[str, ...], _ReferenceGroup] = {}
 
     def vector_of(sentence: str) -> _Vector:
         vector = vector_cache.get(sentence)
         if vector is None:
             vector = vector_cache[sentence] = _vector(
-                counts_of(sentence), frequency, log_items, max_order
+                counts_of(sentence), idf, log_items, max_order
             )
         return vector
 
     scores = np.zeros(len(candidates), dtype=np.float64)
-    for index, (candidate, candidate_references) in enumerate(
-        zip(candidates, reference_sets, strict=True)
-    ):
+    for index, (candidate, key) in enumerate(zip(candidates, reference_sets, strict=True)):
+        group = group_cache.get(key)
+        if group is None:
+            group = group_cache[key] = _reference_group([vector_of(text) for text in key])
         candidate_vector = _vector(
-            ngram_counts(candidate.split(), max_order), frequency, log_items, max_order
+            ngram_counts(candidate.split(), max_order), idf, log_items, max_order
         )
-        total = [0.0] * max_order
-        for reference in candidate_references:
-            _add_similarity(total, candidate_vector, vector_of(reference), sigma)
-        scores[index] = float(np.mean(total)) / len(candidate_references) * 10.0
+        scores[index] = _item_score(candidate_vector, group, sigma, max_order)
     return scores

@@ -10,7 +10,7 @@ from the references of the candidates passed in, so score a whole evaluation set
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -74,14 +74,21 @@ def standard_metric_scores(
     bleu_smoothing: Smoothing = "coco",
     meteor_jar: str | os.PathLike[str] | None = None,
     meteor_scorer: MeteorScorer | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> dict[str, np.ndarray]:
     """Per-candidate scores {metric: array of len(candidates)} of the requested metrics.
 
     `references[i]` is the list of reference captions of `candidates[i]` (at least one).
     A metric whose runtime is missing (METEOR without Java or its jar) raises `MetricUnavailable`,
     or, with `skip_unavailable=True`, is left out of the result (ask `metric_unavailable_reasons`
-    why). Sentence BLEU uses `bleu_smoothing` ("coco" by default; see `bleu.py`).
+    why). Sentence BLEU uses `bleu_smoothing` ("coco" by default; see `bleu.py`). `progress`, if
+    given, is called with the name of each step before it runs.
     """
+
+    def step(name: str) -> None:
+        if progress is not None:
+            progress(name)
+
     if len(candidates) != len(references):
         raise ValueError("one list of references per candidate is needed")
     requested = list(dict.fromkeys(metrics))
@@ -95,10 +102,12 @@ def standard_metric_scores(
         if not group:
             raise ValueError(f"candidate {index} has no reference")
 
+    step("tokenize")
     tokenized_candidates, tokenized_references = tokenize_corpus(candidates, references)
     scores: dict[str, np.ndarray] = {}
     bleu_orders = [int(metric[-1]) for metric in requested if metric.startswith("bleu")]
     if bleu_orders:
+        step("bleu")
         bleu = bleu_scores(
             tokenized_candidates,
             tokenized_references,
@@ -108,10 +117,13 @@ def standard_metric_scores(
         for order in bleu_orders:
             scores[f"bleu{order}"] = bleu.sentence[:, order - 1].copy()
     if "rougeL" in requested:
+        step("rougeL")
         scores["rougeL"] = rouge_l_scores(tokenized_candidates, tokenized_references)
     if "cider" in requested:
+        step("cider")
         scores["cider"] = cider_scores(tokenized_candidates, tokenized_references)
     if "meteor" in requested:
+        step("meteor")
         if meteor_scorer is not None:
             scores["meteor"] = meteor_scorer.scores(tokenized_candidates, tokenized_references)
         else:

@@ -49,11 +49,34 @@ class RigelExample:
     video_path: str | Path | None = None
     fps: float | None = None
     frame_indices: list[int] | None = None
+    # Instants (seconds) of pre-sampled frames, e.g. common.media.frame_times(duration, count)
+    # for the ingest pipeline's clips/<id>/frames/*.jpg; used instead of fps/frame_indices.
+    frame_times: list[float] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+
+
+TIME_FPS = 1000.0  # frame_times become indices in milliseconds at this rate
 
 
 def load_video(example: RigelExample, vision: VisionSettings) -> DecodedVideo:
     """The example's frames, decoded or loaded, with their source indices and fps."""
+    if example.frame_times is not None:
+        indices = [int(round(t * TIME_FPS)) for t in example.frame_times]
+        example = RigelExample(
+            references=example.references,
+            candidate=example.candidate,
+            frames=example.frames,
+            frame_paths=example.frame_paths,
+            video_path=example.video_path,
+            fps=TIME_FPS,
+            frame_indices=indices,
+        )
+        if (
+            example.video_path is not None
+            and example.frames is None
+            and example.frame_paths is None
+        ):
+            raise ValueError("frame_times describe pre-sampled frames, not a video file")
     if example.frames is not None:
         frames = np.asarray(example.frames)
         indices = np.asarray(
@@ -137,11 +160,41 @@ def encode_text(
         candidate=example.candidate,
         reference_free=reference_free,
     )
-    text = expand_prompt(
-        prompt, video_placeholder(grid, video.indices, video.fps, backbone), backbone
-    )
-    ids = backbone.tokenizer(text, add_special_tokens=False)["input_ids"]
+    ids = tokenize_expanded(prompt, grid, video.indices, video.fps, backbone)
     return list(ids), grid
+
+
+def tokenize_expanded(
+    prompt: str, grid: Sequence[int], indices: Sequence[int], fps: float, backbone: Backbone
+) -> list[int]:
+    """Ids of ``expand_prompt(prompt, video_placeholder(...))`` without tokenising the hundreds of
+    video pads as text: special tokens split the text into segments that are tokenised
+    independently, so the ids are the prefix's, then per group the timestamp's, the start token,
+    the pads and the end token, then the suffix's (tests compare with the plain tokenisation)."""
+    tokenizer = backbone.tokenizer
+    vision = backbone.vision
+    pad = tokenizer.convert_ids_to_tokens(backbone.video_token_id)
+    if prompt.count(pad) != 1:
+        raise ValueError(f"the prompt must hold exactly one {pad}")
+    prefix, suffix = prompt.split(pad)
+    t, h, w = (int(x) for x in grid)
+    per_group = h * w // (vision.merge_size**2)
+
+    def encode(text: str) -> list[int]:
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
+
+    ids = encode(prefix)
+    if not vision.timestamps:
+        ids.extend([backbone.video_token_id] * (t * per_group))
+    else:
+        times = timestamps(indices, fps, vision.temporal_patch_size)
+        for k in range(t):
+            ids.extend(encode(f"<{times[k]:.1f} seconds>"))
+            ids.append(backbone.vision_start_token_id)
+            ids.extend([backbone.video_token_id] * per_group)
+            ids.append(backbone.vision_end_token_id)
+    ids.extend(encode(suffix))
+    return ids
 
 
 def encode_example(

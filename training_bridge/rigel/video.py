@@ -26,6 +26,7 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -174,10 +175,26 @@ def _decode_ffmpeg(path: str | Path, num_frames: int, size: tuple[int, int] | No
     return DecodedVideo(frames=frames, indices=indices, fps=fps, total_frames=total)
 
 
+def _open_capture(cv2: Any, path: str) -> Any:
+    """An FFmpeg capture with ONE decoding thread. OpenCV's default is one thread per core in
+    every capture (``OPENCV_FFMPEG_CAPTURE_OPTIONS="threads;1"`` does not change it): with one
+    decoding process per core that oversubscribes the machine. Clips are decoded in parallel
+    by processes, so single-threaded decoding costs no throughput and no thread switching."""
+    prop = getattr(cv2, "CAP_PROP_N_THREADS", None)
+    if prop is not None and hasattr(cv2, "CAP_FFMPEG"):
+        cap = cv2.VideoCapture(path, cv2.CAP_FFMPEG, [prop, DECODE_THREADS])
+        if cap.isOpened():
+            return cap
+    return cv2.VideoCapture(path)
+
+
+DECODE_THREADS = 1
+
+
 def _decode_cv2(path: str | Path, num_frames: int, size: tuple[int, int] | None) -> DecodedVideo:
     import cv2
 
-    cap = cv2.VideoCapture(str(path))
+    cap = _open_capture(cv2, str(path))
     if not cap.isOpened():
         raise RuntimeError(f"OpenCV cannot open {path}")
     try:

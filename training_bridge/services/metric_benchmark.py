@@ -20,11 +20,10 @@ candidate must have one kept judgment from each.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from django.apps import apps
 from django.db.models import QuerySet
 
 from annotation.models import Campaign, CampaignCandidate, Judgment, Platform
@@ -193,11 +192,14 @@ def release_benchmark_set(
 ) -> BenchmarkSet:
     """The records of a succeeded release (optionally only some splits, or only the records that
     came from one campaign), with the overall score the release carries."""
-    try:
-        release_model = apps.get_model("export", "Release")
-        record_model = apps.get_model("export", "ReleaseRecord")
-    except LookupError as error:  # the export app predates releases
-        raise MetricBenchmarkError("releases are not available in this installation") from error
+    # Looked up at run time: the releases models live in `export`, which this module must not
+    # require at import time.
+    from export import models as export_models
+
+    release_model = getattr(export_models, "Release", None)
+    record_model = getattr(export_models, "ReleaseRecord", None)
+    if release_model is None or record_model is None:
+        raise MetricBenchmarkError("releases are not available in this installation")
     release = release_model.objects.filter(pk=release_id).first()
     if release is None:
         raise MetricBenchmarkError(f"release {release_id} does not exist")
@@ -248,6 +250,7 @@ def metric_benchmark_compute(
     reference_count: int | None = None,
     protocol: Protocol = "default",
     metrics: Sequence[str] = DEFAULT_METRICS,
+    progress: Callable[[str], None] | None = None,
 ) -> tuple[dict[str, dict[str, float | str | None]], BenchmarkSet]:
     """The correlation table (x100) of the standard metrics against the human scores of a campaign
     or a release (restricted to `campaign` when both are given), and the set it was computed on."""
@@ -262,7 +265,13 @@ def metric_benchmark_compute(
         benchmark = campaign_benchmark_set(campaign=campaign, with_raters=with_raters)
     else:
         raise MetricBenchmarkError("give a campaign, a release, or both")
+    if progress is not None:
+        progress(f"{len(benchmark.candidates)} candidates")
     table = correlation_table(
-        benchmark, reference_count=reference_count, protocol=protocol, metrics=metrics
+        benchmark,
+        reference_count=reference_count,
+        protocol=protocol,
+        metrics=metrics,
+        progress=progress,
     )
     return table, benchmark

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 from django.core.management.base import CommandError, CommandParser
 
@@ -9,10 +9,10 @@ from common.management.base import LepusCommand
 from common.models import FINISHED_JOB_STATUSES, JobStatus
 from datasets_app.models import Clip, ClipStatus, VideoAttachJob
 from datasets_app.services.video import (
-    video_attach_job_create,
     video_attach_job_publish,
     video_attach_job_retry,
     video_attach_job_run,
+    video_attach_jobs_create,
 )
 
 
@@ -36,31 +36,40 @@ class Command(LepusCommand):
             help="Copy the source files into storage first, for workers on other machines.",
         )
         parser.add_argument(
-            "--wait", action="store_true", help="Follow the job with a progress bar until it ends."
+            "--clips-per-job",
+            type=int,
+            default=None,
+            help="Split the work into jobs of N clips, so that several workers share it.",
+        )
+        parser.add_argument(
+            "--wait", action="store_true", help="Follow the job(s) with a progress bar to the end."
         )
         parser.add_argument(
             "--in-process",
             action="store_true",
-            help="Run the job in this process instead of a Celery worker (maintenance without "
+            help="Run the job(s) in this process instead of a Celery worker (maintenance without "
             "a worker).",
         )
         parser.add_argument(
             "--timeout",
             type=float,
             default=None,
-            help="With --wait: give up waiting after this many seconds (the job continues).",
+            help="With --wait: give up waiting after this many seconds (the jobs continue).",
         )
         parser.add_argument(
-            "--retry-job", type=int, default=None, help="Re-queue a failed or cancelled job."
+            "--retry-job",
+            type=int,
+            default=None,
+            help="Send a failed, cancelled or still queued job to a worker again.",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["retry_job"] is not None:
             try:
-                job = video_attach_job_retry(job_id=options["retry_job"])
+                jobs = [video_attach_job_retry(job_id=options["retry_job"])]
             except (VideoAttachJob.DoesNotExist, ValueError) as error:
                 self._fail(str(error) or f"no video job {options['retry_job']}")
-            payload: dict[str, Any] = {"ok": True, "job_id": job.pk, "retried": True}
+            payload: dict[str, Any] = {"ok": True, "retried": True}
         else:
             if not options["directory"]:
                 self._fail("give a DIRECTORY (or --retry-job ID)")
@@ -74,80 +83,98 @@ class Command(LepusCommand):
                 bar.refresh()
 
             try:
-                job, plan = video_attach_job_create(
+                jobs, plan = video_attach_jobs_create(
                     directory=options["directory"],
                     force=options["force"],
                     upload_sources=options["upload_sources"],
+                    clips_per_job=options["clips_per_job"],
                     progress=upload_progress,
                 )
-            except FileNotFoundError as error:
+            except (FileNotFoundError, ValueError) as error:
                 self._fail(str(error))
             if bar is not None:
                 bar.close()
-            payload = {"ok": True, "job_id": job.pk if job else None, **plan.summary()}
-            if job is None:
-                self.emit(payload, human=self._describe(payload))
-                return
+            payload = {"ok": True, **plan.summary()}
+        payload["job_id"] = jobs[0].pk if jobs else None
+        payload["job_ids"] = [job.pk for job in jobs]
+        if not jobs:
+            self.emit(payload, human=self._describe(payload))
+            return
         if options["in_process"]:
-            video_attach_job_run(job_id=job.pk)
+            for job in jobs:
+                video_attach_job_run(job_id=job.pk)
             options["wait"] = True
         else:
-            try:
-                video_attach_job_publish(job=job)
-            except Exception as error:  # broker unreachable: the job stays queued
-                self._fail(
-                    f"video job {job.pk} was created but could not be sent to a worker ({error}); "
-                    f"start the broker and run: attach_videos --retry-job {job.pk} "
-                    "(after the job is marked failed) or re-publish it"
-                )
+            for job in jobs:
+                try:
+                    video_attach_job_publish(job=job)
+                except Exception as error:  # broker unreachable: the job stays queued
+                    self._fail(
+                        f"video job {job.pk} was created but could not be sent to a worker "
+                        f"({error}); once the broker is up, run: python manage.py attach_videos "
+                        f"--retry-job {job.pk}"
+                    )
         if options["wait"]:
-            job = self._follow(job.pk, timeout=options["timeout"])
-            payload.update(self._outcome(job))
-            if job.status != JobStatus.SUCCEEDED:
+            finished = self._follow([job.pk for job in jobs], timeout=options["timeout"])
+            payload.update(self._outcome(finished))
+            if payload["status"] != JobStatus.SUCCEEDED:
                 if self.as_json:
                     self.emit({**payload, "ok": False})
-                raise CommandError(f"video job {job.pk} ended {job.status}: {job.error}")
+                raise CommandError(
+                    f"video job(s) {', '.join(str(job.pk) for job in jobs)} ended "
+                    f"{payload['status']}: {payload['error']}"
+                )
         else:
             payload["status"] = JobStatus.QUEUED.value
         self.emit(payload, human=self._describe(payload))
 
-    def _fail(self, message: str) -> None:
+    def _fail(self, message: str) -> NoReturn:
         if self.as_json:
             self.emit({"ok": False, "error": message})
         raise CommandError(message)
 
-    def _follow(self, job_id: int, *, timeout: float | None) -> VideoAttachJob:
-        job = VideoAttachJob.objects.get(pk=job_id)
-        bar = self.progress_bar(total=job.total, description=f"video job {job.pk}")
+    def _follow(self, job_ids: list[int], *, timeout: float | None) -> list[VideoAttachJob]:
+        jobs = list(VideoAttachJob.objects.filter(pk__in=job_ids).order_by("pk"))
+        bar = self.progress_bar(
+            total=sum(job.total for job in jobs),
+            description=f"video job{'s' if len(jobs) > 1 else ''} {', '.join(map(str, job_ids))}",
+        )
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
             while True:
-                job.refresh_from_db()
-                bar.n = job.done
-                bar.set_postfix(ready=job.ready, failed=job.failed, status=job.status)
+                jobs = list(VideoAttachJob.objects.filter(pk__in=job_ids).order_by("pk"))
+                bar.n = sum(job.done for job in jobs)
+                bar.set_postfix(
+                    ready=sum(job.ready for job in jobs), failed=sum(job.failed for job in jobs)
+                )
                 bar.refresh()
-                if job.status in FINISHED_JOB_STATUSES:
-                    return job
+                if all(job.status in FINISHED_JOB_STATUSES for job in jobs):
+                    return jobs
                 if deadline is not None and time.monotonic() > deadline:
-                    self._fail(f"gave up waiting for video job {job.pk} ({job.status}); it goes on")
+                    self._fail(
+                        f"gave up waiting for video job(s) {', '.join(map(str, job_ids))}; "
+                        "they go on"
+                    )
                 time.sleep(0.5)
         finally:
             bar.close()
 
     @staticmethod
-    def _outcome(job: VideoAttachJob) -> dict[str, Any]:
+    def _outcome(jobs: list[VideoAttachJob]) -> dict[str, Any]:
+        clip_ids = [clip_id for job in jobs for clip_id in job.clip_ids]
         errors = list(
-            Clip.objects.filter(pk__in=job.clip_ids, status=ClipStatus.ERROR)
+            Clip.objects.filter(pk__in=clip_ids, status=ClipStatus.ERROR)
             .order_by("vatex_id")
             .values("vatex_id", "error_reason")[:50]
         )
+        unsuccessful = [job for job in jobs if job.status != JobStatus.SUCCEEDED]
         return {
-            "status": job.status,
-            "total": job.total,
-            "done": job.done,
-            "ready": job.ready,
-            "failed": job.failed,
-            "error": job.error,
+            "status": unsuccessful[0].status if unsuccessful else JobStatus.SUCCEEDED.value,
+            "total": sum(job.total for job in jobs),
+            "done": sum(job.done for job in jobs),
+            "ready": sum(job.ready for job in jobs),
+            "failed": sum(job.failed for job in jobs),
+            "error": "; ".join(f"job {job.pk}: {job.error}" for job in unsuccessful if job.error),
             "clip_errors": [
                 {"clip": row["vatex_id"], "reason": row["error_reason"]} for row in errors
             ],
@@ -162,7 +189,8 @@ class Command(LepusCommand):
                 f"{payload.get('skipped_ready', 0)} clips already ready, "
                 f"{payload.get('skipped_in_progress', 0)} in progress."
             )
-        lines = [f"Video job {payload['job_id']}: {payload.get('status', 'queued')}"]
+        ids = ", ".join(str(job_id) for job_id in payload["job_ids"])
+        lines = [f"Video job(s) {ids}: {payload.get('status', 'queued')}"]
         if "matched_clips" in payload:
             lines.append(
                 f"  {payload['matched_clips']} clips matched ({payload['precut']} pre-cut, "

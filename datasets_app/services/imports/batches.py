@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 
 from datasets_app.models import ImportBatch
 from datasets_app.services.imports.base import Counts, ImportResult, ImportSource, Stopwatch
@@ -42,9 +42,7 @@ def finish_batch(batch: ImportBatch, counts: Counts) -> None:
     batch.save(update_fields=["counts"])
 
 
-def create_batch(
-    *, source: ImportSource, kind: str, target: str, user: AbstractBaseUser | None
-) -> ImportBatch:
+def create_batch(*, source: ImportSource, kind: str, target: str, user: User | None) -> ImportBatch:
     return ImportBatch.objects.create(
         kind=kind,
         file_name=Path(source.name).name[:500],

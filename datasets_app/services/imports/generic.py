@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 
 from annotation.models import Campaign, CampaignStatus
@@ -172,7 +172,7 @@ def candidates_import(
     *,
     path: str | Path,
     file_format: str | None = None,
-    user: AbstractBaseUser | None = None,
+    user: User | None = None,
     progress: ProgressCallback | None = None,
 ) -> ImportResult:
     """Clips, references and candidates (with their captioning system) from a JSONL or CSV file."""
@@ -413,7 +413,7 @@ def judgments_import(
     path: str | Path,
     campaign_slug: str,
     file_format: str | None = None,
-    user: AbstractBaseUser | None = None,
+    user: User | None = None,
     progress: ProgressCallback | None = None,
 ) -> ImportResult:
     """Judgments (rater, candidate, one value per rating question, optional response time and
@@ -679,7 +679,7 @@ def _judgments_campaign(
     slug: str,
     keys: list[str],
     judgments: list[JudgmentSpec],
-    user: AbstractBaseUser | None,
+    user: User | None,
 ) -> tuple[Campaign, bool]:
     per_candidate: dict[str, int] = defaultdict(int)
     for spec in judgments:

@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 
 from annotation.models import Campaign, CampaignStatus
@@ -70,7 +70,7 @@ def vatex_import(
     *,
     path: str | Path,
     limit: int | None = None,
-    user: AbstractBaseUser | None = None,
+    user: User | None = None,
     progress: ProgressCallback | None = None,
 ) -> ImportResult:
     """Clips and English references from a VATEX annotation file
@@ -172,7 +172,7 @@ def vatex_eval_import(
     *,
     path: str | Path,
     limit: int | None = None,
-    user: AbstractBaseUser | None = None,
+    user: User | None = None,
     progress: ProgressCallback | None = None,
 ) -> ImportResult:
     """Clips, their references, the six candidates and the 54,000 ratings of the VATEX-EVAL file
@@ -204,8 +204,11 @@ def vatex_eval_import(
             raise source.reject(
                 f"clip {key!r}: {error.message}", line=line, column=column, field=error.field
             )
-        for spec in (clip, *clip_candidates, *clip_judgments):
-            spec.line, spec.column = line, column
+        clip.line, clip.column = line, column
+        for candidate in clip_candidates:
+            candidate.line, candidate.column = line, column
+        for judgment in clip_judgments:
+            judgment.line, judgment.column = line, column
         clips.append(clip)
         candidates.extend(clip_candidates)
         judgments.extend(clip_judgments)
@@ -371,9 +374,7 @@ def _vatex_eval_scores(raw: Any, *, candidates: int) -> list[list[int]]:
     return rows
 
 
-def _vatex_eval_campaign(
-    *, source: ImportSource, user: AbstractBaseUser | None
-) -> tuple[Campaign, bool]:
+def _vatex_eval_campaign(*, source: ImportSource, user: User | None) -> tuple[Campaign, bool]:
     """The imported campaign holding the VATEX-EVAL ratings: one `overall` question 1–5, three
     judgments per candidate, closed to the crowd."""
     try:

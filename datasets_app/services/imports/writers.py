@@ -8,13 +8,14 @@ rolls the whole file back), then creates the missing rows with `bulk_create` in 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections, models
-from django.db.models import Count, F, OuterRef, Subquery, Sum
+from django.db.models import NOT_PROVIDED, Count, F, OuterRef, Subquery, Sum
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
@@ -71,7 +72,7 @@ class ClipSpec:
     identity: ClipIdentity | None
     line: int | None
     field: str
-    references: list[str] = field(default_factory=list)
+    references: list[str] = dataclasses.field(default_factory=list)
     # Field name of the reference list, for errors: f"{reference_field}[{position}]".
     reference_field: str = "references"
     column: int | None = None
@@ -305,15 +306,20 @@ def _write_candidates(
                 }
             )
             continue
-        clip_id, text, system_id, kind = existing
-        if (clip_id, text, system_id, kind) != (clip_pk, spec.text, system_pk, CandidateKind.MODEL):
+        stored_clip, stored_text, stored_system, stored_kind = existing
+        if (stored_clip, stored_text, stored_system, stored_kind) != (
+            clip_pk,
+            spec.text,
+            system_pk,
+            CandidateKind.MODEL,
+        ):
             what = (
                 "clip"
-                if clip_id != clip_pk
+                if stored_clip != clip_pk
                 else "text"
-                if text != spec.text
+                if stored_text != spec.text
                 else "captioning system"
-                if system_id != system_pk
+                if stored_system != system_pk
                 else "kind"
             )
             raise source.reject(
@@ -355,14 +361,16 @@ def judgment_rows_write(
     )
 
     candidate_pks = sorted({candidates[spec.candidate_external_id].pk for spec in judgments})
-    items: dict[int, dict[str, Any]] = {}
+    # candidate pk -> pk of its CampaignCandidate in this campaign
+    items: dict[int, int] = {}
     for chunk in chunked(candidate_pks):
-        for row in CampaignCandidate.objects.filter(
-            campaign=campaign, candidate_id__in=chunk
-        ).values("pk", "candidate_id"):
-            items[row["candidate_id"]] = row
+        items.update(
+            CampaignCandidate.objects.filter(campaign=campaign, candidate_id__in=chunk).values_list(
+                "candidate_id", "pk"
+            )
+        )
     stored: dict[tuple[int, int], tuple[dict[str, Any], str, int | None]] = {}
-    item_pks = [row["pk"] for row in items.values()]
+    item_pks = list(items.values())
     for chunk in chunked(item_pks):
         for item_pk, participation_pk, values, reason, server_ms in Judgment.objects.filter(
             campaign_candidate_id__in=chunk
@@ -375,8 +383,12 @@ def judgment_rows_write(
     for spec in judgments:
         candidate = candidates[spec.candidate_external_id]
         participation_pk = participation_pks[worker_pks[spec.worker_external_id]]
-        item = items.get(candidate.pk)
-        existing = stored.get((item["pk"], participation_pk)) if item else None
+        campaign_item_pk = items.get(candidate.pk)
+        existing = (
+            stored.get((campaign_item_pk, participation_pk))
+            if campaign_item_pk is not None
+            else None
+        )
         if existing is None:
             new_specs.append(spec)
             new_per_candidate[candidate.pk] += 1
@@ -408,15 +420,15 @@ def judgment_rows_write(
         if candidate_pk in items:
             continue
         added = new_per_candidate[candidate_pk]
-        row = rows_by_pk[candidate_pk]
+        candidate_row = rows_by_pk[candidate_pk]
         new_items.append(
             {
                 "campaign_id": campaign.pk,
                 "candidate_id": candidate_pk,
-                "clip_id": row.clip_id,
+                "clip_id": candidate_row.clip_id,
                 "quota": max(quota, added),
                 "slots_taken": added,
-                "is_control": row.is_control,
+                "is_control": candidate_row.is_control,
             }
         )
     rows_insert(
@@ -426,9 +438,9 @@ def judgment_rows_write(
         "campaign_candidates", created=len(new_items), skipped=len(candidate_pks) - len(new_items)
     )
     grown: dict[int, list[int]] = defaultdict(list)
-    for candidate_pk, row in items.items():
+    for candidate_pk, item_pk in items.items():
         if new_per_candidate.get(candidate_pk):
-            grown[new_per_candidate[candidate_pk]].append(row["pk"])
+            grown[new_per_candidate[candidate_pk]].append(item_pk)
     for added, pks in grown.items():
         for chunk in chunked(pks):
             CampaignCandidate.objects.filter(pk__in=chunk).update(
@@ -437,15 +449,16 @@ def judgment_rows_write(
             )
     if new_items:
         for chunk in chunked([item["candidate_id"] for item in new_items]):
-            for row in CampaignCandidate.objects.filter(
-                campaign=campaign, candidate_id__in=chunk
-            ).values("pk", "candidate_id"):
-                items[row["candidate_id"]] = row
+            items.update(
+                CampaignCandidate.objects.filter(
+                    campaign=campaign, candidate_id__in=chunk
+                ).values_list("candidate_id", "pk")
+            )
 
     new_judgments = [
         {
             "campaign_id": campaign.pk,
-            "campaign_candidate_id": items[candidates[spec.candidate_external_id].pk]["pk"],
+            "campaign_candidate_id": items[candidates[spec.candidate_external_id].pk],
             "participation_id": participation_pks[worker_pks[spec.worker_external_id]],
             "values": spec.values,
             "reason": spec.reason,
@@ -585,6 +598,13 @@ def rows_insert(
             model_field.primary_key
             and isinstance(model_field, models.AutoField | models.BigAutoField)
         )
+        # Generated columns, and columns with a database default that the rows do not give,
+        # are left to the database.
+        and not getattr(model_field, "generated", False)
+        and (
+            model_field.attname in given
+            or getattr(model_field, "db_default", NOT_PROVIDED) is NOT_PROVIDED
+        )
     ]
     known = {model_field.attname for model_field in fields}
     unknown = [name for name in given if name not in known]
@@ -608,11 +628,8 @@ def rows_insert(
     for model_field in fields:
         if model_field.attname not in given:
             continue
-        internal = (
-            model_field.target_field.get_internal_type()
-            if model_field.is_relation
-            else model_field.get_internal_type()
-        )
+        target = getattr(model_field, "target_field", None) if model_field.is_relation else None
+        internal = (target or model_field).get_internal_type()
         if internal in _DRIVER_NATIVE_TYPES:
             preparers[model_field.attname] = None
         elif internal == "JSONField":
@@ -622,7 +639,7 @@ def rows_insert(
             preparers[model_field.attname] = model_field.get_db_prep_save
     order = [model_field.attname for model_field in fields]
     quote = database.ops.quote_name
-    columns = ", ".join(quote(model_field.column) for model_field in fields)
+    columns = ", ".join(quote(str(model_field.column)) for model_field in fields)
     head = f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES "
     plan = [(name, name in preparers, preparers.get(name), constants.get(name)) for name in order]
 

@@ -10,13 +10,13 @@ null values and an "unavailable" reason.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django.core.management.base import CommandError, CommandParser
 
 from annotation.models import Campaign
 from common.management.base import LepusCommand
-from training_bridge.metrics.benchmark import CORRELATION_KEYS, PROTOCOLS
+from training_bridge.metrics.benchmark import CORRELATION_KEYS, PROTOCOLS, Protocol
 from training_bridge.metrics.standard import DEFAULT_METRICS, METRIC_NAMES
 from training_bridge.services.metric_benchmark import MetricBenchmarkError, metric_benchmark_compute
 
@@ -85,7 +85,7 @@ class Command(LepusCommand):
                 raise CommandError(f"no campaign with slug {options['campaign']!r}")
         if campaign is None and options["release"] is None:
             raise CommandError("give --campaign SLUG, --release ID, or both")
-        protocol = options["protocol"] or "default"
+        protocol = cast(Protocol, options["protocol"] or "default")
         reference_count = _reference_count(str(options["refs"]))
         metrics = _metric_list(options["metrics"])
         self.note(
@@ -100,10 +100,10 @@ class Command(LepusCommand):
                 reference_count=reference_count,
                 protocol=protocol,
                 metrics=metrics,
+                progress=lambda step: self.note(f"  {step} ..."),
             )
         except MetricBenchmarkError as error:
             raise CommandError(str(error))
-        self.note(f"{len(benchmark.candidates)} candidates")
         self.emit(table, human=_human_table(table, candidates=len(benchmark.candidates)))
 
 

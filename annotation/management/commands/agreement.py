@@ -1,0 +1,54 @@
+"""`manage.py agreement SLUG [--json]`: Krippendorff's alpha (ordinal, 1–5) per question."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import CommandError, CommandParser
+
+from annotation.models import Campaign
+from annotation.services.agreement import campaign_agreement
+from common.management.base import LepusCommand
+
+
+def _format(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}"
+
+
+class Command(LepusCommand):
+    help = (
+        "Krippendorff's alpha (ordinal, values 1-5) per question of a campaign, over every "
+        "judgment (alpha_all, before QC) and over kept judgments (alpha_kept, after QC). "
+        'Prints {"questions": {"<key>": {"alpha_all", "alpha_kept", "items"}}} with --json.'
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        super().add_arguments(parser)
+        parser.add_argument("slug", help="Campaign slug.")
+        parser.add_argument(
+            "--snapshot",
+            action="store_true",
+            help="Also store the figures in the agreement history (dashboard chart).",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        campaign = Campaign.objects.filter(slug=options["slug"]).first()
+        if campaign is None:
+            raise CommandError(f"no campaign with slug {options['slug']!r}")
+        figures = campaign_agreement(campaign=campaign, snapshot=options["snapshot"])
+        payload = {
+            "questions": {
+                key: {
+                    "alpha_all": values["alpha_all"],
+                    "alpha_kept": values["alpha_kept"],
+                    "items": values["items"],
+                }
+                for key, values in figures.items()
+            }
+        }
+        lines = [
+            f"{key}: alpha all {_format(values['alpha_all'])}, kept "
+            f"{_format(values['alpha_kept'])} over {values['items']} candidates"
+            for key, values in figures.items()
+        ]
+        self.emit(payload, "\n".join(lines))

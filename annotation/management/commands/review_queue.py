@@ -1,0 +1,52 @@
+"""`manage.py review_queue SLUG [--json] [--limit N]`: the expert review queue of a campaign."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import CommandError, CommandParser
+
+from annotation.models import Campaign, ReviewItem, ReviewStatus
+from common.management.base import LepusCommand
+
+
+class Command(LepusCommand):
+    help = (
+        "List the review queue, worst disagreement first. Prints "
+        '{"open": n, "resolved": n, "items": [{"candidate": id, "range": r}, ...]} with --json '
+        "(items: open and claimed, candidate = CampaignCandidate id)."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        super().add_arguments(parser)
+        parser.add_argument("slug", help="Campaign slug.")
+        parser.add_argument("--limit", type=int, default=None, help="List at most this many items.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        campaign = Campaign.objects.filter(slug=options["slug"]).first()
+        if campaign is None:
+            raise CommandError(f"no campaign with slug {options['slug']!r}")
+        waiting = ReviewItem.objects.filter(
+            campaign=campaign, status__in=(ReviewStatus.OPEN, ReviewStatus.CLAIMED)
+        ).order_by("-priority", "id")
+        if options["limit"] is not None:
+            waiting = waiting[: max(options["limit"], 0)]
+        items = [
+            {"candidate": candidate, "range": rating_range}
+            for candidate, rating_range in waiting.values_list(
+                "campaign_candidate_id", "rating_range"
+            )
+        ]
+        payload = {
+            "open": ReviewItem.objects.filter(
+                campaign=campaign, status__in=(ReviewStatus.OPEN, ReviewStatus.CLAIMED)
+            ).count(),
+            "resolved": ReviewItem.objects.filter(
+                campaign=campaign, status=ReviewStatus.RESOLVED
+            ).count(),
+            "items": items,
+        }
+        lines = [f"Open: {payload['open']}, resolved: {payload['resolved']}"] + [
+            f"  candidate {row['candidate']}: range {row['range']}" for row in items
+        ]
+        self.emit(payload, "\n".join(lines))

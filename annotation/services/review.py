@@ -1,0 +1,483 @@
+"""Expert review: the queue of candidates whose kept ratings disagree, claims, resolutions, undo.
+
+Queue rule: a candidate (not a control, not dropped) enters the queue when the range of its kept
+ratings (max − min) reaches `Campaign.review_range_threshold` (default 3) on any question. Worst
+first: priority = range + (mean standard deviation of its ratings) / 10.
+An open item whose candidate no longer qualifies (say a worker was excluded) leaves the queue;
+claimed and resolved items stay.
+
+Claims are conditional UPDATEs (`WHERE status = 'open'`), so two curators never hold the same
+item; `review_claim_next` picks with `select_for_update(skip_locked=True)`.
+
+Every decision writes an `AuditEntry` (who, when, before, after) and can be undone with
+`audit_undo`, which applies the entry's "before" and records an undo entry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+from numpy.typing import NDArray
+
+from annotation.models import (
+    AuditEntry,
+    Campaign,
+    CampaignCandidate,
+    Judgment,
+    ReviewAction,
+    ReviewItem,
+    ReviewState,
+    ReviewStatus,
+)
+from annotation.services.columns import copy_to_temp_table, is_postgresql
+from annotation.services.exclusions import (
+    EXCLUDED_BY_REVIEW,
+    judgments_exclude,
+    judgments_include,
+    worker_exclude,
+    worker_include,
+)
+
+
+class ReviewError(Exception):
+    """A review action that is not allowed now (claimed by someone else, already undone...)."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Queue detection
+# ----------------------------------------------------------------------------------------------
+
+
+def review_items_sync(*, data: Any, aggregates: Any) -> NDArray[Any]:
+    """Bring the queue of a loaded slice up to date; returns the review state per candidate."""
+    from annotation.services.aggregation import current_review_state
+
+    campaign: Campaign = data.campaign
+    threshold = campaign.review_range_threshold
+    ranges = aggregates.rating_range
+    qualifies = (
+        ~data.candidates.is_control
+        & ~data.dropped
+        & ~np.isnan(ranges)
+        & (np.nan_to_num(ranges, nan=-1) >= threshold)
+    )
+    priority = np.nan_to_num(ranges, nan=0) + np.nan_to_num(aggregates.spread, nan=0) / 10.0
+    existing_status = {position: status for position, (_, status) in data.review_items.items()}
+    new_positions = [
+        position
+        for position in np.flatnonzero(qualifies).tolist()
+        if position not in existing_status
+    ]
+    update_positions = [
+        position
+        for position in np.flatnonzero(qualifies).tolist()
+        if existing_status.get(position) in (ReviewStatus.OPEN, ReviewStatus.CLAIMED)
+    ]
+    stale_ids = [
+        data.review_items[position][0]
+        for position, status in existing_status.items()
+        if status == ReviewStatus.OPEN and not qualifies[position]
+    ]
+    ids = data.candidates.ids
+    now = timezone.now()
+    if new_positions:
+        _insert_items(campaign, ids, ranges, priority, new_positions, now)
+    if update_positions:
+        _update_items(ids, ranges, priority, update_positions)
+    if stale_ids:
+        ReviewItem.objects.filter(id__in=stale_ids, status=ReviewStatus.OPEN).delete()
+    state = current_review_state(data)
+    for position in new_positions:
+        state[position] = ReviewState.OPEN.value
+    for position, (review_id, _status) in data.review_items.items():
+        if review_id in stale_ids:
+            state[position] = ReviewState.NONE.value
+    return state
+
+
+def _insert_items(
+    campaign: Campaign,
+    ids: NDArray[np.int64],
+    ranges: NDArray[np.float64],
+    priority: NDArray[np.float64],
+    positions: list[int],
+    now: Any,
+) -> None:
+    chosen = np.asarray(positions, dtype=np.int64)
+    if is_postgresql():
+        _review_temp_table(ids[chosen], ranges[chosen], priority[chosen])
+        table = ReviewItem._meta.db_table
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO {table} (campaign_candidate_id, campaign_id, status, rating_range, "
+                f"priority, created_at) "
+                f"SELECT t.id, %s, %s, t.range, t.priority, %s FROM qc_review AS t "
+                f"ON CONFLICT (campaign_candidate_id) DO NOTHING",
+                [campaign.pk, ReviewStatus.OPEN, now],
+            )
+        return
+    ReviewItem.objects.bulk_create(
+        [
+            ReviewItem(
+                campaign=campaign,
+                campaign_candidate_id=int(ids[position]),
+                status=ReviewStatus.OPEN,
+                rating_range=int(ranges[position]),
+                priority=float(priority[position]),
+                created_at=now,
+            )
+            for position in positions
+        ],
+        ignore_conflicts=True,
+    )
+
+
+def _review_temp_table(
+    ids: NDArray[np.int64], ranges: NDArray[np.float64], priority: NDArray[np.float64]
+) -> None:
+    copy_to_temp_table(
+        "qc_review",
+        [
+            ("id", "int8", ids),
+            ("range", "int4", ranges.astype(np.int64)),
+            ("priority", "float8", priority),
+        ],
+    )
+
+
+def _update_items(
+    ids: NDArray[np.int64],
+    ranges: NDArray[np.float64],
+    priority: NDArray[np.float64],
+    positions: list[int],
+) -> None:
+    chosen = np.asarray(positions, dtype=np.int64)
+    if is_postgresql():
+        _review_temp_table(ids[chosen], ranges[chosen], priority[chosen])
+        table = ReviewItem._meta.db_table
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {table} AS r SET rating_range = t.range, priority = t.priority "
+                f"FROM qc_review AS t "
+                f"WHERE r.campaign_candidate_id = t.id AND r.status IN (%s, %s) "
+                f"AND (r.rating_range IS DISTINCT FROM t.range "
+                f"OR r.priority IS DISTINCT FROM t.priority)",
+                [ReviewStatus.OPEN, ReviewStatus.CLAIMED],
+            )
+        return
+    for position in positions:
+        ReviewItem.objects.filter(
+            campaign_candidate_id=int(ids[position]),
+            status__in=(ReviewStatus.OPEN, ReviewStatus.CLAIMED),
+        ).update(rating_range=int(ranges[position]), priority=float(priority[position]))
+
+
+# ----------------------------------------------------------------------------------------------
+# Claims
+# ----------------------------------------------------------------------------------------------
+
+
+def _set_candidate_state(item: ReviewItem, state: str) -> None:
+    CampaignCandidate.objects.filter(pk=item.campaign_candidate_id).update(review_state=state)
+
+
+def review_claim(*, item: ReviewItem, user: Any) -> bool:
+    """Claim an open item for `user`; False when someone else holds it or it is resolved.
+    Claiming an item one already holds is a no-op that returns True."""
+    now = timezone.now()
+    with transaction.atomic():
+        claimed = ReviewItem.objects.filter(pk=item.pk, status=ReviewStatus.OPEN).update(
+            status=ReviewStatus.CLAIMED, claimed_by=user, claimed_at=now
+        )
+        if not claimed:
+            return ReviewItem.objects.filter(
+                pk=item.pk, status=ReviewStatus.CLAIMED, claimed_by=user
+            ).exists()
+        _set_candidate_state(item, ReviewState.CLAIMED)
+        AuditEntry.objects.create(
+            campaign_id=item.campaign_id,
+            review_item=item,
+            actor=user,
+            action=ReviewAction.CLAIM,
+            target=f"review:{item.pk}",
+            before={"status": ReviewStatus.OPEN},
+            after={"status": ReviewStatus.CLAIMED, "claimed_by": user.pk},
+        )
+    item.refresh_from_db()
+    return True
+
+
+def review_claim_next(*, campaign: Campaign, user: Any) -> ReviewItem | None:
+    """The item `user` already holds, else the worst open item, claimed for `user`."""
+    held = ReviewItem.objects.filter(
+        campaign=campaign, status=ReviewStatus.CLAIMED, claimed_by=user
+    ).first()
+    if held is not None:
+        return held
+    for _attempt in range(5):
+        with transaction.atomic():
+            item = (
+                ReviewItem.objects.select_for_update(skip_locked=True)
+                .filter(campaign=campaign, status=ReviewStatus.OPEN)
+                .order_by("-priority", "id")
+                .first()
+            )
+            if item is None:
+                return None
+            if review_claim(item=item, user=user):
+                return item
+    return None
+
+
+def review_release(*, item: ReviewItem, user: Any) -> bool:
+    """Give a claimed item back to the queue (only its holder can)."""
+    with transaction.atomic():
+        released = ReviewItem.objects.filter(
+            pk=item.pk, status=ReviewStatus.CLAIMED, claimed_by=user
+        ).update(status=ReviewStatus.OPEN, claimed_by=None, claimed_at=None)
+        if not released:
+            return False
+        _set_candidate_state(item, ReviewState.OPEN)
+        AuditEntry.objects.create(
+            campaign_id=item.campaign_id,
+            review_item=item,
+            actor=user,
+            action=ReviewAction.RELEASE,
+            target=f"review:{item.pk}",
+            before={"status": ReviewStatus.CLAIMED, "claimed_by": user.pk},
+            after={"status": ReviewStatus.OPEN},
+        )
+    item.refresh_from_db()
+    return True
+
+
+# ----------------------------------------------------------------------------------------------
+# Resolution
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class JudgmentExclusionRequest:
+    judgment_id: int
+    reason: str
+
+
+def review_resolve(
+    *,
+    item: ReviewItem,
+    user: Any,
+    ratings: dict[str, float] | None = None,
+    exclude: Sequence[JudgmentExclusionRequest] = (),
+    drop: bool = False,
+    note: str = "",
+) -> ReviewItem:
+    """Resolve a review item: set final ratings (per question, 1..5), exclude specific
+    judgments with a reason, and/or drop the candidate from releases. The item must be claimed
+    by `user` (an open item is claimed on the way). Each decision is audited separately."""
+    from annotation.services.aggregation import aggregation_recompute
+
+    campaign = item.campaign
+    keys = campaign.question_keys
+    ratings = {key: value for key, value in (ratings or {}).items() if value is not None}
+    for key, value in ratings.items():
+        if key not in keys:
+            raise ReviewError(f"unknown question {key!r}")
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 1 <= value <= 5:
+            raise ReviewError(f"{key}: a final rating must be between 1 and 5")
+    exclude = list(exclude)
+    for request in exclude:
+        if not request.reason.strip():
+            raise ReviewError("a reason is required to exclude a judgment")
+    if not ratings and not exclude and not drop:
+        raise ReviewError("nothing to resolve: set ratings, exclude a judgment or drop")
+    if item.status == ReviewStatus.OPEN and not review_claim(item=item, user=user):
+        raise ReviewError("someone else is reviewing this item")
+    touched = {item.campaign_candidate_id}
+    with transaction.atomic():
+        locked = ReviewItem.objects.select_for_update().get(pk=item.pk)
+        if locked.status != ReviewStatus.CLAIMED or locked.claimed_by_id != user.pk:
+            raise ReviewError("claim this item before resolving it")
+        candidate = CampaignCandidate.objects.select_for_update().get(
+            pk=locked.campaign_candidate_id
+        )
+        valid_ids = set(
+            Judgment.objects.filter(
+                campaign_candidate=candidate, id__in=[r.judgment_id for r in exclude]
+            ).values_list("id", flat=True)
+        )
+        for request in exclude:
+            if request.judgment_id not in valid_ids:
+                raise ReviewError(f"judgment {request.judgment_id} is not on this candidate")
+        for request in exclude:
+            judgment = Judgment.objects.get(pk=request.judgment_id)
+            before = _judgment_state(judgment)
+            if judgment.is_excluded:
+                continue
+            judgments_exclude(
+                campaign=campaign,
+                judgment_ids=[judgment.pk],
+                excluded_by=EXCLUDED_BY_REVIEW,
+                reason=request.reason.strip(),
+                detail={"review_item": locked.pk, "by": user.pk},
+            )
+            judgment.refresh_from_db()
+            AuditEntry.objects.create(
+                campaign=campaign,
+                review_item=locked,
+                actor=user,
+                action=ReviewAction.EXCLUDE_JUDGMENT,
+                target=f"judgment:{judgment.pk}",
+                before=before,
+                after=_judgment_state(judgment),
+                note=request.reason.strip()[:2000],
+            )
+        if ratings:
+            before_resolution = candidate.resolution or {}
+            after_resolution = {"values": {key: float(value) for key, value in ratings.items()}}
+            CampaignCandidate.objects.filter(pk=candidate.pk).update(resolution=after_resolution)
+            AuditEntry.objects.create(
+                campaign=campaign,
+                review_item=locked,
+                actor=user,
+                action=ReviewAction.SET_RATINGS,
+                target=f"candidate:{candidate.pk}",
+                before={"resolution": before_resolution, "means": candidate.means},
+                after={"resolution": after_resolution},
+                note=note[:2000],
+            )
+        if drop and not candidate.dropped:
+            CampaignCandidate.objects.filter(pk=candidate.pk).update(dropped=True)
+            AuditEntry.objects.create(
+                campaign=campaign,
+                review_item=locked,
+                actor=user,
+                action=ReviewAction.DROP,
+                target=f"candidate:{candidate.pk}",
+                before={"dropped": False},
+                after={"dropped": True},
+                note=note[:2000],
+            )
+        now = timezone.now()
+        ReviewItem.objects.filter(pk=locked.pk).update(
+            status=ReviewStatus.RESOLVED, resolved_by=user, resolved_at=now
+        )
+        _set_candidate_state(locked, ReviewState.RESOLVED)
+    aggregation_recompute(campaign=campaign, candidate_ids=touched, detect_review=False)
+    item.refresh_from_db()
+    return item
+
+
+def _judgment_state(judgment: Judgment) -> dict[str, Any]:
+    return {
+        "is_excluded": judgment.is_excluded,
+        "excluded_by": judgment.excluded_by,
+        "exclusion_reason": judgment.exclusion_reason,
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# Undo
+# ----------------------------------------------------------------------------------------------
+
+UNDOABLE = {
+    ReviewAction.SET_RATINGS,
+    ReviewAction.EXCLUDE_JUDGMENT,
+    ReviewAction.DROP,
+    ReviewAction.EXCLUDE_WORKER,
+    ReviewAction.INCLUDE_WORKER,
+}
+DECISIONS = (ReviewAction.SET_RATINGS, ReviewAction.EXCLUDE_JUDGMENT, ReviewAction.DROP)
+
+
+def audit_undo(*, entry: AuditEntry, user: Any, note: str = "") -> AuditEntry:
+    """Undo one decision: restore its "before" and record an undo entry pointing at it.
+
+    Undoing the last standing decision of a resolved review item puts the item back in the
+    queue. A judgment whose slot was refilled meanwhile stays out (see exclusions)."""
+    from annotation.services.aggregation import aggregation_recompute
+
+    if entry.action not in UNDOABLE:
+        raise ReviewError(f"a {entry.get_action_display().lower()} entry cannot be undone")
+    campaign = entry.campaign
+    _kind, _, raw_id = entry.target.partition(":")
+    target_id = int(raw_id) if raw_id.isdigit() else None
+    touched: set[int] = set()
+    result: dict[str, Any] = {}
+    with transaction.atomic():
+        locked = AuditEntry.objects.select_for_update().get(pk=entry.pk)
+        if AuditEntry.objects.filter(undoes=locked).exists():
+            raise ReviewError("this decision was already undone")
+        if locked.action == ReviewAction.SET_RATINGS and target_id:
+            candidate = CampaignCandidate.objects.select_for_update().get(pk=target_id)
+            result = {"resolution": locked.before.get("resolution") or {}}
+            CampaignCandidate.objects.filter(pk=candidate.pk).update(
+                resolution=result["resolution"]
+            )
+            touched.add(candidate.pk)
+        elif locked.action == ReviewAction.DROP and target_id:
+            CampaignCandidate.objects.filter(pk=target_id).update(
+                dropped=bool(locked.before.get("dropped", False))
+            )
+            result = {"dropped": bool(locked.before.get("dropped", False))}
+            touched.add(target_id)
+        elif locked.action == ReviewAction.EXCLUDE_JUDGMENT and target_id:
+            judgment = Judgment.objects.get(pk=target_id)
+            outcome = judgments_include(campaign=campaign, judgment_ids=[judgment.pk])
+            judgment.refresh_from_db()
+            result = {**_judgment_state(judgment), "outcome": outcome}
+            touched.add(judgment.campaign_candidate_id)
+        elif locked.action == ReviewAction.EXCLUDE_WORKER and target_id:
+            participation = campaign.participations.get(pk=target_id)
+            inclusion = worker_include(participation=participation, actor=user, note=note)
+            result = {
+                "status": "active",
+                "judgments_included": inclusion.judgments_included,
+                "judgments_kept_out": inclusion.judgments_kept_out,
+            }
+            touched |= inclusion.candidate_ids
+        elif locked.action == ReviewAction.INCLUDE_WORKER and target_id:
+            participation = campaign.participations.get(pk=target_id)
+            exclusion = worker_exclude(
+                participation=participation, actor=user, reason=note or "re-inclusion undone"
+            )
+            result = {"status": "excluded", "judgments_excluded": exclusion.judgments_excluded}
+            touched |= exclusion.candidate_ids
+        try:
+            undo = AuditEntry.objects.create(
+                campaign=campaign,
+                review_item=locked.review_item,
+                actor=user,
+                action=ReviewAction.UNDO,
+                target=locked.target,
+                before=locked.after,
+                after=result,
+                note=note[:2000],
+                undoes=locked,
+            )
+        except IntegrityError as error:  # two curators undid the same entry at once
+            raise ReviewError("this decision was already undone") from error
+        item = locked.review_item
+        if item is not None and item.status == ReviewStatus.RESOLVED:
+            standing = (
+                AuditEntry.objects.filter(review_item=item, action__in=DECISIONS)
+                .filter(Q(undone_by__isnull=True))
+                .exists()
+            )
+            if not standing:
+                ReviewItem.objects.filter(pk=item.pk).update(
+                    status=ReviewStatus.OPEN,
+                    claimed_by=None,
+                    claimed_at=None,
+                    resolved_by=None,
+                    resolved_at=None,
+                )
+                _set_candidate_state(item, ReviewState.OPEN)
+    if touched:
+        aggregation_recompute(campaign=campaign, candidate_ids=touched)
+    return undo

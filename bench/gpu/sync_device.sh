@@ -1,0 +1,15 @@
+#!/bin/bash
+# Copy what the GPU run needs from this worktree into the lead's checkout's ignored .device/
+# folder (the device machine receives that checkout; name .device in `carry`).
+set -eu
+SRC="$(cd "$(dirname "$0")/../.." && pwd)"
+DST=/work/main/.device/lepus
+rm -rf "$DST"
+mkdir -p "$DST/training_bridge" "$DST/bench/gpu" "$DST/data/vatex_eval"
+cp -r "$SRC/training_bridge/rigel" "$DST/training_bridge/"
+: > "$DST/training_bridge/__init__.py"
+cp "$SRC/bench/gpu_rigel.py" "$DST/bench/"
+cp "$SRC"/bench/gpu/*.py "$SRC"/bench/gpu/*.sh "$DST/bench/gpu/"
+cp "$SRC/data/vatex_eval/vid_cans_score_dict.json" "$DST/data/vatex_eval/"
+find "$DST" -name __pycache__ -prune -exec rm -rf {} +
+du -sh /work/main/.device

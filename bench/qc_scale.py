@@ -1,0 +1,402 @@
+"""Quality control at scale: a full QC recompute (worker statistics, rules and exclusions,
+agreement before/after, review detection, aggregation) over 1,000,000 judgments of about 333,000
+candidates by 10,000 workers, on PostgreSQL.
+
+    python bench/qc_scale.py                      # load (if needed) + cold run + warm run
+    python bench/qc_scale.py --judgments 30000    # a small version while developing
+    flock /tmp/lepus-bench.lock python bench/qc_scale.py --json
+
+Data is generated inside PostgreSQL (INSERT ... SELECT FROM generate_series, i.e. set-based, no
+Python rows) into its own database `<your database>_qcbench`, which the script creates and
+migrates. 2% of the workers are planted spammers (uniform 3s in under a second); honest workers
+rate near the candidate's quality. Each measured run happens in a fresh child process so its
+peak RSS (ru_maxrss) is the memory of the QC run alone plus Django and NumPy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+SLUG = "qc-bench"
+QUESTIONS = ("descriptiveness", "relevance", "fluency")
+
+
+def _bench_database_url() -> str:
+    from config.env import load_dotenv_file
+
+    load_dotenv_file(str(ROOT / ".env"))
+    base = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/lepus")
+    if not base.startswith("postgres"):
+        raise SystemExit("bench/qc_scale.py needs PostgreSQL (DATABASE_URL=postgres://...)")
+    head, _, name = base.rpartition("/")
+    return f"{head}/{name.split('?')[0]}_qcbench"
+
+
+def _setup_django(database_url: str) -> None:
+    os.environ["DATABASE_URL"] = database_url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    os.environ.setdefault("DJANGO_DEBUG", "true")
+    import django
+
+    django.setup()
+
+
+def _ensure_database(database_url: str) -> None:
+    import psycopg2
+
+    head, _, name = database_url.rpartition("/")
+    admin = psycopg2.connect(f"{head}/postgres")
+    admin.autocommit = True
+    with admin.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name])
+        if cursor.fetchone() is None:
+            cursor.execute(f'CREATE DATABASE "{name}"')
+    admin.close()
+
+
+# ----------------------------------------------------------------------------------------------
+# Loading
+# ----------------------------------------------------------------------------------------------
+
+
+def _insert_select(model: Any, expressions: dict[str, str], source: str, params: list[Any]) -> int:
+    """INSERT INTO model (...) SELECT ... FROM source; columns not given get the model default."""
+    from django.db import connection
+
+    columns, values, literal_params = [], [], []
+    for field in model._meta.concrete_fields:
+        if field.primary_key:
+            continue
+        columns.append(f'"{field.column}"')
+        if field.attname in expressions:
+            values.append(expressions[field.attname])
+        elif field.has_default():
+            default = field.get_default()
+            if isinstance(default, (dict, list)):
+                values.append("%s::jsonb")
+                literal_params.append(json.dumps(default))
+            else:
+                values.append("%s")
+                literal_params.append(default)
+        elif field.null:
+            values.append("NULL")
+        else:
+            raise RuntimeError(f"{model.__name__}.{field.name} needs a value")
+    # Literal defaults come first in the SELECT list, the source's own parameters after.
+    sql = (
+        f"INSERT INTO {model._meta.db_table} ({', '.join(columns)}) "
+        f"SELECT {', '.join(values)} FROM {source}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, literal_params + params)
+        return cursor.rowcount
+
+
+def load(*, judgments: int, workers: int, spammer_every: int) -> dict[str, Any]:
+    from django.core.management import call_command
+    from django.db import connection
+
+    from annotation.models import (
+        Campaign,
+        CampaignCandidate,
+        CampaignClip,
+        Judgment,
+        Participation,
+        Worker,
+    )
+    from annotation.questions import default_questions
+    from datasets_app.models import CandidateCaption, CaptioningSystem, Clip
+
+    started = time.perf_counter()
+    call_command("migrate", verbosity=0)
+    candidates = judgments // 3
+    clips = candidates // 3
+    candidates = clips * 3
+    judgments = candidates * 3
+    with connection.cursor() as cursor:
+        tables = [
+            model._meta.db_table
+            for model in (Judgment, CampaignCandidate, CampaignClip, Participation, Worker)
+        ]
+        cursor.execute(
+            "TRUNCATE "
+            + ", ".join(tables)
+            + f", {Campaign._meta.db_table}, {CandidateCaption._meta.db_table}, "
+            f"{Clip._meta.db_table}, {CaptioningSystem._meta.db_table} RESTART IDENTITY CASCADE"
+        )
+        cursor.execute("SELECT setseed(0.42)")
+    campaign = Campaign.objects.create(
+        slug=SLUG, name="QC benchmark", questions=default_questions(), judgments_per_candidate=3
+    )
+    systems = [CaptioningSystem.objects.create(name=f"system-{index}") for index in range(6)]
+    _insert_select(
+        Clip,
+        {
+            "vatex_id": "'bench' || lpad(g::text, 7, '0') || '_000000_000010'",
+            "youtube_id": "'bench' || lpad(g::text, 7, '0')",
+            "start_seconds": "0",
+            "end_seconds": "10",
+            "duration": "10",
+        },
+        "generate_series(1, %s) AS g",
+        [clips],
+    )
+    _insert_select(
+        CandidateCaption,
+        {
+            "clip_id": "(g - 1) / 3 + 1",
+            "external_id": "'bench:' || g",
+            "text": "'a person does something number ' || g",
+            "system_id": f"{systems[0].pk} + mod(g, 6)",
+            "position": "mod(g - 1, 3)",
+        },
+        "generate_series(1, %s) AS g",
+        [candidates],
+    )
+    _insert_select(
+        CampaignClip,
+        {
+            "campaign_id": str(campaign.pk),
+            "clip_id": "g",
+            "candidates": "3",
+            "open_slots": "0",
+        },
+        "generate_series(1, %s) AS g",
+        [clips],
+    )
+    _insert_select(
+        CampaignCandidate,
+        {
+            "campaign_id": str(campaign.pk),
+            "candidate_id": "g",
+            "clip_id": "(g - 1) / 3 + 1",
+            "quota": "3",
+            "slots_taken": "3",
+        },
+        "generate_series(1, %s) AS g",
+        [candidates],
+    )
+    _insert_select(
+        Worker,
+        {"platform": "'prolific'", "external_id": "'bench-worker-' || g"},
+        "generate_series(1, %s) AS g",
+        [workers],
+    )
+    _insert_select(
+        Participation,
+        {"campaign_id": str(campaign.pk), "worker_id": "g", "joined_at": "now()"},
+        "generate_series(1, %s) AS g",
+        [workers],
+    )
+    # Three distinct workers per candidate; every `spammer_every`-th worker is a spammer.
+    truth = "(1 + mod(c * 2654435761, 5))"
+    noise = (
+        "(CASE WHEN random() < 0.06 THEN 2 * sign(random() - 0.5) ELSE round(random() * 2 - 1) END)"
+    )
+    honest_value = f"GREATEST(1, LEAST(5, {truth} + {noise}))::int"
+    spam = f"(mod(w, {spammer_every}) = 0)"
+    _insert_select(
+        Judgment,
+        {
+            "campaign_id": str(campaign.pk),
+            "campaign_candidate_id": "c",
+            "participation_id": "w",
+            "values": (
+                f"CASE WHEN {spam} THEN jsonb_build_object('descriptiveness', 3, 'relevance', 3, "
+                f"'fluency', 3) ELSE jsonb_build_object('descriptiveness', {honest_value}, "
+                f"'relevance', {honest_value}, 'fluency', {honest_value}) END"
+            ),
+            "source": "'crowd'",
+            "server_ms": f"CASE WHEN {spam} THEN 300 + (random() * 400)::int "
+            f"ELSE 6000 + (random() * 20000)::int END",
+            "created_at": "now() - (random() * interval '20 days')",
+        },
+        f"(SELECT c, 1 + mod(c::bigint * 7919 + s * 3331, {workers})::int AS w "
+        f"FROM generate_series(1, %s) AS c, generate_series(0, 2) AS s) AS pairs",
+        [candidates],
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    return {
+        "clips": clips,
+        "candidates": candidates,
+        "judgments": judgments,
+        "workers": workers,
+        "spammers": workers // spammer_every,
+        "load_seconds": round(time.perf_counter() - started, 1),
+    }
+
+
+def reset() -> None:
+    """Back to the freshly loaded state: no exclusions, statistics, review items or aggregates."""
+    from django.db import connection
+
+    from annotation.models import (
+        AgreementSnapshot,
+        AuditEntry,
+        CampaignCandidate,
+        CampaignClip,
+        Judgment,
+        Participation,
+        QCRun,
+        ReviewItem,
+        WorkerExclusion,
+        WorkerQCStats,
+    )
+
+    with connection.cursor() as cursor:
+        for model in (
+            AuditEntry,
+            ReviewItem,
+            WorkerExclusion,
+            WorkerQCStats,
+            AgreementSnapshot,
+            QCRun,
+        ):
+            cursor.execute(f"TRUNCATE {model._meta.db_table} CASCADE")
+        cursor.execute(
+            f"UPDATE {Judgment._meta.db_table} SET is_excluded = FALSE, excluded_by = '', "
+            f"exclusion_reason = '', exclusion_detail = '{{}}', excluded_at = NULL "
+            f"WHERE is_excluded"
+        )
+        cursor.execute(
+            f"UPDATE {CampaignCandidate._meta.db_table} SET slots_taken = quota, "
+            f"judgments_total = 0, kept_judgments = 0, means = '{{}}', overall = NULL, "
+            f"normalized = NULL, training_class = NULL, rating_range = NULL, "
+            f"is_finalised = FALSE, finalised_at = NULL, review_state = '', "
+            f"resolution = '{{}}', dropped = FALSE"
+        )
+        cursor.execute(f"UPDATE {CampaignClip._meta.db_table} SET open_slots = 0")
+        cursor.execute(
+            f"UPDATE {Participation._meta.db_table} SET status = 'active' WHERE status <> 'active'"
+        )
+        cursor.execute("ANALYZE")
+
+
+# ----------------------------------------------------------------------------------------------
+# Measuring
+# ----------------------------------------------------------------------------------------------
+
+
+def measured_run() -> dict[str, Any]:
+    """One full QC run in this process; prints its figures as JSON."""
+    from annotation.models import Campaign
+    from annotation.services.quality import qc_campaign_full
+
+    campaign = Campaign.objects.get(slug=SLUG)
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    started = time.perf_counter()
+    summary = qc_campaign_full(campaign=campaign)
+    seconds = time.perf_counter() - started
+    return {
+        "seconds": round(seconds, 2),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "rss_before_run_mb": round(rss_before / 1024, 1),
+        "workers": summary["workers"],
+        "excluded_workers": len(summary["excluded"]),
+        "judgments_excluded": summary["judgments_excluded"],
+        "review_items": summary["review_items"],
+        "candidates_updated": summary["candidates_updated"],
+        "alpha": {
+            key: {"before": round(value["alpha_all"], 4), "after": round(value["alpha_kept"], 4)}
+            for key, value in summary["agreement"].items()
+        },
+        "phases": summary["timings"],
+    }
+
+
+def _child(database_url: str, mode: str, *extra: str) -> dict[str, Any]:
+    output = subprocess.run(
+        [sys.executable, __file__, "--child", mode, "--database-url", database_url, *extra],
+        capture_output=True,
+        text=True,
+        cwd=str(ROOT),
+    )
+    if output.returncode != 0:
+        sys.stderr.write(output.stderr)
+        raise SystemExit(f"the {mode} step failed")
+    return json.loads(output.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--judgments", type=int, default=1_000_000)
+    parser.add_argument("--workers", type=int, default=10_000)
+    parser.add_argument("--spammer-every", type=int, default=50, help="1 in N workers spams.")
+    parser.add_argument("--reload", action="store_true", help="Regenerate the data first.")
+    parser.add_argument("--json", action="store_true", help="Print one JSON object.")
+    parser.add_argument("--database-url", default=None)
+    parser.add_argument("--child", choices=["run", "load", "reset", "count"], default=None)
+    options = parser.parse_args()
+    database_url = options.database_url or _bench_database_url()
+
+    if options.child:
+        _setup_django(database_url)
+        if options.child == "run":
+            result = measured_run()
+        elif options.child == "reset":
+            reset()
+            result = {"reset": True}
+        elif options.child == "count":
+            from annotation.models import Judgment
+
+            result = {"judgments": Judgment.objects.count()}
+        else:
+            result = load(
+                judgments=options.judgments,
+                workers=options.workers,
+                spammer_every=options.spammer_every,
+            )
+        print(json.dumps(result))
+        return
+
+    _ensure_database(database_url)
+    report: dict[str, Any] = {"database": database_url.rpartition("/")[2]}
+    expected = (options.judgments // 9) * 9
+    current = None
+    if not options.reload:
+        try:
+            current = _child(database_url, "count")["judgments"]
+        except SystemExit:
+            current = None
+    if options.reload or current != expected:
+        report["load"] = _child(
+            database_url,
+            "load",
+            "--judgments",
+            str(options.judgments),
+            "--workers",
+            str(options.workers),
+            "--spammer-every",
+            str(options.spammer_every),
+        )
+    else:
+        _child(database_url, "reset")
+    report["cold"] = _child(database_url, "run")
+    report["warm"] = _child(database_url, "run")
+    if options.json:
+        print(json.dumps(report, sort_keys=True))
+        return
+    for name in ("cold", "warm"):
+        run = report[name]
+        print(
+            f"{name}: {run['seconds']} s, peak RSS {run['peak_rss_mb']} MB; "
+            f"{run['workers']} workers, {run['excluded_workers']} excluded, "
+            f"{run['judgments_excluded']} judgments excluded, {run['review_items']} in review, "
+            f"{run['candidates_updated']} candidates written; phases {run['phases']}"
+        )
+
+
+if __name__ == "__main__":
+    main()

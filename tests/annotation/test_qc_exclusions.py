@@ -1,0 +1,218 @@
+"""Excluding and re-including workers: slots, quota refills, curator overrides, late submissions,
+the after-submission hook and the sweep."""
+
+from __future__ import annotations
+
+import pytest
+from django.db.models import F
+
+from annotation.models import (
+    Assignment,
+    AssignmentStatus,
+    AuditEntry,
+    CampaignCandidate,
+    CampaignClip,
+    Judgment,
+    ParticipationStatus,
+    ReviewAction,
+    WorkerExclusion,
+    WorkerQCStats,
+)
+from annotation.services.exclusions import (
+    EXCLUDED_BY_QUOTA_REFILLED,
+    worker_exclude,
+    worker_include,
+)
+from annotation.services.quality import (
+    qc_campaign_full,
+    quality_after_submission,
+    quality_sweep,
+)
+from tests.annotation.quality_factories import quality_crowd_campaign, quality_judge, quality_worker
+
+pytestmark = pytest.mark.django_db
+
+KEYS = ("descriptiveness", "relevance", "fluency")
+
+
+def _counters(campaign) -> tuple[dict[int, int], int]:
+    slots = dict(
+        CampaignCandidate.objects.filter(campaign=campaign).values_list("id", "slots_taken")
+    )
+    return slots, sum(
+        CampaignClip.objects.filter(campaign=campaign).values_list("open_slots", flat=True)
+    )
+
+
+def _consistent(campaign) -> None:
+    """open_slots = Σ(quota − slots_taken) on every clip; slots never above quota."""
+    for clip in CampaignClip.objects.filter(campaign=campaign):
+        rows = CampaignCandidate.objects.filter(campaign=campaign, clip=clip.clip)
+        assert clip.open_slots == sum(row.quota - row.slots_taken for row in rows)
+        assert all(0 <= row.slots_taken <= row.quota for row in rows)
+
+
+def test_curator_exclusion_and_inclusion_are_reversible_and_audited(curator):
+    campaign = quality_crowd_campaign(clips=2, candidates_per_clip=2, quota=2)
+    items = list(campaign.items.order_by("id"))
+    worker = quality_worker(campaign, "someone")
+    for item in items:
+        quality_judge(worker, item, dict.fromkeys(KEYS, 4))
+    before_slots, before_open = _counters(campaign)
+
+    outcome = worker_exclude(participation=worker, actor=curator, reason="copied answers")
+
+    assert outcome.judgments_excluded == 4
+    worker.refresh_from_db()
+    assert worker.status == ParticipationStatus.EXCLUDED
+    assert not worker.may_receive_work
+    assert set(Judgment.objects.values_list("excluded_by", flat=True)) == {"curator"}
+    assert Judgment.objects.first().exclusion_reason == "Excluded by a curator: copied answers"
+    slots, open_slots = _counters(campaign)
+    assert all(slots[key] == before_slots[key] - 1 for key in slots)
+    assert open_slots == before_open + 4
+    _consistent(campaign)
+
+    inclusion = worker_include(participation=worker, actor=curator, note="checked: fine")
+
+    assert (inclusion.judgments_included, inclusion.judgments_kept_out) == (4, 0)
+    worker.refresh_from_db()
+    assert worker.status == ParticipationStatus.ACTIVE
+    assert not Judgment.objects.filter(is_excluded=True).exists()
+    assert _counters(campaign) == (before_slots, before_open)
+    exclusion = WorkerExclusion.objects.get()
+    assert exclusion.reversed_by == curator and exclusion.reversed_at is not None
+    actions = list(
+        AuditEntry.objects.order_by("id").values_list("action", "actor", "before", "after")
+    )
+    assert actions[0][:3] == (ReviewAction.EXCLUDE_WORKER, curator.pk, {"status": "active"})
+    assert actions[1][0] == ReviewAction.INCLUDE_WORKER
+    assert actions[1][3]["judgments_included"] == 4
+
+
+def test_reinclusion_keeps_judgments_out_where_other_workers_refilled_the_slots(curator):
+    campaign = quality_crowd_campaign(clips=1, candidates_per_clip=2, quota=1)
+    first, second = campaign.items.order_by("id")
+    excluded = quality_worker(campaign, "excluded")
+    quality_judge(excluded, first, dict.fromkeys(KEYS, 4))
+    quality_judge(excluded, second, dict.fromkeys(KEYS, 4))
+    worker_exclude(participation=excluded, actor=curator)
+    # Another worker fills the reopened slot of the first candidate only.
+    replacement = quality_worker(campaign, "replacement")
+    quality_judge(replacement, first, dict.fromkeys(KEYS, 2))
+
+    outcome = worker_include(participation=excluded, actor=curator)
+
+    assert (outcome.judgments_included, outcome.judgments_kept_out) == (1, 1)
+    kept_out = Judgment.objects.get(participation=excluded, campaign_candidate=first)
+    assert kept_out.is_excluded and kept_out.excluded_by == EXCLUDED_BY_QUOTA_REFILLED
+    assert "filled this candidate's slots" in kept_out.exclusion_reason
+    assert not Judgment.objects.get(participation=excluded, campaign_candidate=second).is_excluded
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert first.slots_taken == first.quota == 1  # never above quota
+    assert second.slots_taken == 1
+    _consistent(campaign)
+
+
+def test_rules_never_re_exclude_a_worker_a_curator_re_included(curator):
+    campaign = quality_crowd_campaign(clips=5, candidates_per_clip=3, quota=2)
+    items = list(campaign.items.order_by("id"))
+    honest = quality_worker(campaign, "honest")
+    flat = quality_worker(campaign, "flat")
+    for index, item in enumerate(items):
+        quality_judge(
+            honest, item, {key: 1 + (index + offset) % 5 for offset, key in enumerate(KEYS)}
+        )
+        quality_judge(flat, item, dict.fromkeys(KEYS, 3))
+    qc_campaign_full(campaign=campaign)
+    flat.refresh_from_db()
+    assert flat.status == ParticipationStatus.EXCLUDED
+
+    worker_include(participation=flat, actor=curator)
+    summary = qc_campaign_full(campaign=campaign)
+
+    flat.refresh_from_db()
+    assert flat.status == ParticipationStatus.ACTIVE
+    assert summary["excluded"] == []
+    flag = WorkerQCStats.objects.get(participation=flat).flags[0]
+    assert flag["rule"] == "uniform" and flag["action"] == "flag" and flag["override"] is True
+
+
+def _submitted_assignment(participation, items, values, *, server_ms=20_000):
+    assignment = Assignment.objects.create(
+        campaign=participation.campaign,
+        participation=participation,
+        clip=items[0].clip,
+        status=AssignmentStatus.SUBMITTED,
+        expires_at=participation.joined_at,
+        server_ms=server_ms * len(items),
+    )
+    judgments = []
+    for item in items:
+        judgment = quality_judge(participation, item, values, server_ms=server_ms)
+        Judgment.objects.filter(pk=judgment.pk).update(assignment=assignment)
+        judgments.append(judgment)
+    return assignment
+
+
+def test_after_submission_updates_the_worker_and_the_candidates_and_excludes_late_work(curator):
+    campaign = quality_crowd_campaign(clips=3, candidates_per_clip=3, quota=2)
+    clip_items = {}
+    for item in campaign.items.order_by("id"):
+        clip_items.setdefault(item.clip_id, []).append(item)
+    groups = list(clip_items.values())
+    worker = quality_worker(campaign, "worker")
+
+    assignment = _submitted_assignment(
+        worker, groups[0], {"descriptiveness": 2, "relevance": 4, "fluency": 5}
+    )
+    quality_after_submission(assignment_id=assignment.pk)
+
+    stats = WorkerQCStats.objects.get(participation=worker)
+    assert stats.judgments == 3 and stats.median_seconds_per_candidate == 20.0
+    item = CampaignCandidate.objects.get(pk=groups[0][0].pk)
+    assert item.kept_judgments == 1 and item.means == {
+        "descriptiveness": 2.0,
+        "relevance": 4.0,
+        "fluency": 5.0,
+    }
+    assert item.overall == pytest.approx(11 / 3)
+
+    # Excluded while a lease was live: what they submit afterwards is excluded too.
+    worker_exclude(participation=worker, actor=curator, reason="test")
+    late = _submitted_assignment(worker, groups[1], dict.fromkeys(KEYS, 3))
+    quality_after_submission(assignment_id=late.pk)
+
+    late_judgments = Judgment.objects.filter(assignment=late)
+    assert all(judgment.is_excluded for judgment in late_judgments)
+    assert {judgment.excluded_by for judgment in late_judgments} == {"worker_excluded"}
+    assert CampaignCandidate.objects.get(pk=groups[1][0].pk).kept_judgments == 0
+    assert WorkerExclusion.objects.get().judgments_excluded == 6
+    _consistent(campaign)
+
+
+def test_the_sweep_catches_up_on_missed_submissions_and_stale_aggregates():
+    campaign = quality_crowd_campaign(clips=2, candidates_per_clip=2, quota=2)
+    items = list(campaign.items.order_by("id"))
+    worker = quality_worker(campaign, "missed")
+    for item in items:
+        quality_judge(worker, item, {"descriptiveness": 4, "relevance": 5, "fluency": 3})
+    # The broker was down: no after-submission task ran.
+    assert not WorkerQCStats.objects.exists()
+    assert CampaignCandidate.objects.filter(kept_judgments=0).count() == 4
+
+    quality_sweep()
+
+    assert WorkerQCStats.objects.get(participation=worker).judgments == 4
+    worker.refresh_from_db()
+    assert worker.status == ParticipationStatus.ACTIVE
+    assert list(CampaignCandidate.objects.values_list("kept_judgments", "overall").distinct()) == [
+        (1, 4.0)
+    ]
+    # Counters drifted (someone edited a judgment by hand): the sweep repairs aggregates.
+    CampaignCandidate.objects.filter(pk=items[0].pk).update(
+        judgments_total=F("judgments_total") + 7
+    )
+    quality_sweep()
+    assert CampaignCandidate.objects.get(pk=items[0].pk).judgments_total == 1

@@ -1,0 +1,157 @@
+"""Dashboard pages of training runs: curators only; list, start, detail with SVG curves and the
+evaluation table, cancel/resume buttons, comparison. And: web code never imports torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from common.models import JobStatus
+from tests.support.processes import REPO_ROOT, process_environment
+from training_bridge.models import TrainingRun
+from training_bridge.services import training_run_create
+
+pytestmark = pytest.mark.django_db
+
+EVALUATION = {
+    "splits": {
+        "validation": {
+            "n": 8,
+            "rows": {
+                "rigel": {
+                    "kendall_b": 41.24,
+                    "kendall_c": 40.5,
+                    "spearman": 55.0,
+                    "pearson": 57.75,
+                },
+                "bleu4": {"kendall_b": 12.5, "kendall_c": 11.0, "spearman": 15.0, "pearson": 14.0},
+            },
+            "notes": ["not computed: METEOR"],
+        }
+    }
+}
+HISTORY = [
+    {"phase": "phase1", "epoch": 1, "loss": 0.5, "validation_tau": 0.1},
+    {"phase": "phase1", "epoch": 2, "loss": 0.4, "validation_tau": 0.3},
+    {"phase": "phase2", "step": 1, "loss": 1.6},
+    {"phase": "phase2", "step": 2, "loss": 1.4},
+]
+
+
+def _finished(release, **fields):  # type: ignore[no-untyped-def]
+    run = training_run_create(release=release, backbone="tiny", start=False)
+    TrainingRun.objects.filter(pk=run.pk).update(
+        status=JobStatus.SUCCEEDED,
+        history=HISTORY,
+        evaluation=EVALUATION,
+        metrics={"validation": EVALUATION["splits"]["validation"]["rows"]["rigel"]},
+        completed_steps=["teacher", "phase1", "phase2", "evaluate"],
+        **fields,
+    )
+    run.refresh_from_db()
+    return run
+
+
+def test_pages_are_for_curators_only(client, outsider, published_release):
+    run = _finished(published_release)
+    for url in (
+        "/dashboard/training/",
+        f"/dashboard/training/{run.pk}/",
+        "/dashboard/training/compare/",
+    ):
+        response = client.get(url)
+        assert response.status_code == 302 and "/accounts/login/" in response["Location"]
+    client.force_login(outsider)
+    for url in (
+        "/dashboard/training/",
+        f"/dashboard/training/{run.pk}/",
+        "/dashboard/training/compare/",
+    ):
+        assert client.get(url).status_code == 403
+    assert client.post(f"/dashboard/training/{run.pk}/resume/").status_code == 403
+    assert (
+        client.post("/dashboard/training/start/", {"release": published_release.pk}).status_code
+        == 403
+    )
+    assert TrainingRun.objects.count() == 1
+
+
+def test_the_list_shows_runs_and_the_form_starts_one(
+    curator_client, published_release, django_capture_on_commit_callbacks
+):
+    run = _finished(published_release, name="baseline")
+    page = curator_client.get("/dashboard/training/").content.decode()
+    assert "baseline" in page and "41.2" in page  # validation tau_b x100, one decimal
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        response = curator_client.post(
+            "/dashboard/training/start/",
+            {"release": published_release.pk, "backbone": "tiny", "device": "cpu", "ablation": "lm_head",
+             "name": "from the form"},
+        )  # fmt: skip
+    created = TrainingRun.objects.exclude(pk=run.pk).get()
+    assert (
+        response.status_code == 302 and response["Location"] == f"/dashboard/training/{created.pk}/"
+    )
+    assert (created.ablation, created.name, created.trigger) == (
+        "lm_head",
+        "from the form",
+        "dashboard",
+    )
+    assert len(callbacks) == 1
+
+
+def test_the_detail_page_draws_curves_and_the_evaluation_table(curator_client, published_release):
+    run = _finished(published_release)
+    page = curator_client.get(f"/dashboard/training/{run.pk}/").content.decode()
+    assert page.count("<svg") == 3  # Phase 1 loss, Phase 1 tau, Phase 2 loss
+    assert page.count("<polyline") == 3
+    assert '<tr data-metric="rigel"><th scope="row">Rigel</th>' in page
+    assert "<td>41.2</td><td>40.5</td>" in page
+    assert '<tr data-metric="bleu4"><th scope="row">BLEU-4</th>' in page
+    assert "not computed: METEOR" in page
+    assert "Resume from checkpoint" not in page  # a succeeded run has nothing to resume
+
+
+def test_a_failed_run_offers_resume_and_the_button_requeues_it(curator_client, published_release):
+    run = _finished(published_release)
+    TrainingRun.objects.filter(pk=run.pk).update(status=JobStatus.FAILED, error="boom")
+    page = curator_client.get(f"/dashboard/training/{run.pk}/").content.decode()
+    assert "Resume from checkpoint" in page and "boom" in page
+    response = curator_client.post(f"/dashboard/training/{run.pk}/resume/")
+    assert response.status_code == 302
+    run.refresh_from_db()
+    assert run.status == JobStatus.QUEUED
+
+
+def test_compare_puts_runs_side_by_side(curator_client, published_release):
+    first = _finished(published_release)
+    second = _finished(published_release)
+    TrainingRun.objects.filter(pk=second.pk).update(
+        hyperparameters={**second.hyperparameters, "temperature": 4.0}
+    )
+    page = curator_client.get(f"/dashboard/training/compare/?run={first.pk}&run={second.pk}")
+    text = page.content.decode()
+    assert page.status_code == 200
+    assert f"run {first.pk}</a>" in text and f"run {second.pk}</a>" in text
+    assert '<tr class="differs"><th scope="row">temperature *</th><td>2.0</td><td>4.0</td>' in text
+
+
+def test_web_code_never_imports_torch():
+    code = (
+        "import sys, django; django.setup();"
+        "import config.urls, training_bridge.views, training_bridge.apis, training_bridge.services,"
+        " training_bridge.selectors, training_bridge.tasks, training_bridge.admin;"
+        "print(sorted(m for m in ('torch', 'transformers', 'peft') if m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO_ROOT,
+        env=process_environment(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

@@ -1,0 +1,285 @@
+"""REST API of training_bridge (curators only, under /api/v1/): start, list, show, cancel and
+resume training runs; score (clip, references, candidate) triples with a finished run."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.exceptions import ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.throttling import ScopedRateThrottle
+from rest_framework.views import APIView
+
+from common.models import JobStatus
+from training_bridge import selectors
+from training_bridge.models import ScoreRequest, TrainingAblation, TrainingRun, TrainingTrigger
+from training_bridge.services import (
+    score_request_create,
+    training_run_cancel,
+    training_run_create,
+    training_run_resume,
+)
+
+MAX_LIST = 100
+
+
+def _django_errors(error: DjangoValidationError) -> ValidationError:
+    return ValidationError({"detail": error.messages})
+
+
+# --- serializers ------------------------------------------------------------------------------
+
+
+class TrainingRunSerializer(serializers.ModelSerializer):
+    release = serializers.IntegerField(source="release_id")
+
+    class Meta:
+        model = TrainingRun
+        fields = [
+            "id",
+            "name",
+            "release",
+            "backbone",
+            "device",
+            "ablation",
+            "reference_free",
+            "processes",
+            "hyperparameters",
+            "trigger",
+            "status",
+            "phase",
+            "progress",
+            "progress_message",
+            "completed_steps",
+            "epoch",
+            "step",
+            "loss",
+            "validation_tau",
+            "metrics",
+            "artifacts",
+            "cancel_requested",
+            "error",
+            "attempts",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "heartbeat_at",
+        ]
+        read_only_fields = fields
+
+
+class TrainingRunDetailSerializer(TrainingRunSerializer):
+    class Meta(TrainingRunSerializer.Meta):
+        fields = [
+            *TrainingRunSerializer.Meta.fields,
+            "history",
+            "evaluation",
+            "checkpoint",
+            "log_tail",
+        ]
+        read_only_fields = fields
+
+
+class TrainingRunCreateSerializer(serializers.Serializer):
+    release = serializers.IntegerField(min_value=1)
+    backbone = serializers.CharField(required=False, allow_blank=True, max_length=500)
+    device = serializers.RegexField(r"^(cpu|cuda(:\d+)?)$", required=False, default="cpu")
+    ablation = serializers.ChoiceField(
+        choices=TrainingAblation.choices, default=TrainingAblation.FULL
+    )
+    reference_free = serializers.BooleanField(default=False)
+    processes = serializers.IntegerField(min_value=1, max_value=64, default=1)
+    name = serializers.CharField(required=False, allow_blank=True, max_length=200, default="")
+    hyperparameters = serializers.DictField(required=False, default=dict)
+
+
+class ScoreItemSerializer(serializers.Serializer):
+    clip = serializers.CharField(
+        max_length=200, help_text="Clip id (VATEX id) of an ingested clip."
+    )
+    references = serializers.ListField(
+        child=serializers.CharField(max_length=5000),
+        required=False,
+        allow_null=True,
+        max_length=32,
+        help_text="Reference captions; omit or null for a reference-free run.",
+    )
+    candidate = serializers.CharField(max_length=5000)
+
+
+class ScoreCreateSerializer(serializers.Serializer):
+    run = serializers.IntegerField(min_value=1, help_text="A succeeded training run.")
+    items = ScoreItemSerializer(many=True, allow_empty=False)
+    wait = serializers.IntegerField(
+        min_value=0,
+        default=0,
+        help_text="Seconds to wait for the scores before answering 202 (capped by the server).",
+    )
+
+
+class ScoreRequestSerializer(serializers.ModelSerializer):
+    run = serializers.IntegerField(source="run_id")
+    scores = serializers.ListField(child=serializers.FloatField(), allow_null=True)
+
+    class Meta:
+        model = ScoreRequest
+        fields = ["id", "run", "status", "scores", "error", "created_at", "finished_at"]
+        read_only_fields = fields
+
+    def to_representation(self, instance: ScoreRequest) -> dict[str, Any]:
+        data = super().to_representation(instance)
+        if instance.status != JobStatus.SUCCEEDED:
+            data["scores"] = None
+        return data
+
+
+# --- training runs ----------------------------------------------------------------------------
+
+
+class TrainingRunListApi(APIView):
+    @extend_schema(
+        operation_id="training_runs_list",
+        parameters=[
+            OpenApiParameter("release", int, description="Only runs on this release."),
+            OpenApiParameter("status", str, enum=[s.value for s in JobStatus]),
+            OpenApiParameter("limit", int, description=f"At most {MAX_LIST}."),
+        ],
+        responses=TrainingRunSerializer(many=True),
+    )
+    def get(self, request: Request) -> Response:
+        release = request.query_params.get("release")
+        limit = request.query_params.get("limit", "50")
+        if (release and not release.isdigit()) or not limit.isdigit():
+            raise ValidationError({"detail": "release and limit must be integers"})
+        runs = selectors.training_run_list(
+            release_id=int(release) if release else None,
+            status=request.query_params.get("status") or None,
+        )[: min(MAX_LIST, int(limit))]
+        return Response(TrainingRunSerializer(runs, many=True).data)
+
+    @extend_schema(
+        operation_id="training_runs_create",
+        request=TrainingRunCreateSerializer,
+        responses={201: TrainingRunDetailSerializer},
+    )
+    def post(self, request: Request) -> Response:
+        from export.models import Release
+
+        incoming = TrainingRunCreateSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        data = incoming.validated_data
+        release = Release.objects.filter(pk=data["release"]).first()
+        if release is None:
+            raise ValidationError({"release": ["no such release"]})
+        try:
+            run = training_run_create(
+                release=release,
+                backbone=data.get("backbone") or None,
+                device=data["device"],
+                ablation=data["ablation"],
+                reference_free=data["reference_free"],
+                hyperparameters=data["hyperparameters"],
+                processes=data["processes"],
+                name=data["name"],
+                trigger=TrainingTrigger.API,
+                created_by=request.user,
+            )
+        except DjangoValidationError as error:
+            raise _django_errors(error)
+        return Response(TrainingRunDetailSerializer(run).data, status=status.HTTP_201_CREATED)
+
+
+class TrainingRunDetailApi(APIView):
+    @extend_schema(operation_id="training_runs_retrieve", responses=TrainingRunDetailSerializer)
+    def get(self, request: Request, run_id: int) -> Response:
+        run = get_object_or_404(TrainingRun.objects.select_related("release"), pk=run_id)
+        return Response(TrainingRunDetailSerializer(run).data)
+
+
+class TrainingRunCancelApi(APIView):
+    @extend_schema(
+        operation_id="training_runs_cancel", request=None, responses=TrainingRunSerializer
+    )
+    def post(self, request: Request, run_id: int) -> Response:
+        run = get_object_or_404(TrainingRun, pk=run_id)
+        try:
+            run = training_run_cancel(run=run)
+        except DjangoValidationError as error:
+            return Response({"detail": error.messages}, status=status.HTTP_409_CONFLICT)
+        return Response(TrainingRunSerializer(run).data)
+
+
+class TrainingRunResumeApi(APIView):
+    @extend_schema(
+        operation_id="training_runs_resume", request=None, responses=TrainingRunSerializer
+    )
+    def post(self, request: Request, run_id: int) -> Response:
+        run = get_object_or_404(TrainingRun, pk=run_id)
+        try:
+            run = training_run_resume(run=run)
+        except DjangoValidationError as error:
+            return Response({"detail": error.messages}, status=status.HTTP_409_CONFLICT)
+        return Response(TrainingRunSerializer(run).data)
+
+
+# --- scoring ----------------------------------------------------------------------------------
+
+
+class ScoreCreateApi(APIView):
+    throttle_classes = [ScopedRateThrottle]
+    throttle_scope = "score"
+
+    @extend_schema(
+        operation_id="score_create",
+        request=ScoreCreateSerializer,
+        responses={
+            200: ScoreRequestSerializer,
+            202: ScoreRequestSerializer,
+            400: inline_serializer("ScoreError", {"detail": serializers.ListField()}),
+        },
+        description="Score (clip, references, candidate) triples with a succeeded run. The work "
+        "runs on a training worker; with `wait` the answer comes back as 200 with the scores if "
+        "they are ready in time, else 202 with the request to poll at /api/v1/score/{id}.",
+    )
+    def post(self, request: Request) -> Response:
+        items = request.data.get("items") if isinstance(request.data, dict) else None
+        if isinstance(items, list) and len(items) > settings.LEPUS_SCORE_MAX_ITEMS:
+            raise ValidationError(
+                {"items": [f"at most {settings.LEPUS_SCORE_MAX_ITEMS} items per request"]}
+            )
+        incoming = ScoreCreateSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        data = incoming.validated_data
+        run = TrainingRun.objects.filter(pk=data["run"]).first()
+        if run is None:
+            raise ValidationError({"run": ["no such run"]})
+        try:
+            score_request = score_request_create(
+                run=run,
+                items=[dict(item) for item in data["items"]],
+                created_by=request.user,
+            )
+        except DjangoValidationError as error:
+            raise _django_errors(error)
+        deadline = time.monotonic() + min(int(data["wait"]), settings.LEPUS_SCORE_MAX_WAIT)
+        while time.monotonic() < deadline:
+            score_request.refresh_from_db(fields=["status", "scores", "error", "finished_at"])
+            if score_request.is_finished:
+                break
+            time.sleep(0.2)
+        code = status.HTTP_200_OK if score_request.is_finished else status.HTTP_202_ACCEPTED
+        return Response(ScoreRequestSerializer(score_request).data, status=code)
+
+
+class ScoreDetailApi(APIView):
+    @extend_schema(operation_id="score_retrieve", responses=ScoreRequestSerializer)
+    def get(self, request: Request, request_id: int) -> Response:
+        score_request = get_object_or_404(ScoreRequest, pk=request_id)
+        return Response(ScoreRequestSerializer(score_request).data)

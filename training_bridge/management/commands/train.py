@@ -1,0 +1,118 @@
+"""manage.py train --release ID [--backbone PATH|tiny] [--device cpu|cuda] [--wait] --json
+
+Starts a Rigel training run on a published release (on the `training` queue) and prints
+{"run": id, "status": ..., "metrics": {...}}. With --wait it returns once the run has finished;
+with --inline it runs the four steps in this process instead of a worker (no broker needed).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.core.management.base import CommandError, CommandParser
+
+from common.management.base import LepusCommand
+from training_bridge.models import STEP_NAMES, TrainingAblation, TrainingRun, TrainingTrigger
+from training_bridge.services import training_run_create, training_run_execute_step
+
+
+def parse_settings(pairs: list[str]) -> dict[str, Any]:
+    """NAME=VALUE pairs; values are JSON when they parse as JSON (numbers, booleans, lists)."""
+    values: dict[str, Any] = {}
+    for pair in pairs:
+        name, separator, raw = pair.partition("=")
+        if not separator or not name:
+            raise CommandError(f"--set expects NAME=VALUE, got {pair!r}")
+        try:
+            values[name] = json.loads(raw)
+        except json.JSONDecodeError:
+            values[name] = raw
+    return values
+
+
+def run_payload(run: TrainingRun) -> dict[str, Any]:
+    return {"run": run.pk, "status": run.status, "metrics": run.metrics or {}}
+
+
+def wait_for(run: TrainingRun, *, timeout: float, poll: float = 1.0) -> TrainingRun:
+    deadline = time.monotonic() + timeout
+    while True:
+        run.refresh_from_db()
+        if run.is_finished or time.monotonic() >= deadline:
+            return run
+        time.sleep(poll)
+
+
+class Command(LepusCommand):
+    help = "Start a Rigel training run on a release (teacher pass, Phase 1, Phase 2, evaluation)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        super().add_arguments(parser)
+        parser.add_argument("--release", type=int, required=True, help="Id of a published release.")
+        parser.add_argument(
+            "--backbone",
+            default=None,
+            help="Local directory or HF-cache name of the VLM, or 'tiny' for the small random "
+            "test model (default: LEPUS_DEFAULT_BACKBONE).",
+        )
+        parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N.")
+        parser.add_argument(
+            "--ablation", default=TrainingAblation.FULL, choices=[c.value for c in TrainingAblation]
+        )
+        parser.add_argument("--reference-free", action="store_true")
+        parser.add_argument("--processes", type=int, default=1, help="torchrun processes (GPUs).")
+        parser.add_argument("--name", default="")
+        parser.add_argument(
+            "--set",
+            action="append",
+            default=[],
+            metavar="NAME=VALUE",
+            help="A hyper-parameter, e.g. --set phase1_epochs=20 --set temperature=2.0.",
+        )
+        parser.add_argument("--wait", action="store_true", help="Return when the run finished.")
+        parser.add_argument(
+            "--inline",
+            action="store_true",
+            help="Run the steps in this process instead of on a Celery worker (implies --wait).",
+        )
+        parser.add_argument("--timeout", type=float, default=7 * 24 * 3600.0)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        from export.models import Release
+
+        release = Release.objects.filter(pk=options["release"]).first()
+        if release is None:
+            raise CommandError(f"release {options['release']} does not exist")
+        try:
+            run = training_run_create(
+                release=release,
+                backbone=options["backbone"],
+                device=options["device"],
+                ablation=options["ablation"],
+                reference_free=options["reference_free"],
+                hyperparameters=parse_settings(options["set"]),
+                processes=options["processes"],
+                name=options["name"],
+                trigger=TrainingTrigger.COMMAND,
+                start=not options["inline"],
+            )
+        except ValidationError as error:
+            raise CommandError("; ".join(error.messages))
+        self.note(f"training run {run.pk} created on release {release.pk}")
+        if options["inline"]:
+            for step in STEP_NAMES:
+                outcome = training_run_execute_step(run_id=run.pk, step=step, token=run.chain_token)
+                self.note(f"{step}: {outcome}")
+                if outcome not in ("ok", "done"):
+                    break
+            run.refresh_from_db()
+        elif options["wait"]:
+            run = wait_for(run, timeout=options["timeout"])
+        self.emit(
+            run_payload(run),
+            human=f"run {run.pk}: {run.status}"
+            + (f", validation {json.dumps(run.metrics.get('validation'))}" if run.metrics else ""),
+        )

@@ -1,0 +1,202 @@
+"""Settings of one Rigel training run (paper Section 3, Appendix D), as a plain dataclass.
+
+The Django side stores `RigelConfig.to_dict()` on the run row and rebuilds the config with
+`RigelConfig.from_dict`, so a run can be re-executed (or resumed) with exactly the settings it
+started with. Unknown keys are refused, so a typo in an API request does not silently fall back to a
+default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+# LoRA goes on these linear layers of the *language model* only; the vision tower keeps its weights
+# (PEFT has no default targets for Qwen-VL models, and Qwen2.5-VL's vision MLP reuses the names
+# gate_proj/up_proj/down_proj, hence the `language_model` anchor in `lora_target_regex`).
+DEFAULT_LORA_TARGETS = (
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+)
+
+
+STANDARD_METRICS = ("bleu4", "rougeL", "cider", "meteor")
+
+
+class Ablation:
+    """The method-ablation switch; each value reproduces one row of the paper's Table 3."""
+
+    FULL = "full"  # (v) Phase 1 then Phase 2, scored with the scoring head
+    LM_HEAD = "lm_head"  # (i) Phase 2 trained and scored through the LM head's "1".."5" logits
+    PHASE1_ONLY = "phase1_only"  # (ii) no Phase 2: frozen backbone + distilled head
+    RANDOM_HEAD = "random_head"  # (iii) no Phase 1: Phase 2 on a randomly initialised head
+
+    CHOICES = (FULL, LM_HEAD, PHASE1_ONLY, RANDOM_HEAD)
+
+    @classmethod
+    def runs_teacher(cls, ablation: str) -> bool:
+        # The teacher cache feeds Phase 1 only.
+        return ablation in (cls.FULL, cls.PHASE1_ONLY)
+
+    @classmethod
+    def runs_phase1(cls, ablation: str) -> bool:
+        return ablation in (cls.FULL, cls.PHASE1_ONLY)
+
+    @classmethod
+    def runs_phase2(cls, ablation: str) -> bool:
+        return ablation in (cls.FULL, cls.LM_HEAD, cls.RANDOM_HEAD)
+
+
+@dataclass
+class RigelConfig:
+    """Everything that decides what a run computes. Defaults are the paper's (Appendix D)."""
+
+    backbone: str = "Qwen/Qwen3-VL-2B-Instruct"  # local dir, HF cache name, or "tiny"
+    device: str = "cpu"  # "cpu", "cuda", "cuda:1"
+    dtype: str = "auto"  # "auto" = bfloat16 on CUDA, float32 on CPU; or "float32"/"bfloat16"
+    frames: int = 8  # frames per clip fed to the backbone
+    reference_free: bool = False  # prompts without references (the paper's reference-free setting)
+    ablation: str = Ablation.FULL
+    seed: int = 0
+
+    # Inference path of the teacher pass and of scoring: "auto" = the fast `ScoringEngine` on CUDA
+    # (worker-process decoding, right padding, batched vision attention) and the plain
+    # `build_batch` forward on CPU; "on" / "off" force one. `engine_workers` < 0: the engine's
+    # default number of decoding processes (cores - 1).
+    engine: str = "auto"
+    engine_workers: int = -1
+
+    # Teacher pass
+    teacher_batch_size: int = 8
+    teacher_shard_size: int = 256  # samples per cached shard (the teacher's checkpoint unit)
+
+    # Phase 1: head distillation on the cached teacher outputs
+    temperature: float = 2.0
+    phase1_learning_rate: float = 1e-3
+    phase1_weight_decay: float = 0.01
+    phase1_batch_size: int = 64
+    phase1_epochs: int = 50
+    phase1_patience: int = 5
+    head_dropout: float = 0.1
+
+    # Phase 2: LoRA on the language model against the one-hot human class
+    phase2_learning_rate: float = 1e-4
+    phase2_weight_decay: float = 0.01
+    phase2_batch_size: int = 8  # effective batch (micro batch x accumulation x processes)
+    phase2_micro_batch_size: int = 8
+    phase2_epochs: int = 1
+    phase2_checkpoint_every: int = 50  # optimiser steps between Phase 2 checkpoints
+    lora_rank: int = 8
+    lora_alpha: int = 16
+    lora_dropout: float = 0.05
+    lora_targets: tuple[str, ...] = field(default_factory=lambda: DEFAULT_LORA_TARGETS)
+
+    # Evaluation / scoring
+    eval_batch_size: int = 16
+    # Standard metrics computed beside Rigel on the same candidates (METEOR needs Java and costs a
+    # JVM start with its paraphrase tables: about 12 s of CPU and 1.2 GB).
+    standard_metrics: tuple[str, ...] = field(default_factory=lambda: STANDARD_METRICS)
+
+    def __post_init__(self) -> None:
+        self.lora_targets = tuple(self.lora_targets)
+        self.standard_metrics = tuple(self.standard_metrics)
+        self.validate()
+
+    def validate(self) -> None:
+        problems: list[str] = []
+        if self.ablation not in Ablation.CHOICES:
+            problems.append(f"ablation must be one of {', '.join(Ablation.CHOICES)}")
+        if self.engine not in ("auto", "on", "off"):
+            problems.append("engine must be auto, on or off")
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            problems.append("dtype must be auto, float32, bfloat16 or float16")
+        if not (self.device == "cpu" or self.device.startswith("cuda")):
+            problems.append("device must be cpu or cuda[:N]")
+        for name in (
+            "frames",
+            "teacher_batch_size",
+            "teacher_shard_size",
+            "phase1_batch_size",
+            "phase1_epochs",
+            "phase1_patience",
+            "phase2_batch_size",
+            "phase2_micro_batch_size",
+            "phase2_epochs",
+            "phase2_checkpoint_every",
+            "lora_rank",
+            "lora_alpha",
+            "eval_batch_size",
+        ):
+            if int(getattr(self, name)) < 1:
+                problems.append(f"{name} must be at least 1")
+        if self.temperature <= 0:
+            problems.append("temperature must be positive")
+        for name in ("phase1_learning_rate", "phase2_learning_rate"):
+            if getattr(self, name) <= 0:
+                problems.append(f"{name} must be positive")
+        for name in ("phase1_weight_decay", "phase2_weight_decay"):
+            if getattr(self, name) < 0:
+                problems.append(f"{name} must not be negative")
+        if not 0 <= self.head_dropout < 1 or not 0 <= self.lora_dropout < 1:
+            problems.append("dropout must be in [0, 1)")
+        if not self.lora_targets:
+            problems.append("lora_targets must name at least one module")
+        unknown_metrics = sorted(set(self.standard_metrics) - set(STANDARD_METRICS))
+        if unknown_metrics:
+            problems.append(
+                f"standard_metrics: unknown {', '.join(unknown_metrics)} "
+                f"(known: {', '.join(STANDARD_METRICS)})"
+            )
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    # --- derived ----------------------------------------------------------------------------
+    @property
+    def torch_dtype_name(self) -> str:
+        if self.dtype != "auto":
+            return self.dtype
+        return "bfloat16" if self.device.startswith("cuda") else "float32"
+
+    def uses_engine(self, device_type: str) -> bool:
+        return self.engine == "on" or (self.engine == "auto" and device_type == "cuda")
+
+    def lora_target_regex(self) -> str:
+        """PEFT `target_modules` as a regex (full match): the named projections of the language
+        model's decoder layers, never the vision tower."""
+        names = "|".join(sorted(set(self.lora_targets)))
+        return rf"^(?!.*visual).*language_model.*\.({names})$"
+
+    # --- serialisation ----------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["lora_targets"] = list(self.lora_targets)
+        data["standard_metrics"] = list(self.standard_metrics)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RigelConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown Rigel settings: {', '.join(unknown)}")
+        values = dict(data)
+        for name in ("lora_targets", "standard_metrics"):
+            if name in values:
+                values[name] = tuple(values[name])
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> RigelConfig:
+        return dataclasses.replace(self, **changes)
+
+
+HYPERPARAMETER_NAMES = tuple(
+    f.name
+    for f in dataclasses.fields(RigelConfig)
+    if f.name not in ("backbone", "device", "ablation", "reference_free")
+)

@@ -1,0 +1,102 @@
+"""Opt-in speed-ups of transformers' Qwen3-VL modules for the GPU (inference and Phase 2).
+
+- ``linear_patch_embed``: the vision patch embedding is a Conv3d whose stride equals its kernel,
+  i.e. one matrix product over the flattened patches; run it as ``F.linear`` (cuDNN's 3-D
+  convolution is a slow way to do a GEMM).
+- ``fuse_elementwise``: the RMSNorm (fp32 upcast, square, mean, rsqrt, scale), SiLU-gate product
+  and the rotary embeddings of text and vision run as single kernels compiled by
+  ``torch.compile`` (same arithmetic, fewer passes over memory).
+
+Both patch the transformers classes/functions in place (process wide) and keep the numbers within
+rounding of the original; ``restore()`` undoes them. No Django import.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+_ORIGINAL: dict[str, Any] = {}
+
+
+def _module() -> Any:
+    from transformers.models.qwen3_vl import modeling_qwen3_vl
+
+    return modeling_qwen3_vl
+
+
+def linear_patch_embed() -> None:
+    m = _module()
+    cls = m.Qwen3VLVisionPatchEmbed
+    _ORIGINAL.setdefault("patch_embed", cls.forward)
+
+    def forward(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
+        weight = self.proj.weight
+        flat = hidden_states.reshape(-1, weight[0].numel()).to(weight.dtype)
+        return F.linear(flat, weight.reshape(weight.shape[0], -1), self.proj.bias)
+
+    cls.forward = forward
+
+
+def fuse_elementwise(dynamic: bool = True) -> None:
+    m = _module()
+    compile_kw: dict[str, Any] = {"dynamic": dynamic, "fullgraph": True}
+
+    @torch.compile(**compile_kw)
+    def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        dtype = x.dtype
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+        return weight * h.to(dtype)
+
+    @torch.compile(**compile_kw)
+    def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        return F.silu(gate) * up
+
+    def rotate_half(x: torch.Tensor) -> torch.Tensor:
+        half = x.shape[-1] // 2
+        return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+    @torch.compile(**compile_kw)
+    def rotary(q, k, cos, sin, unsqueeze_dim: int = 1):  # type: ignore[no-untyped-def]
+        cos = cos.unsqueeze(unsqueeze_dim)
+        sin = sin.unsqueeze(unsqueeze_dim)
+        return (q * cos) + (rotate_half(q) * sin), (k * cos) + (rotate_half(k) * sin)
+
+    @torch.compile(**compile_kw)
+    def rotary_vision(q, k, cos, sin):  # type: ignore[no-untyped-def]
+        dq, dk = q.dtype, k.dtype
+        q, k = q.float(), k.float()
+        cos, sin = cos.unsqueeze(-2).float(), sin.unsqueeze(-2).float()
+        return ((q * cos) + (rotate_half(q) * sin)).to(dq), ((k * cos) + (rotate_half(k) * sin)).to(
+            dk
+        )
+
+    _ORIGINAL.setdefault("rms_forward", m.Qwen3VLTextRMSNorm.forward)
+    _ORIGINAL.setdefault("mlp_forward", m.Qwen3VLTextMLP.forward)
+    _ORIGINAL.setdefault("rotary", m.apply_rotary_pos_emb)
+    _ORIGINAL.setdefault("rotary_vision", m.apply_rotary_pos_emb_vision)
+
+    def rms_forward(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
+        return rms_norm(hidden_states, self.weight, self.variance_epsilon)
+
+    def mlp_forward(self: Any, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(silu_mul(self.gate_proj(x), self.up_proj(x)))
+
+    m.Qwen3VLTextRMSNorm.forward = rms_forward
+    m.Qwen3VLTextMLP.forward = mlp_forward
+    m.apply_rotary_pos_emb = rotary
+    m.apply_rotary_pos_emb_vision = rotary_vision
+
+
+def restore() -> None:
+    m = _module()
+    if "patch_embed" in _ORIGINAL:
+        m.Qwen3VLVisionPatchEmbed.forward = _ORIGINAL.pop("patch_embed")
+    if "rms_forward" in _ORIGINAL:
+        m.Qwen3VLTextRMSNorm.forward = _ORIGINAL.pop("rms_forward")
+        m.Qwen3VLTextMLP.forward = _ORIGINAL.pop("mlp_forward")
+        m.apply_rotary_pos_emb = _ORIGINAL.pop("rotary")
+        m.apply_rotary_pos_emb_vision = _ORIGINAL.pop("rotary_vision")

@@ -1,0 +1,34 @@
+"""Losses of the two phases (paper Eq. 2, Eq. 3 and Appendix E)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def emd_1d(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """One-dimensional Earth Mover's Distance between distributions over ordered labels.
+
+    With unit spacing between the labels, EMD is the L1 distance between the cumulative
+    distribution functions: sum_k |P(<= k) - Q(<= k)|. Returns one value per row.
+    """
+    return (torch.cumsum(p, dim=-1) - torch.cumsum(q, dim=-1)).abs().sum(dim=-1)
+
+
+def phase1_distillation_loss(
+    student_logits: torch.Tensor, teacher_score_logits: torch.Tensor, temperature: float
+) -> torch.Tensor:
+    """T^2 * EMD(softmax(student / T), softmax(teacher / T)), averaged over the batch.
+
+    The teacher's five score logits are softened by the temperature into the pseudo-label
+    distribution (Eq. 1); the student is softened the same way, as in standard distillation, and
+    the T^2 factor keeps the gradient scale independent of T.
+    """
+    target = F.softmax(teacher_score_logits.float() / temperature, dim=-1)
+    student = F.softmax(student_logits.float() / temperature, dim=-1)
+    return emd_1d(student, target).mean() * (temperature**2)
+
+
+def phase2_loss(score_logits: torch.Tensor, class_index: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of the five-way output against the one-hot human class (Eq. 3)."""
+    return F.cross_entropy(score_logits.float(), class_index)

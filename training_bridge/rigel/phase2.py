@@ -1,0 +1,294 @@
+"""Phase 2: adapt the backbone to human judgments under the frozen scoring head (Section 3.2).
+
+LoRA (rank 8, alpha 16 by default) goes on the language model's linear layers only; the vision
+tower, the embeddings, the LM head and the scoring head stay frozen. The loss is the cross-entropy
+of the head's five-way output against the one-hot training class of the release (class 1..5 ->
+index 0..4), over one epoch at an effective batch of 8 (micro-batches with gradient accumulation,
+and data parallelism under torchrun with a hand-rolled gradient all-reduce).
+
+A checkpoint (LoRA weights, optimiser state, step, history) is handed to `on_checkpoint` every K
+optimiser steps; `resume` takes such a checkpoint and continues at the next step with the same data
+order, so a killed worker loses at most K steps.
+
+With `engine` (a `training_bridge.rigel.engine.ScoringEngine` over the same backbone; used on CUDA)
+the same steps run faster, with the same numbers: the micro-batches of the whole run are decoded
+and tokenised in the engine's worker processes ahead of the GPU, in the training order; resizing
+and normalisation run on the GPU; the frozen vision tower runs once per clip (its features are
+cached, `vision_cache_clips` clips at most); the language model reads right-padded rows without an
+attention mask (causal, flash attention); AdamW is the fused CUDA one.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import tempfile
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from training_bridge.rigel.config import RigelConfig
+from training_bridge.rigel.data import ExampleLoader, ReleaseRecord
+from training_bridge.rigel.distributed import Distributed
+from training_bridge.rigel.head import ScoringHead
+from training_bridge.rigel.losses import phase2_loss
+from training_bridge.rigel.teacher import score_token_logits
+
+StepCallback = Callable[[int, int, float], None]  # (step done, total steps, loss of that step)
+CheckpointCallback = Callable[[int, bytes], None]  # (step done, serialised checkpoint)
+
+
+@dataclass
+class Phase2Result:
+    steps: int
+    samples: int
+    mean_loss: float
+    resumed_from_step: int
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+def apply_lora(backbone: Any, config: RigelConfig) -> Any:
+    """Inject LoRA adapters into the language model (in place); returns the PeftModel."""
+    from peft import LoraConfig, get_peft_model
+
+    lora = LoraConfig(
+        r=config.lora_rank,
+        lora_alpha=config.lora_alpha,
+        lora_dropout=config.lora_dropout,
+        target_modules=config.lora_target_regex(),
+        bias="none",
+    )
+    with warnings.catch_warnings():
+        # PEFT asks transformers a deprecated question (is_gradient_checkpointing); not ours to fix.
+        warnings.simplefilter("ignore", FutureWarning)
+        peft_model = get_peft_model(backbone.model, lora)
+    names = [name for name, p in peft_model.named_parameters() if p.requires_grad]
+    if not names:
+        raise RuntimeError("LoRA matched no module of the language model")
+    if any("visual" in name for name in names):
+        raise RuntimeError("LoRA must not touch the vision tower")
+    backbone.extra["peft_model"] = peft_model
+    return peft_model
+
+
+def trainable_parameters(model: Any) -> list[tuple[str, torch.nn.Parameter]]:
+    return [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+
+
+def lora_state(model: Any) -> dict[str, torch.Tensor]:
+    return {name: p.detach().cpu().clone() for name, p in trainable_parameters(model)}
+
+
+def load_lora_state(model: Any, state: dict[str, torch.Tensor]) -> None:
+    parameters = dict(trainable_parameters(model))
+    missing = sorted(set(parameters) - set(state))
+    if missing:
+        raise ValueError(f"checkpoint lacks LoRA weights {missing[:3]}...")
+    with torch.no_grad():
+        for name, parameter in parameters.items():
+            parameter.copy_(state[name].to(parameter.device, parameter.dtype))
+
+
+def save_adapter(peft_model: Any) -> dict[str, bytes]:
+    """The adapter in PEFT's own format: {"adapter_model.safetensors": ..., "adapter_config.json"}."""
+    with tempfile.TemporaryDirectory() as folder:
+        peft_model.save_pretrained(folder)
+        return {path.name: path.read_bytes() for path in Path(folder).iterdir() if path.is_file()}
+
+
+def head_score_logits(
+    backbone: Any, head: ScoringHead | None, batch: dict[str, torch.Tensor]
+) -> torch.Tensor:
+    """Five score logits for a batch: through the scoring head, or (head None: the LM-head
+    ablation) through the LM head's rows of "1".."5"."""
+    outputs = backbone.model.model(**batch, use_cache=False)
+    hidden = outputs.last_hidden_state[:, -1]
+    if head is None:
+        return score_token_logits(backbone, hidden)
+    head_parameter = next(head.parameters())
+    return head(hidden.to(head_parameter.device, head_parameter.dtype))
+
+
+class _EngineMicroBatches:
+    """The run's micro-batches, prepared by the engine's workers in the order the loop takes them,
+    and their five score logits through the language model (with LoRA) and the head."""
+
+    def __init__(
+        self,
+        engine: Any,
+        loader: ExampleLoader,
+        records: Sequence[ReleaseRecord],
+        plan: Sequence[Sequence[int]],
+        cache_clips: int,
+    ):
+        from training_bridge.rigel.engine import VisionCache
+
+        self.engine = engine
+        flat = [index for micro in plan for index in micro]
+        self.keys = [
+            (records[i].clip_id, records[i].frames_key, records[i].video_key) for i in flat
+        ]
+        examples = loader.examples([records[i] for i in flat])
+        sampler: list[list[int]] = []
+        start = 0
+        for micro in plan:
+            sampler.append(list(range(start, start + len(micro))))
+            start += len(micro)
+        self.batches = iter(engine.prepared_batches(examples, batch_sampler=sampler))
+        self.cache = VisionCache(cache_clips)
+
+    def logits(self, backbone: Any, head: ScoringHead | None) -> torch.Tensor:
+        batch = next(self.batches).to(self.engine.device)
+        keys = [self.keys[int(i)] for i in batch.indices]
+        embeds, deepstack = self.engine.cached_vision_features(batch, keys, self.cache)
+        hidden = self.engine.language_hidden(batch, embeds, deepstack)
+        if head is None:
+            return score_token_logits(backbone, hidden)
+        head_parameter = next(head.parameters())
+        return head(hidden.to(head_parameter.device, head_parameter.dtype))
+
+
+def data_order(count: int, *, seed: int, epoch: int) -> list[int]:
+    generator = torch.Generator().manual_seed(seed * 1000 + epoch)
+    return torch.randperm(count, generator=generator).tolist()
+
+
+def serialise_checkpoint(state: dict[str, Any]) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    return buffer.getvalue()
+
+
+def deserialise_checkpoint(data: bytes) -> dict[str, Any]:
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+
+
+def train_phase2(
+    *,
+    backbone: Any,
+    head: ScoringHead | None,
+    loader: ExampleLoader,
+    records: Sequence[ReleaseRecord],
+    config: RigelConfig,
+    dist: Distributed | None = None,
+    on_step: StepCallback | None = None,
+    on_checkpoint: CheckpointCallback | None = None,
+    resume: bytes | None = None,
+    log: Callable[[str], None] | None = None,
+    engine: Any | None = None,
+    vision_cache_clips: int = 2048,
+) -> Phase2Result:
+    """Train LoRA adapters (already injected with `apply_lora`) for `config.phase2_epochs`;
+    through `engine` when given (see the module docstring)."""
+    from training_bridge.rigel.inputs import build_batch
+
+    dist = dist or Distributed()
+    model = backbone.extra.get("peft_model") or apply_lora(backbone, config)
+    if head is not None:
+        head.eval()  # no dropout: Phase 2 reads the head, it does not train it
+        for parameter in head.parameters():
+            parameter.requires_grad_(False)
+    named = trainable_parameters(model)
+    parameters = [p for _, p in named]
+    optimizer = torch.optim.AdamW(
+        parameters,
+        lr=config.phase2_learning_rate,
+        weight_decay=config.phase2_weight_decay,
+        fused=backbone.device.type == "cuda",
+    )
+    count = len(records)
+    if count == 0:
+        raise ValueError("no training samples for Phase 2")
+    global_batch = config.phase2_batch_size
+    steps_per_epoch = math.ceil(count / global_batch)
+    total_steps = steps_per_epoch * config.phase2_epochs
+    start_step = 0
+    history: list[dict[str, float]] = []
+    loss_total = 0.0
+    if resume is not None:
+        state = deserialise_checkpoint(resume)
+        load_lora_state(model, state["lora"])
+        optimizer.load_state_dict(state["optimizer"])
+        start_step = int(state["step"])
+        history = list(state.get("history", []))
+        loss_total = float(state.get("loss_total", 0.0))
+        if log:
+            log(f"phase 2: resumed from the checkpoint at step {start_step}/{total_steps}")
+    model.train()
+    # The vision tower has no trainable weight; keep it (and its dropout-free blocks) in eval.
+    backbone.model.model.visual.eval()
+    # The whole schedule first (the engine prepares its micro-batches ahead, in this order).
+    schedule: list[tuple[int, int, list[int], list[list[int]]]] = []
+    order: list[int] = []
+    order_epoch = -1
+    for step in range(start_step, total_steps):
+        epoch = step // steps_per_epoch
+        if epoch != order_epoch:
+            order, order_epoch = data_order(count, seed=config.seed, epoch=epoch), epoch
+        within = step % steps_per_epoch
+        batch_positions = order[within * global_batch : (within + 1) * global_batch]
+        mine = dist.shard(batch_positions)
+        micro_size = config.phase2_micro_batch_size
+        micros = [mine[first : first + micro_size] for first in range(0, len(mine), micro_size)]
+        schedule.append((step, epoch, batch_positions, micros))
+    fast = None
+    if engine is not None and schedule:
+        plan = [micro for *_, micros in schedule for micro in micros]
+        fast = _EngineMicroBatches(engine, loader, records, plan, vision_cache_clips)
+    for step, epoch, batch_positions, micros in schedule:
+        optimizer.zero_grad(set_to_none=True)
+        step_loss = 0.0
+        for positions in micros:
+            micro = [records[i] for i in positions]
+            targets = torch.tensor([r.class_index for r in micro], device=backbone.device)
+            if fast is not None:
+                logits = fast.logits(backbone, head)
+            else:
+                batch = build_batch(
+                    loader.examples(micro),
+                    backbone,
+                    reference_free=config.reference_free,
+                    device=backbone.device,
+                )
+                logits = head_score_logits(backbone, head, batch)
+            # Each micro-batch's mean loss weighted by its share of the global batch: the sum
+            # over micro-batches and processes is the global batch's mean.
+            loss = phase2_loss(logits, targets) * (len(micro) / len(batch_positions))
+            loss.backward()
+            step_loss += float(loss.detach())
+        dist.all_reduce_gradients(parameters)
+        optimizer.step()
+        step_loss = dist.all_reduce_sum(step_loss)
+        loss_total += step_loss * len(batch_positions)
+        done = step + 1
+        history.append({"step": done, "epoch": epoch + 1, "loss": step_loss})
+        if dist.is_main and on_step:
+            on_step(done, total_steps, step_loss)
+        if on_checkpoint and (done % config.phase2_checkpoint_every == 0) and done < total_steps:
+            if dist.is_main:
+                on_checkpoint(
+                    done,
+                    serialise_checkpoint(
+                        {
+                            "step": done,
+                            "lora": lora_state(model),
+                            "optimizer": optimizer.state_dict(),
+                            "history": history,
+                            "loss_total": loss_total,
+                        }
+                    ),
+                )
+            dist.barrier()
+    model.eval()
+    samples = min(count * config.phase2_epochs, total_steps * global_batch)
+    return Phase2Result(
+        steps=total_steps,
+        samples=samples,
+        mean_loss=loss_total / max(1, samples),
+        resumed_from_step=start_step,
+        history=history,
+    )

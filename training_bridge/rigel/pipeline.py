@@ -1,0 +1,530 @@
+"""The four steps of a Rigel run — teacher pass, Phase 1, Phase 2, evaluation — as functions that
+read and write a `Store` and report through a `Reporter`.
+
+The Celery tasks (Django side) and the command line (`python -m training_bridge.rigel.cli`, also
+under torchrun) call the same `run_step`. A step is idempotent: it returns at once when its outputs
+exist, and it picks up its own checkpoints (teacher shards, Phase 2 checkpoints). Layout in the
+store, for a run whose prefix is `training/runs/<id>`:
+
+    training/cache/<release>/<backbone fingerprint>/<prompt version>/{train,validation}/...
+    training/runs/<id>/artifacts/head.safetensors
+    training/runs/<id>/artifacts/adapter/{adapter_model.safetensors,adapter_config.json}
+    training/runs/<id>/artifacts/metrics.json, evaluation.json, evaluation.md
+    training/runs/<id>/artifacts/scores/<split>.jsonl
+    training/runs/<id>/checkpoints/phase2-step-000050.pt
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from training_bridge.rigel.config import Ablation, RigelConfig
+from training_bridge.rigel.data import ExampleLoader, ReleaseRecord, read_release
+from training_bridge.rigel.distributed import Distributed
+from training_bridge.rigel.store import Store
+
+STEPS = ("teacher", "phase1", "phase2", "evaluate")
+MULTI_PROCESS_STEPS = ("teacher", "phase2")
+TEACHER_SPLITS = ("train", "validation")
+
+
+class Reporter(Protocol):
+    def progress(self, fraction: float, message: str) -> None:
+        """Overall progress of the step in [0, 1]; may raise to stop the step (cancel)."""
+
+    def point(self, values: dict[str, Any]) -> None:
+        """One point of the run's curves: phase, epoch/step, loss, validation tau."""
+
+    def log(self, message: str) -> None: ...
+
+    def checkpoint(self, phase: str, key: str, step: int) -> None:
+        """A checkpoint was stored under `key`; remember it for a resume."""
+
+
+class NullReporter:
+    def progress(self, fraction: float, message: str) -> None:
+        pass
+
+    def point(self, values: dict[str, Any]) -> None:
+        pass
+
+    def log(self, message: str) -> None:
+        pass
+
+    def checkpoint(self, phase: str, key: str, step: int) -> None:
+        pass
+
+
+@dataclass
+class RunSpec:
+    run_prefix: str  # "training/runs/<id>"
+    release_prefix: str  # where the release's data/*.jsonl live
+    release_key: str  # stable identity of the release in the cache path (its id)
+    config: RigelConfig
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_prefix": self.run_prefix,
+            "release_prefix": self.release_prefix,
+            "release_key": self.release_key,
+            "config": self.config.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunSpec:
+        return cls(
+            run_prefix=data["run_prefix"],
+            release_prefix=data["release_prefix"],
+            release_key=str(data["release_key"]),
+            config=RigelConfig.from_dict(data["config"]),
+        )
+
+    def artifact(self, name: str) -> str:
+        return f"{self.run_prefix}/artifacts/{name}"
+
+    def checkpoint_key(self, phase: str, step: int) -> str:
+        return f"{self.run_prefix}/checkpoints/{phase}-step-{step:06d}.pt"
+
+
+def load_backbone_for(config: RigelConfig, dist: Distributed) -> Any:
+    from training_bridge.rigel.backbone import load_backbone
+
+    backbone = load_backbone(
+        config.backbone, device=dist.device_for(config.device), dtype=config.torch_dtype_name
+    )
+    backbone.vision = dataclasses.replace(backbone.vision, num_frames=config.frames)
+    return backbone
+
+
+def make_engine(
+    backbone: Any,
+    config: RigelConfig,
+    *,
+    head: Any | None = None,
+    batch_size: int,
+    processes: int = 1,
+) -> Any | None:
+    """The fast inference engine when the config asks for it on this device, else None. Under
+    torchrun the processes share the machine's cores for their decoding workers."""
+    if not config.uses_engine(backbone.device.type):
+        return None
+    from training_bridge.rigel.engine import ScoringEngine
+
+    workers = config.engine_workers
+    if workers < 0:
+        workers = max(0, min(16, (os.cpu_count() or 1) // max(1, processes) - 1))
+    return ScoringEngine(
+        backbone,
+        head,
+        batch_size=batch_size,
+        reference_free=config.reference_free,
+        num_workers=workers,
+    )
+
+
+def run_step(
+    step: str,
+    *,
+    spec: RunSpec,
+    store: Store,
+    reporter: Reporter | None = None,
+    results: dict[str, Any] | None = None,
+    checkpoint: dict[str, Any] | None = None,
+    dist: Distributed | None = None,
+) -> dict[str, Any]:
+    """Run one step; `results` holds the earlier steps' return values, `checkpoint` the last
+    checkpoint pointers ({"phase2": {"key", "step"}}). Returns this step's result (JSON-safe)."""
+    reporter = reporter or NullReporter()
+    results = results or {}
+    checkpoint = checkpoint or {}
+    dist = dist or Distributed()
+    if step == "teacher":
+        return step_teacher(spec=spec, store=store, reporter=reporter, dist=dist)
+    if step in ("phase1", "evaluate") and dist.enabled:
+        # One-process steps inside a torchrun group: rank 0 works, the others wait for its result.
+        result = None
+        if dist.is_main:
+            result = run_step(step, spec=spec, store=store, reporter=reporter, results=results)
+        return dist.broadcast_object(result)
+    if step == "phase1":
+        return step_phase1(spec=spec, store=store, reporter=reporter, results=results)
+    if step == "phase2":
+        return step_phase2(
+            spec=spec,
+            store=store,
+            reporter=reporter,
+            results=results,
+            checkpoint=checkpoint.get("phase2"),
+            dist=dist,
+        )
+    if step == "evaluate":
+        return step_evaluate(spec=spec, store=store, reporter=reporter, results=results)
+    raise ValueError(f"unknown step {step!r}")
+
+
+# --- teacher pass -----------------------------------------------------------------------------
+
+
+def step_teacher(
+    *, spec: RunSpec, store: Store, reporter: Reporter, dist: Distributed
+) -> dict[str, Any]:
+    from training_bridge.rigel.teacher import (
+        backbone_fingerprint,
+        cache_prefix,
+        prompt_version,
+        run_teacher_split,
+    )
+
+    config = spec.config
+    if not Ablation.runs_teacher(config.ablation):
+        reporter.log(f"teacher pass skipped (ablation {config.ablation})")
+        return {"skipped": True}
+    release = read_release(store, spec.release_prefix)
+    backbone = load_backbone_for(config, dist)
+    fingerprint = backbone_fingerprint(backbone)
+    version = prompt_version(reference_free=config.reference_free, frames=config.frames)
+    prefix = cache_prefix(release_key=spec.release_key, fingerprint=fingerprint, version=version)
+    engine = make_engine(
+        backbone, config, batch_size=config.teacher_batch_size, processes=dist.world_size
+    )
+    loader = ExampleLoader(store, frames=config.frames, lazy=engine is not None)
+    total = sum(len(release[split]) for split in TEACHER_SPLITS)
+    offsets = {"train": 0, "validation": len(release["train"])}
+    computed = 0
+    for split in TEACHER_SPLITS:
+
+        def progress(done: int, _count: int, split: str = split) -> None:
+            reporter.progress(
+                (offsets[split] + done) / max(1, total), f"teacher pass: {split} {done}/{_count}"
+            )
+
+        computed += run_teacher_split(
+            backbone=backbone,
+            loader=loader,
+            records=release[split],
+            store=store,
+            prefix=prefix,
+            split=split,
+            reference_free=config.reference_free,
+            batch_size=config.teacher_batch_size,
+            shard_size=config.teacher_shard_size,
+            on_progress=progress if dist.is_main else None,
+            dist=dist,
+            log=reporter.log if dist.is_main else None,
+            engine=engine,
+        )
+    reused = computed == 0
+    reporter.log(
+        f"teacher pass: {'reused the cache' if reused else f'{computed} samples through the backbone'}"
+        f" at {prefix}"
+    )
+    return {
+        "cache_prefix": prefix,
+        "fingerprint": fingerprint,
+        "prompt_version": version,
+        "computed": computed,
+        "reused": reused,
+        "samples": {split: len(release[split]) for split in TEACHER_SPLITS},
+        "hidden_size": backbone.hidden_size,
+    }
+
+
+# --- Phase 1 ----------------------------------------------------------------------------------
+
+
+def _human_in_order(records: list[ReleaseRecord], ids: list[str]) -> list[float]:
+    by_id = {record.candidate_id: record.normalized for record in records}
+    return [by_id[candidate_id] for candidate_id in ids]
+
+
+def step_phase1(
+    *, spec: RunSpec, store: Store, reporter: Reporter, results: dict[str, Any]
+) -> dict[str, Any]:
+    import numpy as np
+
+    from training_bridge.rigel.head import count_parameters, head_to_bytes
+    from training_bridge.rigel.phase1 import train_head
+    from training_bridge.rigel.teacher import load_split
+
+    config = spec.config
+    if not Ablation.runs_phase1(config.ablation):
+        reporter.log(f"phase 1 skipped (ablation {config.ablation})")
+        return {"skipped": True}
+    head_key = spec.artifact("head.safetensors")
+    teacher = results.get("teacher") or {}
+    if "cache_prefix" not in teacher:
+        raise RuntimeError("phase 1 needs the teacher pass's cache")
+    release = read_release(store, spec.release_prefix)
+    train = load_split(store, teacher["cache_prefix"], "train")
+    validation = load_split(store, teacher["cache_prefix"], "validation")
+    human = np.asarray(_human_in_order(release["validation"], validation.candidate_ids))
+    epochs = config.phase1_epochs
+
+    def on_epoch(epoch: int, loss: float, tau: float) -> None:
+        reporter.point(
+            {
+                "phase": "phase1",
+                "epoch": epoch,
+                "loss": loss,
+                "validation_tau": None if math.isnan(tau) else tau,
+            }
+        )
+        reporter.progress(epoch / epochs, f"phase 1: epoch {epoch}/{epochs}, tau {tau:.4f}")
+
+    result = train_head(
+        train_hidden=train.hidden,
+        train_score_logits=train.score_logits,
+        validation_hidden=validation.hidden,
+        validation_human=human,
+        temperature=config.temperature,
+        learning_rate=config.phase1_learning_rate,
+        weight_decay=config.phase1_weight_decay,
+        batch_size=config.phase1_batch_size,
+        epochs=epochs,
+        patience=config.phase1_patience,
+        dropout=config.head_dropout,
+        seed=config.seed,
+        on_epoch=on_epoch,
+        # On a GPU worker the head trains on the GPU: 50 epochs are seconds there.
+        device=config.device if config.device.startswith("cuda") else "cpu",
+    )
+    store.put_bytes(head_key, head_to_bytes(result.head, dropout=config.head_dropout))
+    reporter.log(
+        f"phase 1: best epoch {result.best_epoch} (validation tau {result.best_tau:.4f}) after "
+        f"{result.epochs_run} epochs in {result.seconds:.1f} s"
+    )
+    return {
+        "head_key": head_key,
+        "head_parameters": count_parameters(result.head),
+        **result.summary(),
+        "best_validation_tau": None if math.isnan(result.best_tau) else result.best_tau,
+    }
+
+
+# --- Phase 2 ----------------------------------------------------------------------------------
+
+
+def step_phase2(
+    *,
+    spec: RunSpec,
+    store: Store,
+    reporter: Reporter,
+    results: dict[str, Any],
+    checkpoint: dict[str, Any] | None,
+    dist: Distributed,
+) -> dict[str, Any]:
+    from training_bridge.rigel.head import build_head, head_from_bytes, head_to_bytes
+    from training_bridge.rigel.phase2 import apply_lora, save_adapter, train_phase2
+
+    config = spec.config
+    if not Ablation.runs_phase2(config.ablation):
+        reporter.log(f"phase 2 skipped (ablation {config.ablation})")
+        return {"skipped": True}
+    release = read_release(store, spec.release_prefix)
+    backbone = load_backbone_for(config, dist)
+    head = None
+    head_key = spec.artifact("head.safetensors")
+    if config.ablation == Ablation.RANDOM_HEAD:
+        # Metric (iii) of the paper: Phase 2 on a randomly initialised head, no Phase 1.
+        head = build_head(backbone.hidden_size, dropout=config.head_dropout, seed=config.seed)
+        if dist.is_main:
+            store.put_bytes(head_key, head_to_bytes(head, dropout=config.head_dropout))
+    elif config.ablation == Ablation.FULL:
+        head = head_from_bytes(store.read_bytes(results["phase1"]["head_key"]))
+    if head is not None:
+        head = head.to(backbone.device)
+    apply_lora(backbone, config)
+    resume = None
+    if checkpoint and checkpoint.get("key") and store.exists(checkpoint["key"]):
+        resume = store.read_bytes(checkpoint["key"])
+    # On CUDA the fast engine prepares the micro-batches in worker processes (file paths are
+    # decoded there) and caches the frozen vision tower's features per clip.
+    engine = make_engine(backbone, config, batch_size=config.phase2_micro_batch_size)
+    loader = ExampleLoader(store, frames=config.frames, lazy=engine is not None)
+    previous_checkpoint: list[str] = (
+        [str(checkpoint["key"])] if checkpoint and checkpoint.get("key") else []
+    )
+
+    # Test-only: seconds to sleep after each step, so a fault-injection test can kill the worker
+    # mid-phase. Leave unset.
+    step_delay = float(os.environ.get("LEPUS_TRAINING_TEST_STEP_DELAY", "0") or 0)
+
+    def on_step(done: int, total: int, loss: float) -> None:
+        reporter.point({"phase": "phase2", "step": done, "loss": loss})
+        reporter.progress(done / total, f"phase 2: step {done}/{total}, loss {loss:.4f}")
+        if step_delay:
+            time.sleep(step_delay)
+
+    def on_checkpoint(done: int, data: bytes) -> None:
+        key = spec.checkpoint_key("phase2", done)
+        store.put_bytes(key, data)
+        reporter.checkpoint("phase2", key, done)
+        reporter.log(f"phase 2: checkpoint at step {done}")
+        # Keep only the newest checkpoint (written first, then the old one goes).
+        while previous_checkpoint:
+            old = previous_checkpoint.pop()
+            if old != key:
+                store.delete(old)
+        previous_checkpoint.append(key)
+
+    result = train_phase2(
+        backbone=backbone,
+        head=head,
+        loader=loader,
+        records=release["train"],
+        config=config,
+        dist=dist,
+        on_step=on_step,
+        on_checkpoint=on_checkpoint,
+        resume=resume,
+        log=reporter.log if dist.is_main else None,
+        engine=engine,
+    )
+    adapter_prefix = spec.artifact("adapter")
+    if dist.is_main:
+        for name, data in save_adapter(backbone.extra["peft_model"]).items():
+            if name.endswith((".safetensors", ".json")):  # not PEFT's generated README
+                store.put_bytes(f"{adapter_prefix}/{name}", data)
+        # The adapter is stored: the resume checkpoints have served their purpose.
+        for old in previous_checkpoint:
+            store.delete(old)
+        reporter.log(
+            f"phase 2: {result.steps} steps, mean loss {result.mean_loss:.4f}"
+            + (f" (resumed at step {result.resumed_from_step})" if result.resumed_from_step else "")
+        )
+    dist.barrier()
+    return {
+        "adapter_prefix": adapter_prefix,
+        "head_key": head_key if head is not None else None,
+        "steps": result.steps,
+        "samples": result.samples,
+        "mean_loss": result.mean_loss,
+        "resumed_from_step": result.resumed_from_step,
+    }
+
+
+# --- evaluation -------------------------------------------------------------------------------
+
+
+def load_run_model(
+    *, spec: RunSpec, store: Store, results: dict[str, Any], dist: Distributed | None = None
+) -> Any:
+    """The trained metric of a run: backbone + adapter (if Phase 2 ran) + head (unless LM head)."""
+    from training_bridge.rigel.scoring import load_trained
+
+    config = spec.config
+    backbone = load_backbone_for(config, dist or Distributed())
+    adapter_files = None
+    phase2 = results.get("phase2") or {}
+    if phase2.get("adapter_prefix"):
+        prefix = phase2["adapter_prefix"]
+        adapter_files = {
+            key.rsplit("/", 1)[-1]: store.read_bytes(key) for key in store.list_keys(prefix)
+        }
+    head_bytes = None
+    if config.ablation != Ablation.LM_HEAD:
+        head_key = (results.get("phase1") or {}).get("head_key") or phase2.get("head_key")
+        if not head_key:
+            raise RuntimeError("the run has no scoring head")
+        head_bytes = store.read_bytes(head_key)
+    model = load_trained(
+        backbone=backbone,
+        head_bytes=head_bytes,
+        adapter_files=adapter_files,
+        reference_free=config.reference_free,
+    )
+    model.engine = make_engine(
+        model.backbone, config, head=model.head, batch_size=config.eval_batch_size
+    )
+    return model
+
+
+def step_evaluate(
+    *, spec: RunSpec, store: Store, reporter: Reporter, results: dict[str, Any]
+) -> dict[str, Any]:
+    import numpy as np
+
+    from training_bridge.rigel.evaluate import evaluate_split, table_markdown
+
+    config = spec.config
+    release = read_release(store, spec.release_prefix)
+    splits = [split for split in ("validation", "test") if split in release]
+    model = load_run_model(spec=spec, store=store, results=results)
+    loader = ExampleLoader(store, frames=config.frames, lazy=model.engine is not None)
+    total = sum(len(release[split]) for split in splits)
+    done = 0
+    table: dict[str, Any] = {"splits": {}, "ablation": config.ablation}
+    metrics: dict[str, Any] = {}
+    for split in splits:
+        records = release[split]
+        scores: list[float] = []
+        for start in range(0, len(records), config.eval_batch_size):
+            chunk = records[start : start + config.eval_batch_size]
+            scores.extend(model.score(loader.examples(chunk), batch_size=len(chunk)).tolist())
+            done += len(chunk)
+            reporter.progress(done / max(1, total), f"evaluation: {split} {done}/{total}")
+        human = np.asarray([record.normalized for record in records])
+        block = evaluate_split(
+            rigel_scores=np.asarray(scores),
+            human=human,
+            candidates=[record.text for record in records],
+            references=[list(record.references) for record in records],
+            standard_metrics=config.standard_metrics,
+        )
+        table["splits"][split] = block
+        metrics[split] = block["rows"]["rigel"]
+        lines = [
+            json.dumps(
+                {"candidate_id": r.candidate_id, "score": s, "human": r.normalized}, sort_keys=True
+            )
+            for r, s in zip(records, scores, strict=True)
+        ]
+        store.put_bytes(spec.artifact(f"scores/{split}.jsonl"), ("\n".join(lines) + "\n").encode())
+    metrics_key = spec.artifact("metrics.json")
+    table_key = spec.artifact("evaluation.json")
+    markdown_key = spec.artifact("evaluation.md")
+    store.put_bytes(metrics_key, json.dumps(metrics, sort_keys=True, indent=2).encode())
+    store.put_bytes(table_key, json.dumps(table, sort_keys=True, indent=2).encode())
+    store.put_bytes(markdown_key, table_markdown(table).encode())
+    if "validation" in metrics:
+        reporter.log(
+            "evaluation: validation Kendall tau_b "
+            f"{metrics['validation']['kendall_b']:.1f}, tau_c {metrics['validation']['kendall_c']:.1f}"
+        )
+    return {
+        "metrics": metrics,
+        "table": table,
+        "metrics_key": metrics_key,
+        "table_key": table_key,
+        "markdown_key": markdown_key,
+    }
+
+
+ArtifactList = Callable[[dict[str, Any]], dict[str, str]]
+
+
+def artifact_keys(results: dict[str, Any]) -> dict[str, str]:
+    """Name -> storage key of every artifact the steps produced so far."""
+    keys: dict[str, str] = {}
+    phase1 = results.get("phase1") or {}
+    phase2 = results.get("phase2") or {}
+    evaluation = results.get("evaluate") or {}
+    head_key = phase1.get("head_key") or phase2.get("head_key")
+    if head_key:
+        keys["head"] = head_key
+    if phase2.get("adapter_prefix"):
+        keys["adapter_weights"] = f"{phase2['adapter_prefix']}/adapter_model.safetensors"
+        keys["adapter_config"] = f"{phase2['adapter_prefix']}/adapter_config.json"
+    for name in ("metrics", "table", "markdown"):
+        if evaluation.get(f"{name}_key"):
+            keys[{"table": "evaluation", "markdown": "evaluation_markdown"}.get(name, name)] = (
+                evaluation[f"{name}_key"]
+            )
+    return keys

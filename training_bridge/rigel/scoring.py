@@ -1,0 +1,102 @@
+"""From five score logits to one score in [0, 1] (paper Section 3.3).
+
+s = sum_i p_i * i over the labels 1..5 (score smoothing), then (s - 1) / 4.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def expected_score(logits: torch.Tensor) -> torch.Tensor:
+    """sum_i softmax(logits)_i * i for labels 1..5; shape [..., 5] -> [...]."""
+    probabilities = torch.softmax(logits.float(), dim=-1)
+    labels = torch.arange(1, logits.shape[-1] + 1, dtype=probabilities.dtype, device=logits.device)
+    return (probabilities * labels).sum(dim=-1)
+
+
+def normalised_score(logits: torch.Tensor) -> torch.Tensor:
+    """The expected score mapped linearly from [1, 5] to [0, 1]."""
+    return (expected_score(logits) - 1.0) / (logits.shape[-1] - 1)
+
+
+def normalised_scores_numpy(logits: torch.Tensor) -> np.ndarray:
+    return normalised_score(logits).detach().cpu().double().numpy()
+
+
+# --- scoring with a trained run ---------------------------------------------------------------
+
+
+class TrainedRigel:
+    """A backbone with the run's LoRA adapter (if Phase 2 ran) and scoring head (unless the run is
+    the LM-head ablation), ready to score (video, references, candidate) triples."""
+
+    def __init__(self, *, backbone: Any, head: Any | None, reference_free: bool) -> None:
+        self.backbone = backbone
+        self.head = head
+        self.reference_free = reference_free
+        self.engine: Any | None = None  # a ScoringEngine over the same backbone and head
+
+    @torch.no_grad()
+    def score_logits(self, examples: Sequence[Any]) -> torch.Tensor:
+        from training_bridge.rigel.inputs import build_batch
+        from training_bridge.rigel.phase2 import head_score_logits
+
+        batch = build_batch(
+            examples,
+            self.backbone,
+            reference_free=self.reference_free,
+            device=self.backbone.device,
+        )
+        return head_score_logits(self.backbone, self.head, batch).float().cpu()
+
+    def score(self, examples: Sequence[Any], *, batch_size: int = 16) -> np.ndarray:
+        """Normalised scores in [0, 1], one per example."""
+        if self.engine is not None:
+            if not examples:
+                return np.zeros(0)
+            output = self.engine.run(list(examples))
+            logits = output.head_logits if output.head_logits is not None else output.score_logits
+            return normalised_score(torch.from_numpy(logits)).double().numpy()
+        parts = [
+            normalised_score(self.score_logits(examples[start : start + batch_size]))
+            for start in range(0, len(examples), batch_size)
+        ]
+        if not parts:
+            return np.zeros(0)
+        return torch.cat(parts).double().numpy()
+
+
+def load_trained(
+    *,
+    backbone: Any,
+    head_bytes: bytes | None,
+    adapter_files: dict[str, bytes] | None,
+    reference_free: bool,
+) -> TrainedRigel:
+    """Attach a run's artifacts to a freshly loaded backbone."""
+    import tempfile
+    import warnings
+    from pathlib import Path
+
+    from training_bridge.rigel.head import head_from_bytes
+
+    if adapter_files:
+        from peft import PeftModel
+
+        with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings():
+            # PEFT asks transformers a deprecated question (is_gradient_checkpointing).
+            warnings.simplefilter("ignore", FutureWarning)
+            for name, data in adapter_files.items():
+                (Path(folder) / name).write_bytes(data)
+            peft_model = PeftModel.from_pretrained(backbone.model, folder, is_trainable=False)
+        backbone.extra["peft_model"] = peft_model
+    backbone.model.eval()
+    head = None
+    if head_bytes is not None:
+        head = head_from_bytes(head_bytes).to(backbone.device)
+    return TrainedRigel(backbone=backbone, head=head, reference_free=reference_free)

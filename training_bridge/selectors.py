@@ -1,0 +1,106 @@
+"""Reads of training_bridge: run lists, comparisons, curves for the pages."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from django.db.models import QuerySet
+
+from training_bridge.models import ScoreRequest, TrainingRun
+from training_bridge.rigel.config import RigelConfig
+
+STATISTICS = ("kendall_b", "kendall_c", "spearman", "pearson")
+METRIC_LABELS = {
+    "rigel": "Rigel",
+    "bleu4": "BLEU-4",
+    "rougeL": "ROUGE-L",
+    "cider": "CIDEr",
+    "meteor": "METEOR",
+}
+
+
+def training_run_list(
+    *, release_id: int | None = None, status: str | None = None
+) -> QuerySet[TrainingRun]:
+    runs = TrainingRun.objects.select_related("release", "created_by").defer(
+        "history", "step_results", "log_tail", "evaluation"
+    )
+    if release_id is not None:
+        runs = runs.filter(release_id=release_id)
+    if status:
+        runs = runs.filter(status=status)
+    return runs.order_by("-created_at", "-id")
+
+
+def training_run_get(*, run_id: int) -> TrainingRun:
+    return TrainingRun.objects.select_related("release", "created_by").get(pk=run_id)
+
+
+def score_request_get(*, request_id: int) -> ScoreRequest:
+    return ScoreRequest.objects.select_related("run").get(pk=request_id)
+
+
+def curve(
+    history: Iterable[dict[str, Any]], *, phase: str, x: str, y: str
+) -> list[tuple[float, float]]:
+    """(x, y) points of one curve, skipping points without a finite y."""
+    points = []
+    for point in history:
+        if point.get("phase") != phase:
+            continue
+        xv, yv = point.get(x), point.get(y)
+        if isinstance(xv, (int, float)) and isinstance(yv, (int, float)) and math.isfinite(yv):
+            points.append((float(xv), float(yv)))
+    return points
+
+
+def evaluation_rows(run: TrainingRun, *, split: str = "validation") -> list[dict[str, Any]]:
+    """Rows of the side-by-side table of one split: {"metric", "label", statistic: value}."""
+    block = (run.evaluation or {}).get("splits", {}).get(split)
+    if not block:
+        return []
+    rows = []
+    for name, values in block.get("rows", {}).items():
+        rows.append({"metric": name, "label": METRIC_LABELS.get(name, name), **values})
+    return rows
+
+
+def evaluation_splits(run: TrainingRun) -> list[str]:
+    return list((run.evaluation or {}).get("splits", {}).keys())
+
+
+def training_runs_compare(*, runs: Sequence[TrainingRun]) -> dict[str, Any]:
+    """What differs between runs (settings) and their validation figures side by side."""
+    defaults = RigelConfig().to_dict()
+    settings_rows = []
+    names = sorted({name for run in runs for name in (run.hyperparameters or {})})
+    fixed = [
+        ("release", lambda run: run.release_id),
+        ("backbone", lambda run: run.backbone),
+        ("device", lambda run: run.device),
+        ("ablation", lambda run: run.ablation),
+        ("reference_free", lambda run: run.reference_free),
+        ("processes", lambda run: run.processes),
+    ]
+    for label, getter in fixed:
+        values = [getter(run) for run in runs]
+        settings_rows.append(
+            {"name": label, "values": values, "differs": len(set(map(str, values))) > 1}
+        )
+    for name in names:
+        values = [(run.hyperparameters or {}).get(name, defaults.get(name)) for run in runs]
+        settings_rows.append(
+            {"name": name, "values": values, "differs": len(set(map(str, values))) > 1}
+        )
+    metric_rows = []
+    for statistic in STATISTICS:
+        metric_rows.append(
+            {"name": statistic, "values": [run.validation_metric(statistic) for run in runs]}
+        )
+    best = {}
+    for row in metric_rows:
+        finite = [v for v in row["values"] if isinstance(v, (int, float))]
+        best[row["name"]] = max(finite) if finite else None
+    return {"settings": settings_rows, "metrics": metric_rows, "best": best}

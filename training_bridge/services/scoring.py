@@ -1,0 +1,242 @@
+"""Scoring (clip, references, candidate) triples with a finished run.
+
+Two doors: `POST /api/v1/score` records a `ScoreRequest` that a worker on the `training` queue
+executes (the web process never loads torch), and `manage.py score` scores in its own process.
+Both end in `score_examples`, which keeps the most recently used run's model loaded in the process.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from common.jobs import job_claim, job_finish
+from common.models import JobStatus
+from common.tasks import enqueue
+from datasets_app.models import Clip
+from training_bridge.models import ScoreRequest, TrainingRun
+
+logger = logging.getLogger(__name__)
+
+MAX_REFERENCES = 32
+_model_lock = threading.Lock()
+_loaded: dict[str, Any] = {}  # {"run": run id, "model": TrainedRigel}
+
+
+# --- validation -------------------------------------------------------------------------------
+
+
+def _clean_text(value: Any, *, what: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValidationError(f"{what} must be a non-empty string")
+    if len(value) > settings.LEPUS_MAX_CAPTION_CHARS:
+        raise ValidationError(
+            f"{what} is longer than {settings.LEPUS_MAX_CAPTION_CHARS} characters"
+        )
+    return value.strip()
+
+
+def score_item_clean(
+    *, item: Any, index: int, reference_free: bool, clips: dict[str, Clip]
+) -> dict[str, Any]:
+    """One triple, checked: the clip exists and has frames or a video; references are given for
+    a reference-based run (and ignored by a reference-free one)."""
+    where = f"item {index}"
+    if not isinstance(item, dict):
+        raise ValidationError(f"{where}: expected an object")
+    candidate = _clean_text(item.get("candidate"), what=f"{where}: candidate")
+    references_raw = item.get("references")
+    references: list[str] = []
+    if references_raw is not None:
+        if not isinstance(references_raw, list) or len(references_raw) > MAX_REFERENCES:
+            raise ValidationError(f"{where}: references must be a list of at most {MAX_REFERENCES}")
+        references = [
+            _clean_text(text, what=f"{where}: reference {number}")
+            for number, text in enumerate(references_raw)
+        ]
+    if not reference_free and not references:
+        raise ValidationError(f"{where}: this run is reference-based; give at least one reference")
+    clip_id = item.get("clip")
+    if not isinstance(clip_id, str) or clip_id not in clips:
+        raise ValidationError(f"{where}: unknown clip {clip_id!r}")
+    clip = clips[clip_id]
+    if not (clip.frames_key or clip.video_key):
+        raise ValidationError(f"{where}: clip {clip_id} has no processed video or frames yet")
+    return {
+        "clip": clip_id,
+        "frames_key": clip.frames_key,
+        "video_key": clip.video_key,
+        "duration": clip.duration,
+        "references": references if not reference_free else [],
+        "candidate": candidate,
+    }
+
+
+def score_items_clean(*, items: Any, run: TrainingRun) -> list[dict[str, Any]]:
+    if not isinstance(items, list) or not items:
+        raise ValidationError("items must be a non-empty list")
+    if len(items) > settings.LEPUS_SCORE_MAX_ITEMS:
+        raise ValidationError(f"at most {settings.LEPUS_SCORE_MAX_ITEMS} items per request")
+    wanted = {item.get("clip") for item in items if isinstance(item, dict)}
+    clips = {
+        clip.vatex_id: clip
+        for clip in Clip.objects.filter(vatex_id__in=[w for w in wanted if isinstance(w, str)])
+    }
+    return [
+        score_item_clean(item=item, index=index, reference_free=run.reference_free, clips=clips)
+        for index, item in enumerate(items)
+    ]
+
+
+# --- API path: a job on the training queue ----------------------------------------------------
+
+
+@transaction.atomic
+def score_request_create(*, run: TrainingRun, items: Any, created_by: Any = None) -> ScoreRequest:
+    if not run.can_score:
+        raise ValidationError(f"run {run.pk} is {run.status}; only a succeeded run can score")
+    cleaned = score_items_clean(items=items, run=run)
+    request = ScoreRequest.objects.create(
+        run=run,
+        items=cleaned,
+        created_by=created_by if getattr(created_by, "pk", None) else None,
+    )
+    from training_bridge.tasks import score_request as score_task
+
+    enqueue(score_task, request.pk)
+    return request
+
+
+def score_request_execute(*, request_id: int, task_id: str = "") -> str:
+    request = job_claim(model=ScoreRequest, job_id=request_id, task_id=task_id)
+    if request is None:
+        return "busy"
+    from training_bridge.services.reporting import heartbeat
+
+    try:
+        run = TrainingRun.objects.select_related("release").get(pk=request.run_id)
+        with heartbeat(ScoreRequest, request.pk):  # loading a backbone can take a while
+            scores = score_records(run=run, items=request.items)
+    except Exception as error:  # the request ends failed with the reason; the worker lives on
+        logger.exception("score request %s failed", request_id)
+        job_finish(job=request, status=JobStatus.FAILED, error=str(error))
+        return "failed"
+    job_finish(job=request, status=JobStatus.SUCCEEDED, scores=scores)
+    return "ok"
+
+
+# --- scoring ----------------------------------------------------------------------------------
+
+
+def trained_model(*, run: TrainingRun) -> Any:
+    """The run's trained metric, loaded once per process (the latest run used stays loaded)."""
+    from training_bridge.rigel.pipeline import load_run_model
+    from training_bridge.services.runs import training_run_spec
+    from training_bridge.store import DjangoStore
+
+    with _model_lock:
+        if _loaded.get("run") != run.pk:
+            _loaded.clear()
+            _loaded["model"] = load_run_model(
+                spec=training_run_spec(run=run), store=DjangoStore(), results=run.step_results
+            )
+            _loaded["run"] = run.pk
+        return _loaded["model"]
+
+
+def score_records(*, run: TrainingRun, items: list[dict[str, Any]]) -> list[float]:
+    """Scores in [0, 1] for cleaned items (clips in storage)."""
+    from training_bridge.rigel.data import ExampleLoader, ReleaseRecord
+    from training_bridge.store import DjangoStore
+
+    config_frames = int((run.hyperparameters or {}).get("frames", 8))
+    lazy = trained_model(run=run).engine is not None
+    loader = ExampleLoader(DjangoStore(), frames=config_frames, lazy=lazy)
+    records = [
+        ReleaseRecord(
+            clip_id=item["clip"],
+            candidate_id=str(index),
+            text=item["candidate"],
+            references=tuple(item.get("references") or ()),
+            normalized=0.0,
+            training_class=1,
+            frames_key=item.get("frames_key", ""),
+            video_key=item.get("video_key", ""),
+            duration=item.get("duration"),
+        )
+        for index, item in enumerate(items)
+    ]
+    return score_examples(run=run, examples=loader.examples(records))
+
+
+def score_examples(*, run: TrainingRun, examples: list[Any]) -> list[float]:
+    model = trained_model(run=run)
+    batch_size = int((run.hyperparameters or {}).get("eval_batch_size", 16))
+    scores = model.score(examples, batch_size=batch_size)
+    return [round(float(min(1.0, max(0.0, value))), 6) for value in scores]
+
+
+def score_input_examples(*, run: TrainingRun, lines: list[dict[str, Any]]) -> list[Any]:
+    """Examples for `manage.py score` input lines: {"video": <local file or frames folder, or a
+    clip id>, "references": [...] (absent for reference-free), "candidate": "..."}. Every line is
+    checked before the model is loaded."""
+    from training_bridge.rigel.data import ExampleLoader, ReleaseRecord
+    from training_bridge.rigel.inputs import RigelExample
+    from training_bridge.store import DjangoStore
+
+    checked: list[tuple[str, Any, list[str], str]] = []  # (kind, source, references, candidate)
+    for number, line in enumerate(lines, start=1):
+        where = f"line {number}"
+        video = line.get("video")
+        candidate = _clean_text(line.get("candidate"), what=f"{where}: candidate")
+        references = line.get("references") or []
+        if not isinstance(references, list) or not all(isinstance(r, str) for r in references):
+            raise ValidationError(f"{where}: references must be a list of strings")
+        if not run.reference_free and not references:
+            raise ValidationError(f"{where}: this run is reference-based; give references")
+        if not isinstance(video, str) or not video:
+            raise ValidationError(f"{where}: video must be a file path or a clip id")
+        path = Path(video)
+        if path.is_file():
+            checked.append(("file", path, references, candidate))
+        elif path.is_dir():
+            checked.append(("folder", path, references, candidate))
+        else:
+            clip = Clip.objects.filter(vatex_id=video).first()
+            if clip is None or not (clip.frames_key or clip.video_key):
+                raise ValidationError(f"{where}: {video!r} is neither a file nor a ready clip")
+            checked.append(("clip", clip, references, candidate))
+
+    frames = int((run.hyperparameters or {}).get("frames", 8))
+    lazy = trained_model(run=run).engine is not None
+    loader = ExampleLoader(DjangoStore(), frames=frames, lazy=lazy)
+    examples: list[Any] = []
+    for number, (kind, source, references, candidate) in enumerate(checked, start=1):
+        if kind == "file":
+            examples.append(
+                RigelExample(references=references, candidate=candidate, video_path=source)
+            )
+        elif kind == "folder":
+            examples.append(
+                RigelExample(references=references, candidate=candidate, frame_paths=source)
+            )
+        else:
+            record = ReleaseRecord(
+                clip_id=source.vatex_id,
+                candidate_id=str(number),
+                text=candidate,
+                references=tuple(references),
+                normalized=0.0,
+                training_class=1,
+                frames_key=source.frames_key,
+                video_key=source.video_key,
+                duration=source.duration,
+            )
+            examples.extend(loader.examples([record]))
+    return examples

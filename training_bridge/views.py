@@ -1,0 +1,217 @@
+"""Dashboard pages of training_bridge (curators only): runs, one run with its curves and
+evaluation table, a comparison of runs, and the forms that start, cancel and resume runs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from common import storage
+from common.models import JobStatus
+from common.permissions import is_curator
+from training_bridge import selectors
+from training_bridge.charts import line_chart
+from training_bridge.models import TrainingAblation, TrainingRun, TrainingTrigger
+from training_bridge.services import (
+    training_run_cancel,
+    training_run_create,
+    training_run_resume,
+)
+
+MAX_COMPARED = 6
+
+
+def curator_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    @wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not request.user.is_authenticated:
+            return redirect_to_login(request.get_full_path())
+        if not is_curator(request.user):
+            raise PermissionDenied("Curator role required.")
+        return view(request, *args, **kwargs)
+
+    return wrapped
+
+
+def _published_releases() -> Any:
+    from export.models import Release
+
+    return Release.objects.filter(status=JobStatus.SUCCEEDED).order_by("-created_at", "-id")
+
+
+@require_GET
+@curator_required
+def run_list(request: HttpRequest) -> HttpResponse:
+    runs = selectors.training_run_list(status=request.GET.get("status") or None)
+    page = Paginator(runs, 25).get_page(request.GET.get("page"))
+    return render(
+        request,
+        "training_bridge/run_list.html",
+        {
+            "page": page,
+            "releases": _published_releases()[:50],
+            "ablations": TrainingAblation.choices,
+            "statuses": JobStatus.choices,
+            "status_filter": request.GET.get("status", ""),
+        },
+    )
+
+
+@require_POST
+@curator_required
+def run_start(request: HttpRequest) -> HttpResponse:
+    from export.models import Release
+
+    release = Release.objects.filter(pk=request.POST.get("release") or 0).first()
+    if release is None:
+        messages.error(request, "Choose a published release.")
+        return redirect("training_bridge:run-list")
+    try:
+        run = training_run_create(
+            release=release,
+            backbone=request.POST.get("backbone", "").strip() or None,
+            device=request.POST.get("device", "cpu").strip() or "cpu",
+            ablation=request.POST.get("ablation", "full"),
+            reference_free=request.POST.get("reference_free") == "on",
+            name=request.POST.get("name", ""),
+            trigger=TrainingTrigger.DASHBOARD,
+            created_by=request.user,
+        )
+    except ValidationError as error:
+        messages.error(request, "; ".join(error.messages))
+        return redirect("training_bridge:run-list")
+    messages.success(request, f"Training run {run.pk} queued.")
+    return redirect("training_bridge:run-detail", run_id=run.pk)
+
+
+def _artifact_links(run: TrainingRun) -> list[dict[str, str]]:
+    links = []
+    for name, key in sorted((run.artifacts or {}).items()):
+        try:
+            url = storage.media_url(key, download_name=key.rsplit("/", 1)[-1])
+        except storage.StorageUnavailable:
+            url = ""
+        links.append({"name": name, "key": key, "url": url})
+    return links
+
+
+@require_GET
+@curator_required
+def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = get_object_or_404(TrainingRun.objects.select_related("release", "created_by"), pk=run_id)
+    history = run.history or []
+    phase1_loss = selectors.curve(history, phase="phase1", x="epoch", y="loss")
+    phase1_tau = selectors.curve(history, phase="phase1", x="epoch", y="validation_tau")
+    phase2_loss = selectors.curve(history, phase="phase2", x="step", y="loss")
+    splits = selectors.evaluation_splits(run)
+    return render(
+        request,
+        "training_bridge/run_detail.html",
+        {
+            "run": run,
+            "loss_chart": line_chart(
+                [("EMD x T² (train)", phase1_loss)],
+                title="Phase 1: distillation loss",
+                x_label="epoch",
+                y_label="loss",
+            ),
+            "tau_chart": line_chart(
+                [("Kendall tau_b (validation)", phase1_tau)],
+                title="Phase 1: validation Kendall tau",
+                x_label="epoch",
+                y_label="tau",
+            ),
+            "phase2_chart": line_chart(
+                [("cross-entropy", phase2_loss)],
+                title="Phase 2: loss per step",
+                x_label="step",
+                y_label="loss",
+            ),
+            "tables": [
+                {
+                    "split": split,
+                    "rows": selectors.evaluation_rows(run, split=split),
+                    "notes": (run.evaluation or {})
+                    .get("splits", {})
+                    .get(split, {})
+                    .get("notes", []),
+                    "n": (run.evaluation or {}).get("splits", {}).get(split, {}).get("n"),
+                }
+                for split in splits
+            ],
+            "artifacts": _artifact_links(run),
+            "results": run.step_results or {},
+            "is_active": run.status in (JobStatus.QUEUED, JobStatus.RUNNING),
+        },
+    )
+
+
+@require_POST
+@curator_required
+def run_cancel(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = get_object_or_404(TrainingRun, pk=run_id)
+    try:
+        training_run_cancel(run=run)
+        messages.success(request, f"Cancellation of run {run.pk} requested.")
+    except ValidationError as error:
+        messages.error(request, "; ".join(error.messages))
+    return redirect("training_bridge:run-detail", run_id=run.pk)
+
+
+@require_POST
+@curator_required
+def run_resume(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = get_object_or_404(TrainingRun, pk=run_id)
+    try:
+        training_run_resume(run=run)
+        messages.success(request, f"Run {run.pk} re-queued from its last checkpoint.")
+    except ValidationError as error:
+        messages.error(request, "; ".join(error.messages))
+    return redirect("training_bridge:run-detail", run_id=run.pk)
+
+
+@require_GET
+@curator_required
+def run_compare(request: HttpRequest) -> HttpResponse:
+    ids: list[int] = []
+    for value in request.GET.getlist("run"):
+        for part in value.split(","):
+            if part.strip().isdigit() and int(part) not in ids:
+                ids.append(int(part))
+    ids = ids[:MAX_COMPARED]
+    by_id = {
+        run.pk: run for run in TrainingRun.objects.select_related("release").filter(pk__in=ids)
+    }
+    runs = [by_id[i] for i in ids if i in by_id]
+    comparison = selectors.training_runs_compare(runs=runs) if runs else None
+    tau_series = [
+        (
+            f"run {run.pk}",
+            selectors.curve(run.history or [], phase="phase1", x="epoch", y="validation_tau"),
+        )
+        for run in runs
+    ]
+    return render(
+        request,
+        "training_bridge/run_compare.html",
+        {
+            "runs": runs,
+            "comparison": comparison,
+            "tau_chart": line_chart(
+                tau_series, title="Phase 1: validation Kendall tau", x_label="epoch", y_label="tau"
+            )
+            if runs
+            else None,
+            "recent": selectors.training_run_list()[:20],
+            "selected": ids,
+        },
+    )
