@@ -8,9 +8,9 @@ import json
 
 import datasets
 import pytest
-from django.db import connection
 
-from annotation.models import Campaign
+from annotation.models import Campaign, CampaignCandidate
+from annotation.services.aggregation import aggregation_recompute
 from datasets_app.services.imports.vatex import VATEX_EVAL_CAMPAIGN_SLUG, vatex_eval_import
 from tests.export.helpers import build, jsonl_records, read_file, release_root
 from tests.support.processes import REPO_ROOT
@@ -18,44 +18,11 @@ from tests.support.processes import REPO_ROOT
 VATEX_EVAL_PATH = REPO_ROOT / "data" / "vatex_eval" / "vid_cans_score_dict.json"
 
 
-def aggregate(campaign: Campaign) -> None:
-    """The quality app's aggregation (mean of the kept ratings, review when the kept ratings span
-    the campaign's threshold or more). Until `annotation.services.aggregation` is merged, the
-    same rule in one SQL statement."""
-    try:
-        from annotation.services.aggregation import aggregation_recompute
-    except ImportError:
-        aggregation_recompute = None
-    if aggregation_recompute is not None:
-        aggregation_recompute(campaign=campaign)
-        return
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            UPDATE annotation_campaigncandidate cc SET
-              judgments_total = a.n, kept_judgments = a.n,
-              means = jsonb_build_object('overall', a.mean), overall = a.mean,
-              normalized = (a.mean - 1) / 4, training_class = floor(a.mean + 0.5),
-              rating_range = a.spread,
-              review_state = CASE WHEN a.spread >= %(threshold)s THEN 'open' ELSE '' END,
-              is_finalised = a.n >= cc.quota
-            FROM (SELECT campaign_candidate_id AS id, count(*) AS n,
-                         avg((values->>'overall')::float8) AS mean,
-                         max((values->>'overall')::float8) - min((values->>'overall')::float8)
-                           AS spread
-                  FROM annotation_judgment WHERE campaign_id = %(campaign)s AND NOT is_excluded
-                  GROUP BY 1) a
-            WHERE cc.id = a.id
-            """,
-            {"campaign": campaign.pk, "threshold": campaign.review_range_threshold},
-        )
-
-
 @pytest.mark.slow
 def test_a_release_of_the_vatex_eval_import_loads_with_datasets(db, tmp_path):
     vatex_eval_import(path=VATEX_EVAL_PATH)
     campaign = Campaign.objects.get(slug=VATEX_EVAL_CAMPAIGN_SLUG)
-    aggregate(campaign)
+    aggregation_recompute(campaign=campaign)  # the quality app's rule: review at range >= 3
     release = build(campaigns=[campaign], seed=0)
 
     # Independently, from the shipped file: no QC exclusion, so every candidate has its three
@@ -100,8 +67,12 @@ def test_a_release_of_the_vatex_eval_import_loads_with_datasets(db, tmp_path):
     ratings = ast.literal_eval(entry["scores"])[index]
     assert record["text"] == entry["cands"][index].strip()
     assert record["references"] == [text.strip() for text in entry["refs"][0]]
-    assert record["overall"] == pytest.approx(sum(ratings) / 3, abs=1e-12)
-    assert record["scores"] == {"overall": record["overall"]}
+    stored = CampaignCandidate.objects.get(
+        campaign=campaign, candidate__external_id=record["candidate_id"]
+    )
+    assert record["overall"] == stored.overall == pytest.approx(sum(ratings) / 3, abs=1e-8)
+    assert record["scores"] == stored.means
+    assert record["scores"]["overall"] == pytest.approx(sum(ratings) / 3, abs=1e-12)
     assert record["normalized"] == (record["overall"] - 1) / 4
     assert record["judgments"] == 3
 
