@@ -228,6 +228,11 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # Several models have a `status` field with different choices; name each enum explicitly.
+    "ENUM_NAME_OVERRIDES": {
+        "JobStatusEnum": "common.models.JobStatus",
+        "CampaignStatusEnum": "annotation.models.CampaignStatus",
+    },
 }
 
 # --- Cache (throttling state) -------------------------------------------------------------------
