@@ -14,6 +14,20 @@ def after_submission(assignment_id: int) -> None:
     quality_after_submission(assignment_id=assignment_id)
 
 
+@shared_task(name="annotation.quality_catch_up", ignore_result=True)
+def quality_catch_up(campaign_id: int) -> None:
+    """The debounced after-submission pass of one campaign (see
+    `annotation.services.quality_queue`)."""
+    from annotation.services.quality import SWEEP_MAX_WORKERS
+    from annotation.services.quality import quality_catch_up as catch_up
+    from annotation.services.quality_queue import catch_up_publish, pending_clear
+
+    pending_clear(campaign_id)
+    done = catch_up(campaign_id=campaign_id)
+    if done["workers"] >= SWEEP_MAX_WORKERS:  # more were waiting: another pass right away
+        catch_up_publish(campaign_id=campaign_id, countdown=0)
+
+
 @shared_task(name="annotation.expire_leases", ignore_result=True)
 def expire_leases() -> int:
     """Return the slots of assignments whose lease ran out (beat, every minute)."""

@@ -285,6 +285,9 @@ CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TIMEZONE = TIME_ZONE
 # A job row whose heartbeat is older than this is considered orphaned by a dead worker.
 LEPUS_JOB_HEARTBEAT_TIMEOUT = env_int("LEPUS_JOB_HEARTBEAT_TIMEOUT", 120, minimum=5)
+# After-submission quality work is published at most once per campaign per this many seconds
+# (one pass updates every worker who submitted meanwhile); 0 publishes one task per submission.
+LEPUS_QC_DEBOUNCE_SECONDS = env_float("LEPUS_QC_DEBOUNCE_SECONDS", 2.0)
 # Publishing a task may not hang a web request when the broker is down.
 CELERY_BROKER_CONNECTION_TIMEOUT = env_float("CELERY_BROKER_CONNECTION_TIMEOUT", 2.0)
 

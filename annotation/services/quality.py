@@ -155,9 +155,11 @@ def worker_stats_store(
     flags: dict[int, list[dict[str, Any]]],
     *,
     indices: Iterable[int],
+    computed_at: Any = None,
 ) -> int:
-    """Upsert `WorkerQCStats` rows for the given worker indices (one statement per 2,000)."""
-    now = timezone.now()
+    """Upsert `WorkerQCStats` rows for the given worker indices (one statement per 2,000).
+    `computed_at` should be when the data was read (a judgment stored after it stays stale)."""
+    now = computed_at or timezone.now()
     rows = []
     for index in indices:
         row = statistics.row(index)
@@ -363,6 +365,7 @@ def workers_quality_update(
     targets = sorted({int(value) for value in participation_ids})
     if not targets:
         return set()
+    read_at = timezone.now()
     candidate_ids = set(
         Judgment.objects.filter(campaign=campaign, participation_id__in=targets).values_list(
             "campaign_candidate_id", flat=True
@@ -381,7 +384,7 @@ def workers_quality_update(
         targets=positions,
     )
     outcome = workers_exclude(campaign=campaign, decisions=decisions)
-    worker_stats_store(data, statistics, flags, indices=positions.tolist())
+    worker_stats_store(data, statistics, flags, indices=positions.tolist(), computed_at=read_at)
     if aggregate:
         if outcome.candidate_ids:
             # Exclusions changed judgments: aggregate from the database, not the stale columns.
@@ -414,6 +417,40 @@ def quality_after_submission(*, assignment_id: int) -> None:
 
 
 SWEEP_MAX_WORKERS = 500
+
+
+def quality_catch_up(*, campaign_id: int) -> dict[str, int]:
+    """The debounced after-submission pass (task `annotation.quality_catch_up`, see
+    `annotation.services.quality_queue`): every worker of the campaign who submitted since their
+    statistics were computed, in one pass, then the aggregates and review state of the candidates
+    they rated; judgments that excluded workers stored late are excluded too."""
+    campaign = Campaign.objects.filter(pk=campaign_id, is_imported=False).first()
+    if campaign is None:
+        return {"workers": 0, "candidates": 0}
+    touched: set[int] = set()
+    late_workers = (
+        Participation.objects.filter(
+            campaign=campaign, status=ParticipationStatus.EXCLUDED, judgments__is_excluded=False
+        )
+        .values_list("id", flat=True)
+        .distinct()
+    )
+    for participation_id in late_workers:
+        touched |= set(late_judgments_exclude(campaign=campaign, participation_id=participation_id))
+    if touched:
+        aggregation_recompute(campaign=campaign, candidate_ids=touched)
+    # `last_seen_at` moves with every submit (and every `next`): a superset of the stale workers,
+    # found without reading their judgments.
+    stale_ids = list(
+        Participation.objects.filter(
+            campaign=campaign, status=ParticipationStatus.ACTIVE, assignments_submitted__gt=0
+        )
+        .filter(Q(qc_stats__isnull=True) | Q(last_seen_at__gt=F("qc_stats__computed_at")))
+        .values_list("id", flat=True)[:SWEEP_MAX_WORKERS]
+    )
+    if stale_ids:
+        workers_quality_update(campaign=campaign, participation_ids=stale_ids)
+    return {"workers": len(stale_ids), "candidates": len(touched)}
 
 
 def quality_sweep() -> None:

@@ -22,7 +22,6 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from annotation import tasks as annotation_tasks
 from annotation.models import (
     Assignment,
     AssignmentStatus,
@@ -35,7 +34,7 @@ from annotation.models import (
 from annotation.questions import level_values
 from annotation.services import crowd_sql as sql
 from annotation.services.assignment import assignment_slots_retake
-from common.tasks import enqueue
+from annotation.services.quality_queue import after_submission_schedule
 
 MAX_CLIENT_MS = 7 * 24 * 3600 * 1000
 TIMING_KEYS = ("active_ms", "video_played_ms")
@@ -354,7 +353,7 @@ def _store(
         f"INSERT INTO {sql.T_JUDGMENT} ({_JUDGMENT_COLUMNS}) VALUES {rows}",
         [value for row in judgment_rows for value in row],
     )
-    enqueue(annotation_tasks.after_submission, assignment_id)
+    after_submission_schedule(campaign_id=campaign_id, assignment_id=assignment_id)
     return SubmitOutcome(result=result, created=True)
 
 
@@ -391,7 +390,7 @@ def _store_combined(
     )
     if inserted != len(judgment_rows):
         raise _SlowPath()
-    enqueue(annotation_tasks.after_submission, assignment_id)
+    after_submission_schedule(campaign_id=campaign_id, assignment_id=assignment_id)
     return SubmitOutcome(result=result, created=True)
 
 

@@ -1,0 +1,119 @@
+"""Debounced after-submission quality work: one delayed pass per campaign per window, which brings
+every worker who submitted meanwhile up to date; cache and broker failures never reach the web."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.cache import cache
+from django.db.models import F
+from django.utils import timezone
+
+from annotation.models import CampaignCandidate, Judgment, Participation, WorkerQCStats
+from annotation.services import quality_queue
+from annotation.services.exclusions import worker_exclude
+from annotation.services.quality import quality_catch_up
+from tests.annotation.quality_factories import quality_crowd_campaign, quality_judge, quality_worker
+
+KEYS = ("descriptiveness", "relevance", "fluency")
+
+
+def _submits(participation: Participation, items, values) -> None:  # type: ignore[no-untyped-def]
+    for item in items:
+        quality_judge(participation, item, values)
+    Participation.objects.filter(pk=participation.pk).update(
+        assignments_submitted=F("assignments_submitted") + 1, last_seen_at=timezone.now()
+    )
+
+
+@pytest.fixture
+def published(monkeypatch):  # type: ignore[no-untyped-def]
+    calls: list[tuple[tuple[int, ...], float]] = []
+    monkeypatch.setattr(
+        "annotation.tasks.quality_catch_up.apply_async",
+        lambda args, countdown, retry: calls.append((args, countdown)),
+    )
+    cache.clear()
+    return calls
+
+
+def test_one_pass_per_campaign_and_window_until_the_pass_starts(published):
+    assert quality_queue.catch_up_publish(campaign_id=7, countdown=2.0)
+    assert not quality_queue.catch_up_publish(campaign_id=7, countdown=2.0)
+    assert quality_queue.catch_up_publish(campaign_id=8, countdown=2.0)
+    assert published == [((7,), 2.0), ((8,), 2.0)]
+
+    quality_queue.pending_clear(7)  # what the pass does before it reads
+    assert quality_queue.catch_up_publish(campaign_id=7, countdown=2.0)
+    assert published[-1] == ((7,), 2.0)
+
+
+def test_a_broker_failure_clears_the_mark_so_the_next_submission_tries_again(monkeypatch):
+    cache.clear()
+
+    def broker_down(**_kwargs):  # type: ignore[no-untyped-def]
+        raise ConnectionRefusedError("broker down")
+
+    monkeypatch.setattr("annotation.tasks.quality_catch_up.apply_async", broker_down)
+    assert not quality_queue.catch_up_publish(campaign_id=9, countdown=2.0)
+    assert cache.get(quality_queue.pending_key(9)) is None
+
+
+def test_a_cache_failure_still_publishes(published, monkeypatch):
+    def cache_down(*_args, **_kwargs):  # type: ignore[no-untyped-def]
+        raise ConnectionError("cache down")
+
+    monkeypatch.setattr(quality_queue.cache, "add", cache_down)
+    monkeypatch.setattr(quality_queue.cache, "delete", cache_down)
+    assert quality_queue.catch_up_publish(campaign_id=10, countdown=2.0)
+    quality_queue.pending_clear(10)  # logged, not raised
+    assert published == [((10,), 2.0)]
+
+
+def test_a_window_of_zero_publishes_one_task_per_submission(
+    db, settings, monkeypatch, django_capture_on_commit_callbacks
+):
+    settings.LEPUS_QC_DEBOUNCE_SECONDS = 0
+    sent = []
+    monkeypatch.setattr(
+        "annotation.tasks.after_submission.apply_async",
+        lambda args, kwargs, retry: sent.append(args),
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        quality_queue.after_submission_schedule(campaign_id=1, assignment_id=41)
+        quality_queue.after_submission_schedule(campaign_id=1, assignment_id=42)
+    assert sent == [(41,), (42,)]
+
+
+def test_the_pass_updates_every_worker_who_submitted_and_excludes_late_work(curator):
+    campaign = quality_crowd_campaign(clips=3, candidates_per_clip=2, quota=3)
+    groups: dict[int, list[CampaignCandidate]] = {}
+    for item in campaign.items.order_by("id"):
+        groups.setdefault(item.clip_id, []).append(item)
+    clips = list(groups.values())
+    ann = quality_worker(campaign, "ann")
+    bob = quality_worker(campaign, "bob")
+    idle = quality_worker(campaign, "idle")
+    _submits(ann, clips[0], {"descriptiveness": 2, "relevance": 4, "fluency": 5})
+    _submits(bob, clips[0], {"descriptiveness": 4, "relevance": 4, "fluency": 3})
+
+    assert quality_catch_up(campaign_id=campaign.pk) == {"workers": 2, "candidates": 0}
+
+    stats = {s.participation_id: s for s in WorkerQCStats.objects.all()}
+    assert set(stats) == {ann.pk, bob.pk}  # the worker who never submitted is not touched
+    assert stats[ann.pk].judgments == 2 and stats[bob.pk].judgments == 2
+    item = CampaignCandidate.objects.get(pk=clips[0][0].pk)
+    assert item.kept_judgments == 2
+    assert item.means == {"descriptiveness": 3.0, "relevance": 4.0, "fluency": 4.0}
+    # Nothing new: the next pass has nobody to update.
+    assert quality_catch_up(campaign_id=campaign.pk)["workers"] == 0
+
+    # Excluded while a lease was live: what they store afterwards is excluded by the next pass.
+    worker_exclude(participation=bob, actor=curator, reason="test")
+    _submits(bob, clips[1], dict.fromkeys(KEYS, 3))
+    _submits(ann, clips[1], dict.fromkeys(KEYS, 5))
+    assert quality_catch_up(campaign_id=campaign.pk) == {"workers": 1, "candidates": 2}
+    late = Judgment.objects.filter(participation=bob, campaign_candidate__in=clips[1])
+    assert late.count() == 2 and all(j.is_excluded for j in late)
+    assert CampaignCandidate.objects.get(pk=clips[1][0].pk).kept_judgments == 1
+    assert WorkerQCStats.objects.get(participation=ann).judgments == 4
+    assert idle.pk not in set(WorkerQCStats.objects.values_list("participation_id", flat=True))
