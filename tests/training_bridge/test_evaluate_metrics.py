@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import shutil
 
 import numpy as np
 import pytest
@@ -319,13 +318,12 @@ def test_imported_vatex_eval_subset_gives_the_same_table_as_the_file() -> None:
 @pytest.mark.django_db
 def test_imported_vatex_eval_reproduces_the_table_through_the_command() -> None:
     """All 18,000 candidates imported with `import_vatex_eval`, then `evaluate_metrics` with the
-    EMScore protocol at 1 and 9 references (METEOR too where Java runs)."""
+    EMScore protocol at 1 and 9 references. METEOR's whole-corpus figures (a Java subprocess over
+    36,000 scorings) are checked once, in test_metrics_vatex_eval.py, not again here."""
     call_command(
         "import_vatex_eval", str(VATEX_EVAL_FILE), stdout=io.StringIO(), stderr=io.StringIO()
     )
     metrics = ["bleu1", "bleu4", "rougeL", "cider"]
-    if shutil.which("java"):
-        metrics.append("meteor")
     for count in (1, 9):
         table = run_command(
             "--campaign",
