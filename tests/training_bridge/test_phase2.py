@@ -113,3 +113,21 @@ def test_train_phase2_changes_only_lora_and_resumes_from_a_checkpoint(tmp_path):
     for name, tensor in final.items():
         torch.testing.assert_close(again[name], tensor, rtol=1e-4, atol=1e-6)
     assert resumed.mean_loss == pytest.approx(result.mean_loss, rel=1e-4)
+
+
+def test_lora_weights_follow_the_backbone_dtype_unless_set():
+    cpu = RigelConfig(backbone="tiny")
+    assert cpu.lora_dtype_name == "float32"
+    assert RigelConfig(backbone="tiny", device="cuda").lora_dtype_name == "bfloat16"
+    assert RigelConfig(backbone="tiny", device="cuda", lora_dtype="float32").lora_dtype_name == (
+        "float32"
+    )
+    with pytest.raises(ValueError, match="lora_dtype"):
+        RigelConfig(backbone="tiny", lora_dtype="int8")
+
+    backbone = load_backbone("tiny", device="cpu")
+    peft_model = apply_lora(backbone, cpu.replace(lora_dtype="bfloat16"))
+    adapters = [p for p in peft_model.parameters() if p.requires_grad]
+    assert adapters and {p.dtype for p in adapters} == {torch.bfloat16}
+    # The frozen backbone keeps its own dtype.
+    assert {p.dtype for p in backbone.visual.parameters()} == {torch.float32}

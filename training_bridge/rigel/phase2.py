@@ -52,7 +52,8 @@ class Phase2Result:
 
 
 def apply_lora(backbone: Any, config: RigelConfig) -> Any:
-    """Inject LoRA adapters into the language model (in place); returns the PeftModel."""
+    """Inject LoRA adapters into the language model (in place), their weights in
+    `config.lora_dtype_name`; returns the PeftModel."""
     from peft import LoraConfig, get_peft_model
 
     lora = LoraConfig(
@@ -66,6 +67,11 @@ def apply_lora(backbone: Any, config: RigelConfig) -> Any:
         # PEFT asks transformers a deprecated question (is_gradient_checkpointing); not ours to fix.
         warnings.simplefilter("ignore", FutureWarning)
         peft_model = get_peft_model(backbone.model, lora)
+    adapter_dtype = getattr(torch, config.lora_dtype_name)
+    with torch.no_grad():
+        for parameter in peft_model.parameters():
+            if parameter.requires_grad and parameter.dtype != adapter_dtype:
+                parameter.data = parameter.data.to(adapter_dtype)
     names = [name for name, p in peft_model.named_parameters() if p.requires_grad]
     if not names:
         raise RuntimeError("LoRA matched no module of the language model")
