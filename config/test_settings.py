@@ -20,6 +20,9 @@ os.environ.setdefault("LEPUS_VAR_DIR", f"/tmp/lepus-test-var-{os.getpid()}")
 os.environ.setdefault("DJANGO_SECURE_SSL_REDIRECT", "false")
 os.environ.setdefault("DJANGO_SECURE_COOKIES", "false")
 os.environ.setdefault("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,testserver")
+# One code version for the test process and the workers it starts (`git describe --dirty` would
+# differ between them if the checkout changed during the run, and release files name it).
+os.environ.setdefault("LEPUS_CODE_VERSION", "lepus-test-suite")
 
 from config import settings as _base  # noqa: E402
 from config.settings import *  # noqa: E402,F403
