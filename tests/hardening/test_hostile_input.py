@@ -338,6 +338,20 @@ def test_a_throttled_join_says_when_to_retry_and_creates_nobody(world, monkeypat
     assert Worker.objects.count() == workers
 
 
+def test_a_made_up_forwarded_for_header_does_not_dodge_the_join_throttle(world, monkeypatch):
+    cache.clear()
+    monkeypatch.setattr(JoinThrottle, "rate", "1/min", raising=False)
+    url = f"/api/v1/campaigns/{world.campaign.slug}/join"
+    codes = [
+        Client(HTTP_X_FORWARDED_FOR=f"198.51.100.{number}")
+        .post(url, {"platform": "prolific", "external_id": f"xff{number}"}, "application/json")
+        .status_code
+        for number in range(3)
+    ]
+    cache.clear()
+    assert codes == [200, 429, 429]
+
+
 # --- invites and assignment ids -----------------------------------------------------------------
 
 
