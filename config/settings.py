@@ -218,6 +218,10 @@ REST_FRAMEWORK = {
         "submit": env_str("LEPUS_THROTTLE_SUBMIT", "600/min"),
         "score": env_str("LEPUS_THROTTLE_SCORE", "120/min"),
     },
+    # Proxies in front of Django that append to X-Forwarded-For. Left unset, DRF would take the
+    # client address from that header as sent, so anyone could dodge the join throttle with a
+    # made-up one; 0 uses the socket's address, N the N-th address from the right.
+    "NUM_PROXIES": env_int("LEPUS_NUM_PROXIES", 0, minimum=0),
     "EXCEPTION_HANDLER": "common.api.exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }

@@ -7,7 +7,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_POST
 
 from common.permissions import is_curator
 from common.tasks import enqueue
@@ -26,6 +26,7 @@ def _require_curator(request: HttpRequest) -> None:
         raise PermissionDenied("Curator role required.")
 
 
+@require_GET
 @login_required
 def data_page(request: HttpRequest) -> HttpResponse:
     _require_curator(request)
