@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -261,6 +262,15 @@ class Flow:
         }
 
     def campaign(self) -> dict[str, Any]:
+        # One assignment is one clip with all its candidates. Capping each worker a little above
+        # an even share lets the workers of one web server never finish the campaign alone, so
+        # both servers are certain to take submissions, and the rest still completes it.
+        assignments = self.args.clips * self.args.judgments
+        per_worker = math.ceil(assignments / self.args.workers) + 1
+        check(
+            per_worker * math.ceil(self.args.workers / len(self.web)) < assignments,
+            "too few clips for this many workers: raise --clips or lower --workers",
+        )
         created = manage(
             "create_campaign",
             "--slug",
@@ -271,6 +281,8 @@ class Flow:
             str(self.args.judgments),
             "--clips",
             str(self.args.clips),
+            "--max-assignments-per-worker",
+            str(per_worker),
         )
         check(created["clips"] == self.args.clips, f"campaign over {created['clips']} clips")
         self.curator = Curator(self.web, self.args.curator, self.args.curator_password)
@@ -287,6 +299,7 @@ class Flow:
             "clips": created["clips"],
             "candidates": created["candidates"],
             "slots": detail["slots_total"],
+            "max_assignments_per_worker": detail["max_assignments_per_worker"],
         }
 
     def judgments(self) -> dict[str, Any]:
