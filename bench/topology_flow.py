@@ -110,6 +110,13 @@ def wait_until(
         time.sleep(interval)
 
 
+def assignments_per_worker(args: argparse.Namespace) -> int:
+    """The campaign's cap: a little above an even share of its assignments (one assignment = one
+    clip with all its candidates), so that the workers of one web server can never finish the
+    campaign alone (both servers are certain to take submissions) and all of them still can."""
+    return math.ceil(args.clips * args.judgments / args.workers) + 1
+
+
 class Curator:
     """A curator's browser session, logged in once and used on every web server in turn: the
     session lives in PostgreSQL and the CSRF token in a cookie, so any server serves it."""
@@ -262,15 +269,6 @@ class Flow:
         }
 
     def campaign(self) -> dict[str, Any]:
-        # One assignment is one clip with all its candidates. Capping each worker a little above
-        # an even share lets the workers of one web server never finish the campaign alone, so
-        # both servers are certain to take submissions, and the rest still completes it.
-        assignments = self.args.clips * self.args.judgments
-        per_worker = math.ceil(assignments / self.args.workers) + 1
-        check(
-            per_worker * math.ceil(self.args.workers / len(self.web)) < assignments,
-            "too few clips for this many workers: raise --clips or lower --workers",
-        )
         created = manage(
             "create_campaign",
             "--slug",
@@ -282,7 +280,7 @@ class Flow:
             "--clips",
             str(self.args.clips),
             "--max-assignments-per-worker",
-            str(per_worker),
+            str(assignments_per_worker(self.args)),
         )
         check(created["clips"] == self.args.clips, f"campaign over {created['clips']} clips")
         self.curator = Curator(self.web, self.args.curator, self.args.curator_password)
@@ -637,6 +635,9 @@ def main() -> None:
     parser.add_argument("--training-timeout", type=float, default=300)
     parser.add_argument("--output", type=Path, help="also write the JSON summary to this file")
     args = parser.parse_args()
+    busiest_server_workers = math.ceil(args.workers / len(args.web))
+    if assignments_per_worker(args) * busiest_server_workers >= args.clips * args.judgments:
+        parser.error("too few clips for this many workers: raise --clips or lower --workers")
     summary = Flow(args).run()
     text = json.dumps(summary, sort_keys=True)
     if args.output:
