@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: install install-dev demo demo-smoke run worker beat test lint typecheck bench migrate clean-demo
+.PHONY: install install-dev demo demo-smoke run worker beat test topology lint typecheck bench migrate clean-demo
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -49,6 +49,11 @@ migrate: $(STAMP)
 ## CELERY_BROKER_URL override), real ffmpeg, Chromium and an S3 server on loopback.
 test: $(DEV_STAMP)
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+## The production topology (2 gunicorn, default and training workers, beat, private PostgreSQL,
+## Redis and S3 on loopback) brought up and the whole flow run through it (CI; a few minutes).
+topology: $(DEV_STAMP)
+	bash bench/topology.sh $(TOPOLOGY_ARGS)
 
 lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check .

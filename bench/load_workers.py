@@ -8,6 +8,11 @@ Two ways to run it:
           --workers 20 --duration 60 --db "host=/tmp/lb/pg dbname=lepus user=postgres" \\
           --server-pid 1234 --db-server-pid 5678 --json
 
+  `--base-url` may be repeated (or hold a comma-separated list): the simulated workers are then
+  spread over several web servers of one deployment, worker i on URL i % n (joining there too),
+  and each run reports `acknowledged_by_base_url`. `bench/topology.sh` drives its two gunicorn
+  servers this way.
+
 * Everything from a clean state, Lepus and Label Studio side by side, in one run (this is what
   `bench/run_load_compare.sh` calls, inside a private network namespace):
 
@@ -313,6 +318,12 @@ class Target:
     name = "target"
     next_method = "GET"
     empty_statuses: tuple[int, ...] = ()
+    base_urls: list[str]
+
+    def base_url_for(self, worker: int) -> str:
+        # Worker i talks to server i % n: with several web servers behind no balancer, the load
+        # generator does the balancing, evenly and reproducibly.
+        return self.base_urls[worker % len(self.base_urls)]
 
     def client(self, worker: int, *, timeout: float) -> HttpClient:
         raise NotImplementedError
@@ -551,6 +562,11 @@ def run_load(
         "background_drain_s": round(drained_s, 2),
         "waited_for_idle_server_s": round(idle_wait_s, 1),
     }
+    if len(target.base_urls) > 1:
+        result["acknowledged_by_base_url"] = {
+            url: sum(1 for ack in state.acknowledged if target.base_url_for(ack.worker) == url)
+            for url in target.base_urls
+        }
     log(f"{target.name}: {cycles} cycles in {elapsed:.1f}s; checking the database")
     correctness = target.correctness(state.acknowledged)
     correctness["served_twice_seen_by_clients"] = state.served_twice_client_side
@@ -602,18 +618,19 @@ class LepusTarget(Target):
     next_method = "POST"
     empty_statuses = (204,)
 
-    def __init__(self, *, base_url: str, campaign: str, db_dsn: str) -> None:
-        self.base_url = base_url
+    def __init__(self, *, base_url: str | list[str], campaign: str, db_dsn: str) -> None:
+        self.base_urls = [base_url] if isinstance(base_url, str) else list(base_url)
+        self.base_url = self.base_urls[0]
         self.campaign = campaign
         self.db_dsn = db_dsn
         self.tokens: list[str] = []
 
     def join(self, workers: int, *, timeout: float = 30) -> None:
-        """Each simulated worker arrives as a Prolific participant (not timed)."""
-        client = HttpClient(self.base_url, timeout=timeout, headers={})
+        """Each simulated worker arrives as a Prolific participant (not timed), on its server."""
+        clients = {url: HttpClient(url, timeout=timeout, headers={}) for url in self.base_urls}
         try:
             for index in range(len(self.tokens), workers):
-                response = client.request(
+                response = clients[self.base_url_for(index)].request(
                     "POST",
                     f"/api/v1/campaigns/{self.campaign}/join",
                     {
@@ -629,11 +646,12 @@ class LepusTarget(Target):
                     )
                 self.tokens.append(response.json()["worker_token"])
         finally:
-            client.close()
+            for client in clients.values():
+                client.close()
 
     def client(self, worker: int, *, timeout: float) -> HttpClient:
         return HttpClient(
-            self.base_url,
+            self.base_url_for(worker),
             timeout=timeout,
             headers={"Authorization": f"Worker {self.tokens[worker]}"},
         )
@@ -809,13 +827,14 @@ class LabelStudioTarget(Target):
     def __init__(
         self,
         *,
-        base_url: str,
+        base_url: str | list[str],
         project_id: int,
         tokens: list[str],
         db: str,
         maximum_annotations: int = 3,
     ) -> None:
-        self.base_url = base_url
+        self.base_urls = [base_url] if isinstance(base_url, str) else list(base_url)
+        self.base_url = self.base_urls[0]
         self.project_id = project_id
         self.tokens = tokens
         self.db = db  # "sqlite:/path" or a libpq DSN
@@ -823,7 +842,7 @@ class LabelStudioTarget(Target):
 
     def client(self, worker: int, *, timeout: float) -> HttpClient:
         return HttpClient(
-            self.base_url,
+            self.base_url_for(worker),
             timeout=timeout,
             headers={"Authorization": f"Token {self.tokens[worker]}"},
         )
@@ -1923,17 +1942,34 @@ def main() -> None:
     parser.add_argument("--output", type=Path, help="also write the JSON report to this file")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     # Single-target mode.
-    parser.add_argument("--base-url")
+    parser.add_argument(
+        "--base-url",
+        action="append",
+        default=[],
+        help="server to drive; repeat it (or separate by commas) to spread the workers over "
+        "several servers of one deployment: worker i talks to URL i %% n",
+    )
     parser.add_argument("--campaign", help="Lepus campaign slug")
     parser.add_argument("--project", type=int, help="Label Studio project id")
     parser.add_argument(
         "--tokens-file", type=Path, help="Label Studio: JSON from bench/peers/label_studio_setup.py"
     )
     parser.add_argument("--db", help="libpq DSN (or sqlite:/path for Label Studio) for the checks")
-    parser.add_argument("--server-pid", type=int, default=0)
+    parser.add_argument(
+        "--server-pid",
+        action="append",
+        default=[],
+        help="pid of a web server's process tree (repeatable or comma-separated, one per server)",
+    )
     parser.add_argument("--db-server-pid", type=int, default=0)
     args = parser.parse_args()
     args.systems = [system.strip() for system in args.systems.split(",") if system.strip()]
+    args.base_url = [
+        url.strip() for text in args.base_url for url in text.split(",") if url.strip()
+    ]
+    args.server_pid = [
+        int(pid) for text in args.server_pid for pid in text.split(",") if pid.strip()
+    ]
     paced = [
         (int(part.split(":")[0]), float(part.split(":")[1]))
         for part in args.paced.split(",")
@@ -1986,7 +2022,11 @@ def main() -> None:
             },
             "runs": [],
         }
-        roots = {"web": args.server_pid, "database": args.db_server_pid}
+        if len(args.server_pid) <= 1:
+            roots = {"web": args.server_pid[0] if args.server_pid else 0}
+        else:
+            roots = {f"web-{n}": pid for n, pid in enumerate(args.server_pid, start=1)}
+        roots["database"] = args.db_server_pid
         for workers in args.workers:
             result = run_load(
                 target,
@@ -1997,7 +2037,7 @@ def main() -> None:
                 server_roots=roots,
                 think_ms=args.think_ms,
             )
-            report["runs"].append(run_entry(args.target, args.base_url, result, {}))
+            report["runs"].append(run_entry(args.target, ",".join(args.base_url), result, {}))
         report["targets"] = evaluate_targets(report["runs"])
     else:
         parser.error("give a target (lepus, label-studio) or --compare label-studio")
