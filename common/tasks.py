@@ -1,11 +1,14 @@
-"""Publishing tasks safely from web requests, and the periodic reaper of orphaned jobs."""
+"""Publishing tasks safely from web requests, retrying jobs after a storage outage, and the
+periodic reaper of orphaned jobs."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from celery import shared_task
+from django.conf import settings
 from django.db import transaction
 
 logger = logging.getLogger(__name__)
@@ -42,3 +45,39 @@ def reap_orphaned_jobs() -> int:
     if reaped:
         logger.warning("marked %d orphaned job(s) failed", reaped)
     return reaped
+
+
+def storage_retry_countdown(retries: int) -> float:
+    """Seconds before retry number `retries + 1`: the base backoff, doubled each time, capped."""
+    base = settings.LEPUS_STORAGE_RETRY_BACKOFF
+    return float(min(settings.LEPUS_STORAGE_RETRY_BACKOFF_MAX, base * (2**retries)))
+
+
+def retry_job_after_outage(
+    task: Any,
+    *,
+    error: BaseException,
+    job_model: type[Any],
+    job_id: int,
+    requeue: Callable[[], bool],
+) -> None:
+    """A job failed because storage (S3) was unreachable: queue it again and retry the task with
+    an exponential backoff, at most LEPUS_STORAGE_RETRIES times. After the last try the job stays
+    failed with its error (a curator can re-run it). Raises celery's Retry when it retries."""
+    retries = int(task.request.retries or 0)
+    limit = settings.LEPUS_STORAGE_RETRIES
+    if retries >= limit:
+        logger.error("%s %s: storage still unreachable after %d retries", task.name, job_id, limit)
+        job_model.objects.filter(pk=job_id).update(
+            error=f"Storage unreachable; gave up after {limit} retries. Last error: {error}"[:20000]
+        )
+        return
+    if not requeue():
+        return
+    countdown = storage_retry_countdown(retries)
+    message = f"Storage unreachable; retry {retries + 1} of {limit} in {countdown:g} s"
+    job_model.objects.filter(pk=job_id).update(
+        progress_message=message[:300], error=f"{message}. Last error: {error}"[:20000]
+    )
+    logger.warning("%s %s: %s (%s)", task.name, job_id, message, error)
+    raise task.retry(countdown=countdown, exc=error, max_retries=limit)
