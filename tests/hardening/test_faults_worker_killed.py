@@ -46,9 +46,7 @@ def test_a_video_job_killed_mid_clip_is_reaped_shows_nothing_partial_and_reruns(
     first = _clip("killvideo01_000000_000002")
     second = _clip("killvideo02_000000_000002")
     for clip in (first, second):
-        media.synthesize_video(
-            tmp_path / f"{clip.vatex_id}.mp4", duration=2, width=160, height=90
-        )
+        media.synthesize_video(tmp_path / f"{clip.vatex_id}.mp4", duration=2, width=160, height=90)
     job, _ = video_attach_job_create(directory=tmp_path)
     assert job is not None
 
