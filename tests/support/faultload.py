@@ -568,3 +568,80 @@ def stale_quality_counts(stack: Stack) -> dict[str, int]:
         (CAMPAIGN,),
     )[0][0]
     return {"workers_with_stale_stats": int(workers), "workers_with_stats": int(with_stats)}
+
+
+# --- The scenarios (tests/hardening/test_faults_under_load.py, bench/faults.py) -------------------
+
+
+def redis_stopped_scenario(
+    *,
+    clips: int,
+    workers: int,
+    duration: float,
+    down_from: float,
+    down_until: float,
+    pause: float = 0.05,
+    catch_up_timeout: float = 120.0,
+) -> dict[str, Any]:
+    """Redis (broker and cache) stopped during the load and started again before its end, with a
+    real Celery worker running; then beat's quality sweep is published and the statistics the
+    outage left stale are awaited."""
+    with running_stack(clips=clips) as stack:
+        stack.start_celery()
+        stale_while_down: dict[str, int] = {}
+
+        def restart_redis() -> None:
+            # Before Redis comes back: the quality work of the outage's submissions is pending.
+            stale_while_down.update(stale_quality_counts(stack))
+            stack.redis.start()
+
+        fault = Fault(
+            "redis stopped",
+            start_at=down_from,
+            begin=stack.redis.stop,
+            end_at=down_until,
+            end=restart_redis,
+        )
+        result = run_load(stack, workers=workers, duration=duration, fault=fault, pause=pause)
+        result["stale_quality_while_down"] = stale_while_down
+        result["stale_quality_after_load"] = stale_quality_counts(stack)
+        started = time.monotonic()
+        stack.send_task("annotation.quality_sweep")
+        try:
+            wait_until(
+                lambda: stale_quality_counts(stack)["workers_with_stale_stats"] == 0,
+                timeout=catch_up_timeout,
+                interval=0.5,
+                message="the quality sweep",
+            )
+            result["quality_caught_up_s"] = round(time.monotonic() - started, 1)
+        except TimeoutError:
+            result["quality_caught_up_s"] = None
+            result["celery_log_tail"] = stack.log("celery.log")[-3000:]
+        result["stale_quality_after_sweep"] = stale_quality_counts(stack)
+        return result
+
+
+def postgres_restarted_scenario(
+    *,
+    clips: int,
+    workers: int,
+    duration: float,
+    down_from: float,
+    down_until: float,
+    pause: float = 0.05,
+) -> dict[str, Any]:
+    """PostgreSQL stopped with `pg_ctl -m immediate` (a crash: no checkpoint, clients cut off)
+    during the load, and started again before its end."""
+    with running_stack(clips=clips) as stack:
+        fault = Fault(
+            "postgres restarted (immediate stop)",
+            start_at=down_from,
+            begin=lambda: stack.postgres.stop(mode="immediate"),
+            end_at=down_until,
+            end=stack.postgres.start,
+        )
+        result = run_load(stack, workers=workers, duration=duration, fault=fault, pause=pause)
+        if result["unclean_5xx"]:
+            result["gunicorn_log_tail"] = stack.log("gunicorn.log")[-3000:]
+        return result
