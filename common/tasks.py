@@ -4,6 +4,7 @@ periodic reaper of orphaned jobs."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +13,9 @@ from django.conf import settings
 from django.db import transaction
 
 logger = logging.getLogger(__name__)
+
+# Until when (time.monotonic()) this process skips publishing after a failed publish.
+_broker_down_until = 0.0
 
 
 def enqueue(task: Any, *args: Any, **kwargs: Any) -> None:
@@ -22,9 +26,16 @@ def enqueue(task: Any, *args: Any, **kwargs: Any) -> None:
     """
 
     def publish() -> None:
+        global _broker_down_until
+        if time.monotonic() < _broker_down_until:
+            # The broker failed moments ago: don't make this request wait for another connection
+            # timeout (seconds each); the sweeps catch up on this work too.
+            logger.info("broker down; not publishing %s%s", task.name, args)
+            return
         try:
             task.apply_async(args=args, kwargs=kwargs, retry=False)
         except Exception as error:  # kombu raises OperationalError, socket errors, timeouts
+            _broker_down_until = time.monotonic() + settings.LEPUS_BROKER_DOWN_BACKOFF
             logger.warning(
                 "could not publish %s%s: %s; a sweep will catch up", task.name, args, error
             )

@@ -296,6 +296,9 @@ CELERY_TIMEZONE = TIME_ZONE
 LEPUS_JOB_HEARTBEAT_TIMEOUT = env_int("LEPUS_JOB_HEARTBEAT_TIMEOUT", 120, minimum=5)
 # Publishing a task may not hang a web request when the broker is down.
 CELERY_BROKER_CONNECTION_TIMEOUT = env_float("CELERY_BROKER_CONNECTION_TIMEOUT", 2.0)
+# After a failed publish, a web process skips publishing for this many seconds (the periodic
+# sweeps do that work), so requests during a broker outage don't each wait for a timeout.
+LEPUS_BROKER_DOWN_BACKOFF = env_float("LEPUS_BROKER_DOWN_BACKOFF", 10.0)
 
 # --- Training -----------------------------------------------------------------------------------
 LEPUS_DEFAULT_BACKBONE = env_str("LEPUS_DEFAULT_BACKBONE", "Qwen/Qwen3-VL-2B-Instruct")
