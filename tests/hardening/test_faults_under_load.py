@@ -44,7 +44,7 @@ def _assert_nothing_lost(result: dict[str, Any]) -> None:
 
 def test_redis_stopped_during_a_load_submissions_are_stored_and_quality_catches_up():
     result = redis_stopped_scenario(
-        clips=200, workers=6, duration=15, down_from=3, down_until=11, catch_up_timeout=60
+        clips=800, workers=6, duration=15, down_from=3, down_until=11, catch_up_timeout=60
     )
     _report("redis_stopped", result)
 
@@ -65,7 +65,7 @@ def test_redis_stopped_during_a_load_submissions_are_stored_and_quality_catches_
 
 def test_postgres_restarted_during_a_load_fails_cleanly_and_loses_nothing():
     result = postgres_restarted_scenario(
-        clips=200, workers=6, duration=14, down_from=3, down_until=8
+        clips=600, workers=6, duration=14, down_from=3, down_until=8
     )
     _report("postgres_restarted", result)
 
