@@ -28,6 +28,26 @@ class StorageUnavailable(RuntimeError):
     """The storage backend (S3) could not be reached."""
 
 
+def is_unavailable(error: BaseException) -> bool:
+    """Whether `error` (or what caused it) means the storage could not be reached: a connection
+    refused, reset or timed out, or a 5xx from S3. Such failures are worth retrying later."""
+    from botocore.exceptions import ClientError, HTTPClientError
+    from botocore.exceptions import ConnectionError as BotoConnectionError
+
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, (StorageUnavailable, BotoConnectionError, HTTPClientError)):
+            return True
+        if isinstance(current, ClientError):
+            status = current.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+            if int(status or 0) >= 500:
+                return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
 def get_storage() -> Storage:
     return storages["default"]
 

@@ -1,32 +1,49 @@
-"""Publishing tasks safely from web requests, and the periodic reaper of orphaned jobs."""
+"""Publishing tasks safely from web requests, retrying jobs after a storage outage, and the
+periodic reaper of orphaned jobs."""
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
 from celery import shared_task
+from django.conf import settings
 from django.db import transaction
 
 logger = logging.getLogger(__name__)
 
+# Until when (time.monotonic()) this process skips publishing after a failed publish.
+_broker_down_until = 0.0
+
+
+def publish_now(task: Any, *args: Any, countdown: float | None = None, **kwargs: Any) -> bool:
+    """Send `task` now; False (logged, never raised) when the broker is down.
+
+    The web path must not depend on the broker. After a failed publish this process skips the
+    broker for `LEPUS_BROKER_DOWN_BACKOFF` seconds, so requests don't each wait for another
+    connection timeout; periodic sweeps pick the work up when the broker is back.
+    """
+    global _broker_down_until
+    if time.monotonic() < _broker_down_until:
+        logger.info("broker down; not publishing %s%s", task.name, args)
+        return False
+    options: dict[str, Any] = {"args": args, "kwargs": kwargs, "retry": False}
+    if countdown is not None:
+        options["countdown"] = countdown
+    try:
+        task.apply_async(**options)
+    except Exception as error:  # kombu raises OperationalError, socket errors, timeouts
+        _broker_down_until = time.monotonic() + settings.LEPUS_BROKER_DOWN_BACKOFF
+        logger.warning("could not publish %s%s: %s; a sweep will catch up", task.name, args, error)
+        return False
+    return True
+
 
 def enqueue(task: Any, *args: Any, **kwargs: Any) -> None:
-    """Send `task` once the current transaction commits.
-
-    The web path must not depend on the broker: if publishing fails (broker down), the failure is
-    logged and swallowed; periodic sweeps pick the work up when the broker is back.
-    """
-
-    def publish() -> None:
-        try:
-            task.apply_async(args=args, kwargs=kwargs, retry=False)
-        except Exception as error:  # kombu raises OperationalError, socket errors, timeouts
-            logger.warning(
-                "could not publish %s%s: %s; a sweep will catch up", task.name, args, error
-            )
-
-    transaction.on_commit(publish)
+    """Send `task` (see `publish_now`) once the current transaction commits."""
+    transaction.on_commit(lambda: publish_now(task, *args, **kwargs))
 
 
 @shared_task(name="common.reap_orphaned_jobs", ignore_result=True)
@@ -42,3 +59,39 @@ def reap_orphaned_jobs() -> int:
     if reaped:
         logger.warning("marked %d orphaned job(s) failed", reaped)
     return reaped
+
+
+def storage_retry_countdown(retries: int) -> float:
+    """Seconds before retry number `retries + 1`: the base backoff, doubled each time, capped."""
+    base = settings.LEPUS_STORAGE_RETRY_BACKOFF
+    return float(min(settings.LEPUS_STORAGE_RETRY_BACKOFF_MAX, base * (2**retries)))
+
+
+def retry_job_after_outage(
+    task: Any,
+    *,
+    error: BaseException,
+    job_model: type[Any],
+    job_id: int,
+    requeue: Callable[[], bool],
+) -> None:
+    """A job failed because storage (S3) was unreachable: queue it again and retry the task with
+    an exponential backoff, at most LEPUS_STORAGE_RETRIES times. After the last try the job stays
+    failed with its error (a curator can re-run it). Raises celery's Retry when it retries."""
+    retries = int(task.request.retries or 0)
+    limit = settings.LEPUS_STORAGE_RETRIES
+    if retries >= limit:
+        logger.error("%s %s: storage still unreachable after %d retries", task.name, job_id, limit)
+        job_model.objects.filter(pk=job_id).update(
+            error=f"Storage unreachable; gave up after {limit} retries. Last error: {error}"[:20000]
+        )
+        return
+    if not requeue():
+        return
+    countdown = storage_retry_countdown(retries)
+    message = f"Storage unreachable; retry {retries + 1} of {limit} in {countdown:g} s"
+    job_model.objects.filter(pk=job_id).update(
+        progress_message=message[:300], error=f"{message}. Last error: {error}"[:20000]
+    )
+    logger.warning("%s %s: %s (%s)", task.name, job_id, message, error)
+    raise task.retry(countdown=countdown, exc=error, max_retries=limit)

@@ -157,6 +157,12 @@ LEPUS_S3_REGION = env_str("LEPUS_S3_REGION", "us-east-1") or "us-east-1"
 LEPUS_S3_PREFIX = env_str("LEPUS_S3_PREFIX", "") or ""
 # Lifetime of the presigned (S3) or signed (local) URLs handed to browsers.
 LEPUS_MEDIA_URL_TTL = env_int("LEPUS_MEDIA_URL_TTL", 900, minimum=10)
+# Jobs that write to storage (video processing, release builds) retry when S3 cannot be reached:
+# up to LEPUS_STORAGE_RETRIES times, waiting LEPUS_STORAGE_RETRY_BACKOFF seconds, doubled each
+# time, at most LEPUS_STORAGE_RETRY_BACKOFF_MAX.
+LEPUS_STORAGE_RETRIES = env_int("LEPUS_STORAGE_RETRIES", 5, minimum=0)
+LEPUS_STORAGE_RETRY_BACKOFF = env_float("LEPUS_STORAGE_RETRY_BACKOFF", 30.0)
+LEPUS_STORAGE_RETRY_BACKOFF_MAX = env_float("LEPUS_STORAGE_RETRY_BACKOFF_MAX", 900.0)
 
 if LEPUS_S3_BUCKET:
     _default_storage = {
@@ -198,6 +204,9 @@ LEPUS_MAX_REASON_CHARS = env_int("LEPUS_MAX_REASON_CHARS", 2000, minimum=10)
 LEPUS_VIDEO_MAX_HEIGHT = env_int("LEPUS_VIDEO_MAX_HEIGHT", 480, minimum=64)
 LEPUS_VIDEO_FRAMES = env_int("LEPUS_VIDEO_FRAMES", 8, minimum=1)
 LEPUS_FFMPEG_TIMEOUT = env_int("LEPUS_FFMPEG_TIMEOUT", 600, minimum=5)
+# Test-only: seconds to sleep after a clip's video is uploaded and before its poster, so a test can
+# kill a worker mid-clip. Keep 0.
+LEPUS_VIDEO_TEST_UPLOAD_DELAY = env_float("LEPUS_VIDEO_TEST_UPLOAD_DELAY", 0.0)
 
 # --- Crowd entry --------------------------------------------------------------------------------
 # Invite links are HMAC-signed with this key (falls back to SECRET_KEY).
@@ -294,6 +303,9 @@ LEPUS_JOB_HEARTBEAT_TIMEOUT = env_int("LEPUS_JOB_HEARTBEAT_TIMEOUT", 120, minimu
 LEPUS_QC_DEBOUNCE_SECONDS = env_float("LEPUS_QC_DEBOUNCE_SECONDS", 2.0)
 # Publishing a task may not hang a web request when the broker is down.
 CELERY_BROKER_CONNECTION_TIMEOUT = env_float("CELERY_BROKER_CONNECTION_TIMEOUT", 2.0)
+# After a failed publish, a web process skips publishing for this many seconds (the periodic
+# sweeps do that work), so requests during a broker outage don't each wait for a timeout.
+LEPUS_BROKER_DOWN_BACKOFF = env_float("LEPUS_BROKER_DOWN_BACKOFF", 10.0)
 
 # --- Training -----------------------------------------------------------------------------------
 LEPUS_DEFAULT_BACKBONE = env_str("LEPUS_DEFAULT_BACKBONE", "Qwen/Qwen3-VL-2B-Instruct")

@@ -140,6 +140,9 @@ def release_build(*, release_id: int, task_id: str = "") -> Release | None:
         if staging:
             staging.discard()
         job_finish(job=release, status=JobStatus.FAILED, error=f"{type(error).__name__}: {error}")
+        if storage.is_unavailable(error):
+            # The task retries such builds with a backoff (`common.tasks.retry_job_after_outage`).
+            raise storage.StorageUnavailable(str(error)) from error
         return release
     finished = job_finish(
         job=release,

@@ -7,13 +7,37 @@ from datetime import timedelta
 from celery import shared_task
 
 
-@shared_task(name="export.build_release", ignore_result=True, acks_late=True, bind=True)
+@shared_task(
+    name="export.build_release",
+    ignore_result=True,
+    acks_late=True,
+    bind=True,
+    max_retries=None,  # `retry_job_after_outage` counts against LEPUS_STORAGE_RETRIES
+)
 def build_release(self, release_id: int) -> None:  # type: ignore[no-untyped-def]
     """Build a queued release (default queue). A second delivery of the same message is a no-op:
-    the build claims its row with a conditional UPDATE."""
+    the build claims its row with a conditional UPDATE. When storage is unreachable the release
+    is queued again and the build retried with a backoff."""
+    from common.jobs import job_requeue
+    from common.storage import StorageUnavailable
+    from common.tasks import retry_job_after_outage
+    from export.models import Release
     from export.services import release_build
 
-    release_build(release_id=release_id, task_id=self.request.id or "")
+    try:
+        release_build(release_id=release_id, task_id=self.request.id or "")
+    except StorageUnavailable as error:
+
+        def requeue() -> bool:
+            release = Release.objects.get(pk=release_id)
+            if not job_requeue(job=release):
+                return False
+            Release.objects.filter(pk=release_id).update(files={}, total_bytes=0)
+            return True
+
+        retry_job_after_outage(
+            self, error=error, job_model=Release, job_id=release_id, requeue=requeue
+        )
 
 
 @shared_task(name="export.sweep_queued_releases", ignore_result=True)

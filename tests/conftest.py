@@ -35,6 +35,14 @@ def _isolated_media_root(tmp_path: Path, settings) -> Iterator[None]:  # type: i
     yield
 
 
+@pytest.fixture(autouse=True)
+def _broker_reachable_again() -> None:
+    """A publish that failed in an earlier test must not make this one skip the broker."""
+    import common.tasks
+
+    common.tasks._broker_down_until = 0.0
+
+
 @pytest.fixture
 def curator(db) -> User:  # type: ignore[no-untyped-def]
     user = User.objects.create_user("curator", "curator@example.org", "curator-password-1")

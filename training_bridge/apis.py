@@ -14,9 +14,9 @@ from rest_framework import serializers, status
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
+from common.api import FailOpenScopedRateThrottle
 from common.models import JobStatus
 from training_bridge import selectors
 from training_bridge.models import ScoreRequest, TrainingAblation, TrainingRun, TrainingTrigger
@@ -233,7 +233,7 @@ class TrainingRunResumeApi(APIView):
 
 
 class ScoreCreateApi(APIView):
-    throttle_classes = [ScopedRateThrottle]
+    throttle_classes = [FailOpenScopedRateThrottle]
     throttle_scope = "score"
 
     @extend_schema(

@@ -16,7 +16,6 @@ from rest_framework import serializers, status
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import APIView
 
 from annotation.auth import IsWorker, WorkerTokenAuthentication
@@ -33,12 +32,13 @@ from annotation.services.submission import (
     assignment_submit,
 )
 from annotation.services.workers import JoinRefused, worker_join
+from common.api import FailOpenSimpleRateThrottle
 from common.storage import StorageUnavailable
 
 # --- throttles ---------------------------------------------------------------------------------
 
 
-class _CrowdThrottle(SimpleRateThrottle):
+class _CrowdThrottle(FailOpenSimpleRateThrottle):
     """Rates from REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"][scope]; per worker when a worker
     token is present (many workers may share one NAT address), else per client address."""
 

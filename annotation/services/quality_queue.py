@@ -46,6 +46,7 @@ def after_submission_schedule(*, campaign_id: int, assignment_id: int) -> None:
 def catch_up_publish(*, campaign_id: int, countdown: float) -> bool:
     """Publish one delayed catch-up pass unless one is already pending; True if published."""
     from annotation import tasks
+    from common.tasks import publish_now
 
     key = pending_key(campaign_id)
     # The mark outlives the window so that a pass lost with its worker blocks nothing for long.
@@ -55,15 +56,8 @@ def catch_up_publish(*, campaign_id: int, countdown: float) -> bool:
             return False
     except Exception as error:  # the cache is down: publish anyway, the broker decides
         logger.warning("quality debounce cache unavailable (%s); publishing directly", error)
-    try:
-        tasks.quality_catch_up.apply_async(args=(campaign_id,), countdown=countdown, retry=False)
-    except Exception as error:  # the broker is down: the periodic sweep catches up
-        logger.warning(
-            "could not publish the quality pass of campaign %s: %s; a sweep will catch up",
-            campaign_id,
-            error,
-        )
-        pending_clear(campaign_id)
+    if not publish_now(tasks.quality_catch_up, campaign_id, countdown=countdown):
+        pending_clear(campaign_id)  # the next submission tries again (or the sweep catches up)
         return False
     return True
 

@@ -320,8 +320,13 @@ def review_item_view(request: HttpRequest, slug: str, item_id: int) -> HttpRespo
     item = _review_item(campaign, item_id)
     detail = review_item_detail(item=item)
     clip = detail["clip"]
-    video_url = storage.media_url(clip.video_key) if clip.video_key else None
-    poster_url = storage.media_url(clip.poster_key) if clip.poster_key else None
+    try:
+        video_url = storage.media_url(clip.video_key) if clip.video_key else None
+        poster_url = storage.media_url(clip.poster_key) if clip.poster_key else None
+        media_unavailable = False
+    except storage.StorageUnavailable:
+        video_url = poster_url = None
+        media_unavailable = True
     labels = {
         question["key"]: question.get("label", question["key"]) for question in campaign.questions
     }
@@ -349,6 +354,7 @@ def review_item_view(request: HttpRequest, slug: str, item_id: int) -> HttpRespo
             "questions": questions,
             "levels": [1, 2, 3, 4, 5],
             "video_url": video_url,
+            "media_unavailable": media_unavailable,
             "poster_url": poster_url,
             "held_by_me": item.status == ReviewStatus.CLAIMED
             and item.claimed_by_id == request.user.pk,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -302,6 +303,9 @@ def video_attach_job_run(*, job_id: int, task_id: str = "") -> VideoAttachJob | 
     except Exception as error:  # storage down, database lost...: the job fails and can be retried
         logger.exception("video job %s failed", job.pk)
         job_finish(job=job, status=JobStatus.FAILED, error=f"{type(error).__name__}: {error}")
+        if storage.is_unavailable(error):
+            # The task retries such jobs with a backoff (`common.tasks.retry_job_after_outage`).
+            raise storage.StorageUnavailable(str(error)) from error
         return job
     job_finish(job=job, status=JobStatus.SUCCEEDED, progress_message=f"{job.total} clips")
     return job
@@ -399,6 +403,8 @@ def clip_process_video(
             # below, so a half-finished upload is never shown.
             storage.delete_prefix(f"{prefix}/frames")
             video_key = storage.put_file(f"{prefix}/video.mp4", output)
+            if settings.LEPUS_VIDEO_TEST_UPLOAD_DELAY:  # test-only: lets a test kill us mid-clip
+                time.sleep(settings.LEPUS_VIDEO_TEST_UPLOAD_DELAY)
             poster_key = storage.put_file(f"{prefix}/poster.jpg", work / "poster.jpg")
             for path in frames:
                 storage.put_file(f"{prefix}/frames/{path.name}", path)

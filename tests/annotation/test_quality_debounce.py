@@ -30,7 +30,7 @@ def published(monkeypatch):  # type: ignore[no-untyped-def]
     calls: list[tuple[tuple[int, ...], float]] = []
     monkeypatch.setattr(
         "annotation.tasks.quality_catch_up.apply_async",
-        lambda args, countdown, retry: calls.append((args, countdown)),
+        lambda args, kwargs, retry, countdown: calls.append((args, countdown)),
     )
     cache.clear()
     return calls
@@ -54,6 +54,9 @@ def test_a_broker_failure_clears_the_mark_so_the_next_submission_tries_again(mon
         raise ConnectionRefusedError("broker down")
 
     monkeypatch.setattr("annotation.tasks.quality_catch_up.apply_async", broker_down)
+    assert not quality_queue.catch_up_publish(campaign_id=9, countdown=2.0)
+    assert cache.get(quality_queue.pending_key(9)) is None
+    # Within the broker-down backoff the next submission does not even try (the sweep catches up).
     assert not quality_queue.catch_up_publish(campaign_id=9, countdown=2.0)
     assert cache.get(quality_queue.pending_key(9)) is None
 

@@ -337,7 +337,7 @@ def test_submit_stores_one_judgment_per_candidate_with_timing(
     published = []
     monkeypatch.setattr(
         "annotation.tasks.quality_catch_up.apply_async",
-        lambda args, countdown, retry: published.append((args, countdown)),
+        lambda args, kwargs, retry, countdown: published.append((args, countdown)),
     )
     body = worker_a.post(NEXT).json()
     ratings = all_candidate_ratings(body, value=5)

@@ -143,6 +143,9 @@ def test_a_killed_worker_leaves_the_run_resumable_from_its_checkpoint(settings, 
     assert run.phase == "phase2"
     checkpoint_step = run.checkpoint["phase2"]["step"]
     assert storage.exists(run.checkpoint["phase2"]["key"])
+    # Nothing of the unfinished Phase 2 is published: no adapter, no metrics, no evaluation.
+    assert not {"adapter_weights", "adapter_config", "metrics", "evaluation"} & set(run.artifacts)
+    assert (run.metrics, run.evaluation) == ({}, {})
     teacher_result = run.step_results["teacher"]
 
     # The reaper (beat, every minute) fails runs whose heartbeat stopped.
