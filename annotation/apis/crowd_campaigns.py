@@ -13,9 +13,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from annotation.apis.crowd import ErrorSerializer, FieldErrorsSerializer
 from annotation.models import Campaign, CampaignStatus
 from annotation.services.campaigns import (
+    SLUG_HELP,
+    SLUG_PATTERN,
     CampaignInvalid,
     campaign_create,
     campaign_delete,
@@ -24,6 +25,7 @@ from annotation.services.campaigns import (
 )
 from annotation.services.payments import payments_rows, payments_total
 from annotation.services.workers import invite_create, invite_url_path
+from common.api import ErrorSerializer, FieldErrorsSerializer
 
 
 class CampaignSerializer(serializers.ModelSerializer):
@@ -33,6 +35,8 @@ class CampaignSerializer(serializers.ModelSerializer):
     slots_taken = serializers.IntegerField(read_only=True)
     participations = serializers.IntegerField(source="participation_count", read_only=True)
     worker_url = serializers.SerializerMethodField()
+    # Blank when the campaign has none (the model field's blank=True); not always a URI.
+    redirect_url = serializers.CharField(read_only=True)
 
     class Meta:
         model = Campaign
@@ -112,7 +116,12 @@ class CampaignOptionsSerializer(serializers.Serializer):
 
 
 class CampaignCreateSerializer(CampaignOptionsSerializer):
-    slug = serializers.CharField(max_length=100)
+    slug = serializers.RegexField(
+        SLUG_PATTERN,
+        max_length=100,
+        error_messages={"invalid": SLUG_HELP},
+        help_text=SLUG_HELP,
+    )
     name = serializers.CharField(max_length=200)
     import_batch_ids = serializers.ListField(child=serializers.IntegerField(), required=False)
     systems = serializers.ListField(child=serializers.CharField(), required=False)
