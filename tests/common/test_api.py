@@ -84,3 +84,23 @@ def test_the_schema_declares_the_answers_every_view_can_give(client):
     release = schema["components"]["schemas"]["Release"]["properties"]
     assert release["previous"]["nullable"] is True
     assert release["created_by"]["nullable"] is True
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"review_range_threshold": 40000},  # PositiveSmallIntegerField
+        {"reason_required_at_or_below": 32768},
+        {"max_assignments_per_worker": 2**31},  # PositiveIntegerField
+        {"lease_seconds": 2**31},
+    ],
+)
+def test_numbers_beyond_the_column_are_field_errors_not_database_errors(curator_client, body):
+    campaign = crowd_campaign(slug="pilot", clips=1, candidates_per_clip=1)
+
+    response = _patch(curator_client, campaign.slug, json.dumps(body))
+
+    assert response.status_code == 400
+    assert list(response.json()) == list(body)
+    refreshed = Campaign.objects.get(pk=campaign.pk)
+    assert all(getattr(refreshed, field) == getattr(campaign, field) for field in body)
