@@ -77,7 +77,8 @@ class LepusAutoSchema(AutoSchema):
     """Adds to each operation the answers DRF and Django give before or around the view's own code,
     unless the view declares them itself:
 
-    - 400 when the operation reads a JSON body (malformed JSON, serializer field errors);
+    - 400 and 415 when the operation reads a JSON body (malformed JSON, field errors; another
+      media type);
     - 401 when an authentication class answers with a challenge (the worker token), else 403 for
       views behind a permission (no or wrong session, no curator role, CSRF);
     - 404 when the path has parameters (no such object, or a value the URL pattern refuses);
@@ -99,6 +100,7 @@ class LepusAutoSchema(AutoSchema):
         errors: dict[str, tuple[type[serializers.Serializer], str]] = {}
         if self.method in ("POST", "PUT", "PATCH") and self.get_request_serializer() is not None:
             errors["400"] = (FieldErrorsSerializer, "Invalid body: errors by field.")
+            errors["415"] = (ErrorSerializer, "The body is not application/json.")
         permissions = self.view.get_permissions()
         if not all(isinstance(permission, AllowAny) for permission in permissions):
             authenticators = self.view.get_authenticators()
