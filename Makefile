@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: install install-dev demo demo-smoke run worker beat test lint typecheck bench migrate clean-demo
+.PHONY: install install-dev demo demo-smoke run worker beat test fuzz lint typecheck bench migrate clean-demo
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -49,6 +49,10 @@ migrate: $(STAMP)
 ## CELERY_BROKER_URL override), real ffmpeg, Chromium and an S3 server on loopback.
 test: $(DEV_STAMP)
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+## Only the schemathesis run over the OpenAPI schema (part of `make test`).
+fuzz: $(DEV_STAMP)
+	$(VENV)/bin/pytest tests/hardening/test_schema_fuzz.py -s $(PYTEST_ARGS)
 
 lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check .

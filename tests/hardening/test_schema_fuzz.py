@@ -42,14 +42,16 @@ from tests.support.processes import purge_broker
 from training_bridge.models import ScoreRequest, TrainingRun
 from training_bridge.services import training_run_create
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 SCHEMATHESIS = Path(sys.executable).with_name("st")
 # The endpoints strangers on the internet reach: more cases, and the coverage phase.
 SUBMIT = "worker_assignment_submit"
 CROWD_OPERATIONS = ("campaign_join", "worker_assignment_next", SUBMIT, "worker_me")
-# Each schemathesis run, and both runs with the seeding, stay well inside this.
+# Bounds in seconds: one schemathesis run (killed past it), and both runs together. On a busy
+# 2-core machine the two runs take 50-75 s.
 RUN_TIMEOUT_S = 120
+BOTH_RUNS_S = 150
 CHECKS = (
     "not_a_server_error",
     "status_code_conformance",
@@ -358,7 +360,7 @@ def test_schemathesis_finds_no_server_error_and_no_undeclared_answer(
     crowd = {operation for operation in anonymous.statuses if "/worker/" in operation}
     assert anonymous.operations_answering(lambda code: code == 401) == crowd
     # Authenticated, the fuzzer got past the permission checks: every read answered 2xx at least
-    # once (seeded ids), and so did most writes.
+    # once (seeded ids), and so did these writes.
     reads = {operation for operation in authenticated.statuses if operation.startswith("GET ")}
     succeeded = authenticated.operations_answering(lambda code: 200 <= code < 300)
     assert reads <= succeeded
@@ -369,4 +371,4 @@ def test_schemathesis_finds_no_server_error_and_no_undeclared_answer(
         "POST /api/v1/campaigns/{slug}/quality/runs",
     } <= succeeded
     print("authenticated, never 2xx:", sorted(set(authenticated.statuses) - succeeded))
-    assert time.monotonic() - started < RUN_TIMEOUT_S
+    assert time.monotonic() - started < BOTH_RUNS_S
