@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: install install-dev demo demo-smoke run worker beat test topology lint typecheck bench migrate clean-demo
+.PHONY: install install-dev demo demo-smoke run worker beat test topology fuzz lint typecheck bench migrate clean-demo
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -54,6 +54,10 @@ test: $(DEV_STAMP)
 ## Redis and S3 on loopback) brought up and the whole flow run through it (CI; a few minutes).
 topology: $(DEV_STAMP)
 	bash bench/topology.sh $(TOPOLOGY_ARGS)
+
+## Only the schemathesis run over the OpenAPI schema (part of `make test`).
+fuzz: $(DEV_STAMP)
+	$(VENV)/bin/pytest tests/hardening/test_schema_fuzz.py -s $(PYTEST_ARGS)
 
 lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check .

@@ -1,13 +1,23 @@
 """DRF glue: an exception handler that answers a lost database with 503 and never leaks a
-traceback, and throttles that let requests through when their cache (Redis) is down."""
+traceback; throttles that let requests through when their cache (Redis) is down; JSON 404/500
+answers under /api/; and the schema class that declares the error answers every API view can give,
+so the published OpenAPI schema lists each status a client can receive
+(tests/hardening/test_schema_fuzz.py holds the server to it)."""
 
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from django.db import InterfaceError, OperationalError
-from rest_framework import status
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults
+from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.utils import OpenApiResponse
+from rest_framework import serializers, status
+from rest_framework.authentication import SessionAuthentication
+from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle, SimpleRateThrottle
@@ -15,13 +25,14 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 logger = logging.getLogger(__name__)
 
+UNAVAILABLE_MESSAGE = "The service is temporarily unavailable. Please retry in a moment."
+
 
 def exception_handler(exception: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exception, (OperationalError, InterfaceError)):
         logger.warning("database unavailable: %s", exception)
         response = Response(
-            {"detail": "The service is temporarily unavailable. Please retry in a moment."},
-            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+            {"detail": UNAVAILABLE_MESSAGE}, status=status.HTTP_503_SERVICE_UNAVAILABLE
         )
         response["Retry-After"] = "5"
         return response
@@ -47,3 +58,91 @@ class FailOpenSimpleRateThrottle(FailOpenThrottleMixin, SimpleRateThrottle):
 
 class FailOpenScopedRateThrottle(FailOpenThrottleMixin, ScopedRateThrottle):
     pass
+
+
+# --- Django's own error pages, in JSON under /api/ ---------------------------------------------
+
+
+def _is_api(request: HttpRequest) -> bool:
+    return request.path.startswith("/api/")
+
+
+def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """A path that matches no URL pattern (e.g. `/api/v1/releases/abc/`) is a JSON 404 under /api/,
+    like the 404s the API views give, and Django's page elsewhere."""
+    if _is_api(request):
+        return JsonResponse({"detail": "Not found."}, status=404)
+    return defaults.page_not_found(request, exception)
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    if _is_api(request):
+        return JsonResponse({"detail": "Server error."}, status=500)
+    return defaults.server_error(request)
+
+
+# --- OpenAPI ----------------------------------------------------------------------------------
+
+
+class ErrorSerializer(serializers.Serializer):
+    detail = serializers.CharField()
+
+
+class FieldErrorsSerializer(serializers.Serializer):
+    """{"<path of the field>": ["message", ...]}, e.g. {"ratings[0].relevance": [...]}."""
+
+    non_field_errors = serializers.ListField(child=serializers.CharField(), required=False)
+
+
+_PATH_PARAMETER = re.compile(r"{\w+}")
+
+
+class LepusAutoSchema(AutoSchema):
+    """Adds to each operation the answers DRF and Django give before or around the view's own code,
+    unless the view declares them itself:
+
+    - 400 and 415 when the operation reads a JSON body (malformed JSON, field errors; another
+      media type);
+    - 401 when an authentication class answers with a challenge (the worker token), else 403 for
+      views behind a permission (no or wrong session, no curator role, CSRF);
+    - 404 when the path has parameters (no such object, or a value the URL pattern refuses);
+    - 429 when the view is throttled;
+    - 503 everywhere (the database is unreachable: `exception_handler` and
+      `common.middleware.DatabaseUnavailableMiddleware`).
+    """
+
+    def _get_response_bodies(self, direction: Any = "response") -> dict[str, Any]:
+        responses = super()._get_response_bodies(direction)
+        for code, (serializer, description) in self._implicit_errors().items():
+            if code not in responses:
+                responses[code] = self._get_response_for_code(
+                    OpenApiResponse(serializer, description=description), code, direction=direction
+                )
+        return responses
+
+    def _implicit_errors(self) -> dict[str, tuple[type[serializers.Serializer], str]]:
+        errors: dict[str, tuple[type[serializers.Serializer], str]] = {}
+        if self.method in ("POST", "PUT", "PATCH") and self.get_request_serializer() is not None:
+            errors["400"] = (FieldErrorsSerializer, "Invalid body: errors by field.")
+            errors["415"] = (ErrorSerializer, "The body is not application/json.")
+        permissions = self.view.get_permissions()
+        if not all(isinstance(permission, AllowAny) for permission in permissions):
+            authenticators = self.view.get_authenticators()
+            if any(
+                authenticator.authenticate_header(self.view.request)
+                for authenticator in authenticators
+            ):
+                errors["401"] = (ErrorSerializer, "Missing or invalid credentials.")
+            if any(
+                isinstance(authenticator, SessionAuthentication) for authenticator in authenticators
+            ):
+                errors["403"] = (
+                    ErrorSerializer,
+                    "Not logged in, not allowed (curators only) or CSRF check failed.",
+                )
+        if _PATH_PARAMETER.search(self.path):
+            errors["404"] = (ErrorSerializer, "No such object.")
+        if self.view.get_throttles():
+            errors["429"] = (ErrorSerializer, "Throttled; see Retry-After.")
+        errors["503"] = (ErrorSerializer, "Database unreachable; see Retry-After.")
+        return errors

@@ -214,13 +214,13 @@ LEPUS_INVITE_SECRET = env_str("LEPUS_INVITE_SECRET", "") or SECRET_KEY
 
 # --- REST framework -----------------------------------------------------------------------------
 REST_FRAMEWORK = {
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "common.api.LepusAutoSchema",
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["common.permissions.IsCurator"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["common.parsers.JSONParser"],
     "DEFAULT_THROTTLE_RATES": {
         "join": env_str("LEPUS_THROTTLE_JOIN", "60/min"),
         "next": env_str("LEPUS_THROTTLE_NEXT", "600/min"),

@@ -27,3 +27,7 @@ urlpatterns = [
     path("dashboard/releases/", include("export.urls")),
     path("dashboard/training/", include("training_bridge.urls")),
 ]
+
+# JSON under /api/ (a path parameter the URL pattern refuses is still an API answer).
+handler404 = "common.api.page_not_found"
+handler500 = "common.api.server_error"

@@ -11,6 +11,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import (
     OpenApiParameter,
+    OpenApiResponse,
     extend_schema,
     extend_schema_field,
     inline_serializer,
@@ -21,6 +22,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from annotation.models import Campaign
+from common.api import ErrorSerializer, FieldErrorsSerializer
 from common.models import JobStatus
 from export.models import Release
 from export.selectors import release_compare, release_files, release_list
@@ -44,8 +46,12 @@ class ReleaseSerializer(serializers.ModelSerializer):
     campaigns: serializers.Field = serializers.SlugRelatedField(
         many=True, read_only=True, slug_field="slug"
     )
-    created_by = serializers.CharField(source="created_by.username", default=None, read_only=True)
-    previous: serializers.Field = serializers.PrimaryKeyRelatedField(read_only=True)
+    created_by = serializers.CharField(
+        source="created_by.username", default=None, read_only=True, allow_null=True
+    )
+    previous: serializers.Field = serializers.PrimaryKeyRelatedField(
+        read_only=True, allow_null=True
+    )
 
     class Meta:
         model = Release
@@ -137,7 +143,10 @@ class ReleaseListCreateApi(APIView):
                 enum=["all", *JobStatus.values],
             )
         ],
-        responses=ReleaseSerializer(many=True),
+        responses={
+            200: ReleaseSerializer(many=True),
+            400: OpenApiResponse(FieldErrorsSerializer, description="Unknown status."),
+        },
     )
     def get(self, request: Request) -> Response:
         requested = request.query_params.get("status") or None
@@ -184,7 +193,10 @@ class ReleaseCompareApi(APIView):
                 "examples", int, description="How many example candidates per list (0-200)."
             )
         ],
-        responses=CompareSerializer,
+        responses={
+            200: CompareSerializer,
+            400: OpenApiResponse(FieldErrorsSerializer, description="`examples` not an integer."),
+        },
     )
     def get(self, request: Request, release_id: int, other_id: int) -> Response:
         published = release_list(user=request.user)
@@ -200,7 +212,14 @@ class ReleaseCompareApi(APIView):
 
 
 class ReleaseRerunApi(APIView):
-    @extend_schema(operation_id="releases_rerun", request=None, responses=ActionResultSerializer)
+    @extend_schema(
+        operation_id="releases_rerun",
+        request=None,
+        responses={
+            200: ActionResultSerializer,
+            409: OpenApiResponse(ErrorSerializer, description="Not failed or cancelled."),
+        },
+    )
     def post(self, request: Request, release_id: int) -> Response:
         release = get_object_or_404(release_list(user=request.user, status="all"), pk=release_id)
         if not release_rerun(release=release):
@@ -215,7 +234,14 @@ class ReleaseRerunApi(APIView):
 
 
 class ReleaseCancelApi(APIView):
-    @extend_schema(operation_id="releases_cancel", request=None, responses=ActionResultSerializer)
+    @extend_schema(
+        operation_id="releases_cancel",
+        request=None,
+        responses={
+            200: ActionResultSerializer,
+            409: OpenApiResponse(ErrorSerializer, description="Not queued or running."),
+        },
+    )
     def post(self, request: Request, release_id: int) -> Response:
         release = get_object_or_404(release_list(user=request.user, status="all"), pk=release_id)
         if not release_cancel(release=release):

@@ -181,7 +181,15 @@ def release_compare(*, release: Release, other: Release, examples: int = 20) -> 
             for (label, _, _), count in zip(SHIFT_BUCKETS, bucket_counts, strict=True)
         },
     }
-    result: dict[str, Any] = {"release": new, "other": old, "summary": summary}
+    # The example lists are always present (empty with examples=0), as the API schema says.
+    result: dict[str, Any] = {
+        "release": new,
+        "other": old,
+        "summary": summary,
+        "added": [],
+        "removed": [],
+        "largest_changes": [],
+    }
     if examples:
         candidate = f"""JOIN {T_CAND} cand ON cand.id = r.candidate_id
                         JOIN {T_CC} cc ON cc.id = r.campaign_candidate_id

@@ -9,14 +9,14 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from common.api import FailOpenScopedRateThrottle
+from common.api import ErrorSerializer, FailOpenScopedRateThrottle, FieldErrorsSerializer
 from common.models import JobStatus
 from training_bridge import selectors
 from training_bridge.models import ScoreRequest, TrainingAblation, TrainingRun, TrainingTrigger
@@ -151,7 +151,10 @@ class TrainingRunListApi(APIView):
             OpenApiParameter("status", str, enum=[s.value for s in JobStatus]),
             OpenApiParameter("limit", int, description=f"At most {MAX_LIST}."),
         ],
-        responses=TrainingRunSerializer(many=True),
+        responses={
+            200: TrainingRunSerializer(many=True),
+            400: OpenApiResponse(ErrorSerializer, description="release or limit not an integer."),
+        },
     )
     def get(self, request: Request) -> Response:
         release = request.query_params.get("release")
@@ -205,7 +208,12 @@ class TrainingRunDetailApi(APIView):
 
 class TrainingRunCancelApi(APIView):
     @extend_schema(
-        operation_id="training_runs_cancel", request=None, responses=TrainingRunSerializer
+        operation_id="training_runs_cancel",
+        request=None,
+        responses={
+            200: TrainingRunSerializer,
+            409: OpenApiResponse(FieldErrorsSerializer, description="Not in a state to cancel."),
+        },
     )
     def post(self, request: Request, run_id: int) -> Response:
         run = get_object_or_404(TrainingRun, pk=run_id)
@@ -218,7 +226,12 @@ class TrainingRunCancelApi(APIView):
 
 class TrainingRunResumeApi(APIView):
     @extend_schema(
-        operation_id="training_runs_resume", request=None, responses=TrainingRunSerializer
+        operation_id="training_runs_resume",
+        request=None,
+        responses={
+            200: TrainingRunSerializer,
+            409: OpenApiResponse(FieldErrorsSerializer, description="Not in a state to resume."),
+        },
     )
     def post(self, request: Request, run_id: int) -> Response:
         run = get_object_or_404(TrainingRun, pk=run_id)
@@ -242,7 +255,7 @@ class ScoreCreateApi(APIView):
         responses={
             200: ScoreRequestSerializer,
             202: ScoreRequestSerializer,
-            400: inline_serializer("ScoreError", {"detail": serializers.ListField()}),
+            400: FieldErrorsSerializer,
         },
         description="Score (clip, references, candidate) triples with a succeeded run. The work "
         "runs on a training worker; with `wait` the answer comes back as 200 with the scores if "

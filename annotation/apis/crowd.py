@@ -32,7 +32,7 @@ from annotation.services.submission import (
     assignment_submit,
 )
 from annotation.services.workers import JoinRefused, worker_join
-from common.api import FailOpenSimpleRateThrottle
+from common.api import ErrorSerializer, FailOpenSimpleRateThrottle, FieldErrorsSerializer
 from common.storage import StorageUnavailable
 
 # --- throttles ---------------------------------------------------------------------------------
@@ -61,10 +61,6 @@ class SubmitThrottle(_CrowdThrottle):
 
 
 # --- serializers (input validation for join; documentation for the rest) ----------------------
-
-
-class ErrorSerializer(serializers.Serializer):
-    detail = serializers.CharField()
 
 
 class JoinInputSerializer(serializers.Serializer):
@@ -175,12 +171,6 @@ class SubmitResultSerializer(serializers.Serializer):
     status = serializers.CharField()
     judgments = serializers.IntegerField()
     submitted_at = serializers.DateTimeField()
-
-
-class FieldErrorsSerializer(serializers.Serializer):
-    """{"<path of the field>": ["message", ...]}, e.g. {"ratings[0].relevance": [...]}."""
-
-    non_field_errors = serializers.ListField(child=serializers.CharField(), required=False)
 
 
 class ProgressSerializer(serializers.Serializer):

@@ -13,9 +13,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from annotation.apis.crowd import ErrorSerializer, FieldErrorsSerializer
 from annotation.models import Campaign, CampaignStatus
 from annotation.services.campaigns import (
+    SLUG_HELP,
+    SLUG_PATTERN,
     CampaignInvalid,
     campaign_create,
     campaign_delete,
@@ -24,6 +25,7 @@ from annotation.services.campaigns import (
 )
 from annotation.services.payments import payments_rows, payments_total
 from annotation.services.workers import invite_create, invite_url_path
+from common.api import ErrorSerializer, FieldErrorsSerializer
 
 
 class CampaignSerializer(serializers.ModelSerializer):
@@ -33,6 +35,8 @@ class CampaignSerializer(serializers.ModelSerializer):
     slots_taken = serializers.IntegerField(read_only=True)
     participations = serializers.IntegerField(source="participation_count", read_only=True)
     worker_url = serializers.SerializerMethodField()
+    # Blank when the campaign has none (the model field's blank=True); not always a URI.
+    redirect_url = serializers.CharField(read_only=True)
 
     class Meta:
         model = Campaign
@@ -75,6 +79,13 @@ class CampaignSerializer(serializers.ModelSerializer):
         return f"/w/{campaign.slug}/"
 
 
+# The model's column bounds (PositiveSmallIntegerField, PositiveIntegerField, bigint ids): a larger
+# value used to pass validation and fail in PostgreSQL with a 500.
+SMALL_INTEGER_MAX = 32767
+INTEGER_MAX = 2**31 - 1
+BIG_INTEGER_MAX = 2**63 - 1
+
+
 class QuestionInputSerializer(serializers.Serializer):
     key = serializers.CharField()
     label = serializers.CharField(required=False)  # type: ignore[assignment]
@@ -91,18 +102,22 @@ class CampaignOptionsSerializer(serializers.Serializer):
     overall_question_key = serializers.CharField(required=False, allow_blank=True)
     judgments_per_candidate = serializers.IntegerField(min_value=1, max_value=100, required=False)
     reference_free = serializers.BooleanField(required=False)
-    lease_seconds = serializers.IntegerField(min_value=30, required=False)
-    min_seconds_on_clip = serializers.IntegerField(min_value=0, required=False)
+    lease_seconds = serializers.IntegerField(min_value=30, max_value=INTEGER_MAX, required=False)
+    min_seconds_on_clip = serializers.IntegerField(
+        min_value=0, max_value=INTEGER_MAX, required=False
+    )
     reason_required_at_or_below = serializers.IntegerField(
-        min_value=0, required=False, allow_null=True
+        min_value=0, max_value=SMALL_INTEGER_MAX, required=False, allow_null=True
     )
     max_assignments_per_worker = serializers.IntegerField(
-        min_value=1, required=False, allow_null=True
+        min_value=1, max_value=INTEGER_MAX, required=False, allow_null=True
     )
     control_rate = serializers.FloatField(min_value=0, max_value=1, required=False)
     control_settings = serializers.JSONField(required=False)
     qc_rules = serializers.JSONField(required=False)
-    review_range_threshold = serializers.IntegerField(min_value=1, required=False)
+    review_range_threshold = serializers.IntegerField(
+        min_value=1, max_value=SMALL_INTEGER_MAX, required=False
+    )
     pay_per_assignment = serializers.DecimalField(
         max_digits=8, decimal_places=2, min_value=Decimal("0"), required=False
     )
@@ -112,14 +127,21 @@ class CampaignOptionsSerializer(serializers.Serializer):
 
 
 class CampaignCreateSerializer(CampaignOptionsSerializer):
-    slug = serializers.CharField(max_length=100)
+    slug = serializers.RegexField(
+        SLUG_PATTERN,
+        max_length=100,
+        error_messages={"invalid": SLUG_HELP},
+        help_text=SLUG_HELP,
+    )
     name = serializers.CharField(max_length=200)
-    import_batch_ids = serializers.ListField(child=serializers.IntegerField(), required=False)
+    import_batch_ids = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=BIG_INTEGER_MAX), required=False
+    )
     systems = serializers.ListField(child=serializers.CharField(), required=False)
     clips = serializers.ListField(
         child=serializers.CharField(), required=False, help_text="VATEX clip ids."
     )
-    clip_limit = serializers.IntegerField(min_value=1, required=False)
+    clip_limit = serializers.IntegerField(min_value=1, max_value=INTEGER_MAX, required=False)
 
 
 class InviteInputSerializer(serializers.Serializer):

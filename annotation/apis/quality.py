@@ -51,6 +51,7 @@ from annotation.services.review import (
     review_release,
     review_resolve,
 )
+from common.api import FieldErrorsSerializer
 
 TAG = ["quality"]
 
@@ -401,10 +402,10 @@ class ReviewItemSerializer(serializers.ModelSerializer):
     system = serializers.SerializerMethodField()
     means = serializers.JSONField(source="campaign_candidate.means")
     claimed_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="username", read_only=True
+        slug_field="username", read_only=True, allow_null=True
     )
     resolved_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="username", read_only=True
+        slug_field="username", read_only=True, allow_null=True
     )
     status = serializers.CharField(read_only=True, help_text="open, claimed or resolved.")
 
@@ -518,7 +519,7 @@ class ReviewJudgmentSerializer(serializers.Serializer):
 
 class AuditEntrySerializer(serializers.ModelSerializer):
     actor: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="username", read_only=True
+        slug_field="username", read_only=True, allow_null=True
     )
     undone = serializers.SerializerMethodField()
 
@@ -642,7 +643,7 @@ class ReviewResolveApi(APIView):
         request=ResolveInputSerializer,
         responses={
             200: ReviewDetailSerializer,
-            400: QualityErrorSerializer,
+            400: FieldErrorsSerializer,
             409: QualityErrorSerializer,
         },
         operation_id="review_resolve",
@@ -838,7 +839,7 @@ class ControlsApi(APIView):
     @extend_schema(
         tags=TAG,
         request=ControlsInputSerializer,
-        responses={201: ControlsOutputSerializer, 400: QualityErrorSerializer},
+        responses={201: ControlsOutputSerializer, 400: FieldErrorsSerializer},
         operation_id="controls_generate",
     )
     def post(self, request: Request, slug: str) -> Response:

@@ -43,6 +43,7 @@ from annotation.questions import RUBRIC_LEVELS, default_questions
 from datasets_app.models import CandidateCaption, Clip, ClipStatus
 
 SLUG_PATTERN = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,98}[a-z0-9])?$")
+SLUG_HELP = "Lower-case letters, digits and hyphens (1–100), e.g. vid-lepus-pilot."
 # Path segments of the dashboard that a campaign slug may not shadow.
 RESERVED_SLUGS = frozenset({"new", "edit", "campaigns", "api", "static", "media", "admin"})
 QUESTION_KEY_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,49}$")
@@ -176,9 +177,7 @@ def _options_clean(options: dict[str, Any]) -> dict[str, Any]:
 
 def campaign_slug_clean(slug: str) -> str:
     if not isinstance(slug, str) or not SLUG_PATTERN.match(slug):
-        raise CampaignInvalid(
-            {"slug": ["Lower-case letters, digits and hyphens (1–100), e.g. vid-lepus-pilot."]}
-        )
+        raise CampaignInvalid({"slug": [SLUG_HELP]})
     if slug in RESERVED_SLUGS:
         raise CampaignInvalid({"slug": [f"{slug!r} is reserved."]})
     if Campaign.objects.filter(slug=slug).exists():

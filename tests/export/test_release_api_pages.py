@@ -83,6 +83,14 @@ def test_the_api_lists_published_releases_with_signed_downloads(published, curat
     assert (
         curator_client.get(f"/api/v1/releases/{second.pk}/compare/{failed.pk}/").status_code == 404
     )
+    # Without examples the lists are empty, not missing (the schema requires them; found by
+    # tests/hardening/test_schema_fuzz.py).
+    for examples in ("0", "-5"):
+        bare = curator_client.get(
+            f"/api/v1/releases/{second.pk}/compare/{first.pk}/", {"examples": examples}
+        ).json()
+        assert (bare["added"], bare["removed"], bare["largest_changes"]) == ([], [], [])
+        assert bare["summary"] == comparison["summary"]
 
 
 def test_the_api_creates_reruns_and_cancels_releases(
