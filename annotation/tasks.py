@@ -16,16 +16,23 @@ def after_submission(assignment_id: int) -> None:
 
 @shared_task(name="annotation.quality_catch_up", ignore_result=True)
 def quality_catch_up(campaign_id: int) -> None:
-    """The debounced after-submission pass of one campaign (see
-    `annotation.services.quality_queue`)."""
+    """One quality pass of a campaign: every worker who submitted since their statistics were
+    computed (see `annotation.services.quality_queue`)."""
     from annotation.services.quality import SWEEP_MAX_WORKERS
     from annotation.services.quality import quality_catch_up as catch_up
-    from annotation.services.quality_queue import catch_up_publish, pending_clear
+    from common.tasks import publish_now
 
-    pending_clear(campaign_id)
-    done = catch_up(campaign_id=campaign_id)
-    if done["workers"] >= SWEEP_MAX_WORKERS:  # more were waiting: another pass right away
-        catch_up_publish(campaign_id=campaign_id, countdown=0)
+    if catch_up(campaign_id=campaign_id)["workers"] >= SWEEP_MAX_WORKERS:
+        publish_now(quality_catch_up, campaign_id)  # more were waiting: another pass right away
+
+
+@shared_task(name="annotation.quality_catch_up_active", ignore_result=True)
+def quality_catch_up_active() -> int:
+    """The quality pass of every active crowd campaign with stale workers (beat, every 10 s):
+    covers the last submissions of a burst, which published no pass of their own."""
+    from annotation.services.quality import quality_catch_up_active as catch_up_active
+
+    return catch_up_active()
 
 
 @shared_task(name="annotation.expire_leases", ignore_result=True)

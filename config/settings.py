@@ -299,7 +299,8 @@ CELERY_TIMEZONE = TIME_ZONE
 # A job row whose heartbeat is older than this is considered orphaned by a dead worker.
 LEPUS_JOB_HEARTBEAT_TIMEOUT = env_int("LEPUS_JOB_HEARTBEAT_TIMEOUT", 120, minimum=5)
 # After-submission quality work is published at most once per campaign per this many seconds
-# (one pass updates every worker who submitted meanwhile); 0 publishes one task per submission.
+# (one pass updates every worker who submitted meanwhile; beat's 10 s pass covers the end of a
+# burst); 0 publishes one task per submission.
 LEPUS_QC_DEBOUNCE_SECONDS = env_float("LEPUS_QC_DEBOUNCE_SECONDS", 2.0)
 # Publishing a task may not hang a web request when the broker is down.
 CELERY_BROKER_CONNECTION_TIMEOUT = env_float("CELERY_BROKER_CONNECTION_TIMEOUT", 2.0)
@@ -358,6 +359,7 @@ LOGGING = {
 CELERY_BEAT_SCHEDULE = {
     "reap-orphaned-jobs": {"task": "common.reap_orphaned_jobs", "schedule": 60.0},
     "expire-assignment-leases": {"task": "annotation.expire_leases", "schedule": 60.0},
+    "quality-catch-up": {"task": "annotation.quality_catch_up_active", "schedule": 10.0},
     "quality-sweep": {"task": "annotation.quality_sweep", "schedule": 300.0},
     "check-retraining": {"task": "training_bridge.check_retraining", "schedule": 600.0},
     "sweep-queued-releases": {"task": "export.sweep_queued_releases", "schedule": 300.0},

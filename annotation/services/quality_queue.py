@@ -1,23 +1,29 @@
-"""Publishing the after-submission quality work, debounced per campaign.
+"""Publishing the after-submission quality work, at most once per campaign per window.
 
 One task per submission costs a broker round trip on the web path and a task on a worker for every
 submit, and at tens of submissions per second each task mostly repeats the work of the one before
 (the same candidates, the same neighbours). Instead the first submission of a campaign in a window
-of `LEPUS_QC_DEBOUNCE_SECONDS` marks the campaign pending (one atomic `cache.add`) and publishes one
-`annotation.quality_catch_up` task delayed by the window; later submissions in the window see the
-mark and publish nothing. The task clears the mark before it reads, so a submission stored while it
-runs schedules the next pass, then updates every worker who submitted since their statistics were
-computed, in one pass. A QC verdict (e.g. an exclusion of a robot) therefore lands at most a window
-plus one pass after the submission that triggers it.
+of `LEPUS_QC_DEBOUNCE_SECONDS` marks the campaign (one atomic `cache.add` whose mark expires with
+the window) and publishes one `annotation.quality_catch_up` pass at once; the other submissions of
+the window publish nothing. A pass updates every worker of the campaign who submitted since their
+statistics were computed, so it covers the submissions that published nothing before it ran; the
+ones stored while it ran are covered by the next window's pass, or by the beat task
+`annotation.quality_catch_up_active` (every 10 s) when no further submission comes. A QC verdict
+(e.g. an exclusion of a robot) therefore lands within seconds of the submission that triggers it.
+
+The pass is published without a countdown on purpose: a delayed (ETA) message stays unacknowledged
+in the worker until it runs, and kombu's Redis transport fails to restore unacknowledged messages
+when the broker connection drops, which stops the worker.
 
 With the window at 0 every submission publishes its own `annotation.after_submission` task. Neither
 path lets the web request depend on the cache or the broker: their failures are logged, and the
-periodic `annotation.quality_sweep` catches up.
+periodic tasks catch up.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 
 from django.conf import settings
 from django.core.cache import cache
@@ -40,24 +46,22 @@ def after_submission_schedule(*, campaign_id: int, assignment_id: int) -> None:
 
         enqueue(tasks.after_submission, assignment_id)
         return
-    transaction.on_commit(lambda: catch_up_publish(campaign_id=campaign_id, countdown=window))
+    transaction.on_commit(lambda: catch_up_publish(campaign_id=campaign_id, window=window))
 
 
-def catch_up_publish(*, campaign_id: int, countdown: float) -> bool:
-    """Publish one delayed catch-up pass unless one is already pending; True if published."""
+def catch_up_publish(*, campaign_id: int, window: float) -> bool:
+    """Publish one quality pass of the campaign unless one was published in the last `window`
+    seconds; True if published."""
     from annotation import tasks
     from common.tasks import publish_now
 
-    key = pending_key(campaign_id)
-    # The mark outlives the window so that a pass lost with its worker blocks nothing for long.
-    lifetime = int(countdown) + 60
     try:
-        if not cache.add(key, 1, timeout=lifetime):
+        if not cache.add(pending_key(campaign_id), 1, timeout=max(1, math.ceil(window))):
             return False
     except Exception as error:  # the cache is down: publish anyway, the broker decides
         logger.warning("quality debounce cache unavailable (%s); publishing directly", error)
-    if not publish_now(tasks.quality_catch_up, campaign_id, countdown=countdown):
-        pending_clear(campaign_id)  # the next submission tries again (or the sweep catches up)
+    if not publish_now(tasks.quality_catch_up, campaign_id):
+        pending_clear(campaign_id)  # the next submission tries again (or the beat task catches up)
         return False
     return True
 

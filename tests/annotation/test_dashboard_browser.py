@@ -3,7 +3,6 @@ live server on PostgreSQL, and the candidate's aggregate changes accordingly."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
@@ -11,39 +10,15 @@ import pytest
 from annotation.models import AuditEntry, CampaignCandidate, ReviewItem, ReviewStatus
 from annotation.services.quality import qc_campaign_full
 from tests.annotation.quality_factories import quality_crowd_campaign, quality_judge, quality_worker
+from tests.support.browser import chromium_browser
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 
 
 @pytest.fixture
 def quality_browser() -> Iterator[object]:
-    from playwright.sync_api import sync_playwright
-
-    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    try:
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(
-                executable_path="/usr/bin/chromium", headless=True, args=CHROMIUM_ARGS
-            )
-            try:
-                yield browser
-            finally:
-                browser.close()
-    finally:
-        if previous is None:
-            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-        else:
-            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+    with chromium_browser() as browser:
+        yield browser
 
 
 def test_a_curator_resolves_a_review_item_and_the_score_follows(

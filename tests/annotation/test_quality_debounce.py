@@ -1,7 +1,10 @@
-"""Debounced after-submission quality work: one delayed pass per campaign per window, which brings
-every worker who submitted meanwhile up to date; cache and broker failures never reach the web."""
+"""After-submission quality work, at most one pass per campaign per window, which brings every
+worker who submitted meanwhile up to date; cache and broker failures never reach the web."""
 
 from __future__ import annotations
+
+import time
+from datetime import timedelta
 
 import pytest
 from django.core.cache import cache
@@ -11,40 +14,42 @@ from django.utils import timezone
 from annotation.models import CampaignCandidate, Judgment, Participation, WorkerQCStats
 from annotation.services import quality_queue
 from annotation.services.exclusions import worker_exclude
-from annotation.services.quality import quality_catch_up
+from annotation.services.quality import quality_catch_up, quality_catch_up_active
 from tests.annotation.quality_factories import quality_crowd_campaign, quality_judge, quality_worker
 
 KEYS = ("descriptiveness", "relevance", "fluency")
 
 
-def _submits(participation: Participation, items, values) -> None:  # type: ignore[no-untyped-def]
+def _submits(participation: Participation, items, values, *, ago: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+    """Judgments of one submission, the worker last seen `ago` seconds ago."""
     for item in items:
         quality_judge(participation, item, values)
     Participation.objects.filter(pk=participation.pk).update(
-        assignments_submitted=F("assignments_submitted") + 1, last_seen_at=timezone.now()
+        assignments_submitted=F("assignments_submitted") + 1,
+        last_seen_at=timezone.now() - timedelta(seconds=ago),
     )
 
 
 @pytest.fixture
 def published(monkeypatch):  # type: ignore[no-untyped-def]
-    calls: list[tuple[tuple[int, ...], float]] = []
+    calls: list[tuple[int, ...]] = []
     monkeypatch.setattr(
         "annotation.tasks.quality_catch_up.apply_async",
-        lambda args, kwargs, retry, countdown: calls.append((args, countdown)),
+        lambda args, kwargs, retry: calls.append(args),
     )
     cache.clear()
     return calls
 
 
-def test_one_pass_per_campaign_and_window_until_the_pass_starts(published):
-    assert quality_queue.catch_up_publish(campaign_id=7, countdown=2.0)
-    assert not quality_queue.catch_up_publish(campaign_id=7, countdown=2.0)
-    assert quality_queue.catch_up_publish(campaign_id=8, countdown=2.0)
-    assert published == [((7,), 2.0), ((8,), 2.0)]
+def test_one_pass_per_campaign_and_window(published):
+    assert quality_queue.catch_up_publish(campaign_id=7, window=1.0)
+    assert not quality_queue.catch_up_publish(campaign_id=7, window=1.0)
+    assert quality_queue.catch_up_publish(campaign_id=8, window=1.0)
+    assert published == [(7,), (8,)]
 
-    quality_queue.pending_clear(7)  # what the pass does before it reads
-    assert quality_queue.catch_up_publish(campaign_id=7, countdown=2.0)
-    assert published[-1] == ((7,), 2.0)
+    time.sleep(1.1)  # the mark expires with the window: the next submission publishes again
+    assert quality_queue.catch_up_publish(campaign_id=7, window=1.0)
+    assert published == [(7,), (8,), (7,)]
 
 
 def test_a_broker_failure_clears_the_mark_so_the_next_submission_tries_again(monkeypatch):
@@ -54,10 +59,10 @@ def test_a_broker_failure_clears_the_mark_so_the_next_submission_tries_again(mon
         raise ConnectionRefusedError("broker down")
 
     monkeypatch.setattr("annotation.tasks.quality_catch_up.apply_async", broker_down)
-    assert not quality_queue.catch_up_publish(campaign_id=9, countdown=2.0)
+    assert not quality_queue.catch_up_publish(campaign_id=9, window=2.0)
     assert cache.get(quality_queue.pending_key(9)) is None
     # Within the broker-down backoff the next submission does not even try (the sweep catches up).
-    assert not quality_queue.catch_up_publish(campaign_id=9, countdown=2.0)
+    assert not quality_queue.catch_up_publish(campaign_id=9, window=2.0)
     assert cache.get(quality_queue.pending_key(9)) is None
 
 
@@ -67,9 +72,9 @@ def test_a_cache_failure_still_publishes(published, monkeypatch):
 
     monkeypatch.setattr(quality_queue.cache, "add", cache_down)
     monkeypatch.setattr(quality_queue.cache, "delete", cache_down)
-    assert quality_queue.catch_up_publish(campaign_id=10, countdown=2.0)
+    assert quality_queue.catch_up_publish(campaign_id=10, window=2.0)
     quality_queue.pending_clear(10)  # logged, not raised
-    assert published == [((10,), 2.0)]
+    assert published == [(10,)]
 
 
 def test_a_window_of_zero_publishes_one_task_per_submission(
@@ -112,11 +117,27 @@ def test_the_pass_updates_every_worker_who_submitted_and_excludes_late_work(cura
 
     # Excluded while a lease was live: what they store afterwards is excluded by the next pass.
     worker_exclude(participation=bob, actor=curator, reason="test")
-    _submits(bob, clips[1], dict.fromkeys(KEYS, 3))
-    _submits(ann, clips[1], dict.fromkeys(KEYS, 5))
+    _submits(bob, clips[1], dict.fromkeys(KEYS, 3), ago=0)
+    _submits(ann, clips[1], dict.fromkeys(KEYS, 5), ago=0)
     assert quality_catch_up(campaign_id=campaign.pk) == {"workers": 1, "candidates": 2}
     late = Judgment.objects.filter(participation=bob, campaign_candidate__in=clips[1])
     assert late.count() == 2 and all(j.is_excluded for j in late)
     assert CampaignCandidate.objects.get(pk=clips[1][0].pk).kept_judgments == 1
     assert WorkerQCStats.objects.get(participation=ann).judgments == 4
     assert idle.pk not in set(WorkerQCStats.objects.values_list("participation_id", flat=True))
+
+
+def test_the_beat_pass_covers_every_active_crowd_campaign_with_stale_workers(db):
+    busy = quality_crowd_campaign(slug="busy", clips=2, candidates_per_clip=2, quota=3)
+    quiet = quality_crowd_campaign(slug="quiet", clips=1, candidates_per_clip=2, quota=3)
+    clip_items: dict[int, list[CampaignCandidate]] = {}
+    for item in busy.items.order_by("id"):
+        clip_items.setdefault(item.clip_id, []).append(item)
+    for index, items in enumerate(clip_items.values()):
+        _submits(quality_worker(busy, f"w{index}"), items, dict.fromkeys(KEYS, 4))
+    quality_worker(quiet, "idle")
+
+    assert quality_catch_up_active() == 2
+    assert WorkerQCStats.objects.filter(participation__campaign=busy).count() == 2
+    assert not WorkerQCStats.objects.filter(participation__campaign=quiet).exists()
+    assert quality_catch_up_active() == 0  # nothing stale any more

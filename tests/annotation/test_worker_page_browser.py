@@ -3,7 +3,6 @@ real H.264/AAC MP4 clips made by ffmpeg and served through signed local-storage 
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,17 +15,10 @@ from common import storage
 from datasets_app.models import CandidateCaption
 from tests.annotation.crowd_factories import ready_clip
 from tests.factories import CandidateFactory, SystemFactory
+from tests.support.browser import chromium_browser
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 HOSTILE_CAPTION = '<img src=x onerror="window.pwned=1"> a <b>bold</b> man & a dog'
 
 
@@ -56,26 +48,10 @@ def mp4_file(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def chromium() -> Iterator[object]:
-    from playwright.sync_api import sync_playwright
-
     # Playwright's sync API keeps an event loop in this thread for the whole module; the ORM
     # calls of the tests (and the database flush between them) are still plain synchronous code.
-    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    try:
-        with sync_playwright() as playwright:
-            launched = playwright.chromium.launch(
-                executable_path="/usr/bin/chromium", headless=True, args=CHROMIUM_ARGS
-            )
-            try:
-                yield launched
-            finally:
-                launched.close()
-    finally:
-        if previous is None:
-            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-        else:
-            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+    with chromium_browser() as launched:
+        yield launched
 
 
 @pytest.fixture

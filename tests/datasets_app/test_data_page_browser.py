@@ -3,7 +3,6 @@ the imports, the clips by status and a video job's progress, and retries a faile
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
@@ -14,42 +13,20 @@ from datasets_app.models import ClipStatus, VideoAttachJob
 from datasets_app.services.imports import vatex_import
 from tests.datasets_app.helpers import EXAMPLES
 from tests.factories import ClipFactory
+from tests.support.browser import chromium_browser
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 
 
 @pytest.fixture
 def page() -> Iterator[object]:
-    from playwright.sync_api import sync_playwright
-
-    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    try:
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(
-                executable_path="/usr/bin/chromium", headless=True, args=CHROMIUM_ARGS
-            )
-            try:
-                yield browser.new_context().new_page()
-            finally:
-                browser.close()
-                # ORM calls made while Playwright's loop runs get their own connection (another
-                # async context); close it here or the test database cannot be dropped.
-                connections.close_all()
-    finally:
-        if previous is None:
-            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-        else:
-            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+    with chromium_browser() as browser:
+        try:
+            yield browser.new_context().new_page()
+        finally:
+            # ORM calls made while Playwright's loop runs get their own connection (another
+            # async context); close it here or the test database cannot be dropped.
+            connections.close_all()
 
 
 def test_a_curator_follows_imports_and_video_jobs_and_retries_a_failed_one(

@@ -6,7 +6,6 @@ twice): escaping is the page's job."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
@@ -24,41 +23,18 @@ from datasets_app.models import (
 )
 from export.models import Release
 from tests.hardening.world import World, build_world, worker_client
+from tests.support.browser import chromium_browser
 from training_bridge.models import TrainingRun
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 XSS = '<script>window.__xss=1</script><img src=x onerror="window.__xss=1;alert(1)">'
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 
 
 @pytest.fixture
 def chromium() -> Iterator[object]:
-    from playwright.sync_api import sync_playwright
-
-    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    try:
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(
-                executable_path="/usr/bin/chromium", headless=True, args=CHROMIUM_ARGS
-            )
-            try:
-                yield browser
-            finally:
-                browser.close()
-    finally:
-        if previous is None:
-            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-        else:
-            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+    with chromium_browser() as browser:
+        yield browser
 
 
 def _poison(world: World) -> None:
