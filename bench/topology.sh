@@ -176,7 +176,7 @@ log "migrate, collectstatic"
 "$PY" manage.py migrate --noinput >"$LOGS/migrate.log" 2>&1
 "$PY" manage.py collectstatic --noinput >"$LOGS/collectstatic.log" 2>&1
 CURATOR_PASSWORD="$("$PY" -c 'import secrets; print(secrets.token_urlsafe(18))')"
-"$PY" manage.py create_curator --username curator --password "$CURATOR_PASSWORD" \
+"$PY" manage.py create_curator --username curator --password="$CURATOR_PASSWORD" \
   >"$LOGS/create_curator.log" 2>&1
 
 # --- Web, workers, beat -------------------------------------------------------------------------

@@ -339,6 +339,12 @@ def test_create_curator_is_idempotent():
     assert user.groups.count() == 1
 
 
+def test_a_password_starting_with_a_dash_is_one_argument_as_the_demo_passes_it():
+    # secrets.token_urlsafe() may begin with "-": the demo passes `--password=<value>`.
+    call_command("create_curator", "--username", "dash", "--password=-Xy_9long", stdout=StringIO())
+    assert User.objects.get(username="dash").check_password("-Xy_9long")
+
+
 # --- dashboard pages ----------------------------------------------------------------------------
 
 

@@ -80,7 +80,8 @@ class Command(LepusCommand):
         else:
             campaign = {"slug": slug, "existing": True}
         password = _curator_password()
-        _run("create_curator", "--username", "curator", "--password", password)
+        # One argument: a generated password may start with "-", which argparse takes for an option.
+        _run("create_curator", "--username", "curator", f"--password={password}")
         self.emit(
             {
                 "campaign": slug,
