@@ -17,6 +17,7 @@ from django.contrib.auth.models import Group, User
 
 from common.permissions import CURATOR_GROUP
 from tests.support.processes import CeleryWorker, purge_broker
+from tests.support.storage import point_storage_at_s3
 
 
 @pytest.fixture(autouse=True)
@@ -113,24 +114,7 @@ def s3_storage(s3_server: str, settings, monkeypatch) -> Iterator[str]:  # type:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     bucket = f"lepus-test-{uuid.uuid4().hex[:12]}"
     boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1").create_bucket(Bucket=bucket)
-    settings.LEPUS_S3_BUCKET = bucket
-    settings.LEPUS_S3_ENDPOINT_URL = s3_server
-    settings.STORAGES = {
-        **settings.STORAGES,
-        "default": {
-            "BACKEND": "storages.backends.s3.S3Storage",
-            "OPTIONS": {
-                "bucket_name": bucket,
-                "endpoint_url": s3_server,
-                "region_name": "us-east-1",
-                "querystring_auth": True,
-                "querystring_expire": settings.LEPUS_MEDIA_URL_TTL,
-                "file_overwrite": True,
-                "addressing_style": "path",
-                "signature_version": "s3v4",
-            },
-        },
-    }
+    point_storage_at_s3(settings, s3_server, bucket)
     yield bucket
 
 

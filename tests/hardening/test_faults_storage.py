@@ -24,27 +24,7 @@ from tests.annotation.crowd_factories import crowd_campaign, crowd_join
 from tests.export.builders import build_campaign
 from tests.factories import ClipFactory
 from tests.support.processes import celery_worker, free_port, purge_broker, wait_until
-
-
-def _point_storage_at(settings, endpoint: str, bucket: str) -> None:  # type: ignore[no-untyped-def]
-    settings.LEPUS_S3_BUCKET = bucket
-    settings.LEPUS_S3_ENDPOINT_URL = endpoint
-    settings.STORAGES = {
-        **settings.STORAGES,
-        "default": {
-            "BACKEND": "storages.backends.s3.S3Storage",
-            "OPTIONS": {
-                "bucket_name": bucket,
-                "endpoint_url": endpoint,
-                "region_name": "us-east-1",
-                "querystring_auth": True,
-                "querystring_expire": settings.LEPUS_MEDIA_URL_TTL,
-                "file_overwrite": True,
-                "addressing_style": "path",
-                "signature_version": "s3v4",
-            },
-        },
-    }
+from tests.support.storage import point_storage_at_s3
 
 
 @pytest.mark.django_db(transaction=True)
@@ -60,7 +40,7 @@ def test_pages_that_show_media_answer_while_s3_is_unreachable(
     Campaign.objects.filter(pk=crowd.pk).update(status="active")
 
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens on this loopback port
-    _point_storage_at(settings, dead, s3_storage)
+    point_storage_at_s3(settings, dead, s3_storage)
     with pytest.raises(Exception) as raised:
         storage.exists("anything")
     assert storage.is_unavailable(raised.value)
@@ -114,7 +94,7 @@ def private_s3(settings, monkeypatch) -> Iterator[dict[str, object]]:  # type: i
         state["server"].stop()  # type: ignore[attr-defined]
 
     start()
-    _point_storage_at(settings, endpoint, bucket)
+    point_storage_at_s3(settings, endpoint, bucket)
     state.update(start=start, stop=stop, endpoint=endpoint, bucket=bucket)
     try:
         yield state
