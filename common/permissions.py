@@ -3,9 +3,14 @@ authenticate with a worker token (see `annotation.auth`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import wraps
 from typing import Any
 
 from django.contrib.auth.models import AnonymousUser
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
@@ -37,3 +42,17 @@ class IsCurator(BasePermission):
 
     def has_permission(self, request: Request, view: Any) -> bool:
         return is_curator(request.user)
+
+
+def curator_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Dashboard pages: a stranger is sent to the login page, a user without the role gets 403."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not request.user.is_authenticated:
+            return redirect_to_login(request.get_full_path())
+        if not is_curator(request.user):
+            raise PermissionDenied("Curator role required.")
+        return view(request, *args, **kwargs)
+
+    return wrapper

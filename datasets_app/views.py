@@ -9,7 +9,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from common.permissions import is_curator
+from common.permissions import curator_required, is_curator
 from common.tasks import enqueue
 from datasets_app.models import VideoAttachJob
 from datasets_app.selectors import (
@@ -21,15 +21,9 @@ from datasets_app.selectors import (
 from datasets_app.services.video import video_attach_job_retry
 
 
-def _require_curator(request: HttpRequest) -> None:
-    if not is_curator(request.user):
-        raise PermissionDenied("Curator role required.")
-
-
 @require_GET
-@login_required
+@curator_required
 def data_page(request: HttpRequest) -> HttpResponse:
-    _require_curator(request)
     jobs = list(video_jobs_recent(limit=20))
     context = {
         "stats": platform_stats(),
@@ -45,7 +39,9 @@ def data_page(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def video_job_retry(request: HttpRequest, job_id: int) -> HttpResponse:
-    _require_curator(request)
+    # The method is checked before the role here (a GET from anyone logged in is 405).
+    if not is_curator(request.user):
+        raise PermissionDenied("Curator role required.")
     try:
         job = video_attach_job_retry(job_id=job_id)
     except VideoAttachJob.DoesNotExist:

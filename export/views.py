@@ -4,35 +4,21 @@ statistics, downloads), compare two releases, re-run and cancel builds."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import wraps
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.views import redirect_to_login
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from common.permissions import is_curator
+from common.permissions import curator_required
 from export.forms import ReleaseForm
 from export.models import Release
 from export.selectors import release_builds, release_compare, release_files, release_list
 from export.services import release_cancel, release_create, release_rerun
 
 View = Callable[..., HttpResponse]
-
-
-def curator_required(view: View) -> View:
-    @wraps(view)
-    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not request.user.is_authenticated:
-            return redirect_to_login(request.get_full_path())
-        if not is_curator(request.user):
-            raise PermissionDenied("Curator role required.")
-        return view(request, *args, **kwargs)
-
-    return wrapped
 
 
 def _list_context(request: HttpRequest, form: ReleaseForm) -> dict[str, Any]:

@@ -3,13 +3,10 @@ evaluation table, a comparison of runs, and the forms that start, cancel and res
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import wraps
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.views import redirect_to_login
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -17,7 +14,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from common import storage
 from common.models import JobStatus
-from common.permissions import is_curator
+from common.permissions import curator_required
 from training_bridge import selectors
 from training_bridge.charts import line_chart
 from training_bridge.models import TrainingAblation, TrainingRun, TrainingTrigger
@@ -28,18 +25,6 @@ from training_bridge.services import (
 )
 
 MAX_COMPARED = 6
-
-
-def curator_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    @wraps(view)
-    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not request.user.is_authenticated:
-            return redirect_to_login(request.get_full_path())
-        if not is_curator(request.user):
-            raise PermissionDenied("Curator role required.")
-        return view(request, *args, **kwargs)
-
-    return wrapped
 
 
 def _published_releases() -> Any:

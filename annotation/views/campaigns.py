@@ -4,14 +4,10 @@ and the payments CSV downloads. Every page is curator-only."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from datetime import timedelta
-from functools import wraps
 from typing import Any
 
 from django import forms
-from django.contrib.auth.views import redirect_to_login
-from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import NoReverseMatch, reverse
@@ -33,20 +29,8 @@ from annotation.services.payments import (
     payments_total,
 )
 from annotation.services.workers import invite_create, invite_url_path
-from common.permissions import is_curator
+from common.permissions import curator_required
 from datasets_app.models import CaptioningSystem, ImportBatch
-
-
-def curator_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    @wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not request.user.is_authenticated:
-            return redirect_to_login(request.get_full_path())
-        if not is_curator(request.user):
-            raise PermissionDenied("Curator role required.")
-        return view(request, *args, **kwargs)
-
-    return wrapper
 
 
 def campaign_detail_url(slug: str) -> str:

@@ -5,14 +5,9 @@ gets 403. Every change is a CSRF-protected POST that calls one service and redir
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime
-from functools import wraps
-from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.views import redirect_to_login
-from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -50,19 +45,7 @@ from annotation.services.review import (
     review_resolve,
 )
 from common import storage
-from common.permissions import is_curator
-
-
-def curator_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    @wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not request.user.is_authenticated:
-            return redirect_to_login(request.get_full_path())
-        if not is_curator(request.user):
-            raise PermissionDenied("Curator role required.")
-        return view(request, *args, **kwargs)
-
-    return wrapper
+from common.permissions import curator_required
 
 
 def _campaign(slug: str) -> Campaign:
