@@ -227,17 +227,7 @@ def _store_generic(
     current = {
         row.pk: row
         for row in CampaignCandidate.objects.filter(id__in=data.candidates.ids.tolist()).only(
-            "id",
-            "judgments_total",
-            "kept_judgments",
-            "means",
-            "overall",
-            "normalized",
-            "training_class",
-            "rating_range",
-            "is_finalised",
-            "finalised_at",
-            "review_state",
+            "id", *_row_fields()
         )
     }
     changed: list[CampaignCandidate] = []
