@@ -434,14 +434,9 @@ def quality_catch_up_active() -> int:
     return updated
 
 
-def quality_catch_up(*, campaign_id: int) -> dict[str, int]:
-    """The debounced after-submission pass (task `annotation.quality_catch_up`, see
-    `annotation.services.quality_queue`): every worker of the campaign who submitted since their
-    statistics were computed, in one pass, then the aggregates and review state of the candidates
-    they rated; judgments that excluded workers stored late are excluded too."""
-    campaign = Campaign.objects.filter(pk=campaign_id, is_imported=False).first()
-    if campaign is None:
-        return {"workers": 0, "candidates": 0}
+def late_judgments_exclude_all(*, campaign: Campaign) -> set[int]:
+    """Exclude the still-kept judgments of every excluded worker of the campaign (stored after
+    their exclusion, by a lease that was live); returns the candidates whose judgments changed."""
     touched: set[int] = set()
     late_workers = (
         Participation.objects.filter(
@@ -452,6 +447,18 @@ def quality_catch_up(*, campaign_id: int) -> dict[str, int]:
     )
     for participation_id in late_workers:
         touched |= set(late_judgments_exclude(campaign=campaign, participation_id=participation_id))
+    return touched
+
+
+def quality_catch_up(*, campaign_id: int) -> dict[str, int]:
+    """The debounced after-submission pass (task `annotation.quality_catch_up`, see
+    `annotation.services.quality_queue`): every worker of the campaign who submitted since their
+    statistics were computed, in one pass, then the aggregates and review state of the candidates
+    they rated; judgments that excluded workers stored late are excluded too."""
+    campaign = Campaign.objects.filter(pk=campaign_id, is_imported=False).first()
+    if campaign is None:
+        return {"workers": 0, "candidates": 0}
+    touched = late_judgments_exclude_all(campaign=campaign)
     if touched:
         aggregation_recompute(campaign=campaign, candidate_ids=touched)
     # `last_seen_at` moves with every submit (and every `next`): a superset of the stale workers,
@@ -483,18 +490,7 @@ def quality_sweep() -> None:
 
 
 def quality_sweep_campaign(*, campaign: Campaign) -> dict[str, int]:
-    touched: set[int] = set()
-    late_workers = (
-        Participation.objects.filter(
-            campaign=campaign,
-            status=ParticipationStatus.EXCLUDED,
-            judgments__is_excluded=False,
-        )
-        .values_list("id", flat=True)
-        .distinct()
-    )
-    for participation_id in late_workers:
-        touched |= set(late_judgments_exclude(campaign=campaign, participation_id=participation_id))
+    touched = late_judgments_exclude_all(campaign=campaign)
     stale = (
         Participation.objects.filter(campaign=campaign, status=ParticipationStatus.ACTIVE)
         .annotate(last_judgment=Max("judgments__created_at"), judged=Count("judgments"))
