@@ -18,7 +18,7 @@ logger = logging.getLogger(__name__)
 _broker_down_until = 0.0
 
 
-def publish_now(task: Any, *args: Any, countdown: float | None = None, **kwargs: Any) -> bool:
+def publish_now(task: Any, *args: Any, **kwargs: Any) -> bool:
     """Send `task` now; False (logged, never raised) when the broker is down.
 
     The web path must not depend on the broker. After a failed publish this process skips the
@@ -29,11 +29,8 @@ def publish_now(task: Any, *args: Any, countdown: float | None = None, **kwargs:
     if time.monotonic() < _broker_down_until:
         logger.info("broker down; not publishing %s%s", task.name, args)
         return False
-    options: dict[str, Any] = {"args": args, "kwargs": kwargs, "retry": False}
-    if countdown is not None:
-        options["countdown"] = countdown
     try:
-        task.apply_async(**options)
+        task.apply_async(args=args, kwargs=kwargs, retry=False)
     except Exception as error:  # kombu raises OperationalError, socket errors, timeouts
         _broker_down_until = time.monotonic() + settings.LEPUS_BROKER_DOWN_BACKOFF
         logger.warning("could not publish %s%s: %s; a sweep will catch up", task.name, args, error)
