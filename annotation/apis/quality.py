@@ -51,17 +51,13 @@ from annotation.services.review import (
     review_release,
     review_resolve,
 )
-from common.api import FieldErrorsSerializer
+from common.api import ErrorSerializer, FieldErrorsSerializer
 
 TAG = ["quality"]
 
 
 def _campaign(slug: str) -> Campaign:
     return get_object_or_404(Campaign, slug=slug)
-
-
-class QualityErrorSerializer(serializers.Serializer):
-    detail = serializers.CharField()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -251,7 +247,7 @@ class WorkerExcludeApi(APIView):
     @extend_schema(
         tags=TAG,
         request=ExcludeInputSerializer,
-        responses={200: ExcludeOutputSerializer, 404: QualityErrorSerializer},
+        responses={200: ExcludeOutputSerializer, 404: ErrorSerializer},
         operation_id="quality_worker_exclude",
     )
     def post(self, request: Request, slug: str, participation_id: int) -> Response:
@@ -280,7 +276,7 @@ class WorkerIncludeApi(APIView):
     @extend_schema(
         tags=TAG,
         request=IncludeInputSerializer,
-        responses={200: IncludeOutputSerializer, 404: QualityErrorSerializer},
+        responses={200: IncludeOutputSerializer, 404: ErrorSerializer},
         operation_id="quality_worker_include",
     )
     def post(self, request: Request, slug: str, participation_id: int) -> Response:
@@ -336,7 +332,7 @@ class QCRunListApi(APIView):
 class QCRunDetailApi(APIView):
     @extend_schema(
         tags=TAG,
-        responses={200: QCRunSerializer, 404: QualityErrorSerializer},
+        responses={200: QCRunSerializer, 404: ErrorSerializer},
         operation_id="qc_runs_detail",
     )
     def get(self, request: Request, slug: str, run_id: int) -> Response:
@@ -576,7 +572,7 @@ def _detail_payload(item: ReviewItem) -> dict[str, Any]:
 class ReviewDetailApi(APIView):
     @extend_schema(
         tags=TAG,
-        responses={200: ReviewDetailSerializer, 404: QualityErrorSerializer},
+        responses={200: ReviewDetailSerializer, 404: ErrorSerializer},
         operation_id="review_detail",
     )
     def get(self, request: Request, slug: str, item_id: int) -> Response:
@@ -589,7 +585,7 @@ class ReviewClaimApi(APIView):
     @extend_schema(
         tags=TAG,
         request=None,
-        responses={200: ReviewItemSerializer, 409: QualityErrorSerializer},
+        responses={200: ReviewItemSerializer, 409: ErrorSerializer},
         operation_id="review_claim",
     )
     def post(self, request: Request, slug: str, item_id: int) -> Response:
@@ -607,7 +603,7 @@ class ReviewReleaseApi(APIView):
     @extend_schema(
         tags=TAG,
         request=None,
-        responses={200: ReviewItemSerializer, 409: QualityErrorSerializer},
+        responses={200: ReviewItemSerializer, 409: ErrorSerializer},
         operation_id="review_release",
     )
     def post(self, request: Request, slug: str, item_id: int) -> Response:
@@ -644,7 +640,7 @@ class ReviewResolveApi(APIView):
         responses={
             200: ReviewDetailSerializer,
             400: FieldErrorsSerializer,
-            409: QualityErrorSerializer,
+            409: ErrorSerializer,
         },
         operation_id="review_resolve",
     )
@@ -699,7 +695,7 @@ class AuditUndoApi(APIView):
     @extend_schema(
         tags=TAG,
         request=UndoInputSerializer,
-        responses={200: AuditEntrySerializer, 409: QualityErrorSerializer},
+        responses={200: AuditEntrySerializer, 409: ErrorSerializer},
         operation_id="audit_undo",
     )
     def post(self, request: Request, slug: str, entry_id: int) -> Response:
