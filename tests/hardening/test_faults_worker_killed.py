@@ -101,7 +101,7 @@ def test_a_video_job_killed_mid_clip_is_reaped_shows_nothing_partial_and_reruns(
         wait_until(
             lambda: VideoAttachJob.objects.get(pk=job.pk).is_finished,
             timeout=90,
-            message=f"the re-run; worker log:\n{worker.log()[-2000:]}",
+            message=lambda: f"the re-run; worker log:\n{worker.log()[-2000:]}",
         )
     job.refresh_from_db()
     assert (job.status, job.attempts, job.done, job.ready, job.failed, job.error) == (

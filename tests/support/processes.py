@@ -56,14 +56,17 @@ def wait_until(
     *,
     timeout: float,
     interval: float = 0.1,
-    message: str = "condition",
+    message: str | Callable[[], str] = "condition",
 ) -> None:
+    """Poll `predicate` until it holds; on timeout raise with `message` (a callable is called
+    then, so it can describe the state at the end of the wait)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return
         time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout}s waiting for {message}")
+    described = message() if callable(message) else message
+    raise TimeoutError(f"timed out after {timeout}s waiting for {described}")
 
 
 class CeleryWorker:
