@@ -55,7 +55,8 @@ test: $(DEV_STAMP)
 topology: $(DEV_STAMP)
 	bash bench/topology.sh $(TOPOLOGY_ARGS)
 
-## Only the schemathesis run over the OpenAPI schema (part of `make test`).
+## Only the schemathesis run over the OpenAPI schema (part of `make test`; fixed seed unless
+## LEPUS_FUZZ_SEED=random or =<n>).
 fuzz: $(DEV_STAMP)
 	$(VENV)/bin/pytest tests/hardening/test_schema_fuzz.py -s $(PYTEST_ARGS)
 
