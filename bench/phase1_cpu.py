@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch
 
 from training_bridge.rigel.head import build_head, count_parameters
-from training_bridge.rigel.phase1 import train_head
+from training_bridge.rigel.phase1 import PRECISIONS, train_head
 
 
 def synthetic_cache(samples: int, hidden: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -43,6 +43,9 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
     parser.add_argument("--device", default="cpu", help="cpu (the target) or cuda, for comparison")
+    parser.add_argument(
+        "--precision", default="fp32", choices=PRECISIONS, help="the head's matrix products"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
@@ -65,6 +68,7 @@ def main() -> None:
         early_stopping=False,
         threads=args.threads or None,
         device=args.device,
+        precision=args.precision,
     )
     seconds = time.perf_counter() - started
     parameters = count_parameters(build_head(args.hidden))
@@ -90,6 +94,7 @@ def main() -> None:
         "best_epoch": result.best_epoch,
         "best_validation_tau": round(result.best_tau, 4),
         "device": args.device,
+        "precision": args.precision,
         "torch_threads": args.threads or torch.get_num_threads(),
         "cpu_count": os.cpu_count(),
         "torch": torch.__version__,

@@ -95,6 +95,32 @@ def test_phase1_learns_the_teacher_and_keeps_the_best_epoch():
     assert seen[-1][1] < seen[0][1]  # the distillation loss went down
 
 
+def test_phase1_in_bf16_learns_as_well_and_keeps_float32_weights():
+    train_hidden, train_logits = _synthetic(512, 32, seed=1)
+    validation_hidden, validation_logits = _synthetic(128, 32, seed=2)
+    human = normalised_score(validation_logits).numpy()
+    common = {
+        "train_hidden": train_hidden,
+        "train_score_logits": train_logits,
+        "validation_hidden": validation_hidden,
+        "validation_human": human,
+        "temperature": 2.0,
+        "learning_rate": 3e-3,
+        "epochs": 8,
+        "early_stopping": False,
+        "threads": 1,
+    }
+    exact = train_head(**common)
+    bf16 = train_head(**common, precision="bf16")
+    assert all(parameter.dtype == torch.float32 for parameter in bf16.head.parameters())
+    assert bf16.best_tau > 0.5
+    assert bf16.best_tau == pytest.approx(exact.best_tau, abs=0.05)
+    # The bf16 products round differently: the two runs are not the same run.
+    assert [row["loss"] for row in bf16.history] != [row["loss"] for row in exact.history]
+    with pytest.raises(ValueError, match="precision must be one of fp32, bf16"):
+        train_head(**common, precision="fp16")
+
+
 def test_phase1_stops_after_patience_epochs_without_improvement():
     train_hidden, train_logits = _synthetic(128, 16, seed=3)
     validation_hidden, _ = _synthetic(64, 16, seed=4)

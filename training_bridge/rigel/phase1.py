@@ -6,7 +6,10 @@ epoch over tens of thousands of samples is a few seconds of matrix products:
 - the whole training set sits in one float32 tensor; a batch is an `index_select` into a reused
   buffer (no DataLoader, no per-sample Python);
 - the teacher's temperature softmax is computed once, not per epoch;
-- Adam runs as the fused kernel; validation is one inference-mode pass in large chunks.
+- Adam runs as the fused kernel; validation is one inference-mode pass in large chunks;
+- `precision="bf16"` runs the head's matrix products under bf16 autocast (weights, optimiser
+  state, softmax and loss stay float32). Off by default: on the GPU hosts' AMX CPUs it saved 7%
+  on one host and lost on another (docs/benchmarks.md), not worth a less exact default.
 
 Early stopping follows Appendix D: Kendall's tau (tau_b) of the head's score against the human
 normalised scores on the validation split after every epoch; stop after `patience` epochs without
@@ -55,6 +58,9 @@ class Phase1Result:
         }
 
 
+PRECISIONS = ("fp32", "bf16")
+
+
 def kendall_tau_b(predicted: np.ndarray, human: np.ndarray) -> float:
     if len(predicted) < 2 or np.all(predicted == predicted[0]):
         return float("nan")
@@ -94,12 +100,15 @@ def train_head(
     on_epoch: EpochCallback | None = None,
     threads: int | None = None,
     device: str = "cpu",
+    precision: str = "fp32",
 ) -> Phase1Result:
     """Train a fresh head to match softmax(teacher / T) under EMD x T^2; return the best epoch's."""
     if train_hidden.ndim != 2 or train_score_logits.shape != (train_hidden.shape[0], 5):
         raise ValueError("expected hidden [N, H] and score logits [N, 5]")
     if train_hidden.shape[0] == 0:
         raise ValueError("no training samples")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
     human = np.asarray(validation_human, dtype=np.float64)
     if validation_hidden.shape[0] != human.shape[0]:
         raise ValueError("validation hidden states and human scores differ in length")
@@ -126,6 +135,7 @@ def train_head(
                 early_stopping=early_stopping,
                 on_epoch=on_epoch,
                 started=started,
+                bf16=precision == "bf16",
             )
     finally:
         torch.set_num_threads(previous_threads)
@@ -148,6 +158,7 @@ def _train(
     early_stopping: bool,
     on_epoch: EpochCallback | None,
     started: float,
+    bf16: bool,
 ) -> Phase1Result:
     count, hidden_size = train_hidden.shape
     device = train_hidden.device
@@ -180,7 +191,9 @@ def _train(
             size = index.shape[0]
             inputs = torch.index_select(train_hidden, 0, index, out=batch_inputs[:size])
             wanted = torch.index_select(targets, 0, index, out=batch_targets[:size])
-            student = torch.softmax(head(inputs) / temperature, dim=-1)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+                logits = head(inputs)
+            student = torch.softmax(logits.float() / temperature, dim=-1)
             loss = emd_1d(student, wanted).mean() * square_temperature
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
