@@ -68,6 +68,7 @@ def _seed_arguments() -> list[str]:
         raise ValueError(f"LEPUS_FUZZ_SEED must be a number or 'random', not {seed!r}")
     return ["--seed", seed]
 
+
 CHECKS = (
     "not_a_server_error",
     "status_code_conformance",
