@@ -904,10 +904,13 @@ def section_phase2_train(
     }  # fmt: skip
     try:
         for dtype_name in args.phase2_train_dtypes.split(","):
-            dtype = torch.bfloat16 if dtype_name == "bf16" else torch.float32
-            with torch.no_grad():
-                for p in trainable:
-                    p.data = p.data.to(dtype)
+            # "default": the adapters as `apply_lora` made them (the pipeline's `lora_dtype`
+            # default); "bf16" / "fp32": cast to that dtype first.
+            if dtype_name != "default":
+                dtype = torch.bfloat16 if dtype_name == "bf16" else torch.float32
+                with torch.no_grad():
+                    for p in trainable:
+                        p.data = p.data.to(dtype)
             times: list[float] = []
 
             def on_step(done: int, total: int, loss: float, times: list = times) -> None:
@@ -938,6 +941,7 @@ def section_phase2_train(
             report["steps"] = result.steps
             report["mean_loss"] = result.mean_loss
             report["lora_adapter_dtype"] = dtype_name
+            report["lora_parameter_dtypes"] = sorted({str(p.dtype) for p in trainable})
             out[f"train_phase2_{dtype_name}"] = report
             log("phase2_train", dtype_name, json.dumps(report))
     finally:
@@ -991,7 +995,11 @@ def main() -> None:
     parser.add_argument(
         "--mp-context", default="fork", help="the engine's worker start: fork|forkserver"
     )
-    parser.add_argument("--phase2-train-dtypes", default="fp32,bf16")
+    parser.add_argument(
+        "--phase2-train-dtypes",
+        default="fp32,bf16",
+        help="comma list: default (as apply_lora makes them), fp32, bf16",
+    )
     parser.add_argument("--resume", action="store_true", help="skip sections already in the file")
     parser.add_argument(
         "--limits", default="", help="per-section watchdog seconds, e.g. shared=80,engine=90"
