@@ -879,7 +879,8 @@ def section_phase2_train(
         )
         for k, ex in enumerate(rows)
     ]
-    config = RigelConfig(backbone=backbone.name, phase2_checkpoint_every=10_000)
+    # The device as the pipeline sets it: its defaults (lora_dtype "auto") depend on it.
+    config = RigelConfig(backbone=backbone.name, device=str(device), phase2_checkpoint_every=10_000)
     run_head = build_head(backbone.hidden_size, seed=0).to(device)
     peft_model = apply_lora(backbone, config)
     trainable = [p for p in peft_model.parameters() if p.requires_grad]
@@ -1006,6 +1007,11 @@ def main() -> None:
     )
     parser.add_argument("--tag", default="")
     args = parser.parse_args()
+    phase2_dtypes = args.phase2_train_dtypes.split(",")
+    if "default" in phase2_dtypes[1:] or len(set(phase2_dtypes)) != len(phase2_dtypes):
+        # after a cast the adapters are no longer as apply_lora made them, and a repeated name
+        # would overwrite its own result
+        parser.error("--phase2-train-dtypes: 'default' only first, and each name once")
 
     rank, world, local = dist_info()
     if args.smoke:
