@@ -96,8 +96,8 @@ class RigelConfig:
     lora_alpha: int = 16
     lora_dropout: float = 0.05
     # Dtype of the LoRA weights (and so of their optimiser state): "auto" = the backbone's dtype,
-    # i.e. bfloat16 on CUDA (Phase 2 "bf16 on GPU"; 32.5 against 21.8 samples/s with peft's fp32
-    # adapters on an H200, docs/benchmarks.md) and float32 on CPU; or "float32"/"bfloat16".
+    # i.e. bfloat16 on CUDA (Phase 2 "bf16 on GPU"; 26-32.5 against 21.8-23.7 samples/s with
+    # peft's fp32 adapters on an H200, docs/benchmarks.md) and float32 on CPU; or "float32"/"bfloat16".
     lora_dtype: str = "auto"
     lora_targets: tuple[str, ...] = field(default_factory=lambda: DEFAULT_LORA_TARGETS)
 
