@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from django.db import connections
 
 from common.models import JobStatus
 from datasets_app.models import ClipStatus, VideoAttachJob
@@ -21,12 +20,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 @pytest.fixture
 def page() -> Iterator[object]:
     with chromium_browser() as browser:
-        try:
-            yield browser.new_context().new_page()
-        finally:
-            # ORM calls made while Playwright's loop runs get their own connection (another
-            # async context); close it here or the test database cannot be dropped.
-            connections.close_all()
+        yield browser.new_context().new_page()
 
 
 def test_a_curator_follows_imports_and_video_jobs_and_retries_a_failed_one(

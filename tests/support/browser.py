@@ -35,6 +35,12 @@ def chromium_browser() -> Iterator[Any]:
             try:
                 yield browser
             finally:
+                # ORM calls made while Playwright's loop runs get their own connection (another
+                # async context); close it here or the test database cannot be dropped at the end
+                # ("database ... is being accessed by other users").
+                from django.db import connections
+
+                connections.close_all()
                 browser.close()
     finally:
         if previous is None:
