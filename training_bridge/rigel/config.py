@@ -95,9 +95,10 @@ class RigelConfig:
     lora_rank: int = 8
     lora_alpha: int = 16
     lora_dropout: float = 0.05
-    # Dtype of the LoRA weights (and so of their optimiser state): "auto" = the backbone's dtype,
-    # i.e. bfloat16 on CUDA (Phase 2 "bf16 on GPU"; 26-32.5 against 21.8-23.7 samples/s with
-    # peft's fp32 adapters on an H200, docs/benchmarks.md) and float32 on CPU; or "float32"/"bfloat16".
+    # Dtype of the LoRA weights (and so of their optimiser state): "auto" = float32 with a float32
+    # backbone (CPU by default), else bfloat16 (CUDA: Phase 2 "bf16 on GPU"; 26-32.5 against
+    # 21.8-23.7 samples/s with peft's fp32 adapters on an H200, docs/benchmarks.md; a float16
+    # backbone also gets bfloat16 adapters); or "float32"/"bfloat16".
     lora_dtype: str = "auto"
     lora_targets: tuple[str, ...] = field(default_factory=lambda: DEFAULT_LORA_TARGETS)
 
