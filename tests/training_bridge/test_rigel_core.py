@@ -115,8 +115,6 @@ def test_phase1_in_bf16_learns_as_well_and_keeps_float32_weights():
     assert all(parameter.dtype == torch.float32 for parameter in bf16.head.parameters())
     assert bf16.best_tau > 0.5
     assert bf16.best_tau == pytest.approx(exact.best_tau, abs=0.05)
-    # The bf16 products round differently: the two runs are not the same run.
-    assert [row["loss"] for row in bf16.history] != [row["loss"] for row in exact.history]
     with pytest.raises(ValueError, match="precision must be one of fp32, bf16"):
         train_head(**common, precision="fp16")
 
