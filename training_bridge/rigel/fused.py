@@ -6,9 +6,13 @@
 - ``fuse_elementwise``: the RMSNorm (fp32 upcast, square, mean, rsqrt, scale), SiLU-gate product
   and the rotary embeddings of text and vision run as single kernels compiled by
   ``torch.compile`` (same arithmetic, fewer passes over memory).
+- ``compile_decoder_layers``: for training (Phase 2), each decoder layer of one language model is
+  compiled whole, forward and backward (AOTAutograd), LoRA adapters included; one compiled graph
+  serves every layer ("regional compilation").
 
-Both patch the transformers classes/functions in place (process wide) and keep the numbers within
-rounding of the original; ``restore()`` undoes them. No Django import.
+The first two patch the transformers classes/functions in place (process wide) and keep the numbers
+within rounding of the original; ``restore()`` undoes them. The third changes the given model's
+layers only; ``uncompile_decoder_layers`` undoes it. No Django import.
 """
 
 from __future__ import annotations
@@ -100,3 +104,72 @@ def restore() -> None:
         m.Qwen3VLTextMLP.forward = _ORIGINAL.pop("mlp_forward")
         m.apply_rotary_pos_emb = _ORIGINAL.pop("rotary")
         m.apply_rotary_pos_emb_vision = _ORIGINAL.pop("rotary_vision")
+
+
+class LayerCompileError(RuntimeError):
+    """torch.compile could not trace or compile a decoder layer."""
+
+
+def _raising_clearly(compiled: Any) -> Any:
+    # Dynamo's own exceptions say what failed but not which switch avoids it; any other error
+    # (out of memory, a shape mismatch at run time) passes through unchanged.
+    failures: tuple[type[BaseException], ...] = (torch._dynamo.exc.TorchDynamoException,)
+    recompile_limit = getattr(torch._dynamo.exc, "FailOnRecompileLimitHit", None)
+    if recompile_limit is not None:
+        failures += (recompile_limit,)
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return compiled(*args, **kwargs)
+        except failures as error:
+            first_line = next(iter(str(error).splitlines()), "")
+            raise LayerCompileError(
+                "torch.compile failed on a decoder layer of the language model "
+                f"({type(error).__name__}: {first_line}); "
+                "Phase 2 trains uncompiled with phase2_compile='off'"
+            ) from error
+
+    call.compiled_decoder_layer = True  # type: ignore[attr-defined]
+    return call
+
+
+def _is_compiled(layer: torch.nn.Module) -> bool:
+    return getattr(layer.__dict__.get("_compiled_call_impl"), "compiled_decoder_layer", False)
+
+
+def compile_decoder_layers(language_model: Any, *, dynamic: bool = True) -> int:
+    """Compile each of `language_model.layers` with ``nn.Module.compile`` (the modules stay the
+    same objects, so parameter names, state dicts and PEFT's adapter files do not change); returns
+    how many layers are compiled. Layers compiled before are left as they are.
+
+    Dynamo treats the layer's parameters as inputs, so the graph compiled for one layer is reused
+    by the others of the same structure: two graphs in all for LoRA training (the first layer reads
+    inputs that need no gradient, the others do). ``dynamic=True`` keeps the batch and sequence
+    lengths symbolic, so varying micro-batches do not recompile (a batch of one sample, eval mode or
+    another adapter dtype does, once each). ``fullgraph=True``: a graph break, or more variants
+    than ``torch._dynamo.config.recompile_limit`` (8), raise ``LayerCompileError`` instead of
+    running partly or wholly uncompiled."""
+    compiled = 0
+    for layer in language_model.layers:
+        if not _is_compiled(layer):
+            layer._compiled_call_impl = _raising_clearly(
+                torch.compile(layer._call_impl, dynamic=dynamic, fullgraph=True)
+            )
+        compiled += 1
+    return compiled
+
+
+def uncompile_decoder_layers(language_model: Any) -> int:
+    """Undo `compile_decoder_layers`: the layers run eagerly again; returns how many were
+    compiled. (Dynamo keeps its compiled code, so compiling again may reuse it.)"""
+    undone = 0
+    for layer in language_model.layers:
+        if _is_compiled(layer):
+            del layer._compiled_call_impl
+            undone += 1
+    return undone
+
+
+def compiled_decoder_layers(language_model: Any) -> int:
+    """How many of the language model's decoder layers `compile_decoder_layers` has compiled."""
+    return sum(_is_compiled(layer) for layer in language_model.layers)
