@@ -100,6 +100,10 @@ class RigelConfig:
     # 21.8-23.7 samples/s with peft's fp32 adapters on an H200, docs/benchmarks.md; a float16
     # backbone also gets bfloat16 adapters); or "float32"/"bfloat16".
     lora_dtype: str = "auto"
+    # Phase 2 compiles the language model's decoder layers for training (forward and backward, the
+    # graphs of the first two layers serve all; `fused.compile_decoder_layers`): "auto" = on CUDA
+    # only (on CPU inductor builds its C++ kernels for about a minute), or "on" / "off".
+    phase2_compile: str = "auto"
     lora_targets: tuple[str, ...] = field(default_factory=lambda: DEFAULT_LORA_TARGETS)
 
     # Evaluation / scoring
@@ -119,6 +123,8 @@ class RigelConfig:
             problems.append(f"ablation must be one of {', '.join(Ablation.CHOICES)}")
         if self.engine not in ("auto", "on", "off"):
             problems.append("engine must be auto, on or off")
+        if self.phase2_compile not in ("auto", "on", "off"):
+            problems.append("phase2_compile must be auto, on or off")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             problems.append("dtype must be auto, float32, bfloat16 or float16")
         if self.lora_dtype not in ("auto", "float32", "bfloat16"):
@@ -178,6 +184,11 @@ class RigelConfig:
 
     def uses_engine(self, device_type: str) -> bool:
         return self.engine == "on" or (self.engine == "auto" and device_type == "cuda")
+
+    def compiles_phase2(self, device_type: str) -> bool:
+        return self.phase2_compile == "on" or (
+            self.phase2_compile == "auto" and device_type == "cuda"
+        )
 
     def lora_target_regex(self) -> str:
         """PEFT `target_modules` as a regex (full match): the named projections of the language

@@ -16,6 +16,13 @@ and tokenised in the engine's worker processes ahead of the GPU, in the training
 and normalisation run on the GPU; the frozen vision tower runs once per clip (its features are
 cached, `vision_cache_clips` clips at most); the language model reads right-padded rows without an
 attention mask (causal, flash attention); AdamW is the fused CUDA one.
+
+With `config.phase2_compile` ("auto": on CUDA) the language model's decoder layers, LoRA included,
+are compiled for training before the first step (`fused.compile_decoder_layers`: the graphs of the
+first two layers serve all, with symbolic sequence lengths), in both paths; the first micro-batch
+pays the compile time. A graph break, a compile failure or too many recompilations raise `fused.LayerCompileError`
+rather than training partly uncompiled; `phase2_compile="off"` trains eagerly. The layers stay
+compiled after training (`fused.uncompile_decoder_layers` undoes it).
 """
 
 from __future__ import annotations
@@ -194,6 +201,11 @@ def train_phase2(
 
     dist = dist or Distributed()
     model = backbone.extra.get("peft_model") or apply_lora(backbone, config)
+    if config.compiles_phase2(backbone.device.type):
+        from training_bridge.rigel.fused import compile_decoder_layers
+
+        # After LoRA is injected: the adapters are part of the compiled graph.
+        compile_decoder_layers(backbone.model.model.language_model)
     if head is not None:
         head.eval()  # no dropout: Phase 2 reads the head, it does not train it
         for parameter in head.parameters():

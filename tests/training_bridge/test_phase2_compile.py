@@ -1,0 +1,117 @@
+"""Phase 2 with compiled decoder layers (`phase2_compile`) trains to the eager run's numbers, on the
+tiny model on CPU (inductor's C++ kernels, built with the system's gcc)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+from tests.training_bridge.release_support import tiny_settings, write_release
+from training_bridge.rigel import fused
+from training_bridge.rigel.backbone import load_backbone
+from training_bridge.rigel.config import RigelConfig
+from training_bridge.rigel.data import ExampleLoader, read_release
+from training_bridge.rigel.head import build_head
+from training_bridge.rigel.phase2 import apply_lora, lora_state, train_phase2
+from training_bridge.rigel.store import LocalStore
+
+
+def test_phase2_compile_setting_is_validated_and_follows_the_device():
+    assert RigelConfig().phase2_compile == "auto"
+    assert not RigelConfig().compiles_phase2("cpu")
+    assert RigelConfig(device="cuda").compiles_phase2("cuda")
+    assert RigelConfig(phase2_compile="on").compiles_phase2("cpu")
+    assert not RigelConfig(device="cuda", phase2_compile="off").compiles_phase2("cuda")
+    with pytest.raises(ValueError, match="phase2_compile must be auto, on or off"):
+        RigelConfig(phase2_compile="yes")
+    config = RigelConfig(phase2_compile="off")
+    assert RigelConfig.from_dict(config.to_dict()) == config
+
+
+def test_compile_decoder_layers_is_idempotent_and_undone():
+    backbone = load_backbone("tiny", device="cpu")
+    language_model = backbone.model.model.language_model
+    assert fused.compile_decoder_layers(language_model) == 2
+    compiled_calls = [layer._compiled_call_impl for layer in language_model.layers]
+    assert fused.compile_decoder_layers(language_model) == 2
+    assert [layer._compiled_call_impl for layer in language_model.layers] == compiled_calls
+    assert fused.uncompile_decoder_layers(language_model) == 2
+    assert fused.compiled_decoder_layers(language_model) == 0
+    assert all(layer._compiled_call_impl is None for layer in language_model.layers)
+
+
+def test_a_graph_break_in_a_decoder_layer_is_an_error_not_a_partial_compile(monkeypatch):
+    from transformers.models.qwen3_vl import modeling_qwen3_vl
+
+    original = modeling_qwen3_vl.Qwen3VLTextMLP.forward
+
+    def breaking(self, x):  # type: ignore[no-untyped-def]
+        torch._dynamo.graph_break()
+        return original(self, x)
+
+    monkeypatch.setattr(modeling_qwen3_vl.Qwen3VLTextMLP, "forward", breaking)
+    backbone = load_backbone("tiny", device="cpu")
+    language_model = backbone.model.model.language_model
+    fused.compile_decoder_layers(language_model)
+    hidden = torch.randn(1, 5, backbone.hidden_size)
+    positions = torch.arange(5).view(1, 1, -1).expand(3, 1, -1)
+    rotary = language_model.rotary_emb(hidden, positions)
+    try:
+        with pytest.raises(fused.LayerCompileError, match="phase2_compile='off'"):
+            language_model.layers[0](hidden, position_embeddings=rotary, attention_mask=None)
+    finally:
+        torch._dynamo.reset()
+
+
+@pytest.mark.slow  # inductor builds its C++ kernels: 40-70 s on two cores with a cold cache
+def test_compiled_phase2_matches_eager_with_one_graph_for_all_layers(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    store = LocalStore(tmp_path)
+    write_release(
+        store, "releases/7", clips={"train": 3, "validation": 1}, candidates_per_clip=4, seed=7
+    )
+    records = read_release(store, "releases/7")["train"]
+    base = RigelConfig(
+        backbone="tiny",
+        **tiny_settings(phase2_batch_size=4, phase2_micro_batch_size=2),
+        lora_dropout=0.0,
+    )
+
+    def run(phase2_compile: str):  # type: ignore[no-untyped-def]
+        config = base.replace(phase2_compile=phase2_compile)
+        torch.manual_seed(0)
+        backbone = load_backbone("tiny", device="cpu")
+        head = build_head(backbone.hidden_size, seed=0)
+        apply_lora(backbone, config)
+        result = train_phase2(
+            backbone=backbone,
+            head=head,
+            loader=ExampleLoader(store, frames=4),
+            records=records,
+            config=config,
+        )
+        language_model = backbone.model.model.language_model
+        return result, lora_state(backbone.extra["peft_model"]), language_model
+
+    torch._dynamo.reset()
+    counters.clear()
+    eager, eager_lora, eager_layers = run("off")
+    assert fused.compiled_decoder_layers(eager_layers) == 0
+    assert counters["stats"]["unique_graphs"] == 0
+    try:
+        compiled, compiled_lora, compiled_layers = run("on")
+        assert fused.compiled_decoder_layers(compiled_layers) == 2
+        # Six micro-batches of different lengths through two layers, compiled twice in all: the
+        # first layer (its input needs no gradient) and the second; no graph break.
+        assert counters["stats"]["unique_graphs"] == 2
+        assert not counters["graph_break"]
+    finally:
+        torch._dynamo.reset()
+    assert compiled.steps == eager.steps == 3  # 12 samples at a global batch of 4
+    assert [h["loss"] for h in compiled.history] == pytest.approx(
+        [h["loss"] for h in eager.history], rel=1e-5
+    )
+    assert compiled.mean_loss == pytest.approx(eager.mean_loss, rel=1e-5)
+    for name, tensor in eager_lora.items():
+        torch.testing.assert_close(compiled_lora[name], tensor, rtol=1e-4, atol=1e-6)
+    assert any(float(t.abs().sum()) > 0 for k, t in compiled_lora.items() if "lora_B" in k)
