@@ -853,8 +853,13 @@ def section_phase2_train(
     """Training's real Phase 2 step (`training_bridge.rigel.phase2.train_phase2`, with the engine
     as the pipeline passes it on CUDA) on a release of the real data's structure: VATEX-EVAL rows
     (9 references, 6 candidates per clip) on the MP4 files, LoRA r=8/alpha=16 (dropout 0.05, the
-    default), effective and micro batch 8, 1 epoch. Once with peft's default fp32 adapters, then
-    with the same adapters in bf16. Rates from the step callbacks, after the first steps."""
+    default), effective and micro batch 8, 1 epoch. For each adapter dtype of
+    `--phase2-train-dtypes`, eager then with compiled decoder layers (`--phase2-compile`,
+    `RigelConfig.phase2_compile`; the compile time shows in `first_step_seconds`). Rates from the
+    step callbacks, after the first steps."""
+    from torch._dynamo.utils import counters
+
+    from training_bridge.rigel import fused
     from training_bridge.rigel.config import RigelConfig
     from training_bridge.rigel.data import ExampleLoader, ReleaseRecord
     from training_bridge.rigel.head import build_head
@@ -881,6 +886,7 @@ def section_phase2_train(
     ]
     # The device as the pipeline sets it: its defaults (lora_dtype "auto") depend on it.
     config = RigelConfig(backbone=backbone.name, device=str(device), phase2_checkpoint_every=10_000)
+    language_model = backbone.model.model.language_model
     run_head = build_head(backbone.hidden_size, seed=0).to(device)
     peft_model = apply_lora(backbone, config)
     trainable = [p for p in peft_model.parameters() if p.requires_grad]
@@ -912,41 +918,54 @@ def section_phase2_train(
                 with torch.no_grad():
                     for p in trainable:
                         p.data = p.data.to(dtype)
-            times: list[float] = []
+            for compile_setting in args.phase2_compile.split(","):
+                run_config = config.replace(phase2_compile=compile_setting)
+                graphs_before = counters["stats"]["unique_graphs"]
+                times: list[float] = []
 
-            def on_step(done: int, total: int, loss: float, times: list = times) -> None:
-                times.append(time.perf_counter())
+                def on_step(done: int, total: int, loss: float, times: list = times) -> None:
+                    times.append(time.perf_counter())
 
-            sync(device)
-            start = time.perf_counter()
-            result = train_phase2(
-                backbone=backbone,
-                head=run_head,
-                loader=ExampleLoader(store, frames=backbone.vision.num_frames, lazy=True),
-                records=records,
-                config=config,
-                on_step=on_step,
-                engine=engine,
-            )
-            sync(device)
-            total = time.perf_counter() - start
-            skip = min(4, len(times) - 2)
-            steady = (len(times) - 1 - skip) * config.phase2_batch_size / (times[-1] - times[skip])
-            report = rate_report(len(records), total, out["flops_per_sample"])
-            report["steady_samples_per_s"] = steady
-            report["steady_tflops_per_s"] = steady * out["flops_per_sample"] / 1e12
-            report["steady_fraction_of_bf16_peak"] = (
-                steady * out["flops_per_sample"] / H100_BF16_DENSE_PEAK
-            )
-            report["first_step_seconds"] = times[0] - start if times else None
-            report["steps"] = result.steps
-            report["mean_loss"] = result.mean_loss
-            report["lora_adapter_dtype"] = dtype_name
-            report["lora_parameter_dtypes"] = sorted({str(p.dtype) for p in trainable})
-            out[f"train_phase2_{dtype_name}"] = report
-            log("phase2_train", dtype_name, json.dumps(report))
+                sync(device)
+                start = time.perf_counter()
+                result = train_phase2(
+                    backbone=backbone,
+                    head=run_head,
+                    loader=ExampleLoader(store, frames=backbone.vision.num_frames, lazy=True),
+                    records=records,
+                    config=run_config,
+                    on_step=on_step,
+                    engine=engine,
+                )
+                sync(device)
+                total = time.perf_counter() - start
+                skip = min(4, len(times) - 2)
+                steady = (
+                    (len(times) - 1 - skip) * config.phase2_batch_size / (times[-1] - times[skip])
+                )
+                report = rate_report(len(records), total, out["flops_per_sample"])
+                report["steady_samples_per_s"] = steady
+                report["steady_tflops_per_s"] = steady * out["flops_per_sample"] / 1e12
+                report["steady_fraction_of_bf16_peak"] = (
+                    steady * out["flops_per_sample"] / H100_BF16_DENSE_PEAK
+                )
+                report["first_step_seconds"] = times[0] - start if times else None
+                report["steps"] = result.steps
+                report["mean_loss"] = result.mean_loss
+                report["lora_adapter_dtype"] = dtype_name
+                report["lora_parameter_dtypes"] = sorted({str(p.dtype) for p in trainable})
+                report["phase2_compile"] = compile_setting
+                report["compiled_layers"] = fused.compiled_decoder_layers(language_model)
+                # graphs dynamo compiled during this run (0 when an earlier run's fit)
+                report["compiled_graphs"] = counters["stats"]["unique_graphs"] - graphs_before
+                key = f"train_phase2_{dtype_name}_{compile_setting}"
+                out[key] = report
+                log("phase2_train", key, json.dumps(report))
+                # the next run (eager, or another dtype) starts from uncompiled layers
+                fused.uncompile_decoder_layers(language_model)
     finally:
-        # leave the backbone without LoRA for the sections after this one
+        # leave the backbone without LoRA (and uncompiled) for the sections after this one
+        fused.uncompile_decoder_layers(language_model)
         backbone.model = peft_model.unload()
         backbone.extra.pop("peft_model", None)
     return out
@@ -1001,6 +1020,11 @@ def main() -> None:
         default="fp32,bf16",
         help="comma list: default (as apply_lora makes them), fp32, bf16",
     )
+    parser.add_argument(
+        "--phase2-compile",
+        default="off,on",
+        help="comma list: off, on (phase2_train: eager and/or compiled decoder layers)",
+    )
     parser.add_argument("--resume", action="store_true", help="skip sections already in the file")
     parser.add_argument(
         "--limits", default="", help="per-section watchdog seconds, e.g. shared=80,engine=90"
@@ -1012,6 +1036,9 @@ def main() -> None:
         # after a cast the adapters are no longer as apply_lora made them, and a repeated name
         # would overwrite its own result
         parser.error("--phase2-train-dtypes: 'default' only first, and each name once")
+    phase2_compile = args.phase2_compile.split(",")
+    if set(phase2_compile) - {"off", "on"} or len(set(phase2_compile)) != len(phase2_compile):
+        parser.error("--phase2-compile: off and/or on, each once")
 
     rank, world, local = dist_info()
     if args.smoke:
