@@ -148,7 +148,8 @@ def compile_decoder_layers(language_model: Any, *, dynamic: bool = True) -> int:
     lengths symbolic, so varying micro-batches do not recompile (a batch of one sample, eval mode or
     another adapter dtype does, once each). ``fullgraph=True``: a graph break, or more variants
     than ``torch._dynamo.config.recompile_limit`` (8), raise ``LayerCompileError`` instead of
-    running partly or wholly uncompiled."""
+    running partly or wholly uncompiled (a backward graph that fails to compile raises torch's
+    own error from ``backward()``)."""
     compiled = 0
     for layer in language_model.layers:
         if not _is_compiled(layer):

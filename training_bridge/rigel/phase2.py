@@ -20,9 +20,10 @@ attention mask (causal, flash attention); AdamW is the fused CUDA one.
 With `config.phase2_compile` ("auto": on CUDA) the language model's decoder layers, LoRA included,
 are compiled for training before the first step (`fused.compile_decoder_layers`: the graphs of the
 first two layers serve all, with symbolic sequence lengths), in both paths; the first micro-batch
-pays the compile time. A graph break, a compile failure or too many recompilations raise `fused.LayerCompileError`
-rather than training partly uncompiled; `phase2_compile="off"` trains eagerly. The layers stay
-compiled after training (`fused.uncompile_decoder_layers` undoes it).
+pays the compile time. Nothing falls back to eager silently: a graph break, too many
+recompilations or a failed forward compile raise `fused.LayerCompileError`, a failed backward
+compile torch's own error from `backward()`; `phase2_compile="off"` trains eagerly. The layers
+stay compiled after training (`fused.uncompile_decoder_layers` undoes it).
 """
 
 from __future__ import annotations
