@@ -10,7 +10,7 @@ from torch._dynamo.utils import counters
 from tests.training_bridge.release_support import tiny_settings, write_release
 from training_bridge.rigel import fused
 from training_bridge.rigel.backbone import load_backbone
-from training_bridge.rigel.config import RigelConfig
+from training_bridge.rigel.config import PHASE2_COMPILE_MIN_SAMPLES, RigelConfig
 from training_bridge.rigel.data import ExampleLoader, read_release
 from training_bridge.rigel.head import build_head
 from training_bridge.rigel.phase2 import apply_lora, lora_state, train_phase2
@@ -19,10 +19,13 @@ from training_bridge.rigel.store import LocalStore
 
 def test_phase2_compile_setting_is_validated_and_follows_the_device():
     assert RigelConfig().phase2_compile == "auto"
-    assert not RigelConfig().compiles_phase2("cpu")
-    assert RigelConfig(device="cuda").compiles_phase2("cuda")
-    assert RigelConfig(phase2_compile="on").compiles_phase2("cpu")
-    assert not RigelConfig(device="cuda", phase2_compile="off").compiles_phase2("cuda")
+    many = PHASE2_COMPILE_MIN_SAMPLES
+    assert not RigelConfig().compiles_phase2("cpu", many)
+    assert RigelConfig(device="cuda").compiles_phase2("cuda", many)
+    # a short run on CUDA: the compile would cost more than it saves
+    assert not RigelConfig(device="cuda").compiles_phase2("cuda", many - 1)
+    assert RigelConfig(phase2_compile="on").compiles_phase2("cpu", 1)
+    assert not RigelConfig(device="cuda", phase2_compile="off").compiles_phase2("cuda", many)
     with pytest.raises(ValueError, match="phase2_compile must be auto, on or off"):
         RigelConfig(phase2_compile="yes")
     config = RigelConfig(phase2_compile="off")

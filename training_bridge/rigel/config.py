@@ -27,6 +27,9 @@ DEFAULT_LORA_TARGETS = (
 
 
 STANDARD_METRICS = ("bleu4", "rougeL", "cider", "meteor")
+# Below this many Phase 2 samples per process, "auto" trains eagerly on CUDA: at 25 -> 46 samples/s
+# (H100) the 60-90 s compile pays for itself from about 3,200-4,500 samples.
+PHASE2_COMPILE_MIN_SAMPLES = 4096
 
 
 class Ablation:
@@ -101,8 +104,10 @@ class RigelConfig:
     # backbone also gets bfloat16 adapters); or "float32"/"bfloat16".
     lora_dtype: str = "auto"
     # Phase 2 compiles the language model's decoder layers for training (forward and backward, the
-    # graphs of the first two layers serve all; `fused.compile_decoder_layers`): "auto" = on CUDA
-    # only (on CPU inductor builds its C++ kernels for about a minute), or "on" / "off".
+    # graphs of the first two layers serve all; `fused.compile_decoder_layers`): 46 against 25
+    # samples/s on an H100, after 60-90 s of compiling (docs/benchmarks.md). "auto" = on CUDA when
+    # the process trains on at least PHASE2_COMPILE_MIN_SAMPLES samples (fewer: the compile costs
+    # more than it saves), never on CPU (inductor's C++ kernels take minutes); or "on" / "off".
     phase2_compile: str = "auto"
     lora_targets: tuple[str, ...] = field(default_factory=lambda: DEFAULT_LORA_TARGETS)
 
@@ -185,9 +190,12 @@ class RigelConfig:
     def uses_engine(self, device_type: str) -> bool:
         return self.engine == "on" or (self.engine == "auto" and device_type == "cuda")
 
-    def compiles_phase2(self, device_type: str) -> bool:
+    def compiles_phase2(self, device_type: str, samples: int) -> bool:
+        """Whether Phase 2 compiles, for a process training on `samples` samples."""
         return self.phase2_compile == "on" or (
-            self.phase2_compile == "auto" and device_type == "cuda"
+            self.phase2_compile == "auto"
+            and device_type == "cuda"
+            and samples >= PHASE2_COMPILE_MIN_SAMPLES
         )
 
     def lora_target_regex(self) -> str:

@@ -17,8 +17,9 @@ and normalisation run on the GPU; the frozen vision tower runs once per clip (it
 cached, `vision_cache_clips` clips at most); the language model reads right-padded rows without an
 attention mask (causal, flash attention); AdamW is the fused CUDA one.
 
-With `config.phase2_compile` ("auto": on CUDA) the language model's decoder layers, LoRA included,
-are compiled for training before the first step (`fused.compile_decoder_layers`: the graphs of the
+With `config.phase2_compile` ("auto": on CUDA for at least `PHASE2_COMPILE_MIN_SAMPLES` samples
+per process) the language model's decoder layers, LoRA included, are compiled for training before
+the first step (`fused.compile_decoder_layers`: the graphs of the
 first two layers serve all, with symbolic sequence lengths), in both paths; the first micro-batch
 pays the compile time. Nothing falls back to eager silently: a graph break, too many
 recompilations or a failed forward compile raise `fused.LayerCompileError`, a failed backward
@@ -202,11 +203,6 @@ def train_phase2(
 
     dist = dist or Distributed()
     model = backbone.extra.get("peft_model") or apply_lora(backbone, config)
-    if config.compiles_phase2(backbone.device.type):
-        from training_bridge.rigel.fused import compile_decoder_layers
-
-        # After LoRA is injected: the adapters are part of the compiled graph.
-        compile_decoder_layers(backbone.model.model.language_model)
     if head is not None:
         head.eval()  # no dropout: Phase 2 reads the head, it does not train it
         for parameter in head.parameters():
@@ -254,6 +250,12 @@ def train_phase2(
         micro_size = config.phase2_micro_batch_size
         micros = [mine[first : first + micro_size] for first in range(0, len(mine), micro_size)]
         schedule.append((step, epoch, batch_positions, micros))
+    local_samples = sum(len(micro) for *_, micros in schedule for micro in micros)
+    if config.compiles_phase2(backbone.device.type, local_samples):
+        from training_bridge.rigel.fused import compile_decoder_layers
+
+        # After LoRA is injected: the adapters are part of the compiled graph.
+        compile_decoder_layers(backbone.model.model.language_model)
     fast = None
     if engine is not None and schedule:
         plan = [micro for *_, micros in schedule for micro in micros]
