@@ -45,6 +45,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from training_bridge.rigel.backbone import load_backbone
+from training_bridge.rigel.distributed import Distributed
 from training_bridge.rigel.engine import (
     PreparedBatch,
     ScoringEngine,
@@ -936,19 +937,24 @@ def section_phase2_train(
                     config=run_config,
                     on_step=on_step,
                     engine=engine,
+                    # under torchrun: each rank its share of every batch, gradients all-reduced
+                    dist=Distributed.current(),
                 )
                 sync(device)
                 total = time.perf_counter() - start
-                skip = min(4, len(times) - 2)
-                steady = (
-                    (len(times) - 1 - skip) * config.phase2_batch_size / (times[-1] - times[skip])
-                )
-                report = rate_report(len(records), total, out["flops_per_sample"])
-                report["steady_samples_per_s"] = steady
-                report["steady_tflops_per_s"] = steady * out["flops_per_sample"] / 1e12
-                report["steady_fraction_of_bf16_peak"] = (
-                    steady * out["flops_per_sample"] / H100_BF16_DENSE_PEAK
-                )
+                report = rate_report(len(records), total, out["flops_per_sample"], world)
+                if times:  # the step callback runs on the main process only
+                    skip = min(4, len(times) - 2)
+                    steady = (
+                        (len(times) - 1 - skip)
+                        * config.phase2_batch_size
+                        / (times[-1] - times[skip])
+                    )  # samples/s of all processes together
+                    report["steady_samples_per_s"] = steady
+                    report["steady_tflops_per_s"] = steady * out["flops_per_sample"] / 1e12
+                    report["steady_fraction_of_bf16_peak"] = (
+                        steady * out["flops_per_sample"] / (H100_BF16_DENSE_PEAK * world)
+                    )
                 report["first_step_seconds"] = times[0] - start if times else None
                 report["steps"] = result.steps
                 report["mean_loss"] = result.mean_loss
