@@ -97,3 +97,56 @@ def tiny_settings(**overrides: object) -> dict[str, object]:
     }
     values.update(overrides)
     return values
+
+
+def small_phase2_release(store: Store, name: str, seed: int) -> list:
+    """A release of 3 training clips x 4 candidates (and one validation clip); its training
+    records."""
+    from training_bridge.rigel.data import read_release
+
+    write_release(
+        store, name, clips={"train": 3, "validation": 1}, candidates_per_clip=4, seed=seed
+    )
+    return read_release(store, name)["train"]
+
+
+def phase2_on_a_fresh_tiny_backbone(
+    store: Store, records: list, config: object, *, engine_factory=None, lazy: bool = False
+):  # type: ignore[no-untyped-def]
+    """Phase 2 from seed 0 on a freshly built tiny backbone and head (LoRA injected here); returns
+    the result, the LoRA weights and the backbone."""
+    import torch
+
+    from training_bridge.rigel.backbone import load_backbone
+    from training_bridge.rigel.data import ExampleLoader
+    from training_bridge.rigel.head import build_head
+    from training_bridge.rigel.phase2 import apply_lora, lora_state, train_phase2
+
+    torch.manual_seed(0)
+    backbone = load_backbone("tiny", device="cpu")
+    head = build_head(backbone.hidden_size, seed=0)
+    apply_lora(backbone, config)
+    result = train_phase2(
+        backbone=backbone,
+        head=head,
+        loader=ExampleLoader(store, frames=4, lazy=lazy),
+        records=records,
+        config=config,
+        engine=engine_factory(backbone) if engine_factory else None,
+    )
+    return result, lora_state(backbone.extra["peft_model"]), backbone
+
+
+def assert_same_phase2_training(expected, expected_lora, actual, actual_lora) -> None:  # type: ignore[no-untyped-def]
+    """Two Phase 2 runs trained alike: step losses, mean loss and LoRA weights, which moved."""
+    import pytest
+    import torch
+
+    assert actual.steps == expected.steps
+    assert [h["loss"] for h in actual.history] == pytest.approx(
+        [h["loss"] for h in expected.history], rel=1e-5
+    )
+    assert actual.mean_loss == pytest.approx(expected.mean_loss, rel=1e-5)
+    for name, tensor in expected_lora.items():
+        torch.testing.assert_close(actual_lora[name], tensor, rtol=1e-4, atol=1e-6)
+    assert any(float(t.abs().sum()) > 0 for k, t in actual_lora.items() if "lora_B" in k)
