@@ -31,7 +31,7 @@ import torch
 
 from training_bridge.rigel.head import build_head
 from training_bridge.rigel.losses import emd_1d
-from training_bridge.rigel.phase1 import HeadStep, _matmul_precision, bf16_matmul_hardware
+from training_bridge.rigel.phase1 import HeadStep, bf16_cpu_products, bf16_matmul_hardware
 
 HIDDEN, BATCH, POOL = 2048, 64, 30000
 
@@ -139,7 +139,7 @@ def written(
         torch.index_select(targets, 0, index, out=wanted)
         total.add_(step(inputs, wanted))
 
-    with _matmul_precision(pool.device, bf16):
+    with bf16_cpu_products(bf16):
         # Is oneDNN's bf16 path taken on this CPU? bf16 inputs give a relative error ~1e-3.
         a, b = torch.randn(64, HIDDEN), torch.randn(HIDDEN, 1024)
         reduced = torch.mm(a, b)

@@ -9,7 +9,7 @@ import torch
 
 from training_bridge.rigel.head import build_head
 from training_bridge.rigel.losses import phase1_distillation_loss
-from training_bridge.rigel.phase1 import HeadStep, _matmul_precision, bf16_matmul_hardware
+from training_bridge.rigel.phase1 import HeadStep, bf16_cpu_products, bf16_matmul_hardware
 
 HIDDEN, BATCH, TEMPERATURE = 48, 16, 2.0
 
@@ -97,7 +97,7 @@ def test_bf16_precision_rounds_the_products_exactly_where_the_cpu_has_bf16_units
     a = torch.randn(64, 2048, generator=generator)
     b = torch.randn(2048, 1024, generator=generator)
     exact = a.double() @ b.double()
-    with _matmul_precision(torch.device("cpu"), True):
+    with bf16_cpu_products(True):
         product = torch.mm(a, b)
     relative = ((product.double() - exact).norm() / exact.norm()).item()
     if bf16_matmul_hardware():

@@ -94,8 +94,8 @@ def bf16_matmul_hardware() -> bool:
 
 
 @contextmanager
-def _matmul_precision(device: torch.device, bf16: bool) -> Iterator[None]:
-    """With `bf16` on CPU: float32 matrix products computed by oneDNN from bf16-rounded inputs
+def bf16_cpu_products(bf16: bool) -> Iterator[None]:
+    """With `bf16`: float32 matrix products on CPU computed by oneDNN from bf16-rounded inputs
     with float32 accumulation (AMX / AVX512-BF16 units); everything else stays float32."""
     if not bf16:
         yield
@@ -122,7 +122,7 @@ class HeadStep:
     """One Phase 1 training step of the head, written out: forward, the EMD x T^2 gradient by
     hand, backward into preallocated gradient buffers, then the fused Adam step.
 
-    The same arithmetic as autograd over `ScoringHead` (`test_the_written_out_step_equals_autograd`)
+    The same arithmetic as autograd over `ScoringHead` (`test_the_written_out_step_equals_autograd_and_torch_adam`)
     in a fraction of the operations and with no allocation per step: at batch 64 a step is a few
     milliseconds, and with autograd a good part of that went to allocating and filling fresh
     gradient tensors and to dropout's random numbers (torch's CPU `bernoulli_` draws one Mersenne
@@ -362,7 +362,7 @@ def _train(
     for epoch in range(1, epochs + 1):
         order = torch.randperm(count, generator=generator).to(device)
         loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-        with _matmul_precision(device, bf16):
+        with bf16_cpu_products(bf16):
             for start in range(0, count, batch_size):
                 index = order[start : start + batch_size]
                 size = index.shape[0]

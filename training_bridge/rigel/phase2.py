@@ -19,12 +19,12 @@ attention mask (causal, flash attention); AdamW is the fused CUDA one.
 
 With `config.phase2_compile` ("auto": on CUDA for at least `PHASE2_COMPILE_MIN_SAMPLES` samples
 per process) the language model's decoder layers, LoRA included, are compiled for training before
-the first step (`fused.compile_decoder_layers`: the graphs of the
-first two layers serve all, with symbolic sequence lengths), in both paths; the first micro-batch
-pays the compile time. Nothing falls back to eager silently: a graph break, too many
-recompilations or a failed forward compile raise `fused.LayerCompileError`, a failed backward
-compile torch's own error from `backward()`; `phase2_compile="off"` trains eagerly. The layers
-stay compiled after training (`fused.uncompile_decoder_layers` undoes it).
+the first step (`fused.compile_decoder_layers`: the graphs of the first two layers serve all, with
+symbolic sequence lengths), in both paths; the first micro-batch pays the compile time. Nothing
+falls back to eager silently: a graph break, too many recompilations or a failed forward compile
+raise `fused.LayerCompileError`, a failed backward compile torch's own error from `backward()`;
+`phase2_compile="off"` trains eagerly. The layers stay compiled after training
+(`fused.uncompile_decoder_layers` undoes it).
 """
 
 from __future__ import annotations
@@ -250,15 +250,14 @@ def train_phase2(
         micro_size = config.phase2_micro_batch_size
         micros = [mine[first : first + micro_size] for first in range(0, len(mine), micro_size)]
         schedule.append((step, epoch, batch_positions, micros))
-    local_samples = sum(len(micro) for *_, micros in schedule for micro in micros)
-    if config.compiles_phase2(backbone.device.type, local_samples):
+    plan = [micro for *_, micros in schedule for micro in micros]  # this process's micro-batches
+    if config.compiles_phase2(backbone.device.type, sum(len(micro) for micro in plan)):
         from training_bridge.rigel.fused import compile_decoder_layers
 
         # After LoRA is injected: the adapters are part of the compiled graph.
         compile_decoder_layers(backbone.model.model.language_model)
     fast = None
     if engine is not None and schedule:
-        plan = [micro for *_, micros in schedule for micro in micros]
         fast = _EngineMicroBatches(engine, loader, records, plan, vision_cache_clips)
     for step, epoch, batch_positions, micros in schedule:
         optimizer.zero_grad(set_to_none=True)
