@@ -7,10 +7,13 @@ from __future__ import annotations
 import io
 import json
 import shutil
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from annotation.models import (
     Campaign,
@@ -19,6 +22,7 @@ from annotation.models import (
     CampaignStatus,
     Judgment,
     JudgmentSource,
+    Participation,
     Platform,
     Worker,
 )
@@ -29,9 +33,10 @@ from datasets_app.services.imports import (
     derived_candidate_id,
     judgments_import,
     vatex_import,
+    writers,
 )
 from tests.datasets_app.helpers import EXAMPLES, run_command, table_snapshot
-from tests.factories import CampaignCandidateFactory, CampaignFactory
+from tests.factories import CampaignCandidateFactory, CampaignFactory, WorkerFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -548,3 +553,114 @@ def test_vatex_errors_name_the_line_of_the_entry(tmp_path):
 
     assert not Clip.objects.exists()
     assert not CaptioningSystem.objects.exists()
+
+
+TRICKY_TEXTS = [
+    "a\ttab",
+    "a\nnewline",
+    "a\rcarriage return",
+    "a \\ backslash",
+    'a "double" quote',
+    "a, comma",
+    "\\N",
+    "",
+    "café — 日本",
+    "\\.",
+    "a\n\\.\nb",
+    'all: \t\n\r\\ " , \\N',
+]
+
+
+def test_rows_insert_stores_every_value_exactly(monkeypatch):
+    """Texts with COPY's and CSV's special characters, an empty text beside a NULL, JSON with nested
+    quotes, datetimes, and the field defaults (boolean, datetime, JSON) read back as given, in
+    several COPY pages, each reported."""
+    monkeypatch.setattr(writers, "BULK_BATCH_SIZE", 5)
+    item = CampaignCandidateFactory()
+    campaign = item.campaign
+    workers = WorkerFactory.create_batch(len(TRICKY_TEXTS) + 1)
+    tokens = [*TRICKY_TEXTS, None]
+    consented = [timezone.now() - timedelta(microseconds=n) for n in range(len(TRICKY_TEXTS))]
+    consented.append(None)
+    platform_data = [
+        {"study": f'say "{text}"', "nested": {'"k"': ['\\"', text]}} for text in tokens
+    ]
+    reported: list[tuple[str, int, int]] = []
+    before = timezone.now()
+
+    writers.rows_insert(
+        Participation,
+        [
+            {
+                "campaign_id": campaign.pk,
+                "worker_id": worker.pk,
+                "token_hash": token,
+                "platform_data": data,
+                "consented_at": when,
+            }
+            for worker, token, data, when in zip(
+                workers, tokens, platform_data, consented, strict=True
+            )
+        ],
+        stage="participations",
+        progress=lambda stage, done, total: reported.append((stage, done, total)),
+    )
+    participations = list(Participation.objects.filter(campaign=campaign).order_by("pk"))
+    assert [p.worker_id for p in participations] == [worker.pk for worker in workers]
+    assert [p.token_hash for p in participations] == tokens
+    assert Participation.objects.filter(token_hash__isnull=True).count() == 1
+    assert Participation.objects.filter(token_hash="").count() == 1
+    assert [p.platform_data for p in participations] == platform_data
+    assert [p.consented_at for p in participations] == consented
+    assert reported == [("participations", done, len(tokens)) for done in (0, 5, 10, 13)]
+
+    values = {"overall": 4, "note": 'he said "no, \\"never\\""', "list": [None, True, 1.5]}
+    server_ms = [None, *range(len(TRICKY_TEXTS))]
+    writers.rows_insert(
+        Judgment,
+        [
+            {
+                "campaign_id": campaign.pk,
+                "campaign_candidate_id": item.pk,
+                "participation_id": participation.pk,
+                "values": values,
+                "reason": text,
+                "source": JudgmentSource.IMPORTED,
+                "server_ms": ms,
+            }
+            for participation, text, ms in zip(
+                participations, [*TRICKY_TEXTS, "last"], server_ms, strict=True
+            )
+        ],
+        stage="judgments",
+        progress=None,
+    )
+    after = timezone.now()
+    judgments = list(Judgment.objects.filter(campaign=campaign).order_by("pk"))
+    assert [j.participation_id for j in judgments] == [p.pk for p in participations]
+    assert [j.reason for j in judgments] == [*TRICKY_TEXTS, "last"]
+    assert [j.server_ms for j in judgments] == server_ms
+    assert all(j.values == values for j in judgments)
+    assert {j.source for j in judgments} == {JudgmentSource.IMPORTED}
+    # The defaults: one value per column, as the field gives it.
+    assert all(j.is_excluded is False for j in judgments)
+    assert {(j.excluded_by, j.exclusion_reason) for j in judgments} == {("", "")}
+    assert {(j.assignment_id, j.excluded_at, j.client_active_ms) for j in judgments} == {
+        (None, None, None)
+    }
+    assert all(j.exclusion_detail == {} for j in judgments)
+    created = {j.created_at for j in judgments}
+    assert len(created) == 1
+    assert before <= created.pop() <= after
+    joined = {p.joined_at for p in participations}
+    assert len(joined) == 1
+    assert before <= joined.pop() <= after
+
+    # The database still checks what COPY loads: a second empty token breaks the unique constraint.
+    with pytest.raises(IntegrityError), transaction.atomic():
+        writers.rows_insert(
+            Participation,
+            [{"campaign_id": campaign.pk, "worker_id": WorkerFactory().pk, "token_hash": ""}],
+            stage="participations",
+            progress=None,
+        )
