@@ -112,12 +112,15 @@ def test_timestamps_average_each_temporal_group() -> None:
     assert timestamps([0, 12, 24], 12.0) == [0.5, 2.0]  # odd count: last index repeated
 
 
-def _make_mp4(path: Path, frames: int = 48, size: str = "96x64", rate: int = 24) -> Path:
+def _make_mp4(
+    path: Path, frames: int = 48, size: str = "96x64", rate: int = 24, x264: str = ""
+) -> Path:
+    extra = ["-x264-params", x264] if x264 else []
     subprocess.run(
         [
             "ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i",
             f"testsrc2=size={size}:rate={rate}:duration={frames / rate}",
-            "-pix_fmt", "yuv420p", "-c:v", "libx264", "-g", "12", str(path),
+            "-pix_fmt", "yuv420p", "-c:v", "libx264", "-g", "12", *extra, str(path),
         ],
         check=True,
     )  # fmt: skip
@@ -149,6 +152,34 @@ def test_opencv_decoder_matches_ffmpeg_frames(tmp_path: Path) -> None:
     assert a.indices.tolist() == b.indices.tolist() and a.total_frames == 48
     # Different YUV->RGB conversions: close, not bit-identical.
     assert np.abs(a.frames.astype(int) - b.frames.astype(int)).mean() < 4
+
+
+@needs_ffmpeg
+@pytest.mark.skipif("av" not in available_decoders(), reason="PyAV is not installed")
+@pytest.mark.skipif("cv2" not in available_decoders(), reason="OpenCV is not installed")
+@pytest.mark.parametrize(
+    "x264", ["", "open-gop=1:b-pyramid=normal:bframes=3"], ids=["closed-gop", "open-gop"]
+)
+@pytest.mark.parametrize("count", [8, 5, 48])
+def test_pyav_decoder_skips_work_without_changing_a_pixel(
+    tmp_path: Path, x264: str, count: int
+) -> None:
+    """PyAV leaves out packets before a keyframe and unwanted non-reference frames: the sampled
+    frames must equal its own full decode and OpenCV's bit for bit (B-frames, four GOPs)."""
+    from training_bridge.rigel.video import _decode_av
+
+    mp4 = _make_mp4(tmp_path / "clip.mp4", x264=x264)
+    fast = decode_video(mp4, count, backend="av")
+    full = _decode_av(mp4, count, None, skip_unneeded=False)
+    opencv = decode_video(mp4, count, backend="cv2")
+    assert fast.total_frames == opencv.total_frames == 48 and fast.fps == opencv.fps == 24.0
+    assert fast.indices.tolist() == opencv.indices.tolist() == sample_indices(48, count).tolist()
+    assert np.array_equal(fast.frames, full.frames)
+    assert np.array_equal(fast.frames, opencv.frames)
+    if count == 48:  # testsrc2 changes every frame: all 48 distinct, in order
+        assert len({frame.tobytes() for frame in fast.frames}) == 48
+    scaled = decode_video(mp4, 4, size=(32, 48), backend="av")
+    assert scaled.frames.shape == (4, 32, 48, 3) and scaled.frames.dtype == np.uint8
 
 
 def test_load_frames_from_a_directory(tmp_path: Path) -> None:
