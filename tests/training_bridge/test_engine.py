@@ -274,3 +274,47 @@ def test_opencv_capture_decodes_with_one_thread(tmp_path) -> None:  # type: igno
     cap = _open_capture(cv2, str(path))
     assert cap.isOpened() and cap.grab()
     assert cap.get(cv2.CAP_PROP_N_THREADS) == 1
+
+
+@pytest.mark.slow  # inductor builds its C++ kernels on first use
+def test_compiled_layers_give_the_eager_numbers_on_both_paths(tiny) -> None:  # type: ignore[no-untyped-def]
+    """`compile_layers`: the per-sample path runs compiled decoder layers, the shared-prefix path
+    (KV cache through the layers) eager ones; both give the eager engine's numbers."""
+    examples = _clip_groups()
+    head = Head(tiny.hidden_size)
+    eager = ScoringEngine(tiny, head, batch_size=5, loader_batch=2, num_workers=0).run(examples)
+    engine = ScoringEngine(
+        tiny, head, batch_size=5, loader_batch=2, num_workers=0, compile_layers=True
+    )
+    language_model = tiny.model.model.language_model
+    layers = len(language_model.layers)
+    assert fused.compiled_decoder_layers(language_model) == layers
+    compiled = engine.run(examples)
+    assert compiled.stats["shared_samples"] == 14  # the one alone went through the compiled path
+    assert fused.compiled_decoder_layers(language_model) == layers  # compiled again after groups
+    for name in ("hidden", "score_logits", "scores"):
+        assert np.abs(getattr(compiled, name) - getattr(eager, name)).max() < 1e-4, name
+    unshared = ScoringEngine(
+        tiny, head, batch_size=5, loader_batch=2, num_workers=0, share_prefix=False,
+        compile_layers=True,
+    ).run(examples)  # fmt: skip
+    assert unshared.stats["shared_samples"] == 0
+    assert np.abs(unshared.hidden - eager.hidden).max() < 1e-4
+    fused.uncompile_decoder_layers(language_model)
+
+
+def test_engine_compile_setting_is_validated_and_follows_the_device() -> None:
+    from training_bridge.rigel.config import ENGINE_COMPILE_MIN_SAMPLES, RigelConfig
+
+    many = ENGINE_COMPILE_MIN_SAMPLES
+    assert RigelConfig().engine_compile == "auto"
+    assert not RigelConfig().compiles_engine("cpu", many)
+    assert RigelConfig(device="cuda").compiles_engine("cuda", many)
+    assert not RigelConfig(device="cuda").compiles_engine("cuda", many - 1)
+    assert not RigelConfig(device="cuda").compiles_engine("cuda", None)  # scoring: unknown
+    assert RigelConfig(engine_compile="on").compiles_engine("cpu", None)
+    assert not RigelConfig(device="cuda", engine_compile="off").compiles_engine("cuda", many)
+    with pytest.raises(ValueError, match="engine_compile must be auto, on or off"):
+        RigelConfig(engine_compile="yes")
+    config = RigelConfig(engine_compile="on")
+    assert RigelConfig.from_dict(config.to_dict()) == config

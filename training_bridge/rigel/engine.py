@@ -681,6 +681,7 @@ class ScoringEngine:
         mp_context: str = "fork",
         share_prefix: bool = True,
         group_loader_batch: int = 2,
+        compile_layers: bool = False,
     ):
         self.backbone = backbone
         self.head = head
@@ -707,6 +708,17 @@ class ScoringEngine:
         if fast_vision:
             enable_fast_vision_attention(model)
         self.fast_vision = fast_vision
+        # Each decoder layer of the language model compiled (fused.compile_decoder_layers): the
+        # per-sample path only; the shared-prefix path, which passes a KV cache through the
+        # layers, runs them eagerly.
+        self.compile_layers = compile_layers
+        if compile_layers:
+            from . import fused
+
+            fused.compile_decoder_layers(
+                model.model.language_model,
+                hint="the engine scores uncompiled with compile_layers=False",
+            )
         lm_head = model.lm_head.weight
         self.score_rows = lm_head[backbone.score_token_ids].detach()  # (5, H)
         if isinstance(head, torch.nn.Module):
@@ -777,27 +789,55 @@ class ScoringEngine:
                 stats["patches"] += patches
                 stats["video_tokens"] += patches // self.backbone.vision.merge_size**2
         if shared:
-            for gb in self.group_device_batches(examples, shared):
-                if first_batch is None:
-                    first_batch = time.perf_counter() - started
-                h, s, hl = self.forward_groups(gb)
-                store(gb.indices.numpy(), h, s, hl)
-                prefix_tokens = int(gb.prefix.lengths.sum())
-                suffix_tokens = int(gb.suffix_lengths.sum())
-                stats["batches"] += 1
-                stats["shared_samples"] += len(gb.indices)
-                stats["shared_clips"] += len(gb.prefix.lengths)
-                stats["prefix_tokens"] += prefix_tokens
-                stats["suffix_tokens"] += suffix_tokens
-                stats["tokens"] += prefix_tokens + suffix_tokens
-                patches = int(gb.prefix.grids.prod(-1).sum())
-                stats["patches"] += patches
-                stats["video_tokens"] += patches // self.backbone.vision.merge_size**2
+            with self._eager_layers():
+                self._run_groups(examples, shared, stats, store, started)
         stats["seconds"] = time.perf_counter() - started
-        stats["first_batch_seconds"] = first_batch
+        group_first = stats.pop("first_group_batch_seconds", None)
+        stats["first_batch_seconds"] = first_batch if first_batch is not None else group_first
         logits = torch.from_numpy(head_logits if head_logits is not None else score_logits)
         scores = expected_score(logits).numpy()
         return EngineOutput(hidden, score_logits, head_logits, scores, stats)
+
+    @contextlib.contextmanager
+    def _eager_layers(self) -> Iterator[None]:
+        if not self.compile_layers:
+            yield
+            return
+        from . import fused
+
+        language_model = self.backbone.model.model.language_model
+        fused.uncompile_decoder_layers(language_model)
+        try:
+            yield
+        finally:
+            fused.compile_decoder_layers(
+                language_model, hint="the engine scores uncompiled with compile_layers=False"
+            )
+
+    def _run_groups(
+        self,
+        examples: Sequence[RigelExample],
+        shared: list[list[int]],
+        stats: dict[str, Any],
+        store: Callable[..., None],
+        started: float,
+    ) -> None:
+        """The shared-prefix path of :meth:`run` (its statistics added to ``stats``)."""
+        for gb in self.group_device_batches(examples, shared):
+            stats.setdefault("first_group_batch_seconds", time.perf_counter() - started)
+            h, s, hl = self.forward_groups(gb)
+            store(gb.indices.numpy(), h, s, hl)
+            prefix_tokens = int(gb.prefix.lengths.sum())
+            suffix_tokens = int(gb.suffix_lengths.sum())
+            stats["batches"] += 1
+            stats["shared_samples"] += len(gb.indices)
+            stats["shared_clips"] += len(gb.prefix.lengths)
+            stats["prefix_tokens"] += prefix_tokens
+            stats["suffix_tokens"] += suffix_tokens
+            stats["tokens"] += prefix_tokens + suffix_tokens
+            patches = int(gb.prefix.grids.prod(-1).sum())
+            stats["patches"] += patches
+            stats["video_tokens"] += patches // self.backbone.vision.merge_size**2
 
     def group_device_batches(
         self, examples: Sequence[RigelExample], groups: Sequence[Sequence[int]]

@@ -6,9 +6,10 @@
 - ``fuse_elementwise``: the RMSNorm (fp32 upcast, square, mean, rsqrt, scale), SiLU-gate product
   and the rotary embeddings of text and vision run as single kernels compiled by
   ``torch.compile`` (same arithmetic, fewer passes over memory).
-- ``compile_decoder_layers``: for training (Phase 2), each decoder layer of one language model is
-  compiled whole, forward and backward (AOTAutograd), LoRA adapters included; one compiled graph
-  serves every layer ("regional compilation").
+- ``compile_decoder_layers``: each decoder layer of one language model is compiled whole: for
+  training (Phase 2) forward and backward (AOTAutograd), LoRA adapters included; for the scoring
+  engine (``compile_layers``) forward only. One compiled graph serves every layer ("regional
+  compilation").
 
 The first two patch the transformers classes/functions in place (process wide) and keep the numbers
 within rounding of the original; ``restore()`` undoes them. The third changes the given model's
@@ -110,7 +111,10 @@ class LayerCompileError(RuntimeError):
     """torch.compile could not trace or compile a decoder layer."""
 
 
-def _raising_clearly(compiled: Any) -> Any:
+PHASE2_HINT = "Phase 2 trains uncompiled with phase2_compile='off'"
+
+
+def _raising_clearly(compiled: Any, hint: str) -> Any:
     # Dynamo's own exceptions say what failed but not which switch avoids it; any other error
     # (out of memory, a shape mismatch at run time) passes through unchanged.
     failures: tuple[type[BaseException], ...] = (torch._dynamo.exc.TorchDynamoException,)
@@ -125,8 +129,7 @@ def _raising_clearly(compiled: Any) -> Any:
             first_line = next(iter(str(error).splitlines()), "")
             raise LayerCompileError(
                 "torch.compile failed on a decoder layer of the language model "
-                f"({type(error).__name__}: {first_line}); "
-                "Phase 2 trains uncompiled with phase2_compile='off'"
+                f"({type(error).__name__}: {first_line}); {hint}"
             ) from error
 
     call.compiled_decoder_layer = True  # type: ignore[attr-defined]
@@ -137,7 +140,9 @@ def _is_compiled(layer: torch.nn.Module) -> bool:
     return getattr(layer.__dict__.get("_compiled_call_impl"), "compiled_decoder_layer", False)
 
 
-def compile_decoder_layers(language_model: Any, *, dynamic: bool = True) -> int:
+def compile_decoder_layers(
+    language_model: Any, *, dynamic: bool = True, hint: str = PHASE2_HINT
+) -> int:
     """Compile each of `language_model.layers` with ``nn.Module.compile`` (the modules stay the
     same objects, so parameter names, state dicts and PEFT's adapter files do not change); returns
     how many layers are compiled. Layers compiled before are left as they are.
@@ -149,12 +154,14 @@ def compile_decoder_layers(language_model: Any, *, dynamic: bool = True) -> int:
     another adapter dtype does, once each). ``fullgraph=True``: a graph break, or more variants
     than ``torch._dynamo.config.recompile_limit`` (8), raise ``LayerCompileError`` instead of
     running partly or wholly uncompiled (a backward graph that fails to compile raises torch's
-    own error from ``backward()``)."""
+    own error from ``backward()``). ``hint`` ends the error's message: the switch that avoids
+    compiling. Inference (the scoring engine's ``compile_layers``) compiles the same way, forward
+    only."""
     compiled = 0
     for layer in language_model.layers:
         if not _is_compiled(layer):
             layer._compiled_call_impl = _raising_clearly(
-                torch.compile(layer._call_impl, dynamic=dynamic, fullgraph=True)
+                torch.compile(layer._call_impl, dynamic=dynamic, fullgraph=True), hint
             )
         compiled += 1
     return compiled

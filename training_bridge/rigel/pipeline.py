@@ -110,9 +110,11 @@ def make_engine(
     head: Any | None = None,
     batch_size: int,
     processes: int = 1,
+    samples: int | None = None,
 ) -> Any | None:
     """The fast inference engine when the config asks for it on this device, else None. Under
-    torchrun the processes share the machine's cores for their decoding workers."""
+    torchrun the processes share the machine's cores for their decoding workers. `samples`: how
+    many samples this process will run through it, when known (decides `engine_compile` "auto")."""
     if not config.uses_engine(backbone.device.type):
         return None
     from training_bridge.rigel.engine import ScoringEngine
@@ -126,6 +128,7 @@ def make_engine(
         batch_size=batch_size,
         reference_free=config.reference_free,
         num_workers=workers,
+        compile_layers=config.compiles_engine(backbone.device.type, samples),
     )
 
 
@@ -191,11 +194,15 @@ def step_teacher(
     fingerprint = backbone_fingerprint(backbone)
     version = prompt_version(reference_free=config.reference_free, frames=config.frames)
     prefix = cache_prefix(release_key=spec.release_key, fingerprint=fingerprint, version=version)
+    total = sum(len(release[split]) for split in TEACHER_SPLITS)
     engine = make_engine(
-        backbone, config, batch_size=config.teacher_batch_size, processes=dist.world_size
+        backbone,
+        config,
+        batch_size=config.teacher_batch_size,
+        processes=dist.world_size,
+        samples=total // max(1, dist.world_size),
     )
     loader = ExampleLoader(store, frames=config.frames, lazy=engine is not None)
-    total = sum(len(release[split]) for split in TEACHER_SPLITS)
     offsets = {"train": 0, "validation": len(release["train"])}
     computed = 0
     for split in TEACHER_SPLITS:
