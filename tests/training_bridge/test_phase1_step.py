@@ -92,7 +92,9 @@ def test_dropout_masks_keep_the_right_share_and_scale() -> None:
     assert not torch.equal(first, step.mask[0])
 
 
-def test_bf16_precision_rounds_the_products_exactly_where_the_cpu_has_bf16_units() -> None:
+def test_bf16_precision_rounds_the_products_exactly_where_torch_uses_bf16() -> None:
+    """On a machine where the probe finds bf16 products, realistic products are rounded as bf16
+    inputs round them (and only inside the context); elsewhere they stay float32."""
     generator = torch.Generator().manual_seed(0)
     a = torch.randn(64, 2048, generator=generator)
     b = torch.randn(2048, 1024, generator=generator)
@@ -101,7 +103,7 @@ def test_bf16_precision_rounds_the_products_exactly_where_the_cpu_has_bf16_units
         product = torch.mm(a, b)
     relative = ((product.double() - exact).norm() / exact.norm()).item()
     if bf16_matmul_hardware():
-        assert relative > 1e-3  # bf16 inputs: 8 significant bits
+        assert 1e-3 < relative < 1e-2  # bf16 inputs: 8 significant bits
     else:
         assert relative < 1e-5  # float32 products, whichever library ran them
     # the setting is restored afterwards

@@ -13,7 +13,8 @@ epoch over tens of thousands of samples is a few seconds of matrix products:
   against 100.1 s, docs/benchmarks.md);
 - validation is one inference-mode pass in large chunks;
 - `precision="bf16"` (CPU only) lets oneDNN compute the float32 matrix products from bf16-rounded
-  inputs with float32 accumulation on CPUs with bf16 units (AMX, AVX512-BF16); weights, Adam state,
+  inputs with float32 accumulation where torch hands it the products (`bf16_matmul_hardware`:
+  an AMX CPU, not an AMD EPYC with AVX512-BF16); weights, Adam state,
   activations and loss stay float32. Off by default: 2.3 against 2.8 ms a step on the GPU host's
   AMX CPU but the same 55 s over 50 epochs, not worth a less exact default.
 
@@ -25,6 +26,7 @@ improvement and keep the best epoch's weights.
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -88,15 +90,26 @@ def predict_scores(head: ScoringHead, hidden: torch.Tensor, *, chunk: int = 8192
     return torch.cat(parts).double().numpy()
 
 
+@functools.cache
 def bf16_matmul_hardware() -> bool:
-    """Whether this CPU has bf16 matrix units (AVX512-BF16 or AMX), which `precision="bf16"` uses."""
-    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+    """Whether `precision="bf16"` computes float32 products from bf16 inputs on this machine.
+
+    Having bf16 units is not enough: torch hands the product to oneDNN's bf16 mode only where its
+    own checks pass (an AMX CPU did; an AMD EPYC with AVX512-BF16 kept float32 products). So it is
+    probed once, on a product of the head's first-layer shape whose inputs lose their last bits in
+    bf16: 2048 x (1 + 2^-10) is 2050 in float32 and 2048 from bf16 inputs."""
+    a = torch.full((64, 2048), 1 + 2**-10)
+    b = torch.ones(2048, 64)
+    with bf16_cpu_products(True):
+        product = torch.mm(a, b)
+    return bool((product == 2048).all())
 
 
 @contextmanager
 def bf16_cpu_products(bf16: bool) -> Iterator[None]:
     """With `bf16`: float32 matrix products on CPU computed by oneDNN from bf16-rounded inputs
-    with float32 accumulation (AMX / AVX512-BF16 units); everything else stays float32."""
+    with float32 accumulation where torch does so on this CPU (`bf16_matmul_hardware`; AMX did);
+    everything else stays float32."""
     if not bf16:
         yield
         return
