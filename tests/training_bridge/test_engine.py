@@ -277,30 +277,36 @@ def test_opencv_capture_decodes_with_one_thread(tmp_path) -> None:  # type: igno
 
 
 @pytest.mark.slow  # inductor builds its C++ kernels on first use
-def test_compiled_layers_give_the_eager_numbers_on_both_paths(tiny) -> None:  # type: ignore[no-untyped-def]
-    """`compile_layers`: the per-sample path runs compiled decoder layers, the shared-prefix path
-    (KV cache through the layers) eager ones; both give the eager engine's numbers."""
+def test_compiled_and_fused_engine_gives_the_eager_numbers_on_both_paths(tiny) -> None:  # type: ignore[no-untyped-def]
+    """`compile_layers` + `fuse_elementwise` (what the pipeline's compiled engine runs): the
+    per-sample path runs compiled decoder layers, the shared-prefix path (KV cache through the
+    layers) eager ones, both with the fused element-wise ops; both give the eager engine's
+    numbers. `close()` leaves the model and transformers' modules as they were."""
+    from transformers.models.qwen3_vl import modeling_qwen3_vl
+
+    original_rotary = modeling_qwen3_vl.apply_rotary_pos_emb_vision
     examples = _clip_groups()
     head = Head(tiny.hidden_size)
     eager = ScoringEngine(tiny, head, batch_size=5, loader_batch=2, num_workers=0).run(examples)
-    engine = ScoringEngine(
-        tiny, head, batch_size=5, loader_batch=2, num_workers=0, compile_layers=True
-    )
+    options = {"batch_size": 5, "loader_batch": 2, "num_workers": 0, "compile_layers": True}
+    engine = ScoringEngine(tiny, head, fuse_elementwise=True, **options)
     language_model = tiny.model.model.language_model
     layers = len(language_model.layers)
     assert fused.compiled_decoder_layers(language_model) == layers
+    assert modeling_qwen3_vl.apply_rotary_pos_emb_vision is not original_rotary
     compiled = engine.run(examples)
     assert compiled.stats["shared_samples"] == 14  # the one alone went through the compiled path
     assert fused.compiled_decoder_layers(language_model) == layers  # compiled again after groups
     for name in ("hidden", "score_logits", "scores"):
         assert np.abs(getattr(compiled, name) - getattr(eager, name)).max() < 1e-4, name
-    unshared = ScoringEngine(
-        tiny, head, batch_size=5, loader_batch=2, num_workers=0, share_prefix=False,
-        compile_layers=True,
-    ).run(examples)  # fmt: skip
-    assert unshared.stats["shared_samples"] == 0
-    assert np.abs(unshared.hidden - eager.hidden).max() < 1e-4
-    fused.uncompile_decoder_layers(language_model)
+    engine.close()
+    assert fused.compiled_decoder_layers(language_model) == 0
+    assert modeling_qwen3_vl.apply_rotary_pos_emb_vision is original_rotary
+    unshared = ScoringEngine(tiny, head, share_prefix=False, **options)
+    result = unshared.run(examples)
+    assert result.stats["shared_samples"] == 0
+    assert np.abs(result.hidden - eager.hidden).max() < 1e-4
+    unshared.close()
 
 
 def test_engine_compile_setting_is_validated_and_follows_the_device() -> None:

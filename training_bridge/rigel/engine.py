@@ -703,6 +703,7 @@ class ScoringEngine:
                 fused.linear_patch_embed()
             if fuse_elementwise:
                 fused.fuse_elementwise()
+        self.fuse_elementwise = fuse_elementwise
         self.device = torch.device(backbone.device)
         model = backbone.model
         if fast_vision:
@@ -797,6 +798,20 @@ class ScoringEngine:
         logits = torch.from_numpy(head_logits if head_logits is not None else score_logits)
         scores = expected_score(logits).numpy()
         return EngineOutput(hidden, score_logits, head_logits, scores, stats)
+
+    def close(self) -> None:
+        """Undo what this engine changed beyond itself: its compiled decoder layers, and, where it
+        fused the element-wise ops, the process-wide patches of transformers' Qwen3-VL modules
+        (`fused.restore`, the linear patch embedding included). The engine runs eagerly and
+        unfused afterwards; a later engine patches again."""
+        from . import fused
+
+        if self.compile_layers:
+            fused.uncompile_decoder_layers(self.backbone.model.model.language_model)
+            self.compile_layers = False
+        if self.fuse_elementwise:
+            fused.restore()
+            self.fuse_elementwise = False
 
     @contextlib.contextmanager
     def _eager_layers(self) -> Iterator[None]:

