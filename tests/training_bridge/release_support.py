@@ -110,6 +110,20 @@ def small_phase2_release(store: Store, name: str, seed: int) -> list:
     return read_release(store, name)["train"]
 
 
+def comparable_phase2_config(**overrides: object):  # type: ignore[no-untyped-def]
+    """The tiny Phase 2 that two runs are compared on, number for number: global batch 4 in
+    micro-batches of 2 (12 training samples of `small_phase2_release` -> 3 steps) and no LoRA
+    dropout."""
+    from training_bridge.rigel.config import RigelConfig
+
+    return RigelConfig(
+        backbone="tiny",
+        **tiny_settings(phase2_batch_size=4, phase2_micro_batch_size=2),
+        lora_dropout=0.0,
+        **overrides,
+    )
+
+
 def phase2_on_a_fresh_tiny_backbone(
     store: Store, records: list, config: object, *, engine_factory=None, lazy: bool = False
 ):  # type: ignore[no-untyped-def]

@@ -7,12 +7,11 @@ import pytest
 
 from tests.training_bridge.release_support import (
     assert_same_phase2_training,
+    comparable_phase2_config,
     phase2_on_a_fresh_tiny_backbone,
     small_phase2_release,
-    tiny_settings,
 )
 from training_bridge.rigel import fused
-from training_bridge.rigel.config import RigelConfig
 from training_bridge.rigel.engine import ScoringEngine
 from training_bridge.rigel.store import LocalStore
 
@@ -21,11 +20,7 @@ from training_bridge.rigel.store import LocalStore
 def test_engine_phase2_matches_the_plain_step(tmp_path, monkeypatch, lazy: bool) -> None:  # type: ignore[no-untyped-def]
     store = LocalStore(tmp_path)
     records = small_phase2_release(store, "releases/5", seed=5)
-    config = RigelConfig(
-        backbone="tiny",
-        **tiny_settings(phase2_batch_size=4, phase2_micro_batch_size=2),
-        lora_dropout=0.0,
-    )
+    config = comparable_phase2_config()
 
     def run(with_engine: bool):  # type: ignore[no-untyped-def]
         result, lora, _ = phase2_on_a_fresh_tiny_backbone(

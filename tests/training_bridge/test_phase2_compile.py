@@ -9,9 +9,9 @@ from torch._dynamo.utils import counters
 
 from tests.training_bridge.release_support import (
     assert_same_phase2_training,
+    comparable_phase2_config,
     phase2_on_a_fresh_tiny_backbone,
     small_phase2_release,
-    tiny_settings,
 )
 from training_bridge.rigel import fused
 from training_bridge.rigel.backbone import load_backbone
@@ -73,14 +73,9 @@ def test_a_graph_break_in_a_decoder_layer_is_an_error_not_a_partial_compile(monk
 def test_compiled_phase2_matches_eager_with_one_graph_for_all_layers(tmp_path) -> None:  # type: ignore[no-untyped-def]
     store = LocalStore(tmp_path)
     records = small_phase2_release(store, "releases/7", seed=7)
-    base = RigelConfig(
-        backbone="tiny",
-        **tiny_settings(phase2_batch_size=4, phase2_micro_batch_size=2),
-        lora_dropout=0.0,
-    )
 
     def run(phase2_compile: str):  # type: ignore[no-untyped-def]
-        config = base.replace(phase2_compile=phase2_compile)
+        config = comparable_phase2_config(phase2_compile=phase2_compile)
         result, lora, backbone = phase2_on_a_fresh_tiny_backbone(store, records, config)
         return result, lora, backbone.model.model.language_model
 
