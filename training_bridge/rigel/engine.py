@@ -716,10 +716,7 @@ class ScoringEngine:
         if compile_layers:
             from . import fused
 
-            fused.compile_decoder_layers(
-                model.model.language_model,
-                hint="the engine scores uncompiled with compile_layers=False",
-            )
+            fused.compile_decoder_layers(model.model.language_model, hint=fused.ENGINE_HINT)
         lm_head = model.lm_head.weight
         self.score_rows = lm_head[backbone.score_token_ids].detach()  # (5, H)
         if isinstance(head, torch.nn.Module):
@@ -825,9 +822,7 @@ class ScoringEngine:
         try:
             yield
         finally:
-            fused.compile_decoder_layers(
-                language_model, hint="the engine scores uncompiled with compile_layers=False"
-            )
+            fused.compile_decoder_layers(language_model, hint=fused.ENGINE_HINT)
 
     def _run_groups(
         self,

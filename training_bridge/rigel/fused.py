@@ -112,6 +112,7 @@ class LayerCompileError(RuntimeError):
 
 
 PHASE2_HINT = "Phase 2 trains uncompiled with phase2_compile='off'"
+ENGINE_HINT = "the engine scores uncompiled with compile_layers=False"
 
 
 def _raising_clearly(compiled: Any, hint: str) -> Any:

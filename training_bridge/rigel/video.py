@@ -131,15 +131,16 @@ def decode_video(
     the processor's bicubic resize); ``None`` keeps the native size (the processor path).
     ``backend``: ``av`` (PyAV, in-process, decodes only what the sampled frames need), ``cv2``
     (OpenCV, in-process), ``ffmpeg`` (a subprocess piping raw RGB), or ``auto``: the decoder named
-    by the ``LEPUS_VIDEO_DECODER`` environment variable, else the first of these installed. ``av`` and ``cv2`` give the same pixels (both convert with
-    libswscale's defaults); ``ffmpeg``'s conversion differs slightly.
+    by the ``LEPUS_VIDEO_DECODER`` environment variable, else the first of these installed.
+    ``av`` and ``cv2`` give the same pixels (both convert with libswscale's defaults);
+    ``ffmpeg``'s conversion differs slightly.
     """
     if backend == "auto":
         backend = os.environ.get(DECODER_ENV, "").strip() or "auto"
     if backend == "auto":
         names = available_decoders()
         if not names:
-            raise RuntimeError("no video decoder: install opencv-python-headless or ffmpeg")
+            raise RuntimeError("no video decoder: install av, opencv-python-headless or ffmpeg")
         backend = names[0]
     if backend == "av":
         return _decode_av(path, num_frames, size)
