@@ -24,11 +24,15 @@ install-dev: $(DEV_STAMP)
 
 ## Bring the platform up with demo data on embedded defaults (SQLite, local storage, a filesystem
 ## Celery broker) and a real Celery worker; prints the URLs and the curator's credentials.
-demo: $(STAMP)
+demo:
+	PYTHON=$(PYTHON) bash scripts/preflight.sh
+	$(MAKE) --no-print-directory install
 	bash scripts/demo.sh
 
 ## The demo brought up, its pages checked, and shut down again (CI).
-demo-smoke: $(STAMP)
+demo-smoke:
+	PYTHON=$(PYTHON) bash scripts/preflight.sh
+	$(MAKE) --no-print-directory install
 	bash scripts/demo.sh --smoke
 
 ## Web server and worker against whatever the environment configures (see .env.example).

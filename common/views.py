@@ -7,7 +7,14 @@ import os
 import re
 from pathlib import Path
 
-from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import (
+    FileResponse,
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseRedirect,
+    JsonResponse,
+)
 from django.views.decorators.http import require_http_methods
 
 from common import storage
@@ -78,3 +85,14 @@ def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse(
         {"status": "ok" if status == 200 else "degraded", "database": database}, status=status
     )
+
+
+@require_http_methods(["GET", "HEAD"])
+def favicon(request: HttpRequest) -> HttpResponse:
+    """Browsers ask for /favicon.ico whatever the page links; send them to the static icon (its
+    hashed name in production, so the redirect itself is cached only for a day)."""
+    from django.templatetags.static import static
+
+    response = HttpResponseRedirect(static("favicon.ico"))
+    response["Cache-Control"] = "public, max-age=86400"
+    return response

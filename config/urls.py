@@ -15,6 +15,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
     path("healthz", common_views.healthz, name="healthz"),
+    path("favicon.ico", common_views.favicon, name="favicon"),
     path("media/s/<path:key>", common_views.signed_media, name="signed-media"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/v1/", include("datasets_app.api_urls")),

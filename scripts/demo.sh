@@ -13,7 +13,6 @@ PORT="${LEPUS_DEMO_PORT:-8000}"
 SMOKE=0
 [[ "${1:-}" == "--smoke" ]] && SMOKE=1
 
-command -v ffmpeg >/dev/null || { echo "ffmpeg is required for the demo videos (apt-get install ffmpeg)" >&2; exit 1; }
 
 # Embedded defaults, explicitly: whatever a .env says, the demo stays on its own files.
 export DJANGO_DEBUG=1
@@ -34,8 +33,17 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
+# A failed step says so on the terminal with the end of its log, not only in the log file.
+fail() {
+  local what=$1 log=$2
+  echo "" >&2
+  echo "ERROR: $what failed. The end of $log:" >&2
+  tail -n 25 "$log" | sed 's/^/  | /' >&2
+  exit 1
+}
+
 echo "==> Migrating the demo database ($DATABASE_URL)"
-$PY manage.py migrate --noinput >"$LOG_DIR/migrate.log"
+$PY manage.py migrate --noinput >"$LOG_DIR/migrate.log" 2>&1 || fail "Migrating the database" "$LOG_DIR/migrate.log"
 
 echo "==> Starting a Celery worker (filesystem broker, log: $LOG_DIR/celery.log)"
 $CELERY -A config worker -Q default,training --beat --concurrency=2 --loglevel=INFO \
@@ -43,17 +51,22 @@ $CELERY -A config worker -Q default,training --beat --concurrency=2 --loglevel=I
 pids+=($!)
 
 echo "==> Seeding demo data (VATEX-EVAL slice, synthetic videos, campaign, curator)"
-$PY manage.py seed_demo --json >"$LEPUS_VAR_DIR/seed.json"
+$PY manage.py seed_demo --json >"$LEPUS_VAR_DIR/seed.json" 2> >(tee "$LOG_DIR/seed.log" >&2) \
+  || fail "Seeding the demo data" "$LOG_DIR/seed.log"
+kill -0 "${pids[0]}" 2>/dev/null || fail "The Celery worker" "$LOG_DIR/celery.log"
 CURATOR_PASSWORD="$($PY -c "import json,sys; print(json.load(open(sys.argv[1]))['curator_password'])" "$LEPUS_VAR_DIR/seed.json")"
 CAMPAIGN="$($PY -c "import json,sys; print(json.load(open(sys.argv[1]))['campaign'])" "$LEPUS_VAR_DIR/seed.json")"
 
 echo "==> Starting the web server on http://127.0.0.1:$PORT"
 $PY manage.py runserver "127.0.0.1:$PORT" --noreload >"$LOG_DIR/web.log" 2>&1 &
 pids+=($!)
+web_up=0
 for _ in $(seq 1 60); do
-  curl -fs -o /dev/null "http://127.0.0.1:$PORT/healthz" 2>/dev/null && break
+  curl -fs -o /dev/null "http://127.0.0.1:$PORT/healthz" 2>/dev/null && { web_up=1; break; }
+  kill -0 "${pids[1]}" 2>/dev/null || break
   sleep 0.5
 done
+((web_up)) || fail "Starting the web server" "$LOG_DIR/web.log"
 
 WORKER_URL="http://127.0.0.1:$PORT/w/$CAMPAIGN/?PROLIFIC_PID=demo-worker-1&STUDY_ID=demo-study&SESSION_ID=demo-session-1"
 cat <<EOF
@@ -78,6 +91,7 @@ if ((SMOKE)); then
   check 302 "http://127.0.0.1:$PORT/dashboard/"
   check 200 "http://127.0.0.1:$PORT/accounts/login/"
   check 200 "http://127.0.0.1:$PORT/api/schema/"
+  check 302 "http://127.0.0.1:$PORT/favicon.ico"
   $PY manage.py stats --json
   exit "$failures"
 fi
