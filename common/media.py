@@ -2,7 +2,8 @@
 
 probe -> MediaInfo; transcode a window of a source into a browser-safe H.264/AAC MP4 (yuv420p,
 +faststart, height capped, even dimensions, silent AAC track when the source has no audio); a poster
-JPEG; N frames sampled uniformly; synthetic test videos from lavfi sources; and a check that an MP4's
+JPEG; N frames sampled uniformly; synthetic test videos from lavfi sources; drawn scenes of coloured
+boxes; and a check that an MP4's
 index (moov) comes before its media data (mdat).
 
 Every ffmpeg/ffprobe run has a timeout (settings.LEPUS_FFMPEG_TIMEOUT unless given) and can call a
@@ -316,6 +317,54 @@ def synthesize_video(
         timeout=timeout,
         heartbeat=None,
         what="ffmpeg (synthesize)",
+    )
+
+
+@dataclass(frozen=True)
+class DrawnBox:
+    """A filled box drawn over a scene. `x` and `y` are ffmpeg expressions (they may use `t`, the
+    time in seconds, and `W`/`H`, the frame size); `enable` an ffmpeg timeline expression or ""."""
+
+    x: str
+    y: str
+    size: int
+    colour: str
+    enable: str = ""
+
+
+def draw_scene(
+    output: str | Path,
+    *,
+    background: str,
+    boxes: list[DrawnBox],
+    duration: float,
+    width: int = 426,
+    height: int = 240,
+    fps: int = 25,
+    timeout: float | None = None,
+) -> None:
+    """An H.264 video of coloured boxes over a plain background, drawn by ffmpeg's overlay filter
+    (no font, no input file): the demo's scenes, whose captions can be right or wrong."""
+    video = ffmpeg.input(
+        f"color=c={background}:size={int(width)}x{int(height)}:rate={int(fps)}:duration={duration:.3f}",
+        f="lavfi",
+    ).video
+    for box in boxes:
+        # A square colour source overlaid on the background: overlay's x/y expressions know the time
+        # `t` (drawbox's `t` is its line thickness, so it cannot move a box).
+        square = ffmpeg.input(
+            f"color=c={box.colour}:size={box.size}x{box.size}:rate={int(fps)}:duration={duration:.3f}",
+            f="lavfi",
+        ).video
+        options: dict[str, Any] = {"x": box.x, "y": box.y, "eof_action": "pass"}
+        if box.enable:
+            options["enable"] = box.enable
+        video = ffmpeg.overlay(video, square, **options)
+    _run_graph(
+        ffmpeg.output(video, str(output), vcodec="libx264", preset="ultrafast", pix_fmt="yuv420p"),
+        timeout=timeout,
+        heartbeat=None,
+        what="ffmpeg (draw scene)",
     )
 
 

@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import CommandError, CommandParser
+
+from common.management.base import LepusCommand
+from common.media import MediaError
+from datasets_app import demo_scenes
+
+
+class Command(LepusCommand):
+    help = (
+        "Write the demo's scene corpus: scenes.jsonl (clips, references and candidates for "
+        "`import_candidates`), intended.jsonl (each candidate's flaw and intended quality) and the "
+        "drawn videos <clip id>.mp4 for `attach_videos`. The same --scenes and --seed give the same files."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        super().add_arguments(parser)
+        parser.add_argument(
+            "--out", default=None, help="Folder (default: <LEPUS_VAR_DIR>/demo-scenes)."
+        )
+        parser.add_argument(
+            "--scenes",
+            type=int,
+            default=demo_scenes.DEFAULT_SCENES,
+            help="How many scenes (default 24).",
+        )
+        parser.add_argument(
+            "--seed", type=int, default=demo_scenes.DEFAULT_SEED, help="Random seed."
+        )
+        parser.add_argument(
+            "--no-videos", action="store_true", help="Write the two JSONL files only."
+        )
+        parser.add_argument("--overwrite", action="store_true", help="Redraw videos that exist.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        folder = Path(options["out"] or Path(settings.VAR_DIR) / "demo-scenes")
+        count, seed = options["scenes"], options["seed"]
+        try:
+            scenes_path, intended_path = demo_scenes.write_corpus(folder, count=count, seed=seed)
+            written: list[str] = []
+            existing: list[str] = []
+            if not options["no_videos"]:
+                bar = self.progress_bar(total=count, description="drawing scenes")
+
+                def progress(done: int, total: int) -> None:
+                    bar.n = done
+                    bar.refresh()
+
+                try:
+                    written, existing = demo_scenes.render_videos(
+                        folder,
+                        count=count,
+                        seed=seed,
+                        overwrite=options["overwrite"],
+                        progress=progress,
+                    )
+                finally:
+                    bar.close()
+        except (ValueError, MediaError) as error:
+            if self.as_json:
+                self.emit({"ok": False, "error": str(error)})
+            raise CommandError(str(error))
+        self.emit(
+            {
+                "ok": True,
+                "directory": str(folder.resolve()),
+                "scenes": count,
+                "seed": seed,
+                "scenes_file": str(scenes_path.resolve()),
+                "intended_file": str(intended_path.resolve()),
+                "videos_written": len(written),
+                "videos_existing": len(existing),
+            },
+            human=f"{count} scenes in {folder}: {len(written)} videos drawn, {len(existing)} already there; "
+            f"next: import_candidates {scenes_path} and attach_videos {folder}",
+        )
