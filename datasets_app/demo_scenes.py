@@ -249,7 +249,8 @@ def corpus_lines(
     """The generic-import JSONL records (one per clip) and the intended-quality records (one per
     candidate)."""
     rng = random.Random(seed + 1)
-    clips, intended = [], []
+    clips: list[dict[str, Any]] = []
+    intended: list[dict[str, Any]] = []
     for scene in make_scenes(count, seed):
         made = candidates(scene, rng)
         clips.append(
