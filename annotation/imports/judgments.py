@@ -43,6 +43,7 @@ from datasets_app.services.imports.batches import (
     existing_batch,
     finish_batch,
     result_for_existing_batch,
+    result_for_new_batch,
 )
 from datasets_app.services.imports.writers import candidate_rows_lookup
 
@@ -130,17 +131,8 @@ def judgments_import(
             progress=progress,
         )
         finish_batch(batch, counts)
-    return ImportResult(
-        kind=ImportKind.JUDGMENTS,
-        file=source.name,
-        sha256=source.sha256,
-        batch_id=batch.pk,
-        already_imported=False,
-        created=counts.created,
-        skipped=counts.skipped,
-        campaign=campaign.slug,
-        campaign_created=created,
-        seconds=watch.seconds,
+    return result_for_new_batch(
+        batch, source, watch, counts, campaign=campaign.slug, campaign_created=created
     )
 
 

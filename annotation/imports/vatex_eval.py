@@ -36,6 +36,7 @@ from datasets_app.services.imports.batches import (
     existing_batch,
     finish_batch,
     result_for_existing_batch,
+    result_for_new_batch,
 )
 from datasets_app.services.imports.vatex import MAX_CAPTIONS_PER_CLIP
 from datasets_app.services.imports.writers import (
@@ -144,17 +145,8 @@ def vatex_eval_import(
             progress=progress,
         )
         finish_batch(batch, counts)
-    return ImportResult(
-        kind=ImportKind.VATEX_EVAL,
-        file=source.name,
-        sha256=source.sha256,
-        batch_id=batch.pk,
-        already_imported=False,
-        created=counts.created,
-        skipped=counts.skipped,
-        campaign=campaign.slug,
-        campaign_created=campaign_created,
-        seconds=watch.seconds,
+    return result_for_new_batch(
+        batch, source, watch, counts, campaign=campaign.slug, campaign_created=campaign_created
     )
 
 

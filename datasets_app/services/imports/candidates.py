@@ -41,6 +41,7 @@ from datasets_app.services.imports.batches import (
     existing_batch,
     finish_batch,
     result_for_existing_batch,
+    result_for_new_batch,
 )
 from datasets_app.services.imports.writers import (
     CandidateSpec,
@@ -188,16 +189,7 @@ def candidates_import(
             progress=progress,
         )
         finish_batch(batch, counts)
-    return ImportResult(
-        kind=ImportKind.CANDIDATES,
-        file=source.name,
-        sha256=source.sha256,
-        batch_id=batch.pk,
-        already_imported=False,
-        created=counts.created,
-        skipped=counts.skipped,
-        seconds=watch.seconds,
-    )
+    return result_for_new_batch(batch, source, watch, counts)
 
 
 def _candidates_from_jsonl(

@@ -30,6 +30,7 @@ from datasets_app.services.imports.batches import (
     existing_batch,
     finish_batch,
     result_for_existing_batch,
+    result_for_new_batch,
 )
 from datasets_app.services.imports.writers import (
     ClipSpec,
@@ -102,16 +103,7 @@ def vatex_import(
             source=source, batch=batch, clips=clips, candidates=[], counts=counts, progress=progress
         )
         finish_batch(batch, counts)
-    return ImportResult(
-        kind=ImportKind.VATEX,
-        file=source.name,
-        sha256=source.sha256,
-        batch_id=batch.pk,
-        already_imported=False,
-        created=counts.created,
-        skipped=counts.skipped,
-        seconds=watch.seconds,
-    )
+    return result_for_new_batch(batch, source, watch, counts)
 
 
 def _vatex_entry(entry: Any, *, source: ImportSource) -> ClipSpec:
