@@ -64,9 +64,12 @@ topology: $(DEV_STAMP)
 fuzz: $(DEV_STAMP)
 	$(VENV)/bin/pytest tests/hardening/test_schema_fuzz.py -s $(PYTEST_ARGS)
 
+## Style (ruff) and the architecture's import contracts (import-linter, see pyproject.toml and
+## docs/architecture.md).
 lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 typecheck: $(DEV_STAMP)
 	$(VENV)/bin/mypy .

@@ -22,6 +22,8 @@ from annotation.models import (
     WorkerQCStats,
 )
 from annotation.services.campaigns import (
+    ARGUMENT_FIELDS,
+    CAMPAIGN_FIELDS,
     FROZEN_ONCE_RATED,
     OPTION_FIELDS,
     CampaignInvalid,
@@ -42,29 +44,7 @@ class CampaignAdminForm(forms.ModelForm):
 
     class Meta:
         model = Campaign
-        fields = [
-            "slug",
-            "name",
-            "description",
-            "instructions",
-            "status",
-            "questions",
-            "overall_question_key",
-            "judgments_per_candidate",
-            "reference_free",
-            "lease_seconds",
-            "min_seconds_on_clip",
-            "reason_required_at_or_below",
-            "max_assignments_per_worker",
-            "control_rate",
-            "control_settings",
-            "qc_rules",
-            "review_range_threshold",
-            "pay_per_assignment",
-            "currency",
-            "completion_code",
-            "redirect_url",
-        ]
+        fields = list(CAMPAIGN_FIELDS)
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
@@ -158,8 +138,8 @@ class CampaignAdmin(admin.ModelAdmin):
             stored = Campaign.objects.get(pk=obj.pk)
             changes = {
                 name: form.cleaned_data[name]
-                for name in ("name", "questions", "reference_free", "judgments_per_candidate")
-                if name in form.changed_data
+                for name in ARGUMENT_FIELDS
+                if name != "slug" and name in form.changed_data
             }
             campaign_update(campaign=stored, **changes, **options)
             return

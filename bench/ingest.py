@@ -64,9 +64,9 @@ def main() -> None:
     results: dict[str, object] = {"database": name}
     try:
         call_command("migrate", verbosity=0)
+        from annotation.imports import vatex_eval_import
+        from annotation.selectors import platform_stats
         from datasets_app.models import Clip
-        from datasets_app.selectors import platform_stats
-        from datasets_app.services.imports import vatex_eval_import
         from datasets_app.services.video import (
             demo_videos_make,
             video_attach_job_create,

@@ -15,6 +15,7 @@ from django.http import (
     HttpResponseRedirect,
     JsonResponse,
 )
+from django.http.response import HttpResponseBase
 from django.views.decorators.http import require_http_methods
 
 from common import storage
@@ -23,7 +24,7 @@ _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
 
 @require_http_methods(["GET", "HEAD"])
-def signed_media(request: HttpRequest, key: str) -> HttpResponse:
+def signed_media(request: HttpRequest, key: str) -> HttpResponseBase:
     """Serve a stored file if the URL's signature is valid and unexpired; honour byte ranges so
     browsers can seek in videos."""
     if storage.uses_s3():
@@ -41,6 +42,7 @@ def signed_media(request: HttpRequest, key: str) -> HttpResponse:
     content_type = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
     download_name = request.GET.get("download")
     match = _RANGE.match(request.headers.get("Range", ""))
+    response: HttpResponseBase
     if match and (match.group(1) or match.group(2)):
         start_text, end_text = match.groups()
         if start_text:
@@ -63,7 +65,7 @@ def signed_media(request: HttpRequest, key: str) -> HttpResponse:
             open(path, "rb"),  # noqa: SIM115 - FileResponse closes it
             content_type=content_type,
             as_attachment=bool(download_name),
-            filename=os.path.basename(download_name) if download_name else None,
+            filename=os.path.basename(download_name) if download_name else "",
         )
         response["Content-Length"] = str(size)
     response["Accept-Ranges"] = "bytes"

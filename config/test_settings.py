@@ -31,7 +31,7 @@ from config.settings import *  # noqa: E402,F403
 REST_FRAMEWORK = {
     **_base.REST_FRAMEWORK,
     "DEFAULT_THROTTLE_RATES": {
-        **dict(_base.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]),  # type: ignore[arg-type]
+        **dict(_base.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]),  # type: ignore[call-overload]
         "join": "100000/min",
         "next": "100000/min",
         "submit": "100000/min",

@@ -24,7 +24,6 @@ urlpatterns = [
     path("api/v1/", include("training_bridge.api_urls")),
     path("w/", include("annotation.worker_urls")),
     path("dashboard/", include("annotation.urls")),
-    path("dashboard/datasets/", include("datasets_app.urls")),
     path("dashboard/releases/", include("export.urls")),
     path("dashboard/training/", include("training_bridge.urls")),
 ]

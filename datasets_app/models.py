@@ -145,10 +145,6 @@ class Clip(models.Model):
         return self.vatex_id
 
     @property
-    def window_seconds(self) -> float:
-        return self.end_seconds - self.start_seconds
-
-    @property
     def is_servable(self) -> bool:
         return self.status == ClipStatus.READY and bool(self.video_key)
 

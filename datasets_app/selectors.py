@@ -1,4 +1,6 @@
-"""Reads of datasets_app: platform-wide row counts, clip status counts, recent import batches."""
+"""Reads of datasets_app: row counts of the data layer's tables, clip status counts, recent import
+batches and video jobs. The platform-wide counts (with campaigns and judgments) are
+`annotation.selectors.platform_stats`."""
 
 from __future__ import annotations
 
@@ -6,16 +8,6 @@ from typing import Any
 
 from django.db.models import Count, QuerySet
 
-from annotation.models import (
-    Assignment,
-    Campaign,
-    CampaignCandidate,
-    CampaignClip,
-    Judgment,
-    JudgmentSource,
-    Participation,
-    Worker,
-)
 from common.models import JobStatus
 from datasets_app.models import (
     CandidateCaption,
@@ -36,12 +28,10 @@ def clip_status_counts() -> dict[str, int]:
     return counts
 
 
-def platform_stats() -> dict[str, Any]:
-    """Row counts of the core tables (the `stats --json` command prints exactly this)."""
-    judgments_by_source = {source.value: 0 for source in JudgmentSource}
-    for row in Judgment.objects.order_by().values("source").annotate(n=Count("pk")):
-        judgments_by_source[row["source"]] = row["n"]
-    stats: dict[str, Any] = {
+def dataset_stats() -> dict[str, Any]:
+    """Row counts of the data layer's tables (clips, references, systems, candidates, import
+    batches, video jobs)."""
+    return {
         "clips": Clip.objects.count(),
         "clips_servable": Clip.objects.servable().count(),
         "clips_by_status": clip_status_counts(),
@@ -49,18 +39,8 @@ def platform_stats() -> dict[str, Any]:
         "systems": CaptioningSystem.objects.count(),
         "candidates": CandidateCaption.objects.count(),
         "import_batches": ImportBatch.objects.count(),
-        "campaigns": Campaign.objects.count(),
-        "campaign_candidates": CampaignCandidate.objects.count(),
-        "campaign_clips": CampaignClip.objects.count(),
-        "workers": Worker.objects.count(),
-        "participations": Participation.objects.count(),
-        "assignments": Assignment.objects.count(),
-        "judgments": Judgment.objects.count(),
-        "judgments_by_source": judgments_by_source,
-        "judgments_excluded": Judgment.objects.filter(is_excluded=True).count(),
         "video_jobs": video_job_status_counts(),
     }
-    return stats
 
 
 def video_job_status_counts() -> dict[str, int]:

@@ -29,9 +29,9 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 from django.conf import settings
-from django.db import connection
 from django.template.loader import render_to_string
 
+from common.db import is_postgresql
 from export import portable
 from export import snapshot as snapshot_queries
 from export.models import SPLIT_NAMES, Release
@@ -116,7 +116,7 @@ def code_version() -> str:
 
 def release_queries() -> Any:
     """The reads of a build: streamed SQL on PostgreSQL, the portable Python module elsewhere."""
-    return snapshot_queries if connection.vendor == "postgresql" else portable
+    return snapshot_queries if is_postgresql() else portable
 
 
 def pseudonym_key() -> bytes:

@@ -15,6 +15,7 @@ from rest_framework.views import APIView
 
 from annotation.models import Campaign, CampaignStatus
 from annotation.services.campaigns import (
+    CAMPAIGN_FIELDS,
     SLUG_HELP,
     SLUG_PATTERN,
     CampaignInvalid,
@@ -41,27 +42,7 @@ class CampaignSerializer(serializers.ModelSerializer):
     class Meta:
         model = Campaign
         fields = [
-            "slug",
-            "name",
-            "description",
-            "instructions",
-            "status",
-            "questions",
-            "overall_question_key",
-            "judgments_per_candidate",
-            "reference_free",
-            "lease_seconds",
-            "min_seconds_on_clip",
-            "reason_required_at_or_below",
-            "max_assignments_per_worker",
-            "control_rate",
-            "control_settings",
-            "qc_rules",
-            "review_range_threshold",
-            "pay_per_assignment",
-            "currency",
-            "completion_code",
-            "redirect_url",
+            *CAMPAIGN_FIELDS,
             "is_imported",
             "selection",
             "created_at",

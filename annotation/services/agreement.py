@@ -20,6 +20,7 @@ from annotation.agreement import alpha_from_coincidence, coincidence_from_counts
 from annotation.models import AgreementSnapshot, Campaign, CampaignCandidate, Judgment
 from annotation.services.columns import json_number
 from annotation.services.qc_data import id_filter
+from common.db import is_postgresql
 
 VALUES = (1, 2, 3, 4, 5)
 CHUNK_ROWS = 20_000
@@ -59,7 +60,7 @@ def agreement_for_items(
     ratings = 0
     # A server-side cursor needs a transaction on PostgreSQL; reads only.
     with transaction.atomic(), connection.chunked_cursor() as cursor:
-        if connection.vendor == "postgresql":
+        if is_postgresql():
             # Plan for the whole result, not for the first rows (the default for cursors).
             with connection.cursor() as settings_cursor:
                 settings_cursor.execute("SET LOCAL cursor_tuple_fraction = 1.0")

@@ -40,6 +40,7 @@ from annotation.models import (
     JudgmentSource,
 )
 from annotation.questions import RUBRIC_LEVELS, default_questions
+from common.db import is_postgresql
 from datasets_app.models import CandidateCaption, Clip, ClipStatus
 
 SLUG_PATTERN = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,98}[a-z0-9])?$")
@@ -50,12 +51,18 @@ QUESTION_KEY_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,49}$")
 RESERVED_QUESTION_KEYS = frozenset({"candidate_id", "reason", "id"})
 _BATCH = 2000
 
-# Campaign settings a curator may set at creation and change later (beside name and questions).
-OPTION_FIELDS = (
+# Every field a curator sets on a campaign, in the order forms and the API show them: the admin's
+# form and the API's campaign representation list exactly these (plus read-only figures).
+CAMPAIGN_FIELDS = (
+    "slug",
+    "name",
     "description",
     "instructions",
     "status",
+    "questions",
     "overall_question_key",
+    "judgments_per_candidate",
+    "reference_free",
     "lease_seconds",
     "min_seconds_on_clip",
     "reason_required_at_or_below",
@@ -69,6 +76,11 @@ OPTION_FIELDS = (
     "completion_code",
     "redirect_url",
 )
+# The ones `campaign_create` and `campaign_update` take as their own arguments (the slug only at
+# creation): they change the campaign's identity or its candidates' quotas.
+ARGUMENT_FIELDS = ("slug", "name", "questions", "judgments_per_candidate", "reference_free")
+# Campaign settings a curator may set at creation and change later (beside name and questions).
+OPTION_FIELDS = tuple(name for name in CAMPAIGN_FIELDS if name not in ARGUMENT_FIELDS)
 # Settings that change what a judgment means: frozen once crowd judgments exist.
 FROZEN_ONCE_RATED = ("questions", "reference_free", "overall_question_key")
 
@@ -298,7 +310,7 @@ def planner_statistics_refresh() -> None:
     Right after a bulk insert (a new campaign, a fresh import) the statistics can be stale enough
     for the planner to scan every clip for every claim (a nested loop over a "1-row" estimate),
     which made `next` take >100 ms on 1,000 clips until autovacuum caught up."""
-    if connection.vendor != "postgresql":
+    if not is_postgresql():
         return
     with connection.cursor() as cursor:
         cursor.execute(

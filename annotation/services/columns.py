@@ -23,6 +23,8 @@ import numpy as np
 from django.db import connection
 from numpy.typing import NDArray
 
+from common.db import is_postgresql
+
 ColumnKind = Literal["int2", "int4", "int8", "float8", "bool"]
 
 _PG_DTYPES: dict[str, str] = {
@@ -40,10 +42,6 @@ _NATIVE_DTYPES: dict[str, Any] = {
     "bool": np.bool_,
 }
 _PG_BINARY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
-
-
-def is_postgresql() -> bool:
-    return connection.vendor == "postgresql"
 
 
 def json_number(column: str, key: str) -> str:
@@ -141,62 +139,6 @@ def _quote(text: str) -> str:
 
 def json_text(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
-def _copy_text(value: Any) -> str:
-    if value is None:
-        return "\\N"
-    if isinstance(value, bool):
-        return "t" if value else "f"
-    if hasattr(value, "isoformat"):
-        return value.isoformat()
-    text = value if isinstance(value, str) else str(value)
-    return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
-
-
-def copy_insert(
-    model: Any, rows: Sequence[dict[str, Any]], *, allocate_ids: bool = True
-) -> list[int]:
-    """Insert `rows` (field name → value, foreign keys as `<name>_id`) with one COPY; fields
-    left out get their model default. Returns the new primary keys, in order. PostgreSQL only;
-    for loading large test and benchmark data sets, not for request paths."""
-    if not rows:
-        return []
-    from django.db.models import JSONField
-
-    meta = model._meta
-    table = meta.db_table
-    fields = [field for field in meta.concrete_fields if not field.primary_key]
-    defaults: dict[str, Any] = {}
-    for field in fields:
-        if field.has_default():
-            defaults[field.attname] = field.get_default()
-        elif field.null:
-            defaults[field.attname] = None
-    with connection.cursor() as cursor:
-        ids: list[int] = []
-        if allocate_ids:
-            cursor.execute(
-                "SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, %s)",
-                [table, meta.pk.column, len(rows)],
-            )
-            ids = [row[0] for row in cursor.fetchall()]
-        columns = ([meta.pk.column] if allocate_ids else []) + [field.column for field in fields]
-        lines = []
-        for index, row in enumerate(rows):
-            values: list[str] = [str(ids[index])] if allocate_ids else []
-            for field in fields:
-                name = field.attname
-                value = row[name] if name in row else row.get(field.name, defaults.get(name))
-                if isinstance(field, JSONField) and value is not None:
-                    value = json.dumps(value)
-                values.append(_copy_text(value))
-            lines.append("\t".join(values))
-        buffer = io.StringIO("\n".join(lines) + "\n")
-        cursor.copy_expert(
-            f"COPY {table} ({', '.join(columns)}) FROM STDIN WITH (FORMAT text)", buffer
-        )
-    return ids
 
 
 _TEMP_TYPES: dict[str, tuple[str, str]] = {

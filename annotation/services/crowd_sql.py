@@ -10,9 +10,13 @@ which halves the round trips of a cycle.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
+import re
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from django.db import connection
 from django.db.models import Field, Model
@@ -27,6 +31,7 @@ from annotation.models import (
     Judgment,
     Participation,
 )
+from common.db import is_postgresql
 from datasets_app.models import CandidateCaption, Clip, ReferenceCaption
 
 # Table names, from the models (so a db_table change cannot silently break the SQL).
@@ -49,7 +54,7 @@ FORCE_PORTABLE = False
 def combined_statements() -> bool:
     """Whether several hot-path steps may run as one statement with data-modifying CTEs
     (PostgreSQL); otherwise each step is its own portable statement (SQLite)."""
-    return connection.vendor == "postgresql" and not FORCE_PORTABLE
+    return is_postgresql() and not FORCE_PORTABLE
 
 
 def lock_clause(*, of: str | None = None, skip_locked: bool = False) -> str:
@@ -113,3 +118,75 @@ def instance(model: type[Model], values: dict[str, Any]) -> Any:
     """A model instance from column values (other fields load lazily if ever touched)."""
     names = [field.attname for field in model._meta.concrete_fields if field.attname in values]
     return model.from_db(connection.alias, names, [values[name] for name in names])
+
+
+# --- Rows inserted by hand-written SQL ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JudgmentRow:
+    """A judgment as the submit path inserts it. The field names are the model's column names, so
+    the INSERT's column list, its type casts and each row's values all come from this one type
+    (`row_columns`, `row_casts`, `row_values`) and cannot drift apart. Values are ready for the
+    database (`db_json`, `db_datetime`); columns not listed take NULL."""
+
+    model: ClassVar[type[Model]] = Judgment
+
+    campaign_id: int
+    campaign_candidate_id: int
+    participation_id: int
+    assignment_id: int
+    values: Any
+    reason: str
+    source: str
+    server_ms: int
+    client_active_ms: int | None
+    client_video_played_ms: int | None
+    created_at: Any
+    is_excluded: bool
+    excluded_by: str
+    exclusion_reason: str
+    exclusion_detail: Any
+
+
+def _row_fields(row_type: type[Any]) -> list[Field[Any, Any]]:
+    model = row_type.model
+    fields = []
+    for row_field in dataclasses.fields(row_type):
+        model_field = model._meta.get_field(row_field.name)
+        if not isinstance(model_field, Field) or model_field.attname != row_field.name:
+            raise TypeError(
+                f"{row_type.__name__}.{row_field.name} is not a column of {model.__name__}"
+            )
+        fields.append(model_field)
+    return fields
+
+
+@functools.cache
+def row_columns(row_type: type[Any]) -> str:
+    """The quoted column list of `row_type`'s table, in the row type's field order."""
+    return ", ".join(
+        connection.ops.quote_name(str(field.column)) for field in _row_fields(row_type)
+    )
+
+
+@functools.cache
+def row_placeholders(row_type: type[Any]) -> str:
+    """`(%s, %s, ...)`: one row of parameters."""
+    return "(" + ", ".join(["%s"] * len(dataclasses.fields(row_type))) + ")"
+
+
+@functools.cache
+def row_casts(row_type: type[Any]) -> str:
+    """`(%s::bigint, %s::jsonb, ...)`: one row of parameters typed as their columns (PostgreSQL),
+    for rows selected from a VALUES list, whose untyped literals would not convert."""
+    casts = []
+    for field in _row_fields(row_type):
+        column_type = field.db_type(connection) or "text"
+        casts.append("%s::" + re.sub(r"\(\d+\)$", "", column_type))
+    return "(" + ", ".join(casts) + ")"
+
+
+def row_values(row: Any) -> list[Any]:
+    """The row's values in column order."""
+    return [getattr(row, field.name) for field in dataclasses.fields(row)]

@@ -227,20 +227,11 @@ _MARK_SUBMITTED = (
     " result = %s, server_ms = %s, client_active_ms = %s, client_video_played_ms = %s"
     " WHERE id = %s AND status = %s"
 )
-_JUDGMENT_COLUMNS = (
-    'campaign_id, campaign_candidate_id, participation_id, assignment_id, "values", reason,'
-    " source, server_ms, client_active_ms, client_video_played_ms, created_at, is_excluded,"
-    " excluded_by, exclusion_reason, exclusion_detail"
-)
+_JUDGMENT_COLUMNS = sql.row_columns(sql.JudgmentRow)
 
 # PostgreSQL: the whole usual case in one statement. Each step is gated on the previous one, which
 # also keeps the lock order (participation, then assignment); the judgments go in only when the
 # lease was live and the worker may submit. Anything else inserts nothing and takes the slow path.
-_JUDGMENT_CASTS = (
-    "(%s::bigint, %s::bigint, %s::bigint, %s::bigint, %s::jsonb, %s::text, %s::varchar,"
-    " %s::bigint, %s::bigint, %s::bigint, %s::timestamptz, %s::boolean, %s::varchar, %s::text,"
-    " %s::jsonb)"
-)
 _SUBMIT_COMBINED = (
     f"WITH p AS ({_COUNT_SUBMISSION} RETURNING id),"
     f" a AS ({_MARK_SUBMITTED} AND EXISTS (SELECT 1 FROM p) RETURNING id)"
@@ -348,7 +339,7 @@ def _store(
             )
         sql.execute(_MARK_SUBMITTED, [*mark, AssignmentStatus.EXPIRED.value])
 
-    rows = ", ".join(["(" + ", ".join(["%s"] * 15) + ")"] * len(clean.ratings))
+    rows = ", ".join([sql.row_placeholders(sql.JudgmentRow)] * len(judgment_rows))
     sql.execute(
         f"INSERT INTO {sql.T_JUDGMENT} ({_JUDGMENT_COLUMNS}) VALUES {rows}",
         [value for row in judgment_rows for value in row],
@@ -377,7 +368,9 @@ def _store_combined(
         now=now,
     )
     inserted = sql.execute(
-        _SUBMIT_COMBINED.format(rows=", ".join([_JUDGMENT_CASTS] * len(judgment_rows))),
+        _SUBMIT_COMBINED.format(
+            rows=", ".join([sql.row_casts(sql.JudgmentRow)] * len(judgment_rows))
+        ),
         [
             clean.active_ms or 0,
             sql.db_datetime(now),
@@ -427,23 +420,25 @@ def _rows(
     created_at = sql.db_datetime(now)
     empty_detail = sql.db_json(Judgment, "exclusion_detail", {})
     judgment_rows = [
-        [
-            campaign_id,
-            rating["candidate_id"],
-            participation.pk,
-            assignment_id,
-            sql.db_json(Judgment, "values", rating["values"]),
-            rating["reason"],
-            JudgmentSource.CROWD.value,
-            server_ms // count,
-            None if clean.active_ms is None else clean.active_ms // count,
-            clean.video_played_ms,
-            created_at,
-            False,
-            "",
-            "",
-            empty_detail,
-        ]
+        sql.row_values(
+            sql.JudgmentRow(
+                campaign_id=campaign_id,
+                campaign_candidate_id=rating["candidate_id"],
+                participation_id=participation.pk,
+                assignment_id=assignment_id,
+                values=sql.db_json(Judgment, "values", rating["values"]),
+                reason=rating["reason"],
+                source=JudgmentSource.CROWD.value,
+                server_ms=server_ms // count,
+                client_active_ms=None if clean.active_ms is None else clean.active_ms // count,
+                client_video_played_ms=clean.video_played_ms,
+                created_at=created_at,
+                is_excluded=False,
+                excluded_by="",
+                exclusion_reason="",
+                exclusion_detail=empty_detail,
+            )
+        )
         for rating in clean.ratings
     ]
     return result, mark, judgment_rows

@@ -16,6 +16,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 from annotation.models import Campaign, CampaignStatus
 from annotation.questions import default_questions, overall_only_questions
 from annotation.services.campaigns import (
+    OPTION_FIELDS,
     CampaignInvalid,
     campaign_create,
     campaign_has_crowd_judgments,
@@ -100,20 +101,6 @@ class CampaignSettingsForm(forms.Form):
         help_text="e.g. https://app.prolific.com/submissions/complete?cc=CODE",
     )
 
-    option_fields = (
-        "description",
-        "instructions",
-        "status",
-        "lease_seconds",
-        "min_seconds_on_clip",
-        "reason_required_at_or_below",
-        "max_assignments_per_worker",
-        "pay_per_assignment",
-        "currency",
-        "completion_code",
-        "redirect_url",
-    )
-
     def clean_currency(self) -> str:
         return self.cleaned_data["currency"].upper()
 
@@ -135,7 +122,14 @@ class CampaignSettingsForm(forms.Form):
         return cleaned
 
     def options(self) -> dict[str, Any]:
-        return {name: self.cleaned_data[name] for name in self.option_fields}
+        return {name: self.cleaned_data[name] for name in _FORM_OPTION_FIELDS}
+
+
+# The campaign settings (`OPTION_FIELDS`) this page offers; the others (controls, QC rules, review
+# threshold, overall question) are set through the API or the admin.
+_FORM_OPTION_FIELDS = tuple(
+    name for name in OPTION_FIELDS if name in CampaignSettingsForm.base_fields
+)
 
 
 class CampaignCreateForm(CampaignSettingsForm):
@@ -235,7 +229,7 @@ def campaign_edit(request: HttpRequest, slug: str) -> HttpResponse:
             "name",
             "judgments_per_candidate",
             "reference_free",
-            *CampaignSettingsForm.option_fields,
+            *_FORM_OPTION_FIELDS,
         )
     }
     initial["question_preset"] = "custom"

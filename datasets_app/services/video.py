@@ -27,7 +27,8 @@ from django.utils import timezone
 
 from common import media, storage
 from common.jobs import JobCancelled, job_claim, job_finish, job_progress, job_requeue
-from common.models import JobStatus
+from common.models import FINISHED_JOB_STATUSES, JobStatus
+from common.tasks import enqueue
 from datasets_app.models import Clip, ClipStatus, VideoAttachJob
 from datasets_app.services.imports.base import CLIP_ID_PATTERN, SOURCE_ID_PATTERN
 
@@ -256,6 +257,71 @@ def video_attach_job_retry(*, job_id: int) -> VideoAttachJob:
     ).exclude(source_key="").update(status=ClipStatus.QUEUED)
     job.refresh_from_db()
     return job
+
+
+def video_attach_job_requeue(*, job_id: int) -> VideoAttachJob:
+    """Retry the job (`video_attach_job_retry`) and send it to a worker once the transaction
+    commits; a broker that is down is logged, never raised (the web path does not wait on it, and
+    the job stays queued for the next retry)."""
+    from datasets_app.tasks import attach_videos
+
+    with transaction.atomic():
+        job = video_attach_job_retry(job_id=job_id)
+        enqueue(attach_videos, job.pk)
+    return job
+
+
+def video_attach_jobs_summary(*, jobs: list[VideoAttachJob], plan: AttachPlan) -> dict[str, Any]:
+    """What `attach_videos` reports once its jobs exist: the matching plan and the job ids."""
+    return {
+        "ok": True,
+        **plan.summary(),
+        "job_id": jobs[0].pk if jobs else None,
+        "job_ids": [job.pk for job in jobs],
+    }
+
+
+def video_attach_jobs_follow(
+    *,
+    job_ids: list[int],
+    timeout: float | None,
+    progress: Callable[[list[VideoAttachJob]], None] | None = None,
+) -> list[VideoAttachJob]:
+    """Wait until every job has finished (polling twice a second) and return them; `progress`
+    sees the jobs at each poll. TimeoutError after `timeout` seconds (the jobs go on)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        jobs = list(VideoAttachJob.objects.filter(pk__in=job_ids).order_by("pk"))
+        if progress is not None:
+            progress(jobs)
+        if all(job.status in FINISHED_JOB_STATUSES for job in jobs):
+            return jobs
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError(
+                f"gave up waiting for video job(s) {', '.join(map(str, job_ids))}; they go on"
+            )
+        time.sleep(0.5)
+
+
+def video_attach_jobs_outcome(*, jobs: list[VideoAttachJob]) -> dict[str, Any]:
+    """How finished jobs ended: the first unsuccessful status (else succeeded), the clip counts,
+    the jobs' errors and up to 50 clips in error."""
+    clip_ids = [clip_id for job in jobs for clip_id in job.clip_ids]
+    errors = list(
+        Clip.objects.filter(pk__in=clip_ids, status=ClipStatus.ERROR)
+        .order_by("vatex_id")
+        .values("vatex_id", "error_reason")[:50]
+    )
+    unsuccessful = [job for job in jobs if job.status != JobStatus.SUCCEEDED]
+    return {
+        "status": unsuccessful[0].status if unsuccessful else JobStatus.SUCCEEDED.value,
+        "total": sum(job.total for job in jobs),
+        "done": sum(job.done for job in jobs),
+        "ready": sum(job.ready for job in jobs),
+        "failed": sum(job.failed for job in jobs),
+        "error": "; ".join(f"job {job.pk}: {job.error}" for job in unsuccessful if job.error),
+        "clip_errors": [{"clip": row["vatex_id"], "reason": row["error_reason"]} for row in errors],
+    }
 
 
 # --- Running a job (in the Celery worker) ---------------------------------------------------------

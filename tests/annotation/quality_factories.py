@@ -56,7 +56,7 @@ def vatex_eval_rows() -> list[tuple[str, list[str], list[list[int]], list[str]]]
 def quality_import_vatex_eval() -> Campaign:
     """The real VATEX-EVAL import (ingest's `vatex_eval_import`) of the shipped file: the campaign
     `vatex-eval` with the single `overall` question, quota 3, three imported rater slots."""
-    from datasets_app.services.imports import vatex_eval_import
+    from annotation.imports import vatex_eval_import
 
     result = vatex_eval_import(path=VATEX_EVAL_FILE)
     with connection.cursor() as cursor:

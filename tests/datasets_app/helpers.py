@@ -8,7 +8,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from django.core.management import call_command
+import pytest
+from django.core.management import CommandError, call_command
 from django.db.models import Count, Max, Sum
 
 from annotation.models import (
@@ -94,3 +95,45 @@ def table_snapshot(*, light: bool = False) -> dict[str, Any]:
         "participations": Participation.objects.count(),
         "judgments": sorted(Judgment.objects.values_list("pk", "values")),
     }
+
+
+def refused(command: str, path: Path, *extra: str) -> tuple[str, dict]:
+    """Run an import command that must refuse the file: (the error, the --json payload)."""
+    out = io.StringIO()
+    with pytest.raises(CommandError) as caught:
+        call_command(command, str(path), *extra, "--json", stdout=out, stderr=io.StringIO())
+    payload = json.loads(out.getvalue())
+    assert payload["ok"] is False
+    assert payload["file"] == str(path)
+    assert str(caught.value) == payload["error"]
+    return str(caught.value), payload
+
+
+def created_counts(result: dict) -> dict:
+    """The tables an import created rows in, with their counts."""
+    return {table: n for table, n in result["created"].items() if n}
+
+
+def load_examples() -> dict[str, Any]:
+    """The documented examples up to the crowd judgments; returns the table snapshot after."""
+    from annotation.imports import judgments_import
+    from datasets_app.services.imports import candidates_import, vatex_import
+
+    vatex_import(path=EXAMPLES / "vatex.json")
+    candidates_import(path=EXAMPLES / "candidates.jsonl")
+    candidates_import(path=EXAMPLES / "candidates.csv")
+    judgments_import(path=EXAMPLES / "judgments.jsonl", campaign_slug="example-crowd")
+    return table_snapshot()
+
+
+def write_file(tmp_path: Path, name: str, text: str | bytes) -> Path:
+    path = tmp_path / name
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+def jsonl(*rows: dict) -> str:
+    return "".join(json.dumps(row) + "\n" for row in rows)

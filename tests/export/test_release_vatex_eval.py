@@ -9,9 +9,9 @@ import json
 import datasets
 import pytest
 
+from annotation.imports import VATEX_EVAL_CAMPAIGN_SLUG, vatex_eval_import
 from annotation.models import Campaign, CampaignCandidate
 from annotation.services.aggregation import aggregation_recompute
-from datasets_app.services.imports.vatex import VATEX_EVAL_CAMPAIGN_SLUG, vatex_eval_import
 from tests.export.helpers import build, jsonl_records, read_file, release_root
 from tests.support.processes import REPO_ROOT
 

@@ -580,11 +580,11 @@ ROUTES: dict[str, list[Case]] = {
     ],
     "annotation:leaderboard": [C("GET", url("annotation:leaderboard", slug), curator_page())],
     # Dashboard pages: data, releases, training.
-    "datasets_app:data": [C("GET", url("datasets_app:data"), curator_page())],
-    "datasets_app:video-job-retry": [
+    "annotation:data": [C("GET", url("annotation:data"), curator_page())],
+    "annotation:video-job-retry": [
         C(
             "POST",
-            url("datasets_app:video-job-retry", lambda w: {"job_id": w.video_job.pk}),
+            url("annotation:video-job-retry", lambda w: {"job_id": w.video_job.pk}),
             curator_page(302),
             json=False,
         ),

@@ -7,13 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from django.core.management.base import CommandParser
-from django.db import transaction
 
+from common.accounts import curator_save
 from common.management.base import LepusCommand
-from common.permissions import CURATOR_GROUP
 
 
 class Command(LepusCommand):
@@ -26,19 +23,10 @@ class Command(LepusCommand):
         parser.add_argument("--email", default="")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        user_model = get_user_model()
-        with transaction.atomic():
-            user, created = user_model.objects.get_or_create(
-                username=options["username"], defaults={"email": options["email"]}
-            )
-            user.set_password(options["password"])
-            user.is_active = True
-            if options["email"]:
-                user.email = options["email"]
-            user.save()
-            group, _ = Group.objects.get_or_create(name=CURATOR_GROUP)
-            user.groups.add(group)
+        user, created = curator_save(
+            username=options["username"], password=options["password"], email=options["email"]
+        )
         self.emit(
-            {"username": user.username, "created": created},
-            human=f"{'Created' if created else 'Updated'} curator {user.username}.",
+            {"username": user.get_username(), "created": created},
+            human=f"{'Created' if created else 'Updated'} curator {user.get_username()}.",
         )

@@ -1,18 +1,20 @@
 from __future__ import annotations
 
-import time
 from typing import Any, NoReturn
 
 from django.core.management.base import CommandError, CommandParser
 
 from common.management.base import LepusCommand
-from common.models import FINISHED_JOB_STATUSES, JobStatus
-from datasets_app.models import Clip, ClipStatus, VideoAttachJob
+from common.models import JobStatus
+from datasets_app.models import VideoAttachJob
 from datasets_app.services.video import (
     video_attach_job_publish,
     video_attach_job_retry,
     video_attach_job_run,
     video_attach_jobs_create,
+    video_attach_jobs_follow,
+    video_attach_jobs_outcome,
+    video_attach_jobs_summary,
 )
 
 
@@ -69,7 +71,12 @@ class Command(LepusCommand):
                 jobs = [video_attach_job_retry(job_id=options["retry_job"])]
             except (VideoAttachJob.DoesNotExist, ValueError) as error:
                 self._fail(str(error) or f"no video job {options['retry_job']}")
-            payload: dict[str, Any] = {"ok": True, "retried": True}
+            payload: dict[str, Any] = {
+                "ok": True,
+                "retried": True,
+                "job_id": jobs[0].pk,
+                "job_ids": [job.pk for job in jobs],
+            }
         else:
             if not options["directory"]:
                 self._fail("give a DIRECTORY (or --retry-job ID)")
@@ -94,9 +101,7 @@ class Command(LepusCommand):
                 self._fail(str(error))
             if bar is not None:
                 bar.close()
-            payload = {"ok": True, **plan.summary()}
-        payload["job_id"] = jobs[0].pk if jobs else None
-        payload["job_ids"] = [job.pk for job in jobs]
+            payload = video_attach_jobs_summary(jobs=jobs, plan=plan)
         if not jobs:
             self.emit(payload, human=self._describe(payload))
             return
@@ -116,7 +121,7 @@ class Command(LepusCommand):
                     )
         if options["wait"]:
             finished = self._follow([job.pk for job in jobs], timeout=options["timeout"])
-            payload.update(self._outcome(finished))
+            payload.update(video_attach_jobs_outcome(jobs=finished))
             if payload["status"] != JobStatus.SUCCEEDED:
                 if self.as_json:
                     self.emit({**payload, "ok": False})
@@ -139,46 +144,20 @@ class Command(LepusCommand):
             total=sum(job.total for job in jobs),
             description=f"video job{'s' if len(jobs) > 1 else ''} {', '.join(map(str, job_ids))}",
         )
-        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def progress(jobs: list[VideoAttachJob]) -> None:
+            bar.n = sum(job.done for job in jobs)
+            bar.set_postfix(
+                ready=sum(job.ready for job in jobs), failed=sum(job.failed for job in jobs)
+            )
+            bar.refresh()
+
         try:
-            while True:
-                jobs = list(VideoAttachJob.objects.filter(pk__in=job_ids).order_by("pk"))
-                bar.n = sum(job.done for job in jobs)
-                bar.set_postfix(
-                    ready=sum(job.ready for job in jobs), failed=sum(job.failed for job in jobs)
-                )
-                bar.refresh()
-                if all(job.status in FINISHED_JOB_STATUSES for job in jobs):
-                    return jobs
-                if deadline is not None and time.monotonic() > deadline:
-                    self._fail(
-                        f"gave up waiting for video job(s) {', '.join(map(str, job_ids))}; "
-                        "they go on"
-                    )
-                time.sleep(0.5)
+            return video_attach_jobs_follow(job_ids=job_ids, timeout=timeout, progress=progress)
+        except TimeoutError as error:
+            self._fail(str(error))
         finally:
             bar.close()
-
-    @staticmethod
-    def _outcome(jobs: list[VideoAttachJob]) -> dict[str, Any]:
-        clip_ids = [clip_id for job in jobs for clip_id in job.clip_ids]
-        errors = list(
-            Clip.objects.filter(pk__in=clip_ids, status=ClipStatus.ERROR)
-            .order_by("vatex_id")
-            .values("vatex_id", "error_reason")[:50]
-        )
-        unsuccessful = [job for job in jobs if job.status != JobStatus.SUCCEEDED]
-        return {
-            "status": unsuccessful[0].status if unsuccessful else JobStatus.SUCCEEDED.value,
-            "total": sum(job.total for job in jobs),
-            "done": sum(job.done for job in jobs),
-            "ready": sum(job.ready for job in jobs),
-            "failed": sum(job.failed for job in jobs),
-            "error": "; ".join(f"job {job.pk}: {job.error}" for job in unsuccessful if job.error),
-            "clip_errors": [
-                {"clip": row["vatex_id"], "reason": row["error_reason"]} for row in errors
-            ],
-        }
 
     @staticmethod
     def _describe(payload: dict[str, Any]) -> str:

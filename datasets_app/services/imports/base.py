@@ -25,8 +25,10 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
-# (stage, done, total): a command turns these into progress bars on stderr.
-ProgressCallback = Callable[[str, int, int], None]
+# (stage, done, total): the bulk writer's progress callback, which a command turns into progress
+# bars on stderr.
+from common.bulk import ProgressCallback as ProgressCallback
+from common.db import is_postgresql
 
 # Clip ids become storage keys (`clips/<id>/video.mp4`) and file names (`<id>.mp4`), so only
 # characters that are safe in both; no dots, so `<id>.<ext>` splits unambiguously.
@@ -36,10 +38,6 @@ VATEX_ID_PATTERN = re.compile(r"^(?P<source>[A-Za-z0-9_-]+)_(?P<start>\d{1,9})_(
 SOURCE_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
 # Candidate ids and rater ids travel in exports and URLs: no whitespace, a conservative alphabet.
 EXTERNAL_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.:/@+-]{1,300}$")
-# Stored as "<campaign slug>:<rater id>" in Worker.external_id (200 characters at most).
-RATER_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.:@+-]{1,99}$")
-QUESTION_KEY_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,49}$")
-CAMPAIGN_SLUG_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,99}$")
 
 # PostgreSQL serialises concurrent imports on this advisory lock, so the content-level checks
 # ("is this clip already stored?") are not raced by a second import of an overlapping file.
@@ -535,7 +533,7 @@ def detect_tabular_format(source: ImportSource, explicit: str | None) -> str:
 def lock_imports() -> None:
     """Serialise imports (PostgreSQL advisory lock held until the transaction ends). SQLite
     serialises writers by itself (the demo opens transactions IMMEDIATE)."""
-    if connection.vendor == "postgresql":
+    if is_postgresql():
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [IMPORT_ADVISORY_LOCK])
 

@@ -33,6 +33,30 @@ def result_for_existing_batch(
     )
 
 
+def result_for_new_batch(
+    batch: ImportBatch,
+    source: ImportSource,
+    watch: Stopwatch,
+    counts: Counts,
+    *,
+    campaign: str | None = None,
+    campaign_created: bool = False,
+) -> ImportResult:
+    """What an import that wrote the file as `batch` reports: the rows created and skipped."""
+    return ImportResult(
+        kind=batch.kind,
+        file=source.name,
+        sha256=source.sha256,
+        batch_id=batch.pk,
+        already_imported=False,
+        created=counts.created,
+        skipped=counts.skipped,
+        campaign=campaign,
+        campaign_created=campaign_created,
+        seconds=watch.seconds,
+    )
+
+
 def finish_batch(batch: ImportBatch, counts: Counts) -> None:
     rows = {
         table: counts.created.get(table, 0) + counts.skipped.get(table, 0)

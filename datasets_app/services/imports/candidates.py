@@ -1,5 +1,6 @@
-"""The generic import formats (docs/import-formats.md): candidates and judgments as JSON Lines or
-CSV, so any source comes in without code."""
+"""The generic candidates format (docs/import-formats.md): clips, references and candidate captions
+as JSON Lines or CSV, so any source comes in without code. Judgments in the generic format are
+imported one layer up, by `annotation.imports.judgments`."""
 
 from __future__ import annotations
 
@@ -8,33 +9,24 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import IntegrityError, transaction
+from django.db import transaction
 
-from annotation.models import Campaign, CampaignStatus
-from annotation.questions import level_values, with_levels
 from datasets_app.models import ImportKind
 from datasets_app.services.imports.base import (
-    CAMPAIGN_SLUG_PATTERN,
     CLIP_ID_PATTERN,
     EXTERNAL_ID_PATTERN,
-    QUESTION_KEY_PATTERN,
-    RATER_ID_PATTERN,
     SOURCE_ID_PATTERN,
     VATEX_ID_PATTERN,
     ClipIdentity,
     Counts,
     FieldError,
-    ImportRejected,
     ImportResult,
     ImportSource,
     ProgressCallback,
     Stopwatch,
     clean_identifier,
-    clean_milliseconds,
     clean_optional_text,
-    clean_rating,
     clean_seconds,
     clean_text,
     detect_tabular_format,
@@ -49,14 +41,12 @@ from datasets_app.services.imports.batches import (
     existing_batch,
     finish_batch,
     result_for_existing_batch,
+    result_for_new_batch,
 )
 from datasets_app.services.imports.writers import (
     CandidateSpec,
     ClipSpec,
-    JudgmentSpec,
-    candidate_rows_lookup,
     dataset_rows_write,
-    judgment_rows_write,
 )
 
 CANDIDATE_LINE_KEYS = {"clip_id", "youtube_id", "start", "end", "references", "candidates"}
@@ -72,9 +62,6 @@ CANDIDATE_CSV_COLUMNS = [
     "start",
     "end",
 ]
-JUDGMENT_LINE_KEYS = {"rater_id", "candidate_id", "values", "response_time_ms", "reason"}
-JUDGMENT_CSV_FIXED = ["rater_id", "candidate_id", "response_time_ms", "reason"]
-DEFAULT_LEVELS = [1, 2, 3, 4, 5]
 MAX_ITEMS_PER_CLIP = 200
 
 
@@ -82,11 +69,6 @@ def derived_candidate_id(*, clip_id: str, system: str, version: str, text: str) 
     """The id of a candidate given without one: stable for the same clip, system and text."""
     digest = hashlib.sha256(f"{system}\n{version}\n{text}".encode()).hexdigest()[:16]
     return f"{clip_id}:{digest}"
-
-
-def judgment_worker_external_id(*, campaign_slug: str, rater_id: str) -> str:
-    """Imported raters are namespaced by campaign: "r1" of two sources are not merged."""
-    return f"{campaign_slug}:{rater_id}"
 
 
 # --- Clips --------------------------------------------------------------------------------------
@@ -207,16 +189,7 @@ def candidates_import(
             progress=progress,
         )
         finish_batch(batch, counts)
-    return ImportResult(
-        kind=ImportKind.CANDIDATES,
-        file=source.name,
-        sha256=source.sha256,
-        batch_id=batch.pk,
-        already_imported=False,
-        created=counts.created,
-        skipped=counts.skipped,
-        seconds=watch.seconds,
-    )
+    return result_for_new_batch(batch, source, watch, counts)
 
 
 def _candidates_from_jsonl(
@@ -403,313 +376,3 @@ def _refuse_duplicate_candidate_ids(source: ImportSource, candidates: list[Candi
         else:
             message = f"the candidate id {spec.external_id!r} appears twice (first on line {earlier.line})"
         raise source.reject(message, line=spec.line, field=spec.field)
-
-
-# --- Judgments ----------------------------------------------------------------------------------
-
-
-def judgments_import(
-    *,
-    path: str | Path,
-    campaign_slug: str,
-    file_format: str | None = None,
-    user: User | None = None,
-    progress: ProgressCallback | None = None,
-) -> ImportResult:
-    """Judgments (rater, candidate, one value per rating question, optional response time and
-    reason) into the campaign `campaign_slug`, as imported judgments. A campaign that does not
-    exist is created as an imported campaign whose questions are the file's value columns, 1–5."""
-    watch = Stopwatch()
-    if not isinstance(campaign_slug, str) or not CAMPAIGN_SLUG_PATTERN.match(campaign_slug):
-        raise ImportRejected(
-            file=str(path),
-            message=f"{campaign_slug!r} is not a campaign slug (lowercase letters, digits, - and _)",
-        )
-    source = import_source_read(path=path)
-    kind = detect_tabular_format(source, file_format)
-    existing = existing_batch(kind=ImportKind.JUDGMENTS, sha256=source.sha256, target=campaign_slug)
-    if existing is not None:
-        return result_for_existing_batch(existing, source, watch, campaign=campaign_slug)
-
-    campaign = Campaign.objects.filter(slug=campaign_slug).first()
-    levels = _campaign_levels(campaign) if campaign is not None else None
-    if kind == "jsonl":
-        judgments, keys = _judgments_from_jsonl(source, levels, campaign_slug, progress)
-    else:
-        judgments, keys = _judgments_from_csv(source, levels, campaign_slug, progress)
-    source.check_fully_decoded()
-    if not judgments:
-        raise source.reject("the file holds no judgments")
-
-    with transaction.atomic():
-        lock_imports()
-        existing = existing_batch(
-            kind=ImportKind.JUDGMENTS, sha256=source.sha256, target=campaign_slug
-        )
-        if existing is not None:
-            return result_for_existing_batch(existing, source, watch, campaign=campaign_slug)
-        counts = Counts()
-        campaign, created = _judgments_campaign(
-            source=source, slug=campaign_slug, keys=keys, judgments=judgments, user=user
-        )
-        counts.add("campaigns", created=int(created), skipped=int(not created))
-        batch = create_batch(
-            source=source, kind=ImportKind.JUDGMENTS, target=campaign_slug, user=user
-        )
-        rows = candidate_rows_lookup(
-            external_ids=[spec.candidate_external_id for spec in judgments]
-        )
-        for spec in judgments:
-            if spec.candidate_external_id not in rows:
-                raise source.reject(
-                    f"unknown candidate id {spec.candidate_external_id!r} (import the candidates "
-                    "first)",
-                    line=spec.line,
-                    field="candidate_id",
-                )
-        judgment_rows_write(
-            source=source,
-            batch=batch,
-            campaign=campaign,
-            judgments=judgments,
-            candidates=rows,
-            counts=counts,
-            progress=progress,
-        )
-        finish_batch(batch, counts)
-    return ImportResult(
-        kind=ImportKind.JUDGMENTS,
-        file=source.name,
-        sha256=source.sha256,
-        batch_id=batch.pk,
-        already_imported=False,
-        created=counts.created,
-        skipped=counts.skipped,
-        campaign=campaign.slug,
-        campaign_created=created,
-        seconds=watch.seconds,
-    )
-
-
-def _campaign_levels(campaign: Campaign) -> dict[str, list[int]]:
-    return {question["key"]: level_values(question) for question in campaign.questions}
-
-
-def _judgment_spec(
-    *,
-    raw_values: dict[str, Any],
-    rater: Any,
-    candidate: Any,
-    response_time: Any,
-    reason: Any,
-    levels: dict[str, list[int]] | None,
-    keys: list[str] | None,
-    campaign_slug: str,
-    value_field: str,
-) -> tuple[JudgmentSpec, list[str]]:
-    """One judgment; `keys` are the questions fixed so far (by the campaign or the first row)."""
-    rater_id = clean_identifier(rater, field="rater_id", pattern=RATER_ID_PATTERN, what="rater id")
-    candidate_id = clean_identifier(
-        candidate, field="candidate_id", pattern=EXTERNAL_ID_PATTERN, what="candidate id"
-    )
-    expected = list(levels) if levels is not None else keys
-    if expected is None:
-        if not raw_values:
-            raise FieldError(value_field, "no rating values")
-        for key in raw_values:
-            if not isinstance(key, str) or not QUESTION_KEY_PATTERN.match(key):
-                raise FieldError(
-                    f"{value_field}{key}",
-                    "a question name is lowercase letters, digits and _ (at most 50), starting "
-                    "with a letter",
-                )
-        expected = list(raw_values)
-    unknown = [key for key in raw_values if key not in expected]
-    if unknown:
-        raise FieldError(
-            f"{value_field}{unknown[0]}",
-            f"unknown question; the campaign's questions are {', '.join(expected)}",
-        )
-    values: dict[str, int] = {}
-    for key in expected:
-        if (
-            key not in raw_values
-            or raw_values[key] is None
-            or (isinstance(raw_values[key], str) and not raw_values[key].strip())
-        ):
-            raise FieldError(f"{value_field}{key}", "the rating is missing")
-        allowed = levels[key] if levels is not None else DEFAULT_LEVELS
-        values[key] = clean_rating(raw_values[key], field=f"{value_field}{key}", allowed=allowed)
-    spec = JudgmentSpec(
-        candidate_external_id=candidate_id,
-        worker_external_id=judgment_worker_external_id(
-            campaign_slug=campaign_slug, rater_id=rater_id
-        ),
-        values=values,
-        line=None,
-        field="rater_id",
-        server_ms=clean_milliseconds(response_time, field="response_time_ms"),
-        reason=clean_optional_text(
-            reason, field="reason", max_chars=settings.LEPUS_MAX_REASON_CHARS
-        ),
-    )
-    return spec, expected
-
-
-def _judgments_from_jsonl(
-    source: ImportSource,
-    levels: dict[str, list[int]] | None,
-    campaign_slug: str,
-    progress: ProgressCallback | None,
-) -> tuple[list[JudgmentSpec], list[str]]:
-    judgments: list[JudgmentSpec] = []
-    keys: list[str] | None = None
-    seen: dict[tuple[str, str], int] = {}
-    for line, row in iter_jsonl_objects(source):
-        try:
-            unknown = sorted(set(row) - JUDGMENT_LINE_KEYS)
-            if unknown:
-                raise FieldError(unknown[0], "unknown field (see docs/import-formats.md)")
-            for name in ("rater_id", "candidate_id", "values"):
-                if name not in row:
-                    raise FieldError(name, "the field is missing")
-            if not isinstance(row["values"], dict):
-                raise FieldError("values", "expected an object {question: rating}")
-            spec, keys = _judgment_spec(
-                raw_values=row["values"],
-                rater=row["rater_id"],
-                candidate=row["candidate_id"],
-                response_time=row.get("response_time_ms"),
-                reason=row.get("reason"),
-                levels=levels,
-                keys=keys,
-                campaign_slug=campaign_slug,
-                value_field="values.",
-            )
-        except FieldError as error:
-            raise source.reject(error.message, line=line, field=error.field)
-        _remember(source, seen, spec, line)
-        spec.line = line
-        judgments.append(spec)
-        if progress and len(judgments) % 5000 == 0:
-            progress("validating", len(judgments), 0)
-    return judgments, keys or []
-
-
-def _judgments_from_csv(
-    source: ImportSource,
-    levels: dict[str, list[int]] | None,
-    campaign_slug: str,
-    progress: ProgressCallback | None,
-) -> tuple[list[JudgmentSpec], list[str]]:
-    judgments: list[JudgmentSpec] = []
-    keys: list[str] | None = None
-    seen: dict[tuple[str, str], int] = {}
-
-    def check_header(columns: list[str]) -> None:
-        nonlocal keys
-        questions = [name for name in columns if name not in JUDGMENT_CSV_FIXED]
-        if not questions:
-            raise source.reject("no rating columns: add one column per question", line=1)
-        for name in questions:
-            if not QUESTION_KEY_PATTERN.match(name):
-                raise source.reject(
-                    "a question column is lowercase letters, digits and _, starting with a letter",
-                    line=1,
-                    field=name,
-                )
-        if levels is not None:
-            for name in questions:
-                if name not in levels:
-                    raise source.reject(
-                        f"unknown question; the campaign's questions are {', '.join(levels)}",
-                        line=1,
-                        field=name,
-                    )
-            for name in levels:
-                if name not in questions:
-                    raise source.reject("the campaign's question has no column", line=1, field=name)
-        keys = questions
-
-    for line, row in iter_csv_rows(
-        source, required=["rater_id", "candidate_id"], check_header=check_header
-    ):
-        assert keys is not None
-        try:
-            spec, _ = _judgment_spec(
-                raw_values={name: row[name] for name in keys},
-                rater=row["rater_id"],
-                candidate=row["candidate_id"],
-                response_time=row.get("response_time_ms"),
-                reason=row.get("reason"),
-                levels=levels,
-                keys=keys,
-                campaign_slug=campaign_slug,
-                value_field="",
-            )
-        except FieldError as error:
-            raise source.reject(error.message, line=line, field=error.field)
-        _remember(source, seen, spec, line)
-        spec.line = line
-        judgments.append(spec)
-        if progress and len(judgments) % 5000 == 0:
-            progress("validating", len(judgments), 0)
-    if levels is not None and keys is not None:
-        keys = list(levels)
-    return judgments, keys or []
-
-
-def _remember(
-    source: ImportSource, seen: dict[tuple[str, str], int], spec: JudgmentSpec, line: int
-) -> None:
-    key = (spec.candidate_external_id, spec.worker_external_id)
-    if key in seen:
-        raise source.reject(
-            f"duplicate rater for a candidate: this rater already judged the candidate "
-            f"{spec.candidate_external_id!r} on line {seen[key]}",
-            line=line,
-            field="rater_id",
-        )
-    seen[key] = line
-
-
-def _judgments_campaign(
-    *,
-    source: ImportSource,
-    slug: str,
-    keys: list[str],
-    judgments: list[JudgmentSpec],
-    user: User | None,
-) -> tuple[Campaign, bool]:
-    per_candidate: dict[str, int] = defaultdict(int)
-    for spec in judgments:
-        per_candidate[spec.candidate_external_id] += 1
-    quota = max(1, min(100, max(per_candidate.values())))
-    questions = with_levels(
-        [{"key": key, "label": key.replace("_", " ").capitalize(), "help": ""} for key in keys]
-    )
-    try:
-        with transaction.atomic():
-            campaign, created = Campaign.objects.get_or_create(
-                slug=slug,
-                defaults={
-                    "name": slug,
-                    "description": f"Judgments imported from {Path(source.name).name}.",
-                    "questions": questions,
-                    "overall_question_key": "overall" if "overall" in keys else "",
-                    "judgments_per_candidate": quota,
-                    "is_imported": True,
-                    "status": CampaignStatus.CLOSED,
-                    "selection": {"source": "judgments_import", "file": Path(source.name).name},
-                    "created_by": user if user is not None and user.is_authenticated else None,
-                },
-            )
-    except IntegrityError:
-        campaign, created = Campaign.objects.get(slug=slug), False
-    if not created and sorted(campaign.question_keys) != sorted(keys):
-        # Only when the campaign appeared between validation and writing (a concurrent import).
-        raise source.reject(
-            f"the campaign {slug!r} asks {', '.join(campaign.question_keys)}; the file rates "
-            f"{', '.join(keys)}"
-        )
-    return campaign, created

@@ -1,4 +1,5 @@
-"""The curator's Data page: what was imported, the clips by video status, and the video jobs."""
+"""The curator's Data page: what was imported, the platform's totals (clips to judgments), the clips
+by video status, and the video jobs, which a curator may send to a worker again."""
 
 from __future__ import annotations
 
@@ -9,16 +10,11 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from annotation.selectors import platform_stats
 from common.permissions import curator_required, is_curator
-from common.tasks import enqueue
 from datasets_app.models import VideoAttachJob
-from datasets_app.selectors import (
-    clips_with_errors,
-    import_batches_recent,
-    platform_stats,
-    video_jobs_recent,
-)
-from datasets_app.services.video import video_attach_job_retry
+from datasets_app.selectors import clips_with_errors, import_batches_recent, video_jobs_recent
+from datasets_app.services.video import video_attach_job_requeue
 
 
 @require_GET
@@ -33,7 +29,7 @@ def data_page(request: HttpRequest) -> HttpResponse:
         # Refresh while a job runs, so the progress moves without any script.
         "refresh_seconds": 5 if any(not job.is_finished for job in jobs) else None,
     }
-    return render(request, "datasets_app/data.html", context)
+    return render(request, "annotation/data/data.html", context)
 
 
 @login_required
@@ -43,14 +39,11 @@ def video_job_retry(request: HttpRequest, job_id: int) -> HttpResponse:
     if not is_curator(request.user):
         raise PermissionDenied("Curator role required.")
     try:
-        job = video_attach_job_retry(job_id=job_id)
+        job = video_attach_job_requeue(job_id=job_id)
     except VideoAttachJob.DoesNotExist:
         messages.error(request, f"There is no video job {job_id}.")
     except ValueError as error:
         messages.error(request, str(error))
     else:
-        from datasets_app.tasks import attach_videos
-
-        enqueue(attach_videos, job.pk)
         messages.success(request, f"Video job {job.pk} is queued again.")
-    return redirect("datasets_app:data")
+    return redirect("annotation:data")

@@ -5,8 +5,9 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
+from annotation.imports import vatex_eval_import
 from datasets_app.management.base import ImportCommand
-from datasets_app.services.imports import ImportResult, vatex_eval_import
+from datasets_app.services.imports import ImportResult
 
 
 class Command(ImportCommand):

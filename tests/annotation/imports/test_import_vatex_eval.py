@@ -10,6 +10,7 @@ from collections import Counter
 import pytest
 from django.core.management import CommandError, call_command
 
+from annotation.imports import vatex_eval_import
 from annotation.models import (
     Campaign,
     CampaignCandidate,
@@ -29,7 +30,7 @@ from datasets_app.models import (
     ImportKind,
     ReferenceCaption,
 )
-from datasets_app.services.imports import ImportRejected, vatex_eval_import
+from datasets_app.services.imports import ImportRejected
 from tests.datasets_app.helpers import (
     VATEX_EVAL_PATH,
     run_command,

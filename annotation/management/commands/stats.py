@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from annotation.selectors import platform_stats
 from common.management.base import LepusCommand
-from datasets_app.selectors import platform_stats
 
 
 class Command(LepusCommand):

@@ -19,8 +19,8 @@ URL = "/dashboard/datasets/"
 
 
 def test_the_url_names_resolve():
-    assert reverse("datasets_app:data") == URL
-    assert reverse("datasets_app:video-job-retry", args=[7]) == f"{URL}video-jobs/7/retry"
+    assert reverse("annotation:data") == URL
+    assert reverse("annotation:video-job-retry", args=[7]) == f"{URL}video-jobs/7/retry"
 
 
 def test_only_curators_see_the_data_page(client, outsider):
@@ -81,7 +81,7 @@ def test_a_curator_retries_a_failed_job(
         status=JobStatus.FAILED,
         error="worker lost",
     )
-    retry = reverse("datasets_app:video-job-retry", args=[job.pk])
+    retry = reverse("annotation:video-job-retry", args=[job.pk])
 
     stranger = Client()
     stranger.force_login(outsider)

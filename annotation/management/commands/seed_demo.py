@@ -1,0 +1,135 @@
+"""Seed the demo: a VATEX-EVAL slice, synthetic videos transcoded by the Celery worker, a crowd
+campaign over those clips and a curator account. Idempotent: running it again changes nothing.
+
+It calls the services the commands `import_vatex_eval`, `make_demo_videos`, `attach_videos
+--wait`, `create_campaign` and `create_curator` call, and reports what each would print with
+--json."""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import CommandError, CommandParser
+
+from annotation.imports import vatex_eval_import
+from annotation.models import Campaign
+from annotation.services.campaigns import CampaignInvalid, campaign_counts, campaign_create
+from common.accounts import curator_save
+from common.management.base import LepusCommand
+from common.media import MediaError
+from common.models import JobStatus
+from datasets_app.services.imports import ImportRejected
+from datasets_app.services.video import (
+    demo_videos_make,
+    video_attach_job_publish,
+    video_attach_jobs_create,
+    video_attach_jobs_follow,
+    video_attach_jobs_outcome,
+    video_attach_jobs_summary,
+)
+
+VATEX_EVAL_FILE = Path(settings.BASE_DIR) / "data" / "vatex_eval" / "vid_cans_score_dict.json"
+
+
+def _attach_and_wait(directory: Path, *, timeout: float) -> dict[str, Any]:
+    """`attach_videos DIRECTORY --wait --timeout T`: the jobs sent to the Celery worker and
+    followed to the end."""
+    try:
+        jobs, plan = video_attach_jobs_create(directory=directory)
+    except (FileNotFoundError, ValueError) as error:
+        raise CommandError(str(error))
+    payload = video_attach_jobs_summary(jobs=jobs, plan=plan)
+    if not jobs:
+        return payload
+    for job in jobs:
+        video_attach_job_publish(job=job)
+    try:
+        finished = video_attach_jobs_follow(job_ids=[job.pk for job in jobs], timeout=timeout)
+    except TimeoutError as error:
+        raise CommandError(str(error))
+    payload.update(video_attach_jobs_outcome(jobs=finished))
+    if payload["status"] != JobStatus.SUCCEEDED:
+        raise CommandError(
+            f"video job(s) {', '.join(str(job.pk) for job in jobs)} ended "
+            f"{payload['status']}: {payload['error']}"
+        )
+    return payload
+
+
+def _curator_password() -> str:
+    # Kept beside the demo database so a second `make demo` prints the same login.
+    path = Path(settings.VAR_DIR) / "curator_password"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(12), encoding="utf-8")
+        path.chmod(0o600)
+    return path.read_text(encoding="utf-8").strip()
+
+
+class Command(LepusCommand):
+    help = "Seed the demo data (VATEX-EVAL slice, synthetic videos, campaign, curator)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        super().add_arguments(parser)
+        parser.add_argument("--clips", type=int, default=24, help="How many VATEX-EVAL clips.")
+        parser.add_argument("--campaign", default="demo", help="Slug of the demo campaign.")
+        parser.add_argument(
+            "--video-timeout",
+            type=int,
+            default=900,
+            help="Seconds to wait for the Celery worker to transcode the videos.",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        clips = int(options["clips"])
+        slug = options["campaign"]
+        self.note(f"importing {clips} VATEX-EVAL clips")
+        try:
+            imported = vatex_eval_import(path=VATEX_EVAL_FILE, limit=clips).as_dict()
+        except ImportRejected as error:
+            raise CommandError(error.describe())
+        self.note("generating synthetic videos")
+        videos_dir = Path(settings.VAR_DIR) / "demo-videos"
+        try:
+            generated = demo_videos_make(directory=videos_dir, clips=clips).as_dict()
+        except (ValueError, MediaError) as error:
+            raise CommandError(str(error))
+        self.note("transcoding them in the Celery worker")
+        attached = _attach_and_wait(videos_dir, timeout=float(options["video_timeout"]))
+        campaign: dict[str, Any]
+        if not Campaign.objects.filter(slug=slug).exists():
+            self.note(f"creating campaign {slug}")
+            try:
+                created = campaign_create(
+                    slug=slug,
+                    name="Demo campaign",
+                    judgments_per_candidate=3,
+                    clip_limit=clips,
+                    completion_code="LEPUS-DEMO",
+                )
+            except CampaignInvalid as invalid:
+                raise CommandError(str(invalid))
+            counts = campaign_counts(campaign=created)
+            campaign = {
+                "slug": created.slug,
+                "candidates": counts["candidates"],
+                "clips": counts["clips"],
+            }
+        else:
+            campaign = {"slug": slug, "existing": True}
+        password = _curator_password()
+        curator_save(username="curator", password=password)
+        self.emit(
+            {
+                "campaign": slug,
+                "campaign_created": campaign,
+                "curator_username": "curator",
+                "curator_password": password,
+                "import": imported,
+                "videos": generated,
+                "attach": attached,
+            },
+            human=f"demo seeded: campaign {slug}, curator / {password}",
+        )

@@ -1,0 +1,48 @@
+"""Reads over the whole platform: the row counts of the data layer and of the crowd (campaigns,
+workers, assignments, judgments), as the `stats` command and the Data page show them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Count
+
+from annotation.models import (
+    Assignment,
+    Campaign,
+    CampaignCandidate,
+    CampaignClip,
+    Judgment,
+    JudgmentSource,
+    Participation,
+    Worker,
+)
+from datasets_app.selectors import dataset_stats
+
+
+def platform_stats() -> dict[str, Any]:
+    """Row counts of the core tables (the `stats --json` command prints exactly this)."""
+    data = dataset_stats()
+    judgments_by_source = {source.value: 0 for source in JudgmentSource}
+    for row in Judgment.objects.order_by().values("source").annotate(n=Count("pk")):
+        judgments_by_source[row["source"]] = row["n"]
+    # The order of the human-readable `stats` output: data, crowd, then the video jobs.
+    return {
+        "clips": data["clips"],
+        "clips_servable": data["clips_servable"],
+        "clips_by_status": data["clips_by_status"],
+        "references": data["references"],
+        "systems": data["systems"],
+        "candidates": data["candidates"],
+        "import_batches": data["import_batches"],
+        "campaigns": Campaign.objects.count(),
+        "campaign_candidates": CampaignCandidate.objects.count(),
+        "campaign_clips": CampaignClip.objects.count(),
+        "workers": Worker.objects.count(),
+        "participations": Participation.objects.count(),
+        "assignments": Assignment.objects.count(),
+        "judgments": Judgment.objects.count(),
+        "judgments_by_source": judgments_by_source,
+        "judgments_excluded": Judgment.objects.filter(is_excluded=True).count(),
+        "video_jobs": data["video_jobs"],
+    }
