@@ -50,7 +50,7 @@ $CELERY -A config worker -Q default,training --beat --concurrency=2 --loglevel=I
   --schedule "$LEPUS_VAR_DIR/celerybeat-schedule" >"$LOG_DIR/celery.log" 2>&1 &
 pids+=($!)
 
-echo "==> Seeding demo data (VATEX-EVAL slice, synthetic videos, campaign, curator)"
+echo "==> Seeding demo data (drawn scenes and their crowd campaign, a VATEX-EVAL slice, curator)"
 $PY manage.py seed_demo --json >"$LEPUS_VAR_DIR/seed.json" 2> >(tee "$LOG_DIR/seed.log" >&2) \
   || fail "Seeding the demo data" "$LOG_DIR/seed.log"
 kill -0 "${pids[0]}" 2>/dev/null || fail "The Celery worker" "$LOG_DIR/celery.log"

@@ -1,5 +1,6 @@
-"""`seed_demo`: the VATEX-EVAL slice, synthetic videos transcoded by a real Celery worker, the demo
-campaign and the curator, reported as one JSON object; a second run changes nothing."""
+"""`seed_demo`: the scene corpus with its drawn videos transcoded by a real Celery worker and the
+crowd campaign over it, the VATEX-EVAL slice, and the curator, reported as one JSON object; a second
+run changes nothing."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ def _seed() -> dict:
         "seed_demo",
         "--clips",
         "2",
+        "--scenes",
+        "2",
         "--video-timeout",
         "300",
         "--json",
@@ -41,22 +44,31 @@ def test_the_demo_is_seeded_once_and_a_second_run_changes_nothing(
     assert first["campaign"] == "demo"
     assert first["import"]["ok"] and first["import"]["created"]["clips"] == 2
     assert first["import"]["created"]["judgments"] == 2 * 6 * 3
+    # The whole shipped scene corpus is imported; the crowd campaign rates the first two scenes.
+    assert first["scenes"]["created"]["clips"] == 24
+    assert first["scenes"]["created"]["candidates"] == 24 * 7
     assert (first["videos"]["written"], first["videos"]["existing"]) == (2, 0)
     attach = first["attach"]
     assert (attach["status"], attach["ready"], attach["failed"]) == ("succeeded", 2, 0)
     assert attach["matched_clips"] == 2 and len(attach["job_ids"]) == 1
     assert "datasets_app.attach_videos" in celery_worker_process.log()
-    assert first["campaign_created"] == {"slug": "demo", "candidates": 12, "clips": 2}
-    assert Clip.objects.filter(status=ClipStatus.READY).count() == 2
+    assert first["campaign_created"] == {"slug": "demo", "candidates": 14, "clips": 2}
+    ready = Clip.objects.filter(status=ClipStatus.READY)
+    assert sorted(ready.values_list("vatex_id", flat=True)) == ["demo-scene-001", "demo-scene-002"]
     campaign = Campaign.objects.get(slug="demo")
+    assert set(campaign.items.values_list("clip__vatex_id", flat=True)) == {
+        "demo-scene-001",
+        "demo-scene-002",
+    }
     assert (campaign.name, campaign.completion_code) == ("Demo campaign", "LEPUS-DEMO")
     curator = authenticate(username="curator", password=first["curator_password"])
     assert curator is not None and is_curator(curator)
 
     second = _seed()
     assert second["import"]["already_imported"] is True
-    # Every clip has its video now: none to synthesise, none to attach.
-    assert (second["videos"]["written"], second["videos"]["existing"]) == (0, 0)
+    assert second["scenes"]["already_imported"] is True
+    # Every scene has its video now: none to draw, none to attach.
+    assert (second["videos"]["written"], second["videos"]["existing"]) == (0, 2)
     assert second["attach"]["job_ids"] == [] and second["attach"]["skipped_ready"] == 2
     assert second["campaign_created"] == {"slug": "demo", "existing": True}
     assert second["curator_password"] == first["curator_password"]

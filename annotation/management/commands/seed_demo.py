@@ -1,9 +1,11 @@
-"""Seed the demo: a VATEX-EVAL slice, synthetic videos transcoded by the Celery worker, a crowd
-campaign over those clips and a curator account. Idempotent: running it again changes nothing.
+"""Seed the demo: the scene corpus (data/demo_scenes/: drawn videos transcoded by the Celery worker,
+references, candidates that are exact or wrong in known ways) with a crowd campaign over it, a
+VATEX-EVAL slice as an imported campaign (real judgments, for the agreement and benchmark figures),
+and a curator account. Idempotent: running it again changes nothing.
 
-It calls the services the commands `import_vatex_eval`, `make_demo_videos`, `attach_videos
---wait`, `create_campaign` and `create_curator` call, and reports what each would print with
---json."""
+It calls the services the commands `import_candidates`, `make_demo_scenes`, `import_vatex_eval`,
+`attach_videos --wait`, `create_campaign` and `create_curator` call, and reports what each would
+print with --json."""
 
 from __future__ import annotations
 
@@ -21,9 +23,9 @@ from common.accounts import curator_save
 from common.management.base import LepusCommand
 from common.media import MediaError
 from common.models import JobStatus
-from datasets_app.services.imports import ImportRejected
+from datasets_app import demo_scenes
+from datasets_app.services.imports import ImportRejected, candidates_import
 from datasets_app.services.video import (
-    demo_videos_make,
     video_attach_job_publish,
     video_attach_jobs_create,
     video_attach_jobs_follow,
@@ -32,6 +34,7 @@ from datasets_app.services.video import (
 )
 
 VATEX_EVAL_FILE = Path(settings.BASE_DIR) / "data" / "vatex_eval" / "vid_cans_score_dict.json"
+SCENES_FILE = Path(settings.BASE_DIR) / "data" / "demo_scenes" / "scenes.jsonl"
 
 
 def _attach_and_wait(directory: Path, *, timeout: float) -> dict[str, Any]:
@@ -69,11 +72,25 @@ def _curator_password() -> str:
 
 
 class Command(LepusCommand):
-    help = "Seed the demo data (VATEX-EVAL slice, synthetic videos, campaign, curator)."
+    help = (
+        "Seed the demo data: the scene corpus and a crowd campaign over it, a VATEX-EVAL slice "
+        "(imported judgments), a curator."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         super().add_arguments(parser)
-        parser.add_argument("--clips", type=int, default=24, help="How many VATEX-EVAL clips.")
+        parser.add_argument(
+            "--clips",
+            type=int,
+            default=24,
+            help="How many VATEX-EVAL clips to import (default 24).",
+        )
+        parser.add_argument(
+            "--scenes",
+            type=int,
+            default=demo_scenes.DEFAULT_SCENES,
+            help="How many of the shipped scenes the crowd campaign rates (default: all 24).",
+        )
         parser.add_argument("--campaign", default="demo", help="Slug of the demo campaign.")
         parser.add_argument(
             "--video-timeout",
@@ -90,14 +107,28 @@ class Command(LepusCommand):
             imported = vatex_eval_import(path=VATEX_EVAL_FILE, limit=clips).as_dict()
         except ImportRejected as error:
             raise CommandError(error.describe())
-        self.note("generating synthetic videos")
-        videos_dir = Path(settings.VAR_DIR) / "demo-videos"
+        scenes = int(options["scenes"])
+        if not 1 <= scenes <= demo_scenes.DEFAULT_SCENES:
+            raise CommandError(f"--scenes must be between 1 and {demo_scenes.DEFAULT_SCENES}")
+        self.note("importing the demo scenes (clips, references, candidates)")
         try:
-            generated = demo_videos_make(directory=videos_dir, clips=clips).as_dict()
+            scene_import = candidates_import(path=SCENES_FILE).as_dict()
+        except ImportRejected as error:
+            raise CommandError(error.describe())
+        self.note(f"drawing {scenes} scene videos with ffmpeg")
+        videos_dir = Path(settings.VAR_DIR) / "demo-scenes"
+        try:
+            written, existing = demo_scenes.render_videos(videos_dir, count=scenes)
         except (ValueError, MediaError) as error:
             raise CommandError(str(error))
+        generated = {
+            "directory": str(videos_dir.resolve()),
+            "written": len(written),
+            "existing": len(existing),
+        }
         self.note("transcoding them in the Celery worker")
         attached = _attach_and_wait(videos_dir, timeout=float(options["video_timeout"]))
+        scene_clips = [scene.clip_id for scene in demo_scenes.make_scenes(scenes)]
         campaign: dict[str, Any]
         if not Campaign.objects.filter(slug=slug).exists():
             self.note(f"creating campaign {slug}")
@@ -106,7 +137,7 @@ class Command(LepusCommand):
                     slug=slug,
                     name="Demo campaign",
                     judgments_per_candidate=3,
-                    clip_limit=clips,
+                    clip_vatex_ids=scene_clips,
                     completion_code="LEPUS-DEMO",
                 )
             except CampaignInvalid as invalid:
@@ -128,6 +159,7 @@ class Command(LepusCommand):
                 "curator_username": "curator",
                 "curator_password": password,
                 "import": imported,
+                "scenes": scene_import,
                 "videos": generated,
                 "attach": attached,
             },
