@@ -22,7 +22,7 @@ def save_tiny_clip(directory: Path, *, seed: int = 0) -> Path:
     for suffix in ("", "</w>"):
         for character in alphabet:
             vocab[character + suffix] = len(vocab)
-    tokenizer = CLIPTokenizer(vocab=vocab, merges=[])
+    tokenizer = CLIPTokenizer(vocab=vocab, merges=[], model_max_length=77)
     layers = {"intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}
     config = CLIPConfig(
         text_config={
@@ -58,32 +58,48 @@ class Reference:
         self.model: Any = CLIPModel.from_pretrained(directory).eval()
         self.tokenizer: Any = CLIPTokenizer.from_pretrained(directory)
         self.processor: Any = CLIPImageProcessor.from_pretrained(directory)
+        self._cache: dict[tuple[str, str], np.ndarray] = {}
+
+    def encode(self, text: str) -> dict[str, Any]:
+        """CLIP's 77 tokens at most, the end-of-text token kept."""
+        return dict(self.tokenizer([text], truncation=True, max_length=77, return_tensors="pt"))
 
     def token_ids(self, text: str) -> list[int]:
-        return list(self.tokenizer(text)["input_ids"])
+        return [int(token) for token in self.encode(text)["input_ids"][0]]
 
     def caption(self, text: str) -> np.ndarray:
         import torch
 
+        if ("caption", text) in self._cache:
+            return self._cache[("caption", text)]
         with torch.no_grad():
-            output = self.model.get_text_features(**self.tokenizer([text], return_tensors="pt"))
-        return output.pooler_output[0].double().numpy()
+            output = self.model.get_text_features(**self.encode(text))
+        result = self._cache[("caption", text)] = output.pooler_output[0].double().numpy()
+        return result
 
     def tokens(self, text: str) -> np.ndarray:
         """Every token's projected embedding, start-of-text to end-of-text."""
         import torch
 
+        if ("tokens", text) in self._cache:
+            return self._cache[("tokens", text)]
         with torch.no_grad():
-            hidden = self.model.text_model(
-                **self.tokenizer([text], return_tensors="pt")
-            ).last_hidden_state
-            return self.model.text_projection(hidden)[0].double().numpy()
+            hidden = self.model.text_model(**self.encode(text)).last_hidden_state
+            result = self.model.text_projection(hidden)[0].double().numpy()
+        self._cache[("tokens", text)] = result
+        return result
 
     def frames(self, frames: np.ndarray) -> np.ndarray:
         import torch
+
+        key = ("frames", f"{frames.shape} {hash(frames.tobytes())}")
+        if key in self._cache:
+            return self._cache[key]
 
         pixels = self.processor(
             images=list(frames), return_tensors="pt", input_data_format="channels_last"
         )["pixel_values"]
         with torch.no_grad():
-            return self.model.get_image_features(pixel_values=pixels).pooler_output.double().numpy()
+            result = self.model.get_image_features(pixel_values=pixels).pooler_output
+        self._cache[key] = result.double().numpy()
+        return self._cache[key]

@@ -186,7 +186,7 @@ class ClipEncoder:
             import torch
 
             model, tokenizer, _ = self._load()
-            limit = int(getattr(model.config.text_config, "max_position_embeddings", 77))
+            limit = self._text_limit()
             for start in range(0, len(todo), self.batch_size):
                 batch = todo[start : start + self.batch_size]
                 encoded = tokenizer(
@@ -209,10 +209,17 @@ class ClipEncoder:
                     )
         return [self._texts[text] for text in texts]
 
+    def _text_limit(self) -> int:
+        """Tokens the text encoder takes (77 for CLIP); longer captions are truncated, keeping
+        the end-of-text token, as CLIP's own tokenizer does."""
+        model, _, _ = self._load()
+        return int(getattr(model.config.text_config, "max_position_embeddings", 77))
+
     def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
-        """Token ids (start to end of text) without running the model, for IDF."""
+        """Token ids (start to end of text, truncated as for the model) for IDF."""
         _, tokenizer, _ = self._load()
-        return [list(ids) for ids in tokenizer(list(texts), truncation=True)["input_ids"]]
+        encoded = tokenizer(list(texts), truncation=True, max_length=self._text_limit())
+        return [list(ids) for ids in encoded["input_ids"]]
 
     def end_token_id(self) -> int | None:
         _, tokenizer, _ = self._load()
