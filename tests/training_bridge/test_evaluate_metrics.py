@@ -19,9 +19,9 @@ from tests.training_bridge.metric_benchmark_data import (
     build_vatex_eval_campaign,
 )
 from tests.training_bridge.test_metrics_vatex_eval import (
-    PUBLISHED,
+    RECALLED_PUBLISHED,
     REPRODUCED,
-    assert_matches_published,
+    assert_matches_recalled,
 )
 from tests.training_bridge.vatex_eval_data import VATEX_EVAL_FILE, vatex_eval_subset
 from training_bridge.metrics.benchmark import BenchmarkSet, correlation_table
@@ -344,8 +344,8 @@ def test_imported_vatex_eval_reproduces_the_table_through_the_command() -> None:
             assert (row["kendall_b"], row["spearman"]) == pytest.approx(
                 REPRODUCED[(metric, count)], abs=0.005
             )
-            if (metric, count) in PUBLISHED:
-                assert_matches_published(row, PUBLISHED[(metric, count)])
+            if (metric, count) in RECALLED_PUBLISHED:  # recalled, unverified (see that module)
+                assert_matches_recalled(row, RECALLED_PUBLISHED[(metric, count)])
 
 
 @pytest.mark.django_db
