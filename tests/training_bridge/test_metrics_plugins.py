@@ -357,3 +357,35 @@ def test_settings_are_checked() -> None:
         parse_settings({"emscore_idf": "maybe"})
     settings = parse_settings({"frames": "4", "emscore_idf": "false", "clip_prompt": ""})
     assert (settings.frames, settings.emscore_idf, settings.clip_prompt) == (4, False, "")
+
+
+def test_the_run_evaluation_table_lists_the_learned_metrics_it_cannot_score(
+    checkpoints, items, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """A training run's evaluation table (no frames there) scores the standard metrics through the
+    registry and names every learned baseline it leaves out, with the reason."""
+    from training_bridge.rigel.evaluate import evaluate_split
+
+    monkeypatch.delenv("LEPUS_LCLIP_MODEL", raising=False)
+    monkeypatch.setenv("LEPUS_CLIP_MODEL", str(checkpoints["clip"]))
+    human = np.linspace(0.0, 1.0, len(items))
+    block = evaluate_split(
+        rigel_scores=human[::-1].copy(),
+        human=human,
+        candidates=[item.candidate for item in items],
+        references=[list(item.references) for item in items],
+        standard_metrics=("bleu4", "cider"),
+    )
+    assert set(block["rows"]) == {"rigel", "bleu4", "cider"}
+    no_frames = f"needs the video, and {len(items)} of {len(items)} candidates have no frames"
+    no_weights = (
+        "no weights given: set lclip_model=PATH or a model id in the local Hugging Face cache"
+    )
+    assert block["notes"] == [
+        f"CLIP-S not computed: {no_frames}",
+        f"RefCLIP-S not computed: {no_frames}",
+        f"EMScore not computed: {no_frames}",
+        f"EMScore (ref) not computed: {no_frames}",
+        f"L-CLIPScore not computed: {no_weights}",
+        f"RefL-CLIPScore not computed: {no_weights}",
+    ]

@@ -134,8 +134,8 @@ def idf_weights(documents: Sequence[Sequence[int]], end_token: int | None) -> di
 @dataclass
 class TextEmbedding:
     token_ids: np.ndarray  # (L,) from start-of-text to end-of-text
-    tokens: np.ndarray  # (L, d) normalised projected token embeddings
-    caption: np.ndarray  # (d,) normalised, the end-of-text token's
+    tokens: np.ndarray  # (L, d) float32, normalised projected token embeddings
+    caption: np.ndarray  # (d,) float32, normalised, the end-of-text token's
 
 
 class ClipEncoder:
@@ -201,7 +201,9 @@ class ClipEncoder:
                 lengths = mask.sum(dim=1).cpu().numpy()
                 for row, text in enumerate(batch):
                     length = int(lengths[row])
-                    tokens = projected[row, :length].astype(np.float64)
+                    # float32 in the cache (a VATEX-EVAL run holds ~35,000 texts); the formulas
+                    # compute in float64.
+                    tokens = projected[row, :length].copy()
                     self._texts[text] = TextEmbedding(
                         token_ids=ids[row, :length].cpu().numpy(),
                         tokens=tokens,
@@ -379,7 +381,7 @@ class EMScore:
         for item, candidate in zip(items, candidates, strict=True):
             frames = self.encoder.frames(_video(item))
             candidate_weights = weights(candidate.token_ids)
-            video_coarse = float(candidate.caption @ video_embedding(frames))
+            video_coarse = float(normalized(candidate.caption) @ video_embedding(frames))
             video_fine = greedy_matching(candidate.tokens, candidate_weights, frames)
             if not self.with_references:
                 results.append(EMScoreParts(video_coarse, video_fine))
@@ -394,7 +396,7 @@ class EMScore:
                         weights(reference.token_ids),
                     )
                 )
-                coarse.append(float(candidate.caption @ reference.caption))
+                coarse.append(float(normalized(candidate.caption) @ normalized(reference.caption)))
             best = Matching(
                 max(m.precision for m in matchings),
                 max(m.recall for m in matchings),
