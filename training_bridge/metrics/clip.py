@@ -295,6 +295,10 @@ class ClipScore:
         scores = clip_s(captions, visual, self.weight)
         if not self.with_references:
             return [float(value) for value in scores]
+        # Every reference encoded in full batches first (the loop below then reads the cache).
+        self.encoder.texts(
+            [_prompted(self.prompt, ref) for item in items for ref in item.references]
+        )
         text_side = np.array(
             [
                 reference_similarity(
@@ -377,6 +381,9 @@ class EMScore:
             return []
         weights = self.token_weights(items)
         candidates = self.encoder.texts([item.candidate for item in items])
+        if self.with_references:
+            # In full batches first; the loop below reads the cache.
+            self.encoder.texts([ref for item in items for ref in item.references])
         results = []
         for item, candidate in zip(items, candidates, strict=True):
             frames = self.encoder.frames(_video(item))
