@@ -11,12 +11,16 @@ Two protocols:
   (`correlation.rater_averaged_correlations`).
 
 In both, `reference_count` keeps the first n references of every candidate (None: all of them).
+
+The metrics come from the registry of `plugins` (lexical and learned alike): a metric that cannot
+run — its runtime or weights missing, or the set lacking the video or references it needs — keeps
+its row, with null values and the reason.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -24,10 +28,13 @@ import numpy as np
 
 from training_bridge.metrics.correlation import correlations, rater_averaged_correlations
 from training_bridge.metrics.meteor import MeteorScorer
-from training_bridge.metrics.standard import (
-    DEFAULT_METRICS,
-    metric_unavailable_reasons,
-    standard_metric_scores,
+from training_bridge.metrics.plugins import (
+    TABLE_METRICS,
+    MetricItem,
+    StandardMetric,
+    Video,
+    available_metrics,
+    score_metrics,
 )
 
 Protocol = Literal["default", "emscore"]
@@ -40,7 +47,8 @@ class BenchmarkSet:
     """Candidates with their references and human scores.
 
     `human[i]` is the aggregate human score of candidate i; `rater_scores[i, j]` (optional) is the
-    score rater slot j gave candidate i, for protocols that correlate per rater.
+    score rater slot j gave candidate i, for protocols that correlate per rater. `videos[i]`
+    (optional) is candidate i's clip, for the metrics that look at the video.
     """
 
     candidates: list[str]
@@ -48,6 +56,16 @@ class BenchmarkSet:
     human: np.ndarray
     rater_scores: np.ndarray | None = None
     rater_names: list[str] = field(default_factory=list)
+    videos: list[Video | None] | None = None
+
+    def items(self, reference_count: int | None = None) -> list[MetricItem]:
+        """The candidates as metric items, with their first `reference_count` references."""
+        references = first_references(self.references, reference_count)
+        videos = self.videos or [None] * len(self.candidates)
+        return [
+            MetricItem(candidate, tuple(group), video)
+            for candidate, group, video in zip(self.candidates, references, videos, strict=True)
+        ]
 
     def __post_init__(self) -> None:
         count = len(self.candidates)
@@ -55,6 +73,8 @@ class BenchmarkSet:
             raise ValueError("candidates, references and human scores must have the same length")
         if self.rater_scores is not None and np.asarray(self.rater_scores).shape[0] != count:
             raise ValueError("rater_scores must have one row per candidate")
+        if self.videos is not None and len(self.videos) != count:
+            raise ValueError("videos must have one entry (or None) per candidate")
 
 
 def first_references(references: Sequence[Sequence[str]], count: int | None) -> list[list[str]]:
@@ -74,14 +94,16 @@ def correlation_table(
     *,
     reference_count: int | None = None,
     protocol: Protocol = "default",
-    metrics: Sequence[str] = DEFAULT_METRICS,
+    metrics: Sequence[str] = TABLE_METRICS,
+    settings: Mapping[str, str] | None = None,
     meteor_jar: str | os.PathLike[str] | None = None,
     meteor_scorer: MeteorScorer | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, dict[str, float | str | None]]:
-    """{metric: {kendall_b, kendall_c, spearman, pearson}} x100 for the requested metrics.
+    """{metric: {kendall_b, kendall_c, spearman, pearson}} x100 for the requested metrics, in
+    order; `settings` go to `plugins.available_metrics` (e.g. {"clip_model": path}).
 
-    A metric that cannot run here (METEOR without Java) gets `unavailable_row(reason)`.
+    A metric that cannot run here gets `unavailable_row(reason)`.
     """
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
@@ -89,32 +111,39 @@ def correlation_table(
         raise ValueError("the emscore protocol needs per-rater scores")
     if len(benchmark.candidates) < 2:
         raise ValueError("at least two candidates with human scores are needed")
-    references = first_references(benchmark.references, reference_count)
-    reasons = (
-        {}
-        if meteor_scorer is not None
-        else metric_unavailable_reasons(metrics, meteor_jar=meteor_jar)
-    )
-    scores = standard_metric_scores(
-        benchmark.candidates,
-        references,
-        metrics=[metric for metric in metrics if metric not in reasons],
-        meteor_jar=meteor_jar,
-        meteor_scorer=meteor_scorer,
-        progress=progress,
-    )
+    wanted = list(dict.fromkeys(metrics))
+    merged = dict(settings or {})
+    if meteor_jar is not None:
+        merged.setdefault("meteor_jar", os.fspath(meteor_jar))
+    available, reasons = available_metrics(merged, wanted)
+    if meteor_scorer is not None and "meteor" in wanted:
+        # A running scorer handed in by the caller needs no runtime check.
+        reasons.pop("meteor", None)
+        available["meteor"] = StandardMetric("meteor", meteor_scorer=meteor_scorer)
+    available = {name: available[name] for name in wanted if name in available}
+    scores, failed = score_metrics(available, benchmark.items(reference_count), progress=progress)
+    reasons.update(failed)
     table: dict[str, dict[str, float | str | None]] = {}
-    for metric in dict.fromkeys(metrics):
+    for metric in wanted:
         if metric in reasons:
             table[metric] = unavailable_row(reasons[metric])
             continue
-        if protocol == "emscore":
-            assert benchmark.rater_scores is not None
-            values = rater_averaged_correlations(scores[metric], benchmark.rater_scores)
-        else:
-            values = correlations(scores[metric], benchmark.human)
-        table[metric] = {key: _percent(values[key]) for key in CORRELATION_KEYS}
+        table[metric] = correlation_row(scores[metric], benchmark, protocol=protocol)
     return table
+
+
+def correlation_row(
+    scores: Sequence[float] | np.ndarray, benchmark: BenchmarkSet, *, protocol: Protocol = "default"
+) -> dict[str, float | str | None]:
+    """One metric's row {kendall_b, kendall_c, spearman, pearson} x100 under `protocol`; used by
+    `correlation_table` and by callers that bring scores of their own (a trained Rigel run)."""
+    if protocol == "emscore":
+        if benchmark.rater_scores is None:
+            raise ValueError("the emscore protocol needs per-rater scores")
+        values = rater_averaged_correlations(scores, benchmark.rater_scores)
+    else:
+        values = correlations(scores, benchmark.human)
+    return {key: _percent(values[key]) for key in CORRELATION_KEYS}
 
 
 def _percent(value: float) -> float | None:

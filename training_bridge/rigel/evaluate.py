@@ -43,28 +43,35 @@ def standard_metric_scores(
     references: Sequence[Sequence[str]],
     metrics: Sequence[str] = STANDARD_METRICS,
 ) -> tuple[dict[str, np.ndarray], list[str]]:
-    """Scores of the standard metrics for these candidates (all references of each), and notes
-    about what could not be computed here (METEOR without its Java runtime)."""
-    from training_bridge.metrics.standard import (
-        metric_unavailable_reasons,
-    )
-    from training_bridge.metrics.standard import (
-        standard_metric_scores as compute,
+    """Scores of the standard metrics for these candidates (all references of each), through the
+    metric registry (`training_bridge.metrics.plugins`), and notes about what could not be
+    computed here: METEOR without its Java runtime, and every learned baseline (CLIP-S, EMScore,
+    L-CLIPScore...) with the reason — this table gives them no video frames."""
+    from training_bridge.metrics.plugins import (
+        CLIP_METRIC_NAMES,
+        LABELS,
+        LCLIP_METRIC_NAMES,
+        MetricItem,
+        available_metrics,
+        score_metrics,
     )
 
-    notes = [
-        f"{METRIC_LABELS.get(name, name)} not computed: {reason}"
-        for name, reason in metric_unavailable_reasons(metrics).items()
-    ]
+    learned = [m for m in (*CLIP_METRIC_NAMES, *LCLIP_METRIC_NAMES) if m not in metrics]
     try:
-        scores = compute(
-            list(candidates),
-            [list(r) for r in references],
-            metrics=tuple(metrics),
-            skip_unavailable=True,
-        )
+        available, reasons = available_metrics(None, [*metrics, *learned])
+        items = [
+            MetricItem(text, tuple(group))
+            for text, group in zip(candidates, references, strict=True)
+        ]
+        scores, failed = score_metrics(available, items)
     except Exception as error:  # a metric's failure must not sink the whole evaluation
-        return {}, [*notes, f"standard metrics failed: {error}"]
+        return {}, [f"standard metrics failed: {error}"]
+    reasons.update(failed)
+    notes = [
+        f"{METRIC_LABELS.get(name) or LABELS.get(name, name)} not computed: {reasons[name]}"
+        for name in [*metrics, *learned]
+        if name in reasons
+    ]
     return {name: np.asarray(values, dtype=np.float64) for name, values in scores.items()}, notes
 
 

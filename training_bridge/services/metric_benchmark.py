@@ -12,6 +12,11 @@ Human score of a candidate:
 The overall value of one judgment is its answer to the campaign's `overall_question_key`, else the
 mean of its answers to the campaign's questions.
 
+Video: each candidate carries its clip's sampled frames (`Clip.frames_key`, else frames decoded
+from `Clip.video_key`; the `frames` setting, default 8, uniformly) for the metrics that look at the
+video (CLIP-S, EMScore...); they are read only when such a metric runs. A clip with neither has
+no video, and those metrics are reported unavailable for the set.
+
 Rater columns (for `--protocol emscore`) are the campaign's imported rater slots
 (`Platform.IMPORTED` workers, e.g. `vatex-eval:slot-1..3`), ordered by their external id; every
 candidate must have one kept judgment from each.
@@ -20,16 +25,16 @@ candidate must have one kept judgment from each.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from django.db.models import QuerySet
 
 from annotation.models import Campaign, CampaignCandidate, Judgment, Platform
-from datasets_app.models import ReferenceCaption
+from datasets_app.models import Clip, ReferenceCaption
 from training_bridge.metrics.benchmark import BenchmarkSet, Protocol, correlation_table
-from training_bridge.metrics.standard import DEFAULT_METRICS
+from training_bridge.metrics.plugins import TABLE_METRICS, Video, parse_settings
 
 
 class MetricBenchmarkError(ValueError):
@@ -65,6 +70,44 @@ def _references_by_clip(clip_ids: Iterable[int]) -> dict[int, list[str]]:
     for clip_id, text in rows.iterator(chunk_size=5000):
         references[clip_id].append(text)
     return references
+
+
+def _clip_videos(clip_ids: Iterable[int], *, frames: int) -> dict[int, Video]:
+    """{clip id: its video (lazy)} for the clips that have sampled frames or a processed MP4."""
+    rows = (
+        Clip.objects.filter(pk__in=set(clip_ids))
+        .exclude(frames_key="", video_key="")
+        .values_list("pk", "vatex_id", "frames_key", "video_key", "duration")
+    )
+    return {
+        clip_id: Video(vatex_id, _frame_loader(vatex_id, frames_key, video_key, duration, frames))
+        for clip_id, vatex_id, frames_key, video_key, duration in rows
+    }
+
+
+def _frame_loader(
+    vatex_id: str, frames_key: str, video_key: str, duration: float | None, frames: int
+) -> Callable[[], np.ndarray]:
+    def load() -> np.ndarray:
+        # The training data loader reads frames the same way for Rigel (JPEGs, else the MP4).
+        from training_bridge.rigel.data import ExampleLoader, ReleaseRecord
+        from training_bridge.store import DjangoStore
+
+        record = ReleaseRecord(
+            clip_id=vatex_id,
+            candidate_id="",
+            text="",
+            references=(),
+            normalized=0.0,
+            training_class=1,
+            video_key=video_key,
+            frames_key=frames_key,
+            duration=duration,
+        )
+        decoded, _, _ = ExampleLoader(DjangoStore(), frames=frames, keep_clips=1).clip_video(record)
+        return np.asarray(decoded)
+
+    return load
 
 
 def _kept_judgments(
@@ -106,16 +149,19 @@ def _benchmark_set(
     *,
     with_raters: bool,
     fallback_to_judgments: bool,
+    frames: int = 8,
 ) -> BenchmarkSet:
     if not items:
         raise MetricBenchmarkError("no candidates with human scores to compare against")
     references = _references_by_clip(item.clip_id for item in items)
+    clip_videos = _clip_videos((item.clip_id for item in items), frames=frames)
     judged, by_rater = (
         _kept_judgments([item.campaign_candidate_id for item in items], campaigns)
         if with_raters or fallback_to_judgments
         else ({}, {})
     )
     candidates, reference_lists, human, kept_ids = [], [], [], []
+    videos: list[Video | None] = []
     for item in items:
         overall = item.overall
         if overall is None and fallback_to_judgments and judged.get(item.campaign_candidate_id):
@@ -132,6 +178,7 @@ def _benchmark_set(
         reference_lists.append(references[item.clip_id])
         human.append(overall)
         kept_ids.append(item.campaign_candidate_id)
+        videos.append(clip_videos.get(item.clip_id))
     if len(candidates) < 2:
         raise MetricBenchmarkError(
             f"{len(candidates)} candidate(s) with a human score; at least two are needed"
@@ -163,10 +210,13 @@ def _benchmark_set(
         human=np.array(human, dtype=np.float64),
         rater_scores=rater_scores,
         rater_names=rater_names,
+        videos=videos,
     )
 
 
-def campaign_benchmark_set(*, campaign: Campaign, with_raters: bool = False) -> BenchmarkSet:
+def campaign_benchmark_set(
+    *, campaign: Campaign, with_raters: bool = False, frames: int = 8
+) -> BenchmarkSet:
     """The campaign's model-output candidates (no controls, none dropped by an expert) that have a
     human score, with their clips' references."""
     rows: QuerySet[CampaignCandidate] = CampaignCandidate.objects.filter(
@@ -179,7 +229,11 @@ def campaign_benchmark_set(*, campaign: Campaign, with_raters: bool = False) -> 
         ).iterator(chunk_size=5000)
     ]
     return _benchmark_set(
-        items, {campaign.pk: campaign}, with_raters=with_raters, fallback_to_judgments=True
+        items,
+        {campaign.pk: campaign},
+        with_raters=with_raters,
+        fallback_to_judgments=True,
+        frames=frames,
     )
 
 
@@ -189,6 +243,7 @@ def release_benchmark_set(
     campaign: Campaign | None = None,
     splits: Sequence[str] | None = None,
     with_raters: bool = False,
+    frames: int = 8,
 ) -> BenchmarkSet:
     """The records of a succeeded release (optionally only some splits, or only the records that
     came from one campaign), with the overall score the release carries."""
@@ -239,7 +294,9 @@ def release_benchmark_set(
     campaigns = {
         c.pk: c for c in Campaign.objects.filter(pk__in={item.campaign_id for item in items})
     }
-    return _benchmark_set(items, campaigns, with_raters=with_raters, fallback_to_judgments=False)
+    return _benchmark_set(
+        items, campaigns, with_raters=with_raters, fallback_to_judgments=False, frames=frames
+    )
 
 
 def metric_benchmark_compute(
@@ -249,20 +306,33 @@ def metric_benchmark_compute(
     splits: Sequence[str] | None = None,
     reference_count: int | None = None,
     protocol: Protocol = "default",
-    metrics: Sequence[str] = DEFAULT_METRICS,
+    metrics: Sequence[str] = TABLE_METRICS,
+    settings: Mapping[str, str] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> tuple[dict[str, dict[str, float | str | None]], BenchmarkSet]:
-    """The correlation table (x100) of the standard metrics against the human scores of a campaign
-    or a release (restricted to `campaign` when both are given), and the set it was computed on."""
+    """The correlation table (x100) of the metrics of the registry (`metrics.plugins`) against the
+    human scores of a campaign or a release (restricted to `campaign` when both are given), and the
+    set it was computed on. `settings` are the plug-ins' (e.g. {"clip_model": path}); a metric
+    that cannot run keeps its row with the reason."""
     with_raters = protocol == "emscore"
+    try:
+        frames = parse_settings(settings).frames
+    except ValueError as error:
+        raise MetricBenchmarkError(str(error)) from error
     if release_id is not None:
         benchmark = release_benchmark_set(
-            release_id=release_id, campaign=campaign, splits=splits, with_raters=with_raters
+            release_id=release_id,
+            campaign=campaign,
+            splits=splits,
+            with_raters=with_raters,
+            frames=frames,
         )
     elif campaign is not None:
         if splits:
             raise MetricBenchmarkError("splits belong to releases; give a release")
-        benchmark = campaign_benchmark_set(campaign=campaign, with_raters=with_raters)
+        benchmark = campaign_benchmark_set(
+            campaign=campaign, with_raters=with_raters, frames=frames
+        )
     else:
         raise MetricBenchmarkError("give a campaign, a release, or both")
     if progress is not None:
@@ -272,6 +342,7 @@ def metric_benchmark_compute(
         reference_count=reference_count,
         protocol=protocol,
         metrics=metrics,
+        settings=settings,
         progress=progress,
     )
     return table, benchmark

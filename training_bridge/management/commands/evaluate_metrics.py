@@ -1,11 +1,14 @@
-"""`manage.py evaluate_metrics`: correlation of the standard caption metrics with the human scores of
-a campaign or a release, without training anything.
+"""`manage.py evaluate_metrics`: correlation of the caption metrics of the registry
+(`training_bridge.metrics.plugins`: BLEU, ROUGE-L, METEOR, CIDEr-D, CLIP-S, RefCLIP-S, EMScore,
+L-CLIPScore) with the human scores of a campaign or a release, without training anything.
 
-    python manage.py evaluate_metrics --campaign vatex-eval --refs 1 --protocol emscore --json
+    python manage.py evaluate_metrics --campaign vatex-eval --refs 1 --protocol emscore --json \
+        --set clip_model=/models/clip-vit-base-patch32
     -> {"bleu1": {"kendall_b": 12.2, "kendall_c": ..., "spearman": ..., "pearson": ...}, ...}
 
-Values are x100. A metric whose runtime is missing here (METEOR without Java) keeps its row with
-null values and an "unavailable" reason.
+Values are x100. A metric that cannot run here (METEOR without Java, a learned metric without its
+weights, a video metric on clips without video) keeps its row with null values and an
+"unavailable" reason.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from django.core.management.base import CommandError, CommandParser
 from annotation.models import Campaign
 from common.management.base import LepusCommand
 from training_bridge.metrics.benchmark import CORRELATION_KEYS, PROTOCOLS, Protocol
-from training_bridge.metrics.standard import DEFAULT_METRICS, METRIC_NAMES
+from training_bridge.metrics.plugins import METRIC_NAMES, SETTING_KEYS, TABLE_METRICS
 from training_bridge.services.metric_benchmark import MetricBenchmarkError, metric_benchmark_compute
 
 
@@ -43,10 +46,24 @@ def _metric_list(value: str) -> list[str]:
     return names
 
 
+def _settings(values: list[str] | None) -> dict[str, str]:
+    settings: dict[str, str] = {}
+    for value in values or []:
+        key, separator, setting = value.partition("=")
+        key = key.strip()
+        if not separator or key not in SETTING_KEYS:
+            raise CommandError(
+                f"--set takes KEY=VALUE with KEY one of {', '.join(SETTING_KEYS)}, not {value!r}"
+            )
+        settings[key] = setting.strip()
+    return settings
+
+
 class Command(LepusCommand):
     help = (
-        "Correlate the standard caption metrics (BLEU, ROUGE-L, METEOR, CIDEr-D) with the human "
-        "scores of a campaign or a release: Kendall tau_b and tau_c, Spearman, Pearson (x100)."
+        "Correlate caption metrics (BLEU, ROUGE-L, METEOR, CIDEr-D, CLIP-S, RefCLIP-S, EMScore, "
+        "L-CLIPScore) with the human scores of a campaign or a release: Kendall tau_b and tau_c, "
+        "Spearman, Pearson (x100)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -72,9 +89,18 @@ class Command(LepusCommand):
         )
         parser.add_argument(
             "--metrics",
-            default=",".join(DEFAULT_METRICS),
-            help=f"Comma-separated metrics (default {','.join(DEFAULT_METRICS)}; "
+            default=",".join(TABLE_METRICS),
+            help=f"Comma-separated metrics (default {','.join(TABLE_METRICS)}; "
             f"known: {','.join(METRIC_NAMES)}).",
+        )
+        parser.add_argument(
+            "--set",
+            action="append",
+            dest="settings",
+            metavar="KEY=VALUE",
+            help="A metric setting (repeatable): clip_model=PATH|MODEL_ID, lclip_model=..., "
+            "clip_prompt=..., emscore_idf=true|false, device=cpu|cuda, batch_size=N, frames=N, "
+            "meteor_jar=PATH. Weights are never downloaded (see docs/metrics.md).",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -88,6 +114,7 @@ class Command(LepusCommand):
         protocol = cast(Protocol, options["protocol"] or "default")
         reference_count = _reference_count(str(options["refs"]))
         metrics = _metric_list(options["metrics"])
+        settings = _settings(options["settings"])
         self.note(
             f"scoring {', '.join(metrics)} with {options['refs']} reference(s), "
             f"protocol {protocol} ..."
@@ -100,6 +127,7 @@ class Command(LepusCommand):
                 reference_count=reference_count,
                 protocol=protocol,
                 metrics=metrics,
+                settings=settings,
                 progress=lambda step: self.note(f"  {step} ..."),
             )
         except MetricBenchmarkError as error:
@@ -108,14 +136,15 @@ class Command(LepusCommand):
 
 
 def _human_table(table: dict[str, dict[str, Any]], *, candidates: int) -> str:
-    lines = [f"{'metric':<8} " + " ".join(f"{key:>10}" for key in CORRELATION_KEYS)]
+    width = max([8, *(len(metric) for metric in table)])
+    lines = [f"{'metric':<{width}} " + " ".join(f"{key:>10}" for key in CORRELATION_KEYS)]
     for metric, row in table.items():
         if row.get("unavailable"):
-            lines.append(f"{metric:<8} unavailable: {row['unavailable']}")
+            lines.append(f"{metric:<{width}} unavailable: {row['unavailable']}")
             continue
         cells = [
             "      n/a" if row[key] is None else f"{row[key]:>10.2f}" for key in CORRELATION_KEYS
         ]
-        lines.append(f"{metric:<8} " + " ".join(cells))
+        lines.append(f"{metric:<{width}} " + " ".join(cells))
     lines.append(f"({candidates} candidates; values x100)")
     return "\n".join(lines)
