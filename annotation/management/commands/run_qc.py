@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from annotation.models import Campaign, QCRun
-from annotation.services.quality import qc_run_execute, qc_run_start
+from annotation.quality.run import qc_run_execute, qc_run_start
 from common.management.base import LepusCommand
 from common.models import JobStatus
 

@@ -4,7 +4,7 @@ import krippendorff
 import numpy as np
 import pytest
 
-from annotation.agreement import (
+from annotation.quality.krippendorff import (
     alpha_from_coincidence,
     alpha_from_counts,
     coincidence_from_counts,

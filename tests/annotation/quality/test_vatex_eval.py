@@ -20,8 +20,8 @@ from annotation.models import (
     ReviewStatus,
     WorkerExclusion,
 )
-from annotation.services.agreement import agreement_for_items
-from tests.annotation.quality_factories import (
+from annotation.quality.agreement import agreement_for_items
+from tests.annotation.quality.factories import (
     quality_delete_vatex_eval,
     quality_import_vatex_eval,
     vatex_eval_rows,

@@ -12,10 +12,10 @@ from django.db.models import F
 from django.utils import timezone
 
 from annotation.models import CampaignCandidate, Judgment, Participation, WorkerQCStats
-from annotation.services import quality_queue
-from annotation.services.exclusions import worker_exclude
-from annotation.services.quality import quality_catch_up, quality_catch_up_active
-from tests.annotation.quality_factories import quality_crowd_campaign, quality_judge, quality_worker
+from annotation.quality import debouncing
+from annotation.quality.exclusions import worker_exclude
+from annotation.quality.run import quality_catch_up, quality_catch_up_active
+from tests.annotation.quality.factories import quality_crowd_campaign, quality_judge, quality_worker
 
 KEYS = ("descriptiveness", "relevance", "fluency")
 
@@ -42,13 +42,13 @@ def published(monkeypatch):  # type: ignore[no-untyped-def]
 
 
 def test_one_pass_per_campaign_and_window(published):
-    assert quality_queue.catch_up_publish(campaign_id=7, window=1.0)
-    assert not quality_queue.catch_up_publish(campaign_id=7, window=1.0)
-    assert quality_queue.catch_up_publish(campaign_id=8, window=1.0)
+    assert debouncing.catch_up_publish(campaign_id=7, window=1.0)
+    assert not debouncing.catch_up_publish(campaign_id=7, window=1.0)
+    assert debouncing.catch_up_publish(campaign_id=8, window=1.0)
     assert published == [(7,), (8,)]
 
     time.sleep(1.1)  # the mark expires with the window: the next submission publishes again
-    assert quality_queue.catch_up_publish(campaign_id=7, window=1.0)
+    assert debouncing.catch_up_publish(campaign_id=7, window=1.0)
     assert published == [(7,), (8,), (7,)]
 
 
@@ -59,21 +59,21 @@ def test_a_broker_failure_clears_the_mark_so_the_next_submission_tries_again(mon
         raise ConnectionRefusedError("broker down")
 
     monkeypatch.setattr("annotation.tasks.quality_catch_up.apply_async", broker_down)
-    assert not quality_queue.catch_up_publish(campaign_id=9, window=2.0)
-    assert cache.get(quality_queue.pending_key(9)) is None
+    assert not debouncing.catch_up_publish(campaign_id=9, window=2.0)
+    assert cache.get(debouncing.pending_key(9)) is None
     # Within the broker-down backoff the next submission does not even try (the sweep catches up).
-    assert not quality_queue.catch_up_publish(campaign_id=9, window=2.0)
-    assert cache.get(quality_queue.pending_key(9)) is None
+    assert not debouncing.catch_up_publish(campaign_id=9, window=2.0)
+    assert cache.get(debouncing.pending_key(9)) is None
 
 
 def test_a_cache_failure_still_publishes(published, monkeypatch):
     def cache_down(*_args, **_kwargs):  # type: ignore[no-untyped-def]
         raise ConnectionError("cache down")
 
-    monkeypatch.setattr(quality_queue.cache, "add", cache_down)
-    monkeypatch.setattr(quality_queue.cache, "delete", cache_down)
-    assert quality_queue.catch_up_publish(campaign_id=10, window=2.0)
-    quality_queue.pending_clear(10)  # logged, not raised
+    monkeypatch.setattr(debouncing.cache, "add", cache_down)
+    monkeypatch.setattr(debouncing.cache, "delete", cache_down)
+    assert debouncing.catch_up_publish(campaign_id=10, window=2.0)
+    debouncing.pending_clear(10)  # logged, not raised
     assert published == [(10,)]
 
 
@@ -87,8 +87,8 @@ def test_a_window_of_zero_publishes_one_task_per_submission(
         lambda args, kwargs, retry: sent.append(args),
     )
     with django_capture_on_commit_callbacks(execute=True):
-        quality_queue.after_submission_schedule(campaign_id=1, assignment_id=41)
-        quality_queue.after_submission_schedule(campaign_id=1, assignment_id=42)
+        debouncing.after_submission_schedule(campaign_id=1, assignment_id=41)
+        debouncing.after_submission_schedule(campaign_id=1, assignment_id=42)
     assert sent == [(41,), (42,)]
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from annotation.models import CampaignCandidate, Judgment, ReviewItem, ReviewState, ReviewStatus
+from annotation.quality.aggregation import aggregation_recompute, round_half_up
+from annotation.quality.exclusions import judgments_exclude
 from annotation.questions import default_questions, overall_only_questions
-from annotation.services.aggregation import aggregation_recompute, round_half_up
-from annotation.services.exclusions import judgments_exclude
-from tests.annotation.quality_factories import quality_crowd_campaign, quality_judge, quality_worker
+from tests.annotation.quality.factories import quality_crowd_campaign, quality_judge, quality_worker
 
 pytestmark = pytest.mark.django_db
 

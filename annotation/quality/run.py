@@ -44,14 +44,21 @@ from annotation.models import (
     WorkerExclusion,
     WorkerQCStats,
 )
-from annotation.services.aggregation import aggregation_apply, aggregation_recompute
-from annotation.services.agreement import agreement_snapshots_store, alpha_from_columns
-from annotation.services.exclusions import (
+from annotation.quality.aggregation import aggregation_apply, aggregation_recompute
+from annotation.quality.agreement import agreement_snapshots_store, alpha_from_columns
+from annotation.quality.exclusions import (
     ExclusionDecision,
     late_judgments_exclude,
     workers_exclude,
 )
-from annotation.services.qc import (
+from annotation.quality.loading import (
+    CampaignSlice,
+    campaign_median_remember,
+    campaign_median_seconds,
+    campaign_slice_load,
+)
+from annotation.quality.review import review_items_sync
+from annotation.quality.rules import (
     ACTION_EXCLUDE,
     ACTION_FLAG,
     WorkerStatistics,
@@ -61,13 +68,6 @@ from annotation.services.qc import (
     rules_evaluate,
     worker_statistics,
 )
-from annotation.services.qc_data import (
-    CampaignSlice,
-    campaign_median_remember,
-    campaign_median_seconds,
-    campaign_slice_load,
-)
-from annotation.services.review import review_items_sync
 from common.jobs import JobCancelled, job_claim, job_finish, job_progress
 from common.models import JobStatus
 
@@ -452,7 +452,7 @@ def late_judgments_exclude_all(*, campaign: Campaign) -> set[int]:
 
 def quality_catch_up(*, campaign_id: int) -> dict[str, int]:
     """The debounced after-submission pass (task `annotation.quality_catch_up`, see
-    `annotation.services.quality_queue`): every worker of the campaign who submitted since their
+    `annotation.quality.debouncing`): every worker of the campaign who submitted since their
     statistics were computed, in one pass, then the aggregates and review state of the candidates
     they rated; judgments that excluded workers stored late are excluded too."""
     campaign = Campaign.objects.filter(pk=campaign_id, is_imported=False).first()

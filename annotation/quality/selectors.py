@@ -27,8 +27,8 @@ from annotation.models import (
     WorkerExclusion,
     WorkerQCStats,
 )
+from annotation.quality.rules import STATISTIC_EXPLANATIONS, qc_rules_merge
 from annotation.services.columns import json_number
-from annotation.services.qc import STATISTIC_EXPLANATIONS, qc_rules_merge
 from datasets_app.models import ReferenceCaption
 
 # ----------------------------------------------------------------------------------------------

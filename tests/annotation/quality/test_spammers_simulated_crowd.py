@@ -25,7 +25,7 @@ from annotation.models import (
     Participation,
     ParticipationStatus,
 )
-from annotation.services.controls import controls_generate
+from annotation.quality.controls import controls_generate
 from annotation.tasks import after_submission
 from datasets_app.models import ControlType
 from tests.annotation.crowd_factories import crowd_campaign

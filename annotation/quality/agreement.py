@@ -2,7 +2,7 @@
 
 The database groups judgments into one row per candidate with the count of each value (1..5);
 rows are streamed in chunks through a server-side cursor and folded into a 5 × 5 coincidence
-matrix (`annotation.agreement`), so memory stays the same whether a candidate was rated by three
+matrix (`annotation.quality.krippendorff`), so memory stays the same whether a candidate was rated by three
 workers or three thousand, and however many candidates there are.
 """
 
@@ -16,10 +16,10 @@ from django.db import connection, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from annotation.agreement import alpha_from_coincidence, coincidence_from_counts
 from annotation.models import AgreementSnapshot, Campaign, CampaignCandidate, Judgment
+from annotation.quality.krippendorff import alpha_from_coincidence, coincidence_from_counts
+from annotation.quality.loading import id_filter
 from annotation.services.columns import json_number
-from annotation.services.qc_data import id_filter
 from common.db import is_postgresql
 
 VALUES = (1, 2, 3, 4, 5)

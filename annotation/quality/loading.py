@@ -27,8 +27,8 @@ from annotation.models import (
     ReviewItem,
     WorkerExclusion,
 )
+from annotation.quality.rules import CandidateColumns, JudgmentColumns
 from annotation.services.columns import fetch_columns, is_postgresql, json_number
-from annotation.services.qc import CandidateColumns, JudgmentColumns
 from datasets_app.models import Clip
 
 CAMPAIGN_MEDIAN_CACHE_SECONDS = 60

@@ -17,8 +17,8 @@ from annotation.models import (
     ReviewItem,
     ReviewStatus,
 )
-from annotation.services.quality import qc_campaign_full
-from tests.annotation.quality_factories import quality_crowd_campaign, quality_judge, quality_worker
+from annotation.quality.run import qc_campaign_full
+from tests.annotation.quality.factories import quality_crowd_campaign, quality_judge, quality_worker
 
 pytestmark = pytest.mark.django_db
 

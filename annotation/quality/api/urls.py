@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, URLResolver, path
 
-from annotation.apis import quality
+from annotation.quality.api import views as quality
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path(

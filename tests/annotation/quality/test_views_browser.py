@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 
 from annotation.models import AuditEntry, CampaignCandidate, ReviewItem, ReviewStatus
-from annotation.services.quality import qc_campaign_full
-from tests.annotation.quality_factories import quality_crowd_campaign, quality_judge, quality_worker
+from annotation.quality.run import qc_campaign_full
+from tests.annotation.quality.factories import quality_crowd_campaign, quality_judge, quality_worker
 from tests.support.browser import chromium_browser
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -11,7 +11,7 @@ from django.core.management import call_command
 
 from annotation.models import ParticipationStatus, QCRun
 from common.models import JobStatus
-from tests.annotation.quality_factories import quality_crowd_campaign, quality_judge, quality_worker
+from tests.annotation.quality.factories import quality_crowd_campaign, quality_judge, quality_worker
 from tests.support.processes import wait_until
 
 pytestmark = [pytest.mark.celery_worker]

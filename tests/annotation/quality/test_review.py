@@ -21,9 +21,8 @@ from annotation.models import (
     ReviewState,
     ReviewStatus,
 )
-from annotation.services.exclusions import worker_exclude
-from annotation.services.quality import qc_campaign_full
-from annotation.services.review import (
+from annotation.quality.exclusions import worker_exclude
+from annotation.quality.review import (
     JudgmentExclusionRequest,
     ReviewError,
     audit_undo,
@@ -32,7 +31,8 @@ from annotation.services.review import (
     review_release,
     review_resolve,
 )
-from tests.annotation.quality_factories import quality_crowd_campaign, quality_judge, quality_worker
+from annotation.quality.run import qc_campaign_full
+from tests.annotation.quality.factories import quality_crowd_campaign, quality_judge, quality_worker
 
 KEYS = ("descriptiveness", "relevance", "fluency")
 

@@ -16,9 +16,9 @@ from annotation.models import (
     WorkerExclusion,
     WorkerQCStats,
 )
-from annotation.services.qc import DEFAULT_QC_RULES, qc_rules_merge, qc_rules_validate
-from annotation.services.quality import qc_campaign_full, qc_summary
-from tests.annotation.quality_factories import quality_crowd_campaign, quality_judge, quality_worker
+from annotation.quality.rules import DEFAULT_QC_RULES, qc_rules_merge, qc_rules_validate
+from annotation.quality.run import qc_campaign_full, qc_summary
+from tests.annotation.quality.factories import quality_crowd_campaign, quality_judge, quality_worker
 
 pytestmark = pytest.mark.django_db
 

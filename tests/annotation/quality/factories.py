@@ -39,7 +39,7 @@ from datasets_app.models import (
     ReferenceCaption,
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 VATEX_EVAL_FILE = REPO_ROOT / "data" / "vatex_eval" / "vid_cans_score_dict.json"
 
 

@@ -35,14 +35,14 @@ from annotation.models import (
     ReviewState,
     ReviewStatus,
 )
-from annotation.services.columns import copy_to_temp_table, is_postgresql
-from annotation.services.exclusions import (
+from annotation.quality.exclusions import (
     EXCLUDED_BY_REVIEW,
     judgments_exclude,
     judgments_include,
     worker_exclude,
     worker_include,
 )
+from annotation.services.columns import copy_to_temp_table, is_postgresql
 
 
 class ReviewError(Exception):
@@ -56,7 +56,7 @@ class ReviewError(Exception):
 
 def review_items_sync(*, data: Any, aggregates: Any) -> NDArray[Any]:
     """Bring the queue of a loaded slice up to date; returns the review state per candidate."""
-    from annotation.services.aggregation import current_review_state
+    from annotation.quality.aggregation import current_review_state
 
     campaign: Campaign = data.campaign
     threshold = campaign.review_range_threshold
@@ -280,7 +280,7 @@ def review_resolve(
     """Resolve a review item: set final ratings (per question, 1..5), exclude specific
     judgments with a reason, and/or drop the candidate from releases. The item must be claimed
     by `user` (an open item is claimed on the way). Each decision is audited separately."""
-    from annotation.services.aggregation import aggregation_recompute
+    from annotation.quality.aggregation import aggregation_recompute
 
     campaign = item.campaign
     keys = campaign.question_keys
@@ -400,7 +400,7 @@ def audit_undo(*, entry: AuditEntry, user: Any, note: str = "") -> AuditEntry:
 
     Undoing the last standing decision of a resolved review item puts the item back in the
     queue. A judgment whose slot was refilled meanwhile stays out (see exclusions)."""
-    from annotation.services.aggregation import aggregation_recompute
+    from annotation.quality.aggregation import aggregation_recompute
 
     if entry.action not in UNDOABLE:
         raise ReviewError(f"a {entry.get_action_display().lower()} entry cannot be undone")

@@ -18,17 +18,17 @@ from annotation.models import (
     WorkerExclusion,
     WorkerQCStats,
 )
-from annotation.services.exclusions import (
+from annotation.quality.exclusions import (
     EXCLUDED_BY_QUOTA_REFILLED,
     worker_exclude,
     worker_include,
 )
-from annotation.services.quality import (
+from annotation.quality.run import (
     qc_campaign_full,
     quality_after_submission,
     quality_sweep,
 )
-from tests.annotation.quality_factories import quality_crowd_campaign, quality_judge, quality_worker
+from tests.annotation.quality.factories import quality_crowd_campaign, quality_judge, quality_worker
 
 pytestmark = pytest.mark.django_db
 

@@ -23,7 +23,21 @@ from annotation.models import (
     ReviewItem,
     ReviewStatus,
 )
-from annotation.selectors_quality import (
+from annotation.quality.aggregation import aggregation_recompute
+from annotation.quality.agreement import campaign_agreement
+from annotation.quality.controls import CONTROL_KINDS, controls_generate
+from annotation.quality.exclusions import worker_exclude, worker_include
+from annotation.quality.review import (
+    JudgmentExclusionRequest,
+    ReviewError,
+    audit_undo,
+    review_claim,
+    review_claim_next,
+    review_release,
+    review_resolve,
+)
+from annotation.quality.run import qc_run_start
+from annotation.quality.selectors import (
     WORKER_SORTS,
     agreement_history,
     audit_entries,
@@ -36,20 +50,6 @@ from annotation.selectors_quality import (
     statistic_explanations,
     system_leaderboard,
     worker_rows,
-)
-from annotation.services.aggregation import aggregation_recompute
-from annotation.services.agreement import campaign_agreement
-from annotation.services.controls import CONTROL_KINDS, controls_generate
-from annotation.services.exclusions import worker_exclude, worker_include
-from annotation.services.quality import qc_run_start
-from annotation.services.review import (
-    JudgmentExclusionRequest,
-    ReviewError,
-    audit_undo,
-    review_claim,
-    review_claim_next,
-    review_release,
-    review_resolve,
 )
 from common.api import ErrorSerializer, FieldErrorsSerializer
 

@@ -15,7 +15,21 @@ from django.views.decorators.http import require_GET, require_POST
 
 from annotation import charts
 from annotation.models import AuditEntry, Campaign, Participation, ReviewItem, ReviewStatus
-from annotation.selectors_quality import (
+from annotation.quality.aggregation import aggregation_recompute
+from annotation.quality.exclusions import worker_exclude, worker_include
+from annotation.quality.review import (
+    UNDOABLE,
+    JudgmentExclusionRequest,
+    ReviewError,
+    audit_undo,
+    review_claim,
+    review_claim_next,
+    review_release,
+    review_resolve,
+)
+from annotation.quality.rules import RULE_LABELS
+from annotation.quality.run import qc_run_start
+from annotation.quality.selectors import (
     WORKER_SORTS,
     agreement_history,
     audit_entries,
@@ -29,20 +43,6 @@ from annotation.selectors_quality import (
     statistic_explanations,
     system_leaderboard,
     worker_rows,
-)
-from annotation.services.aggregation import aggregation_recompute
-from annotation.services.exclusions import worker_exclude, worker_include
-from annotation.services.qc import RULE_LABELS
-from annotation.services.quality import qc_run_start
-from annotation.services.review import (
-    UNDOABLE,
-    JudgmentExclusionRequest,
-    ReviewError,
-    audit_undo,
-    review_claim,
-    review_claim_next,
-    review_release,
-    review_resolve,
 )
 from common import storage
 from common.permissions import curator_required

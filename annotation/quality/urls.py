@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, URLResolver, path
 
-from annotation.views import dashboard
+from annotation.quality import views as dashboard
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("campaigns/<slug:slug>/", dashboard.campaign_detail, name="campaign-detail"),

@@ -33,8 +33,8 @@ from django.utils import timezone
 from numpy.typing import NDArray
 
 from annotation.models import Campaign, CampaignCandidate, ReviewState, ReviewStatus
+from annotation.quality.loading import CampaignSlice, campaign_slice_load
 from annotation.services.columns import copy_to_temp_table, is_postgresql
-from annotation.services.qc_data import CampaignSlice, campaign_slice_load
 
 
 @dataclass
@@ -309,7 +309,7 @@ def aggregation_recompute(
     """Recompute the aggregates of the campaign's candidates (all, or `candidate_ids`), and by
     default put candidates that now disagree too much into the review queue. Returns how many
     candidate rows changed."""
-    from annotation.services.review import review_items_sync
+    from annotation.quality.review import review_items_sync
 
     data = campaign_slice_load(campaign=campaign, candidate_ids=candidate_ids)
     with transaction.atomic():

@@ -13,12 +13,12 @@ import pytest
 from django.core.management import call_command
 
 from annotation.models import AgreementSnapshot, CampaignCandidate, Judgment
-from annotation.services import agreement as agreement_service
-from annotation.services.agreement import agreement_for_items, campaign_agreement
-from annotation.services.controls import controls_generate
-from annotation.services.exclusions import judgments_exclude
-from annotation.services.quality import qc_campaign_full
-from tests.annotation.quality_factories import quality_crowd_campaign, quality_judge, quality_worker
+from annotation.quality import agreement as agreement_service
+from annotation.quality.agreement import agreement_for_items, campaign_agreement
+from annotation.quality.controls import controls_generate
+from annotation.quality.exclusions import judgments_exclude
+from annotation.quality.run import qc_campaign_full
+from tests.annotation.quality.factories import quality_crowd_campaign, quality_judge, quality_worker
 
 pytestmark = pytest.mark.django_db
 

@@ -7,12 +7,12 @@ import pytest
 from rest_framework.test import APIClient
 
 from annotation.models import CampaignCandidate, CampaignClip
-from annotation.selectors_quality import system_leaderboard
-from annotation.services.controls import controls_generate, shuffle_words
-from annotation.services.quality import qc_campaign_full
+from annotation.quality.controls import controls_generate, shuffle_words
+from annotation.quality.run import qc_campaign_full
+from annotation.quality.selectors import system_leaderboard
 from datasets_app.models import CandidateCaption, CandidateKind, ControlType, ReferenceCaption
 from tests.annotation.crowd_factories import crowd_campaign, crowd_join
-from tests.annotation.quality_factories import quality_crowd_campaign, quality_judge, quality_worker
+from tests.annotation.quality.factories import quality_crowd_campaign, quality_judge, quality_worker
 
 pytestmark = pytest.mark.django_db
 

@@ -42,8 +42,8 @@ from annotation.models import (
     ReviewAction,
     WorkerExclusion,
 )
+from annotation.quality.rules import RULE_LABELS
 from annotation.services.columns import is_postgresql, json_text, pg_array
-from annotation.services.qc import RULE_LABELS
 
 logger = logging.getLogger(__name__)
 
