@@ -32,8 +32,9 @@ from django.db import connection, transaction
 from django.utils import timezone
 from numpy.typing import NDArray
 
-from annotation.models import Campaign, CampaignCandidate, ReviewState, ReviewStatus
+from annotation.models import Campaign, CampaignCandidate, ReviewState
 from annotation.quality.loading import CampaignSlice, campaign_slice_load
+from annotation.quality.review_queue import current_review_state, review_items_sync
 from annotation.services.columns import copy_to_temp_table, is_postgresql
 
 
@@ -290,37 +291,21 @@ def _row_values(
     }
 
 
-def current_review_state(data: CampaignSlice) -> NDArray[Any]:
-    """The review state of every candidate of `data` from its review item (if any)."""
-    state = np.full(len(data.candidates), ReviewState.NONE.value, dtype=object)
-    states: dict[str, str] = {
-        ReviewStatus.OPEN.value: ReviewState.OPEN.value,
-        ReviewStatus.CLAIMED.value: ReviewState.CLAIMED.value,
-        ReviewStatus.RESOLVED.value: ReviewState.RESOLVED.value,
-    }
-    for position, (_, status) in data.review_items.items():
-        state[position] = states.get(str(status), ReviewState.NONE.value)
-    return state
-
-
 def aggregation_recompute(
     *, campaign: Campaign, candidate_ids: Iterable[int] | None = None, detect_review: bool = True
 ) -> int:
     """Recompute the aggregates of the campaign's candidates (all, or `candidate_ids`), and by
     default put candidates that now disagree too much into the review queue. Returns how many
     candidate rows changed."""
-    from annotation.quality.review import review_items_sync
-
     data = campaign_slice_load(campaign=campaign, candidate_ids=candidate_ids)
     with transaction.atomic():
-        return aggregation_apply(data, detect_review=detect_review, sync=review_items_sync)
+        return aggregation_apply(data, detect_review=detect_review)
 
 
 def aggregation_apply(
     data: CampaignSlice,
     *,
     detect_review: bool,
-    sync: Any,
     timings: dict[str, float] | None = None,
 ) -> int:
     """Aggregate a loaded slice, sync its review items, store; used by full QC runs too.
@@ -337,7 +322,9 @@ def aggregation_apply(
     aggregates = aggregates_compute(data, review_state=review_state)
     lap("aggregate")
     if detect_review:
-        review_state = sync(data=data, aggregates=aggregates)
+        review_state = review_items_sync(
+            data=data, rating_range=aggregates.rating_range, spread=aggregates.spread
+        )
         aggregates = aggregates_compute(data, review_state=review_state)
         lap("review_queue")
     changed = aggregates_store(data, aggregates, review_state=review_state)

@@ -1,10 +1,5 @@
-"""Expert review: the queue of candidates whose kept ratings disagree, claims, resolutions, undo.
-
-Queue rule: a candidate (not a control, not dropped) enters the queue when the range of its kept
-ratings (max − min) reaches `Campaign.review_range_threshold` (default 3) on any question. Worst
-first: priority = range + (mean standard deviation of its ratings) / 10.
-An open item whose candidate no longer qualifies (say a worker was excluded) leaves the queue;
-claimed and resolved items stay.
+"""Expert review of the queued candidates (`annotation.quality.review_queue` fills the queue):
+claims, resolutions, undo.
 
 Claims are conditional UPDATEs (`WHERE status = 'open'`), so two curators never hold the same
 item; `review_claim_next` picks with `select_for_update(skip_locked=True)`.
@@ -19,11 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
-from numpy.typing import NDArray
 
 from annotation.models import (
     AuditEntry,
@@ -35,6 +28,7 @@ from annotation.models import (
     ReviewState,
     ReviewStatus,
 )
+from annotation.quality.aggregation import aggregation_recompute
 from annotation.quality.exclusions import (
     EXCLUDED_BY_REVIEW,
     judgments_exclude,
@@ -42,140 +36,10 @@ from annotation.quality.exclusions import (
     worker_exclude,
     worker_include,
 )
-from annotation.services.columns import copy_to_temp_table, is_postgresql
 
 
 class ReviewError(Exception):
     """A review action that is not allowed now (claimed by someone else, already undone...)."""
-
-
-# ----------------------------------------------------------------------------------------------
-# Queue detection
-# ----------------------------------------------------------------------------------------------
-
-
-def review_items_sync(*, data: Any, aggregates: Any) -> NDArray[Any]:
-    """Bring the queue of a loaded slice up to date; returns the review state per candidate."""
-    from annotation.quality.aggregation import current_review_state
-
-    campaign: Campaign = data.campaign
-    threshold = campaign.review_range_threshold
-    ranges = aggregates.rating_range
-    qualifies = (
-        ~data.candidates.is_control
-        & ~data.dropped
-        & ~np.isnan(ranges)
-        & (np.nan_to_num(ranges, nan=-1) >= threshold)
-    )
-    priority = np.nan_to_num(ranges, nan=0) + np.nan_to_num(aggregates.spread, nan=0) / 10.0
-    existing_status = {position: status for position, (_, status) in data.review_items.items()}
-    new_positions = [
-        position
-        for position in np.flatnonzero(qualifies).tolist()
-        if position not in existing_status
-    ]
-    update_positions = [
-        position
-        for position in np.flatnonzero(qualifies).tolist()
-        if existing_status.get(position) in (ReviewStatus.OPEN, ReviewStatus.CLAIMED)
-    ]
-    stale_ids = [
-        data.review_items[position][0]
-        for position, status in existing_status.items()
-        if status == ReviewStatus.OPEN and not qualifies[position]
-    ]
-    ids = data.candidates.ids
-    now = timezone.now()
-    if new_positions:
-        _insert_items(campaign, ids, ranges, priority, new_positions, now)
-    if update_positions:
-        _update_items(ids, ranges, priority, update_positions)
-    if stale_ids:
-        ReviewItem.objects.filter(id__in=stale_ids, status=ReviewStatus.OPEN).delete()
-    state = current_review_state(data)
-    for position in new_positions:
-        state[position] = ReviewState.OPEN.value
-    for position, (review_id, _status) in data.review_items.items():
-        if review_id in stale_ids:
-            state[position] = ReviewState.NONE.value
-    return state
-
-
-def _insert_items(
-    campaign: Campaign,
-    ids: NDArray[np.int64],
-    ranges: NDArray[np.float64],
-    priority: NDArray[np.float64],
-    positions: list[int],
-    now: Any,
-) -> None:
-    chosen = np.asarray(positions, dtype=np.int64)
-    if is_postgresql():
-        _review_temp_table(ids[chosen], ranges[chosen], priority[chosen])
-        table = ReviewItem._meta.db_table
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"INSERT INTO {table} (campaign_candidate_id, campaign_id, status, rating_range, "
-                f"priority, created_at) "
-                f"SELECT t.id, %s, %s, t.range, t.priority, %s FROM qc_review AS t "
-                f"ON CONFLICT (campaign_candidate_id) DO NOTHING",
-                [campaign.pk, ReviewStatus.OPEN, now],
-            )
-        return
-    ReviewItem.objects.bulk_create(
-        [
-            ReviewItem(
-                campaign=campaign,
-                campaign_candidate_id=int(ids[position]),
-                status=ReviewStatus.OPEN,
-                rating_range=int(ranges[position]),
-                priority=float(priority[position]),
-                created_at=now,
-            )
-            for position in positions
-        ],
-        ignore_conflicts=True,
-    )
-
-
-def _review_temp_table(
-    ids: NDArray[np.int64], ranges: NDArray[np.float64], priority: NDArray[np.float64]
-) -> None:
-    copy_to_temp_table(
-        "qc_review",
-        [
-            ("id", "int8", ids),
-            ("range", "int4", ranges.astype(np.int64)),
-            ("priority", "float8", priority),
-        ],
-    )
-
-
-def _update_items(
-    ids: NDArray[np.int64],
-    ranges: NDArray[np.float64],
-    priority: NDArray[np.float64],
-    positions: list[int],
-) -> None:
-    chosen = np.asarray(positions, dtype=np.int64)
-    if is_postgresql():
-        _review_temp_table(ids[chosen], ranges[chosen], priority[chosen])
-        table = ReviewItem._meta.db_table
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {table} AS r SET rating_range = t.range, priority = t.priority "
-                f"FROM qc_review AS t "
-                f"WHERE r.campaign_candidate_id = t.id AND r.status IN (%s, %s) "
-                f"AND (r.rating_range IS DISTINCT FROM t.range "
-                f"OR r.priority IS DISTINCT FROM t.priority)",
-                [ReviewStatus.OPEN, ReviewStatus.CLAIMED],
-            )
-        return
-    for position in positions:
-        ReviewItem.objects.filter(
-            campaign_candidate_id=int(ids[position]),
-            status__in=(ReviewStatus.OPEN, ReviewStatus.CLAIMED),
-        ).update(rating_range=int(ranges[position]), priority=float(priority[position]))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -280,8 +144,6 @@ def review_resolve(
     """Resolve a review item: set final ratings (per question, 1..5), exclude specific
     judgments with a reason, and/or drop the candidate from releases. The item must be claimed
     by `user` (an open item is claimed on the way). Each decision is audited separately."""
-    from annotation.quality.aggregation import aggregation_recompute
-
     campaign = item.campaign
     keys = campaign.question_keys
     ratings = {key: value for key, value in (ratings or {}).items() if value is not None}
@@ -400,8 +262,6 @@ def audit_undo(*, entry: AuditEntry, user: Any, note: str = "") -> AuditEntry:
 
     Undoing the last standing decision of a resolved review item puts the item back in the
     queue. A judgment whose slot was refilled meanwhile stays out (see exclusions)."""
-    from annotation.quality.aggregation import aggregation_recompute
-
     if entry.action not in UNDOABLE:
         raise ReviewError(f"a {entry.get_action_display().lower()} entry cannot be undone")
     campaign = entry.campaign

@@ -23,11 +23,8 @@ from annotation.quality.exclusions import (
     worker_exclude,
     worker_include,
 )
-from annotation.quality.run import (
-    qc_campaign_full,
-    quality_after_submission,
-    quality_sweep,
-)
+from annotation.quality.incremental import quality_after_submission, quality_sweep
+from annotation.quality.run import qc_campaign_full
 from tests.annotation.quality.factories import quality_crowd_campaign, quality_judge, quality_worker
 
 pytestmark = pytest.mark.django_db
