@@ -17,6 +17,11 @@ Locks are taken clip rows first, then candidate rows, each in id order — the o
 assignment engine uses — in short transactions, with the counters changed through F().
 Nothing is deleted: an exclusion only flips `Judgment.is_excluded` and records who, why and the
 numbers behind it.
+
+A curator's `worker_exclude` / `worker_include` is the whole action: the exclusion or inclusion,
+then the recompute of the aggregates and review state of the candidates it changed (pages, API
+and undo call it and nothing else). `workers_exclude` (a batch, for QC runs and passes) and the
+judgment-level functions leave the recompute to their caller, which folds it into its own.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from annotation.models import (
     ReviewAction,
     WorkerExclusion,
 )
+from annotation.quality.aggregation import aggregation_recompute
 from annotation.quality.rules import RULE_LABELS
 from annotation.services.columns import is_postgresql, json_text, pg_array
 
@@ -408,7 +414,8 @@ def workers_exclude(
 def worker_exclude(
     *, participation: Participation, actor: Any, reason: str = ""
 ) -> ExclusionOutcome:
-    """A curator excludes a worker by hand (reversible with `worker_include`)."""
+    """A curator excludes a worker by hand (reversible with `worker_include`), then the
+    aggregates and review state of the candidates whose judgments it excluded are recomputed."""
     outcome = workers_exclude(
         campaign=participation.campaign,
         decisions=[
@@ -428,6 +435,8 @@ def worker_exclude(
         ],
         actor=actor,
     )
+    if outcome.candidate_ids:
+        aggregation_recompute(campaign=participation.campaign, candidate_ids=outcome.candidate_ids)
     return outcome
 
 
@@ -441,7 +450,8 @@ class InclusionOutcome:
 def worker_include(*, participation: Participation, actor: Any, note: str = "") -> InclusionOutcome:
     """Reverse a worker's exclusion: the participation is active again (new assignments), the
     judgments excluded with the worker come back where their candidate has room (see the module
-    docstring), and the rules will flag but never again exclude this worker automatically."""
+    docstring), and the rules will flag but never again exclude this worker automatically. The
+    aggregates and review state of the candidates concerned are recomputed afterwards."""
     campaign = participation.campaign
     with transaction.atomic():
         locked = Participation.objects.select_for_update().get(pk=participation.pk)
@@ -482,6 +492,8 @@ def worker_include(*, participation: Participation, actor: Any, note: str = "") 
             },
             note=note[:2000],
         )
+    if candidate_ids:
+        aggregation_recompute(campaign=campaign, candidate_ids=candidate_ids)
     return InclusionOutcome(
         judgments_included=len(outcome["included"]),
         judgments_kept_out=len(outcome["kept_out"]),

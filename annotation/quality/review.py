@@ -293,6 +293,7 @@ def audit_undo(*, entry: AuditEntry, user: Any, note: str = "") -> AuditEntry:
             result = {**_judgment_state(judgment), "outcome": outcome}
             touched.add(judgment.campaign_candidate_id)
         elif locked.action == ReviewAction.EXCLUDE_WORKER and target_id:
+            # The curator services recompute the candidates they change themselves.
             participation = campaign.participations.get(pk=target_id)
             inclusion = worker_include(participation=participation, actor=user, note=note)
             result = {
@@ -300,14 +301,12 @@ def audit_undo(*, entry: AuditEntry, user: Any, note: str = "") -> AuditEntry:
                 "judgments_included": inclusion.judgments_included,
                 "judgments_kept_out": inclusion.judgments_kept_out,
             }
-            touched |= inclusion.candidate_ids
         elif locked.action == ReviewAction.INCLUDE_WORKER and target_id:
             participation = campaign.participations.get(pk=target_id)
             exclusion = worker_exclude(
                 participation=participation, actor=user, reason=note or "re-inclusion undone"
             )
             result = {"status": "excluded", "judgments_excluded": exclusion.judgments_excluded}
-            touched |= exclusion.candidate_ids
         try:
             undo = AuditEntry.objects.create(
                 campaign=campaign,

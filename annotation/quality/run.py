@@ -1,6 +1,7 @@
 """A full quality-control run of a campaign, as a `QCRun` job.
 
-- `qc_run_start(campaign=...)` queues a run (task `annotation.qc_run`, enqueued after commit);
+- `qc_run_start(campaign=...)` queues a run (task `annotation.qc_run`, enqueued after commit),
+  `qc_run_inline(campaign=...)` runs one in this process (the command line);
   `qc_run_execute(run_id=...)` claims and executes it (`common.jobs`); `qc_campaign_full` is the
   computation itself and `qc_summary` the state after it (what `run_qc --json` prints).
 - The passes between runs (after submissions, the sweep) are in `annotation.quality.incremental`.
@@ -216,6 +217,15 @@ def qc_run_start(*, campaign: Campaign, requested_by: Any = None) -> QCRun:
             requested_by=requested_by if getattr(requested_by, "pk", None) else None,
         )
         enqueue(qc_run, run.pk)
+    return run
+
+
+def qc_run_inline(*, campaign: Campaign) -> QCRun:
+    """A full QC run executed in this process (`manage.py run_qc`): the same `QCRun` row and job
+    lifecycle as a queued run, without the broker. Returns the finished run."""
+    run = QCRun.objects.create(campaign=campaign)
+    qc_run_execute(run_id=run.pk)
+    run.refresh_from_db()
     return run
 
 

@@ -265,6 +265,30 @@ def review_counts(*, campaign: Campaign) -> dict[str, int]:
     return {status: counts.get(status, 0) for status in ReviewStatus.values}
 
 
+def review_queue_summary(*, campaign: Campaign, limit: int | None = None) -> dict[str, Any]:
+    """What `manage.py review_queue --json` prints: items waiting (open or claimed) and resolved,
+    and the waiting items worst first ({"candidate": CampaignCandidate id, "range": r}), at most
+    `limit` of them."""
+    waiting_statuses = (ReviewStatus.OPEN, ReviewStatus.CLAIMED)
+    waiting = ReviewItem.objects.filter(campaign=campaign, status__in=waiting_statuses).order_by(
+        "-priority", "id"
+    )
+    if limit is not None:
+        waiting = waiting[: max(limit, 0)]
+    return {
+        "open": ReviewItem.objects.filter(campaign=campaign, status__in=waiting_statuses).count(),
+        "resolved": ReviewItem.objects.filter(
+            campaign=campaign, status=ReviewStatus.RESOLVED
+        ).count(),
+        "items": [
+            {"candidate": candidate, "range": rating_range}
+            for candidate, rating_range in waiting.values_list(
+                "campaign_candidate_id", "rating_range"
+            )
+        ],
+    }
+
+
 def review_item_detail(*, item: ReviewItem) -> dict[str, Any]:
     """Everything an expert needs to decide: clip, references, candidate, each judgment with its
     worker's QC statistics, and the decisions taken so far."""

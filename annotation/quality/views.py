@@ -15,7 +15,6 @@ from django.views.decorators.http import require_GET, require_POST
 
 from annotation import charts
 from annotation.models import AuditEntry, Campaign, Participation, ReviewItem, ReviewStatus
-from annotation.quality.aggregation import aggregation_recompute
 from annotation.quality.exclusions import worker_exclude, worker_include
 from annotation.quality.review import (
     UNDOABLE,
@@ -217,8 +216,6 @@ def worker_exclude_view(request: HttpRequest, slug: str, participation_id: int) 
     participation = _participation(campaign, participation_id)
     reason = request.POST.get("reason", "").strip()[:2000]
     outcome = worker_exclude(participation=participation, actor=request.user, reason=reason)
-    if outcome.candidate_ids:
-        aggregation_recompute(campaign=campaign, candidate_ids=outcome.candidate_ids)
     if outcome.exclusions:
         messages.success(
             request,
@@ -238,8 +235,6 @@ def worker_include_view(request: HttpRequest, slug: str, participation_id: int) 
     outcome = worker_include(
         participation=participation, actor=request.user, note=request.POST.get("note", "")
     )
-    if outcome.candidate_ids:
-        aggregation_recompute(campaign=campaign, candidate_ids=outcome.candidate_ids)
     text = f"{participation.worker.external_id} re-included; {outcome.judgments_included} judgment(s) back"
     if outcome.judgments_kept_out:
         text += (

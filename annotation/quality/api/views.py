@@ -23,7 +23,6 @@ from annotation.models import (
     ReviewItem,
     ReviewStatus,
 )
-from annotation.quality.aggregation import aggregation_recompute
 from annotation.quality.agreement import campaign_agreement
 from annotation.quality.controls import CONTROL_KINDS, controls_generate
 from annotation.quality.exclusions import worker_exclude, worker_include
@@ -258,8 +257,6 @@ class WorkerExcludeApi(APIView):
         outcome = worker_exclude(
             participation=participation, actor=request.user, reason=data.validated_data["reason"]
         )
-        if outcome.candidate_ids:
-            aggregation_recompute(campaign=campaign, candidate_ids=outcome.candidate_ids)
         participation.refresh_from_db()
         return Response(
             ExcludeOutputSerializer(
@@ -287,8 +284,6 @@ class WorkerIncludeApi(APIView):
         outcome = worker_include(
             participation=participation, actor=request.user, note=data.validated_data["note"]
         )
-        if outcome.candidate_ids:
-            aggregation_recompute(campaign=campaign, candidate_ids=outcome.candidate_ids)
         participation.refresh_from_db()
         return Response(
             IncludeOutputSerializer(

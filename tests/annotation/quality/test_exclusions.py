@@ -15,9 +15,11 @@ from annotation.models import (
     Judgment,
     ParticipationStatus,
     ReviewAction,
+    ReviewItem,
     WorkerExclusion,
     WorkerQCStats,
 )
+from annotation.quality.aggregation import aggregation_recompute
 from annotation.quality.exclusions import (
     EXCLUDED_BY_QUOTA_REFILLED,
     worker_exclude,
@@ -85,6 +87,37 @@ def test_curator_exclusion_and_inclusion_are_reversible_and_audited(curator):
     assert actions[0][:3] == (ReviewAction.EXCLUDE_WORKER, curator.pk, {"status": "active"})
     assert actions[1][0] == ReviewAction.INCLUDE_WORKER
     assert actions[1][3]["judgments_included"] == 4
+
+
+def test_curator_exclusion_and_inclusion_recompute_the_candidates_they_change(curator):
+    """One service per action: the aggregates and the review queue follow without a separate
+    recompute by the caller."""
+    campaign = quality_crowd_campaign(clips=1, candidates_per_clip=2, quota=3)
+    first, second = campaign.items.order_by("id")
+    steady = quality_worker(campaign, "steady")
+    outlier = quality_worker(campaign, "outlier")
+    quality_judge(steady, first, dict.fromkeys(KEYS, 2))
+    quality_judge(steady, second, dict.fromkeys(KEYS, 4))
+    quality_judge(outlier, first, dict.fromkeys(KEYS, 5))
+    aggregation_recompute(campaign=campaign)
+    first.refresh_from_db()
+    assert (first.kept_judgments, first.means["relevance"]) == (2, 3.5)
+    assert ReviewItem.objects.filter(campaign_candidate=first, status="open").exists()  # range 3
+
+    worker_exclude(participation=outlier, actor=curator, reason="copied answers")
+
+    first.refresh_from_db()
+    assert (first.judgments_total, first.kept_judgments) == (2, 1)
+    assert first.means == dict.fromkeys(KEYS, 2.0) and first.rating_range == 0
+    assert not ReviewItem.objects.filter(campaign_candidate=first).exists()  # left the queue
+    second.refresh_from_db()
+    assert (second.kept_judgments, second.means["relevance"]) == (1, 4.0)  # not touched
+
+    worker_include(participation=outlier, actor=curator, note="checked: fine")
+
+    first.refresh_from_db()
+    assert (first.kept_judgments, first.means["relevance"], first.rating_range) == (2, 3.5, 3)
+    assert ReviewItem.objects.filter(campaign_candidate=first, status="open").exists()
 
 
 def test_reinclusion_keeps_judgments_out_where_other_workers_refilled_the_slots(curator):
