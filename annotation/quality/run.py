@@ -41,11 +41,7 @@ from annotation.quality.aggregation import aggregation_apply, aggregation_recomp
 from annotation.quality.agreement import agreement_snapshots_store, alpha_from_columns
 from annotation.quality.evaluation import worker_stats_store, workers_evaluate
 from annotation.quality.exclusions import workers_exclude
-from annotation.quality.loading import (
-    CampaignSlice,
-    campaign_median_remember,
-    campaign_slice_load,
-)
+from annotation.quality.loading import CampaignSlice, campaign_median_remember, campaign_slice_load
 from annotation.quality.rules import qc_rules_merge
 from common.jobs import JobCancelled, job_claim, job_finish, job_progress
 from common.models import JobStatus
