@@ -197,3 +197,11 @@ def quality_judge(
             open_slots=F("open_slots") - 1
         )
     return judgment
+
+
+def quality_slots_consistent(campaign: Campaign) -> None:
+    """open_slots = Σ(quota − slots_taken) on every clip; slots never above quota."""
+    for clip in CampaignClip.objects.filter(campaign=campaign):
+        rows = CampaignCandidate.objects.filter(campaign=campaign, clip=clip.clip)
+        assert clip.open_slots == sum(row.quota - row.slots_taken for row in rows)
+        assert all(0 <= row.slots_taken <= row.quota for row in rows)

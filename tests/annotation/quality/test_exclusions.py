@@ -1,14 +1,11 @@
-"""Excluding and re-including workers: slots, quota refills, curator overrides, late submissions,
-the after-submission hook and the sweep."""
+"""Excluding and re-including workers: slots, quota refills, curator overrides, and the recompute
+that follows a curator's decision."""
 
 from __future__ import annotations
 
 import pytest
-from django.db.models import F
 
 from annotation.models import (
-    Assignment,
-    AssignmentStatus,
     AuditEntry,
     CampaignCandidate,
     CampaignClip,
@@ -25,9 +22,13 @@ from annotation.quality.exclusions import (
     worker_exclude,
     worker_include,
 )
-from annotation.quality.incremental import quality_after_submission, quality_sweep
 from annotation.quality.run import qc_campaign_full
-from tests.annotation.quality.factories import quality_crowd_campaign, quality_judge, quality_worker
+from tests.annotation.quality.factories import (
+    quality_crowd_campaign,
+    quality_judge,
+    quality_slots_consistent,
+    quality_worker,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -41,14 +42,6 @@ def _counters(campaign) -> tuple[dict[int, int], int]:
     return slots, sum(
         CampaignClip.objects.filter(campaign=campaign).values_list("open_slots", flat=True)
     )
-
-
-def _consistent(campaign) -> None:
-    """open_slots = Σ(quota − slots_taken) on every clip; slots never above quota."""
-    for clip in CampaignClip.objects.filter(campaign=campaign):
-        rows = CampaignCandidate.objects.filter(campaign=campaign, clip=clip.clip)
-        assert clip.open_slots == sum(row.quota - row.slots_taken for row in rows)
-        assert all(0 <= row.slots_taken <= row.quota for row in rows)
 
 
 def test_curator_exclusion_and_inclusion_are_reversible_and_audited(curator):
@@ -70,7 +63,7 @@ def test_curator_exclusion_and_inclusion_are_reversible_and_audited(curator):
     slots, open_slots = _counters(campaign)
     assert all(slots[key] == before_slots[key] - 1 for key in slots)
     assert open_slots == before_open + 4
-    _consistent(campaign)
+    quality_slots_consistent(campaign)
 
     inclusion = worker_include(participation=worker, actor=curator, note="checked: fine")
 
@@ -142,7 +135,7 @@ def test_reinclusion_keeps_judgments_out_where_other_workers_refilled_the_slots(
     second.refresh_from_db()
     assert first.slots_taken == first.quota == 1  # never above quota
     assert second.slots_taken == 1
-    _consistent(campaign)
+    quality_slots_consistent(campaign)
 
 
 def test_rules_never_re_exclude_a_worker_a_curator_re_included(curator):
@@ -167,82 +160,3 @@ def test_rules_never_re_exclude_a_worker_a_curator_re_included(curator):
     assert summary["excluded"] == []
     flag = WorkerQCStats.objects.get(participation=flat).flags[0]
     assert flag["rule"] == "uniform" and flag["action"] == "flag" and flag["override"] is True
-
-
-def _submitted_assignment(participation, items, values, *, server_ms=20_000):
-    assignment = Assignment.objects.create(
-        campaign=participation.campaign,
-        participation=participation,
-        clip=items[0].clip,
-        status=AssignmentStatus.SUBMITTED,
-        expires_at=participation.joined_at,
-        server_ms=server_ms * len(items),
-    )
-    judgments = []
-    for item in items:
-        judgment = quality_judge(participation, item, values, server_ms=server_ms)
-        Judgment.objects.filter(pk=judgment.pk).update(assignment=assignment)
-        judgments.append(judgment)
-    return assignment
-
-
-def test_after_submission_updates_the_worker_and_the_candidates_and_excludes_late_work(curator):
-    campaign = quality_crowd_campaign(clips=3, candidates_per_clip=3, quota=2)
-    clip_items = {}
-    for item in campaign.items.order_by("id"):
-        clip_items.setdefault(item.clip_id, []).append(item)
-    groups = list(clip_items.values())
-    worker = quality_worker(campaign, "worker")
-
-    assignment = _submitted_assignment(
-        worker, groups[0], {"descriptiveness": 2, "relevance": 4, "fluency": 5}
-    )
-    quality_after_submission(assignment_id=assignment.pk)
-
-    stats = WorkerQCStats.objects.get(participation=worker)
-    assert stats.judgments == 3 and stats.median_seconds_per_candidate == 20.0
-    item = CampaignCandidate.objects.get(pk=groups[0][0].pk)
-    assert item.kept_judgments == 1 and item.means == {
-        "descriptiveness": 2.0,
-        "relevance": 4.0,
-        "fluency": 5.0,
-    }
-    assert item.overall == pytest.approx(11 / 3)
-
-    # Excluded while a lease was live: what they submit afterwards is excluded too.
-    worker_exclude(participation=worker, actor=curator, reason="test")
-    late = _submitted_assignment(worker, groups[1], dict.fromkeys(KEYS, 3))
-    quality_after_submission(assignment_id=late.pk)
-
-    late_judgments = Judgment.objects.filter(assignment=late)
-    assert all(judgment.is_excluded for judgment in late_judgments)
-    assert {judgment.excluded_by for judgment in late_judgments} == {"worker_excluded"}
-    assert CampaignCandidate.objects.get(pk=groups[1][0].pk).kept_judgments == 0
-    assert WorkerExclusion.objects.get().judgments_excluded == 6
-    _consistent(campaign)
-
-
-def test_the_sweep_catches_up_on_missed_submissions_and_stale_aggregates():
-    campaign = quality_crowd_campaign(clips=2, candidates_per_clip=2, quota=2)
-    items = list(campaign.items.order_by("id"))
-    worker = quality_worker(campaign, "missed")
-    for item in items:
-        quality_judge(worker, item, {"descriptiveness": 4, "relevance": 5, "fluency": 3})
-    # The broker was down: no after-submission task ran.
-    assert not WorkerQCStats.objects.exists()
-    assert CampaignCandidate.objects.filter(kept_judgments=0).count() == 4
-
-    quality_sweep()
-
-    assert WorkerQCStats.objects.get(participation=worker).judgments == 4
-    worker.refresh_from_db()
-    assert worker.status == ParticipationStatus.ACTIVE
-    assert list(CampaignCandidate.objects.values_list("kept_judgments", "overall").distinct()) == [
-        (1, 4.0)
-    ]
-    # Counters drifted (someone edited a judgment by hand): the sweep repairs aggregates.
-    CampaignCandidate.objects.filter(pk=items[0].pk).update(
-        judgments_total=F("judgments_total") + 7
-    )
-    quality_sweep()
-    assert CampaignCandidate.objects.get(pk=items[0].pk).judgments_total == 1
