@@ -4,7 +4,8 @@ Input is a `JudgmentColumns` table (one row per judgment, values as a judgments 
 of 1..5 with 0 for "not answered"), a `CandidateColumns` table and per-clip durations. Output is a
 `WorkerStatistics` table (one row per participation) and, from the rules, a list of flags per
 worker. Everything is vectorised with NumPy so a campaign of a million judgments takes about a
-second; `annotation.quality.run` does the reading and writing.
+second; `annotation.quality.loading` reads the columns and `annotation.quality.evaluation` stores
+the results.
 
 Rules are configured per campaign in `Campaign.qc_rules` (a JSON object) and merged over
 `DEFAULT_QC_RULES`; see docs/quality.md for the meaning of every number.

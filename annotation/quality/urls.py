@@ -5,53 +5,53 @@ from __future__ import annotations
 
 from django.urls import URLPattern, URLResolver, path
 
-from annotation.quality import views as dashboard
+from annotation.quality import views
 
 urlpatterns: list[URLPattern | URLResolver] = [
-    path("campaigns/<slug:slug>/", dashboard.campaign_detail, name="campaign-detail"),
-    path("campaigns/<slug:slug>/qc-runs/", dashboard.qc_run_create, name="quality-run"),
-    path("campaigns/<slug:slug>/workers/", dashboard.workers, name="quality-workers"),
+    path("campaigns/<slug:slug>/", views.campaign_detail, name="campaign-detail"),
+    path("campaigns/<slug:slug>/qc-runs/", views.qc_run_create, name="quality-run"),
+    path("campaigns/<slug:slug>/workers/", views.workers, name="quality-workers"),
     path(
         "campaigns/<slug:slug>/workers/<int:participation_id>/exclude/",
-        dashboard.worker_exclude_view,
+        views.worker_exclude_view,
         name="quality-worker-exclude",
     ),
     path(
         "campaigns/<slug:slug>/workers/<int:participation_id>/include/",
-        dashboard.worker_include_view,
+        views.worker_include_view,
         name="quality-worker-include",
     ),
-    path("campaigns/<slug:slug>/review/", dashboard.review_queue_view, name="review-queue"),
+    path("campaigns/<slug:slug>/review/", views.review_queue_view, name="review-queue"),
     path(
         "campaigns/<slug:slug>/review/claim-next/",
-        dashboard.review_claim_next_view,
+        views.review_claim_next_view,
         name="review-claim-next",
     ),
     path(
         "campaigns/<slug:slug>/review/<int:item_id>/",
-        dashboard.review_item_view,
+        views.review_item_view,
         name="review-item",
     ),
     path(
         "campaigns/<slug:slug>/review/<int:item_id>/claim/",
-        dashboard.review_claim_view,
+        views.review_claim_view,
         name="review-claim",
     ),
     path(
         "campaigns/<slug:slug>/review/<int:item_id>/release/",
-        dashboard.review_release_view,
+        views.review_release_view,
         name="review-release",
     ),
     path(
         "campaigns/<slug:slug>/review/<int:item_id>/resolve/",
-        dashboard.review_resolve_view,
+        views.review_resolve_view,
         name="review-resolve",
     ),
-    path("campaigns/<slug:slug>/audit/", dashboard.audit_log, name="audit-log"),
+    path("campaigns/<slug:slug>/audit/", views.audit_log, name="audit-log"),
     path(
         "campaigns/<slug:slug>/audit/<int:entry_id>/undo/",
-        dashboard.audit_undo_view,
+        views.audit_undo_view,
         name="audit-undo",
     ),
-    path("campaigns/<slug:slug>/leaderboard/", dashboard.leaderboard, name="leaderboard"),
+    path("campaigns/<slug:slug>/leaderboard/", views.leaderboard, name="leaderboard"),
 ]
