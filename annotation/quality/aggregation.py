@@ -37,6 +37,20 @@ from annotation.quality.loading import CampaignSlice, campaign_slice_load
 from annotation.quality.review_queue import current_review_state, review_items_sync
 from annotation.services.columns import copy_to_temp_table, is_postgresql
 
+# The `CampaignCandidate` columns aggregation writes (the API's aggregate rows show the same).
+AGGREGATE_FIELDS: tuple[str, ...] = (
+    "judgments_total",
+    "kept_judgments",
+    "means",
+    "overall",
+    "normalized",
+    "training_class",
+    "rating_range",
+    "is_finalised",
+    "finalised_at",
+    "review_state",
+)
+
 
 @dataclass
 class Aggregates:
@@ -228,7 +242,7 @@ def _store_generic(
     current = {
         row.pk: row
         for row in CampaignCandidate.objects.filter(id__in=data.candidates.ids.tolist()).only(
-            "id", *_row_fields()
+            "id", *AGGREGATE_FIELDS
         )
     }
     changed: list[CampaignCandidate] = []
@@ -246,23 +260,8 @@ def _store_generic(
                 setattr(row, name, value)
             changed.append(row)
     if changed:
-        CampaignCandidate.objects.bulk_update(changed, list(_row_fields()), batch_size=500)
+        CampaignCandidate.objects.bulk_update(changed, list(AGGREGATE_FIELDS), batch_size=500)
     return len(changed)
-
-
-def _row_fields() -> tuple[str, ...]:
-    return (
-        "judgments_total",
-        "kept_judgments",
-        "means",
-        "overall",
-        "normalized",
-        "training_class",
-        "rating_range",
-        "is_finalised",
-        "finalised_at",
-        "review_state",
-    )
 
 
 def _row_values(

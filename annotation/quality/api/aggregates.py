@@ -12,6 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from annotation.models import CampaignCandidate
+from annotation.quality.aggregation import AGGREGATE_FIELDS
 from annotation.quality.api.base import TAG, bounded_int, campaign_or_404
 
 
@@ -22,24 +23,7 @@ class AggregateSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = CampaignCandidate
-        fields = [
-            "id",
-            "external_id",
-            "clip",
-            "system",
-            "quota",
-            "judgments_total",
-            "kept_judgments",
-            "means",
-            "overall",
-            "normalized",
-            "training_class",
-            "rating_range",
-            "is_finalised",
-            "finalised_at",
-            "review_state",
-            "dropped",
-        ]
+        fields = ["id", "external_id", "clip", "system", "quota", *AGGREGATE_FIELDS, "dropped"]
 
     def get_system(self, item: CampaignCandidate) -> str | None:
         system = item.candidate.system
