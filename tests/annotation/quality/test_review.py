@@ -298,3 +298,34 @@ def test_invalid_resolutions_are_refused_and_change_nothing(curator):
     assert not Judgment.objects.filter(is_excluded=True).exists()
     assert CampaignCandidate.objects.get(pk=items[0].pk).resolution == {}
     assert not AuditEntry.objects.exclude(action=ReviewAction.CLAIM).exists()
+
+
+@pytest.mark.django_db
+def test_undoing_a_worker_exclusion_and_its_undo_bring_the_aggregates_along(curator):
+    campaign = quality_crowd_campaign(slug="undo-worker", clips=1, candidates_per_clip=1, quota=3)
+    item = campaign.items.get()
+    steady = quality_worker(campaign, "steady")
+    outlier = quality_worker(campaign, "outlier")
+    quality_judge(steady, item, dict.fromkeys(KEYS, 2))
+    quality_judge(outlier, item, dict.fromkeys(KEYS, 5))
+    worker_exclude(participation=outlier, actor=curator, reason="copied answers")
+    item.refresh_from_db()
+    assert (item.kept_judgments, item.overall) == (1, 2.0)
+    exclusion = AuditEntry.objects.get(action=ReviewAction.EXCLUDE_WORKER)
+
+    undo = audit_undo(entry=exclusion, user=curator, note="was fine")
+
+    assert undo.after == {"status": "active", "judgments_included": 1, "judgments_kept_out": 0}
+    outlier.refresh_from_db()
+    item.refresh_from_db()
+    assert outlier.status == "active"
+    assert (item.kept_judgments, item.overall, item.review_state) == (2, 3.5, ReviewState.OPEN)
+    inclusion = AuditEntry.objects.get(action=ReviewAction.INCLUDE_WORKER)
+
+    audit_undo(entry=inclusion, user=curator, note="was not fine after all")
+
+    outlier.refresh_from_db()
+    item.refresh_from_db()
+    assert outlier.status == "excluded"
+    assert (item.kept_judgments, item.overall, item.review_state) == (1, 2.0, ReviewState.NONE)
+    assert not ReviewItem.objects.filter(campaign_candidate=item).exists()
