@@ -35,7 +35,8 @@ from numpy.typing import NDArray
 from annotation.models import Campaign, CampaignCandidate, ReviewState
 from annotation.quality.loading import CampaignSlice, campaign_slice_load
 from annotation.quality.review_queue import current_review_state, review_items_sync
-from annotation.services.columns import copy_to_temp_table, is_postgresql
+from annotation.services.columns import copy_to_temp_table
+from common.db import is_postgresql
 
 # The `CampaignCandidate` columns aggregation writes (the API's aggregate rows show the same).
 AGGREGATE_FIELDS: tuple[str, ...] = (

@@ -49,7 +49,8 @@ from annotation.models import (
 )
 from annotation.quality.aggregation import aggregation_recompute
 from annotation.quality.rules import RULE_LABELS
-from annotation.services.columns import is_postgresql, json_text, pg_array
+from annotation.services.columns import json_text, pg_array
+from common.db import is_postgresql
 
 logger = logging.getLogger(__name__)
 

@@ -28,7 +28,8 @@ from annotation.models import (
     WorkerExclusion,
 )
 from annotation.quality.rules import CandidateColumns, JudgmentColumns
-from annotation.services.columns import fetch_columns, is_postgresql, json_number
+from annotation.services.columns import fetch_columns, json_number
+from common.db import is_postgresql
 from datasets_app.models import Clip
 
 CAMPAIGN_MEDIAN_CACHE_SECONDS = 60

@@ -22,7 +22,8 @@ from numpy.typing import NDArray
 
 from annotation.models import Campaign, ReviewItem, ReviewState, ReviewStatus
 from annotation.quality.loading import CampaignSlice
-from annotation.services.columns import copy_to_temp_table, is_postgresql
+from annotation.services.columns import copy_to_temp_table
+from common.db import is_postgresql
 
 
 def current_review_state(data: CampaignSlice) -> NDArray[Any]:
