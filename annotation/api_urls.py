@@ -9,5 +9,5 @@ urlpatterns = [
     # Crowd entry, assignments, submissions, campaigns.
     path("", include("annotation.api_urls_crowd")),
     # Quality control, agreement, review, aggregation.
-    path("", include("annotation.api_urls_quality")),
+    path("", include("annotation.quality.api.urls")),
 ]

@@ -9,7 +9,7 @@ from celery import shared_task
 def after_submission(assignment_id: int) -> None:
     """Incremental quality work after a worker submitted an assignment (QC statistics and rules,
     aggregation and review detection of the candidates it touched)."""
-    from annotation.services.quality import quality_after_submission
+    from annotation.quality.incremental import quality_after_submission
 
     quality_after_submission(assignment_id=assignment_id)
 
@@ -17,9 +17,9 @@ def after_submission(assignment_id: int) -> None:
 @shared_task(name="annotation.quality_catch_up", ignore_result=True)
 def quality_catch_up(campaign_id: int) -> None:
     """One quality pass of a campaign: every worker who submitted since their statistics were
-    computed (see `annotation.services.quality_queue`)."""
-    from annotation.services.quality import SWEEP_MAX_WORKERS
-    from annotation.services.quality import quality_catch_up as catch_up
+    computed (see `annotation.quality.debouncing`)."""
+    from annotation.quality.incremental import SWEEP_MAX_WORKERS
+    from annotation.quality.incremental import quality_catch_up as catch_up
     from common.tasks import publish_now
 
     if catch_up(campaign_id=campaign_id)["workers"] >= SWEEP_MAX_WORKERS:
@@ -30,7 +30,7 @@ def quality_catch_up(campaign_id: int) -> None:
 def quality_catch_up_active() -> int:
     """The quality pass of every active crowd campaign with stale workers (beat, every 10 s):
     covers the last submissions of a burst, which published no pass of their own."""
-    from annotation.services.quality import quality_catch_up_active as catch_up_active
+    from annotation.quality.incremental import quality_catch_up_active as catch_up_active
 
     return catch_up_active()
 
@@ -46,7 +46,7 @@ def expire_leases() -> int:
 @shared_task(name="annotation.quality_sweep", ignore_result=True)
 def quality_sweep() -> None:
     """Catch up on quality work that could not be published while the broker was down."""
-    from annotation.services.quality import quality_sweep as sweep
+    from annotation.quality.incremental import quality_sweep as sweep
 
     sweep()
 
@@ -54,6 +54,6 @@ def quality_sweep() -> None:
 @shared_task(name="annotation.qc_run", ignore_result=True, acks_late=True)
 def qc_run(run_id: int) -> None:
     """A full QC recompute of a campaign (a `QCRun` row)."""
-    from annotation.services.quality import qc_run_execute
+    from annotation.quality.run import qc_run_execute
 
     qc_run_execute(run_id=run_id)

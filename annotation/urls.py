@@ -11,5 +11,5 @@ urlpatterns = [
     # Campaign list, creation and editing, payments export (crowd flow).
     path("", include("annotation.urls_campaigns")),
     # Quality control, agreement, review queue, leaderboard.
-    path("", include("annotation.urls_quality")),
+    path("", include("annotation.quality.urls")),
 ]

@@ -292,7 +292,7 @@ def reset() -> None:
 def measured_run() -> dict[str, Any]:
     """One full QC run in this process; prints its figures as JSON."""
     from annotation.models import Campaign
-    from annotation.services.quality import qc_campaign_full
+    from annotation.quality.run import qc_campaign_full
 
     campaign = Campaign.objects.get(slug=SLUG)
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

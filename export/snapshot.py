@@ -23,7 +23,6 @@ import psycopg2.extensions
 from django.db import connection as default_connection
 from django.db import connections, transaction
 
-from annotation.agreement import alpha_from_coincidence
 from annotation.models import (
     AuditEntry,
     Campaign,
@@ -33,6 +32,7 @@ from annotation.models import (
     Worker,
     WorkerExclusion,
 )
+from annotation.quality.krippendorff import alpha_from_coincidence
 from datasets_app.models import (
     CandidateCaption,
     CandidateKind,

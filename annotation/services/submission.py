@@ -31,10 +31,10 @@ from annotation.models import (
     Participation,
     ParticipationStatus,
 )
+from annotation.quality.debouncing import after_submission_schedule
 from annotation.questions import level_values
 from annotation.services import crowd_sql as sql
 from annotation.services.assignment import assignment_slots_retake
-from annotation.services.quality_queue import after_submission_schedule
 
 MAX_CLIENT_MS = 7 * 24 * 3600 * 1000
 TIMING_KEYS = ("active_ms", "video_played_ms")

@@ -1,6 +1,6 @@
 """Campaign data for release tests, built fast with bulk_create.
 
-Aggregates are written the way `annotation.services.aggregation` defines them (mean of the kept
+Aggregates are written the way `annotation.quality.aggregation` defines them (mean of the kept
 judgments per question, overall = mean of the question means, normalised (overall - 1) / 4, class
 = overall rounded half up, finalised when kept >= quota and no review is pending), so the release
 reads realistic rows.

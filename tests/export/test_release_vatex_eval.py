@@ -11,7 +11,7 @@ import pytest
 
 from annotation.imports import VATEX_EVAL_CAMPAIGN_SLUG, vatex_eval_import
 from annotation.models import Campaign, CampaignCandidate
-from annotation.services.aggregation import aggregation_recompute
+from annotation.quality.aggregation import aggregation_recompute
 from tests.export.helpers import build, jsonl_records, read_file, release_root
 from tests.support.processes import REPO_ROOT
 

@@ -34,13 +34,13 @@ from django.test import Client
 from django.utils.crypto import get_random_string
 
 from annotation.models import Assignment, AuditEntry, Participation, QCRun, ReviewItem
+from annotation.quality.review import review_resolve
+from annotation.quality.run import qc_campaign_full
 from annotation.services.assignment import assignment_claim_next
-from annotation.services.quality import qc_campaign_full
-from annotation.services.review import review_resolve
 from common.models import JobStatus
 from export.models import Release
 from tests.annotation.crowd_factories import crowd_campaign, crowd_join
-from tests.annotation.quality_factories import quality_crowd_campaign, quality_judge, quality_worker
+from tests.annotation.quality.factories import quality_crowd_campaign, quality_judge, quality_worker
 from tests.export.builders import build_campaign
 from tests.export.helpers import build
 from tests.support.processes import purge_broker

@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from annotation.models import Campaign
-from annotation.services.agreement import campaign_agreement
+from annotation.quality.agreement import campaign_agreement
 from common.management.base import LepusCommand
 
 

@@ -6,7 +6,8 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from annotation.models import Campaign, ReviewItem, ReviewStatus
+from annotation.models import Campaign
+from annotation.quality.selectors import review_queue_summary
 from common.management.base import LepusCommand
 
 
@@ -26,27 +27,8 @@ class Command(LepusCommand):
         campaign = Campaign.objects.filter(slug=options["slug"]).first()
         if campaign is None:
             raise CommandError(f"no campaign with slug {options['slug']!r}")
-        waiting = ReviewItem.objects.filter(
-            campaign=campaign, status__in=(ReviewStatus.OPEN, ReviewStatus.CLAIMED)
-        ).order_by("-priority", "id")
-        if options["limit"] is not None:
-            waiting = waiting[: max(options["limit"], 0)]
-        items = [
-            {"candidate": candidate, "range": rating_range}
-            for candidate, rating_range in waiting.values_list(
-                "campaign_candidate_id", "rating_range"
-            )
-        ]
-        payload = {
-            "open": ReviewItem.objects.filter(
-                campaign=campaign, status__in=(ReviewStatus.OPEN, ReviewStatus.CLAIMED)
-            ).count(),
-            "resolved": ReviewItem.objects.filter(
-                campaign=campaign, status=ReviewStatus.RESOLVED
-            ).count(),
-            "items": items,
-        }
+        payload = review_queue_summary(campaign=campaign, limit=options["limit"])
         lines = [f"Open: {payload['open']}, resolved: {payload['resolved']}"] + [
-            f"  candidate {row['candidate']}: range {row['range']}" for row in items
+            f"  candidate {row['candidate']}: range {row['range']}" for row in payload["items"]
         ]
         self.emit(payload, "\n".join(lines))

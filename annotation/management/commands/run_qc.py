@@ -6,8 +6,8 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from annotation.models import Campaign, QCRun
-from annotation.services.quality import qc_run_execute, qc_run_start
+from annotation.models import Campaign
+from annotation.quality.run import qc_run_inline, qc_run_start
 from common.management.base import LepusCommand
 from common.models import JobStatus
 
@@ -38,10 +38,8 @@ class Command(LepusCommand):
             run = qc_run_start(campaign=campaign)
             self.emit({"run": run.pk, "status": run.status}, f"QC run {run.pk} queued.")
             return
-        run = QCRun.objects.create(campaign=campaign)
-        self.note(f"QC run {run.pk} of {campaign.slug}…")
-        qc_run_execute(run_id=run.pk)
-        run.refresh_from_db()
+        self.note(f"QC run of {campaign.slug}…")
+        run = qc_run_inline(campaign=campaign)
         if run.status != JobStatus.SUCCEEDED:
             raise CommandError(f"QC run {run.pk} {run.status}: {run.error.splitlines()[0:1]}")
         summary = run.summary

@@ -1,0 +1,332 @@
+"""Aggregation: one score per candidate from its kept judgments (or an expert's resolution).
+
+Per candidate and question: the mean of the kept (not excluded) judgments, unless an expert set a
+final value for that question in review (`CampaignCandidate.resolution["values"]`), which wins.
+
+- `overall`: the campaign's explicit overall question (`Campaign.overall_question_key`) when it has
+  one, else the mean of the per-question means;
+- `normalized` = (overall − 1) / 4, in [0, 1];
+- `training_class` = overall rounded half up (2.5 → 3, 3.5 → 4; never banker's rounding);
+- `rating_range` = the largest (max − min) of the kept ratings over the questions;
+- `is_finalised` (the rule export relies on):
+      not a control item
+  and not dropped by an expert
+  and has an overall score
+  and (kept_judgments ≥ quota  or  its review item was resolved by an expert).
+  `finalised_at` is when it last became finalised (cleared when it stops being finalised).
+
+Results are stored on `CampaignCandidate` so reads are cheap, and a recompute makes them consistent
+with the judgments again (only rows whose values change are written).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from django.db import connection, transaction
+from django.utils import timezone
+from numpy.typing import NDArray
+
+from annotation.models import Campaign, CampaignCandidate, ReviewState
+from annotation.quality.loading import CampaignSlice, campaign_slice_load
+from annotation.quality.review_queue import current_review_state, review_items_sync
+from annotation.services.columns import copy_to_temp_table
+from common.db import is_postgresql
+
+# The `CampaignCandidate` columns aggregation writes (the API's aggregate rows show the same).
+AGGREGATE_FIELDS: tuple[str, ...] = (
+    "judgments_total",
+    "kept_judgments",
+    "means",
+    "overall",
+    "normalized",
+    "training_class",
+    "rating_range",
+    "is_finalised",
+    "finalised_at",
+    "review_state",
+)
+
+
+@dataclass
+class Aggregates:
+    """Per candidate of a slice (NaN: no value)."""
+
+    means: NDArray[np.float64]  # candidates × questions
+    overall: NDArray[np.float64]
+    normalized: NDArray[np.float64]
+    training_class: NDArray[np.float64]
+    rating_range: NDArray[np.float64]
+    spread: NDArray[np.float64]  # standard deviation of kept ratings, averaged over questions
+    judgments_total: NDArray[np.int64]
+    kept_judgments: NDArray[np.int64]
+    is_finalised: NDArray[np.bool_]
+
+
+def round_half_up(value: float) -> int:
+    """2.5 → 3 and 3.5 → 4 (Python's round() would give 2 and 4)."""
+    return int(math.floor(round(value, 9) + 0.5))
+
+
+def aggregates_compute(data: CampaignSlice, *, review_state: NDArray[Any]) -> Aggregates:
+    """Aggregates of every candidate in `data`; `review_state` is the final review state per
+    candidate (finalisation needs to know which were resolved by an expert)."""
+    candidates, judgments = data.candidates, data.judgments
+    items = len(candidates)
+    questions = len(data.question_keys)
+    kept = ~judgments.excluded
+    values = judgments.values.astype(np.float64)
+    means = np.full((items, questions), np.nan)
+    rating_range = np.full(items, np.nan)
+    spread_sum = np.zeros(items)
+    spread_count = np.zeros(items)
+    for question in range(questions):
+        value = values[:, question]
+        counted = kept & (value > 0)
+        item = judgments.item[counted]
+        count = np.bincount(item, minlength=items).astype(np.float64)
+        total = np.bincount(item, weights=value[counted], minlength=items)
+        squares = np.bincount(item, weights=value[counted] ** 2, minlength=items)
+        present = count > 0
+        means[present, question] = total[present] / count[present]
+        variance = np.zeros(items)
+        variance[present] = np.maximum(
+            squares[present] / count[present] - means[present, question] ** 2, 0.0
+        )
+        spread_sum[present] += np.sqrt(variance[present])
+        spread_count[present] += 1
+        high = np.zeros(items)
+        low = np.full(items, 99.0)
+        if item.size:
+            np.maximum.at(high, item, value[counted])
+            np.minimum.at(low, item, value[counted])
+        question_range = np.where(present, high - low, np.nan)
+        rating_range = np.fmax(rating_range, question_range)
+    for position, resolution in data.resolutions.items():
+        for question, key in enumerate(data.question_keys):
+            if key in resolution:
+                means[position, question] = resolution[key]
+
+    overall_key = data.campaign.overall_question_key
+    if overall_key and overall_key in data.question_keys:
+        overall = means[:, data.question_keys.index(overall_key)].copy()
+    elif questions:
+        with np.errstate(invalid="ignore"):
+            answered = ~np.isnan(means)
+            overall = np.where(
+                answered.any(axis=1),
+                np.nansum(means, axis=1) / np.maximum(answered.sum(axis=1), 1),
+                np.nan,
+            )
+    else:
+        overall = np.full(items, np.nan)
+    overall = np.round(overall, 9)
+    normalized = np.clip((overall - 1.0) / 4.0, 0.0, 1.0)
+    training_class = np.floor(overall + 0.5)
+
+    judgments_total = np.bincount(judgments.item, minlength=items).astype(np.int64)
+    kept_judgments = np.bincount(judgments.item[kept], minlength=items).astype(np.int64)
+    resolved = np.asarray(review_state) == ReviewState.RESOLVED
+    is_finalised = (
+        ~candidates.is_control
+        & ~data.dropped
+        & ~np.isnan(overall)
+        & ((kept_judgments >= candidates.quota) | resolved)
+    )
+    with np.errstate(invalid="ignore", divide="ignore"):
+        spread = np.where(spread_count > 0, spread_sum / np.maximum(spread_count, 1), np.nan)
+    return Aggregates(
+        means=means,
+        overall=overall,
+        normalized=normalized,
+        training_class=training_class,
+        rating_range=rating_range,
+        spread=spread,
+        judgments_total=judgments_total,
+        kept_judgments=kept_judgments,
+        is_finalised=is_finalised,
+    )
+
+
+def aggregates_store(
+    data: CampaignSlice, aggregates: Aggregates, *, review_state: NDArray[Any]
+) -> int:
+    """Write aggregates and review state to the candidates of `data`; returns rows changed."""
+    if len(data.candidates) == 0:
+        return 0
+    now = timezone.now()
+    if is_postgresql():
+        return _store_postgresql(data, aggregates, review_state, now)
+    return _store_generic(data, aggregates, review_state, now)
+
+
+REVIEW_STATE_CODES = {
+    ReviewState.NONE.value: 0,
+    ReviewState.OPEN.value: 1,
+    ReviewState.CLAIMED.value: 2,
+    ReviewState.RESOLVED.value: 3,
+}
+
+
+def _store_postgresql(
+    data: CampaignSlice, aggregates: Aggregates, review_state: NDArray[Any], now: Any
+) -> int:
+    """One binary COPY into a temporary table, then one UPDATE ... FROM it that writes only the
+    rows whose values change. None of the columns written is indexed, so PostgreSQL can update
+    in place (HOT) where the page has room (the table's fillfactor leaves some)."""
+    table = CampaignCandidate._meta.db_table
+    keys = data.question_keys
+    codes = np.fromiter(
+        (REVIEW_STATE_CODES.get(str(state), 0) for state in review_state),
+        dtype=np.int16,
+        count=len(review_state),
+    )
+    columns: list[tuple[str, Any, Any]] = [
+        ("id", "int8", data.candidates.ids),
+        ("total", "int4", aggregates.judgments_total),
+        ("kept", "int4", aggregates.kept_judgments),
+        ("overall", "float8", aggregates.overall),
+        ("normalized", "float8", aggregates.normalized),
+        ("training_class", "int2", np.nan_to_num(aggregates.training_class, nan=-1)),
+        ("rating_range", "int2", np.nan_to_num(aggregates.rating_range, nan=-1)),
+        ("finalised", "bool", aggregates.is_finalised),
+        ("review", "int2", codes),
+    ] + [(f"m{index}", "float8", aggregates.means[:, index]) for index in range(len(keys))]
+    copy_to_temp_table("qc_aggregates", columns)
+    pairs = ", ".join(f"%s::text, NULLIF(t.m{index}, 'NaN')" for index in range(len(keys)))
+    means_sql = f"jsonb_strip_nulls(jsonb_build_object({pairs}))" if keys else "'{}'::jsonb"
+    review_sql = (
+        "(CASE t.review WHEN 1 THEN 'open' WHEN 2 THEN 'claimed' WHEN 3 THEN 'resolved' "
+        "ELSE '' END)"
+    )
+    sql = f"""
+        UPDATE {table} AS cc SET
+            judgments_total = t.total,
+            kept_judgments = t.kept,
+            means = {means_sql},
+            overall = NULLIF(t.overall, 'NaN'),
+            normalized = NULLIF(t.normalized, 'NaN'),
+            training_class = NULLIF(t.training_class, -1),
+            rating_range = NULLIF(t.rating_range, -1),
+            is_finalised = t.finalised,
+            finalised_at = CASE WHEN NOT t.finalised THEN NULL
+                                WHEN cc.is_finalised THEN cc.finalised_at ELSE %s END,
+            review_state = {review_sql}
+        FROM qc_aggregates AS t
+        WHERE cc.id = t.id AND (
+            cc.judgments_total IS DISTINCT FROM t.total
+            OR cc.kept_judgments IS DISTINCT FROM t.kept
+            OR cc.overall IS DISTINCT FROM NULLIF(t.overall, 'NaN')
+            OR cc.normalized IS DISTINCT FROM NULLIF(t.normalized, 'NaN')
+            OR cc.training_class IS DISTINCT FROM NULLIF(t.training_class, -1)
+            OR cc.rating_range IS DISTINCT FROM NULLIF(t.rating_range, -1)
+            OR cc.is_finalised IS DISTINCT FROM t.finalised
+            OR cc.review_state IS DISTINCT FROM {review_sql}
+            OR cc.means IS DISTINCT FROM {means_sql}
+        )
+    """
+    params: list[Any] = [*keys, now, *keys]
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL work_mem = '64MB'")
+        cursor.execute(sql, params)
+        return cursor.rowcount
+
+
+def _store_generic(
+    data: CampaignSlice, aggregates: Aggregates, review_state: NDArray[Any], now: Any
+) -> int:
+    current = {
+        row.pk: row
+        for row in CampaignCandidate.objects.filter(id__in=data.candidates.ids.tolist()).only(
+            "id", *AGGREGATE_FIELDS
+        )
+    }
+    changed: list[CampaignCandidate] = []
+    for position, candidate_id in enumerate(data.candidates.ids.tolist()):
+        row = current.get(candidate_id)
+        if row is None:
+            continue
+        values = _row_values(data, aggregates, review_state, position)
+        finalised = values["is_finalised"]
+        values["finalised_at"] = (
+            None if not finalised else (row.finalised_at if row.is_finalised else now)
+        )
+        if any(getattr(row, name) != value for name, value in values.items()):
+            for name, value in values.items():
+                setattr(row, name, value)
+            changed.append(row)
+    if changed:
+        CampaignCandidate.objects.bulk_update(changed, list(AGGREGATE_FIELDS), batch_size=500)
+    return len(changed)
+
+
+def _row_values(
+    data: CampaignSlice, aggregates: Aggregates, review_state: NDArray[Any], position: int
+) -> dict[str, Any]:
+    def number(value: float) -> float | None:
+        return None if math.isnan(value) else float(value)
+
+    means = {
+        key: float(aggregates.means[position, index])
+        for index, key in enumerate(data.question_keys)
+        if not math.isnan(aggregates.means[position, index])
+    }
+    training_class = aggregates.training_class[position]
+    rating_range = aggregates.rating_range[position]
+    return {
+        "judgments_total": int(aggregates.judgments_total[position]),
+        "kept_judgments": int(aggregates.kept_judgments[position]),
+        "means": means,
+        "overall": number(aggregates.overall[position]),
+        "normalized": number(aggregates.normalized[position]),
+        "training_class": None if math.isnan(training_class) else int(training_class),
+        "rating_range": None if math.isnan(rating_range) else int(rating_range),
+        "is_finalised": bool(aggregates.is_finalised[position]),
+        "review_state": str(review_state[position]),
+    }
+
+
+def aggregation_recompute(
+    *, campaign: Campaign, candidate_ids: Iterable[int] | None = None, detect_review: bool = True
+) -> int:
+    """Recompute the aggregates of the campaign's candidates (all, or `candidate_ids`), and by
+    default put candidates that now disagree too much into the review queue. Returns how many
+    candidate rows changed."""
+    data = campaign_slice_load(campaign=campaign, candidate_ids=candidate_ids)
+    with transaction.atomic():
+        return aggregation_apply(data, detect_review=detect_review)
+
+
+def aggregation_apply(
+    data: CampaignSlice,
+    *,
+    detect_review: bool,
+    timings: dict[str, float] | None = None,
+) -> int:
+    """Aggregate a loaded slice, sync its review items, store; used by full QC runs too.
+    `timings` (optional) receives the seconds of each step."""
+    clock = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        if timings is not None:
+            timings[name] = round(time.perf_counter() - clock, 3)
+        clock = time.perf_counter()
+
+    review_state = current_review_state(data)
+    aggregates = aggregates_compute(data, review_state=review_state)
+    lap("aggregate")
+    if detect_review:
+        review_state = review_items_sync(
+            data=data, rating_range=aggregates.rating_range, spread=aggregates.spread
+        )
+        aggregates = aggregates_compute(data, review_state=review_state)
+        lap("review_queue")
+    changed = aggregates_store(data, aggregates, review_state=review_state)
+    lap("store_aggregates")
+    return changed

@@ -1,0 +1,79 @@
+"""The audit log of a campaign's quality decisions, and undo.
+
+Curators only (the DRF default `IsCurator`); one view per operation: validate → service →
+serialize."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from annotation.models import AuditEntry
+from annotation.quality.api.base import TAG, campaign_or_404
+from annotation.quality.review import ReviewError, audit_undo
+from annotation.quality.selectors import audit_entries
+from common.api import ErrorSerializer
+
+
+class AuditEntrySerializer(serializers.ModelSerializer):
+    actor: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True
+    )
+    undone = serializers.SerializerMethodField()
+
+    class Meta:
+        model = AuditEntry
+        fields = [
+            "id",
+            "review_item",
+            "actor",
+            "action",
+            "target",
+            "before",
+            "after",
+            "note",
+            "undoes",
+            "undone",
+            "created_at",
+        ]
+
+    def get_undone(self, entry: AuditEntry) -> bool:
+        return AuditEntry.objects.filter(undoes=entry).exists()
+
+
+class AuditListApi(APIView):
+    @extend_schema(
+        tags=TAG, responses={200: AuditEntrySerializer(many=True)}, operation_id="audit_list"
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        campaign = campaign_or_404(slug)
+        return Response(AuditEntrySerializer(audit_entries(campaign=campaign), many=True).data)
+
+
+class UndoInputSerializer(serializers.Serializer):
+    note = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+
+class AuditUndoApi(APIView):
+    @extend_schema(
+        tags=TAG,
+        request=UndoInputSerializer,
+        responses={200: AuditEntrySerializer, 409: ErrorSerializer},
+        operation_id="audit_undo",
+    )
+    def post(self, request: Request, slug: str, entry_id: int) -> Response:
+        campaign = campaign_or_404(slug)
+        entry = get_object_or_404(AuditEntry, pk=entry_id, campaign=campaign)
+        data = UndoInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            undo = audit_undo(entry=entry, user=request.user, note=data.validated_data["note"])
+        except ReviewError as error:
+            return Response({"detail": str(error)}, status=status.HTTP_409_CONFLICT)
+        return Response(AuditEntrySerializer(undo).data)

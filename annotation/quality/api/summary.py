@@ -1,0 +1,76 @@
+"""Quality summary of a campaign: progress, histograms, the review counts, the rules and the last QC run.
+
+Curators only (the DRF default `IsCurator`); one view per operation: validate → service →
+serialize."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from annotation.models import QCRun
+from annotation.quality.api.base import TAG, campaign_or_404
+from annotation.quality.api.runs import QCRunSerializer
+from annotation.quality.selectors import (
+    campaign_histograms,
+    campaign_progress,
+    campaign_rules,
+    review_counts,
+    statistic_explanations,
+)
+
+
+class DayCountSerializer(serializers.Serializer):
+    day = serializers.DateField()
+    judgments = serializers.IntegerField()
+
+
+class CampaignProgressSerializer(serializers.Serializer):
+    candidates_total = serializers.IntegerField()
+    candidates_complete = serializers.IntegerField()
+    candidates_dropped = serializers.IntegerField()
+    judgments_total = serializers.IntegerField()
+    judgments_excluded = serializers.IntegerField()
+    judgments_remaining = serializers.IntegerField()
+    judgments_per_day = DayCountSerializer(many=True)
+    recent_judgments_per_day = serializers.FloatField()
+    estimated_completion = serializers.DateField(allow_null=True)
+    percent_complete = serializers.FloatField()
+
+
+class HistogramSerializer(serializers.Serializer):
+    all = serializers.ListField(child=serializers.IntegerField(), help_text="Counts of 1..5.")
+    kept = serializers.ListField(child=serializers.IntegerField(), help_text="Counts of 1..5.")
+
+
+class QualitySummarySerializer(serializers.Serializer):
+    campaign = serializers.CharField()
+    progress = CampaignProgressSerializer()
+    histograms = serializers.DictField(child=HistogramSerializer())
+    review = serializers.DictField(child=serializers.IntegerField())
+    rules = serializers.DictField(child=serializers.DictField())
+    statistics = serializers.DictField(
+        child=serializers.CharField(), help_text="Plain-words explanation of each statistic."
+    )
+    last_run = QCRunSerializer(allow_null=True)
+
+
+class QualitySummaryApi(APIView):
+    @extend_schema(
+        tags=TAG, responses={200: QualitySummarySerializer}, operation_id="quality_summary"
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        campaign = campaign_or_404(slug)
+        payload = {
+            "campaign": campaign.slug,
+            "progress": campaign_progress(campaign=campaign),
+            "histograms": campaign_histograms(campaign=campaign),
+            "review": review_counts(campaign=campaign),
+            "rules": campaign_rules(campaign=campaign),
+            "statistics": statistic_explanations(),
+            "last_run": QCRun.objects.filter(campaign=campaign).first(),
+        }
+        return Response(QualitySummarySerializer(payload).data)

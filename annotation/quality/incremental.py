@@ -1,0 +1,212 @@
+"""The quality passes between full runs: after crowd submissions and the periodic sweep.
+
+- `quality_catch_up(campaign_id=...)`: the debounced after-submission pass (task
+  `annotation.quality_catch_up`, published by `annotation.quality.debouncing`): every worker who
+  submitted since their statistics were computed, in one pass.
+- `quality_catch_up_active()`: that pass over every active crowd campaign (beat, every 10 s).
+- `quality_after_submission(assignment_id=...)`: one submission at a time (task
+  `annotation.after_submission`, when debouncing is off).
+- `quality_sweep()`: periodic catch-up (task `annotation.quality_sweep`, beat every 5 minutes) for
+  work that could not be published while the broker was down.
+
+Each pass reads only the candidates the workers concerned rated (with every judgment on them, for
+the leave-one-out mean), evaluates those workers' statistics and rules, excludes where the rules
+say so, then brings the aggregates and review state of those candidates up to date.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+import numpy as np
+from django.db import connection, transaction
+from django.db.models import Count, F, Max, Q
+from django.utils import timezone
+
+from annotation.models import (
+    Assignment,
+    AssignmentStatus,
+    Campaign,
+    CampaignStatus,
+    Judgment,
+    Participation,
+    ParticipationStatus,
+)
+from annotation.quality.aggregation import aggregation_apply, aggregation_recompute
+from annotation.quality.evaluation import worker_stats_store, workers_evaluate
+from annotation.quality.exclusions import late_judgments_exclude, workers_exclude
+from annotation.quality.loading import campaign_median_seconds, campaign_slice_load
+from annotation.quality.rules import qc_rules_merge
+
+logger = logging.getLogger(__name__)
+
+
+def workers_quality_update(
+    *, campaign: Campaign, participation_ids: Iterable[int], aggregate: bool = True
+) -> set[int]:
+    """Statistics and rules of some workers, read from the candidates they rated (with every
+    other judgment on those candidates), then the aggregates and review state of those
+    candidates. Returns the candidates whose judgments an exclusion changed."""
+    targets = sorted({int(value) for value in participation_ids})
+    if not targets:
+        return set()
+    read_at = timezone.now()
+    candidate_ids = set(
+        Judgment.objects.filter(campaign=campaign, participation_id__in=targets).values_list(
+            "campaign_candidate_id", flat=True
+        )
+    )
+    data = campaign_slice_load(
+        campaign=campaign, candidate_ids=candidate_ids, extra_participation_ids=targets
+    )
+    positions = np.searchsorted(data.workers.ids, np.asarray(targets, dtype=np.int64))
+    statistics, flags, decisions = workers_evaluate(
+        data,
+        rules=qc_rules_merge(campaign.qc_rules),
+        campaign_median=campaign_median_seconds(
+            campaign=campaign, excluding_participation_ids=targets
+        ),
+        targets=positions,
+    )
+    outcome = workers_exclude(campaign=campaign, decisions=decisions)
+    worker_stats_store(data, statistics, flags, indices=positions.tolist(), computed_at=read_at)
+    if aggregate:
+        if outcome.candidate_ids:
+            # Exclusions changed judgments: aggregate from the database, not the stale columns.
+            aggregation_recompute(campaign=campaign, candidate_ids=candidate_ids)
+        else:
+            with transaction.atomic():
+                aggregation_apply(data, detect_review=True)
+    return set(outcome.candidate_ids)
+
+
+def quality_after_submission(*, assignment_id: int) -> None:
+    """Incremental QC after a crowd submission: the worker's statistics and rules, then the
+    aggregates and review state of every candidate the worker rated (the submitted ones
+    included). One read of those candidates serves both unless an exclusion intervened."""
+    assignment = (
+        Assignment.objects.select_related("campaign", "participation")
+        .filter(pk=assignment_id)
+        .first()
+    )
+    if assignment is None or assignment.status != AssignmentStatus.SUBMITTED:
+        return
+    campaign = assignment.campaign
+    participation = assignment.participation
+    if participation.status == ParticipationStatus.EXCLUDED:
+        late = late_judgments_exclude(campaign=campaign, participation_id=participation.pk)
+        if late:
+            aggregation_recompute(campaign=campaign, candidate_ids=set(late))
+        return
+    workers_quality_update(campaign=campaign, participation_ids=[participation.pk])
+
+
+SWEEP_MAX_WORKERS = 500
+
+
+def quality_catch_up_active() -> int:
+    """`quality_catch_up` of every active crowd campaign (cheap where nobody is stale: two
+    indexed queries); returns the workers updated."""
+    updated = 0
+    campaigns = Campaign.objects.filter(
+        status=CampaignStatus.ACTIVE, is_imported=False
+    ).values_list("id", flat=True)
+    for campaign_id in campaigns:
+        try:
+            updated += quality_catch_up(campaign_id=campaign_id)["workers"]
+        except Exception:  # one broken campaign must not stop the others
+            logger.exception("quality pass of campaign %s failed", campaign_id)
+    return updated
+
+
+def late_judgments_exclude_all(*, campaign: Campaign) -> set[int]:
+    """Exclude the still-kept judgments of every excluded worker of the campaign (stored after
+    their exclusion, by a lease that was live); returns the candidates whose judgments changed."""
+    touched: set[int] = set()
+    late_workers = (
+        Participation.objects.filter(
+            campaign=campaign, status=ParticipationStatus.EXCLUDED, judgments__is_excluded=False
+        )
+        .values_list("id", flat=True)
+        .distinct()
+    )
+    for participation_id in late_workers:
+        touched |= set(late_judgments_exclude(campaign=campaign, participation_id=participation_id))
+    return touched
+
+
+def quality_catch_up(*, campaign_id: int) -> dict[str, int]:
+    """The debounced after-submission pass (task `annotation.quality_catch_up`, see
+    `annotation.quality.debouncing`): every worker of the campaign who submitted since their
+    statistics were computed, in one pass, then the aggregates and review state of the candidates
+    they rated; judgments that excluded workers stored late are excluded too."""
+    campaign = Campaign.objects.filter(pk=campaign_id, is_imported=False).first()
+    if campaign is None:
+        return {"workers": 0, "candidates": 0}
+    touched = late_judgments_exclude_all(campaign=campaign)
+    if touched:
+        aggregation_recompute(campaign=campaign, candidate_ids=touched)
+    # `last_seen_at` moves with every submit (and every `next`): a superset of the stale workers,
+    # found without reading their judgments.
+    stale_ids = list(
+        Participation.objects.filter(
+            campaign=campaign, status=ParticipationStatus.ACTIVE, assignments_submitted__gt=0
+        )
+        .filter(Q(qc_stats__isnull=True) | Q(last_seen_at__gt=F("qc_stats__computed_at")))
+        .values_list("id", flat=True)[:SWEEP_MAX_WORKERS]
+    )
+    if stale_ids:
+        workers_quality_update(campaign=campaign, participation_ids=stale_ids)
+    return {"workers": len(stale_ids), "candidates": len(touched)}
+
+
+def quality_sweep() -> None:
+    """Catch up on quality work that was missed (a broker outage, a crashed worker): workers
+    whose statistics are older than their last judgment, judgments of excluded workers that are
+    still kept, and candidates whose stored counts no longer match their judgments."""
+    campaigns = Campaign.objects.filter(
+        status__in=(CampaignStatus.ACTIVE, CampaignStatus.PAUSED), is_imported=False
+    )
+    for campaign in campaigns:
+        try:
+            quality_sweep_campaign(campaign=campaign)
+        except Exception:  # one broken campaign must not stop the others
+            logger.exception("quality sweep of campaign %s failed", campaign.slug)
+
+
+def quality_sweep_campaign(*, campaign: Campaign) -> dict[str, int]:
+    touched = late_judgments_exclude_all(campaign=campaign)
+    stale = (
+        Participation.objects.filter(campaign=campaign, status=ParticipationStatus.ACTIVE)
+        .annotate(last_judgment=Max("judgments__created_at"), judged=Count("judgments"))
+        .filter(judged__gt=0)
+        .filter(Q(qc_stats__isnull=True) | Q(last_judgment__gt=F("qc_stats__computed_at")))
+        .values_list("id", flat=True)[:SWEEP_MAX_WORKERS]
+    )
+    stale_ids = list(stale)
+    if stale_ids:
+        touched |= workers_quality_update(
+            campaign=campaign, participation_ids=stale_ids, aggregate=False
+        )
+    touched |= stale_aggregate_candidates(campaign=campaign)
+    if touched:
+        aggregation_recompute(campaign=campaign, candidate_ids=touched)
+    return {"workers": len(stale_ids), "candidates": len(touched)}
+
+
+def stale_aggregate_candidates(*, campaign: Campaign) -> set[int]:
+    """Candidates whose stored judgment counts differ from their judgments."""
+    candidate_table = campaign.items.model._meta.db_table
+    judgment_table = Judgment._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT cc.id FROM {candidate_table} cc LEFT JOIN ("
+            f"SELECT campaign_candidate_id AS id, COUNT(*) AS total, "
+            f"SUM(CASE WHEN is_excluded THEN 0 ELSE 1 END) AS kept "
+            f"FROM {judgment_table} WHERE campaign_id = %s GROUP BY campaign_candidate_id) j "
+            f"ON j.id = cc.id WHERE cc.campaign_id = %s AND ("
+            f"cc.judgments_total <> COALESCE(j.total, 0) OR cc.kept_judgments <> COALESCE(j.kept, 0))",
+            [campaign.pk, campaign.pk],
+        )
+        return {row[0] for row in cursor.fetchall()}

@@ -1,0 +1,352 @@
+"""Reading a campaign (or a slice of it) into the column tables QC computes on.
+
+A `CampaignSlice` holds the candidates, clips, judgments and participations QC needs, as NumPy
+columns. The whole campaign is read for a full recompute; after a submission only the candidates
+the submitting worker rated are read (with every judgment on them, for the leave-one-out mean).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from django.core.cache import cache
+from numpy.typing import NDArray
+
+from annotation.models import (
+    Campaign,
+    CampaignCandidate,
+    Judgment,
+    JudgmentSource,
+    Participation,
+    ParticipationStatus,
+    Platform,
+    ReviewItem,
+    WorkerExclusion,
+)
+from annotation.quality.rules import CandidateColumns, JudgmentColumns
+from annotation.services.columns import fetch_columns, json_number
+from common.db import is_postgresql
+from datasets_app.models import Clip
+
+CAMPAIGN_MEDIAN_CACHE_SECONDS = 60
+
+
+@dataclass
+class WorkerColumns:
+    """One row per participation in the slice."""
+
+    ids: NDArray[np.int64]
+    imported: NDArray[np.bool_]
+    excluded: NDArray[np.bool_]
+    # A curator re-included this worker: rules flag but never exclude them again.
+    overridden: NDArray[np.bool_]
+    external_ids: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+@dataclass
+class CampaignSlice:
+    campaign: Campaign
+    question_keys: list[str]
+    candidates: CandidateColumns
+    clip_ids: NDArray[np.int64]
+    clip_seconds: NDArray[np.float64]
+    judgments: JudgmentColumns
+    workers: WorkerColumns
+    dropped: NDArray[np.bool_]
+    slots_taken: NDArray[np.int64]
+    # item index -> {"<question key>": value} of an expert resolution
+    resolutions: dict[int, dict[str, float]]
+    # item index -> (review item id, status)
+    review_items: dict[int, tuple[int, str]]
+
+
+def id_filter(column: str, ids: Sequence[int]) -> tuple[str, list[Any]]:
+    """`column IN ids` as SQL and parameters, portable across PostgreSQL and SQLite."""
+    if is_postgresql():
+        return f"{column} = ANY(%s::bigint[])", [list(map(int, ids))]
+    if not ids:
+        return "1 = 0", []
+    return f"{column} IN ({', '.join(['%s'] * len(ids))})", [int(value) for value in ids]
+
+
+def _table(model: Any) -> str:
+    return model._meta.db_table
+
+
+def expected_ranges(spec: dict[str, Any], question_keys: list[str]) -> tuple[list[int], list[int]]:
+    """Lows and highs per question from a control spec ({"expected": {"<key>": [low, high]}})."""
+    expected = (spec or {}).get("expected", {}) or {}
+    lows, highs = [], []
+    for key in question_keys:
+        bounds = expected.get(key)
+        if isinstance(bounds, (list, tuple)) and len(bounds) == 2:
+            lows.append(int(bounds[0]))
+            highs.append(int(bounds[1]))
+        else:
+            lows.append(0)
+            highs.append(0)
+    return lows, highs
+
+
+def campaign_slice_load(
+    *,
+    campaign: Campaign,
+    candidate_ids: Iterable[int] | None = None,
+    extra_participation_ids: Iterable[int] = (),
+) -> CampaignSlice:
+    """Read the candidates (all, or `candidate_ids`) with every judgment on them."""
+    question_keys = campaign.question_keys
+    candidate_table = _table(CampaignCandidate)
+    where = "cc.campaign_id = %s"
+    params: list[Any] = [campaign.pk]
+    subset = None if candidate_ids is None else sorted({int(value) for value in candidate_ids})
+    if subset is not None:
+        clause, clause_params = id_filter("cc.id", subset)
+        where += f" AND {clause}"
+        params += clause_params
+    candidate_rows = fetch_columns(
+        f"SELECT cc.id, cc.clip_id, cc.quota, cc.slots_taken, cc.is_control, cc.dropped "
+        f"FROM {candidate_table} cc WHERE {where} ORDER BY cc.id",
+        params,
+        [
+            ("id", "int8"),
+            ("clip_id", "int8"),
+            ("quota", "int4"),
+            ("slots_taken", "int4"),
+            ("is_control", "bool"),
+            ("dropped", "bool"),
+        ],
+    )
+    ids = candidate_rows["id"].astype(np.int64)
+    clip_ids, clip_index = np.unique(candidate_rows["clip_id"], return_inverse=True)
+    clip_seconds = _clip_seconds(clip_ids)
+
+    question_count = len(question_keys)
+    expected_low = np.zeros((len(ids), question_count), dtype=np.int8)
+    expected_high = np.zeros((len(ids), question_count), dtype=np.int8)
+    controls = CampaignCandidate.objects.filter(campaign=campaign, is_control=True)
+    if subset is not None:
+        controls = controls.filter(id__in=subset)
+    for candidate_id, spec in controls.values_list("id", "candidate__control_spec"):
+        position = int(np.searchsorted(ids, candidate_id))
+        if position < len(ids) and ids[position] == candidate_id:
+            lows, highs = expected_ranges(spec, question_keys)
+            expected_low[position] = lows
+            expected_high[position] = highs
+
+    resolutions: dict[int, dict[str, float]] = {}
+    resolved = CampaignCandidate.objects.filter(campaign=campaign).exclude(resolution={})
+    if subset is not None:
+        resolved = resolved.filter(id__in=subset)
+    for candidate_id, resolution in resolved.values_list("id", "resolution"):
+        values = (resolution or {}).get("values") or {}
+        position = int(np.searchsorted(ids, candidate_id))
+        if values and position < len(ids) and ids[position] == candidate_id:
+            resolutions[position] = {
+                key: float(value) for key, value in values.items() if value is not None
+            }
+
+    review_items: dict[int, tuple[int, str]] = {}
+    reviews = ReviewItem.objects.filter(campaign=campaign)
+    if subset is not None:
+        reviews = reviews.filter(campaign_candidate_id__in=subset)
+    review_rows = list(reviews.values_list("id", "campaign_candidate_id", "status"))
+    if review_rows:
+        positions = _positions(ids, [row[1] for row in review_rows])
+        for (review_id, _candidate_id, status), position in zip(
+            review_rows, positions.tolist(), strict=True
+        ):
+            if position >= 0:
+                review_items[position] = (review_id, status)
+
+    judgments = _judgments_load(campaign, question_keys, ids, subset)
+    participation_ids = np.unique(
+        np.concatenate(
+            [judgments["participation_id"], np.fromiter(extra_participation_ids, np.int64)]
+        )
+    )
+    workers = workers_load(campaign=campaign, participation_ids=participation_ids)
+    judgment_columns = JudgmentColumns(
+        ids=judgments["id"],
+        item=judgments["item"],
+        worker=np.searchsorted(participation_ids, judgments["participation_id"]).astype(np.int64),
+        server_ms=judgments["server_ms"],
+        excluded=judgments["is_excluded"],
+        imported=judgments["imported"],
+        values=judgments["values"],
+    )
+    candidates = CandidateColumns(
+        ids=ids,
+        clip=clip_index.astype(np.int64),
+        quota=candidate_rows["quota"].astype(np.int64),
+        is_control=candidate_rows["is_control"],
+        expected_low=expected_low,
+        expected_high=expected_high,
+    )
+    return CampaignSlice(
+        campaign=campaign,
+        question_keys=question_keys,
+        candidates=candidates,
+        clip_ids=clip_ids.astype(np.int64),
+        clip_seconds=clip_seconds,
+        judgments=judgment_columns,
+        workers=workers,
+        dropped=candidate_rows["dropped"],
+        slots_taken=candidate_rows["slots_taken"].astype(np.int64),
+        resolutions=resolutions,
+        review_items=review_items,
+    )
+
+
+def _positions(sorted_ids: NDArray[np.int64], wanted: Sequence[int]) -> NDArray[np.int64]:
+    """Index of each wanted id in `sorted_ids`, -1 where absent (vectorised)."""
+    values = np.asarray(wanted, dtype=np.int64)
+    if sorted_ids.size == 0:
+        return np.full(values.shape, -1, dtype=np.int64)
+    positions = np.clip(np.searchsorted(sorted_ids, values), 0, sorted_ids.size - 1)
+    return np.where(sorted_ids[positions] == values, positions, -1).astype(np.int64)
+
+
+def _clip_seconds(clip_ids: NDArray[np.int64]) -> NDArray[np.float64]:
+    if clip_ids.size == 0:
+        return np.zeros(0)
+    clause, params = id_filter("c.id", clip_ids.tolist())
+    rows = fetch_columns(
+        f"SELECT c.id, COALESCE(c.duration, c.end_seconds - c.start_seconds) "
+        f"FROM {_table(Clip)} c WHERE {clause} ORDER BY c.id",
+        params,
+        [("id", "int8"), ("seconds", "float8")],
+    )
+    seconds = np.full(len(clip_ids), np.nan)
+    positions = np.searchsorted(rows["id"], clip_ids)
+    positions = np.clip(positions, 0, max(len(rows["id"]) - 1, 0))
+    if len(rows["id"]):
+        found = rows["id"][positions] == clip_ids
+        seconds[found] = rows["seconds"][positions[found]]
+    seconds[~(seconds > 0)] = np.nan
+    return seconds
+
+
+def _judgments_load(
+    campaign: Campaign,
+    question_keys: list[str],
+    candidate_ids: NDArray[np.int64],
+    subset: list[int] | None,
+) -> dict[str, Any]:
+    values_column = 'j."values"'
+    value_columns = ", ".join(
+        f"COALESCE({json_number(values_column, key)}, 0)" for key in question_keys
+    )
+    where = "j.campaign_id = %s"
+    params: list[Any] = [campaign.pk]
+    if subset is not None:
+        clause, clause_params = id_filter("j.campaign_candidate_id", subset)
+        where += f" AND {clause}"
+        params += clause_params
+    columns: list[tuple[str, Any]] = [
+        ("id", "int8"),
+        ("campaign_candidate_id", "int8"),
+        ("participation_id", "int8"),
+        ("server_ms", "int8"),
+        ("is_excluded", "bool"),
+        ("imported", "bool"),
+    ] + [(f"q{index}", "float8") for index in range(len(question_keys))]
+    rows = fetch_columns(
+        f"SELECT j.id, j.campaign_candidate_id, j.participation_id, COALESCE(j.server_ms, -1), "
+        f"j.is_excluded, CASE WHEN j.source = %s THEN 1 ELSE 0 END"
+        f"{', ' if value_columns else ''}{value_columns} "
+        f"FROM {_table(Judgment)} j WHERE {where}",
+        [JudgmentSource.IMPORTED, *params],
+        columns,
+    )
+    item = np.searchsorted(candidate_ids, rows["campaign_candidate_id"])
+    values = np.zeros((len(rows["id"]), len(question_keys)), dtype=np.int8)
+    for index in range(len(question_keys)):
+        raw = np.rint(rows[f"q{index}"])
+        raw[(raw < 1) | (raw > 5)] = 0  # outside the scale counts as "not answered"
+        values[:, index] = raw.astype(np.int8)
+    return {
+        "id": rows["id"].astype(np.int64),
+        "item": item.astype(np.int64),
+        "participation_id": rows["participation_id"].astype(np.int64),
+        "server_ms": rows["server_ms"].astype(np.int64),
+        "is_excluded": rows["is_excluded"].astype(bool),
+        "imported": rows["imported"].astype(bool),
+        "values": values,
+    }
+
+
+def workers_load(*, campaign: Campaign, participation_ids: NDArray[np.int64]) -> WorkerColumns:
+    """Participation columns, in the order of the sorted `participation_ids`."""
+    ids = np.asarray(participation_ids, dtype=np.int64)
+    imported = np.zeros(len(ids), dtype=bool)
+    excluded = np.zeros(len(ids), dtype=bool)
+    overridden = np.zeros(len(ids), dtype=bool)
+    external_ids = [""] * len(ids)
+    if len(ids) == 0:
+        return WorkerColumns(ids, imported, excluded, overridden, external_ids)
+    rows = Participation.objects.filter(campaign=campaign)
+    if len(ids) < 5000:
+        rows = rows.filter(id__in=ids.tolist())
+    reversed_ids = set(
+        WorkerExclusion.objects.filter(
+            participation__campaign=campaign, reversed_at__isnull=False
+        ).values_list("participation_id", flat=True)
+    )
+    for participation_id, status, platform, external_id in rows.values_list(
+        "id", "status", "worker__platform", "worker__external_id"
+    ):
+        position = int(np.searchsorted(ids, participation_id))
+        if position >= len(ids) or ids[position] != participation_id:
+            continue
+        imported[position] = platform == Platform.IMPORTED
+        excluded[position] = status == ParticipationStatus.EXCLUDED
+        overridden[position] = participation_id in reversed_ids
+        external_ids[position] = external_id
+    return WorkerColumns(ids, imported, excluded, overridden, external_ids)
+
+
+# Above this many timed judgments the campaign median is read from a short cache (one worker
+# cannot move it); below, it is computed fresh without the worker being judged, so the first
+# worker of a young campaign is not compared with themselves.
+CAMPAIGN_MEDIAN_CACHE_MIN_JUDGMENTS = 2000
+
+
+def campaign_median_seconds(
+    *, campaign: Campaign, excluding_participation_ids: Iterable[int] = ()
+) -> float | None:
+    """Median server-side seconds per candidate over the campaign's crowd judgments (of other
+    workers than `excluding_participation_ids` while the campaign is small)."""
+    key = f"lepus:qc:campaign-median:{campaign.pk}"
+    cached = cache.get(key)
+    if cached is not None and cached[1] >= CAMPAIGN_MEDIAN_CACHE_MIN_JUDGMENTS:
+        return float(cached[0])
+    rows = fetch_columns(
+        f"SELECT j.server_ms, j.participation_id FROM {_table(Judgment)} j "
+        f"WHERE j.campaign_id = %s AND j.source = %s AND j.server_ms IS NOT NULL",
+        [campaign.pk, JudgmentSource.CROWD],
+        [("server_ms", "int8"), ("participation_id", "int8")],
+    )
+    every = rows["server_ms"]
+    if every.size:
+        cache.set(
+            key, (float(np.median(every)) / 1000.0, int(every.size)), CAMPAIGN_MEDIAN_CACHE_SECONDS
+        )
+    others = every[~np.isin(rows["participation_id"], list(excluding_participation_ids))]
+    return float(np.median(others)) / 1000.0 if others.size else None
+
+
+def campaign_median_remember(*, campaign: Campaign, median: float | None, judgments: int) -> None:
+    if median is not None and not math.isnan(median):
+        cache.set(
+            f"lepus:qc:campaign-median:{campaign.pk}",
+            (float(median), int(judgments)),
+            CAMPAIGN_MEDIAN_CACHE_SECONDS,
+        )

@@ -1,0 +1,263 @@
+"""A full quality-control run of a campaign, as a `QCRun` job.
+
+- `qc_run_start(campaign=...)` queues a run (task `annotation.qc_run`, enqueued after commit),
+  `qc_run_inline(campaign=...)` runs one in this process (the command line);
+  `qc_run_execute(run_id=...)` claims and executes it (`common.jobs`); `qc_campaign_full` is the
+  computation itself and `qc_summary` the state after it (what `run_qc --json` prints).
+- The passes between runs (after submissions, the sweep) are in `annotation.quality.incremental`.
+
+A full run reads the campaign as columns (one COPY per table on PostgreSQL), computes every
+worker's statistics in one vectorised pass, evaluates the rules in two rounds (first speed,
+uniformity and controls; then agreement against the workers who survived the first round),
+excludes the workers whose rules say "exclude", then measures agreement before and after QC,
+syncs the review queue and writes the aggregates with set-based statements.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from annotation.models import (
+    Campaign,
+    Judgment,
+    Participation,
+    ParticipationStatus,
+    QCRun,
+    ReviewItem,
+    ReviewStatus,
+    WorkerExclusion,
+)
+from annotation.quality.aggregation import aggregation_apply, aggregation_recompute
+from annotation.quality.agreement import agreement_snapshots_store, alpha_from_columns
+from annotation.quality.evaluation import worker_stats_store, workers_evaluate
+from annotation.quality.exclusions import workers_exclude
+from annotation.quality.loading import CampaignSlice, campaign_median_remember, campaign_slice_load
+from annotation.quality.rules import qc_rules_merge
+from common.jobs import JobCancelled, job_claim, job_finish, job_progress
+from common.models import JobStatus
+
+logger = logging.getLogger(__name__)
+
+ProgressCallback = Callable[[float, str], None]
+
+
+def qc_campaign_full(
+    *, campaign: Campaign, progress: ProgressCallback | None = None
+) -> dict[str, Any]:
+    """Full QC of a campaign; returns the summary stored on the QC run."""
+
+    def report(fraction: float, message: str) -> None:
+        if progress is not None:
+            progress(fraction, message)
+
+    timings: dict[str, float] = {}
+    clock = time.perf_counter()
+    started_at = timezone.now()
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        timings[name] = round(now - clock, 3)
+        clock = now
+
+    rules = qc_rules_merge(campaign.qc_rules)
+    report(0.05, "reading judgments")
+    data = campaign_slice_load(campaign=campaign)
+    lap("load")
+    report(0.3, "worker statistics and rules")
+    alpha_before = _alphas(data)
+    statistics, flags, decisions = workers_evaluate(data, rules=rules, campaign_median=None)
+    campaign_median_remember(
+        campaign=campaign,
+        median=statistics.campaign_median_seconds,
+        judgments=int(statistics.timed_judgments.sum()),
+    )
+    lap("statistics")
+    report(0.45, f"excluding {len(decisions)} worker(s)")
+    outcome = workers_exclude(campaign=campaign, decisions=decisions)
+    newly_excluded = {exclusion.participation_id for exclusion in outcome.exclusions}
+    if newly_excluded:
+        leaving = np.isin(data.workers.ids, np.fromiter(newly_excluded, np.int64))
+        data.judgments.excluded |= leaving[data.judgments.worker]
+        data.workers.excluded |= leaving
+    lap("exclusions")
+    report(0.55, "storing worker statistics")
+    worker_stats_store(data, statistics, flags, indices=range(len(data.workers)))
+    lap("store_statistics")
+    report(0.65, "agreement")
+    alpha_after = _alphas(data)
+    figures = {
+        key: {
+            "alpha_all": alpha_before[key]["alpha"],
+            "alpha_kept": alpha_after[key]["alpha"],
+            "items": alpha_after[key]["items"],
+            "judgments": alpha_after[key]["judgments"],
+        }
+        for key in data.question_keys
+    }
+    agreement_snapshots_store(campaign=campaign, figures=figures)
+    lap("agreement")
+    report(0.75, "review queue and aggregation")
+    with transaction.atomic():
+        changed = aggregation_apply(data, detect_review=True, timings=timings)
+    clock = time.perf_counter()
+    # Submissions that arrived while this run computed: bring their candidates up to date.
+    late = set(
+        Judgment.objects.filter(campaign=campaign)
+        .filter(Q(created_at__gte=started_at) | Q(excluded_at__gte=started_at))
+        .exclude(
+            participation_id__in=list(newly_excluded)
+        )  # already folded into this run's columns
+        .values_list("campaign_candidate_id", flat=True)
+    )
+    if late:
+        aggregation_recompute(campaign=campaign, candidate_ids=late)
+    lap("catch_up")
+    report(0.95, "summary")
+    summary = qc_summary(campaign=campaign)
+    summary.update(
+        {
+            "newly_excluded": [
+                {
+                    "worker": data.workers.external_ids[
+                        int(np.searchsorted(data.workers.ids, pid))
+                    ],
+                    "participation": pid,
+                }
+                for pid in sorted(newly_excluded)
+            ],
+            "judgments_newly_excluded": outcome.judgments_excluded,
+            "candidates_updated": changed,
+            "agreement": figures,
+            "campaign_median_seconds": statistics.campaign_median_seconds,
+            "timings": timings,
+        }
+    )
+    return summary
+
+
+def _alphas(data: CampaignSlice) -> dict[str, dict[str, Any]]:
+    judgments = data.judgments
+    usable = ~data.candidates.is_control[judgments.item]
+    kept = usable & ~judgments.excluded
+    result = {}
+    for index, key in enumerate(data.question_keys):
+        result[key] = alpha_from_columns(
+            judgments.item[kept], judgments.values[kept, index], items=len(data.candidates)
+        )
+    return result
+
+
+def qc_summary(*, campaign: Campaign) -> dict[str, Any]:
+    """The state after QC, as `run_qc --json` prints it: participations evaluated, workers
+    excluded now (with the rules of their standing exclusion), judgments excluded now (for any
+    reason), and candidates waiting in the review queue (open or claimed)."""
+    excluded = []
+    participations = (
+        Participation.objects.filter(campaign=campaign, status=ParticipationStatus.EXCLUDED)
+        .select_related("worker")
+        .order_by("worker__external_id")
+    )
+    standing: dict[int, list[str]] = {}
+    for exclusion in WorkerExclusion.objects.filter(
+        participation__campaign=campaign, reversed_at__isnull=True
+    ).order_by("created_at"):
+        standing.setdefault(exclusion.participation_id, [])
+        for rule in exclusion.rules:
+            if rule not in standing[exclusion.participation_id]:
+                standing[exclusion.participation_id].append(rule)
+    for participation in participations:
+        excluded.append(
+            {
+                "worker": participation.worker.external_id,
+                "rules": standing.get(participation.pk, []),
+            }
+        )
+    return {
+        "workers": Participation.objects.filter(campaign=campaign).count(),
+        "excluded": excluded,
+        "judgments_excluded": Judgment.objects.filter(campaign=campaign, is_excluded=True).count(),
+        "review_items": ReviewItem.objects.filter(
+            campaign=campaign, status__in=(ReviewStatus.OPEN, ReviewStatus.CLAIMED)
+        ).count(),
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# QC runs (jobs)
+# ----------------------------------------------------------------------------------------------
+
+
+def qc_run_start(*, campaign: Campaign, requested_by: Any = None) -> QCRun:
+    """Queue a full QC recompute (returns the run already queued or running, if any)."""
+    from annotation.tasks import qc_run
+    from common.tasks import enqueue
+
+    with transaction.atomic():
+        Campaign.objects.select_for_update().filter(pk=campaign.pk).first()
+        active = QCRun.objects.filter(campaign=campaign).active().first()
+        if active is not None:
+            return active
+        run = QCRun.objects.create(
+            campaign=campaign,
+            requested_by=requested_by if getattr(requested_by, "pk", None) else None,
+        )
+        enqueue(qc_run, run.pk)
+    return run
+
+
+def qc_run_inline(*, campaign: Campaign) -> QCRun:
+    """A full QC run executed in this process (`manage.py run_qc`): the same `QCRun` row and job
+    lifecycle as a queued run, without the broker. Returns the finished run."""
+    run = QCRun.objects.create(campaign=campaign)
+    qc_run_execute(run_id=run.pk)
+    run.refresh_from_db()
+    return run
+
+
+def qc_run_execute(*, run_id: int, task_id: str = "") -> QCRun | None:
+    """Run a queued QC run (claimed atomically: two workers never run the same one)."""
+    run = job_claim(model=QCRun, job_id=run_id, task_id=task_id)
+    if run is None:
+        return None
+
+    def progress(fraction: float, message: str) -> None:
+        job_progress(job=run, fraction=fraction, message=message)
+
+    try:
+        summary = qc_campaign_full(campaign=run.campaign, progress=progress)
+    except JobCancelled:
+        job_finish(job=run, status=JobStatus.CANCELLED, error="cancelled by a curator")
+        return run
+    except Exception as error:
+        logger.exception("QC run %s failed", run_id)
+        job_finish(
+            job=run,
+            status=JobStatus.FAILED,
+            error=f"{type(error).__name__}: {error}\n{traceback.format_exc()}",
+        )
+        return run
+    job_finish(job=run, status=JobStatus.SUCCEEDED, summary=_json_safe(summary))
+    return run
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(item) for item in value]
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, np.generic):
+        return value.item()
+    return value

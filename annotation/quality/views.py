@@ -1,0 +1,481 @@
+"""Curator pages of quality control: the campaign page (progress, agreement, histograms, QC runs),
+the worker table with exclude/include, the review queue and review items, the audit log and the
+per-system leaderboard. Curators only: anonymous visitors are sent to the login page, anyone else
+gets 403. Every change is a CSRF-protected POST that calls one service and redirects."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from annotation import charts
+from annotation.models import AuditEntry, Campaign, Participation, ReviewItem, ReviewStatus
+from annotation.quality.exclusions import worker_exclude, worker_include
+from annotation.quality.review import (
+    UNDOABLE,
+    JudgmentExclusionRequest,
+    ReviewError,
+    audit_undo,
+    review_claim,
+    review_claim_next,
+    review_release,
+    review_resolve,
+)
+from annotation.quality.rules import RULE_LABELS
+from annotation.quality.run import qc_run_start
+from annotation.quality.selectors import (
+    WORKER_SORTS,
+    agreement_history,
+    audit_entries,
+    campaign_histograms,
+    campaign_progress,
+    campaign_rules,
+    qc_runs_recent,
+    review_counts,
+    review_item_detail,
+    review_queue,
+    statistic_explanations,
+    system_leaderboard,
+    worker_rows,
+)
+from common import storage
+from common.permissions import curator_required
+
+
+def _campaign(slug: str) -> Campaign:
+    return get_object_or_404(Campaign, slug=slug)
+
+
+def _parse_time(value: str) -> datetime:
+    return datetime.fromisoformat(value)
+
+
+# ----------------------------------------------------------------------------------------------
+# Campaign page
+# ----------------------------------------------------------------------------------------------
+
+
+@require_GET
+@curator_required
+def campaign_detail(request: HttpRequest, slug: str) -> HttpResponse:
+    campaign = _campaign(slug)
+    progress = campaign_progress(campaign=campaign)
+    per_day = progress["judgments_per_day"]
+    history = agreement_history(campaign=campaign)
+    histograms = campaign_histograms(campaign=campaign)
+    labels = {
+        question["key"]: question.get("label", question["key"]) for question in campaign.questions
+    }
+    agreement_rows = []
+    for key in campaign.question_keys:
+        points = history.get(key, [])
+        latest = points[-1] if points else None
+        low = min(
+            [0.0]
+            + [
+                point[name]
+                for point in points
+                for name in ("alpha_all", "alpha_kept")
+                if point[name] is not None
+            ]
+        )
+        agreement_rows.append(
+            {
+                "key": key,
+                "label": labels.get(key, key),
+                "latest": latest,
+                "chart": charts.line_chart(
+                    {
+                        "before QC (all)": [
+                            (_parse_time(point["computed_at"]), point["alpha_all"])
+                            for point in points
+                        ],
+                        "after QC (kept)": [
+                            (_parse_time(point["computed_at"]), point["alpha_kept"])
+                            for point in points
+                        ],
+                    },
+                    title=f"Krippendorff's alpha of {labels.get(key, key)} over time",
+                    low=low,
+                    high=1.0,
+                ),
+            }
+        )
+    histogram_rows = [
+        {
+            "key": key,
+            "label": labels.get(key, key),
+            "counts": histograms[key],
+            "chart": charts.bar_chart(
+                [(str(value), histograms[key]["kept"][value - 1]) for value in range(1, 6)],
+                overlay=histograms[key]["all"],
+                legend=("kept", "all"),
+                title=f"Ratings of {labels.get(key, key)} (1 to 5)",
+            ),
+        }
+        for key in campaign.question_keys
+    ]
+    context = {
+        "campaign": campaign,
+        "progress": progress,
+        "per_day_chart": charts.bar_chart(
+            [(row["day"][5:], row["judgments"]) for row in per_day],
+            title="Judgments per day, last 30 days",
+            width=620,
+            label_every=5,
+        ),
+        "agreement_rows": agreement_rows,
+        "histogram_rows": histogram_rows,
+        "runs": qc_runs_recent(campaign=campaign),
+        "review": review_counts(campaign=campaign),
+        "rules": [
+            {"key": key, "label": RULE_LABELS.get(key, key), "config": config}
+            for key, config in campaign_rules(campaign=campaign).items()
+        ],
+    }
+    return render(request, "annotation/dashboard/campaign_detail.html", context)
+
+
+@require_POST
+@curator_required
+def qc_run_create(request: HttpRequest, slug: str) -> HttpResponse:
+    campaign = _campaign(slug)
+    run = qc_run_start(campaign=campaign, requested_by=request.user)
+    messages.success(request, f"QC run {run.pk} is {run.get_status_display().lower()}.")
+    return redirect("annotation:campaign-detail", slug=campaign.slug)
+
+
+# ----------------------------------------------------------------------------------------------
+# Workers
+# ----------------------------------------------------------------------------------------------
+
+
+@require_GET
+@curator_required
+def workers(request: HttpRequest, slug: str) -> HttpResponse:
+    campaign = _campaign(slug)
+    sort = request.GET.get("sort", "worker")
+    if sort not in WORKER_SORTS:
+        sort = "worker"
+    descending = request.GET.get("order") == "desc"
+    rows = worker_rows(campaign=campaign, sort=sort, descending=descending)
+    columns = [
+        ("worker", "Worker", None),
+        ("status", "Status", None),
+        ("judgments", "Judgments", "judgments"),
+        ("median_seconds", "Median s / candidate", "median_seconds_per_candidate"),
+        ("speed_vs_campaign", "× campaign", "speed_vs_campaign"),
+        ("speed_vs_clip_length", "× clip length", "speed_vs_clip_length"),
+        ("uniform_share", "Uniform share", "uniform_share"),
+        ("rating_variance", "Variance", "rating_variance"),
+        ("control_accuracy", "Controls", "control_accuracy"),
+        ("agreement", "Agreement", "agreement"),
+        ("flags", "Flags", None),
+    ]
+    explanations = statistic_explanations()
+    header = [
+        {
+            "key": key,
+            "label": label,
+            "explanation": explanations.get(explanation or "", ""),
+            "active": key == sort,
+            "descending": descending,
+            "next_order": "desc" if key == sort and not descending else "asc",
+        }
+        for key, label, explanation in columns
+    ]
+    return render(
+        request,
+        "annotation/dashboard/workers.html",
+        {
+            "campaign": campaign,
+            "rows": rows,
+            "header": header,
+            "explanations": [
+                (label, explanations[explanation])
+                for _key, label, explanation in columns
+                if explanation
+            ],
+        },
+    )
+
+
+def _participation(campaign: Campaign, participation_id: int) -> Participation:
+    return get_object_or_404(Participation, pk=participation_id, campaign=campaign)
+
+
+@require_POST
+@curator_required
+def worker_exclude_view(request: HttpRequest, slug: str, participation_id: int) -> HttpResponse:
+    campaign = _campaign(slug)
+    participation = _participation(campaign, participation_id)
+    reason = request.POST.get("reason", "").strip()[:2000]
+    outcome = worker_exclude(participation=participation, actor=request.user, reason=reason)
+    if outcome.exclusions:
+        messages.success(
+            request,
+            f"{participation.worker.external_id} excluded; "
+            f"{outcome.judgments_excluded} judgment(s) excluded and their slots reopened.",
+        )
+    else:
+        messages.info(request, f"{participation.worker.external_id} was already excluded.")
+    return redirect(reverse("annotation:quality-workers", kwargs={"slug": campaign.slug}))
+
+
+@require_POST
+@curator_required
+def worker_include_view(request: HttpRequest, slug: str, participation_id: int) -> HttpResponse:
+    campaign = _campaign(slug)
+    participation = _participation(campaign, participation_id)
+    outcome = worker_include(
+        participation=participation, actor=request.user, note=request.POST.get("note", "")
+    )
+    text = f"{participation.worker.external_id} re-included; {outcome.judgments_included} judgment(s) back"
+    if outcome.judgments_kept_out:
+        text += (
+            f", {outcome.judgments_kept_out} kept out because other workers refilled those slots"
+        )
+    messages.success(request, text + ".")
+    return redirect(reverse("annotation:quality-workers", kwargs={"slug": campaign.slug}))
+
+
+# ----------------------------------------------------------------------------------------------
+# Review
+# ----------------------------------------------------------------------------------------------
+
+
+@require_GET
+@curator_required
+def review_queue_view(request: HttpRequest, slug: str) -> HttpResponse:
+    campaign = _campaign(slug)
+    show_resolved = request.GET.get("show") == "resolved"
+    statuses = (
+        (ReviewStatus.RESOLVED,) if show_resolved else (ReviewStatus.OPEN, ReviewStatus.CLAIMED)
+    )
+    items = list(review_queue(campaign=campaign, statuses=statuses)[:500])
+    return render(
+        request,
+        "annotation/dashboard/review_queue.html",
+        {
+            "campaign": campaign,
+            "items": items,
+            "counts": review_counts(campaign=campaign),
+            "show_resolved": show_resolved,
+        },
+    )
+
+
+@require_POST
+@curator_required
+def review_claim_next_view(request: HttpRequest, slug: str) -> HttpResponse:
+    campaign = _campaign(slug)
+    item = review_claim_next(campaign=campaign, user=request.user)
+    if item is None:
+        messages.info(request, "Nothing left to review.")
+        return redirect("annotation:review-queue", slug=campaign.slug)
+    return redirect("annotation:review-item", slug=campaign.slug, item_id=item.pk)
+
+
+def _review_item(campaign: Campaign, item_id: int) -> ReviewItem:
+    return get_object_or_404(
+        ReviewItem.objects.select_related(
+            "campaign", "campaign_candidate__candidate__system", "campaign_candidate__clip"
+        ),
+        pk=item_id,
+        campaign=campaign,
+    )
+
+
+@require_GET
+@curator_required
+def review_item_view(request: HttpRequest, slug: str, item_id: int) -> HttpResponse:
+    campaign = _campaign(slug)
+    item = _review_item(campaign, item_id)
+    detail = review_item_detail(item=item)
+    clip = detail["clip"]
+    try:
+        video_url = storage.media_url(clip.video_key) if clip.video_key else None
+        poster_url = storage.media_url(clip.poster_key) if clip.poster_key else None
+        media_unavailable = False
+    except storage.StorageUnavailable:
+        video_url = poster_url = None
+        media_unavailable = True
+    labels = {
+        question["key"]: question.get("label", question["key"]) for question in campaign.questions
+    }
+    means = detail["candidate_item"].means or {}
+    resolution = (detail["candidate_item"].resolution or {}).get("values", {})
+    questions = [
+        {
+            "key": key,
+            "label": labels[key],
+            "mean": means.get(key),
+            "resolution": resolution.get(key),
+            "ratings": [judgment["values"].get(key) for judgment in detail["judgments"]],
+        }
+        for key in campaign.question_keys
+    ]
+    for judgment in detail["judgments"]:
+        judgment["ratings"] = [judgment["values"].get(key) for key in campaign.question_keys]
+    return render(
+        request,
+        "annotation/dashboard/review_item.html",
+        {
+            "campaign": campaign,
+            "detail": detail,
+            "item": item,
+            "questions": questions,
+            "levels": [1, 2, 3, 4, 5],
+            "video_url": video_url,
+            "media_unavailable": media_unavailable,
+            "poster_url": poster_url,
+            "held_by_me": item.status == ReviewStatus.CLAIMED
+            and item.claimed_by_id == request.user.pk,
+            "held_by_other": item.status == ReviewStatus.CLAIMED
+            and item.claimed_by_id != request.user.pk,
+            "undoable": sorted(UNDOABLE),
+        },
+    )
+
+
+@require_POST
+@curator_required
+def review_claim_view(request: HttpRequest, slug: str, item_id: int) -> HttpResponse:
+    campaign = _campaign(slug)
+    item = _review_item(campaign, item_id)
+    if not review_claim(item=item, user=request.user):
+        messages.error(request, "Someone else is reviewing this item.")
+    return redirect("annotation:review-item", slug=campaign.slug, item_id=item.pk)
+
+
+@require_POST
+@curator_required
+def review_release_view(request: HttpRequest, slug: str, item_id: int) -> HttpResponse:
+    campaign = _campaign(slug)
+    item = _review_item(campaign, item_id)
+    if review_release(item=item, user=request.user):
+        messages.info(request, "Item returned to the queue.")
+    return redirect("annotation:review-queue", slug=campaign.slug)
+
+
+@require_POST
+@curator_required
+def review_resolve_view(request: HttpRequest, slug: str, item_id: int) -> HttpResponse:
+    campaign = _campaign(slug)
+    item = _review_item(campaign, item_id)
+    ratings: dict[str, float] = {}
+    errors: list[str] = []
+    for key in campaign.question_keys:
+        raw = request.POST.get(f"rating_{key}", "").strip()
+        if not raw:
+            continue
+        try:
+            ratings[key] = float(raw)
+        except ValueError:
+            errors.append(f"{key}: not a number")
+    exclude = []
+    for raw_id in request.POST.getlist("exclude"):
+        if not raw_id.isdigit():
+            continue
+        reason = request.POST.get(f"reason_{raw_id}", "").strip()
+        exclude.append(JudgmentExclusionRequest(judgment_id=int(raw_id), reason=reason))
+    drop = request.POST.get("drop") == "on"
+    note = request.POST.get("note", "")
+    if not errors:
+        try:
+            review_resolve(
+                item=item, user=request.user, ratings=ratings, exclude=exclude, drop=drop, note=note
+            )
+        except ReviewError as error:
+            errors.append(str(error))
+    if errors:
+        for problem in errors:
+            messages.error(request, problem)
+        return redirect("annotation:review-item", slug=campaign.slug, item_id=item.pk)
+    messages.success(request, "Resolved.")
+    return redirect("annotation:review-item", slug=campaign.slug, item_id=item.pk)
+
+
+@require_POST
+@curator_required
+def audit_undo_view(request: HttpRequest, slug: str, entry_id: int) -> HttpResponse:
+    campaign = _campaign(slug)
+    entry = get_object_or_404(AuditEntry, pk=entry_id, campaign=campaign)
+    try:
+        audit_undo(entry=entry, user=request.user, note=request.POST.get("note", ""))
+        messages.success(request, f"Undone: {entry.get_action_display()}.")
+    except ReviewError as error:
+        messages.error(request, str(error))
+    target = request.POST.get("next", "")
+    if target.startswith("/dashboard/"):
+        return redirect(target)
+    if entry.review_item_id:
+        return redirect("annotation:review-item", slug=campaign.slug, item_id=entry.review_item_id)
+    return redirect("annotation:audit-log", slug=campaign.slug)
+
+
+@require_GET
+@curator_required
+def audit_log(request: HttpRequest, slug: str) -> HttpResponse:
+    campaign = _campaign(slug)
+    entries = list(audit_entries(campaign=campaign))
+    undone = set(
+        AuditEntry.objects.filter(undoes__in=[entry.pk for entry in entries]).values_list(
+            "undoes_id", flat=True
+        )
+    )
+    return render(
+        request,
+        "annotation/dashboard/audit.html",
+        {"campaign": campaign, "entries": entries, "undone": undone, "undoable": sorted(UNDOABLE)},
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Leaderboard
+# ----------------------------------------------------------------------------------------------
+
+
+@require_GET
+@curator_required
+def leaderboard(request: HttpRequest, slug: str) -> HttpResponse:
+    campaign = _campaign(slug)
+    keys = campaign.question_keys
+    sort = request.GET.get("sort", "overall")
+    if sort not in {"overall", "system", "candidates", *keys}:
+        sort = "overall"
+    descending = request.GET.get("order", "desc" if sort != "system" else "asc") == "desc"
+    board = system_leaderboard(campaign=campaign, sort=sort, descending=descending)
+    labels = {
+        question["key"]: question.get("label", question["key"]) for question in campaign.questions
+    }
+    chart_key = sort if sort in keys else "overall"
+    chart = charts.horizontal_bars(
+        [
+            (
+                row["system"],
+                row["overall"] if chart_key == "overall" else row["questions"][chart_key],
+            )
+            for row in board[:30]
+        ],
+        title=f"Mean human score per system: {labels.get(chart_key, 'overall')}",
+    )
+    for row in board:
+        row["question_values"] = [row["questions"][key] for key in keys]
+    return render(
+        request,
+        "annotation/dashboard/leaderboard.html",
+        {
+            "campaign": campaign,
+            "board": board,
+            "questions": [(key, labels[key]) for key in keys],
+            "sort": sort,
+            "descending": descending,
+            "chart": chart,
+        },
+    )
