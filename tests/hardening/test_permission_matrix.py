@@ -139,6 +139,7 @@ ROUTES: dict[str, list[Case]] = {
     # Public entry points.
     "home": [C("GET", url("home"), _everyone(302), note="redirects to /dashboard/")],
     "healthz": [C("GET", url("healthz"), _everyone(200))],
+    "favicon": [C("GET", url("favicon"), _everyone(302), note="to the static icon")],
     "api-schema": [C("GET", url("api-schema"), _everyone(200), note="the public contract")],
     "login": [
         C("GET", url("login"), _everyone(200)),
