@@ -1,13 +1,16 @@
 """A release's dataset card (README.md): Hugging Face front matter, what the release holds, its
 statistics, and how to load it; and the VATEX-EVAL notice it refers to when that data is in.
 
-The card is Markdown rendered with autoescape off (HTML escaping would garble Markdown).
+The card is Markdown rendered with autoescape off (HTML escaping would garble Markdown), so text a
+person typed goes through `markdown_text` first: the release name cannot add links, HTML, headings
+or other Markdown to the card. Everything else in it is numbers, slugs or fixed text.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,37 @@ from export.release_facts import DATASET_LICENSE, ReleaseFacts
 from export.statistics import SCORE_BINS
 
 VATEX_EVAL_NOTICE = Path(settings.BASE_DIR) / "data" / "vatex_eval" / "NOTICE.md"
+
+# Backslash-escaped in free text: every ASCII character with a meaning inside a Markdown line in
+# CommonMark or GitHub's and Hugging Face's extensions (emphasis, code, links and images, raw
+# HTML and autolinks, entities, heading closers, tables, strikethrough, math; ":", "." and "@" so
+# that no bare URL, "www." or e-mail address is linked). CommonMark renders an escaped character
+# as itself. "_" between two letters or digits is left as it is: it cannot start or end emphasis
+# there, and slugs (so default release names) are full of them.
+MARKDOWN_ESCAPED = frozenset("\\`*_[]<>&#|~$!:.@")
+
+
+def single_line(text: str) -> str:
+    """`text` with line breaks and other control characters as spaces: a Markdown or YAML line
+    cannot be ended early from inside it."""
+    return "".join(
+        " " if unicodedata.category(char) in ("Cc", "Zl", "Zp") else char for char in text
+    )
+
+
+def markdown_text(text: str) -> str:
+    """`text` as literal Markdown inline text: shown as typed, never interpreted."""
+    line = single_line(text)
+    escaped = []
+    for index, char in enumerate(line):
+        intraword = (
+            char == "_"
+            and 0 < index < len(line) - 1
+            and line[index - 1].isalnum()
+            and line[index + 1].isalnum()
+        )
+        escaped.append("\\" + char if char in MARKDOWN_ESCAPED and not intraword else char)
+    return "".join(escaped)
 
 
 def write_card(*, facts: ReleaseFacts, root: Path) -> dict[str, str]:
@@ -39,7 +73,7 @@ def _fixed(value: float | None, digits: int) -> str:
 
 def card_context(facts: ReleaseFacts) -> dict[str, Any]:
     """The template's context. Numbers are pre-formatted as strings, so the card never depends on
-    localisation settings."""
+    localisation settings; the release name, the one free text a curator types, is escaped."""
     stats = facts.stats
     split_names = facts.split_names
     ratios = facts.ratios
@@ -98,7 +132,10 @@ def card_context(facts: ReleaseFacts) -> dict[str, Any]:
     ]
     return {
         "release": facts.release,
-        "pretty_name_yaml": json.dumps(f"Vid-Lepus: {facts.release.name}", ensure_ascii=False),
+        "name_markdown": markdown_text(facts.release.name),
+        "pretty_name_yaml": json.dumps(
+            f"Vid-Lepus: {single_line(facts.release.name)}", ensure_ascii=False
+        ),
         "license": DATASET_LICENSE,
         "code_version": facts.code_version,
         "campaigns": facts.campaigns,

@@ -1,17 +1,21 @@
 """The dataset card (export.card): its statistics checked against an independent computation from
-the database (and, for agreement, against the `krippendorff` package)."""
+the database (and, for agreement, against the `krippendorff` package); the release name escaped."""
 
 from __future__ import annotations
 
 import re
 from collections import defaultdict
+from html import unescape
 
 import krippendorff
 import numpy as np
 import pytest
+import yaml
+from markdown_it import MarkdownIt
 
 from annotation.models import Judgment
 from datasets_app.models import ReferenceCaption
+from export.card import markdown_text, single_line
 from tests.export.builders import build_campaign
 from tests.export.helpers import build, eligible, jsonl_records, manifest, read_file
 
@@ -130,3 +134,47 @@ def test_card_statistics_equal_an_independent_computation(db):
         ),
     ):
         assert line in card, line
+
+
+HOSTILE_NAME = (  # at most 200 characters, as release_create allows
+    "[a](https://x.example) ![p](https://x.example/p) <script>alert(1)</script><img src=x>"
+    " <https://x.example> *b* _i_ `c` ~~s~~ $m$ # | &amp; \\ www.x.example\n"
+    "# injected\r\n[r]: https://x.example\u2028---"
+)
+assert len(HOSTILE_NAME) <= 200
+
+
+def card_front_matter_and_body(card: str) -> tuple[dict[str, object], str]:
+    _, front, body = card.split("---\n", 2)
+    return yaml.safe_load(front), body
+
+
+def test_a_hostile_release_name_is_shown_literally_and_injects_nothing(db):
+    data = build_campaign(slug="hostile", clips=6, workers=4)
+    release = build(campaigns=[data.campaign], seed=1, name=HOSTILE_NAME)
+    card = read_file(release, "README.md").decode()
+    front, body = card_front_matter_and_body(card)
+    shown = markdown_text(HOSTILE_NAME)
+
+    # One line each in the YAML front matter and in the heading; no other key, no other heading.
+    assert front["pretty_name"] == f"Vid-Lepus: {single_line(HOSTILE_NAME)}"
+    assert set(front) == {"license", "language", "pretty_name", "tags", "configs"}
+    heading = f"# Vid-Lepus: {shown}\n"
+    assert heading in body and "\n" not in shown
+    html = MarkdownIt("commonmark").enable(["table", "strikethrough"]).render(body)
+    assert html.count("<h1>") == 1
+    for injected in ("<a ", "<img", "<script", "<code>`", "<em>", "<strong>", "<s>", "<hr"):
+        assert injected not in html.split("<h2>")[0], injected
+    # The heading reads exactly as the name was typed (line breaks as spaces).
+    [rendered] = re.findall(r"<h1>(.*?)</h1>", html)
+    assert unescape(rendered) == f"Vid-Lepus: {single_line(HOSTILE_NAME)}".strip()
+    # No bare URL or www. is left for GitHub's or Hugging Face's autolinking.
+    assert "https://" not in heading and "https\\://" in heading
+    # The manifest keeps the name as typed (JSON needs no Markdown escaping).
+    assert manifest(release)["name"] == HOSTILE_NAME
+
+
+def test_an_ordinary_release_name_is_written_as_it_is():
+    for name in ("vid-lepus-vatex-eval+my_campaign-seed0", "Release 2024 (pilot), v3", "café_ü"):
+        assert markdown_text(name) == name.replace(".", "\\.")
+    assert markdown_text("_x_ a__b") == "\\_x\\_ a\\_\\_b"
