@@ -413,8 +413,8 @@ def child_build(*, raw: bool) -> None:
     from django.conf import settings
 
     from annotation.models import Campaign
-    from export import snapshot
     from export.models import Release
+    from export.reads import sql_snapshot as snapshot
     from export.services import release_build, release_create, release_verify
 
     backend: dict[str, float] = {}

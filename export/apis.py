@@ -52,6 +52,14 @@ class ReleaseSerializer(serializers.ModelSerializer):
     previous: serializers.Field = serializers.PrimaryKeyRelatedField(
         read_only=True, allow_null=True
     )
+    # Never the server's folder or bucket (Release.location, for the command line): the key
+    # relative to the storage root, the same on local disk and S3.
+    location = serializers.CharField(
+        source="storage_prefix",
+        read_only=True,
+        help_text="Where the release's files are, relative to the storage root "
+        "(`releases/<id>`); download them through the files' `url`.",
+    )
 
     class Meta:
         model = Release

@@ -17,7 +17,6 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -119,12 +118,6 @@ def stored_sha256(key: str) -> str | None:
         return _s3_sha256(key)
     path = Path(storage.get_storage().path(storage.normalise_key(key)))
     return sha256_file(path) if path.is_file() else None
-
-
-def iter_stored_bytes(key: str, chunk_size: int = 1024 * 1024) -> Iterator[bytes]:
-    with storage.open_file(key) as handle:
-        while chunk := handle.read(chunk_size):
-            yield chunk
 
 
 class Staging:

@@ -61,10 +61,6 @@ def sql_number(expression: str) -> str:
     )
 
 
-def sql_number_or_null(expression: str, *, null: str = "null") -> str:
-    return f"COALESCE({sql_number(expression)}, '{null}')"
-
-
 def sql_json_string(expression: str) -> str:
     return f"to_json(({expression})::text)::text"
 

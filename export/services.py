@@ -1,4 +1,5 @@
-"""Release services: create (and enqueue), build, re-run, cancel and verify Vid-Lepus releases."""
+"""Release services: create (and enqueue), build, re-queue and re-run, cancel and verify Vid-Lepus
+releases."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ import logging
 import math
 import time
 from collections.abc import Iterable, Sequence
+from datetime import timedelta
 from typing import Any
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.utils import timezone
 
 from annotation.models import Campaign
 from common import storage
@@ -162,15 +165,42 @@ def release_build(*, release_id: int, task_id: str = "") -> Release | None:
     return release
 
 
-def release_rerun(*, release: Release) -> bool:
-    """Queue a failed or cancelled release again (its stale files are cleared by the build)."""
-    from export.tasks import build_release
-
+def release_requeue(*, release: Release) -> bool:
+    """Put a failed or cancelled release back in the queue, its file list cleared (the build
+    clears the stale files themselves). Publishes no task: `release_rerun` does, and the build
+    task retries itself after a storage outage. False when the release was not failed or
+    cancelled."""
     if not job_requeue(job=release):
         return False
     Release.objects.filter(pk=release.pk).update(files={}, total_bytes=0)
+    return True
+
+
+def release_rerun(*, release: Release) -> bool:
+    """Queue a failed or cancelled release again and enqueue its build (after commit)."""
+    from export.tasks import build_release
+
+    if not release_requeue(release=release):
+        return False
     enqueue(build_release, release.pk)
     return True
+
+
+def releases_enqueue_stale(*, older_than: timedelta, limit: int = 100) -> int:
+    """Publish again the builds of releases still queued after `older_than` (the broker was down
+    when they were created); returns how many. A duplicate message is harmless: the build claims
+    its row with a conditional UPDATE."""
+    from export.tasks import build_release
+
+    stale = timezone.now() - older_than
+    release_ids = list(
+        Release.objects.filter(status=JobStatus.QUEUED, created_at__lt=stale).values_list(
+            "pk", flat=True
+        )[:limit]
+    )
+    for release_id in release_ids:
+        enqueue(build_release, release_id)
+    return len(release_ids)
 
 
 def release_cancel(*, release: Release) -> bool:

@@ -18,44 +18,26 @@ def build_release(self, release_id: int) -> None:  # type: ignore[no-untyped-def
     """Build a queued release (default queue). A second delivery of the same message is a no-op:
     the build claims its row with a conditional UPDATE. When storage is unreachable the release
     is queued again and the build retried with a backoff."""
-    from common.jobs import job_requeue
     from common.storage import StorageUnavailable
     from common.tasks import retry_job_after_outage
     from export.models import Release
-    from export.services import release_build
+    from export.services import release_build, release_requeue
 
     try:
         release_build(release_id=release_id, task_id=self.request.id or "")
     except StorageUnavailable as error:
-
-        def requeue() -> bool:
-            release = Release.objects.get(pk=release_id)
-            if not job_requeue(job=release):
-                return False
-            Release.objects.filter(pk=release_id).update(files={}, total_bytes=0)
-            return True
-
         retry_job_after_outage(
-            self, error=error, job_model=Release, job_id=release_id, requeue=requeue
+            self,
+            error=error,
+            job_model=Release,
+            job_id=release_id,
+            requeue=lambda: release_requeue(release=Release.objects.get(pk=release_id)),
         )
 
 
 @shared_task(name="export.sweep_queued_releases", ignore_result=True)
 def sweep_queued_releases() -> int:
-    """Publish again the builds of releases still queued after a while (the broker was down when
-    they were created). Duplicates are harmless for the same reason as above."""
-    from django.utils import timezone
+    """Publish again the builds of releases still queued after 5 minutes (beat, every 5 minutes)."""
+    from export.services import releases_enqueue_stale
 
-    from common.models import JobStatus
-    from common.tasks import enqueue
-    from export.models import Release
-
-    stale = timezone.now() - timedelta(minutes=5)
-    release_ids = list(
-        Release.objects.filter(status=JobStatus.QUEUED, created_at__lt=stale).values_list(
-            "pk", flat=True
-        )[:100]
-    )
-    for release_id in release_ids:
-        enqueue(build_release, release_id)
-    return len(release_ids)
+    return releases_enqueue_stale(older_than=timedelta(minutes=5))

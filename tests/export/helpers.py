@@ -11,6 +11,7 @@ from typing import Any
 import pyarrow.parquet as pq
 from django.conf import settings
 
+from annotation.models import CampaignCandidate, ReviewState
 from common import storage
 from common.models import JobStatus
 from export.models import Release
@@ -59,3 +60,17 @@ def parquet_rows(release: Release, split: str) -> list[dict[str, Any]]:
 
 def manifest(release: Release) -> dict[str, Any]:
     return json.loads(read_file(release, "manifest.json"))
+
+
+def eligible(campaign: Any) -> list[CampaignCandidate]:
+    """The candidates a release must hold, by the rule, computed here from the rows."""
+    return [
+        item
+        for item in CampaignCandidate.objects.filter(campaign=campaign).select_related("candidate")
+        if not item.is_control
+        and item.candidate.kind == "model"
+        and not item.dropped
+        and item.review_state not in (ReviewState.OPEN, ReviewState.CLAIMED)
+        and item.is_finalised
+        and item.overall is not None
+    ]

@@ -3,13 +3,16 @@ creating, comparing, re-running and cancelling; every view in the OpenAPI schema
 
 from __future__ import annotations
 
+import json
+
 import pytest
+import requests
 from django.urls import reverse
 
 from common.models import JobStatus
 from export.models import Release
 from tests.export.builders import build_campaign
-from tests.export.helpers import build
+from tests.export.helpers import build, read_file
 
 
 @pytest.fixture
@@ -159,6 +162,8 @@ def test_dashboard_pages_list_show_and_compare_releases(published, curator_clien
     assert redirect["Location"] == reverse("export:compare", args=[second.pk, first.pk])
     failed_page = curator_client.get(reverse("export:detail", args=[failed.pk])).content.decode()
     assert "Re-run" in failed_page and "/media/s/" not in failed_page
+    assert f"<code>releases/{first.pk}</code>" in detail
+    assert str(first.location) not in detail  # the server's folder stays on the server
 
 
 def test_the_dashboard_form_creates_a_release(
@@ -196,3 +201,62 @@ def test_every_release_view_is_in_the_openapi_schema(curator_client):
         assert "get" in paths[path]
     for path in ("/api/v1/releases/{release_id}/rerun/", "/api/v1/releases/{release_id}/cancel/"):
         assert "post" in paths[path]
+
+
+def test_no_release_api_answer_shows_a_server_path(
+    published, curator_client, settings, django_capture_on_commit_callbacks
+):
+    """`location` is the key relative to the storage root (docs/releases.md), never the folder."""
+    _, first, second, failed = published
+    assert first.location == str(settings.MEDIA_ROOT / "releases" / str(first.pk))  # server-side
+    with django_capture_on_commit_callbacks():
+        created = curator_client.post(
+            "/api/v1/releases/", {"campaigns": ["api"]}, content_type="application/json"
+        )
+        rerun = curator_client.post(f"/api/v1/releases/{failed.pk}/rerun/")
+    answers = [
+        created,
+        rerun,
+        curator_client.get("/api/v1/releases/"),
+        curator_client.get("/api/v1/releases/?status=all"),
+        curator_client.get(f"/api/v1/releases/{first.pk}/"),
+        curator_client.get(f"/api/v1/releases/{failed.pk}/"),
+        curator_client.get(f"/api/v1/releases/{second.pk}/compare/{first.pk}/"),
+        curator_client.post(f"/api/v1/releases/{created.json()['id']}/cancel/"),
+    ]
+    for answer in answers:
+        assert answer.status_code in (200, 202), answer.content
+        text = answer.content.decode()
+        for server_path in (
+            str(settings.MEDIA_ROOT),
+            str(settings.BASE_DIR),
+            str(settings.VAR_DIR),
+        ):
+            assert server_path not in text
+    assert created.json()["location"] == f"releases/{created.json()['id']}"
+    listed = {entry["id"]: entry["location"] for entry in answers[3].json()}
+    assert listed == {
+        first.pk: f"releases/{first.pk}",
+        second.pk: f"releases/{second.pk}",
+        created.json()["id"]: f"releases/{created.json()['id']}",
+        failed.pk: "",  # made by the fixture without a storage prefix
+    }
+    assert answers[4].json()["location"] == f"releases/{first.pk}"
+
+
+def test_the_release_api_shows_the_storage_key_on_s3_too(s3_storage, client, curator):
+    data = build_campaign(slug="apis3", clips=6, workers=4)
+    release = build(campaigns=[data.campaign], seed=1)
+    assert release.location == f"s3://{s3_storage}/releases/{release.pk}"  # server-side
+    client.force_login(curator)
+    detail = client.get(f"/api/v1/releases/{release.pk}/").json()
+    assert detail["location"] == f"releases/{release.pk}"
+    assert [entry["location"] for entry in client.get("/api/v1/releases/").json()] == [
+        f"releases/{release.pk}"
+    ]
+    assert "s3://" not in json.dumps(detail)
+    # The files still download, through their signed URLs.
+    manifest_url = next(
+        entry["url"] for entry in detail["files"] if entry["path"] == "manifest.json"
+    )
+    assert requests.get(manifest_url, timeout=30).content == read_file(release, "manifest.json")

@@ -1,4 +1,5 @@
-"""The files of a release: determinism, leak-free splits, one canonical record in three formats."""
+"""The split files of a release (export.release_files): determinism, leak-free splits, one canonical
+record in three formats."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from tests.export.helpers import (
     all_bytes,
     build,
     csv_rows,
+    eligible,
     jsonl_lines,
     jsonl_records,
     parquet_rows,
@@ -31,20 +33,6 @@ FILES_TWO_SPLITS = {
     "parquet/train.parquet",
     "parquet/validation.parquet",
 }
-
-
-def eligible(campaign) -> list[CampaignCandidate]:  # type: ignore[no-untyped-def]
-    """The candidates a release must hold, by the rule, computed here from the rows."""
-    return [
-        item
-        for item in CampaignCandidate.objects.filter(campaign=campaign).select_related("candidate")
-        if not item.is_control
-        and item.candidate.kind == "model"
-        and not item.dropped
-        and item.review_state not in (ReviewState.OPEN, ReviewState.CLAIMED)
-        and item.is_finalised
-        and item.overall is not None
-    ]
 
 
 def test_two_builds_of_the_same_state_and_seed_are_byte_identical(db):
@@ -265,43 +253,14 @@ def test_raw_judgments_carry_stable_pseudonyms_and_no_worker_ids(db, settings):
     assert [entry["worker"] for entry in manifest_workers] == [expected[excluded]]
 
 
-def test_the_portable_builder_writes_the_same_bytes_as_the_sql_one(db, monkeypatch):
-    """The portable builder (SQLite demo) builds records with json.dumps itself: on the same data
-    it must agree with PostgreSQL's SQL to the byte, which also checks the SQL's formatting."""
-    from export import builder, portable
-
-    data = build_campaign(slug="portable", clips=40, workers=8, candidates_per_clip=(1, 6))
-    tricky = CandidateCaption.objects.filter(clip=data.clips[2]).first()
-    tricky.text = 'Quotes "x", a comma, — unicode é 😀, a tab\there and \\ a backslash'
-    tricky.save()
-    sql_built = build(
-        campaigns=[data.campaign], seed=6, ratios=(0.7, 0.2, 0.1), include_raw_judgments=True
-    )
-    monkeypatch.setattr(builder, "release_queries", lambda: portable)
-    portable_built = build(
-        campaigns=[data.campaign], seed=6, ratios=(0.7, 0.2, 0.1), include_raw_judgments=True
-    )
-    assert portable_built.files == sql_built.files
-    assert all_bytes(portable_built) == all_bytes(sql_built)
-    assert portable_built.stats == sql_built.stats
-    records = {
-        (record.campaign_candidate_id, record.split, record.overall)
-        for record in sql_built.records.all()
-    }
-    assert {
-        (record.campaign_candidate_id, record.split, record.overall)
-        for record in portable_built.records.all()
-    } == records
-
-
 def test_the_database_batch_size_never_changes_the_files(db, settings, monkeypatch):
     import pyarrow.parquet as pq
 
-    from export import builder
+    from export import release_files
 
     # Small Parquet blocks and row groups so this small release spans several of them.
-    monkeypatch.setattr(builder, "PARQUET_PARSE_LINES", 4)
-    monkeypatch.setattr(builder, "PARQUET_ROW_GROUP_ROWS", 8)
+    monkeypatch.setattr(release_files, "PARQUET_PARSE_LINES", 4)
+    monkeypatch.setattr(release_files, "PARQUET_ROW_GROUP_ROWS", 8)
     data = build_campaign(slug="batches", clips=25, workers=8)
     settings.LEPUS_RELEASE_BATCH_SIZE = 3
     small = build(campaigns=[data.campaign], seed=2)

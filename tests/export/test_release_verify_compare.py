@@ -13,8 +13,7 @@ from annotation.models import CampaignCandidate
 from datasets_app.models import CandidateCaption, Clip
 from export.selectors import release_compare
 from tests.export.builders import build_campaign
-from tests.export.helpers import build, jsonl_records, release_root
-from tests.export.test_release_files import eligible
+from tests.export.helpers import build, eligible, jsonl_records, release_root
 
 
 def verify(release_id: int) -> tuple[int, dict]:  # type: ignore[type-arg]

@@ -1,22 +1,23 @@
-"""The dataset card's statistics and the manifest, checked against an independent computation
-from the database (and, for agreement, against the `krippendorff` package)."""
+"""The dataset card (export.card): its statistics checked against an independent computation from
+the database (and, for agreement, against the `krippendorff` package); the release name escaped."""
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections import defaultdict
+from html import unescape
 
 import krippendorff
 import numpy as np
 import pytest
+import yaml
+from markdown_it import MarkdownIt
 
-from annotation.models import AuditEntry, Judgment, ReviewAction
-from datasets_app.models import ImportBatch, ImportKind, ReferenceCaption
-from export.builder import code_version
+from annotation.models import Judgment
+from datasets_app.models import ReferenceCaption
+from export.card import markdown_text, single_line
 from tests.export.builders import build_campaign
-from tests.export.helpers import all_bytes, build, jsonl_records, manifest, read_file
-from tests.export.test_release_files import eligible
+from tests.export.helpers import build, eligible, jsonl_records, manifest, read_file
 
 
 def words(text: str) -> list[str]:
@@ -135,56 +136,45 @@ def test_card_statistics_equal_an_independent_computation(db):
         assert line in card, line
 
 
-def test_manifest_records_how_the_release_was_made(db):
-    data = build_campaign(slug="made", clips=20, workers=8)
-    batch = ImportBatch.objects.create(
-        kind=ImportKind.VATEX, file_name="vatex_validation_v1.0.json", sha256="a" * 64
-    )
-    data.clips[0].import_batch = batch
-    data.clips[0].save()
-    for action in (
-        ReviewAction.CLAIM,
-        ReviewAction.SET_RATINGS,
-        ReviewAction.SET_RATINGS,
-        ReviewAction.DROP,
-    ):
-        AuditEntry.objects.create(campaign=data.campaign, action=action)
-    release = build(campaigns=[data.campaign], seed=8, ratios=(0.8, 0.1, 0.1), name="Made v1")
-    facts = manifest(release)
-    excluded = data.participations[-1]
+HOSTILE_NAME = (  # at most 200 characters, as release_create allows
+    "[a](https://x.example) ![p](https://x.example/p) <script>alert(1)</script><img src=x>"
+    " <https://x.example> *b* _i_ `c` ~~s~~ $m$ # | &amp; \\ www.x.example\n"
+    "# injected\r\n[r]: https://x.example\u2028---"
+)
+assert len(HOSTILE_NAME) <= 200
 
-    assert facts["name"] == "Made v1"
-    assert facts["seed"] == 8
-    assert facts["ratios"] == {"train": 0.8, "validation": 0.1, "test": 0.1}
-    assert facts["code_version"] == code_version()
-    assert facts["campaigns"][0]["slug"] == "made"
-    assert facts["campaigns"][0]["quality_control"]["qc_rules"] == data.campaign.qc_rules
-    assert facts["campaigns"][0]["quality_control"]["review_range_threshold"] == 3
-    [worker] = facts["quality_control"]["excluded_workers"]
-    assert worker["campaign"] == "made"
-    assert re.fullmatch(r"w_[0-9a-f]{16}", worker["worker"])
-    assert worker["rules"] == ["too_fast", "uniform"]
-    assert worker["decided_by"] == "rules"
-    assert worker["reasons"] == ["median 1.2 s per candidate"]
-    assert worker["judgments_excluded"] == excluded.judgments.filter(is_excluded=True).count() > 0
-    assert facts["quality_control"]["judgment_exclusions"] == {
-        "made": {"rule:too_fast": Judgment.objects.filter(is_excluded=True).count()}
-    }
-    assert facts["review"] == {
-        "decisions": 3,
-        "actions_by_campaign": {"made": {"claim": 1, "drop": 1, "set_ratings": 2}},
-    }
-    assert facts["sources"] == [
-        {"kind": "vatex", "file_name": "vatex_validation_v1.0.json", "sha256": "a" * 64}
-    ]
-    contents = all_bytes(release)
-    assert facts["files"] == {
-        relative: hashlib.sha256(content).hexdigest()
-        for relative, content in contents.items()
-        if relative != "manifest.json"
-    }
-    assert "NOTICE.md" not in release.files
-    card = contents["README.md"].decode()
-    assert "Creative Commons Attribution 4.0 International (CC BY 4.0)" in card
-    assert "EMScore" not in card
-    assert "| test |" in card
+
+def card_front_matter_and_body(card: str) -> tuple[dict[str, object], str]:
+    _, front, body = card.split("---\n", 2)
+    return yaml.safe_load(front), body
+
+
+def test_a_hostile_release_name_is_shown_literally_and_injects_nothing(db):
+    data = build_campaign(slug="hostile", clips=6, workers=4)
+    release = build(campaigns=[data.campaign], seed=1, name=HOSTILE_NAME)
+    card = read_file(release, "README.md").decode()
+    front, body = card_front_matter_and_body(card)
+    shown = markdown_text(HOSTILE_NAME)
+
+    # One line each in the YAML front matter and in the heading; no other key, no other heading.
+    assert front["pretty_name"] == f"Vid-Lepus: {single_line(HOSTILE_NAME)}"
+    assert set(front) == {"license", "language", "pretty_name", "tags", "configs"}
+    heading = f"# Vid-Lepus: {shown}\n"
+    assert heading in body and "\n" not in shown
+    html = MarkdownIt("commonmark").enable(["table", "strikethrough"]).render(body)
+    assert html.count("<h1>") == 1
+    for injected in ("<a ", "<img", "<script", "<code>`", "<em>", "<strong>", "<s>", "<hr"):
+        assert injected not in html.split("<h2>")[0], injected
+    # The heading reads exactly as the name was typed (line breaks as spaces).
+    [rendered] = re.findall(r"<h1>(.*?)</h1>", html)
+    assert unescape(rendered) == f"Vid-Lepus: {single_line(HOSTILE_NAME)}".strip()
+    # No bare URL or www. is left for GitHub's or Hugging Face's autolinking.
+    assert "https://" not in heading and "https\\://" in heading
+    # The manifest keeps the name as typed (JSON needs no Markdown escaping).
+    assert manifest(release)["name"] == HOSTILE_NAME
+
+
+def test_an_ordinary_release_name_is_written_as_it_is():
+    for name in ("vid-lepus-vatex-eval+my_campaign-seed0", "Release 2024 (pilot), v3", "café_ü"):
+        assert markdown_text(name) == name.replace(".", "\\.")
+    assert markdown_text("_x_ a__b") == "\\_x\\_ a\\_\\_b"

@@ -1,0 +1,159 @@
+"""A release's dataset card (README.md): Hugging Face front matter, what the release holds, its
+statistics, and how to load it; and the VATEX-EVAL notice it refers to when that data is in.
+
+The card is Markdown rendered with autoescape off (HTML escaping would garble Markdown), so text a
+person typed goes through `markdown_text` first: the release name cannot add links, HTML, headings
+or other Markdown to the card. Everything else in it is numbers, slugs or fixed text.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import unicodedata
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.template.loader import render_to_string
+
+from export.records import sha256_file
+from export.release_facts import DATASET_LICENSE, ReleaseFacts
+from export.statistics import SCORE_BINS
+
+VATEX_EVAL_NOTICE = Path(settings.BASE_DIR) / "data" / "vatex_eval" / "NOTICE.md"
+
+# Backslash-escaped in free text: every ASCII character with a meaning inside a Markdown line in
+# CommonMark or GitHub's and Hugging Face's extensions (emphasis, code, links and images, raw
+# HTML and autolinks, entities, heading closers, tables, strikethrough, math; ":", "." and "@" so
+# that no bare URL, "www." or e-mail address is linked). CommonMark renders an escaped character
+# as itself. "_" between two letters or digits is left as it is: it cannot start or end emphasis
+# there, and slugs (so default release names) are full of them.
+MARKDOWN_ESCAPED = frozenset("\\`*_[]<>&#|~$!:.@")
+
+
+def single_line(text: str) -> str:
+    """`text` with line breaks and other control characters as spaces: a Markdown or YAML line
+    cannot be ended early from inside it."""
+    return "".join(
+        " " if unicodedata.category(char) in ("Cc", "Zl", "Zp") else char for char in text
+    )
+
+
+def markdown_text(text: str) -> str:
+    """`text` as literal Markdown inline text: shown as typed, never interpreted."""
+    line = single_line(text)
+    escaped = []
+    for index, char in enumerate(line):
+        intraword = (
+            char == "_"
+            and 0 < index < len(line) - 1
+            and line[index - 1].isalnum()
+            and line[index + 1].isalnum()
+        )
+        escaped.append("\\" + char if char in MARKDOWN_ESCAPED and not intraword else char)
+    return "".join(escaped)
+
+
+def write_card(*, facts: ReleaseFacts, root: Path) -> dict[str, str]:
+    """Write README.md (and NOTICE.md with VATEX-EVAL data) under `root`; {relative path: sha256}."""
+    files = {}
+    if facts.includes_vatex_eval:
+        shutil.copyfile(VATEX_EVAL_NOTICE, root / "NOTICE.md")
+        files["NOTICE.md"] = sha256_file(root / "NOTICE.md")
+    card = render_to_string("export/dataset_card.md", card_context(facts))
+    (root / "README.md").write_bytes(card.encode("utf-8"))
+    files["README.md"] = sha256_file(root / "README.md")
+    return files
+
+
+def _fixed(value: float | None, digits: int) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def card_context(facts: ReleaseFacts) -> dict[str, Any]:
+    """The template's context. Numbers are pre-formatted as strings, so the card never depends on
+    localisation settings; the release name, the one free text a curator types, is escaped."""
+    stats = facts.stats
+    split_names = facts.split_names
+    ratios = facts.ratios
+    rows = [
+        ("Clips", str(stats["clips"])),
+        ("Candidate captions", str(stats["candidates"])),
+        ("Candidates per clip (min)", str(stats["candidates_per_clip"]["min"])),
+        ("Candidates per clip (max)", str(stats["candidates_per_clip"]["max"])),
+        ("Candidates per clip (mean)", _fixed(stats["candidates_per_clip"]["mean"], 2)),
+        ("Candidate vocabulary (words)", str(stats["candidate_words"]["vocabulary"])),
+        ("Candidate total words", str(stats["candidate_words"]["total"])),
+        ("Candidate mean length (words)", _fixed(stats["candidate_words"]["mean_length"], 2)),
+        ("Reference captions", str(stats["references"])),
+        ("Reference vocabulary (words)", str(stats["reference_words"]["vocabulary"])),
+        ("Reference total words", str(stats["reference_words"]["total"])),
+        ("Reference mean length (words)", _fixed(stats["reference_words"]["mean_length"], 2)),
+        ("Vocabulary of all captions (words)", str(stats["vocabulary_all_captions"])),
+        ("Judgments (kept)", str(stats["judgments"])),
+        ("Judgments per candidate (mean)", _fixed(stats["judgments_per_candidate"]["mean"], 2)),
+        ("Judgments per candidate (min)", str(stats["judgments_per_candidate"]["min"])),
+        ("Judgments per candidate (max)", str(stats["judgments_per_candidate"]["max"])),
+        ("Annotators", str(stats["annotators"])),
+    ]
+    agreement_rows = [
+        (
+            key,
+            _fixed(entry["alpha"], 4),
+            str(entry["items"]),
+            str(entry["ratings"]),
+        )
+        for key, entry in stats["agreement"].items()
+    ]
+    split_rows = [
+        (
+            name,
+            str(stats["splits"][name]["clips"]),
+            str(stats["splits"][name]["candidates"]),
+            _fixed(stats["splits"][name]["mean_overall"], 4),
+            f"{ratios[name]!r}",
+        )
+        for name in split_names
+    ]
+    histogram_rows = [
+        (label, *[str(stats["splits"][name]["overall_histogram"][label]) for name in split_names])
+        for label in SCORE_BINS
+    ]
+    class_rows = [
+        (
+            str(value),
+            *[str(stats["splits"][name]["class_histogram"][str(value)]) for name in split_names],
+        )
+        for value in range(1, 6)
+    ]
+    excluded_rows = [
+        (reason.replace("_", " "), str(count)) for reason, count in stats["excluded"].items()
+    ]
+    return {
+        "release": facts.release,
+        "name_markdown": markdown_text(facts.release.name),
+        "pretty_name_yaml": json.dumps(
+            f"Vid-Lepus: {single_line(facts.release.name)}", ensure_ascii=False
+        ),
+        "license": DATASET_LICENSE,
+        "code_version": facts.code_version,
+        "campaigns": facts.campaigns,
+        "seed": str(facts.release.seed),
+        "split_names": split_names,
+        "split_method": facts.split_method,
+        "question_keys": facts.question_keys,
+        "sources": facts.sources,
+        "includes_vatex": facts.includes_vatex,
+        "includes_vatex_eval": facts.includes_vatex_eval,
+        "excluded_workers": len(facts.excluded_workers),
+        "review_decisions": facts.review_decisions,
+        "statistics_rows": rows,
+        "agreement_rows": agreement_rows,
+        "split_rows": split_rows,
+        "histogram_rows": histogram_rows,
+        "class_rows": class_rows,
+        "excluded_rows": excluded_rows,
+        "candidates_in_campaigns": str(stats["candidates_in_campaigns"]),
+        "imported_rater_slots": str(stats["imported_rater_slots"]),
+    }

@@ -1,0 +1,96 @@
+"""What a release's card and manifest say about it, gathered once by the build (`ReleaseFacts`):
+the selection and split counts, the statistics, the campaigns and sources, and the quality-control
+facts with the workers pseudonymised."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from export.models import Release
+
+DATASET_LICENSE = "bsd-3-clause-clear"
+REVIEW_DECISION_ACTIONS = (
+    "set_ratings",
+    "exclude_judgment",
+    "drop",
+    "undo",
+    "exclude_worker",
+    "include_worker",
+)
+
+
+@dataclass(frozen=True)
+class ReleaseFacts:
+    release: Release
+    split_names: list[str]
+    selection: dict[str, Any]
+    question_keys: list[str]
+    campaigns: list[dict[str, Any]]
+    split_method: dict[str, Any]
+    counts: dict[str, Any]
+    stats: dict[str, Any]
+    sources: list[dict[str, str]]
+    excluded_workers: list[dict[str, Any]]
+    judgment_exclusions: dict[str, dict[str, int]]
+    review_by_campaign: dict[str, dict[str, int]]
+    code_version: str
+
+    @property
+    def ratios(self) -> dict[str, float]:
+        return dict(zip(self.split_names, self.release.ratios, strict=True))
+
+    @property
+    def review_decisions(self) -> int:
+        return sum(
+            count
+            for actions in self.review_by_campaign.values()
+            for action, count in actions.items()
+            if action in REVIEW_DECISION_ACTIONS
+        )
+
+    @property
+    def includes_vatex_eval(self) -> bool:
+        return any(source["kind"] == "vatex_eval" for source in self.sources) or any(
+            campaign["slug"] == "vatex-eval" for campaign in self.campaigns
+        )
+
+    @property
+    def includes_vatex(self) -> bool:
+        return self.includes_vatex_eval or any(source["kind"] == "vatex" for source in self.sources)
+
+
+def release_counts(
+    *, split_names: list[str], selection: dict[str, Any], per_split: dict[int, dict[str, int]]
+) -> dict[str, Any]:
+    """The release's `counts` (database and API): candidates and clips per split, the selection."""
+    return {
+        "splits": {
+            name: per_split.get(index, {"candidates": 0, "clips": 0})
+            for index, name in enumerate(split_names)
+        },
+        "released": selection["released"],
+        "excluded": selection["excluded"],
+        "candidates_in_campaigns": selection["candidates_in_campaigns"],
+        "per_campaign": selection["per_campaign"],
+    }
+
+
+def excluded_workers(
+    *, workers: list[dict[str, Any]], pseudonyms: dict[int, str]
+) -> list[dict[str, Any]]:
+    """The reads' excluded workers with their pseudonyms instead of database ids, in a fixed order."""
+    return sorted(
+        (
+            {
+                "campaign": entry["campaign"],
+                "worker": pseudonyms.get(entry["worker_pk"], "unknown"),
+                "decided_by": "curator" if entry["by_curator"] else "rules",
+                "rules": entry["rules"],
+                "judgments_excluded": entry["judgments_excluded"],
+                "reasons": entry["reasons"],
+            }
+            for entry in workers
+        ),
+        key=lambda entry: (entry["campaign"], entry["worker"]),
+    )
