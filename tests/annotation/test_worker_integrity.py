@@ -20,7 +20,6 @@ from annotation.models import (
     AssignmentStatus,
     Judgment,
     Participation,
-    ParticipationStatus,
     Worker,
 )
 from annotation.services.workers import (
@@ -210,9 +209,18 @@ def test_after_exclusion_no_spelling_rejoins_and_the_old_token_reaches_nothing(
     assert excluded.status_code == 200, excluded.content
 
     rejoins = [join(campaign.slug, platform="prolific", external_id=v) for v in PROBE_VARIANTS]
-    assert rejoins == [
-        (403, {"detail": "Your participation in this study has ended, so you cannot join it again."})
-    ] * 4
+    assert (
+        rejoins
+        == [
+            (
+                403,
+                {
+                    "detail": "Your participation in this study has ended, so you cannot join it again."
+                },
+            )
+        ]
+        * 4
+    )
     revoked = {
         "detail": "This worker token was revoked: your participation in this campaign has ended."
     }
