@@ -48,6 +48,9 @@ class AtomicRateThrottle(SimpleRateThrottle):
     The window starts with the first request of a client and lasts the rate's period."""
 
     cache_format = "throttle:%(scope)s:%(ident)s"
+    # Set by SimpleRateThrottle.__init__ from the rate (not declared by the stubs).
+    num_requests: int
+    duration: int
 
     def allow_request(self, request: Request, view: Any) -> bool:
         if self.rate is None:

@@ -29,7 +29,7 @@ class JSONParser(parsers.JSONParser):
     """DRF's JSON parser with the checks of the module docstring."""
 
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
-        encoding = parsers.get_encoding(parser_context or {})
+        encoding = parsers.get_encoding(parser_context or {})  # type: ignore[attr-defined]
         raw = stream.read() if stream is not None else b""
         try:
             text = raw.decode(encoding) if isinstance(raw, bytes) else str(raw)
