@@ -298,7 +298,9 @@ def test_300_concurrent_joins_from_one_address_yield_the_limit(live):
     campaign = crowd_campaign(slug="crowded", clips=1, candidates_per_clip=1)
 
     def one(index: int) -> int:
-        return live.join(campaign.slug, platform="prolific", external_id=f"{index:024x}").status_code
+        return live.join(
+            campaign.slug, platform="prolific", external_id=f"{index:024x}"
+        ).status_code
 
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=48) as pool:
@@ -342,7 +344,10 @@ def test_a_deeply_nested_body_is_400_on_join_and_submit(live):
     headers = {"Content-Type": "application/json"}
 
     joined = requests.post(
-        f"{live.url}/api/v1/campaigns/{campaign.slug}/join", data=nested, headers=headers, timeout=60
+        f"{live.url}/api/v1/campaigns/{campaign.slug}/join",
+        data=nested,
+        headers=headers,
+        timeout=60,
     )
     submitted = live.worker(token).post(
         live.submit_url(offered["assignment_id"]), data=nested, headers=headers, timeout=60
