@@ -244,7 +244,7 @@ def participation_by_token(*, token: str) -> Participation | None:
 
 def invite_token_make(*, campaign: Campaign, invitee: str, expires_at: datetime) -> str:
     """An HMAC-signed invite binding campaign, invitee id and expiry (LEPUS_INVITE_SECRET)."""
-    invitee = external_id_normalize(platform=Platform.INVITE, external_id=invitee)
+    invitee = invitee.strip()  # normalised when it is used (worker_join)
     if not invitee or len(invitee) > EXTERNAL_ID_MAX_CHARS:
         raise ValueError(f"invitee id must be 1 to {EXTERNAL_ID_MAX_CHARS} characters")
     payload = {"c": campaign.slug, "i": invitee, "e": int(expires_at.timestamp())}
