@@ -58,8 +58,9 @@ class Campaign(models.Model):
     redirect_url = models.URLField(max_length=500, blank=True, default="")
     # Optional binding to one crowd-platform study: when set, joins through that platform must
     # carry this study / HIT id, and joins through the other crowd platform are refused.
-    prolific_study_id = models.CharField(max_length=24, blank=True, default="")
-    mturk_hit_id = models.CharField(max_length=64, blank=True, default="")
+    # (db_default: rows written by raw SQL, e.g. the benchmarks' bulk loaders, need no value.)
+    prolific_study_id = models.CharField(max_length=24, blank=True, default="", db_default="")
+    mturk_hit_id = models.CharField(max_length=64, blank=True, default="", db_default="")
     # Judgments of imported campaigns come from files (e.g. VATEX-EVAL), not from the crowd.
     is_imported = models.BooleanField(default=False)
     selection = models.JSONField(
@@ -238,7 +239,7 @@ class Participation(models.Model):
     campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="participations")
     worker = models.ForeignKey(Worker, on_delete=models.CASCADE, related_name="participations")
     token_hash = models.CharField(max_length=64, unique=True, null=True, blank=True)
-    token_generation = models.PositiveIntegerField(default=0)
+    token_generation = models.PositiveIntegerField(default=0, db_default=0)
     token_renewed_at = models.DateTimeField(null=True, blank=True)
     status = models.CharField(
         max_length=10,

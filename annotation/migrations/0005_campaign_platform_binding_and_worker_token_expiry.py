@@ -49,17 +49,17 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='campaign',
             name='mturk_hit_id',
-            field=models.CharField(blank=True, default='', max_length=64),
+            field=models.CharField(blank=True, db_default='', default='', max_length=64),
         ),
         migrations.AddField(
             model_name='campaign',
             name='prolific_study_id',
-            field=models.CharField(blank=True, default='', max_length=24),
+            field=models.CharField(blank=True, db_default='', default='', max_length=24),
         ),
         migrations.AddField(
             model_name='participation',
             name='token_generation',
-            field=models.PositiveIntegerField(default=0),
+            field=models.PositiveIntegerField(db_default=0, default=0),
         ),
         migrations.AddField(
             model_name='participation',
