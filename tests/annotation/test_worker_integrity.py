@@ -502,3 +502,13 @@ def test_every_page_sends_a_content_security_policy(campaign, curator_client, se
     worker_page = Client().get(f"/w/{campaign.slug}/?PROLIFIC_PID={PROLIFIC_ID}")
     assert worker_page.status_code == 200
     assert "frame-ancestors 'self' https://www.mturk.com" in worker_page["Content-Security-Policy"]
+
+
+def test_the_rating_page_refuses_a_link_whose_id_the_join_would_refuse(campaign, checked_ids):
+    refused = Client().get(f"/w/{campaign.slug}/?PROLIFIC_PID=WORKER_A_0001")
+    accepted = Client().get(f"/w/{campaign.slug}/?PROLIFIC_PID={PROLIFIC_ID.upper()}")
+    preview = Client().get(f"/w/{campaign.slug}/?assignmentId=ASSIGNMENT_ID_NOT_AVAILABLE")
+
+    assert refused.status_code == 400
+    assert b"This link does not carry a valid participant id." in refused.content
+    assert (accepted.status_code, preview.status_code) == (200, 200)
