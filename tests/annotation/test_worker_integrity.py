@@ -389,6 +389,17 @@ def test_me_is_throttled_per_worker(campaign, monkeypatch):
     assert other_code == 200
 
 
+def test_the_production_settings_throttle_me():
+    from annotation.apis.crowd import WorkerMeApi
+    from config import settings as production
+
+    number, period = MeThrottle().parse_rate(
+        production.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]["me"]  # type: ignore[index]
+    )
+    assert WorkerMeApi.throttle_classes == [MeThrottle]
+    assert (number, period) == (120, 60)
+
+
 def test_the_counter_counts_within_one_window():
     cache.clear()
     counts = [counter_hit("test:counter", 60)[0] for _ in range(3)]
