@@ -436,6 +436,25 @@ def test_the_depth_scan_counts_only_structure():
     assert json_too_deep(json.dumps(["\\", "x"]) + "[" * 40, MAX_JSON_DEPTH)
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"platform": "prolific", "external_id": 1' + b"0" * 5000 + b"}",  # an int of 5001 digits
+        b'{"platform": "prolific", "external_id": "\xff"}',
+        b'{"platform": "prolific", "external_id": "a\u0000b"}',
+        b'{"platform": "prolific", "external_id": "\ud800"}',
+    ],
+    ids=["huge-integer", "invalid-utf8", "nul", "lone-surrogate"],
+)
+def test_other_pathological_bodies_are_400(campaign, body):
+    response = APIClient().post(
+        f"/api/v1/campaigns/{campaign.slug}/join", body, content_type="application/json"
+    )
+    assert response.status_code == 400
+    assert response.json()["detail"].startswith("JSON parse error - ")
+    assert Worker.objects.count() == 0
+
+
 def test_a_number_that_overflows_is_400(campaign):
     response = APIClient().post(
         f"/api/v1/campaigns/{campaign.slug}/join",
