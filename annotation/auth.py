@@ -3,6 +3,9 @@
 Workers are not Django users: `request.user` stays anonymous and `request.auth` is the worker's
 `Participation` (with its campaign and worker loaded in the same query), so curator-only views
 stay closed to them and worker views read everything they need from `request.auth`.
+
+A token answers 401 when it is unknown, expired (`LEPUS_WORKER_TOKEN_TTL` after the worker was
+last active) or revoked (the worker was excluded); see `annotation.services.workers`.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
 from annotation.models import Participation
-from annotation.services.workers import participation_by_token
+from annotation.services.workers import participation_by_token, worker_token_problem
 
 KEYWORD = "Worker"
 
@@ -36,6 +39,9 @@ class WorkerTokenAuthentication(BaseAuthentication):
         participation = participation_by_token(token=token)
         if participation is None:
             raise exceptions.AuthenticationFailed("Unknown or revoked worker token.")
+        problem = worker_token_problem(participation=participation)
+        if problem is not None:
+            raise exceptions.AuthenticationFailed(problem)
         return AnonymousUser(), participation
 
     def authenticate_header(self, request: Request) -> str:

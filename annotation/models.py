@@ -56,6 +56,11 @@ class Campaign(models.Model):
     currency = models.CharField(max_length=3, default="GBP")
     completion_code = models.CharField(max_length=100, blank=True, default="")
     redirect_url = models.URLField(max_length=500, blank=True, default="")
+    # Optional binding to one crowd-platform study: when set, joins through that platform must
+    # carry this study / HIT id, and joins through the other crowd platform are refused.
+    # (db_default: rows written by raw SQL, e.g. the benchmarks' bulk loaders, need no value.)
+    prolific_study_id = models.CharField(max_length=24, blank=True, default="", db_default="")
+    mturk_hit_id = models.CharField(max_length=64, blank=True, default="", db_default="")
     # Judgments of imported campaigns come from files (e.g. VATEX-EVAL), not from the crowd.
     is_imported = models.BooleanField(default=False)
     selection = models.JSONField(
@@ -227,11 +232,15 @@ class ParticipationStatus(models.TextChoices):
 
 class Participation(models.Model):
     """A worker inside one campaign. The worker token (`Authorization: Worker <token>`) identifies a
-    participation; only its sha256 is stored."""
+    participation; only its sha256 is stored. The token expires `LEPUS_WORKER_TOKEN_TTL` seconds
+    after the later of `token_renewed_at` (issue or re-join) and `last_seen_at` (next, submit); an
+    expired token is replaced by one of the next `token_generation` at the next join."""
 
     campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="participations")
     worker = models.ForeignKey(Worker, on_delete=models.CASCADE, related_name="participations")
     token_hash = models.CharField(max_length=64, unique=True, null=True, blank=True)
+    token_generation = models.PositiveIntegerField(default=0, db_default=0)
+    token_renewed_at = models.DateTimeField(null=True, blank=True)
     status = models.CharField(
         max_length=10,
         choices=ParticipationStatus.choices,

@@ -1189,6 +1189,9 @@ def lepus_env(bench: Bench) -> dict[str, str]:
             "LEPUS_THROTTLE_JOIN": "100000/min",
             "LEPUS_THROTTLE_NEXT": "100000/min",
             "LEPUS_THROTTLE_SUBMIT": "100000/min",
+            "LEPUS_THROTTLE_ME": "100000/min",
+            # The robots' ids are readable names, not Prolific's 24-hex ids.
+            "LEPUS_CHECK_WORKER_IDS": "false",
             "PYTHONUNBUFFERED": "1",
         }
     )

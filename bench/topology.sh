@@ -158,6 +158,9 @@ export LEPUS_LOG_LEVEL=INFO
 export LEPUS_THROTTLE_JOIN=100000/min
 export LEPUS_THROTTLE_NEXT=100000/min
 export LEPUS_THROTTLE_SUBMIT=100000/min
+export LEPUS_THROTTLE_ME=100000/min
+# The robots' ids are readable names, not Prolific's 24-hex ids.
+export LEPUS_CHECK_WORKER_IDS=false
 export PYTHONUNBUFFERED=1
 mkdir -p "$LEPUS_VAR_DIR"
 

@@ -1,5 +1,6 @@
 """DRF glue: an exception handler that answers a lost database with 503 and never leaks a
-traceback; throttles that let requests through when their cache (Redis) is down; JSON 404/500
+traceback; throttles counted atomically (`common.ratelimit`) that let requests through when their
+cache (Redis) is down; JSON 404/500
 answers under /api/; and the schema class that declares the error answers every API view can give,
 so the published OpenAPI schema lists each status a client can receive
 (tests/hardening/test_schema_fuzz.py holds the server to it)."""
@@ -23,6 +24,8 @@ from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle, SimpleRateThrottle
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from common.ratelimit import counter_hit
+
 logger = logging.getLogger(__name__)
 
 UNAVAILABLE_MESSAGE = "The service is temporarily unavailable. Please retry in a moment."
@@ -39,6 +42,33 @@ def exception_handler(exception: Exception, context: dict[str, Any]) -> Response
     return drf_exception_handler(exception, context)
 
 
+class AtomicRateThrottle(SimpleRateThrottle):
+    """DRF's rate throttle counted with an atomic counter (`common.ratelimit.counter_hit`):
+    the limit holds under any number of concurrent requests on any number of web processes.
+    The window starts with the first request of a client and lasts the rate's period."""
+
+    cache_format = "throttle:%(scope)s:%(ident)s"
+    # Set by SimpleRateThrottle.__init__ from the rate (not declared by the stubs).
+    num_requests: int
+    duration: int
+
+    def allow_request(self, request: Request, view: Any) -> bool:
+        if self.rate is None:
+            return True
+        self.key = self.get_cache_key(request, view)
+        if self.key is None:
+            return True
+        count, self._seconds_left = counter_hit(self.key, self.duration)
+        return count <= self.num_requests
+
+    def wait(self) -> float | None:
+        return max(1.0, getattr(self, "_seconds_left", float(self.duration)))
+
+
+class AtomicScopedRateThrottle(ScopedRateThrottle, AtomicRateThrottle):
+    """`throttle_scope` on the view picks the rate, counted atomically."""
+
+
 class FailOpenThrottleMixin:
     """Throttle state lives in the cache (Redis in production). When the cache cannot be reached
     the request is let through (logged): losing the rate limit for a while is better than
@@ -52,11 +82,11 @@ class FailOpenThrottleMixin:
             return True
 
 
-class FailOpenSimpleRateThrottle(FailOpenThrottleMixin, SimpleRateThrottle):
+class FailOpenSimpleRateThrottle(FailOpenThrottleMixin, AtomicRateThrottle):
     pass
 
 
-class FailOpenScopedRateThrottle(FailOpenThrottleMixin, ScopedRateThrottle):
+class FailOpenScopedRateThrottle(FailOpenThrottleMixin, AtomicScopedRateThrottle):
     pass
 
 

@@ -1,25 +1,92 @@
-"""The API's request parser (a module of its own: DRF imports it while loading its settings)."""
+"""The API's request parser (a module of its own: DRF imports it while loading its settings).
+
+Every API view reads JSON through `JSONParser` below, so what it refuses is refused everywhere
+with a 400 before any view code runs:
+
+- nesting deeper than `MAX_JSON_DEPTH` (checked by a linear scan of the text *before* decoding:
+  Python's decoder recurses once per level, and 100,000 levels raised a RecursionError, a 500);
+- numbers that overflow to infinity (`1e999`): PostgreSQL's jsonb cannot store them;
+- strings PostgreSQL cannot store (a NUL character, a lone UTF-16 surrogate).
+"""
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Any
 
 from rest_framework import parsers
 from rest_framework.exceptions import ParseError
+from rest_framework.utils import json
+
+# Deepest nesting any request body may have. Lepus's own bodies stay under 6 levels (a campaign's
+# questions: list > question > levels > level).
+MAX_JSON_DEPTH = 32
+_SIGNIFICANT = re.compile(r'[\[\]{}"\\]')
 
 
 class JSONParser(parsers.JSONParser):
-    """DRF's JSON parser, refusing strings PostgreSQL cannot store: a NUL character, or a lone
-    UTF-16 surrogate (`"\\ud800"` is valid JSON). Without this, such a string in a JSON field
-    (questions, control settings, hyper-parameters, ratings) reached the database and failed there
-    with a 500; now it is a 400 before any view runs."""
+    """DRF's JSON parser with the checks of the module docstring."""
 
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
-        data = super().parse(stream, media_type, parser_context)
+        encoding = parsers.get_encoding(parser_context or {})  # type: ignore[attr-defined]
+        raw = stream.read() if stream is not None else b""
+        try:
+            text = raw.decode(encoding) if isinstance(raw, bytes) else str(raw)
+        except UnicodeDecodeError as error:
+            raise ParseError(f"JSON parse error - {error}")
+        if json_too_deep(text, MAX_JSON_DEPTH):
+            raise ParseError(f"JSON parse error - nested deeper than {MAX_JSON_DEPTH} levels.")
+        try:
+            data = json.loads(
+                text,
+                parse_constant=json.strict_constant if self.strict else None,
+                parse_float=_finite_float,
+            )
+        except RecursionError:  # the scan above makes this unreachable; never a 500 anyway
+            raise ParseError("JSON parse error - nested too deeply.")
+        except ValueError as error:
+            raise ParseError(f"JSON parse error - {error}")
         problem = _unstorable_text(data)
         if problem:
             raise ParseError(f"JSON parse error - {problem}")
         return data
+
+
+def json_too_deep(text: str, limit: int) -> bool:
+    """Whether the JSON text nests arrays/objects deeper than `limit`; linear in the text, no
+    recursion, and brackets inside strings do not count."""
+    if text.count("[") + text.count("{") <= limit:
+        return False  # the usual body: too few brackets to reach the limit at all
+    depth = 0
+    in_string = False
+    skip = -1  # index of a character escaped by a backslash
+    for match in _SIGNIFICANT.finditer(text):
+        index = match.start()
+        if index == skip:
+            continue
+        char = match.group()
+        if in_string:
+            if char == "\\":
+                skip = index + 1
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif char in "]}":
+            depth -= 1
+    return False
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number out of range: {text[:40]}")
+    return value
 
 
 def _unstorable_text(value: Any) -> str | None:

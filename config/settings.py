@@ -74,6 +74,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "common.middleware.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -135,6 +136,15 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Django's model backend behind the curator login lockout (common.ratelimit): after
+# LEPUS_LOGIN_MAX_FAILURES failed logins of one username, or LEPUS_LOGIN_MAX_FAILURES_PER_ADDRESS
+# from one client address, within LEPUS_LOGIN_LOCKOUT_SECONDS, logins are refused for that long.
+AUTHENTICATION_BACKENDS = ["common.ratelimit.LoginLockoutBackend"]
+LEPUS_LOGIN_MAX_FAILURES = env_int("LEPUS_LOGIN_MAX_FAILURES", 5, minimum=1)
+LEPUS_LOGIN_MAX_FAILURES_PER_ADDRESS = env_int(
+    "LEPUS_LOGIN_MAX_FAILURES_PER_ADDRESS", 20, minimum=1
+)
+LEPUS_LOGIN_LOCKOUT_SECONDS = env_int("LEPUS_LOGIN_LOCKOUT_SECONDS", 900, minimum=1)
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/dashboard/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
@@ -211,6 +221,12 @@ LEPUS_VIDEO_TEST_UPLOAD_DELAY = env_float("LEPUS_VIDEO_TEST_UPLOAD_DELAY", 0.0)
 # --- Crowd entry --------------------------------------------------------------------------------
 # Invite links are HMAC-signed with this key (falls back to SECRET_KEY).
 LEPUS_INVITE_SECRET = env_str("LEPUS_INVITE_SECRET", "") or SECRET_KEY
+# Refuse joins whose (normalised) external id does not have the platform's shape: Prolific's 24
+# hexadecimal characters, MTurk's A + letters and digits (annotation.services.workers).
+LEPUS_CHECK_WORKER_IDS = env_bool("LEPUS_CHECK_WORKER_IDS", True)
+# A worker token stops working this many seconds after the worker was last active (join, next,
+# submit); joining again from the study link issues a new one.
+LEPUS_WORKER_TOKEN_TTL = env_int("LEPUS_WORKER_TOKEN_TTL", 24 * 3600, minimum=60)
 
 # --- REST framework -----------------------------------------------------------------------------
 REST_FRAMEWORK = {
@@ -225,6 +241,7 @@ REST_FRAMEWORK = {
         "join": env_str("LEPUS_THROTTLE_JOIN", "60/min"),
         "next": env_str("LEPUS_THROTTLE_NEXT", "600/min"),
         "submit": env_str("LEPUS_THROTTLE_SUBMIT", "600/min"),
+        "me": env_str("LEPUS_THROTTLE_ME", "120/min"),
         "score": env_str("LEPUS_THROTTLE_SCORE", "120/min"),
     },
     # Proxies in front of Django that append to X-Forwarded-For. Left unset, DRF would take the
@@ -336,6 +353,24 @@ CSRF_COOKIE_HTTPONLY = False
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
+# Sent with every response that sets none of its own (common.middleware): no inline script or
+# style, no plugin, no framing; media from this site and from the (presigned) storage URLs. The
+# rating page sends its own (MTurk shows it in a frame and takes its form).
+CONTENT_SECURITY_POLICY = env_str("LEPUS_CONTENT_SECURITY_POLICY", "") or "; ".join(
+    [
+        "default-src 'self'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "img-src 'self' data: https: http:",
+        "media-src 'self' https: http: blob:",
+        "connect-src 'self'",
+        "font-src 'self'",
+        "object-src 'none'",
+        "base-uri 'none'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",
+    ]
+)
 if not DEBUG:
     SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", True)
     SESSION_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", True)

@@ -23,6 +23,9 @@ os.environ.setdefault("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,testserver")
 # One code version for the test process and the workers it starts (`git describe --dirty` would
 # differ between them if the checkout changed during the run, and release files name it).
 os.environ.setdefault("LEPUS_CODE_VERSION", "lepus-test-suite")
+# The suite's workers have readable made-up ids ("worker-a"); tests/hardening/
+# test_crowd_integrity.py runs with the production check on.
+os.environ.setdefault("LEPUS_CHECK_WORKER_IDS", "false")
 
 from config import settings as _base  # noqa: E402
 from config.settings import *  # noqa: E402,F403
@@ -35,7 +38,12 @@ REST_FRAMEWORK = {
         "join": "100000/min",
         "next": "100000/min",
         "submit": "100000/min",
+        "me": "100000/min",
         "score": "100000/min",
     },
 }
+# Likewise the login lockout (many tests post wrong passwords from 127.0.0.1); the integrity
+# tests lower these.
+LEPUS_LOGIN_MAX_FAILURES = 100000
+LEPUS_LOGIN_MAX_FAILURES_PER_ADDRESS = 100000
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -9,10 +9,13 @@ from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView
 
 from common import views as common_views
+from common.ratelimit import LoginView
 
 urlpatterns = [
     path("", RedirectView.as_view(url="/dashboard/", permanent=False), name="home"),
     path("admin/", admin.site.urls),
+    # Django's login page behind the lockout (common.ratelimit); the rest of django.contrib.auth.
+    path("accounts/login/", LoginView.as_view(), name="login"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("healthz", common_views.healthz, name="healthz"),
     path("favicon.ico", common_views.favicon, name="favicon"),

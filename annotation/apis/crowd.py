@@ -29,6 +29,7 @@ from annotation.services.submission import (
     AssignmentNotFound,
     SubmissionInvalid,
     SubmissionRefused,
+    SubmissionTooEarly,
     assignment_submit,
 )
 from annotation.services.workers import JoinRefused, worker_join
@@ -58,6 +59,10 @@ class NextThrottle(_CrowdThrottle):
 
 class SubmitThrottle(_CrowdThrottle):
     scope = "submit"
+
+
+class MeThrottle(_CrowdThrottle):
+    scope = "me"
 
 
 # --- serializers (input validation for join; documentation for the rest) ----------------------
@@ -166,6 +171,15 @@ SUBMIT_REQUEST_SCHEMA: dict[str, Any] = {
 }
 
 
+class SubmitConflictSerializer(serializers.Serializer):
+    detail = serializers.CharField()
+    retry_after = serializers.IntegerField(
+        required=False,
+        help_text="Only when submitted too early: seconds until the campaign's minimum time on "
+        "the clip has passed (also in the Retry-After header).",
+    )
+
+
 class SubmitResultSerializer(serializers.Serializer):
     assignment_id = serializers.IntegerField()
     status = serializers.CharField()
@@ -226,7 +240,11 @@ class CampaignJoinApi(APIView):
         responses={
             200: JoinOutputSerializer,
             400: OpenApiResponse(FieldErrorsSerializer, description="Invalid body."),
-            403: OpenApiResponse(ErrorSerializer, description="Invalid or expired invite."),
+            403: OpenApiResponse(
+                ErrorSerializer,
+                description="Invalid or expired invite; the worker was excluded from this "
+                "campaign; or the link is not the study / HIT the campaign is bound to.",
+            ),
             404: OpenApiResponse(ErrorSerializer, description="No such campaign."),
             409: OpenApiResponse(ErrorSerializer, description="Campaign not open."),
             429: OpenApiResponse(ErrorSerializer, description="Throttled."),
@@ -323,8 +341,11 @@ class AssignmentSubmitApi(_WorkerApi):
         summary="Submit the ratings of an assignment",
         description="201 stored; 200 an identical repeat (the first result, nothing stored "
         "twice); 400 field errors (nothing stored); 404 unknown or another worker's assignment; "
-        "409 already submitted with different ratings, or expired and its slots taken; 403 the "
-        "worker's participation was ended by quality control.",
+        "409 already submitted with different ratings, expired and its slots taken, or too "
+        "early (less than the campaign's minimum time on the clip since `next` handed it out, "
+        "measured by the server; `retry_after` says how long to wait); 403 the worker's "
+        "participation was ended by quality control. `client_timing` is stored as telemetry "
+        "only.",
         tags=["worker"],
         request={"application/json": SUBMIT_REQUEST_SCHEMA},
         responses={
@@ -333,7 +354,7 @@ class AssignmentSubmitApi(_WorkerApi):
             400: OpenApiResponse(FieldErrorsSerializer, description="Field errors."),
             403: OpenApiResponse(ErrorSerializer, description="Participation ended."),
             404: OpenApiResponse(ErrorSerializer, description="No such assignment."),
-            409: OpenApiResponse(ErrorSerializer, description="Conflict."),
+            409: OpenApiResponse(SubmitConflictSerializer, description="Conflict or too early."),
             413: OpenApiResponse(ErrorSerializer, description="Body too large."),
             **_WORKER_ERRORS,
         },
@@ -370,6 +391,12 @@ class AssignmentSubmitApi(_WorkerApi):
             return Response({"detail": "No such assignment."}, status=status.HTTP_404_NOT_FOUND)
         except SubmissionInvalid as invalid:
             return Response(invalid.errors, status=status.HTTP_400_BAD_REQUEST)
+        except SubmissionTooEarly as early:
+            return Response(
+                {"detail": early.message, "retry_after": early.retry_after},
+                status=early.status,
+                headers={"Retry-After": str(early.retry_after)},
+            )
         except SubmissionRefused as refused:
             return Response({"detail": refused.message}, status=refused.status)
         return Response(
@@ -379,6 +406,8 @@ class AssignmentSubmitApi(_WorkerApi):
 
 
 class WorkerMeApi(_WorkerApi):
+    throttle_classes = [MeThrottle]
+
     @extend_schema(
         operation_id="worker_me",
         summary="The worker's progress, and once finished the completion code",

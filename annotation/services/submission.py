@@ -2,18 +2,24 @@
 
 `assignment_submit` either stores one judgment per candidate of the assignment and marks it
 submitted (201), or replays the stored result of an identical earlier submission (200), or stores
-nothing at all (400 invalid, 404 not this worker's, 409 conflict, 403 participation ended).
+nothing at all (400 invalid, 404 not this worker's, 409 conflict or too early, 403 participation
+ended).
 
-Timing: the assignment keeps the whole server time (issued → submitted) and the client's
-`active_ms` / `video_played_ms`. Each judgment keeps its share of the server and active time (the
-assignment's value divided by its number of candidates), and the whole `video_played_ms` (the clip
-was watched once for all of them).
+Timing is the server's: the assignment's `issued_at` is set when `next` hands it out (a reload
+gets the same lease and keeps it), and a submit earlier than the campaign's `min_seconds_on_clip`
+after it is refused with 409 and `retry_after` (`SubmissionTooEarly`), nothing stored, whatever
+the body's `client_timing` claims. The assignment keeps the whole server time (issued → submitted)
+and, as advisory telemetry only, the client's `active_ms` / `video_played_ms`; QC's speed rules read
+the server time. Each judgment keeps its share of the server and active time (the assignment's
+value divided by its number of candidates), and the whole `video_played_ms` (the clip was watched
+once for all of them).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -59,6 +65,19 @@ class SubmissionRefused(Exception):
         super().__init__(message)
         self.message = message
         self.status = status
+
+
+class SubmissionTooEarly(SubmissionRefused):
+    """Submitted before the campaign's minimum time on the clip (server clock) had passed."""
+
+    def __init__(self, *, minimum: int, elapsed: float) -> None:
+        self.retry_after = max(1, math.ceil(minimum - elapsed))
+        super().__init__(
+            f"Too early: this clip was given to you {elapsed:.1f} seconds ago, and this study "
+            f"asks for at least {minimum} seconds on each clip. Please watch the clip and check "
+            f"your ratings, then submit again in {self.retry_after} seconds.",
+            status=409,
+        )
 
 
 @dataclass(frozen=True)
@@ -261,11 +280,16 @@ def assignment_submit(
         return _replay(stored_digest=stored_digest, stored_result=stored_result, digest=digest)
 
     now = now or timezone.now()
+    issued_at = sql.py_datetime(issued_at)
+    minimum = participation.campaign.min_seconds_on_clip or 0
+    elapsed = (now - issued_at).total_seconds()
+    if elapsed < minimum:
+        raise SubmissionTooEarly(minimum=minimum, elapsed=max(0.0, elapsed))
     arguments = {
         "participation": participation,
         "assignment_id": assignment_id,
         "campaign_id": campaign_id,
-        "issued_at": sql.py_datetime(issued_at),
+        "issued_at": issued_at,
         "clean": clean,
         "digest": digest,
         "now": now,

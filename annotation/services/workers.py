@@ -4,9 +4,26 @@ Workers are not Django users. A worker is identified by (platform, external id) 
 id always maps to the same `Worker` row — and, inside one campaign, by a `Participation` whose worker
 token travels as `Authorization: Worker <token>`. Only the token's sha256 is stored.
 
+One person, one worker: external ids are normalised before every lookup
+(`external_id_normalize`: Unicode NFKC, invisible format and control characters dropped,
+surrounding whitespace stripped, and case folded the way the platform's ids are case-insensitive:
+Prolific ids in lower case, MTurk worker ids in upper case, invitee ids case-folded), so
+`WORKER_A_0001`, `worker_a_0001`, `WORKER_A_0001` + U+200B and the full-width `ＷＯＲＫＥＲ_A_0001` are
+one worker with one participation, one token and one quota. With `LEPUS_CHECK_WORKER_IDS` (on by
+default) the normalised id must also have the platform's shape: Prolific's 24 hexadecimal
+characters, MTurk's `A` followed by upper-case letters and digits; invitee ids come from the
+signed invite. A campaign may be bound to one Prolific study or MTurk HIT
+(`Campaign.prolific_study_id`, `Campaign.mturk_hit_id`): joins that do not carry it are refused.
+
+Exclusion is per person: joining again under any variant of an excluded worker's id is refused
+(403), and the excluded participation's token stops authenticating (`worker_token_problem`), so no
+token of that person reaches `next` or `submit` again. Re-inclusion by a curator restores both.
+
 The token is derived from the participation with an HMAC of the server secret, so joining again
 (a second tab, a reload on another device) returns the very same, still working token instead of
-invalidating the first one.
+invalidating the first one. It expires `LEPUS_WORKER_TOKEN_TTL` seconds after the worker was last
+active (a join, a `next`, a `submit`); joining after that issues a token of the next generation,
+and the old one never works again.
 """
 
 from __future__ import annotations
@@ -14,6 +31,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import re
+import unicodedata
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -27,6 +46,7 @@ from annotation.models import (
     Campaign,
     CampaignStatus,
     Participation,
+    ParticipationStatus,
     Platform,
     Worker,
 )
@@ -37,6 +57,12 @@ EXTERNAL_ID_MAX_CHARS = 200
 PLATFORM_ID_MAX_CHARS = 200
 INVITE_SALT = "lepus.invite"
 _TOKEN_CONTEXT = "lepus.worker-token"
+# The shapes of the platforms' ids, after normalisation.
+PROLIFIC_ID = re.compile(r"[0-9a-f]{24}")
+MTURK_WORKER_ID = re.compile(r"A[0-9A-Z]{7,31}")
+# Unicode categories that never belong in an id: controls, format characters (zero-width space
+# and joiners, soft hyphen, BOM, bidi marks), surrogates, private use, unassigned.
+_INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn"})
 
 
 class JoinRefused(Exception):
@@ -63,6 +89,62 @@ class Invite:
     expires_at: datetime
 
 
+# --- identities -------------------------------------------------------------------------------
+
+
+def _is_variation_selector(char: str) -> bool:
+    return "\ufe00" <= char <= "\ufe0f" or "\U000e0100" <= char <= "\U000e01ef"
+
+
+def external_id_normalize(*, platform: str, external_id: str) -> str:
+    """The one spelling of an external id under which it is stored and looked up (see the module
+    docstring)."""
+    text = unicodedata.normalize("NFKC", external_id)
+    text = "".join(
+        char
+        for char in text
+        if unicodedata.category(char) not in _INVISIBLE_CATEGORIES
+        and not _is_variation_selector(char)
+    ).strip()
+    if platform == Platform.PROLIFIC:
+        return text.lower()
+    if platform == Platform.MTURK:
+        return text.upper()
+    return unicodedata.normalize("NFKC", text.casefold())
+
+
+def external_id_problem(*, platform: str, external_id: str) -> str | None:
+    """Why a normalised external id cannot be a worker of `platform` (None: it can)."""
+    if not external_id:
+        return "This field is required."
+    if len(external_id) > EXTERNAL_ID_MAX_CHARS:
+        return f"Ensure this field has no more than {EXTERNAL_ID_MAX_CHARS} characters."
+    if not settings.LEPUS_CHECK_WORKER_IDS:
+        return None
+    if platform == Platform.PROLIFIC and not PROLIFIC_ID.fullmatch(external_id):
+        return "Not a Prolific participant id (24 hexadecimal characters)."
+    if platform == Platform.MTURK and not MTURK_WORKER_ID.fullmatch(external_id):
+        return "Not an MTurk worker id (A followed by 7 to 31 letters and digits)."
+    return None
+
+
+def _campaign_binding_check(
+    *, campaign: Campaign, platform: str, identifiers: dict[str, str]
+) -> None:
+    """Refuse a join that does not come through the study / HIT the campaign is bound to."""
+    study = campaign.prolific_study_id.strip().lower()
+    hit = campaign.mturk_hit_id.strip().upper()
+    if platform == Platform.INVITE or not (study or hit):
+        return
+    wanted, field = (study, "study_id") if platform == Platform.PROLIFIC else (hit, "hit_id")
+    if not wanted:
+        raise JoinRefused("This campaign does not take workers from this platform.", status=403)
+    given = identifiers.get(field, "")
+    given = external_id_normalize(platform=platform, external_id=given)
+    if not hmac.compare_digest(given.encode("utf-8"), wanted.encode("utf-8")):
+        raise JoinRefused("This link belongs to another study.", status=403, field=field)
+
+
 # --- tokens -----------------------------------------------------------------------------------
 
 
@@ -71,10 +153,33 @@ def token_hash(token: str) -> str:
 
 
 def worker_token_for(*, participation: Participation) -> str:
-    """The participation's worker token (stable for a given server secret)."""
-    message = f"{_TOKEN_CONTEXT}:{participation.pk}:{participation.worker_id}".encode()
-    digest = hmac.new(settings.SECRET_KEY.encode("utf-8"), message, hashlib.sha256).digest()
+    """The participation's worker token (stable for a given server secret and generation)."""
+    message = f"{_TOKEN_CONTEXT}:{participation.pk}:{participation.worker_id}"
+    if participation.token_generation:
+        message += f":{participation.token_generation}"
+    digest = hmac.new(
+        settings.SECRET_KEY.encode("utf-8"), message.encode("utf-8"), hashlib.sha256
+    ).digest()
     return base64.urlsafe_b64encode(digest).decode("ascii").rstrip("=")
+
+
+def worker_token_expires_at(*, participation: Participation) -> datetime:
+    """When the participation's token stops working unless the worker is active before."""
+    renewed = participation.token_renewed_at or participation.joined_at
+    seen = participation.last_seen_at
+    latest = max(renewed, seen) if seen is not None else renewed
+    return latest + timedelta(seconds=settings.LEPUS_WORKER_TOKEN_TTL)
+
+
+def worker_token_problem(
+    *, participation: Participation, now: datetime | None = None
+) -> str | None:
+    """Why the participation's (otherwise valid) token may not be used now; None if it may."""
+    if participation.status == ParticipationStatus.EXCLUDED:
+        return "This worker token was revoked: your participation in this campaign has ended."
+    if worker_token_expires_at(participation=participation) <= (now or timezone.now()):
+        return "This worker token has expired. Please open the study link again to continue."
+    return None
 
 
 _CAMPAIGN_COLUMNS = (
@@ -91,7 +196,17 @@ _CAMPAIGN_COLUMNS = (
     "completion_code",
     "redirect_url",
 )
-_PARTICIPATION_COLUMNS = ("id", "campaign_id", "worker_id", "status", "assignments_submitted")
+_PARTICIPATION_COLUMNS = (
+    "id",
+    "campaign_id",
+    "worker_id",
+    "status",
+    "assignments_submitted",
+    "joined_at",
+    "last_seen_at",
+    "token_renewed_at",
+)
+_PARTICIPATION_DATETIMES = ("joined_at", "last_seen_at", "token_renewed_at")
 _AUTH_SQL = (
     "SELECT "
     + ", ".join(f"p.{column}" for column in _PARTICIPATION_COLUMNS)
@@ -111,6 +226,9 @@ def participation_by_token(*, token: str) -> Participation | None:
     if row is None:
         return None
     participation_values = dict(zip(_PARTICIPATION_COLUMNS, row, strict=False))
+    for column in _PARTICIPATION_DATETIMES:
+        if participation_values[column] is not None:
+            participation_values[column] = crowd_sql.py_datetime(participation_values[column])
     campaign_values = dict(zip(_CAMPAIGN_COLUMNS, row[len(_PARTICIPATION_COLUMNS) :], strict=True))
     campaign_values["id"] = participation_values["campaign_id"]
     campaign_values["questions"] = crowd_sql.py_json(campaign_values["questions"])
@@ -126,7 +244,7 @@ def participation_by_token(*, token: str) -> Participation | None:
 
 def invite_token_make(*, campaign: Campaign, invitee: str, expires_at: datetime) -> str:
     """An HMAC-signed invite binding campaign, invitee id and expiry (LEPUS_INVITE_SECRET)."""
-    invitee = invitee.strip()
+    invitee = invitee.strip()  # normalised when it is used (worker_join)
     if not invitee or len(invitee) > EXTERNAL_ID_MAX_CHARS:
         raise ValueError(f"invitee id must be 1 to {EXTERNAL_ID_MAX_CHARS} characters")
     payload = {"c": campaign.slug, "i": invitee, "e": int(expires_at.timestamp())}
@@ -195,16 +313,19 @@ def worker_join(
         raise JoinRefused("This campaign is not open for new workers.", status=409)
     if platform not in JOINABLE_PLATFORMS:
         raise JoinRefused(f"Unknown platform {platform!r}.", status=400, field="platform")
-    external_id = (external_id or "").strip()
+    external_id = external_id_normalize(platform=platform, external_id=external_id or "")
     if platform == Platform.INVITE:
         invite = invite_token_read(token=invite_token, campaign=campaign)
-        if external_id and external_id != invite.invitee:
+        invitee = external_id_normalize(platform=platform, external_id=invite.invitee)
+        if external_id and external_id != invitee:
             raise JoinRefused(
                 "external_id does not match the invite.", status=400, field="external_id"
             )
-        external_id = invite.invitee
-    if not external_id:
-        raise JoinRefused("This field is required.", status=400, field="external_id")
+        external_id = invitee
+    problem = external_id_problem(platform=platform, external_id=external_id)
+    if problem is not None:
+        raise JoinRefused(problem, status=400, field="external_id")
+    _campaign_binding_check(campaign=campaign, platform=platform, identifiers=identifiers or {})
 
     worker = _worker_get_or_create(platform=platform, external_id=external_id)
     now = timezone.now()
@@ -212,9 +333,17 @@ def worker_join(
     participation, created = _participation_get_or_create(
         campaign=campaign, worker=worker, platform_data=platform_data, now=now
     )
+    if participation.status == ParticipationStatus.EXCLUDED:
+        raise JoinRefused(
+            "Your participation in this study has ended, so you cannot join it again.", status=403
+        )
+    changes: dict[str, Any] = {"token_renewed_at": now}
+    if not created and worker_token_expires_at(participation=participation) <= now:
+        # The old token has expired: issue the next generation, so it never works again.
+        participation.token_generation += 1
+        changes["token_generation"] = participation.token_generation
     token = worker_token_for(participation=participation)
     wanted_hash = token_hash(token)
-    changes: dict[str, Any] = {}
     if participation.token_hash != wanted_hash:
         changes["token_hash"] = wanted_hash
     if participation.consented_at is None:
@@ -224,10 +353,9 @@ def worker_join(
         merged = {**participation.platform_data, **platform_data}
         if merged != participation.platform_data:
             changes["platform_data"] = merged
-    if changes:
-        Participation.objects.filter(pk=participation.pk).update(**changes)
-        for name, value in changes.items():
-            setattr(participation, name, value)
+    Participation.objects.filter(pk=participation.pk).update(**changes)
+    for name, value in changes.items():
+        setattr(participation, name, value)
     participation.campaign = campaign
     participation.worker = worker
     return JoinResult(participation=participation, worker_token=token, created=created)
@@ -258,6 +386,7 @@ def _participation_get_or_create(
                 platform_data=platform_data,
                 consented_at=now,
                 joined_at=now,
+                token_renewed_at=now,
             )
             # The token needs the primary key; set its hash in the same transaction.
             participation.token_hash = token_hash(worker_token_for(participation=participation))

@@ -18,7 +18,12 @@ from django.views.decorators.http import require_GET
 
 from annotation.models import Campaign, CampaignStatus
 from annotation.questions import RUBRIC_LEVELS
-from annotation.services.workers import JoinRefused, invite_token_read
+from annotation.services.workers import (
+    JoinRefused,
+    external_id_normalize,
+    external_id_problem,
+    invite_token_read,
+)
 
 MTURK_PREVIEW_ID = "ASSIGNMENT_ID_NOT_AVAILABLE"
 MTURK_SUBMIT_HOSTS = ("https://www.mturk.com", "https://workersandbox.mturk.com")
@@ -123,6 +128,20 @@ def worker_entry(request: HttpRequest, slug: str) -> HttpResponse:
     preview = entry["platform"] == "mturk" and (
         entry["assignment_id"] in ("", MTURK_PREVIEW_ID) or not entry["external_id"]
     )
+    if entry["platform"] != "invite" and not preview:
+        # The join would refuse this id: say so now, before consent and instructions.
+        problem = external_id_problem(
+            platform=entry["platform"],
+            external_id=external_id_normalize(
+                platform=entry["platform"], external_id=entry["external_id"]
+            ),
+        )
+        if problem is not None:
+            context["problem"] = (
+                "This link does not carry a valid participant id. Please open the study from "
+                "the link on your crowd platform."
+            )
+            return _page(request, "annotation/worker/problem.html", context, status=400)
     questions = _questions_for_page(campaign)
     context.update(
         {

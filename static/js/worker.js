@@ -395,6 +395,12 @@
         el.formError.textContent = "Please check: " + problems.join("; ");
         return say("");
       }
+      if (answer.status === 409 && answer.body && answer.body.retry_after) {
+        // Too early by the server's clock: keep the ratings, allow Submit again after the wait.
+        el.formError.textContent = answer.body.detail;
+        setTimeout(function () { el.submit.disabled = false; }, answer.body.retry_after * 1000);
+        return say("");
+      }
       // 409 (lease lost), 404 (gone), 403 (stopped): nothing more to do with this clip.
       return loadNext((answer.body && answer.body.detail) || "This clip could not be submitted.");
     }, function () {

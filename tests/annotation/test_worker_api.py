@@ -104,11 +104,11 @@ def test_joining_again_maps_to_the_same_worker_and_returns_a_working_token(campa
 
 def test_the_same_external_id_on_two_campaigns_is_one_worker(campaign):
     other = crowd_campaign(clips=1, slug="other")
-    join(campaign.slug, platform="prolific", external_id="PID1")
-    join(other.slug, platform="prolific", external_id="PID1")
+    join(campaign.slug, platform="prolific", external_id="pid1")
+    join(other.slug, platform="prolific", external_id="pid1")
 
-    assert Worker.objects.filter(external_id="PID1").count() == 1
-    assert Participation.objects.filter(worker__external_id="PID1").count() == 2
+    assert Worker.objects.filter(external_id="pid1").count() == 1
+    assert Participation.objects.filter(worker__external_id="pid1").count() == 2
 
 
 @pytest.mark.parametrize(
@@ -294,8 +294,18 @@ def test_next_is_204_when_nothing_is_left_for_this_worker(campaign, worker_a):
     assert response.content == b""
 
 
-def test_next_is_204_for_an_excluded_worker(campaign, worker_a):
+def test_next_is_401_for_an_excluded_worker_whose_token_is_revoked(campaign, worker_a):
     Participation.objects.update(status=ParticipationStatus.EXCLUDED)
+    response = worker_a.post(NEXT)
+    assert response.status_code == 401
+    assert response.json() == {
+        "detail": "This worker token was revoked: your participation in this campaign has ended."
+    }
+    assert Assignment.objects.count() == 0
+
+
+def test_next_is_204_for_a_paused_worker(campaign, worker_a):
+    Participation.objects.update(status=ParticipationStatus.PAUSED)
     assert worker_a.post(NEXT).status_code == 204
     assert Assignment.objects.count() == 0
 
@@ -598,7 +608,7 @@ def test_an_excluded_worker_cannot_submit(worker_a):
         submit_url(body["assignment_id"]), {"ratings": all_candidate_ratings(body)}, format="json"
     )
 
-    assert response.status_code == 403
+    assert response.status_code == 401  # the token was revoked with the exclusion
     assert Judgment.objects.count() == 0
     assert Assignment.objects.get().status == AssignmentStatus.LIVE
 

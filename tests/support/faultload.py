@@ -382,7 +382,8 @@ def _worker(
             counts,
             "POST",
             f"/api/v1/campaigns/{CAMPAIGN}/join",
-            {"platform": "prolific", "external_id": f"faults-{index:04d}", "study_id": "s"},
+            # A Prolific-shaped id: the stack runs the production id check.
+            {"platform": "prolific", "external_id": f"{index:024x}", "study_id": "s"},
         )
         if answer is not None and answer.status == 200:
             token = json.loads(answer.body)["worker_token"]
