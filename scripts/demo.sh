@@ -68,7 +68,7 @@ for _ in $(seq 1 60); do
 done
 ((web_up)) || fail "Starting the web server" "$LOG_DIR/web.log"
 
-WORKER_URL="http://127.0.0.1:$PORT/w/$CAMPAIGN/?PROLIFIC_PID=demo-worker-1&STUDY_ID=demo-study&SESSION_ID=demo-session-1"
+WORKER_URL="http://127.0.0.1:$PORT/w/$CAMPAIGN/?PROLIFIC_PID=5f0c0ffee0ddba11c0ffee01&STUDY_ID=demo-study&SESSION_ID=demo-session-1"
 cat <<EOF
 
 Lepus demo is running.

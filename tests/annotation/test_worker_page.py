@@ -47,8 +47,9 @@ def test_prolific_entry_renders_consent_rubric_and_the_join_body(client, campaig
     assert "Rate &lt;b&gt;captions&lt;/b&gt; &amp; help science." in html
     assert 'src="/static/js/worker.js"' in html
     assert re.findall(r'(?:src|href)="([^"]+)"', html) == [
+        "/static/favicon.svg",
+        "/static/favicon.ico",
         "/static/css/lepus.css",
-        "data:,",
         "/static/css/worker.css",
         "/static/js/worker.js",
         "#",
