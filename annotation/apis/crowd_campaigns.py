@@ -105,6 +105,20 @@ class CampaignOptionsSerializer(serializers.Serializer):
     currency = serializers.CharField(min_length=3, max_length=3, required=False)
     completion_code = serializers.CharField(max_length=100, required=False, allow_blank=True)
     redirect_url = serializers.URLField(max_length=500, required=False, allow_blank=True)
+    prolific_study_id = serializers.CharField(
+        max_length=24,
+        required=False,
+        allow_blank=True,
+        help_text="Bind the campaign to this Prolific study: joins carrying another STUDY_ID, or "
+        "from MTurk, are refused. Blank: no binding.",
+    )
+    mturk_hit_id = serializers.CharField(
+        max_length=64,
+        required=False,
+        allow_blank=True,
+        help_text="Bind the campaign to this MTurk HIT: joins carrying another hitId, or from "
+        "Prolific, are refused. Blank: no binding.",
+    )
 
 
 class CampaignCreateSerializer(CampaignOptionsSerializer):

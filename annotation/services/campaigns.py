@@ -75,6 +75,8 @@ CAMPAIGN_FIELDS = (
     "currency",
     "completion_code",
     "redirect_url",
+    "prolific_study_id",
+    "mturk_hit_id",
 )
 # The ones `campaign_create` and `campaign_update` take as their own arguments (the slug only at
 # creation): they change the campaign's identity or its candidates' quotas.
@@ -182,6 +184,18 @@ def _options_clean(options: dict[str, Any]) -> dict[str, Any]:
     redirect = clean.get("redirect_url")
     if redirect and not re.match(r"^https?://", str(redirect)):
         errors["redirect_url"] = ["An http(s) URL."]
+    # Study binding (see the model): Prolific study ids are 24 hexadecimal characters; HIT ids are
+    # upper-case letters and digits. Stored normalised, compared with the normalised STUDY_ID/hitId.
+    if "prolific_study_id" in clean:
+        study = str(clean["prolific_study_id"] or "").strip().lower()
+        if study and not re.fullmatch(r"[0-9a-f]{24}", study):
+            errors["prolific_study_id"] = ["A Prolific study id: 24 hexadecimal characters."]
+        clean["prolific_study_id"] = study
+    if "mturk_hit_id" in clean:
+        hit = str(clean["mturk_hit_id"] or "").strip().upper()
+        if hit and not re.fullmatch(r"[0-9A-Z]{20,64}", hit):
+            errors["mturk_hit_id"] = ["An MTurk HIT id: 20 to 64 letters and digits."]
+        clean["mturk_hit_id"] = hit
     if errors:
         raise CampaignInvalid(errors)
     return clean

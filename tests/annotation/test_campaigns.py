@@ -124,6 +124,8 @@ def test_selection_by_system_batch_clip_list_and_limit():
         ({"slug": "ok", "currency": "pounds"}, "currency"),
         ({"slug": "ok", "redirect_url": "javascript:alert(1)"}, "redirect_url"),
         ({"slug": "ok", "colour": "red"}, "colour"),
+        ({"slug": "ok", "prolific_study_id": "study-1"}, "prolific_study_id"),
+        ({"slug": "ok", "mturk_hit_id": "3XY-Z"}, "mturk_hit_id"),
     ],
 )
 def test_invalid_campaigns_are_refused_and_nothing_is_created(arguments, field):
@@ -504,3 +506,30 @@ def test_admin_creates_campaigns_through_the_service(client, admin_user):
 
     change = client.get(f"/admin/annotation/campaign/{campaign.pk}/change/")
     assert change.status_code == 200
+
+
+def test_a_campaign_is_bound_to_its_study_through_the_api(curator_client):
+    """The binding of issue 18 is a campaign setting like the others: set over the API (normalised),
+    and a join from another study is refused."""
+    clips_with_candidates(clips=1)
+    study = "6470A1B2C3D4E5F601234567"
+    created = curator_client.post(
+        "/api/v1/campaigns/",
+        {"slug": "bound", "name": "Bound", "prolific_study_id": study},
+        content_type="application/json",
+    )
+    assert created.status_code == 201, created.json()
+    assert created.json()["prolific_study_id"] == study.lower()
+    assert Campaign.objects.get(slug="bound").prolific_study_id == study.lower()
+
+    join = {"platform": "prolific", "external_id": "5f0c0ffee0ddba11c0ffee01", "session_id": "s"}
+    other = curator_client.post(
+        "/api/v1/campaigns/bound/join",
+        {**join, "study_id": "0" * 24},
+        content_type="application/json",
+    )
+    assert other.status_code == 403
+    right = curator_client.post(
+        "/api/v1/campaigns/bound/join", {**join, "study_id": study}, content_type="application/json"
+    )
+    assert right.status_code == 200
