@@ -58,6 +58,13 @@ def test_score_is_the_expectation_normalised_to_unit_interval():
     assert normalised_score(half).item() == pytest.approx(0.5, abs=1e-6)
 
 
+def test_normalised_score_of_certain_and_uniform_logits_in_a_batch() -> None:
+    logits = torch.full((3, 5), -1e9)
+    logits[0, 0] = logits[1, 4] = 0.0
+    logits[2] = 0.0
+    assert normalised_score(logits).tolist() == pytest.approx([0.0, 1.0, 0.5])
+
+
 def _synthetic(samples: int, hidden: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     states = torch.randn(samples, hidden, generator=torch.Generator().manual_seed(seed))
     direction = torch.randn(hidden, 5, generator=torch.Generator().manual_seed(99))
