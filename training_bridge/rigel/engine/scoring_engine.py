@@ -334,6 +334,7 @@ class ScoringEngine:
             if batch_sampler is not None
             else {"batch_size": batch, "shuffle": False}
         )
+        context = multiprocessing_context(self.mp_context) if workers > 0 else None
         return torch.utils.data.DataLoader(
             dataset,
             **sizing,
@@ -342,9 +343,7 @@ class ScoringEngine:
             pin_memory=self.device.type == "cuda",
             prefetch_factor=self.prefetch_factor if workers > 0 else None,
             persistent_workers=False,
-            multiprocessing_context=multiprocessing_context(self.mp_context)
-            if workers > 0
-            else None,
+            multiprocessing_context=context,
             worker_init_fn=worker_init if workers > 0 else None,
         )
 
