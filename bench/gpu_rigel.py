@@ -46,12 +46,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from training_bridge.rigel.backbone import load_backbone
 from training_bridge.rigel.distributed import Distributed
-from training_bridge.rigel.engine import (
-    PreparedBatch,
-    ScoringEngine,
-    _ExampleDataset,
-    forward_flops,
-)
+from training_bridge.rigel.engine import ScoringEngine
+from training_bridge.rigel.engine.batches import PreparedBatch
+from training_bridge.rigel.engine.flops import forward_flops
+from training_bridge.rigel.engine.loading import ExampleDataset
 from training_bridge.rigel.inputs import RigelExample, build_batch
 
 H100_BF16_DENSE_PEAK = 989e12  # FLOP/s, H100 SXM datasheet (the H200 has the same chip)
@@ -412,7 +410,8 @@ def section_shared(
 ) -> dict:
     """Workload (b): 6 candidates per clip with the same 9 references (VATEX-EVAL's structure),
     through the shared-prefix path: decode, vision tower and prompt prefix once per clip."""
-    from training_bridge.rigel.engine import plan_groups, shared_prefix_flops
+    from training_bridge.rigel.engine.flops import shared_prefix_flops
+    from training_bridge.rigel.engine.prefix import plan_groups
 
     rank, world, _ = dist_info()
     n_clips = max(1, args.shared_samples // 6)
@@ -530,7 +529,7 @@ def section_fused(
     SiLU-gate, text and vision rotary), against the same batches unfused; then a kernel
     profile of one fused batch of workload (a)."""
     from training_bridge.rigel import fused
-    from training_bridge.rigel.engine import plan_groups
+    from training_bridge.rigel.engine.prefix import plan_groups
 
     out: dict[str, Any] = {}
     engine = ScoringEngine(
@@ -597,12 +596,12 @@ def section_variants(
     """GPU part alone, variant by variant, on the same two batches; a kernel profile; and the
     CPU side per sample in one process."""
     from training_bridge.rigel import fused
-    from training_bridge.rigel.engine import merge_batches
+    from training_bridge.rigel.engine.batches import merge_batches
     from training_bridge.rigel.video import decode_video
 
     out: dict[str, Any] = {}
     # CPU side in this process, per sample.
-    ds = _ExampleDataset(examples[:16], backbone, False)
+    ds = ExampleDataset(examples[:16], backbone, False)
     t_decode = t_item = 0.0
     for k in range(16):
         start = time.perf_counter()

@@ -24,6 +24,7 @@ import torch
 
 from training_bridge.rigel.head import build_head, count_parameters
 from training_bridge.rigel.phase1 import PRECISIONS, train_head
+from training_bridge.rigel.scoring import normalised_score
 
 
 def synthetic_cache(samples: int, hidden: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -51,9 +52,8 @@ def main() -> None:
 
     train_hidden, train_logits = synthetic_cache(args.samples, args.hidden, seed=1)
     validation_hidden, validation_logits = synthetic_cache(args.validation, args.hidden, seed=2)
-    # "Human" scores: the teacher's expected score plus noise.
-    probabilities = torch.softmax(validation_logits, dim=-1)
-    human = ((probabilities * torch.arange(1, 6)).sum(-1) - 1) / 4
+    # "Human" scores: the teacher's normalised score plus noise.
+    human = normalised_score(validation_logits)
     human = (human + 0.05 * torch.randn(args.validation)).clamp(0, 1).numpy()
 
     started = time.perf_counter()

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from training_bridge.models import ScoreRequest, TrainingRun
+from training_bridge.models import TrainingRun
 from training_bridge.rigel.config import RigelConfig
 
 STATISTICS = ("kendall_b", "kendall_c", "spearman", "pearson")
@@ -32,14 +32,6 @@ def training_run_list(
     if status:
         runs = runs.filter(status=status)
     return runs.order_by("-created_at", "-id")
-
-
-def training_run_get(*, run_id: int) -> TrainingRun:
-    return TrainingRun.objects.select_related("release", "created_by").get(pk=run_id)
-
-
-def score_request_get(*, request_id: int) -> ScoreRequest:
-    return ScoreRequest.objects.select_related("run").get(pk=request_id)
 
 
 def curve(

@@ -6,7 +6,7 @@ version), or a throwaway venv. It compares, per case, ``pixel_values_videos`` (e
 ``video_grid_thw``, ``input_ids`` and ``mm_token_type_ids``; it also measures how far the CUDA path
 (float resize) is from the CPU processor, and times the official processor on one CPU core on the
 benchmark workload. With ``--write-fixtures DIR`` it saves the small cases as ``.npz`` fixtures for
-``tests/training_bridge/test_inputs_processor_parity.py``.
+``tests/rigel/test_inputs_processor_parity.py``.
 
     python bench/gpu/processor_parity.py --out parity.json [--write-fixtures DIR]
 """

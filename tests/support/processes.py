@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,13 +15,8 @@ from pathlib import Path
 from django.conf import settings
 from django.db import connection
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.support.plain import REPO_ROOT
+from tests.support.plain import free_port as free_port  # re-exported for the tests that use it
 
 
 def test_database_url() -> str:

@@ -16,7 +16,7 @@ from annotation.models import (
 )
 from annotation.questions import default_questions, overall_only_questions
 from datasets_app.models import CandidateCaption, Clip, ReferenceCaption
-from tests.training_bridge.vatex_eval_data import VatexEval
+from tests.metrics.vatex_eval_data import VatexEval
 
 VATEX_EVAL_SLUG = "vatex-eval"
 

@@ -13,17 +13,17 @@ from django.core.management.base import CommandError
 from scipy import stats
 
 from annotation.models import CampaignCandidate, Judgment
+from tests.metrics.test_metrics_vatex_eval import (
+    RECALLED_PUBLISHED,
+    REPRODUCED,
+    assert_matches_recalled,
+)
+from tests.metrics.vatex_eval_data import VATEX_EVAL_FILE, vatex_eval_subset
 from tests.training_bridge.metric_benchmark_data import (
     VATEX_EVAL_SLUG,
     build_crowd_campaign,
     build_vatex_eval_campaign,
 )
-from tests.training_bridge.test_metrics_vatex_eval import (
-    RECALLED_PUBLISHED,
-    REPRODUCED,
-    assert_matches_recalled,
-)
-from tests.training_bridge.vatex_eval_data import VATEX_EVAL_FILE, vatex_eval_subset
 from training_bridge.metrics.benchmark import BenchmarkSet, correlation_table
 from training_bridge.metrics.standard import tokenize_corpus
 
@@ -358,13 +358,13 @@ def test_learned_metrics_are_listed_with_the_reason_or_scored_from_the_clip_fram
     from PIL import Image
 
     from datasets_app.models import Clip
-    from tests.training_bridge.release_support import jpeg
-    from tests.training_bridge.test_metrics_plugins import (
+    from tests.metrics.test_metrics_plugins import (
         hand_clip_s,
         hand_emscore,
         hand_ref_clip_s,
     )
-    from tests.training_bridge.tiny_clip import Reference, save_tiny_clip
+    from tests.metrics.tiny_clip import Reference, save_tiny_clip
+    from tests.rigel.release_support import jpeg
     from training_bridge.metrics.plugins import MetricItem, Video
     from training_bridge.store import DjangoStore
 

@@ -16,12 +16,12 @@ from django.core.management.base import CommandError
 from scipy import stats
 
 from annotation.models import CampaignCandidate
+from tests.metrics.vatex_eval_data import vatex_eval_subset
 from tests.training_bridge.metric_benchmark_data import (
     VATEX_EVAL_SLUG,
     build_crowd_campaign,
     build_vatex_eval_campaign,
 )
-from tests.training_bridge.vatex_eval_data import vatex_eval_subset
 from training_bridge.metrics.standard import tokenize_corpus
 
 try:

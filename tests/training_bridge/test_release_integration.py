@@ -13,7 +13,7 @@ from django.core.management import call_command
 from datasets_app.models import Clip
 from tests.export.builders import build_campaign
 from tests.export.helpers import build, jsonl_records
-from tests.training_bridge.release_support import jpeg
+from tests.rigel.release_support import jpeg
 from training_bridge.models import TrainingRun
 from training_bridge.store import DjangoStore
 

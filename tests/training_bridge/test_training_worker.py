@@ -12,8 +12,8 @@ import pytest
 from common import storage
 from common.models import JobStatus
 from common.tasks import reap_orphaned_jobs
+from tests.rigel.release_support import tiny_settings
 from tests.support.processes import CeleryWorker, wait_until
-from tests.training_bridge.release_support import tiny_settings
 from tests.training_bridge.training_fixtures import make_published_release
 from training_bridge.models import TrainingRun
 from training_bridge.services import training_run_create, training_run_resume

@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from common.models import JobStatus
 from datasets_app.models import Clip, ClipStatus
-from tests.training_bridge.release_support import write_release
+from tests.rigel.release_support import write_release
 from training_bridge.store import DjangoStore
 
 

@@ -22,7 +22,6 @@ observable behaviour (checked against the jar's output; see docs/metrics.md), no
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 
 
 def _words(text: str) -> frozenset[str]:
@@ -222,15 +221,3 @@ def coco_tokenize(text: str) -> str:
     joined by single spaces (newlines inside a caption count as spaces)."""
     tokens = ptb_tokens(text.replace("\n", " "))
     return " ".join(token for token in (t.lower() for t in tokens) if token not in REMOVED_TOKENS)
-
-
-def coco_tokenize_all(texts: Iterable[str]) -> list[str]:
-    """Tokenise many captions, reusing the result of repeated texts (references repeat a lot)."""
-    cache: dict[str, str] = {}
-    result = []
-    for text in texts:
-        tokenized = cache.get(text)
-        if tokenized is None:
-            tokenized = cache[text] = coco_tokenize(text)
-        result.append(tokenized)
-    return result

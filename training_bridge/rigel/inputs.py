@@ -6,7 +6,7 @@ video prompt — ``input_ids``, ``attention_mask``, ``mm_token_type_ids``, ``pix
 ``-1`` of every row is the answer position (the next token is the score digit).
 
 The token sequence is the one transformers' processor builds (checked against it, see
-``tests/training_bridge/test_inputs_processor_parity.py``): the chat template puts
+``tests/rigel/test_inputs_processor_parity.py``): the chat template puts
 ``<|vision_start|><|video_pad|><|vision_end|>`` where the video goes, and Qwen3-VL's processor
 replaces the ``<|video_pad|>`` with, per temporal group, ``<{t:.1f} seconds>`` followed by
 ``<|vision_start|>``, ``h·w / merge²`` video pads and ``<|vision_end|>``.

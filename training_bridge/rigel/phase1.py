@@ -8,7 +8,7 @@ epoch over tens of thousands of samples is a few seconds of matrix products:
 - the teacher's temperature softmax is computed once, not per epoch;
 - a step is written out (`HeadStep`): forward, the gradient of EMD x T^2 by hand, backward into
   reused buffers, dropout masks from NumPy's PCG64 and torch's fused Adam kernel called directly.
-  The same numbers as autograd and `torch.optim.Adam` (tests/training_bridge/test_phase1_step.py),
+  The same numbers as autograd and `torch.optim.Adam` (tests/rigel/test_phase1_step.py),
   in half the time on a 16-core CPU (2.8 against 3.8 ms a step; 50 epochs x 30,000 samples in 55.5
   against 100.1 s, docs/benchmarks.md);
 - validation is one inference-mode pass in large chunks;

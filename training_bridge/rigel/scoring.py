@@ -1,6 +1,8 @@
 """From five score logits to one score in [0, 1] (paper Section 3.3).
 
-s = sum_i p_i * i over the labels 1..5 (score smoothing), then (s - 1) / 4.
+Two quantities, two names: the expected rating ``s = sum_i p_i * i`` over the labels 1..5 (score
+smoothing; :func:`expected_rating`, on the 1..5 scale), and the normalised score ``(s - 1) / 4``
+(:func:`normalised_score`, in [0, 1]), which is what Rigel reports.
 """
 
 from __future__ import annotations
@@ -12,20 +14,16 @@ import numpy as np
 import torch
 
 
-def expected_score(logits: torch.Tensor) -> torch.Tensor:
-    """sum_i softmax(logits)_i * i for labels 1..5; shape [..., 5] -> [...]."""
+def expected_rating(logits: torch.Tensor) -> torch.Tensor:
+    """The expected rating on the 1..5 scale: sum_i softmax(logits)_i * i; shape [..., 5] -> [...]."""
     probabilities = torch.softmax(logits.float(), dim=-1)
     labels = torch.arange(1, logits.shape[-1] + 1, dtype=probabilities.dtype, device=logits.device)
     return (probabilities * labels).sum(dim=-1)
 
 
 def normalised_score(logits: torch.Tensor) -> torch.Tensor:
-    """The expected score mapped linearly from [1, 5] to [0, 1]."""
-    return (expected_score(logits) - 1.0) / (logits.shape[-1] - 1)
-
-
-def normalised_scores_numpy(logits: torch.Tensor) -> np.ndarray:
-    return normalised_score(logits).detach().cpu().double().numpy()
+    """The score in [0, 1]: the expected rating mapped linearly from [1, 5] to [0, 1]."""
+    return (expected_rating(logits) - 1.0) / (logits.shape[-1] - 1)
 
 
 # --- scoring with a trained run ---------------------------------------------------------------

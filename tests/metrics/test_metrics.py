@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tests.training_bridge.vatex_eval_data import load_vatex_eval, vatex_eval_subset
+from tests.metrics.vatex_eval_data import load_vatex_eval, vatex_eval_subset
 from training_bridge.metrics.bleu import bleu_scores
 from training_bridge.metrics.cider import cider_scores
 from training_bridge.metrics.correlation import correlations, rater_averaged_correlations

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.training_bridge.release_support import tiny_settings, write_release
+from tests.rigel.release_support import tiny_settings, write_release
 from training_bridge.rigel.backbone import load_backbone
 from training_bridge.rigel.config import RigelConfig
 from training_bridge.rigel.data import ExampleLoader, read_release

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import torch
 
-from annotation.questions import RUBRIC_LEVELS as ANNOTATION_RUBRIC
 from training_bridge.rigel import prompts
 from training_bridge.rigel.backbone import load_backbone
 from training_bridge.rigel.inputs import (
@@ -139,12 +138,6 @@ def test_rope_positions_match_the_model(tiny) -> None:  # type: ignore[no-untype
 def test_mm_token_type_ids(tiny) -> None:  # type: ignore[no-untyped-def]
     ids = [5, tiny.video_token_id, tiny.image_token_id, tiny.vision_start_token_id]
     assert mm_token_type_ids(ids, tiny).tolist() == [0, 2, 1, 0]
-
-
-def test_rubric_matches_the_annotation_rubric() -> None:
-    assert [(lvl["value"], lvl["label"], lvl["description"]) for lvl in ANNOTATION_RUBRIC] == [
-        tuple(level) for level in prompts.RUBRIC_LEVELS
-    ]
 
 
 def test_prompt_ends_with_the_opened_assistant_turn(tiny) -> None:  # type: ignore[no-untyped-def]

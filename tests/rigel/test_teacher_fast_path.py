@@ -7,7 +7,7 @@ import json
 
 import torch
 
-from tests.training_bridge.release_support import tiny_settings, write_release
+from tests.rigel.release_support import tiny_settings, write_release
 from training_bridge.rigel.config import RigelConfig
 from training_bridge.rigel.pipeline import RunSpec, run_step
 from training_bridge.rigel.store import LocalStore

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.training_bridge.release_support import (
+from tests.rigel.release_support import (
     assert_same_phase2_training,
     comparable_phase2_config,
     phase2_on_a_fresh_tiny_backbone,

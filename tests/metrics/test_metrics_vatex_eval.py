@@ -20,7 +20,7 @@ import shutil
 
 import pytest
 
-from tests.training_bridge.vatex_eval_data import load_vatex_eval
+from tests.metrics.vatex_eval_data import load_vatex_eval
 from training_bridge.metrics.benchmark import BenchmarkSet, correlation_table
 
 # (metric, references) -> (Kendall tau_b, Spearman rho), x100, EMScore protocol.

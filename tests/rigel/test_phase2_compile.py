@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from tests.training_bridge.release_support import (
+from tests.rigel.release_support import (
     assert_same_phase2_training,
     comparable_phase2_config,
     phase2_on_a_fresh_tiny_backbone,

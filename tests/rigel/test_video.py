@@ -196,3 +196,20 @@ def test_load_frames_from_a_directory(tmp_path: Path) -> None:
     assert video.indices.tolist() == [0, 4, 8, 12] and video.fps == 2.0
     default = load_frames(sorted(frames_dir.iterdir()))
     assert default.indices.tolist() == [0, 1, 2, 3] and default.fps == 24.0
+
+
+def test_opencv_capture_decodes_with_one_thread(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    cv2 = pytest.importorskip("cv2")
+    if shutil.which("ffmpeg") is None or not hasattr(cv2, "CAP_PROP_N_THREADS"):
+        pytest.skip("needs ffmpeg and OpenCV >= 4.6")
+    from training_bridge.rigel.video import _open_capture
+
+    path = tmp_path / "clip.mp4"
+    subprocess.run(
+        ["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i", "testsrc2=size=64x64:rate=8:duration=1",
+         "-pix_fmt", "yuv420p", "-c:v", "libx264", str(path)],
+        check=True,
+    )  # fmt: skip
+    cap = _open_capture(cv2, str(path))
+    assert cap.isOpened() and cap.grab()
+    assert cap.get(cv2.CAP_PROP_N_THREADS) == 1

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.training_bridge.tiny_clip import Reference, save_tiny_clip
+from tests.metrics.tiny_clip import Reference, save_tiny_clip
 from training_bridge.metrics.plugins import (
     METRIC_NAMES,
     TABLE_METRICS,

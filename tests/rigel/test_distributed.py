@@ -13,8 +13,8 @@ import pytest
 import torch
 from safetensors.torch import load
 
-from tests.support.processes import REPO_ROOT, free_port
-from tests.training_bridge.release_support import tiny_settings, write_release
+from tests.rigel.release_support import tiny_settings, write_release
+from tests.support.plain import REPO_ROOT, free_port
 from training_bridge.rigel.cli import parse_event
 from training_bridge.rigel.config import RigelConfig
 from training_bridge.rigel.pipeline import RunSpec, run_step

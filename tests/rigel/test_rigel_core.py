@@ -12,7 +12,7 @@ from training_bridge.rigel.config import Ablation, RigelConfig
 from training_bridge.rigel.head import build_head, count_parameters
 from training_bridge.rigel.losses import emd_1d, phase1_distillation_loss, phase2_loss
 from training_bridge.rigel.phase1 import predict_scores, train_head
-from training_bridge.rigel.scoring import expected_score, normalised_score
+from training_bridge.rigel.scoring import expected_rating, normalised_score
 
 
 def test_emd_loss_matches_a_hand_computed_value():
@@ -50,12 +50,19 @@ def test_head_has_the_papers_parameter_count_at_hidden_2048():
 def test_score_is_the_expectation_normalised_to_unit_interval():
     certain_five = torch.tensor([[-1e4, -1e4, -1e4, -1e4, 0.0]])
     uniform = torch.zeros(1, 5)
-    assert expected_score(certain_five).item() == pytest.approx(5.0)
+    assert expected_rating(certain_five).item() == pytest.approx(5.0)
     assert normalised_score(certain_five).item() == pytest.approx(1.0)
-    assert expected_score(uniform).item() == pytest.approx(3.0)
+    assert expected_rating(uniform).item() == pytest.approx(3.0)
     assert normalised_score(uniform).item() == pytest.approx(0.5)
     half = torch.log(torch.tensor([[0.5, 0.0 + 1e-12, 0.0 + 1e-12, 0.0 + 1e-12, 0.5]]))
     assert normalised_score(half).item() == pytest.approx(0.5, abs=1e-6)
+
+
+def test_normalised_score_of_certain_and_uniform_logits_in_a_batch() -> None:
+    logits = torch.full((3, 5), -1e9)
+    logits[0, 0] = logits[1, 4] = 0.0
+    logits[2] = 0.0
+    assert normalised_score(logits).tolist() == pytest.approx([0.0, 1.0, 0.5])
 
 
 def _synthetic(samples: int, hidden: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

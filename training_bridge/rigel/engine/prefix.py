@@ -1,0 +1,292 @@
+"""Shared prefixes: one clip, several candidates.
+
+Samples with the same video and the same references (in VATEX-EVAL every clip has 6 candidates
+and the same 9 references) share everything before the candidate: frames, vision tower output and
+the prompt up to the candidate. Such a clip is decoded once (:class:`GroupDataset`), its vision
+tower runs once, and the language model reads its prefix once and keeps the keys and values of
+every layer (the recording cache of :func:`cache_classes`); each candidate's suffix then runs
+against that cache (the shared-prefix cache, rows repeated per candidate, under
+:func:`suffix_attention_mask`, the M-RoPE positions continuing the prefix's). With causal
+attention this is the same computation as the whole sequence, row by row.
+
+No Django import.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..backbone import Backbone
+from ..inputs import RigelExample, encode_text, load_video, mm_token_type_ids, rope_position_ids
+from ..video import target_size
+from .batches import PreparedBatch, SampleItem, collate_samples, merge_batches
+from .loading import worker_backbone
+
+
+def group_key(example: RigelExample, reference_free: bool) -> tuple[Any, ...] | None:
+    """What must be equal for two samples to share their prompt prefix: the same video (file,
+    frames directory/list or the same frames array object), the same frame instants, and the same
+    references (none in the reference-free prompt). ``None``: the example cannot be grouped."""
+    if example.frames is not None:
+        video: tuple[Any, ...] = ("array", id(example.frames))
+    elif example.frame_paths is not None:
+        paths = example.frame_paths
+        if isinstance(paths, (str, os.PathLike)):
+            video = ("dir", os.fspath(paths))
+        else:
+            video = ("list", tuple(os.fspath(p) for p in paths))
+    elif example.video_path is not None:
+        video = ("file", os.fspath(example.video_path))
+    else:
+        return None
+    references = () if reference_free else tuple(example.references)
+    return (
+        video,
+        references,
+        example.fps,
+        tuple(example.frame_indices) if example.frame_indices is not None else None,
+        tuple(example.frame_times) if example.frame_times is not None else None,
+    )
+
+
+def plan_groups(examples: Sequence[RigelExample], reference_free: bool) -> list[list[int]]:
+    """Indices of the examples grouped by :func:`group_key`, groups in order of first use."""
+    groups: dict[Any, list[int]] = {}
+    for index, example in enumerate(examples):
+        key = group_key(example, reference_free)
+        groups.setdefault(key if key is not None else ("alone", index), []).append(index)
+    return list(groups.values())
+
+
+def common_prefix_length(sequences: Sequence[Sequence[int]]) -> int:
+    """Length of the longest common prefix, leaving at least one token in every sequence (the
+    answer position must be in each candidate's suffix)."""
+    shortest = min(len(s) for s in sequences)
+    length = 0
+    first = sequences[0]
+    while length < shortest - 1 and all(s[length] == first[length] for s in sequences[1:]):
+        length += 1
+    return length
+
+
+@dataclass
+class _GroupItem:
+    prefix: SampleItem  # frames, prefix ids and positions, grid, size; index = group number
+    suffix_ids: list[torch.Tensor]  # per candidate (S_k,)
+    suffix_positions: list[torch.Tensor]  # per candidate (3, S_k), continuing the prefix's
+    indices: list[int]  # the candidates' positions in the input list
+
+
+class GroupDataset(torch.utils.data.Dataset):
+    """One item per clip group: decoded once, every candidate tokenised, the common prefix cut."""
+
+    def __init__(
+        self,
+        examples: Sequence[RigelExample],
+        groups: Sequence[Sequence[int]],
+        backbone: Backbone,
+        reference_free: bool,
+    ):
+        self.examples = examples
+        self.groups = [list(g) for g in groups]
+        self.reference_free = reference_free
+        self.backbone = worker_backbone(backbone)
+
+    def __len__(self) -> int:
+        return len(self.groups)
+
+    def __getitem__(self, number: int) -> _GroupItem:
+        backbone = self.backbone
+        rows = self.groups[number]
+        video = load_video(self.examples[rows[0]], backbone.vision)
+        sequences: list[list[int]] = []
+        grid: tuple[int, int, int] | None = None
+        for row in rows:
+            ids, grid = encode_text(
+                self.examples[row], video, backbone, reference_free=self.reference_free
+            )
+            sequences.append(ids)
+        assert grid is not None
+        cut = common_prefix_length(sequences)
+        merge = backbone.vision.merge_size
+        suffix_ids, suffix_positions = [], []
+        prefix_positions: np.ndarray | None = None
+        for ids in sequences:
+            types = mm_token_type_ids(ids, backbone)
+            if types[cut:].any():
+                raise ValueError("a candidate's suffix holds video tokens")
+            positions = rope_position_ids(types, grid, merge)
+            if prefix_positions is None:
+                prefix_positions = positions[:, :cut]
+            suffix_ids.append(torch.as_tensor(ids[cut:], dtype=torch.long))
+            suffix_positions.append(torch.from_numpy(np.ascontiguousarray(positions[:, cut:])))
+        assert prefix_positions is not None
+        frames = video.frames
+        size = target_size(len(frames), int(frames.shape[1]), int(frames.shape[2]), backbone.vision)
+        prefix = SampleItem(
+            frames=torch.from_numpy(np.ascontiguousarray(frames)),
+            input_ids=torch.as_tensor(sequences[0][:cut], dtype=torch.long),
+            positions=torch.from_numpy(np.ascontiguousarray(prefix_positions)),
+            grid=grid,
+            size=size,
+            index=number,
+        )
+        return _GroupItem(prefix, suffix_ids, suffix_positions, list(rows))
+
+
+@dataclass
+class GroupBatch:
+    """Clips (their prefixes, as a :class:`PreparedBatch`) and their candidates' suffixes."""
+
+    prefix: PreparedBatch
+    suffix_ids: torch.Tensor  # (N, S) right-padded
+    suffix_positions: torch.Tensor  # (3, N, S)
+    suffix_lengths: torch.Tensor  # (N,)
+    owner: torch.Tensor  # (N,) row of each candidate's clip in ``prefix``
+    indices: torch.Tensor  # (N,) positions in the input list
+
+    def pin_memory(self) -> GroupBatch:
+        return GroupBatch(
+            prefix=self.prefix.pin_memory(),
+            suffix_ids=self.suffix_ids.pin_memory(),
+            suffix_positions=self.suffix_positions.pin_memory(),
+            suffix_lengths=self.suffix_lengths.pin_memory(),
+            owner=self.owner.pin_memory(),
+            indices=self.indices,
+        )
+
+    def to(self, device: torch.device) -> GroupBatch:
+        nb = device.type == "cuda"
+        return GroupBatch(
+            prefix=self.prefix.to(device),
+            suffix_ids=self.suffix_ids.to(device, non_blocking=nb),
+            suffix_positions=self.suffix_positions.to(device, non_blocking=nb),
+            suffix_lengths=self.suffix_lengths.to(device, non_blocking=nb),
+            owner=self.owner.to(device, non_blocking=nb),
+            indices=self.indices,
+        )
+
+
+def _pad_suffixes(
+    ids: Sequence[torch.Tensor], positions: Sequence[torch.Tensor], pad_id: int, multiple: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    lengths = torch.tensor([len(x) for x in ids], dtype=torch.long)
+    length = -(-int(lengths.max()) // multiple) * multiple
+    out_ids = torch.full((len(ids), length), pad_id, dtype=torch.long)
+    out_pos = torch.zeros((3, len(ids), length), dtype=torch.long)
+    for row, (x, p) in enumerate(zip(ids, positions, strict=True)):
+        n = len(x)
+        out_ids[row, :n] = x
+        out_pos[:, row, :n] = p
+        out_pos[:, row, n:] = p.max() + 1 + torch.arange(length - n)
+    return out_ids, out_pos, lengths
+
+
+def collate_groups(items: list[_GroupItem], pad_id: int, multiple: int) -> GroupBatch:
+    """The workers' collate function of the shared-prefix path."""
+    prefix = collate_samples([item.prefix for item in items], pad_id, multiple)
+    ids = [x for item in items for x in item.suffix_ids]
+    positions = [p for item in items for p in item.suffix_positions]
+    suffix_ids, suffix_positions, lengths = _pad_suffixes(ids, positions, pad_id, multiple)
+    owner = torch.tensor(
+        [row for row, item in enumerate(items) for _ in item.suffix_ids], dtype=torch.long
+    )
+    indices = torch.tensor([i for item in items for i in item.indices], dtype=torch.long)
+    return GroupBatch(prefix, suffix_ids, suffix_positions, lengths, owner, indices)
+
+
+def merge_group_batches(batches: Sequence[GroupBatch], pad_id: int) -> GroupBatch:
+    """Concatenate group batches (already on their device) into one."""
+    if len(batches) == 1:
+        return batches[0]
+    prefix = merge_batches([b.prefix for b in batches], pad_id)
+    length = max(int(b.suffix_ids.shape[1]) for b in batches)
+    ids, positions, owners = [], [], []
+    offset = 0
+    for b in batches:
+        extra = length - int(b.suffix_ids.shape[1])
+        ids.append(F.pad(b.suffix_ids, (0, extra), value=pad_id))
+        if extra:
+            tail = b.suffix_positions.amax(dim=2, keepdim=True) + 1
+            steps = torch.arange(extra, device=tail.device).view(1, 1, -1)
+            positions.append(torch.cat([b.suffix_positions, tail + steps], dim=2))
+        else:
+            positions.append(b.suffix_positions)
+        owners.append(b.owner + offset)
+        offset += len(b.prefix.lengths)
+    return GroupBatch(
+        prefix=prefix,
+        suffix_ids=torch.cat(ids),
+        suffix_positions=torch.cat(positions, dim=1),
+        suffix_lengths=torch.cat([b.suffix_lengths for b in batches]),
+        owner=torch.cat(owners),
+        indices=torch.cat([b.indices for b in batches]),
+    )
+
+
+def cache_classes() -> tuple[type, type]:
+    """The recording cache (prefix pass) and the shared-prefix cache (suffix pass); defined here
+    on first use so that transformers is imported only when the engine runs."""
+    from transformers import DynamicCache
+
+    class RecordingCache(DynamicCache):
+        """Keeps every layer's keys and values of the prefix pass (no copy, no growth)."""
+
+        def __init__(self, config: Any):
+            super().__init__(config=config)
+            self.recorded: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+        def update(  # type: ignore[override]
+            self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *a, **k
+        ) -> tuple[torch.Tensor, torch.Tensor]:
+            self.recorded[layer_idx] = (key_states, value_states)
+            return key_states, value_states
+
+    class SharedPrefixCache(DynamicCache):
+        """Each candidate row sees its clip's prefix keys/values, then its own suffix's."""
+
+        def __init__(
+            self, config: Any, prefix: dict[int, tuple[torch.Tensor, torch.Tensor]], owner: Any
+        ):
+            super().__init__(config=config)
+            self.prefix = prefix
+            self.owner = owner
+
+        def update(  # type: ignore[override]
+            self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *a, **k
+        ) -> tuple[torch.Tensor, torch.Tensor]:
+            keys, values = self.prefix[layer_idx]
+            return (
+                torch.cat([keys.index_select(0, self.owner), key_states], dim=-2),
+                torch.cat([values.index_select(0, self.owner), value_states], dim=-2),
+            )
+
+    return RecordingCache, SharedPrefixCache
+
+
+def suffix_attention_mask(
+    prefix_lengths: torch.Tensor, owner: torch.Tensor, prefix_width: int, suffix_width: int
+) -> torch.Tensor:
+    """(N, 1, S, P + S) boolean mask (True = attend): a candidate's suffix token sees its clip's
+    real prefix tokens (not the prefix padding) and, causally, its own suffix."""
+    device = owner.device
+    columns = torch.arange(prefix_width, device=device)
+    sees_prefix = columns.view(1, 1, -1) < prefix_lengths.index_select(0, owner).view(-1, 1, 1)
+    rows = torch.arange(suffix_width, device=device)
+    causal = rows.view(1, -1, 1) >= rows.view(1, 1, -1)
+    n = len(owner)
+    mask = torch.cat(
+        [
+            sees_prefix.expand(n, suffix_width, prefix_width),
+            causal.expand(n, suffix_width, suffix_width),
+        ],
+        dim=-1,
+    )
+    return mask.unsqueeze(1)

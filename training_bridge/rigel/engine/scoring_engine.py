@@ -1,0 +1,511 @@
+"""The scoring engine: batched teacher pass and scoring on one device (one rank under torchrun).
+
+:class:`ScoringEngine` runs examples through the per-sample path (:mod:`.batches`) or, for
+samples that share a clip and references, the shared-prefix path (:mod:`.prefix`); the CPU work
+runs in DataLoader workers (:mod:`.loading`), the resizing, normalisation and patch layout on the
+device for the whole batch, and only the answer position reaches the LM head, only its five score
+rows. The package docstring (:mod:`training_bridge.rigel.engine`) describes the whole design.
+
+No Django import.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..backbone import Backbone
+from ..inputs import RigelExample
+from ..scoring import normalised_score
+from ..video import normalize, patchify, resize_uint8
+from .attention import enable_fast_vision_attention, vision_chunk_length
+from .batches import PreparedBatch, collate_samples, merge_batches
+from .loading import ExampleDataset, multiprocessing_context, worker_environment, worker_init
+from .prefix import (
+    GroupBatch,
+    GroupDataset,
+    cache_classes,
+    collate_groups,
+    merge_group_batches,
+    plan_groups,
+    suffix_attention_mask,
+)
+
+
+class VisionCache:
+    """Least-recently-used cache of per-clip vision features (on the device), bounded in clips."""
+
+    def __init__(self, max_clips: int = 2048):
+        from collections import OrderedDict
+
+        self.max_clips = max_clips
+        self.items: OrderedDict[Any, tuple[torch.Tensor, list[torch.Tensor]]] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self.items
+
+    def get(self, key: Any) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        self.items.move_to_end(key)
+        self.hits += 1
+        return self.items[key]
+
+    def put(self, key: Any, value: tuple[torch.Tensor, list[torch.Tensor]]) -> None:
+        self.items[key] = value
+        self.misses += 1
+        while len(self.items) > self.max_clips:
+            self.items.popitem(last=False)
+
+
+@dataclass
+class EngineOutput:
+    hidden: np.ndarray  # (N, hidden) float32, final hidden state at the answer position
+    score_logits: np.ndarray  # (N, 5) float32, LM-head logits of "1".."5"
+    head_logits: np.ndarray | None = None  # (N, 5) from the scoring head, if any
+    scores: np.ndarray | None = None  # (N,) in [0, 1]
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+class ScoringEngine:
+    """Batched teacher pass / scoring on one device (one rank under torchrun)."""
+
+    def __init__(
+        self,
+        backbone: Backbone,
+        head: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        *,
+        batch_size: int = 64,
+        reference_free: bool = False,
+        num_workers: int | None = None,
+        loader_batch: int = 8,
+        prefetch_factor: int = 2,
+        pad_multiple: int = 8,
+        fast_vision: bool = True,
+        linear_patch_embed: bool = True,
+        fuse_elementwise: bool = False,
+        mp_context: str = "fork",
+        share_prefix: bool = True,
+        group_loader_batch: int = 2,
+        compile_layers: bool = False,
+    ):
+        self.backbone = backbone
+        self.head = head
+        self.batch_size = batch_size
+        self.reference_free = reference_free
+        if num_workers is None:
+            num_workers = max(0, min(16, (os.cpu_count() or 1) - 1))
+        self.num_workers = num_workers
+        self.prefetch_factor = prefetch_factor
+        self.pad_multiple = pad_multiple
+        self.loader_batch = max(1, min(loader_batch, batch_size))
+        self.mp_context = mp_context
+        self.share_prefix = share_prefix
+        self.group_loader_batch = max(1, group_loader_batch)
+        if linear_patch_embed or fuse_elementwise:
+            from .. import fused
+
+            if linear_patch_embed:
+                fused.linear_patch_embed()
+            if fuse_elementwise:
+                fused.fuse_elementwise()
+        self.fuse_elementwise = fuse_elementwise
+        self.device = torch.device(backbone.device)
+        model = backbone.model
+        if fast_vision:
+            enable_fast_vision_attention(model)
+        self.fast_vision = fast_vision
+        # Each decoder layer of the language model compiled (fused.compile_decoder_layers): the
+        # per-sample path only; the shared-prefix path, which passes a KV cache through the
+        # layers, runs them eagerly.
+        self.compile_layers = compile_layers
+        if compile_layers:
+            from .. import fused
+
+            fused.compile_decoder_layers(model.model.language_model, hint=fused.ENGINE_HINT)
+        lm_head = model.lm_head.weight
+        self.score_rows = lm_head[backbone.score_token_ids].detach()  # (5, H)
+        if isinstance(head, torch.nn.Module):
+            head.to(self.device).eval()
+
+    # -- public API ---------------------------------------------------------------------------
+
+    def score_videos(
+        self,
+        paths: Sequence[str | os.PathLike],
+        references: Sequence[Sequence[str]],
+        candidates: Sequence[str],
+    ) -> np.ndarray:
+        """Scores in [0, 1] (with the head; the LM-head digits when the engine has none)."""
+        if not (len(paths) == len(references) == len(candidates)):
+            raise ValueError("paths, references and candidates must have the same length")
+        examples = [
+            RigelExample(references=list(refs), candidate=cand, video_path=os.fspath(path))
+            for path, refs, cand in zip(paths, references, candidates, strict=True)
+        ]
+        out = self.run(examples)
+        assert out.scores is not None
+        return out.scores
+
+    def run(self, examples: Sequence[RigelExample]) -> EngineOutput:
+        """Teacher outputs (and scores) of every example, in input order. Samples that share a
+        clip and references go through the shared-prefix path (``share_prefix``), the others
+        through the per-sample path."""
+        n = len(examples)
+        hidden = np.zeros((n, self.backbone.hidden_size), dtype=np.float32)
+        score_logits = np.zeros((n, 5), dtype=np.float32)
+        head_logits = np.zeros((n, 5), dtype=np.float32) if self.head is not None else None
+        stats: dict[str, Any] = {
+            "batches": 0,
+            "tokens": 0,
+            "video_tokens": 0,
+            "patches": 0,
+            "shared_samples": 0,
+            "shared_clips": 0,
+            "prefix_tokens": 0,
+            "suffix_tokens": 0,
+        }
+        started = time.perf_counter()
+        first_batch: float | None = None
+
+        def store(rows: np.ndarray, h: torch.Tensor, s: torch.Tensor, hl: Any) -> None:
+            hidden[rows] = h.float().cpu().numpy()
+            score_logits[rows] = s.float().cpu().numpy()
+            if head_logits is not None and hl is not None:
+                head_logits[rows] = hl.float().cpu().numpy()
+
+        if self.share_prefix:
+            groups = plan_groups(examples, self.reference_free)
+        else:
+            groups = [[i] for i in range(n)]
+        single = np.array([g[0] for g in groups if len(g) == 1], dtype=np.int64)
+        shared = [g for g in groups if len(g) > 1]
+        if len(single):
+            subset = [examples[i] for i in single]
+            for batch in self.device_batches(subset):
+                if first_batch is None:
+                    first_batch = time.perf_counter() - started
+                h, s, hl = self.forward_batch(batch)
+                store(single[batch.indices.numpy()], h, s, hl)
+                stats["batches"] += 1
+                stats["tokens"] += int(batch.lengths.sum())
+                patches = int(batch.grids.prod(-1).sum())
+                stats["patches"] += patches
+                stats["video_tokens"] += patches // self.backbone.vision.merge_size**2
+        if shared:
+            with self._eager_layers():
+                self._run_groups(examples, shared, stats, store, started)
+        stats["seconds"] = time.perf_counter() - started
+        group_first = stats.pop("first_group_batch_seconds", None)
+        stats["first_batch_seconds"] = first_batch if first_batch is not None else group_first
+        logits = torch.from_numpy(head_logits if head_logits is not None else score_logits)
+        scores = normalised_score(logits).numpy()
+        return EngineOutput(hidden, score_logits, head_logits, scores, stats)
+
+    def close(self) -> None:
+        """Undo what this engine changed beyond itself: its compiled decoder layers, and, where it
+        fused the element-wise ops, the process-wide patches of transformers' Qwen3-VL modules
+        (`fused.restore`, the linear patch embedding included). The engine runs eagerly and
+        unfused afterwards; a later engine patches again."""
+        from .. import fused
+
+        if self.compile_layers:
+            fused.uncompile_decoder_layers(self.backbone.model.model.language_model)
+            self.compile_layers = False
+        if self.fuse_elementwise:
+            fused.restore()
+            self.fuse_elementwise = False
+
+    @contextlib.contextmanager
+    def _eager_layers(self) -> Iterator[None]:
+        if not self.compile_layers:
+            yield
+            return
+        from .. import fused
+
+        language_model = self.backbone.model.model.language_model
+        fused.uncompile_decoder_layers(language_model)
+        try:
+            yield
+        finally:
+            fused.compile_decoder_layers(language_model, hint=fused.ENGINE_HINT)
+
+    def _run_groups(
+        self,
+        examples: Sequence[RigelExample],
+        shared: list[list[int]],
+        stats: dict[str, Any],
+        store: Callable[..., None],
+        started: float,
+    ) -> None:
+        """The shared-prefix path of :meth:`run` (its statistics added to ``stats``)."""
+        for gb in self.group_device_batches(examples, shared):
+            stats.setdefault("first_group_batch_seconds", time.perf_counter() - started)
+            h, s, hl = self.forward_groups(gb)
+            store(gb.indices.numpy(), h, s, hl)
+            prefix_tokens = int(gb.prefix.lengths.sum())
+            suffix_tokens = int(gb.suffix_lengths.sum())
+            stats["batches"] += 1
+            stats["shared_samples"] += len(gb.indices)
+            stats["shared_clips"] += len(gb.prefix.lengths)
+            stats["prefix_tokens"] += prefix_tokens
+            stats["suffix_tokens"] += suffix_tokens
+            stats["tokens"] += prefix_tokens + suffix_tokens
+            patches = int(gb.prefix.grids.prod(-1).sum())
+            stats["patches"] += patches
+            stats["video_tokens"] += patches // self.backbone.vision.merge_size**2
+
+    def group_device_batches(
+        self, examples: Sequence[RigelExample], groups: Sequence[Sequence[int]]
+    ) -> Iterator[GroupBatch]:
+        """Batches of about ``batch_size`` candidates (whole clips) on the device."""
+        pending: list[GroupBatch] = []
+        count = 0
+        for sub in self.prepared_groups(examples, groups):
+            pending.append(sub.to(self.device))
+            count += len(sub.indices)
+            if count >= self.batch_size:
+                yield merge_group_batches(pending, self.backbone.pad_token_id)
+                pending, count = [], 0
+        if pending:
+            yield merge_group_batches(pending, self.backbone.pad_token_id)
+
+    def prepared_groups(
+        self, examples: Sequence[RigelExample], groups: Sequence[Sequence[int]]
+    ) -> Iterator[GroupBatch]:
+        """Group batches of ``group_loader_batch`` clips prepared by the workers, in order."""
+        dataset = GroupDataset(examples, groups, self.backbone, self.reference_free)
+        collate = functools.partial(
+            collate_groups, pad_id=self.backbone.pad_token_id, multiple=self.pad_multiple
+        )
+        loader = self._loader(dataset, collate, self.group_loader_batch)
+        with worker_environment():
+            iterator = iter(loader)
+        yield from iterator
+
+    def device_batches(self, examples: Sequence[RigelExample]) -> Iterator[PreparedBatch]:
+        """Batches of ``batch_size`` on the device, merged from the workers' smaller batches
+        (small worker batches keep the shared/pinned memory in flight small)."""
+        pending: list[PreparedBatch] = []
+        count = 0
+        for sub in self.prepared_batches(examples):
+            pending.append(sub.to(self.device))
+            count += len(sub.indices)
+            if count >= self.batch_size:
+                yield merge_batches(pending, self.backbone.pad_token_id)
+                pending, count = [], 0
+        if pending:
+            yield merge_batches(pending, self.backbone.pad_token_id)
+
+    def prepared_batches(
+        self,
+        examples: Sequence[RigelExample],
+        batch_sampler: Sequence[Sequence[int]] | None = None,
+    ) -> Iterator[PreparedBatch]:
+        """Batches of ``loader_batch`` prepared by the workers (pinned), in input order; or, with
+        ``batch_sampler``, exactly those batches of example positions, in that order."""
+        dataset = ExampleDataset(examples, self.backbone, self.reference_free)
+        collate = functools.partial(
+            collate_samples, pad_id=self.backbone.pad_token_id, multiple=self.pad_multiple
+        )
+        loader = self._loader(dataset, collate, self.loader_batch, batch_sampler)
+        with worker_environment():  # the workers (and a fork server) start here
+            iterator = iter(loader)
+        yield from iterator
+
+    def _loader(
+        self,
+        dataset: torch.utils.data.Dataset,
+        collate: Callable[[list[Any]], Any],
+        batch: int,
+        batch_sampler: Sequence[Sequence[int]] | None = None,
+    ) -> torch.utils.data.DataLoader:
+        workers = self.num_workers
+        sizing: dict[str, Any] = (
+            {"batch_sampler": [list(b) for b in batch_sampler]}
+            if batch_sampler is not None
+            else {"batch_size": batch, "shuffle": False}
+        )
+        context = multiprocessing_context(self.mp_context) if workers > 0 else None
+        return torch.utils.data.DataLoader(
+            dataset,
+            **sizing,
+            num_workers=workers,
+            collate_fn=collate,
+            pin_memory=self.device.type == "cuda",
+            prefetch_factor=self.prefetch_factor if workers > 0 else None,
+            persistent_workers=False,
+            multiprocessing_context=context,
+            worker_init_fn=worker_init if workers > 0 else None,
+        )
+
+    # -- GPU side -----------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def forward_batch(
+        self, batch: PreparedBatch
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(hidden (B, H), LM-head score logits (B, 5), head logits (B, 5) or None)."""
+        batch = batch.to(self.device)
+        pixel_values, grid_thw = self.pixels(batch)
+        hidden = self.answer_hidden(batch, pixel_values, grid_thw)
+        score_logits = hidden.float() @ self.score_rows.float().T
+        head_logits = self.head(hidden.float()) if self.head is not None else None
+        return hidden, score_logits, head_logits
+
+    @torch.inference_mode()
+    def forward_groups(
+        self, batch: GroupBatch
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Shared-prefix forward: vision tower and prefix once per clip, suffixes per candidate.
+        Returns the same triple as :meth:`forward_batch`, one row per candidate."""
+        batch = batch.to(self.device)
+        pixel_values, grid_thw = self.pixels(batch.prefix)
+        embeds, deepstack = self.vision_features(pixel_values, grid_thw, batch.prefix.grids)
+        prefix_kv = self.prefix_cache(batch.prefix, embeds, deepstack)
+        hidden = self.suffix_hidden(batch, prefix_kv)
+        score_logits = hidden.float() @ self.score_rows.float().T
+        head_logits = self.head(hidden.float()) if self.head is not None else None
+        return hidden, score_logits, head_logits
+
+    def prefix_cache(
+        self, prefix: PreparedBatch, video_embeds: torch.Tensor, deepstack: list[torch.Tensor]
+    ) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+        """Keys and values of every layer for the clips' prefixes (right-padded, causal)."""
+        recording, _ = cache_classes()
+        lm = self.backbone.model.model.language_model
+        ids = prefix.input_ids
+        inputs_embeds = lm.embed_tokens(ids)
+        mask = ids == self.backbone.video_token_id
+        inputs_embeds = inputs_embeds.masked_scatter(
+            mask.unsqueeze(-1), video_embeds.to(inputs_embeds.dtype)
+        )
+        cache = recording(lm.config)
+        lm(
+            inputs_embeds=inputs_embeds,
+            position_ids=prefix.positions,
+            attention_mask=None,
+            visual_pos_masks=mask,
+            deepstack_visual_embeds=[d.to(inputs_embeds.dtype) for d in deepstack],
+            cache=cache,
+            use_cache=True,
+        )
+        return cache.recorded
+
+    def suffix_hidden(
+        self, batch: GroupBatch, prefix_kv: dict[int, tuple[torch.Tensor, torch.Tensor]]
+    ) -> torch.Tensor:
+        """Final hidden state at each candidate's last suffix token, against its clip's cache."""
+        _, shared = cache_classes()
+        lm = self.backbone.model.model.language_model
+        ids = batch.suffix_ids
+        owner = batch.owner
+        mask = suffix_attention_mask(
+            batch.prefix.lengths, owner, int(batch.prefix.input_ids.shape[1]), int(ids.shape[1])
+        )
+        out = lm(
+            inputs_embeds=lm.embed_tokens(ids),
+            position_ids=batch.suffix_positions,
+            attention_mask=mask,
+            cache=shared(lm.config, prefix_kv, owner),
+            use_cache=True,
+        )
+        last = (batch.suffix_lengths - 1).to(ids.device)
+        return out.last_hidden_state[torch.arange(ids.shape[0], device=ids.device), last]
+
+    def pixels(self, batch: PreparedBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """GPU preprocessing: (sum of patches, C·tp·p·p) in batch row order, and grid_thw."""
+        vision = self.backbone.vision
+        dtype = self.backbone.model.model.visual.dtype
+        rows: list[int] = []
+        parts: list[torch.Tensor] = []
+        for frames, group, size in zip(batch.frames, batch.groups, batch.sizes, strict=True):
+            clips = frames.permute(0, 1, 4, 2, 3)  # (B, T, 3, H, W)
+            values, _ = patchify(normalize(resize_uint8(clips, size), vision), vision)
+            parts.append(values.to(dtype))
+            rows.extend(group)
+        if len(parts) == 1 and batch.groups[0] == list(range(len(batch.groups[0]))):
+            pixel_values = parts[0].reshape(-1, parts[0].shape[-1])
+        else:  # restore batch order across shape groups
+            per_row: dict[int, torch.Tensor] = {}
+            for values, group in zip(parts, batch.groups, strict=True):
+                for k, row in enumerate(group):
+                    per_row[row] = values[k]
+            pixel_values = torch.cat([per_row[r] for r in range(len(per_row))], dim=0)
+        return pixel_values, batch.grids.to(self.device)
+
+    def vision_features(
+        self, pixel_values: torch.Tensor, grid_thw: torch.Tensor, grids_cpu: torch.Tensor
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Merged video embeddings (tokens, H) and the DeepStack features, for the whole batch."""
+        visual = self.backbone.model.model.visual
+        chunks = (grids_cpu[:, 1] * grids_cpu[:, 2]).unique()
+        with vision_chunk_length(int(chunks[0]) if len(chunks) == 1 else None):
+            out = visual(pixel_values, grid_thw=grid_thw, return_dict=True)
+        return out.pooler_output, list(out.deepstack_features)
+
+    def cached_vision_features(
+        self, batch: PreparedBatch, keys: Sequence[Any], cache: VisionCache
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The batch's merged video embeddings and DeepStack features, the vision tower running
+        only on clips not yet in ``cache`` (keyed by ``keys``, one per row). The tower is frozen
+        (Phase 2 trains LoRA on the language model only), so its features are constants."""
+        missing: dict[Any, int] = {}
+        for row, key in enumerate(keys):
+            if key not in cache and key not in missing:
+                missing[key] = row
+        if missing:
+            with torch.no_grad():
+                sub = batch.select(list(missing.values()))
+                pixel_values, grid_thw = self.pixels(sub)
+                embeds, deepstack = self.vision_features(pixel_values, grid_thw, sub.grids)
+            tokens = (sub.grids.prod(-1) // self.backbone.vision.merge_size**2).tolist()
+        else:
+            tokens, embeds, deepstack = [], torch.empty(0), []
+        parts = embeds.split(tokens) if missing else ()
+        deep_parts = [d.split(tokens) for d in deepstack]
+        fresh: dict[Any, tuple[torch.Tensor, list[torch.Tensor]]] = {}
+        for k, key in enumerate(missing):
+            fresh[key] = (parts[k].clone(), [d[k].clone() for d in deep_parts])
+        rows = [fresh[key] if key in fresh else cache.get(key) for key in keys]
+        for key, value in fresh.items():
+            cache.put(key, value)
+        embeds = torch.cat([r[0] for r in rows])
+        deepstack = [torch.cat([r[1][i] for r in rows]) for i in range(len(rows[0][1]))]
+        return embeds, deepstack
+
+    def answer_hidden(
+        self, batch: PreparedBatch, pixel_values: torch.Tensor, grid_thw: torch.Tensor
+    ) -> torch.Tensor:
+        embeds, deepstack = self.vision_features(pixel_values, grid_thw, batch.grids)
+        return self.language_hidden(batch, embeds, deepstack)
+
+    def language_hidden(
+        self, batch: PreparedBatch, video_embeds: torch.Tensor, deepstack: list[torch.Tensor]
+    ) -> torch.Tensor:
+        """Final hidden state at each row's last real token (right padding, causal, no mask)."""
+        lm = self.backbone.model.model.language_model
+        ids = batch.input_ids
+        inputs_embeds = lm.embed_tokens(ids)
+        mask = ids == self.backbone.video_token_id
+        inputs_embeds = inputs_embeds.masked_scatter(
+            mask.unsqueeze(-1), video_embeds.to(inputs_embeds.dtype)
+        )
+        out = lm(
+            inputs_embeds=inputs_embeds,
+            position_ids=batch.positions,
+            attention_mask=None,
+            visual_pos_masks=mask,
+            deepstack_visual_embeds=[d.to(inputs_embeds.dtype) for d in deepstack],
+            use_cache=False,
+        )
+        last = (batch.lengths - 1).to(ids.device)
+        return out.last_hidden_state[torch.arange(ids.shape[0], device=ids.device), last]
