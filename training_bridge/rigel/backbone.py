@@ -199,8 +199,10 @@ def _tokenizer_json(kind: str) -> str:
     trainer_tok.train_from_iterator(corpus, trainer=trainer)
     state = json.loads(trainer_tok.to_str())
     vocab: dict[str, int] = state["model"]["vocab"]
-    merges = [
-        tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in state["model"]["merges"]
+    # Each merge is a pair, stored as "a b" or ["a", "b"] depending on the tokenizers version.
+    merges: list[tuple[str, str]] = [
+        (pair[0], pair[1])
+        for pair in (m.split(" ") if isinstance(m, str) else m for m in state["model"]["merges"])
     ]
     if kind == "large":
         # Unreachable filler entries so that the special tokens land at Qwen's ids.
@@ -464,10 +466,14 @@ def load_backbone(
 ) -> Backbone:
     """Load or build a backbone (see the module docstring for the names); never downloads."""
     device = torch.device(device)
+    resolved: torch.dtype
     if isinstance(dtype, str):
-        dtype = getattr(torch, dtype)
-    if dtype is None:
-        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+        resolved = getattr(torch, dtype)
+    elif dtype is None:
+        resolved = torch.bfloat16 if device.type == "cuda" else torch.float32
+    else:
+        resolved = dtype
+    dtype = resolved
     attn = attn_implementation or _default_attn(device)
     name = str(path_or_name)
     if name in ("tiny", "tiny-qwen3-vl"):
@@ -534,6 +540,7 @@ def _load_pretrained(
     )
 
     config = AutoConfig.from_pretrained(name, local_files_only=True)
+    cls: Any  # one of the two families' classes, chosen by the checkpoint's config
     if config.model_type == "qwen3_vl":
         cls = Qwen3VLForConditionalGeneration
         settings = QWEN3_VL_HUB_VIDEO

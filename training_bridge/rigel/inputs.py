@@ -79,14 +79,14 @@ def load_video(example: RigelExample, vision: VisionSettings) -> DecodedVideo:
             raise ValueError("frame_times describe pre-sampled frames, not a video file")
     if example.frames is not None:
         frames = np.asarray(example.frames)
-        indices = np.asarray(
+        given = np.asarray(
             example.frame_indices if example.frame_indices is not None else range(len(frames))
         )
         return DecodedVideo(
             frames=frames,
-            indices=indices,
+            indices=given,
             fps=float(example.fps or vision.default_fps),
-            total_frames=int(indices.max()) + 1,
+            total_frames=int(given.max()) + 1,
         )
     if example.frame_paths is not None:
         return load_frames(
@@ -165,7 +165,11 @@ def encode_text(
 
 
 def tokenize_expanded(
-    prompt: str, grid: Sequence[int], indices: Sequence[int], fps: float, backbone: Backbone
+    prompt: str,
+    grid: Sequence[int],
+    indices: Sequence[int] | np.ndarray,
+    fps: float,
+    backbone: Backbone,
 ) -> list[int]:
     """Ids of ``expand_prompt(prompt, video_placeholder(...))`` without tokenising the hundreds of
     video pads as text: special tokens split the text into segments that are tokenised

@@ -27,7 +27,7 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -183,7 +183,7 @@ def _decode_av(
         packets = [packet for packet in container.demux(stream) if packet.size]
         timestamps = all(packet.pts is not None for packet in packets)
         if timestamps:
-            order = sorted(int(packet.pts) for packet in packets)
+            order = sorted(cast(int, packet.pts) for packet in packets)
         else:  # nothing to tell frames apart by: decode them all, count them in output order
             skip_unneeded = False
             order = list(range(len(packets)))
@@ -194,7 +194,9 @@ def _decode_av(
         next_key: list[int | None] = [None] * (len(packets) + 1)
         for k in range(len(packets) - 1, -1, -1):
             packet = packets[k]
-            next_key[k] = int(packet.pts) if timestamps and packet.is_keyframe else next_key[k + 1]
+            next_key[k] = (
+                cast(int, packet.pts) if timestamps and packet.is_keyframe else next_key[k + 1]
+            )
         got: dict[int, np.ndarray] = {}
         remaining = set(wanted)
         shown = 0  # frames out of the decoder, for streams without timestamps
@@ -220,7 +222,7 @@ def _decode_av(
                 later = next_key[k + 1]
                 if not packet.is_keyframe and later is not None and min(remaining) >= later:
                     continue
-                codec.skip_frame = "DEFAULT" if int(packet.pts) in wanted else "NONREF"
+                codec.skip_frame = "DEFAULT" if cast(int, packet.pts) in wanted else "NONREF"
             keep(codec.decode(packet))
         if remaining:
             codec.skip_frame = "DEFAULT"
@@ -542,7 +544,9 @@ def preprocess_video(
     return values[0], grid
 
 
-def timestamps(indices: Sequence[int], fps: float, temporal_patch_size: int = 2) -> list[float]:
+def timestamps(
+    indices: Sequence[int] | np.ndarray, fps: float, temporal_patch_size: int = 2
+) -> list[float]:
     """Qwen3-VL's per-group timestamps: mean time of the first and last frame of each group."""
     idx = [int(i) for i in indices]
     if len(idx) % temporal_patch_size != 0:
