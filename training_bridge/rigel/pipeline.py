@@ -308,18 +308,20 @@ def step_phase1(
         patience=config.phase1_patience,
         dropout=config.head_dropout,
         seed=config.seed,
+        objective=config.phase1_objective,
         on_epoch=on_epoch,
         # On a GPU worker the head trains on the GPU: 50 epochs are seconds there.
         device=config.device if config.device.startswith("cuda") else "cpu",
     )
     store.put_bytes(head_key, head_to_bytes(result.head, dropout=config.head_dropout))
     reporter.log(
-        f"phase 1: best epoch {result.best_epoch} (validation tau {result.best_tau:.4f}) after "
+        f"phase 1 ({config.phase1_objective.upper()}): best epoch {result.best_epoch} (validation tau {result.best_tau:.4f}) after "
         f"{result.epochs_run} epochs in {result.seconds:.1f} s"
     )
     return {
         "head_key": head_key,
         "head_parameters": count_parameters(result.head),
+        "objective": config.phase1_objective,
         **result.summary(),
         "best_validation_tau": None if math.isnan(result.best_tau) else result.best_tau,
     }
@@ -353,7 +355,7 @@ def step_phase2(
         head = build_head(backbone.hidden_size, dropout=config.head_dropout, seed=config.seed)
         if dist.is_main:
             store.put_bytes(head_key, head_to_bytes(head, dropout=config.head_dropout))
-    elif config.ablation == Ablation.FULL:
+    elif Ablation.runs_phase1(config.ablation):  # full, kl_loss: the head Phase 1 distilled
         head = head_from_bytes(store.read_bytes(results["phase1"]["head_key"]))
     if head is not None:
         head = head.to(backbone.device)
