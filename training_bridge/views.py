@@ -97,7 +97,6 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     phase1_loss = selectors.curve(history, phase="phase1", x="epoch", y="loss")
     phase1_tau = selectors.curve(history, phase="phase1", x="epoch", y="validation_tau")
     phase2_loss = selectors.curve(history, phase="phase2", x="step", y="loss")
-    splits = selectors.evaluation_splits(run)
     return render(
         request,
         "training_bridge/run_detail.html",
@@ -121,18 +120,8 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
                 x_label="step",
                 y_label="loss",
             ),
-            "tables": [
-                {
-                    "split": split,
-                    "rows": selectors.evaluation_rows(run, split=split),
-                    "notes": (run.evaluation or {})
-                    .get("splits", {})
-                    .get(split, {})
-                    .get("notes", []),
-                    "n": (run.evaluation or {}).get("splits", {}).get(split, {}).get("n"),
-                }
-                for split in splits
-            ],
+            "tables": selectors.evaluation_tables(run),
+            "evaluation_notes": (run.evaluation or {}).get("notes", []),
             "artifacts": _artifact_links(run),
             "results": run.step_results or {},
             "is_active": run.status in (JobStatus.QUEUED, JobStatus.RUNNING),

@@ -51,3 +51,11 @@ def test_a_release_built_by_export_trains_and_evaluates():
     }
     assert run.evaluation["splits"]["validation"]["n"] == len(validation_rows)
     assert set(run.evaluation["splits"]["validation"]["rows"]) == {"rigel", "bleu4", "cider"}
+    # A release without a test split gives no results: the run says so instead of passing the
+    # validation figures (the split Phase 1 chose its epoch on) off as results.
+    assert run.metrics == {}
+    assert run.evaluation["result_split"] is None
+    assert run.has_no_test_split
+    assert "has no test split" in run.evaluation["notes"][0]
+    assert run.evaluation["splits"]["validation"]["role"] == "model selection"
+    assert "used for model selection" in run.evaluation["splits"]["validation"]["notes"][0]
