@@ -17,7 +17,6 @@ from common.models import JobStatus
 from export.models import Release
 from export.services import release_build, release_create
 
-
 # The tests written for a train/validation release keep those two splits; the service's default
 # (export.splitting.DEFAULT_RATIOS) adds a test split.
 TWO_SPLITS = (0.8, 0.2)
