@@ -82,7 +82,7 @@ def test_the_three_protocols_follow_the_per_rater_protocol_of_evaluate_metrics(p
     )
     # each protocol scored every candidate once, in its own prompt setting
     assert calls == [(24, True), (24, False), (24, False)]
-    assert list(result["protocols"]) == ["reference-free", "1-ref", "all-refs"]
+    assert result["protocol_order"] == ["reference-free", "1-ref", "all-refs"]
     assert (result["candidates"], result["clips"]) == (24, 4)
     assert result["rater_slots"] == [f"vatex-eval:slot-{n}" for n in (1, 2, 3)]
     assert result["leakage"] == {str(run.pk): {"train": 0, "validation": 0, "test": 0}}
@@ -135,7 +135,12 @@ def test_several_runs_share_one_table(published_release):
         scorer_factory=lambda _run: StandInScorer(),
     )
     rows = result["protocols"]["1-ref"]["rows"]
-    assert list(rows) == [f"run:{runs[0].pk}", f"run:{runs[1].pk}", "bleu4"]
+    assert result["protocols"]["1-ref"]["order"] == [
+        f"run:{runs[0].pk}",
+        f"run:{runs[1].pk}",
+        "bleu4",
+    ]
+    assert set(rows) == {f"run:{runs[0].pk}", f"run:{runs[1].pk}", "bleu4"}
     assert [entry["ablation"] for entry in result["runs"]] == ["full", "lm_head"]
 
 

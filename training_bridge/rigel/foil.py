@@ -25,6 +25,7 @@ import random
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 # Concrete, depictable nouns of everyday video captions (people, animals, objects, places), each
 # with its plural. The list is fixed so that generation does not depend on a tagger's version.
@@ -206,7 +207,9 @@ def parse_foil_file(
     return FoilSet(pairs=pairs, seed=None, source="file")
 
 
-def foil_accuracy(caption_scores: Sequence[float], foil_scores: Sequence[float]) -> float | None:
+def foil_accuracy(
+    caption_scores: Sequence[float] | Any, foil_scores: Sequence[float] | Any
+) -> float | None:
     """Share (%) of pairs whose caption scores strictly higher than its foil; None for no pair."""
     if len(caption_scores) != len(foil_scores):
         raise ValueError("one foil score per caption score")

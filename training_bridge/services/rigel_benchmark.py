@@ -400,6 +400,9 @@ def rigel_benchmark_evaluate(
         elif benchmark is not None:
             for metric in metrics:
                 block["rows"][metric] = unavailable_row("needs references")
+        # PostgreSQL's jsonb does not keep key order: the table's order is kept explicitly.
+        block["order"] = list(block["rows"])
+    result["protocol_order"] = list(result["protocols"])
 
     if foil_set is not None:
         result["foil"] = _foil_result(foil_set, foil_scores, metrics)
@@ -482,7 +485,12 @@ def _foil_result(
                     f"{len(pairs) - len(chosen)} pair(s) without another reference are scored "
                     "reference-free only"
                 )
-        settings[setting] = {"pairs": len(chosen), "rows": rows, "notes": notes}
+        settings[setting] = {
+            "pairs": len(chosen),
+            "rows": rows,
+            "order": list(rows),
+            "notes": notes,
+        }
     return {
         "source": foil_set.source,
         "seed": foil_set.seed,
@@ -624,9 +632,12 @@ def result_tables(result: dict[str, Any]) -> list[dict[str, Any]]:
     labels = result.get("labels", {})
     paper = (result.get("paper") or {}).get("vatex_eval", {})
     tables = []
-    for protocol, block in (result.get("protocols") or {}).items():
+    blocks = result.get("protocols") or {}
+    for protocol in result.get("protocol_order") or list(blocks):
+        block = blocks[protocol]
         rows = []
-        for name, row in block.get("rows", {}).items():
+        for name in block.get("order") or list(block.get("rows", {})):
+            row = block["rows"][name]
             rows.append(
                 {
                     "key": name,
@@ -656,7 +667,8 @@ def foil_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     labels = result.get("labels", {})
     names: list[str] = []
     for setting in FOIL_SETTINGS:
-        for name in foil["settings"].get(setting, {}).get("rows", {}):
+        block = foil["settings"].get(setting, {})
+        for name in block.get("order") or list(block.get("rows", {})):
             if name not in names:
                 names.append(name)
     rows = []
