@@ -90,8 +90,8 @@ class ProtocolScorer:
         config: RigelConfig,
         loader: ExampleLoader,
         *,
-        chunk_size: int = 1536,
-        engine_factory: Callable[[RigelConfig], Any] | None = None,
+        chunk_size: int = 2048,
+        engine_factory: Callable[[RigelConfig, int], Any] | None = None,
     ) -> None:
         self.model = model
         self.config = config
@@ -99,25 +99,33 @@ class ProtocolScorer:
         self.chunk_size = max(1, chunk_size)
         self.engine_factory = engine_factory
         self._engines: dict[bool, Any] = {}
+        # The engine comes per prompt setting, made at first use for the number of samples it
+        # will score (`engine_compile` "auto" compiles for a long pass); the model's own engine,
+        # made without that knowledge, is not used.
+        device_type = getattr(getattr(model, "backbone", None), "device", None)
+        self.uses_engine = engine_factory is not None or (
+            device_type is not None and config.uses_engine(device_type.type)
+        )
         if getattr(model, "engine", None) is not None:
-            self._engines[bool(config.reference_free)] = model.engine
+            model.engine.close()
+            model.engine = None
 
-    def _engine(self, reference_free: bool) -> Any | None:
-        if not self._engines and self.engine_factory is None:
+    def _engine(self, reference_free: bool, samples: int) -> Any | None:
+        if not self.uses_engine:
             return None
         if reference_free not in self._engines:
-            if self.engine_factory is None:
+            config = replace(self.config, reference_free=reference_free)
+            if self.engine_factory is not None:
+                self._engines[reference_free] = self.engine_factory(config, samples)
+            else:
                 from training_bridge.rigel.pipeline import make_engine
 
                 self._engines[reference_free] = make_engine(
                     self.model.backbone,
-                    replace(self.config, reference_free=reference_free),
+                    config,
                     head=self.model.head,
                     batch_size=self.config.eval_batch_size,
-                )
-            else:
-                self._engines[reference_free] = self.engine_factory(
-                    replace(self.config, reference_free=reference_free)
+                    samples=samples,
                 )
         return self._engines[reference_free]
 
@@ -136,7 +144,7 @@ class ProtocolScorer:
         from training_bridge.rigel.scoring import normalised_score
 
         total = len(records) if total is None else total
-        engine = self._engine(reference_free)
+        engine = self._engine(reference_free, total)
         parts: list[np.ndarray] = []
         size = self.chunk_size if engine is not None else self.config.eval_batch_size
         for start in range(0, len(records), size):
@@ -165,8 +173,6 @@ class ProtocolScorer:
             if close is not None:
                 close()
         self._engines.clear()
-        if getattr(self.model, "engine", None) is not None:
-            self.model.engine = None
 
 
 def score_protocols(
