@@ -341,7 +341,7 @@ class RigelEvaluationCreateSerializer(serializers.Serializer):
 
 
 class RigelEvaluationSerializer(serializers.ModelSerializer):
-    campaign = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    campaign: serializers.Field = serializers.SlugRelatedField(slug_field="slug", read_only=True)
 
     class Meta:
         model = RigelEvaluation
