@@ -19,6 +19,7 @@ from rest_framework.views import APIView
 from common.api import ErrorSerializer, FailOpenScopedRateThrottle, FieldErrorsSerializer
 from common.models import JobStatus
 from training_bridge import selectors
+from training_bridge.metrics.standard import METRIC_NAMES
 from training_bridge.models import (
     RigelEvaluation,
     ScoreRequest,
@@ -334,6 +335,11 @@ class RigelEvaluationCreateSerializer(serializers.Serializer):
         help_text="Default: reference-free, 1-ref, all-refs.",
     )
     correlation = serializers.ChoiceField(choices=list(CORRELATIONS), default="emscore")
+    metrics = serializers.ListField(
+        child=serializers.ChoiceField(choices=list(METRIC_NAMES)),
+        required=False,
+        help_text="Standard metrics beside Rigel (default bleu1, bleu4, rougeL, meteor, cider).",
+    )
     foil_seed = serializers.IntegerField(default=0)
     foil_pairs = FoilPairSerializer(
         many=True, required=False, help_text="User FOIL pairs instead of generated foils."
@@ -351,6 +357,7 @@ class RigelEvaluationSerializer(serializers.ModelSerializer):
             "campaign",
             "protocols",
             "correlation",
+            "metrics",
             "foil_seed",
             "status",
             "progress",
@@ -396,6 +403,7 @@ class RigelEvaluationListApi(APIView):
                 correlation=data["correlation"],
                 foil_seed=data["foil_seed"],
                 foil_file=foil_file,
+                metrics=data.get("metrics"),
                 created_by=request.user,
             )
         except DjangoValidationError as error:

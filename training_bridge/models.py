@@ -192,6 +192,7 @@ class RigelEvaluation(Job):
     )
     protocols = models.JSONField(default=list)  # "reference-free", "1-ref", "all-refs", "foil"
     correlation = models.CharField(max_length=10, default="emscore")  # or "default"
+    metrics = models.JSONField(default=list, blank=True)  # standard metrics beside Rigel
     foil_seed = models.BigIntegerField(default=0)
     # A user-supplied FOIL file (JSON Lines), stored; empty: foils generated from the campaign.
     foil_key = models.CharField(max_length=300, blank=True, default="")

@@ -16,7 +16,8 @@ from tests.training_bridge.rigel_benchmark_support import benchmark_campaign
 from training_bridge.models import RigelEvaluation, TrainingRun
 from training_bridge.services.rigel_benchmark import rigel_evaluation_execute
 
-pytestmark = pytest.mark.django_db
+# Training and three scoring passes of the tiny model: a few minutes on a loaded 2-core machine.
+pytestmark = [pytest.mark.django_db, pytest.mark.timeout(1500)]
 
 SETTINGS = [
     "--set", "frames=4",
@@ -49,7 +50,8 @@ def test_a_trained_run_is_evaluated_by_the_job_the_api_the_page_and_the_command(
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         response = curator_client.post(
             "/api/v1/training/evaluations",
-            {"runs": [run.pk], "campaign": campaign.slug, "protocols": [*PROTOCOLS, "foil"]},
+            {"runs": [run.pk], "campaign": campaign.slug, "protocols": [*PROTOCOLS, "foil"],
+             "metrics": ["bleu4"]},
             content_type="application/json",
         )  # fmt: skip
     assert response.status_code == 201, response.content

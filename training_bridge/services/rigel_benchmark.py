@@ -468,16 +468,17 @@ def _foil_result(
             usable = [metric for metric in metrics if metric not in reasons]
             if chosen and usable:
                 references = [list(pair.references) for pair in chosen]
-                caption_scores = standard_metric_scores(
-                    [pair.caption for pair in chosen], references, metrics=usable
+                # captions and foils in one call (one METEOR start; CIDEr's document frequencies
+                # are unchanged by listing every reference set twice)
+                both = standard_metric_scores(
+                    [pair.caption for pair in chosen] + [pair.foil for pair in chosen],
+                    references + references,
+                    metrics=usable,
                 )
-                foil_scores_std = standard_metric_scores(
-                    [pair.foil for pair in chosen], references, metrics=usable
-                )
+                count = len(chosen)
                 for metric in usable:
-                    rows[metric] = {
-                        "accuracy": foil_accuracy(caption_scores[metric], foil_scores_std[metric])
-                    }
+                    values = both[metric]
+                    rows[metric] = {"accuracy": foil_accuracy(values[:count], values[count:])}
             for metric, reason in reasons.items():
                 rows[metric] = {"accuracy": None, "unavailable": reason}
             if len(chosen) < len(pairs):
@@ -518,6 +519,7 @@ def rigel_evaluation_create(
     correlation: str = "emscore",
     foil_seed: int = 0,
     foil_file: bytes | None = None,
+    metrics: Sequence[str] | None = None,
     created_by: Any = None,
 ) -> RigelEvaluation:
     """Record an evaluation job and enqueue it on the training queue (after commit). Inputs are
@@ -531,6 +533,12 @@ def rigel_evaluation_create(
         raise ValidationError(f"correlation must be one of {', '.join(CORRELATIONS)}")
     if not -(2**63) <= int(foil_seed) < 2**63:
         raise ValidationError("foil_seed must fit in 64 bits")
+    from training_bridge.metrics.standard import METRIC_NAMES
+
+    chosen_metrics = list(dict.fromkeys(metrics)) if metrics is not None else list(DEFAULT_METRICS)
+    unknown = [name for name in chosen_metrics if name not in METRIC_NAMES]
+    if unknown:
+        raise ValidationError(f"unknown metric(s) {', '.join(unknown)}")
     if foil_file is not None and FOIL not in names:
         raise ValidationError("a FOIL file needs the foil protocol")
     if foil_file is not None and len(foil_file) > FOIL_MAX_BYTES:
@@ -541,6 +549,7 @@ def rigel_evaluation_create(
         protocols=names,
         correlation=correlation,
         foil_seed=int(foil_seed),
+        metrics=chosen_metrics,
         created_by=created_by if getattr(created_by, "pk", None) else None,
     )
     if foil_file is not None:
@@ -578,6 +587,7 @@ def rigel_evaluation_execute(*, evaluation_id: int, task_id: str = "") -> str:
                 correlation=evaluation.correlation,
                 foil_seed=evaluation.foil_seed,
                 foil_lines=foil_lines,
+                metrics=evaluation.metrics or DEFAULT_METRICS,
                 progress=_throttled(progress),
             )
     except JobCancelled:
