@@ -19,7 +19,7 @@ from rest_framework.views import APIView
 from common.api import ErrorSerializer, FailOpenScopedRateThrottle, FieldErrorsSerializer
 from common.models import JobStatus
 from training_bridge import selectors
-from training_bridge.metrics.standard import METRIC_NAMES
+from training_bridge.metrics.plugins import METRIC_NAMES
 from training_bridge.models import (
     RigelEvaluation,
     ScoreRequest,
@@ -338,7 +338,7 @@ class RigelEvaluationCreateSerializer(serializers.Serializer):
     metrics = serializers.ListField(
         child=serializers.ChoiceField(choices=list(METRIC_NAMES)),
         required=False,
-        help_text="Standard metrics beside Rigel (default bleu1, bleu4, rougeL, meteor, cider).",
+        help_text="Metrics beside Rigel (default: the lexical ones and every learned baseline).",
     )
     foil_seed = serializers.IntegerField(default=0)
     foil_pairs = FoilPairSerializer(

@@ -109,7 +109,7 @@ def test_the_three_protocols_follow_the_per_rater_protocol_of_evaluate_metrics(p
         for metric in ("bleu4", "cider"):
             assert result["protocols"][protocol]["rows"][metric] == table[metric]
     # reference-free: the n-gram metrics are listed as unavailable, with the reason
-    assert result["protocols"]["reference-free"]["rows"]["bleu4"]["unavailable"] == (
+    assert result["protocols"]["reference-free"]["rows"]["bleu4"]["unavailable"].startswith(
         "needs references"
     )
     # the run was trained reference-based: the reference-free block says it used the other prompt
@@ -217,7 +217,9 @@ def test_foil_accuracy_of_a_user_file_for_rigel_and_the_standard_metrics(
     # precision 2/4) -> right; pair 3 has no overlap at all, both score 0 -> a tie, wrong
     bleu = foil["settings"]["reference-based"]["rows"]["bleu1"]["accuracy"]
     assert bleu == pytest.approx(200 / 3, abs=1e-3)
-    assert foil["settings"]["reference-free"]["rows"]["bleu1"]["unavailable"] == "needs references"
+    assert foil["settings"]["reference-free"]["rows"]["bleu1"]["unavailable"].startswith(
+        "needs references"
+    )
     assert [swap["foil"] for swap in foil["swaps"]] == [line["foil"] for line in lines]
 
 

@@ -1,8 +1,8 @@
 """Evaluation: Rigel's correlation with the human scores, side by side with the standard metrics.
 
-For each evaluated split (test, the run's results, when the release has one; validation, shown only
-as the split Phase 1 selected its epoch on) the table holds one row per metric with Kendall tau_b and tau_c, Spearman and Pearson against the human normalised scores,
-x100 as caption-metric papers print them. The standard metrics (BLEU-4, ROUGE-L, CIDEr, METEOR
+For each evaluated split (test, the run's results, when the release has one; validation, shown
+only as the split Phase 1 selected its epoch on) the table holds one row per metric with Kendall
+tau_b and tau_c, Spearman and Pearson against the human normalised scores, x100 as caption-metric papers print them. The standard metrics (BLEU-4, ROUGE-L, CIDEr, METEOR
 where its runtime exists) come from `training_bridge.metrics`, computed on the same candidates
 with all of their references.
 """

@@ -19,10 +19,11 @@ functions that score (web processes create jobs; a `training` worker runs them).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,12 +40,14 @@ from training_bridge.metrics.benchmark import (
     BenchmarkSet,
     correlation_row,
     correlation_table,
-    unavailable_row,
 )
-from training_bridge.metrics.standard import (
-    DEFAULT_METRICS,
-    metric_unavailable_reasons,
-    standard_metric_scores,
+from training_bridge.metrics.plugins import (
+    METRIC_NAMES,
+    TABLE_METRICS,
+    MetricItem,
+    available_metrics,
+    parse_settings,
+    score_metrics,
 )
 from training_bridge.models import RigelEvaluation, TrainingRun
 from training_bridge.rigel.benchmark import (
@@ -57,7 +60,11 @@ from training_bridge.rigel.benchmark import (
     REFERENCE_FREE,
     BenchmarkClip,
 )
-from training_bridge.services.metric_benchmark import MetricBenchmarkError, campaign_benchmark_set
+from training_bridge.services.metric_benchmark import (
+    MetricBenchmarkError,
+    _clip_videos,
+    campaign_benchmark_set,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -130,9 +137,12 @@ class CampaignData:
     clip_references: dict[str, list[str]]  # clip id -> references in position order
     clip_media: dict[str, BenchmarkClip]
     corpus: list[str]  # every caption of the campaign (FOIL's nouns)
+    clip_pks: dict[str, int]  # clip id -> Clip row id
 
 
-def campaign_data(*, campaign: Campaign, correlation: str, need_benchmark: bool) -> CampaignData:
+def campaign_data(
+    *, campaign: Campaign, correlation: str, need_benchmark: bool, frames: int = 8
+) -> CampaignData:
     rows = list(
         CampaignCandidate.objects.filter(campaign=campaign, is_control=False, dropped=False)
         .order_by("clip_id", "candidate__position", "id")
@@ -163,7 +173,7 @@ def campaign_data(*, campaign: Campaign, correlation: str, need_benchmark: bool)
     if need_benchmark:
         try:
             benchmark = campaign_benchmark_set(
-                campaign=campaign, with_raters=correlation == "emscore"
+                campaign=campaign, with_raters=correlation == "emscore", frames=frames
             )
         except MetricBenchmarkError as error:
             hint = (
@@ -174,7 +184,8 @@ def campaign_data(*, campaign: Campaign, correlation: str, need_benchmark: bool)
             raise RigelEvaluationError(f"{error}{hint}") from error
         clips = [media[clip_rows[clip_of[key]].vatex_id] for key in benchmark.keys]
     corpus = [text for _, _, text in rows] + [t for refs in references.values() for t in refs]
-    return CampaignData(benchmark, clips, references, media, corpus)
+    clip_pks = {clip.vatex_id: clip.pk for clip in clip_rows.values()}
+    return CampaignData(benchmark, clips, references, media, corpus, clip_pks)
 
 
 def check_media(clips: Sequence[BenchmarkClip]) -> None:
@@ -248,7 +259,8 @@ def rigel_benchmark_evaluate(
     campaign: Campaign,
     protocols: Sequence[str],
     correlation: str = "emscore",
-    metrics: Sequence[str] = DEFAULT_METRICS,
+    metrics: Sequence[str] = TABLE_METRICS,
+    settings: Mapping[str, str] | None = None,
     foil_seed: int = 0,
     foil_lines: Sequence[str] | None = None,
     progress: Progress | None = None,
@@ -263,8 +275,9 @@ def rigel_benchmark_evaluate(
         raise RigelEvaluationError(f"correlation must be one of {', '.join(CORRELATIONS)}")
     protocols = parse_protocols(list(protocols))
     correlating = [name for name in protocols if name != FOIL]
+    frames = parse_settings(settings).frames
     data = campaign_data(
-        campaign=campaign, correlation=correlation, need_benchmark=bool(correlating)
+        campaign=campaign, correlation=correlation, need_benchmark=bool(correlating), frames=frames
     )
     foil_set = None
     if FOIL in protocols:
@@ -325,21 +338,22 @@ def rigel_benchmark_evaluate(
             "activitynet_foil_accuracy": PAPER_FOIL_ACCURACY,
         }
 
-    # Standard metrics: the same table code as evaluate_metrics.
+    # The other metrics (lexical and learned plug-ins): the same table code as evaluate_metrics;
+    # reference-free, the candidates carry no reference (a metric that needs them says so).
     if benchmark is not None:
         for name in correlating:
             block: dict[str, Any] = {"rows": {}, "notes": []}
             result["protocols"][name] = block
-            if name == REFERENCE_FREE:
-                continue
-            report(0.0, f"standard metrics, {name}")
-            table = correlation_table(
-                benchmark,
-                reference_count=REFERENCE_COUNT[name],
+            report(0.0, f"other metrics, {name}")
+            block["standard"] = correlation_table(
+                dataclasses.replace(benchmark, references=[[] for _ in benchmark.candidates])
+                if name == REFERENCE_FREE
+                else benchmark,
+                reference_count=REFERENCE_COUNT.get(name),
                 protocol="emscore" if correlation == "emscore" else "default",
                 metrics=metrics,
+                settings=settings,
             )
-            block["standard"] = table
 
     # Rigel, run by run (one model in memory at a time).
     work = len(runs) * (
@@ -394,18 +408,13 @@ def rigel_benchmark_evaluate(
                 )
     for name in correlating:
         block = result["protocols"][name]
-        standard = block.pop("standard", None)
-        if standard is not None:
-            block["rows"].update(standard)
-        elif benchmark is not None:
-            for metric in metrics:
-                block["rows"][metric] = unavailable_row("needs references")
+        block["rows"].update(block.pop("standard", {}))
         # PostgreSQL's jsonb does not keep key order: the table's order is kept explicitly.
         block["order"] = list(block["rows"])
     result["protocol_order"] = list(result["protocols"])
 
     if foil_set is not None:
-        result["foil"] = _foil_result(foil_set, foil_scores, metrics)
+        result["foil"] = _foil_result(foil_set, foil_scores, metrics, settings, data)
     result["seconds"] = round(time.perf_counter() - started, 3)
     report(1.0, "finished")
     return result
@@ -447,46 +456,52 @@ def _foil_result(
     foil_set: Any,
     foil_scores: dict[str, dict[str, dict[str, list[float]]]],
     metrics: Sequence[str],
+    settings: Mapping[str, str] | None,
+    data: CampaignData,
 ) -> dict[str, Any]:
     from training_bridge.rigel.foil import foil_accuracy
 
     pairs = foil_set.pairs
     with_references = [pair for pair in pairs if pair.references]
-    settings: dict[str, Any] = {}
+    videos = _clip_videos(
+        [data.clip_pks[pair.clip_id] for pair in pairs], frames=parse_settings(settings).frames
+    )
+    wanted = list(dict.fromkeys(metrics))
+    available, reasons = available_metrics(settings, wanted)
+    table: dict[str, Any] = {}
     for setting in FOIL_SETTINGS:
-        chosen = pairs if setting == REFERENCE_FREE else with_references
+        free = setting == REFERENCE_FREE
+        chosen = pairs if free else with_references
         captions, foils = foil_scores[setting]["caption"], foil_scores[setting]["foil"]
         rows: dict[str, Any] = {
             name: {"accuracy": foil_accuracy(captions[name], foils[name])} for name in captions
         }
         notes = []
-        if setting == REFERENCE_FREE:
-            for metric in metrics:
-                rows[metric] = {"accuracy": None, "unavailable": "needs references"}
-        else:
-            reasons = metric_unavailable_reasons(metrics)
-            usable = [metric for metric in metrics if metric not in reasons]
-            if chosen and usable:
-                references = [list(pair.references) for pair in chosen]
-                # captions and foils in one call (one METEOR start; CIDEr's document frequencies
-                # are unchanged by listing every reference set twice)
-                both = standard_metric_scores(
-                    [pair.caption for pair in chosen] + [pair.foil for pair in chosen],
-                    references + references,
-                    metrics=usable,
-                )
-                count = len(chosen)
-                for metric in usable:
-                    values = both[metric]
-                    rows[metric] = {"accuracy": foil_accuracy(values[:count], values[count:])}
-            for metric, reason in reasons.items():
-                rows[metric] = {"accuracy": None, "unavailable": reason}
-            if len(chosen) < len(pairs):
-                notes.append(
-                    f"{len(pairs) - len(chosen)} pair(s) without another reference are scored "
-                    "reference-free only"
-                )
-        settings[setting] = {
+        # captions and foils in one call (one METEOR start; CIDEr's document frequencies are
+        # unchanged by listing every reference set twice)
+        items = [
+            MetricItem(
+                text,
+                () if free else tuple(pair.references),
+                videos.get(data.clip_pks[pair.clip_id]),
+            )
+            for text, pair in [(p.caption, p) for p in chosen] + [(p.foil, p) for p in chosen]
+        ]
+        scores, failed = score_metrics(available, items) if chosen else ({}, {})
+        count = len(chosen)
+        for metric in wanted:
+            why = reasons.get(metric) or failed.get(metric)
+            if why or metric not in scores:
+                rows[metric] = {"accuracy": None, "unavailable": why or "no pair to score"}
+            else:
+                values = scores[metric]
+                rows[metric] = {"accuracy": foil_accuracy(values[:count], values[count:])}
+        if not free and len(chosen) < len(pairs):
+            notes.append(
+                f"{len(pairs) - len(chosen)} pair(s) without another reference are scored "
+                "reference-free only"
+            )
+        table[setting] = {
             "pairs": len(chosen),
             "rows": rows,
             "order": list(rows),
@@ -499,7 +514,7 @@ def _foil_result(
         "skipped_clips": foil_set.skipped,
         "corpus_nouns": foil_set.corpus_nouns,
         "rule": "right when the correct caption scores strictly higher than its foil",
-        "settings": settings,
+        "settings": table,
         "swaps": [pair.swap() for pair in pairs],
     }
 
@@ -533,9 +548,7 @@ def rigel_evaluation_create(
         raise ValidationError(f"correlation must be one of {', '.join(CORRELATIONS)}")
     if not -(2**63) <= int(foil_seed) < 2**63:
         raise ValidationError("foil_seed must fit in 64 bits")
-    from training_bridge.metrics.standard import METRIC_NAMES
-
-    chosen_metrics = list(dict.fromkeys(metrics)) if metrics is not None else list(DEFAULT_METRICS)
+    chosen_metrics = list(dict.fromkeys(metrics)) if metrics is not None else list(TABLE_METRICS)
     unknown = [name for name in chosen_metrics if name not in METRIC_NAMES]
     if unknown:
         raise ValidationError(f"unknown metric(s) {', '.join(unknown)}")
@@ -587,7 +600,7 @@ def rigel_evaluation_execute(*, evaluation_id: int, task_id: str = "") -> str:
                 correlation=evaluation.correlation,
                 foil_seed=evaluation.foil_seed,
                 foil_lines=foil_lines,
-                metrics=evaluation.metrics or DEFAULT_METRICS,
+                metrics=evaluation.metrics or TABLE_METRICS,
                 progress=_throttled(progress),
             )
     except JobCancelled:

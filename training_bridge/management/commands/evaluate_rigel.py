@@ -21,7 +21,7 @@ from django.core.management.base import CommandError, CommandParser
 
 from annotation.models import Campaign
 from common.management.base import LepusCommand
-from training_bridge.metrics.standard import DEFAULT_METRICS, METRIC_NAMES
+from training_bridge.metrics.plugins import METRIC_NAMES, TABLE_METRICS
 from training_bridge.services.rigel_benchmark import (
     CORRELATIONS,
     PROTOCOL_CHOICES,
@@ -38,6 +38,16 @@ def _ids(value: str) -> list[int]:
         return [int(part) for part in value.split(",") if part.strip()]
     except ValueError:
         raise CommandError(f"--runs expects ids separated by commas, not {value!r}")
+
+
+def _settings(pairs: list[str]) -> dict[str, str]:
+    values = {}
+    for pair in pairs:
+        key, separator, value = pair.partition("=")
+        if not separator or not key:
+            raise CommandError(f"--set expects KEY=VALUE, got {pair!r}")
+        values[key.strip()] = value
+    return values
 
 
 class Command(LepusCommand):
@@ -67,8 +77,16 @@ class Command(LepusCommand):
         )
         parser.add_argument(
             "--metrics",
-            default=",".join(DEFAULT_METRICS),
-            help=f"Standard metrics beside Rigel (known: {','.join(METRIC_NAMES)}).",
+            default=",".join(TABLE_METRICS),
+            help=f"Metrics beside Rigel (known: {','.join(METRIC_NAMES)}); a learned one without "
+            "weights is listed with the reason.",
+        )
+        parser.add_argument(
+            "--set",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="A metric plug-in setting, e.g. --set clip_model=/models/clip (as evaluate_metrics).",
         )
         parser.add_argument("--foil-seed", type=int, default=0, help="Seed of the foil swaps.")
         parser.add_argument(
@@ -110,6 +128,7 @@ class Command(LepusCommand):
                     protocols=protocols,
                     correlation=options["correlation"],
                     metrics=metrics,
+                    settings=_settings(options["set"]),
                     foil_seed=options["foil_seed"],
                     foil_lines=foil_lines,
                     progress=progress,
