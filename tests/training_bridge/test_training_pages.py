@@ -201,3 +201,35 @@ def test_web_code_never_imports_torch():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_the_run_page_starts_a_benchmark_evaluation_job(
+    curator_client, published_release, django_capture_on_commit_callbacks
+):
+    from training_bridge.models import RigelEvaluation
+
+    run = _finished(published_release)
+    Campaign.objects.create(slug="bench", name="bench", questions=default_questions())
+    page = curator_client.get(f"/dashboard/training/{run.pk}/").content.decode()
+    assert 'action="/dashboard/training/evaluations/start/"' in page
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        response = curator_client.post(
+            "/dashboard/training/evaluations/start/",
+            {"run": str(run.pk), "campaign": "bench", "protocol": ["1-ref", "foil"]},
+        )
+    evaluation = RigelEvaluation.objects.get()
+    assert response.status_code == 302
+    assert response["Location"] == f"/dashboard/training/evaluations/{evaluation.pk}/"
+    assert (evaluation.runs, evaluation.protocols) == ([run.pk], ["1-ref", "foil"])
+    assert len(callbacks) == 1  # enqueued on the training queue after commit
+    detail = curator_client.get(response["Location"]).content.decode()
+    assert 'id="evaluation-status"' in detail and "bench" in detail
+    # a run that has not finished cannot be evaluated: the form's error comes back
+    queued = training_run_create(release=published_release, backbone="tiny", start=False)
+    response = curator_client.post(
+        "/dashboard/training/evaluations/start/",
+        {"run": str(queued.pk), "campaign": "bench"},
+        follow=True,
+    )
+    assert "only succeeded runs can be evaluated" in response.content.decode()
+    assert RigelEvaluation.objects.count() == 1
