@@ -8,9 +8,9 @@ import numpy as np
 from annotation.models import Campaign, CampaignCandidate
 from common.models import JobStatus
 from datasets_app.models import Clip
+from tests.metrics.vatex_eval_data import vatex_eval_subset
+from tests.rigel.release_support import jpeg
 from tests.training_bridge.metric_benchmark_data import build_vatex_eval_campaign
-from tests.training_bridge.release_support import jpeg
-from tests.training_bridge.vatex_eval_data import vatex_eval_subset
 from training_bridge.models import TrainingRun
 from training_bridge.services import training_run_create
 from training_bridge.store import DjangoStore

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.training_bridge.release_support import tiny_settings, write_release
+from tests.rigel.release_support import tiny_settings, write_release
 from training_bridge.rigel.config import Ablation, RigelConfig
 from training_bridge.rigel.head import build_head, head_from_bytes
 from training_bridge.rigel.pipeline import STEPS, RunSpec, load_run_model, run_step
