@@ -885,7 +885,16 @@ def section_phase2_train(
         for k, ex in enumerate(rows)
     ]
     # The device as the pipeline sets it: its defaults (lora_dtype "auto") depend on it.
-    config = RigelConfig(backbone=backbone.name, device=str(device), phase2_checkpoint_every=10_000)
+    config = RigelConfig(
+        backbone=backbone.name,
+        device=str(device),
+        phase2_checkpoint_every=10_000,
+        # "default": the pipeline's (q_proj, v_proj since issue 14), or "wide" (all seven)
+        lora_targets=RigelConfig().lora_targets
+        if args.phase2_lora_targets == "default"
+        else args.phase2_lora_targets,
+        phase2_optimizer=args.phase2_optimizer,
+    )
     language_model = backbone.model.model.language_model
     run_head = build_head(backbone.hidden_size, seed=0).to(device)
     peft_model = apply_lora(backbone, config)
@@ -903,6 +912,8 @@ def section_phase2_train(
         "batch": config.phase2_batch_size,
         "micro_batch": config.phase2_micro_batch_size,
         "lora_dropout": config.lora_dropout,
+        "lora_targets": list(config.lora_targets),
+        "optimizer": config.phase2_optimizer,
         "trainable_parameters": int(sum(p.numel() for p in trainable)),
         # language model forward + input-gradient backward per sample; the vision tower forward
         # once per clip (6 candidates)
@@ -1029,6 +1040,14 @@ def main() -> None:
         "--phase2-compile",
         default="off,on",
         help="comma list: off, on (phase2_train: eager and/or compiled decoder layers)",
+    )
+    parser.add_argument(
+        "--phase2-lora-targets",
+        default="default",
+        help="phase2_train: default (the pipeline's, q_proj,v_proj), wide, or a comma list",
+    )
+    parser.add_argument(
+        "--phase2-optimizer", default="adam", choices=("adam", "adamw"), help="phase2_train"
     )
     parser.add_argument("--resume", action="store_true", help="skip sections already in the file")
     parser.add_argument(

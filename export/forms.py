@@ -9,6 +9,7 @@ from django.core.exceptions import ValidationError
 
 from annotation.models import Campaign
 from export.services import DEFAULT_SEED, release_validate_ratios
+from export.splitting import DEFAULT_RATIOS
 
 
 class ReleaseForm(forms.Form):
@@ -20,9 +21,9 @@ class ReleaseForm(forms.Form):
     )
     seed = forms.IntegerField(initial=DEFAULT_SEED, min_value=-(2**63), max_value=2**63 - 1)
     ratios = forms.CharField(
-        initial="0.8,0.2",
+        initial=",".join(str(ratio) for ratio in DEFAULT_RATIOS),
         max_length=50,
-        help_text="train,validation or train,validation,test — e.g. 0.8,0.2 or 0.8,0.1,0.1",
+        help_text="train,validation or train,validation,test — e.g. 0.8,0.1,0.1 or 0.8,0.2 (no test split)",
     )
     name = forms.CharField(max_length=200, required=False, help_text="Optional; a name is derived.")
     include_raw_judgments = forms.BooleanField(

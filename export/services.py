@@ -24,11 +24,11 @@ from common.tasks import enqueue
 from export.builder import build_release_files
 from export.models import Release
 from export.publishing import Staging, keys_under, release_prefix, stored_sha256
+from export.splitting import DEFAULT_RATIOS
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_SEED = 0
-DEFAULT_RATIOS = (0.8, 0.2)
 
 
 def release_validate_ratios(ratios: Sequence[float]) -> list[float]:

@@ -15,6 +15,9 @@ import math
 from collections.abc import Iterable, Sequence
 from fractions import Fraction
 
+# train / validation / test: the default of every door (service, command, form, API). The test split
+# is what a training run reports as its results; validation only chooses Phase 1's epoch.
+DEFAULT_RATIOS = (0.8, 0.1, 0.1)
 SCORE_BANDS = (1, 2, 3, 4)
 METHOD = (
     "grouped by clip; within strata of the clip's mean training class (1-2, 2-3, 3-4, 4-5, small "

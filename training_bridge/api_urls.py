@@ -16,6 +16,16 @@ urlpatterns = [
     path(
         "training/runs/<int:run_id>/resume", apis.TrainingRunResumeApi.as_view(), name="run-resume"
     ),
+    path(
+        "training/evaluations",
+        apis.RigelEvaluationListApi.as_view(),
+        name="evaluation-list",
+    ),
+    path(
+        "training/evaluations/<int:evaluation_id>",
+        apis.RigelEvaluationDetailApi.as_view(),
+        name="evaluation-detail",
+    ),
     path("score", apis.ScoreCreateApi.as_view(), name="score"),
     path("score/<int:request_id>", apis.ScoreDetailApi.as_view(), name="score-detail"),
 ]

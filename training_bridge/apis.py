@@ -19,12 +19,25 @@ from rest_framework.views import APIView
 from common.api import ErrorSerializer, FailOpenScopedRateThrottle, FieldErrorsSerializer
 from common.models import JobStatus
 from training_bridge import selectors
-from training_bridge.models import ScoreRequest, TrainingAblation, TrainingRun, TrainingTrigger
+from training_bridge.metrics.plugins import METRIC_NAMES
+from training_bridge.models import (
+    RigelEvaluation,
+    ScoreRequest,
+    TrainingAblation,
+    TrainingRun,
+    TrainingTrigger,
+)
+from training_bridge.rigel.config import Ablation
 from training_bridge.services import (
     score_request_create,
     training_run_cancel,
     training_run_create,
     training_run_resume,
+)
+from training_bridge.services.rigel_benchmark import (
+    CORRELATIONS,
+    PROTOCOL_CHOICES,
+    rigel_evaluation_create,
 )
 
 MAX_LIST = 100
@@ -92,7 +105,8 @@ class TrainingRunCreateSerializer(serializers.Serializer):
     backbone = serializers.CharField(required=False, allow_blank=True, max_length=500)
     device = serializers.RegexField(r"^(cpu|cuda(:\d+)?)$", required=False, default="cpu")
     ablation = serializers.ChoiceField(
-        choices=TrainingAblation.choices, default=TrainingAblation.FULL
+        choices=[*TrainingAblation.choices, *((alias, alias) for alias in Ablation.ALIASES)],
+        default=TrainingAblation.FULL,
     )
     reference_free = serializers.BooleanField(default=False)
     processes = serializers.IntegerField(min_value=1, max_value=64, default=1)
@@ -186,7 +200,7 @@ class TrainingRunListApi(APIView):
                 release=release,
                 backbone=data.get("backbone") or None,
                 device=data["device"],
-                ablation=data["ablation"],
+                ablation=Ablation.canonical(data["ablation"]),
                 reference_free=data["reference_free"],
                 hyperparameters=data["hyperparameters"],
                 processes=data["processes"],
@@ -296,3 +310,113 @@ class ScoreDetailApi(APIView):
     def get(self, request: Request, request_id: int) -> Response:
         score_request = get_object_or_404(ScoreRequest, pk=request_id)
         return Response(ScoreRequestSerializer(score_request).data)
+
+
+# --- benchmark evaluation (evaluate_rigel as a job) --------------------------------------------
+
+
+class FoilPairSerializer(serializers.Serializer):
+    clip = serializers.CharField(max_length=200)
+    caption = serializers.CharField(max_length=5000)
+    foil = serializers.CharField(max_length=5000)
+    references = serializers.ListField(
+        child=serializers.CharField(max_length=5000), required=False, max_length=32
+    )
+
+
+class RigelEvaluationCreateSerializer(serializers.Serializer):
+    runs = serializers.ListField(
+        child=serializers.IntegerField(min_value=1), min_length=1, max_length=8
+    )
+    campaign = serializers.SlugField(help_text="Slug of the benchmark campaign.")
+    protocols = serializers.ListField(
+        child=serializers.ChoiceField(choices=list(PROTOCOL_CHOICES)),
+        required=False,
+        help_text="Default: reference-free, 1-ref, all-refs.",
+    )
+    correlation = serializers.ChoiceField(choices=list(CORRELATIONS), default="emscore")
+    metrics = serializers.ListField(
+        child=serializers.ChoiceField(choices=list(METRIC_NAMES)),
+        required=False,
+        help_text="Metrics beside Rigel (default: the lexical ones and every learned baseline).",
+    )
+    foil_seed = serializers.IntegerField(default=0)
+    foil_pairs = FoilPairSerializer(
+        many=True, required=False, help_text="User FOIL pairs instead of generated foils."
+    )
+
+
+class RigelEvaluationSerializer(serializers.ModelSerializer):
+    campaign: serializers.Field = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+
+    class Meta:
+        model = RigelEvaluation
+        fields = [
+            "id",
+            "runs",
+            "campaign",
+            "protocols",
+            "correlation",
+            "metrics",
+            "foil_seed",
+            "status",
+            "progress",
+            "progress_message",
+            "result",
+            "error",
+            "created_at",
+            "started_at",
+            "finished_at",
+        ]
+        read_only_fields = fields
+
+
+class RigelEvaluationListApi(APIView):
+    @extend_schema(
+        operation_id="training_evaluations_create",
+        request=RigelEvaluationCreateSerializer,
+        responses={201: RigelEvaluationSerializer, 400: FieldErrorsSerializer},
+        description="Score finished runs on a benchmark campaign under the paper's protocols "
+        "(a job on the training queue; poll /api/v1/training/evaluations/{id}).",
+    )
+    def post(self, request: Request) -> Response:
+        import json
+
+        from annotation.models import Campaign
+
+        incoming = RigelEvaluationCreateSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        data = incoming.validated_data
+        campaign = Campaign.objects.filter(slug=data["campaign"]).first()
+        if campaign is None:
+            raise ValidationError({"campaign": ["no such campaign"]})
+        foil_file = None
+        if data.get("foil_pairs"):
+            foil_file = "".join(
+                json.dumps(dict(pair), sort_keys=True) + "\n" for pair in data["foil_pairs"]
+            ).encode()
+        try:
+            evaluation = rigel_evaluation_create(
+                run_ids=data["runs"],
+                campaign=campaign,
+                protocols=data.get("protocols"),
+                correlation=data["correlation"],
+                foil_seed=data["foil_seed"],
+                foil_file=foil_file,
+                metrics=data.get("metrics"),
+                created_by=request.user,
+            )
+        except DjangoValidationError as error:
+            raise _django_errors(error)
+        return Response(RigelEvaluationSerializer(evaluation).data, status=status.HTTP_201_CREATED)
+
+
+class RigelEvaluationDetailApi(APIView):
+    @extend_schema(
+        operation_id="training_evaluations_retrieve", responses=RigelEvaluationSerializer
+    )
+    def get(self, request: Request, evaluation_id: int) -> Response:
+        evaluation = get_object_or_404(
+            RigelEvaluation.objects.select_related("campaign"), pk=evaluation_id
+        )
+        return Response(RigelEvaluationSerializer(evaluation).data)

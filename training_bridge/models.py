@@ -33,6 +33,7 @@ class TrainingAblation(models.TextChoices):
     LM_HEAD = "lm_head", "LM head instead of the scoring head"
     PHASE1_ONLY = "phase1_only", "Phase 1 only (no Phase 2)"
     RANDOM_HEAD = "random_head", "Phase 2 from a random head (no Phase 1)"
+    KL_LOSS = "kl_loss", "Phase 1 with KL divergence instead of EMD"
 
 
 class TrainingTrigger(models.TextChoices):
@@ -79,7 +80,9 @@ class TrainingRun(Job):
     #   "step": 10, "loss": ..}, ...]
     history = models.JSONField(default=list, blank=True)
     # Outcomes.
-    metrics = models.JSONField(default=dict, blank=True)  # {"validation": {"kendall_b": ..}, ..}
+    # The results: the test split's Rigel row {"test": {"kendall_b": ..}}; empty when the release
+    # has no test split (the validation split only chose Phase 1's epoch: see `evaluation`).
+    metrics = models.JSONField(default=dict, blank=True)
     evaluation = models.JSONField(default=dict, blank=True)  # the side-by-side table
     artifacts = models.JSONField(default=dict, blank=True)  # name -> storage key
     # The resume point: {"phase2": {"key": "<storage key>", "step": 150}}.
@@ -124,9 +127,16 @@ class TrainingRun(Job):
         done = set(self.completed_steps or [])
         return [name for name in STEP_NAMES if name not in done]
 
-    def validation_metric(self, name: str = "kendall_b") -> float | None:
-        value: Any = (self.metrics or {}).get("validation", {}).get(name)
+    def result_metric(self, name: str = "kendall_b") -> float | None:
+        """A statistic of the run's results (its test split), None without a test split."""
+        value: Any = (self.metrics or {}).get("test", {}).get(name)
         return value if isinstance(value, (int, float)) else None
+
+    @property
+    def has_no_test_split(self) -> bool:
+        """A finished evaluation on a release without a test split: no result figures."""
+        evaluation = self.evaluation or {}
+        return bool(evaluation.get("splits")) and not evaluation.get("result_split")
 
 
 class ScoreRequest(Job):
@@ -169,3 +179,30 @@ class RetrainingState(models.Model):
 
     def __str__(self) -> str:
         return "retraining state"
+
+
+class RigelEvaluation(Job):
+    """`evaluate_rigel` as a job: one or more finished runs scored on a benchmark campaign under the
+    paper's protocols (and FOIL), with the standard metrics in the same table. Runs on the
+    `training` queue; the result is the command's JSON."""
+
+    runs = models.JSONField(default=list)  # training run ids, in table order
+    campaign = models.ForeignKey(
+        "annotation.Campaign", on_delete=models.PROTECT, related_name="rigel_evaluations"
+    )
+    protocols = models.JSONField(default=list)  # "reference-free", "1-ref", "all-refs", "foil"
+    correlation = models.CharField(max_length=10, default="emscore")  # or "default"
+    metrics = models.JSONField(default=list, blank=True)  # standard metrics beside Rigel
+    foil_seed = models.BigIntegerField(default=0)
+    # A user-supplied FOIL file (JSON Lines), stored; empty: foils generated from the campaign.
+    foil_key = models.CharField(max_length=300, blank=True, default="")
+    result = models.JSONField(default=dict, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta(Job.Meta):
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"Rigel evaluation {self.pk} (runs {self.runs} on campaign {self.campaign_id})"

@@ -48,7 +48,7 @@ def curve(
     return points
 
 
-def evaluation_rows(run: TrainingRun, *, split: str = "validation") -> list[dict[str, Any]]:
+def evaluation_rows(run: TrainingRun, *, split: str = "test") -> list[dict[str, Any]]:
     """Rows of the side-by-side table of one split: {"metric", "label", statistic: value}."""
     block = (run.evaluation or {}).get("splits", {}).get(split)
     if not block:
@@ -60,11 +60,40 @@ def evaluation_rows(run: TrainingRun, *, split: str = "validation") -> list[dict
 
 
 def evaluation_splits(run: TrainingRun) -> list[str]:
-    return list((run.evaluation or {}).get("splits", {}).keys())
+    """The evaluated splits, the results (test) first, the model-selection split (validation)
+    after."""
+    names = list((run.evaluation or {}).get("splits", {}).keys())
+    return sorted(names, key=lambda name: (name != "test", name))
+
+
+SPLIT_TITLES = {
+    "result": "Test split — results",
+    "model selection": "Validation split — used for model selection, not a result",
+}
+
+
+def evaluation_tables(run: TrainingRun) -> list[dict[str, Any]]:
+    """The blocks of the run page's evaluation section, each with its title and notes."""
+    splits = (run.evaluation or {}).get("splits", {})
+    tables = []
+    for split in evaluation_splits(run):
+        block = splits.get(split, {})
+        role = block.get("role") or ("result" if split == "test" else "model selection")
+        tables.append(
+            {
+                "split": split,
+                "role": role,
+                "title": SPLIT_TITLES.get(role, split),
+                "rows": evaluation_rows(run, split=split),
+                "notes": block.get("notes", []),
+                "n": block.get("n"),
+            }
+        )
+    return tables
 
 
 def training_runs_compare(*, runs: Sequence[TrainingRun]) -> dict[str, Any]:
-    """What differs between runs (settings) and their validation figures side by side."""
+    """What differs between runs (settings) and their results (test split) side by side."""
     defaults = RigelConfig().to_dict()
     settings_rows = []
     names = sorted({name for run in runs for name in (run.hyperparameters or {})})
@@ -89,7 +118,7 @@ def training_runs_compare(*, runs: Sequence[TrainingRun]) -> dict[str, Any]:
     metric_rows = []
     for statistic in STATISTICS:
         metric_rows.append(
-            {"name": statistic, "values": [run.validation_metric(statistic) for run in runs]}
+            {"name": statistic, "values": [run.result_metric(statistic) for run in runs]}
         )
     best = {}
     for row in metric_rows:

@@ -27,6 +27,14 @@ def score_request(self, request_id: int) -> str:  # type: ignore[no-untyped-def]
     return score_request_execute(request_id=request_id, task_id=self.request.id or "")
 
 
+@shared_task(bind=True, name="training_bridge.tasks.rigel_evaluation", acks_late=True)
+def rigel_evaluation(self, evaluation_id: int) -> str:  # type: ignore[no-untyped-def]
+    """`evaluate_rigel` as a job: runs scored on a benchmark campaign (progress on the row)."""
+    from training_bridge.services.rigel_benchmark import rigel_evaluation_execute
+
+    return rigel_evaluation_execute(evaluation_id=evaluation_id, task_id=self.request.id or "")
+
+
 @shared_task(name="training_bridge.check_retraining", ignore_result=True)
 def check_retraining() -> dict:
     """Start a release and a run when enough candidates were finalised; re-publish the chains of

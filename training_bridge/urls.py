@@ -12,6 +12,8 @@ urlpatterns = [
     path("start/", views.run_start, name="run-start"),
     path("compare/", views.run_compare, name="run-compare"),
     path("<int:run_id>/", views.run_detail, name="run-detail"),
+    path("evaluations/start/", views.evaluation_start, name="evaluation-start"),
+    path("evaluations/<int:evaluation_id>/", views.evaluation_detail, name="evaluation-detail"),
     path("<int:run_id>/cancel/", views.run_cancel, name="run-cancel"),
     path("<int:run_id>/resume/", views.run_resume, name="run-resume"),
 ]

@@ -17,11 +17,18 @@ from common.models import JobStatus
 from common.permissions import curator_required
 from training_bridge import selectors
 from training_bridge.charts import line_chart
-from training_bridge.models import TrainingAblation, TrainingRun, TrainingTrigger
+from training_bridge.models import RigelEvaluation, TrainingAblation, TrainingRun, TrainingTrigger
 from training_bridge.services import (
     training_run_cancel,
     training_run_create,
     training_run_resume,
+)
+from training_bridge.services.rigel_benchmark import (
+    FOIL_SETTINGS,
+    PROTOCOL_CHOICES,
+    foil_rows,
+    result_tables,
+    rigel_evaluation_create,
 )
 
 MAX_COMPARED = 6
@@ -97,7 +104,6 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     phase1_loss = selectors.curve(history, phase="phase1", x="epoch", y="loss")
     phase1_tau = selectors.curve(history, phase="phase1", x="epoch", y="validation_tau")
     phase2_loss = selectors.curve(history, phase="phase2", x="step", y="loss")
-    splits = selectors.evaluation_splits(run)
     return render(
         request,
         "training_bridge/run_detail.html",
@@ -121,19 +127,12 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
                 x_label="step",
                 y_label="loss",
             ),
-            "tables": [
-                {
-                    "split": split,
-                    "rows": selectors.evaluation_rows(run, split=split),
-                    "notes": (run.evaluation or {})
-                    .get("splits", {})
-                    .get(split, {})
-                    .get("notes", []),
-                    "n": (run.evaluation or {}).get("splits", {}).get(split, {}).get("n"),
-                }
-                for split in splits
-            ],
+            "tables": selectors.evaluation_tables(run),
+            "evaluation_notes": (run.evaluation or {}).get("notes", []),
             "artifacts": _artifact_links(run),
+            "benchmark_campaigns": _benchmark_campaigns() if run.can_score else [],
+            "protocol_choices": PROTOCOL_CHOICES,
+            "evaluations": RigelEvaluation.objects.filter(runs__contains=[run.pk])[:10],
             "results": run.step_results or {},
             "is_active": run.status in (JobStatus.QUEUED, JobStatus.RUNNING),
         },
@@ -198,5 +197,78 @@ def run_compare(request: HttpRequest) -> HttpResponse:
             else None,
             "recent": selectors.training_run_list()[:20],
             "selected": ids,
+            "benchmark_campaigns": _benchmark_campaigns() if runs else [],
+            "protocol_choices": PROTOCOL_CHOICES,
+        },
+    )
+
+
+# --- benchmark evaluation -----------------------------------------------------------------------
+
+
+def _benchmark_campaigns() -> Any:
+    from annotation.models import Campaign
+
+    return Campaign.objects.order_by("-is_imported", "slug")[:200]
+
+
+@require_POST
+@curator_required
+def evaluation_start(request: HttpRequest) -> HttpResponse:
+    """Start `evaluate_rigel` as a job for the runs of the form (one run's page, or the
+    comparison page's selection)."""
+    from annotation.models import Campaign
+
+    ids = [int(v) for v in request.POST.getlist("run") if v.isdigit()]
+    back = (
+        redirect("training_bridge:run-detail", run_id=ids[0])
+        if len(ids) == 1
+        else redirect("training_bridge:run-compare")
+    )
+    campaign = Campaign.objects.filter(slug=request.POST.get("campaign", "")).first()
+    if campaign is None:
+        messages.error(request, "Choose a benchmark campaign.")
+        return back
+    try:
+        evaluation = rigel_evaluation_create(
+            run_ids=ids,
+            campaign=campaign,
+            protocols=request.POST.getlist("protocol") or None,
+            correlation=request.POST.get("correlation", "emscore"),
+            foil_seed=int(request.POST.get("foil_seed") or 0),
+            created_by=request.user,
+        )
+    except (ValidationError, ValueError) as error:
+        messages.error(
+            request,
+            "; ".join(error.messages) if isinstance(error, ValidationError) else str(error),
+        )
+        return back
+    messages.success(request, f"Evaluation {evaluation.pk} queued.")
+    return redirect("training_bridge:evaluation-detail", evaluation_id=evaluation.pk)
+
+
+@require_GET
+@curator_required
+def evaluation_detail(request: HttpRequest, evaluation_id: int) -> HttpResponse:
+    """One benchmark evaluation: progress while it runs, then the runs and the standard metrics in
+    one table per protocol (the ablation comparison when several runs), and FOIL accuracy."""
+    evaluation = get_object_or_404(
+        RigelEvaluation.objects.select_related("campaign"), pk=evaluation_id
+    )
+    result = evaluation.result or {}
+    runs = {run.pk: run for run in TrainingRun.objects.filter(pk__in=evaluation.runs)}
+    return render(
+        request,
+        "training_bridge/evaluation_detail.html",
+        {
+            "evaluation": evaluation,
+            "runs": [runs[pk] for pk in evaluation.runs if pk in runs],
+            "tables": result_tables(result),
+            "foil": result.get("foil"),
+            "foil_rows": foil_rows(result),
+            "foil_settings": FOIL_SETTINGS,
+            "result": result,
+            "is_active": evaluation.status in (JobStatus.QUEUED, JobStatus.RUNNING),
         },
     )

@@ -17,9 +17,15 @@ from common.models import JobStatus
 from export.models import Release
 from export.services import release_build, release_create
 
+# The tests written for a train/validation release keep those two splits; the service's default
+# (export.splitting.DEFAULT_RATIOS) adds a test split.
+TWO_SPLITS = (0.8, 0.2)
+
 
 def build(**arguments: Any) -> Release:
-    """Create and build a release inline (the same code the Celery task runs)."""
+    """Create and build a release inline (the same code the Celery task runs); ratios default to
+    train/validation (`TWO_SPLITS`)."""
+    arguments.setdefault("ratios", TWO_SPLITS)
     release = release_create(**arguments)
     release_build(release_id=release.pk)
     release.refresh_from_db()

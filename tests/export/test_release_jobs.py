@@ -84,7 +84,7 @@ def test_a_build_killed_mid_way_publishes_nothing_and_a_rerun_succeeds(
     assert release_verify(release=release) == {"ok": True, "mismatches": []}
     assert [entry["id"] for entry in client.get("/api/v1/releases/").json()] == [release.pk]
     # The worker's files are the bytes an in-process build of the same state writes.
-    assert build(campaigns=[data.campaign], seed=1).files == release.files
+    assert build(campaigns=[data.campaign], seed=1, ratios=release.ratios).files == release.files
 
 
 @pytest.mark.celery_worker

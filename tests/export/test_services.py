@@ -50,7 +50,7 @@ def test_release_create_validates_its_arguments(db):
     release = release_create(campaigns=[data.campaign, data.campaign], seed=-3)
     assert (release.name, release.ratios, release.status) == (
         "vid-lepus-valid-seed-3",
-        [0.8, 0.2],
+        [0.8, 0.1, 0.1],  # the default: train, validation and a test split
         JobStatus.QUEUED,
     )
     assert list(release.campaigns.values_list("slug", flat=True)) == ["valid"]

@@ -44,7 +44,7 @@ from tests.annotation.quality.factories import quality_crowd_campaign, quality_j
 from tests.export.builders import build_campaign
 from tests.export.helpers import build
 from tests.support.processes import purge_broker
-from training_bridge.models import ScoreRequest, TrainingRun
+from training_bridge.models import RigelEvaluation, ScoreRequest, TrainingRun
 from training_bridge.services import training_run_create
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -138,6 +138,9 @@ def fuzz_world(transactional_db, curator: User, settings) -> FuzzWorld:  # type:
     finished_run = training_run_create(release=first, backbone="tiny", start=False)
     TrainingRun.objects.filter(pk=finished_run.pk).update(status=JobStatus.SUCCEEDED)
     score = ScoreRequest.objects.create(run=finished_run, items=[], status=JobStatus.QUEUED)
+    evaluation = RigelEvaluation.objects.create(
+        runs=[finished_run.pk], campaign=released.campaign, protocols=["1-ref"]
+    )
 
     client = Client()
     client.force_login(curator)
@@ -167,6 +170,7 @@ def fuzz_world(transactional_db, curator: User, settings) -> FuzzWorld:  # type:
             "other_id": [first.pk, second.pk],
             "assignment_id": list(Assignment.objects.values_list("pk", flat=True)),
             "request_id": [score.pk],
+            "evaluation_id": [evaluation.pk],
         },
     )
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from training_bridge.rigel.head import build_head
-from training_bridge.rigel.losses import phase1_distillation_loss
+from training_bridge.rigel.losses import phase1_distillation_loss, phase1_kl_loss
 from training_bridge.rigel.phase1 import HeadStep, bf16_cpu_products, bf16_matmul_hardware
 
 HIDDEN, BATCH, TEMPERATURE = 48, 16, 2.0
@@ -20,6 +20,7 @@ def _autograd_step(
     inputs: torch.Tensor,
     teacher_logits: torch.Tensor,
     masks: tuple[torch.Tensor, torch.Tensor] | None,
+    objective: str = "emd",
 ) -> float:
     net = head.net
     hidden = torch.nn.functional.gelu(net[0](inputs))
@@ -28,15 +29,18 @@ def _autograd_step(
     hidden = torch.nn.functional.gelu(net[3](hidden))
     if masks is not None:
         hidden = hidden * masks[1]
-    loss = phase1_distillation_loss(net[6](hidden), teacher_logits, TEMPERATURE)
+    loss_fn = phase1_kl_loss if objective == "kl" else phase1_distillation_loss
+    loss = loss_fn(net[6](hidden), teacher_logits, TEMPERATURE)
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
     return float(loss.detach()) * inputs.shape[0]
 
 
-@pytest.mark.parametrize("dropout", [0.0, 0.3])
-def test_the_written_out_step_equals_autograd_and_torch_adam(dropout: float) -> None:
+@pytest.mark.parametrize(("dropout", "objective"), [(0.0, "emd"), (0.3, "emd"), (0.3, "kl")])
+def test_the_written_out_step_equals_autograd_and_torch_adam(
+    dropout: float, objective: str
+) -> None:
     generator = torch.Generator().manual_seed(0)
     head = build_head(HIDDEN, dropout=dropout, seed=1).train()
     reference = copy.deepcopy(head)
@@ -48,6 +52,7 @@ def test_the_written_out_step_equals_autograd_and_torch_adam(dropout: float) -> 
         weight_decay=0.01,
         dropout=dropout,
         seed=3,
+        objective=objective,
     )
     optimizer = torch.optim.Adam(reference.parameters(), lr=1e-2, weight_decay=0.01, fused=True)
     for size in (BATCH, BATCH, BATCH, 11):  # the last batch of an epoch is short
@@ -56,7 +61,7 @@ def test_the_written_out_step_equals_autograd_and_torch_adam(dropout: float) -> 
         wanted = torch.softmax(teacher_logits / TEMPERATURE, dim=-1)
         loss = float(step(inputs, wanted))
         masks = (step.mask[0][:size], step.mask[1][:size]) if dropout else None
-        expected = _autograd_step(reference, optimizer, inputs, teacher_logits, masks)
+        expected = _autograd_step(reference, optimizer, inputs, teacher_logits, masks, objective)
         assert loss == pytest.approx(expected, rel=1e-5)
         for mine, theirs in zip(head.parameters(), reference.parameters(), strict=True):
             torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-6)

@@ -38,7 +38,7 @@ def _examples(count: int) -> list[RigelExample]:
 def test_lora_sits_on_the_language_model_and_gradients_skip_head_and_vision():
     torch.manual_seed(0)
     backbone = load_backbone("tiny", device="cpu")
-    config = RigelConfig(backbone="tiny", lora_dropout=0.0)
+    config = RigelConfig(backbone="tiny", lora_dropout=0.0, lora_targets="wide")
     head = build_head(backbone.hidden_size, seed=0)
     for parameter in head.parameters():
         parameter.requires_grad_(False)

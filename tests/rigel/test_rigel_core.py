@@ -159,9 +159,13 @@ def test_config_round_trips_and_refuses_unknown_or_bad_values():
 def test_lora_targets_the_language_model_only():
     import re
 
-    pattern = re.compile(RigelConfig().lora_target_regex())
+    pattern = re.compile(RigelConfig().lora_target_regex())  # the paper's q_proj, v_proj
     assert pattern.fullmatch("model.language_model.layers.0.self_attn.q_proj")
-    assert pattern.fullmatch("base_model.model.model.language_model.layers.3.mlp.down_proj")
+    assert pattern.fullmatch("base_model.model.model.language_model.layers.3.self_attn.v_proj")
+    assert not pattern.fullmatch("model.language_model.layers.3.mlp.down_proj")
+    wide = re.compile(RigelConfig(lora_targets="wide").lora_target_regex())
+    assert wide.fullmatch("base_model.model.model.language_model.layers.3.mlp.down_proj")
+    assert not wide.fullmatch("model.visual.blocks.0.mlp.gate_proj")
     assert not pattern.fullmatch("model.visual.blocks.0.mlp.gate_proj")  # Qwen2.5-VL vision MLP
     assert not pattern.fullmatch("model.visual.blocks.0.attn.qkv")
     assert not pattern.fullmatch("lm_head")

@@ -51,3 +51,31 @@ def test_a_release_built_by_export_trains_and_evaluates():
     }
     assert run.evaluation["splits"]["validation"]["n"] == len(validation_rows)
     assert set(run.evaluation["splits"]["validation"]["rows"]) == {"rigel", "bleu4", "cider"}
+    # A release without a test split gives no results: the run says so instead of passing the
+    # validation figures (the split Phase 1 chose its epoch on) off as results.
+    assert run.metrics == {}
+    assert run.evaluation["result_split"] is None
+    assert run.has_no_test_split
+    assert "has no test split" in run.evaluation["notes"][0]
+    assert run.evaluation["splits"]["validation"]["role"] == "model selection"
+    assert "used for model selection" in run.evaluation["splits"]["validation"]["notes"][0]
+
+
+def test_a_release_with_the_default_ratios_has_a_clip_grouped_test_split():
+    from export.services import release_build, release_create
+    from export.splitting import DEFAULT_RATIOS
+
+    data = build_campaign(slug="defaults", clips=40, candidates_per_clip=(2, 4), seed=5)
+    release = release_create(campaigns=[data.campaign], seed=2)  # no ratios given
+    release_build(release_id=release.pk)
+    release.refresh_from_db()
+    assert list(DEFAULT_RATIOS) == release.ratios == [0.8, 0.1, 0.1]
+    assert release.split_names == ["train", "validation", "test"]
+    clips_of = {
+        split: {row["clip_id"] for row in jsonl_records(release, split)}
+        for split in release.split_names
+    }
+    assert all(clips_of.values())  # every split, test included, has clips
+    assert not (clips_of["train"] & clips_of["validation"])
+    assert not (clips_of["train"] & clips_of["test"])
+    assert not (clips_of["validation"] & clips_of["test"])

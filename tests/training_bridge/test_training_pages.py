@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from annotation.models import Campaign
+from annotation.questions import default_questions
 from common.models import JobStatus
 from tests.support.processes import REPO_ROOT, process_environment
 from training_bridge.models import TrainingRun
@@ -16,9 +18,13 @@ from training_bridge.services import training_run_create
 pytestmark = pytest.mark.django_db
 
 EVALUATION = {
+    "result_split": "test",
+    "selection_split": "validation",
+    "notes": [],
     "splits": {
-        "validation": {
+        "test": {
             "n": 8,
+            "role": "result",
             "rows": {
                 "rigel": {
                     "kendall_b": 41.24,
@@ -29,8 +35,16 @@ EVALUATION = {
                 "bleu4": {"kendall_b": 12.5, "kendall_c": 11.0, "spearman": 15.0, "pearson": 14.0},
             },
             "notes": ["not computed: METEOR"],
-        }
-    }
+        },
+        "validation": {
+            "n": 8,
+            "role": "model selection",
+            "rows": {
+                "rigel": {"kendall_b": 77.7, "kendall_c": 70.0, "spearman": 80.0, "pearson": 81.0},
+            },
+            "notes": ["used for model selection: Phase 1 chose its epoch on this split"],
+        },
+    },
 }
 HISTORY = [
     {"phase": "phase1", "epoch": 1, "loss": 0.5, "validation_tau": 0.1},
@@ -46,7 +60,7 @@ def _finished(release, **fields):  # type: ignore[no-untyped-def]
         status=JobStatus.SUCCEEDED,
         history=HISTORY,
         evaluation=EVALUATION,
-        metrics={"validation": EVALUATION["splits"]["validation"]["rows"]["rigel"]},
+        metrics={"test": EVALUATION["splits"]["test"]["rows"]["rigel"]},
         completed_steps=["teacher", "phase1", "phase2", "evaluate"],
         **fields,
     )
@@ -83,7 +97,8 @@ def test_the_list_shows_runs_and_the_form_starts_one(
 ):
     run = _finished(published_release, name="baseline")
     page = curator_client.get("/dashboard/training/").content.decode()
-    assert "baseline" in page and "41.2" in page  # validation tau_b x100, one decimal
+    assert "baseline" in page and "41.2" in page  # test tau_b x100, one decimal
+    assert "77.7" not in page  # the validation figure is not a result
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         response = curator_client.post(
             "/dashboard/training/start/",
@@ -109,6 +124,11 @@ def test_the_detail_page_draws_curves_and_the_evaluation_table(curator_client, p
     assert page.count("<polyline") == 3
     assert '<tr data-metric="rigel"><th scope="row">Rigel</th>' in page
     assert "<td>41.2</td><td>40.5</td>" in page
+    # the test split comes first, as the results; validation only as model selection
+    assert page.index("Test split — results") < page.index(
+        "Validation split — used for model selection, not a result"
+    )
+    assert 'data-split="validation" data-role="model selection"' in page
     assert '<tr data-metric="bleu4"><th scope="row">BLEU-4</th>' in page
     assert "not computed: METEOR" in page
     assert "Resume from checkpoint" not in page  # a succeeded run has nothing to resume
@@ -125,17 +145,43 @@ def test_a_failed_run_offers_resume_and_the_button_requeues_it(curator_client, p
     assert run.status == JobStatus.QUEUED
 
 
+def test_a_run_on_a_release_without_a_test_split_says_it_has_no_results(
+    curator_client, published_release
+):
+    validation_only = {
+        "result_split": None,
+        "selection_split": "validation",
+        "notes": ["this release has no test split, so the run has no result figures"],
+        "splits": {"validation": EVALUATION["splits"]["validation"]},
+    }
+    run = _finished(published_release)
+    TrainingRun.objects.filter(pk=run.pk).update(evaluation=validation_only, metrics={})
+    run.refresh_from_db()
+    assert run.has_no_test_split and run.result_metric() is None
+    page = curator_client.get(f"/dashboard/training/{run.pk}/").content.decode()
+    assert 'id="no-test-split"' in page and "has no test split" in page
+    assert "Test split — results" not in page
+    listing = curator_client.get("/dashboard/training/").content.decode()
+    assert "77.7" not in listing
+    compare = curator_client.get(f"/dashboard/training/compare/?run={run.pk}").content.decode()
+    assert "77.7" not in compare and "Results: test-split correlations" in compare
+
+
 def test_compare_puts_runs_side_by_side(curator_client, published_release):
     first = _finished(published_release)
     second = _finished(published_release)
     TrainingRun.objects.filter(pk=second.pk).update(
         hyperparameters={**second.hyperparameters, "temperature": 4.0}
     )
+    Campaign.objects.create(slug="bench", name="bench", questions=default_questions())
     page = curator_client.get(f"/dashboard/training/compare/?run={first.pk}&run={second.pk}")
     text = page.content.decode()
     assert page.status_code == 200
     assert f"run {first.pk}</a>" in text and f"run {second.pk}</a>" in text
     assert '<tr class="differs"><th scope="row">temperature *</th><td>2.0</td><td>4.0</td>' in text
+    # the two runs can be evaluated on one benchmark from here (the ablation matrix)
+    assert 'action="/dashboard/training/evaluations/start/"' in text
+    assert f'name="run" value="{first.pk}"' in text and 'value="foil"' in text
 
 
 def test_web_code_never_imports_torch():
@@ -155,3 +201,35 @@ def test_web_code_never_imports_torch():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_the_run_page_starts_a_benchmark_evaluation_job(
+    curator_client, published_release, django_capture_on_commit_callbacks
+):
+    from training_bridge.models import RigelEvaluation
+
+    run = _finished(published_release)
+    Campaign.objects.create(slug="bench", name="bench", questions=default_questions())
+    page = curator_client.get(f"/dashboard/training/{run.pk}/").content.decode()
+    assert 'action="/dashboard/training/evaluations/start/"' in page
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        response = curator_client.post(
+            "/dashboard/training/evaluations/start/",
+            {"run": str(run.pk), "campaign": "bench", "protocol": ["1-ref", "foil"]},
+        )
+    evaluation = RigelEvaluation.objects.get()
+    assert response.status_code == 302
+    assert response["Location"] == f"/dashboard/training/evaluations/{evaluation.pk}/"
+    assert (evaluation.runs, evaluation.protocols) == ([run.pk], ["1-ref", "foil"])
+    assert len(callbacks) == 1  # enqueued on the training queue after commit
+    detail = curator_client.get(response["Location"]).content.decode()
+    assert 'id="evaluation-status"' in detail and "bench" in detail
+    # a run that has not finished cannot be evaluated: the form's error comes back
+    queued = training_run_create(release=published_release, backbone="tiny", start=False)
+    response = curator_client.post(
+        "/dashboard/training/evaluations/start/",
+        {"run": str(queued.pk), "campaign": "bench"},
+        follow=True,
+    )
+    assert "only succeeded runs can be evaluated" in response.content.decode()
+    assert RigelEvaluation.objects.count() == 1

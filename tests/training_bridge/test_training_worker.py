@@ -71,13 +71,17 @@ def test_a_run_goes_through_the_chain_on_a_worker_and_scores_through_the_api(
     phase2 = [p for p in run.history if p["phase"] == "phase2"]
     assert [p["epoch"] for p in phase1] == [1, 2, 3]
     assert [p["step"] for p in phase2] == [1, 2, 3]
-    assert set(run.metrics["validation"]) == {"kendall_b", "kendall_c", "spearman", "pearson"}
+    assert set(run.metrics) == {"test"}
+    assert set(run.metrics["test"]) == {"kendall_b", "kendall_c", "spearman", "pearson"}
     table = json.loads(storage.read_bytes(run.artifacts["evaluation"]))
+    assert (table["result_split"], table["selection_split"]) == ("test", "validation")
     assert table["splits"]["validation"]["n"] == 8
-    rows = table["splits"]["validation"]["rows"]
+    assert table["splits"]["validation"]["role"] == "model selection"
+    assert table["splits"]["test"]["role"] == "result"
+    rows = table["splits"]["test"]["rows"]
     # Rigel side by side with the standard metrics on the same candidates (METEOR needs Java).
     assert {"rigel", "bleu4", "rougeL", "cider"} <= set(rows)
-    assert rows["rigel"] == run.metrics["validation"]
+    assert rows["rigel"] == run.metrics["test"]
     scores = storage.read_bytes(f"{run.storage_prefix}/artifacts/scores/validation.jsonl")
     assert len(scores.decode().strip().splitlines()) == 8
     # Phase 2's checkpoints are removed once the adapter is stored.

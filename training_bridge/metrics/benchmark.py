@@ -57,6 +57,9 @@ class BenchmarkSet:
     rater_scores: np.ndarray | None = None
     rater_names: list[str] = field(default_factory=list)
     videos: list[Video | None] | None = None
+    # Optional identity of each row (a campaign's: the CampaignCandidate id), for callers that
+    # score the same candidates with something of their own (`evaluate_rigel`).
+    keys: list[int] = field(default_factory=list)
 
     def items(self, reference_count: int | None = None) -> list[MetricItem]:
         """The candidates as metric items, with their first `reference_count` references."""

@@ -1,8 +1,8 @@
 """Evaluation: Rigel's correlation with the human scores, side by side with the standard metrics.
 
-For each evaluated split (validation, and test when the release has one) the table holds one row
-per metric with Kendall tau_b and tau_c, Spearman and Pearson against the human normalised scores,
-x100 as caption-metric papers print them. The standard metrics (BLEU-4, ROUGE-L, CIDEr, METEOR
+For each evaluated split (test, the run's results, when the release has one; validation, shown
+only as the split Phase 1 selected its epoch on) the table holds one row per metric with Kendall
+tau_b and tau_c, Spearman and Pearson against the human normalised scores, x100 as caption-metric papers print them. The standard metrics (BLEU-4, ROUGE-L, CIDEr, METEOR
 where its runtime exists) come from `training_bridge.metrics`, computed on the same candidates
 with all of their references.
 """
@@ -106,10 +106,12 @@ def evaluate_split(
 
 
 def table_markdown(table: dict[str, Any]) -> str:
-    """The evaluation table as Markdown (one block per split)."""
-    lines: list[str] = []
+    """The evaluation table as Markdown (one block per split, the test split first)."""
+    lines: list[str] = [f"_{note}_\n" for note in table.get("notes", [])]
     for split, block in table.get("splits", {}).items():
-        lines.append(f"### {split} (n = {block['n']})")
+        role = block.get("role")
+        title = {"result": "results", "model selection": "used for model selection"}.get(role or "")
+        lines.append(f"### {split} (n = {block['n']})" + (f" — {title}" if title else ""))
         lines.append("")
         lines.append("| metric | Kendall tau_b | Kendall tau_c | Spearman | Pearson |")
         lines.append("|---|---:|---:|---:|---:|")

@@ -29,6 +29,16 @@ def phase1_distillation_loss(
     return emd_1d(student, target).mean() * (temperature**2)
 
 
+def phase1_kl_loss(
+    student_logits: torch.Tensor, teacher_score_logits: torch.Tensor, temperature: float
+) -> torch.Tensor:
+    """T^2 * KL(softmax(teacher / T) || softmax(student / T)), averaged over the batch: the
+    objective of the kl_loss ablation (Appendix E, Table 5's (i))."""
+    target = F.softmax(teacher_score_logits.float() / temperature, dim=-1)
+    log_student = F.log_softmax(student_logits.float() / temperature, dim=-1)
+    return F.kl_div(log_student, target, reduction="batchmean") * (temperature**2)
+
+
 def phase2_loss(score_logits: torch.Tensor, class_index: torch.Tensor) -> torch.Tensor:
     """Cross-entropy of the five-way output against the one-hot human class (Eq. 3)."""
     return F.cross_entropy(score_logits.float(), class_index)

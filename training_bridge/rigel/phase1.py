@@ -38,6 +38,7 @@ import numpy as np
 import torch
 from scipy import stats
 
+from training_bridge.rigel.config import PHASE1_OBJECTIVES
 from training_bridge.rigel.head import ScoringHead, build_head
 from training_bridge.rigel.scoring import normalised_score
 
@@ -154,7 +155,11 @@ class HeadStep:
         weight_decay: float,
         dropout: float,
         seed: int,
+        objective: str = "emd",
     ) -> None:
+        if objective not in PHASE1_OBJECTIVES:
+            raise ValueError(f"objective must be one of {', '.join(PHASE1_OBJECTIVES)}")
+        self.objective = objective
         first, second, last = head.net[0], head.net[3], head.net[6]
         self.layers = (first, second, last)
         self.parameters = [p for layer in self.layers for p in (layer.weight, layer.bias)]
@@ -233,14 +238,22 @@ class HeadStep:
                 act[k].mul_(self.mask[k][:size])
             x = act[k]
         logits = pre[2]
-        student = torch.softmax(logits / self.temperature, dim=-1)
-        cdf_difference = (student - wanted) @ self.upper
-        loss = cdf_difference.abs().sum()
-        # dL/dlogits of mean_b(T^2 * sum_k |CDF difference|) through the softmax at T
-        grad_cdf = torch.sign(cdf_difference).mul_(self.square_temperature / size)
-        grad_student = grad_cdf @ self.upper.t()
-        inner = (student * grad_student).sum(-1, keepdim=True)
-        torch.mul(student, grad_student.sub_(inner), out=grad_pre[2]).div_(self.temperature)
+        if self.objective == "kl":
+            # KL(teacher || student) at T (Table 5's (i)); dL/dlogits of
+            # mean_b(T^2 * KL) is T * (student - teacher) / B
+            log_student = torch.log_softmax(logits / self.temperature, dim=-1)
+            student = log_student.exp()
+            loss = torch.special.xlogy(wanted, wanted).sum() - (wanted * log_student).sum()
+            torch.sub(student, wanted, out=grad_pre[2]).mul_(self.temperature / size)
+        else:
+            student = torch.softmax(logits / self.temperature, dim=-1)
+            cdf_difference = (student - wanted) @ self.upper
+            loss = cdf_difference.abs().sum()
+            # dL/dlogits of mean_b(T^2 * sum_k |CDF difference|) through the softmax at T
+            grad_cdf = torch.sign(cdf_difference).mul_(self.square_temperature / size)
+            grad_student = grad_cdf @ self.upper.t()
+            inner = (student * grad_student).sum(-1, keepdim=True)
+            torch.mul(student, grad_student.sub_(inner), out=grad_pre[2]).div_(self.temperature)
         # backward, weight gradients straight into the .grad buffers
         for k in (2, 1, 0):
             layer = self.layers[k]
@@ -287,8 +300,10 @@ def train_head(
     threads: int | None = None,
     device: str = "cpu",
     precision: str = "fp32",
+    objective: str = "emd",
 ) -> Phase1Result:
-    """Train a fresh head to match softmax(teacher / T) under EMD x T^2; return the best epoch's."""
+    """Train a fresh head to match softmax(teacher / T) under EMD x T^2 (or KL x T^2, `objective`
+    "kl": the ablation of Table 5); return the best epoch's."""
     if train_hidden.ndim != 2 or train_score_logits.shape != (train_hidden.shape[0], 5):
         raise ValueError("expected hidden [N, H] and score logits [N, 5]")
     if train_hidden.shape[0] == 0:
@@ -324,6 +339,7 @@ def train_head(
                 on_epoch=on_epoch,
                 started=started,
                 bf16=precision == "bf16",
+                objective=objective,
             )
     finally:
         torch.set_num_threads(previous_threads)
@@ -347,6 +363,7 @@ def _train(
     on_epoch: EpochCallback | None,
     started: float,
     bf16: bool,
+    objective: str = "emd",
 ) -> Phase1Result:
     count, hidden_size = train_hidden.shape
     device = train_hidden.device
@@ -360,6 +377,7 @@ def _train(
         weight_decay=weight_decay,
         dropout=dropout,
         seed=seed,
+        objective=objective,
     )
     generator = torch.Generator().manual_seed(seed)
     batch_inputs = torch.empty(batch_size, hidden_size, device=device)

@@ -1,6 +1,7 @@
 """Phase 2: adapt the backbone to human judgments under the frozen scoring head (Section 3.2).
 
-LoRA (rank 8, alpha 16 by default) goes on the language model's linear layers only; the vision
+LoRA (rank 8, alpha 16 by default) goes on the language model's `q_proj` and `v_proj` only (the
+paper's 1.61M parameters; `lora_targets="wide"` takes every linear layer of the decoder); the vision
 tower, the embeddings, the LM head and the scoring head stay frozen. The loss is the cross-entropy
 of the head's five-way output against the one-hot training class of the release (class 1..5 ->
 index 0..4), over one epoch at an effective batch of 8 (micro-batches with gradient accumulation,
@@ -15,7 +16,7 @@ the same steps run faster, with the same numbers: the micro-batches of the whole
 and tokenised in the engine's worker processes ahead of the GPU, in the training order; resizing
 and normalisation run on the GPU; the frozen vision tower runs once per clip (its features are
 cached, `vision_cache_clips` clips at most); the language model reads right-padded rows without an
-attention mask (causal, flash attention); AdamW is the fused CUDA one.
+attention mask (causal, flash attention); the optimiser (Adam, the paper's) is the fused CUDA one.
 
 With `config.phase2_compile` ("auto": on CUDA for at least `PHASE2_COMPILE_MIN_SAMPLES` samples
 per process) the language model's decoder layers, LoRA included, are compiled for training before
@@ -167,6 +168,20 @@ class _EngineMicroBatches:
         return head(hidden.to(head_parameter.device, head_parameter.dtype))
 
 
+def make_phase2_optimizer(
+    parameters: Sequence[torch.nn.Parameter], config: RigelConfig, *, fused: bool = False
+) -> torch.optim.Optimizer:
+    """The paper's Phase 2 optimiser (Table 4): Adam, weight decay 0.01 added to the gradient;
+    `phase2_optimizer="adamw"` decouples the decay instead. Fused CUDA kernels on a GPU."""
+    kind = torch.optim.Adam if config.phase2_optimizer == "adam" else torch.optim.AdamW
+    return kind(
+        list(parameters),
+        lr=config.phase2_learning_rate,
+        weight_decay=config.phase2_weight_decay,
+        fused=fused,
+    )
+
+
 def data_order(count: int, *, seed: int, epoch: int) -> list[int]:
     generator = torch.Generator().manual_seed(seed * 1000 + epoch)
     return torch.randperm(count, generator=generator).tolist()
@@ -209,12 +224,7 @@ def train_phase2(
             parameter.requires_grad_(False)
     named = trainable_parameters(model)
     parameters = [p for _, p in named]
-    optimizer = torch.optim.AdamW(
-        parameters,
-        lr=config.phase2_learning_rate,
-        weight_decay=config.phase2_weight_decay,
-        fused=backbone.device.type == "cuda",
-    )
+    optimizer = make_phase2_optimizer(parameters, config, fused=backbone.device.type == "cuda")
     count = len(records)
     if count == 0:
         raise ValueError("no training samples for Phase 2")

@@ -308,18 +308,20 @@ def step_phase1(
         patience=config.phase1_patience,
         dropout=config.head_dropout,
         seed=config.seed,
+        objective=config.phase1_objective,
         on_epoch=on_epoch,
         # On a GPU worker the head trains on the GPU: 50 epochs are seconds there.
         device=config.device if config.device.startswith("cuda") else "cpu",
     )
     store.put_bytes(head_key, head_to_bytes(result.head, dropout=config.head_dropout))
     reporter.log(
-        f"phase 1: best epoch {result.best_epoch} (validation tau {result.best_tau:.4f}) after "
+        f"phase 1 ({config.phase1_objective.upper()}): best epoch {result.best_epoch} (validation tau {result.best_tau:.4f}) after "
         f"{result.epochs_run} epochs in {result.seconds:.1f} s"
     )
     return {
         "head_key": head_key,
         "head_parameters": count_parameters(result.head),
+        "objective": config.phase1_objective,
         **result.summary(),
         "best_validation_tau": None if math.isnan(result.best_tau) else result.best_tau,
     }
@@ -353,7 +355,7 @@ def step_phase2(
         head = build_head(backbone.hidden_size, dropout=config.head_dropout, seed=config.seed)
         if dist.is_main:
             store.put_bytes(head_key, head_to_bytes(head, dropout=config.head_dropout))
-    elif config.ablation == Ablation.FULL:
+    elif Ablation.runs_phase1(config.ablation):  # full, kl_loss: the head Phase 1 distilled
         head = head_from_bytes(store.read_bytes(results["phase1"]["head_key"]))
     if head is not None:
         head = head.to(backbone.device)
@@ -463,21 +465,43 @@ def load_run_model(
     return model
 
 
+RESULT_SPLIT = "test"
+SELECTION_SPLIT = "validation"
+SELECTION_NOTE = (
+    "used for model selection: Phase 1 chose its epoch on this split, so its correlations are "
+    "optimistic and are not results"
+)
+NO_TEST_NOTE = (
+    "this release has no test split, so the run has no result figures; build a release with a "
+    "test split (the default ratios 0.8, 0.1, 0.1) or evaluate on a benchmark campaign "
+    "(manage.py evaluate_rigel)"
+)
+
+
 def step_evaluate(
     *, spec: RunSpec, store: Store, reporter: Reporter, results: dict[str, Any]
 ) -> dict[str, Any]:
+    """Score the release's test split (the results) and its validation split (shown only as
+    what Phase 1 selected its epoch on). A release without a test split gives no results."""
     import numpy as np
 
     from training_bridge.rigel.evaluate import evaluate_split, table_markdown
 
     config = spec.config
     release = read_release(store, spec.release_prefix)
-    splits = [split for split in ("validation", "test") if split in release]
+    splits = [split for split in (RESULT_SPLIT, SELECTION_SPLIT) if split in release]
     model = load_run_model(spec=spec, store=store, results=results)
     loader = ExampleLoader(store, frames=config.frames, lazy=model.engine is not None)
     total = sum(len(release[split]) for split in splits)
     done = 0
-    table: dict[str, Any] = {"splits": {}, "ablation": config.ablation}
+    has_test = RESULT_SPLIT in release
+    table: dict[str, Any] = {
+        "splits": {},
+        "ablation": config.ablation,
+        "result_split": RESULT_SPLIT if has_test else None,
+        "selection_split": SELECTION_SPLIT,
+        "notes": [] if has_test else [NO_TEST_NOTE],
+    }
     metrics: dict[str, Any] = {}
     for split in splits:
         records = release[split]
@@ -495,8 +519,14 @@ def step_evaluate(
             references=[list(record.references) for record in records],
             standard_metrics=config.standard_metrics,
         )
+        if split == RESULT_SPLIT:
+            block["role"] = "result"
+            # The run's headline figures: the test split's only.
+            metrics[split] = block["rows"]["rigel"]
+        else:
+            block["role"] = "model selection"
+            block["notes"] = [SELECTION_NOTE, *block["notes"]]
         table["splits"][split] = block
-        metrics[split] = block["rows"]["rigel"]
         lines = [
             json.dumps(
                 {"candidate_id": r.candidate_id, "score": s, "human": r.normalized}, sort_keys=True
@@ -510,11 +540,13 @@ def step_evaluate(
     store.put_bytes(metrics_key, json.dumps(metrics, sort_keys=True, indent=2).encode())
     store.put_bytes(table_key, json.dumps(table, sort_keys=True, indent=2).encode())
     store.put_bytes(markdown_key, table_markdown(table).encode())
-    if "validation" in metrics:
+    if has_test:
         reporter.log(
-            "evaluation: validation Kendall tau_b "
-            f"{metrics['validation']['kendall_b']:.1f}, tau_c {metrics['validation']['kendall_c']:.1f}"
+            "evaluation: test Kendall tau_b "
+            f"{metrics[RESULT_SPLIT]['kendall_b']:.1f}, tau_c {metrics[RESULT_SPLIT]['kendall_c']:.1f}"
         )
+    else:
+        reporter.log(f"evaluation: {NO_TEST_NOTE}")
     return {
         "metrics": metrics,
         "table": table,

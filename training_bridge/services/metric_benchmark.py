@@ -211,6 +211,7 @@ def _benchmark_set(
         rater_scores=rater_scores,
         rater_names=rater_names,
         videos=videos,
+        keys=kept_ids,
     )
 
 

@@ -1,7 +1,7 @@
 """Start a Vid-Lepus release build (a Celery job), optionally waiting for it to finish.
 
     python manage.py build_release --campaign SLUG [--campaign SLUG2 ...] [--seed N]
-        [--ratios 0.8,0.2] [--name NAME] [--raw-judgments] [--wait [--timeout S] | --inline] --json
+        [--ratios 0.8,0.1,0.1] [--name NAME] [--raw-judgments] [--wait [--timeout S] | --inline] --json
 
 prints {"release": id, "status": ..., "files": {"<relative path>": "<sha256>"}, "location": ...}.
 `--wait` polls the database until a Celery worker has finished the job; `--inline` builds in this
@@ -22,6 +22,7 @@ from common.management.base import LepusCommand
 from common.models import JobStatus
 from export.models import Release
 from export.services import DEFAULT_SEED, release_build, release_create
+from export.splitting import DEFAULT_RATIOS
 
 
 def parse_ratios(text: str) -> list[float]:
@@ -40,7 +41,11 @@ class Command(LepusCommand):
             "--campaign", action="append", required=True, dest="campaigns", help="Campaign slug."
         )
         parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
-        parser.add_argument("--ratios", default="0.8,0.2", help="train,validation[,test]")
+        parser.add_argument(
+            "--ratios",
+            default=",".join(str(ratio) for ratio in DEFAULT_RATIOS),
+            help="train,validation[,test] (default 0.8,0.1,0.1: a test split for the results)",
+        )
         parser.add_argument("--name", default=None)
         parser.add_argument(
             "--raw-judgments",

@@ -16,6 +16,7 @@ from django.core.management.base import CommandError, CommandParser
 
 from common.management.base import LepusCommand
 from training_bridge.models import STEP_NAMES, TrainingAblation, TrainingRun, TrainingTrigger
+from training_bridge.rigel.config import Ablation
 from training_bridge.services import training_run_create, training_run_execute_step
 
 
@@ -46,6 +47,14 @@ def wait_for(run: TrainingRun, *, timeout: float, poll: float = 1.0) -> Training
         time.sleep(poll)
 
 
+def _result_text(run: TrainingRun) -> str:
+    if run.metrics.get("test"):
+        return f", test {json.dumps(run.metrics['test'])}"
+    if run.has_no_test_split:
+        return " (the release has no test split: no result figures; see evaluate_rigel)"
+    return ""
+
+
 class Command(LepusCommand):
     help = "Start a Rigel training run on a release (teacher pass, Phase 1, Phase 2, evaluation)."
 
@@ -60,7 +69,11 @@ class Command(LepusCommand):
         )
         parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N.")
         parser.add_argument(
-            "--ablation", default=TrainingAblation.FULL, choices=[c.value for c in TrainingAblation]
+            "--ablation",
+            default=TrainingAblation.FULL,
+            choices=[*[c.value for c in TrainingAblation], *Ablation.ALIASES],
+            help="full, or one switch of the paper's Tables 3 and 5: lm-head, no-phase2, "
+            "random-head, kl-loss (the run differs from the full method only there).",
         )
         parser.add_argument("--reference-free", action="store_true")
         parser.add_argument("--processes", type=int, default=1, help="torchrun processes (GPUs).")
@@ -91,7 +104,7 @@ class Command(LepusCommand):
                 release=release,
                 backbone=options["backbone"],
                 device=options["device"],
-                ablation=options["ablation"],
+                ablation=Ablation.canonical(options["ablation"]),
                 reference_free=options["reference_free"],
                 hyperparameters=parse_settings(options["set"]),
                 processes=options["processes"],
@@ -113,6 +126,5 @@ class Command(LepusCommand):
             run = wait_for(run, timeout=options["timeout"])
         self.emit(
             run_payload(run),
-            human=f"run {run.pk}: {run.status}"
-            + (f", validation {json.dumps(run.metrics.get('validation'))}" if run.metrics else ""),
+            human=f"run {run.pk}: {run.status}" + _result_text(run),
         )

@@ -1,0 +1,284 @@
+"""`evaluate_rigel`'s scoring on the whole of VATEX-EVAL: all three protocols (reference-free,
+1-ref, all-refs = the paper's 9-ref) over its 18,000 candidates (3,000 clips x 6), end to end from
+MP4 files through `ScoringEngine`, on one GPU (target: under 5 minutes on one H100).
+
+The YouTube videos cannot be fetched here: one synthetic H.264 MP4 per clip stands in (448 px,
+5 s at 24 fps, as bench/gpu_rigel.py makes them), so the decode cost is real and no two clips share
+a file (sharing would merge their reference-free prompts). The model has Qwen3-VL-2B-Instruct's
+exact dimensions with random weights and a random scoring head (a trained run's shapes); its
+correlations are recorded but mean nothing. The path is the one `evaluate_rigel` takes:
+`rigel.benchmark.ProtocolScorer` + `score_protocols`, then
+`training_bridge.metrics.benchmark.correlation_row` with the per-rater protocol.
+
+    python bench/rigel_vatex_eval.py --out bench/results/rigel_vatex_eval          # GPU
+    python bench/rigel_vatex_eval.py --smoke --out /tmp/rigel_vatex_eval_smoke     # CPU, tiny
+
+Writes <out>/rigel_vatex_eval[_smoke].json: commit, command, date, machine, versions, setup times
+and, per protocol, seconds, samples/s, ms/sample and the engine's statistics; the total scoring
+time and whether it is under 300 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import json
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # the engine's worker processes do the CPU work
+import platform
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+VATEX_EVAL = ROOT / "data" / "vatex_eval" / "vid_cans_score_dict.json"
+TARGET_SECONDS = 300.0
+
+
+def load_vatex_eval(limit_clips: int | None) -> dict[str, Any]:
+    data = json.loads(VATEX_EVAL.read_text(encoding="utf-8"))
+    clip_ids, candidates, references, raters = [], [], [], []
+    for number, (clip_id, entry) in enumerate(data.items()):
+        if limit_clips is not None and number >= limit_clips:
+            break
+        ratings = ast.literal_eval(entry["scores"])
+        for text, rating in zip(entry["cands"], ratings, strict=True):
+            clip_ids.append(clip_id)
+            candidates.append(text)
+            references.append(list(entry["refs"][0]))
+            raters.append(rating)
+    return {
+        "clip_ids": clip_ids,
+        "candidates": candidates,
+        "references": references,
+        "raters": np.asarray(raters, dtype=np.float64),
+    }
+
+
+def make_clip(path: Path, number: int, size: int, seconds: float, fps: int) -> None:
+    if path.exists():
+        return
+    subprocess.run(
+        [
+            "ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i",
+            f"testsrc2=size={size}x{size}:rate={fps}:duration={seconds}",
+            "-vf", f"noise=alls=6:allf=t,hue=h={number % 360}", "-pix_fmt", "yuv420p",
+            "-c:v", "libx264", "-preset", "veryfast", "-crf", "23", "-g", str(2 * fps),
+            "-movflags", "+faststart", "-threads", "1", str(path),
+        ],
+        check=True,
+    )  # fmt: skip
+
+
+def versions() -> dict[str, Any]:
+    import torch
+    import transformers
+
+    info: dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "cuda": torch.version.cuda,
+        "numpy": np.__version__,
+    }
+    try:
+        import peft
+
+        info["peft"] = peft.__version__
+    except ImportError:
+        info["peft"] = None
+    try:
+        info["ffmpeg"] = subprocess.run(
+            ["ffmpeg", "-version"], capture_output=True, text=True, check=True
+        ).stdout.splitlines()[0]
+    except (OSError, subprocess.CalledProcessError):
+        info["ffmpeg"] = None
+    return info
+
+
+def machine(device: Any) -> dict[str, Any]:
+    import torch
+
+    info: dict[str, Any] = {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "device": str(device),
+    }
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+        info["gpu_memory_gib"] = round(
+            torch.cuda.get_device_properties(device).total_memory / 2**30, 1
+        )
+    return info
+
+
+def commit() -> str | None:
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        return head + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="bench/results/rigel_vatex_eval")
+    parser.add_argument("--smoke", action="store_true", help="tiny model on CPU, a few clips")
+    parser.add_argument("--clips-dir", default=None, help="MP4 folder (made if missing)")
+    parser.add_argument("--limit-clips", type=int, default=None, help="first N clips only")
+    parser.add_argument("--batch", type=int, default=128, help="candidates per engine batch")
+    parser.add_argument("--workers", type=int, default=-1, help="decoding processes (-1: auto)")
+    parser.add_argument("--compile", default="auto", choices=("auto", "on", "off"))
+    parser.add_argument("--chunk", type=int, default=3000, help="candidates per engine.run call")
+    parser.add_argument("--protocols", default="reference-free,1-ref,all-refs")
+    args = parser.parse_args()
+
+    import torch
+
+    from training_bridge.metrics.benchmark import BenchmarkSet, correlation_row
+    from training_bridge.rigel.backbone import load_backbone
+    from training_bridge.rigel.benchmark import BenchmarkClip, ProtocolScorer, score_protocols
+    from training_bridge.rigel.config import RigelConfig
+    from training_bridge.rigel.data import ExampleLoader
+    from training_bridge.rigel.head import build_head
+    from training_bridge.rigel.scoring import TrainedRigel
+    from training_bridge.rigel.store import LocalStore
+
+    started = time.perf_counter()
+    device = torch.device("cpu" if args.smoke else "cuda")
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+    limit = args.limit_clips if args.limit_clips is not None else (3 if args.smoke else None)
+    data = load_vatex_eval(limit)
+    clip_order = list(dict.fromkeys(data["clip_ids"]))
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    clip_dir = Path(args.clips_dir) if args.clips_dir else out_dir / "clips"
+    clip_dir.mkdir(parents=True, exist_ok=True)
+    size, seconds, fps = (96, 1.0, 24) if args.smoke else (448, 5.0, 24)
+    files = {clip_id: f"vatex_{number:05d}.mp4" for number, clip_id in enumerate(clip_order)}
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 4) as pool:
+        list(
+            pool.map(
+                lambda item: make_clip(clip_dir / item[1], item[0], size, seconds, fps),
+                enumerate(files.values()),
+            )
+        )
+    clips_seconds = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    backbone_name = "tiny" if args.smoke else "qwen3-vl-2b-random"
+    backbone = load_backbone(backbone_name, device=device, seed=0)
+    head = build_head(backbone.hidden_size, seed=0).to(device)
+    model = TrainedRigel(backbone=backbone, head=head, reference_free=False)
+    config = RigelConfig(
+        backbone=backbone_name,
+        device=str(device),
+        frames=8 if not args.smoke else 4,
+        eval_batch_size=args.batch if not args.smoke else 4,
+        engine="on",
+        engine_workers=args.workers if not args.smoke else 0,
+        engine_compile=args.compile if not args.smoke else "off",
+    )
+    backbone.vision = dataclasses.replace(backbone.vision, num_frames=config.frames)
+    load_seconds = time.perf_counter() - t0
+    store = LocalStore(clip_dir)
+    scorer = ProtocolScorer(
+        model, config, ExampleLoader(store, frames=config.frames, lazy=True), chunk_size=args.chunk
+    )
+    clips = [
+        BenchmarkClip(clip_id=c, video_key=files[c], duration=seconds) for c in data["clip_ids"]
+    ]
+    benchmark = BenchmarkSet(
+        candidates=data["candidates"],
+        references=data["references"],
+        human=data["raters"].mean(axis=1),
+        rater_scores=data["raters"],
+        rater_names=["slot-1", "slot-2", "slot-3"],
+    )
+    protocols = [p for p in args.protocols.split(",") if p]
+    report: dict[str, Any] = {
+        "benchmark": "rigel_vatex_eval",
+        "commit": commit(),
+        "command": [sys.executable, *sys.argv],
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine(device),
+        "versions": versions(),
+        "workload": {
+            "candidates": len(data["candidates"]),
+            "clips": len(clip_order),
+            "references_per_clip": len(data["references"][0]) if data["references"] else 0,
+            "protocols": protocols,
+            "samples": len(data["candidates"]) * len(protocols),
+            "video": f"synthetic H.264 {size}x{size}, {seconds} s at {fps} fps, one file per clip",
+            "backbone": backbone_name + " (random weights)",
+            "frames": config.frames,
+            "batch": config.eval_batch_size,
+            "chunk": args.chunk,
+            "engine_compile": config.engine_compile,
+        },
+        "setup_seconds": {
+            "make_clips": round(clips_seconds, 3),
+            "load_model": round(load_seconds, 3),
+        },
+        "protocols": {},
+        "note": "random weights: the correlations show the protocol runs, not skill",
+    }
+    scoring_started = time.perf_counter()
+    try:
+        for protocol in protocols:
+            t0 = time.perf_counter()
+            scores = score_protocols(
+                scorer,
+                clips=clips,
+                candidates=data["candidates"],
+                references=data["references"],
+                protocols=[protocol],
+            )[protocol]
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            elapsed = time.perf_counter() - t0
+            count = len(scores)
+            report["protocols"][protocol] = {
+                "seconds": round(elapsed, 3),
+                "samples": count,
+                "samples_per_s": round(count / elapsed, 2),
+                "ms_per_sample": round(1000 * elapsed / count, 3),
+                "score_mean": float(np.mean(scores)),
+                "score_std": float(np.std(scores)),
+                "correlation_per_rater_x100": correlation_row(
+                    scores, benchmark, protocol="emscore"
+                ),
+            }
+            print(protocol, json.dumps(report["protocols"][protocol]), flush=True)
+    finally:
+        scorer.close()
+    total = time.perf_counter() - scoring_started
+    report["scoring_seconds"] = round(total, 3)
+    report["under_target"] = total < TARGET_SECONDS
+    report["target_seconds"] = TARGET_SECONDS
+    report["wall_seconds"] = round(time.perf_counter() - started, 3)
+    path = out_dir / f"rigel_vatex_eval{'_smoke' if args.smoke else ''}.json"
+    path.write_text(json.dumps(report, indent=2, sort_keys=True))
+    print(f"wrote {path}: {total:.1f} s for {report['workload']['samples']} samples", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""`manage.py evaluate_rigel`: finished training runs scored on an imported benchmark campaign under
+the paper's protocols, beside the standard metrics (see `services.rigel_benchmark`).
+
+    python manage.py evaluate_rigel --run 7 --campaign vatex-eval \
+        --protocol reference-free,1-ref,all-refs --json
+    python manage.py evaluate_rigel --runs 7,8,9,10,11 --campaign vatex-eval --protocol 1-ref
+    python manage.py evaluate_rigel --run 7 --campaign vatex-eval --protocol foil [--foil-seed 0]
+    python manage.py evaluate_rigel --run 7 --campaign my-clips --protocol foil \
+        --foil-file foils.jsonl
+
+Values are x100 (correlations) and % (FOIL accuracy). It fails, naming how many, when a benchmark
+clip is in a run's train or validation split.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import CommandError, CommandParser
+
+from annotation.models import Campaign
+from common.management.base import LepusCommand
+from training_bridge.metrics.plugins import METRIC_NAMES, TABLE_METRICS
+from training_bridge.services.rigel_benchmark import (
+    CORRELATIONS,
+    PROTOCOL_CHOICES,
+    RigelEvaluationError,
+    parse_protocols,
+    result_text,
+    rigel_benchmark_evaluate,
+    runs_for,
+)
+
+
+def _ids(value: str) -> list[int]:
+    try:
+        return [int(part) for part in value.split(",") if part.strip()]
+    except ValueError:
+        raise CommandError(f"--runs expects ids separated by commas, not {value!r}")
+
+
+def _settings(pairs: list[str]) -> dict[str, str]:
+    values = {}
+    for pair in pairs:
+        key, separator, value = pair.partition("=")
+        if not separator or not key:
+            raise CommandError(f"--set expects KEY=VALUE, got {pair!r}")
+        values[key.strip()] = value
+    return values
+
+
+class Command(LepusCommand):
+    help = (
+        "Score finished Rigel runs on a benchmark campaign (reference-free, 1-ref, all-refs, "
+        "foil) and correlate them with the human scores, beside the standard metrics."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        super().add_arguments(parser)
+        runs = parser.add_mutually_exclusive_group(required=True)
+        runs.add_argument("--run", type=int, help="A succeeded training run.")
+        runs.add_argument("--runs", help="Several runs in one table, e.g. 7,8,9 (ablations).")
+        parser.add_argument("--campaign", required=True, help="Slug of the benchmark campaign.")
+        parser.add_argument(
+            "--protocol",
+            action="append",
+            help=f"{', '.join(PROTOCOL_CHOICES)}; repeat or separate by commas "
+            "(default: reference-free,1-ref,all-refs).",
+        )
+        parser.add_argument(
+            "--correlation",
+            choices=CORRELATIONS,
+            default="emscore",
+            help="emscore: per rater slot, averaged (evaluate_metrics --protocol emscore; the "
+            "default); default: against each candidate's aggregate score.",
+        )
+        parser.add_argument(
+            "--metrics",
+            default=",".join(TABLE_METRICS),
+            help=f"Metrics beside Rigel (known: {','.join(METRIC_NAMES)}); a learned one without "
+            "weights is listed with the reason.",
+        )
+        parser.add_argument(
+            "--set",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="A metric plug-in setting, e.g. --set clip_model=/models/clip (as evaluate_metrics).",
+        )
+        parser.add_argument("--foil-seed", type=int, default=0, help="Seed of the foil swaps.")
+        parser.add_argument(
+            "--foil-file",
+            help="A FOIL file (JSON Lines: clip, caption, foil[, references]) instead of "
+            "generated foils.",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        campaign = Campaign.objects.filter(slug=options["campaign"]).first()
+        if campaign is None:
+            raise CommandError(f"no campaign with slug {options['campaign']!r}")
+        metrics = [name.strip() for name in options["metrics"].split(",") if name.strip()]
+        unknown = [name for name in metrics if name not in METRIC_NAMES]
+        if unknown:
+            raise CommandError(f"unknown metric(s) {', '.join(unknown)}")
+        foil_lines = None
+        if options["foil_file"]:
+            path = Path(options["foil_file"])
+            if not path.is_file():
+                raise CommandError(f"no FOIL file at {path}")
+            foil_lines = path.read_text(encoding="utf-8").splitlines()
+        try:
+            protocols = parse_protocols(options["protocol"])
+            if foil_lines is not None and "foil" not in protocols:
+                raise RigelEvaluationError("--foil-file needs --protocol foil")
+            runs = runs_for([options["run"]] if options["run"] else _ids(options["runs"]))
+            bar = self.progress_bar(total=1000, description="evaluate_rigel")
+
+            def progress(fraction: float, message: str) -> None:
+                bar.n = int(1000 * fraction)
+                bar.set_postfix_str(message[:60])
+                bar.refresh()
+
+            try:
+                result = rigel_benchmark_evaluate(
+                    runs=runs,
+                    campaign=campaign,
+                    protocols=protocols,
+                    correlation=options["correlation"],
+                    metrics=metrics,
+                    settings=_settings(options["set"]),
+                    foil_seed=options["foil_seed"],
+                    foil_lines=foil_lines,
+                    progress=progress,
+                )
+            finally:
+                bar.close()
+        except RigelEvaluationError as error:
+            raise CommandError(str(error))
+        self.emit(result, human=result_text(result))

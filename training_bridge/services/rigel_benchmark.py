@@ -1,0 +1,751 @@
+"""`evaluate_rigel`: finished training runs scored on an imported benchmark campaign (e.g.
+VATEX-EVAL) the way the paper reports them (Table 2), with the standard metrics in the same table.
+
+- Correlation protocols ``reference-free``, ``1-ref``, ``all-refs`` (`rigel.benchmark`): every
+  candidate of the campaign scored by each run; the correlations are computed by
+  `training_bridge.metrics.benchmark.correlation_row` on the campaign's `BenchmarkSet` (the one
+  `evaluate_metrics` builds), so Rigel's row and the standard metrics' rows come from the same code:
+  with ``correlation="emscore"`` (the default) the per-rater protocol of the EMScore paper (scores
+  rounded to 4 decimals, Kendall tau_b / tau_c, Spearman and Pearson against each imported rater
+  slot, averaged), with ``"default"`` against each candidate's aggregate score.
+- ``foil``: accuracy on (caption, foil) pairs (`rigel.foil`), generated from the campaign or read
+  from a user's FOIL file, for each run and each standard metric, reference-free and
+  reference-based (the clip's other references).
+
+Leakage is refused: a benchmark clip in a run's train or validation split (the data it was trained
+and selected on) fails the evaluation, naming how many. torch is imported only inside the
+functions that score (web processes create jobs; a `training` worker runs them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from annotation.models import Campaign, CampaignCandidate
+from common import storage
+from common.jobs import job_claim, job_finish, job_progress
+from common.models import JobStatus
+from common.tasks import enqueue
+from datasets_app.models import Clip, ReferenceCaption
+from training_bridge.metrics.benchmark import (
+    BenchmarkSet,
+    correlation_row,
+    correlation_table,
+)
+from training_bridge.metrics.plugins import (
+    METRIC_NAMES,
+    TABLE_METRICS,
+    MetricItem,
+    available_metrics,
+    parse_settings,
+    score_metrics,
+)
+from training_bridge.models import RigelEvaluation, TrainingRun
+from training_bridge.rigel.benchmark import (
+    ALL_REFS,
+    FOIL,
+    ONE_REF,
+    PAPER_FOIL_ACCURACY,
+    PAPER_VATEX_EVAL,
+    PROTOCOLS,
+    REFERENCE_FREE,
+    BenchmarkClip,
+)
+from training_bridge.services.metric_benchmark import (
+    MetricBenchmarkError,
+    _clip_videos,
+    campaign_benchmark_set,
+)
+
+logger = logging.getLogger(__name__)
+
+PROTOCOL_CHOICES = (*PROTOCOLS, FOIL)
+CORRELATIONS = ("emscore", "default")
+FOIL_SETTINGS = (REFERENCE_FREE, "reference-based")
+VATEX_EVAL_SLUG = "vatex-eval"
+MAX_RUNS = 8
+# The reference count each correlation protocol gives the standard metrics (None: all).
+REFERENCE_COUNT = {ONE_REF: 1, ALL_REFS: None}
+
+Progress = Callable[[float, str], None]
+
+
+class RigelEvaluationError(ValueError):
+    """The evaluation cannot be done as asked (explained in the message)."""
+
+
+# --- inputs -----------------------------------------------------------------------------------
+
+
+def parse_protocols(values: Sequence[str] | str | None) -> list[str]:
+    """Protocol names (repeated or comma-separated) in the table's order; default: the three
+    correlation protocols."""
+    if values is None or values == []:
+        return list(PROTOCOLS)
+    if isinstance(values, str):
+        values = [values]
+    names = [part.strip() for value in values for part in value.split(",") if part.strip()]
+    unknown = [name for name in names if name not in PROTOCOL_CHOICES]
+    if unknown or not names:
+        raise RigelEvaluationError(
+            f"unknown protocol(s) {', '.join(unknown) or '(none)'}; "
+            f"known: {', '.join(PROTOCOL_CHOICES)}"
+        )
+    return [name for name in PROTOCOL_CHOICES if name in names]
+
+
+def runs_for(run_ids: Sequence[int]) -> list[TrainingRun]:
+    """The runs, in the order given; each must have finished with success."""
+    ids = list(dict.fromkeys(int(value) for value in run_ids))
+    if not ids:
+        raise RigelEvaluationError("give at least one training run")
+    if len(ids) > MAX_RUNS:
+        raise RigelEvaluationError(f"at most {MAX_RUNS} runs in one table")
+    found = {
+        run.pk: run for run in TrainingRun.objects.select_related("release").filter(pk__in=ids)
+    }
+    missing = [str(pk) for pk in ids if pk not in found]
+    if missing:
+        raise RigelEvaluationError(f"no training run {', '.join(missing)}")
+    unfinished = [f"{pk} ({found[pk].status})" for pk in ids if not found[pk].can_score]
+    if unfinished:
+        raise RigelEvaluationError(
+            f"only succeeded runs can be evaluated; not finished: {', '.join(unfinished)}"
+        )
+    return [found[pk] for pk in ids]
+
+
+def run_label(run: TrainingRun) -> str:
+    return f"Rigel run {run.pk} ({run.ablation})"
+
+
+@dataclass
+class CampaignData:
+    """A campaign's candidates (correlation protocols) and clips (FOIL)."""
+
+    benchmark: BenchmarkSet | None  # None when only FOIL was asked
+    clips: list[BenchmarkClip]  # one per candidate of `benchmark`
+    clip_references: dict[str, list[str]]  # clip id -> references in position order
+    clip_media: dict[str, BenchmarkClip]
+    corpus: list[str]  # every caption of the campaign (FOIL's nouns)
+    clip_pks: dict[str, int]  # clip id -> Clip row id
+
+
+def campaign_data(
+    *, campaign: Campaign, correlation: str, need_benchmark: bool, frames: int = 8
+) -> CampaignData:
+    rows = list(
+        CampaignCandidate.objects.filter(campaign=campaign, is_control=False, dropped=False)
+        .order_by("clip_id", "candidate__position", "id")
+        .values_list("id", "clip_id", "candidate__text")
+    )
+    if not rows:
+        raise RigelEvaluationError(f"campaign {campaign.slug} has no candidates")
+    clip_of = {row_id: clip_pk for row_id, clip_pk, _ in rows}
+    clip_rows = {clip.pk: clip for clip in Clip.objects.filter(pk__in=set(clip_of.values()))}
+    references: dict[str, list[str]] = {clip.vatex_id: [] for clip in clip_rows.values()}
+    for clip_pk, text in (
+        ReferenceCaption.objects.filter(clip_id__in=clip_rows)
+        .order_by("clip_id", "position")
+        .values_list("clip_id", "text")
+    ):
+        references[clip_rows[clip_pk].vatex_id].append(text)
+    media = {
+        clip.vatex_id: BenchmarkClip(
+            clip_id=clip.vatex_id,
+            frames_key=clip.frames_key or "",
+            video_key=clip.video_key or "",
+            duration=clip.duration,
+        )
+        for clip in clip_rows.values()
+    }
+    benchmark = None
+    clips: list[BenchmarkClip] = []
+    if need_benchmark:
+        try:
+            benchmark = campaign_benchmark_set(
+                campaign=campaign, with_raters=correlation == "emscore", frames=frames
+            )
+        except MetricBenchmarkError as error:
+            hint = (
+                " (or evaluate against each candidate's aggregate score: --correlation default)"
+                if correlation == "emscore"
+                else ""
+            )
+            raise RigelEvaluationError(f"{error}{hint}") from error
+        clips = [media[clip_rows[clip_of[key]].vatex_id] for key in benchmark.keys]
+    corpus = [text for _, _, text in rows] + [t for refs in references.values() for t in refs]
+    clip_pks = {clip.vatex_id: clip.pk for clip in clip_rows.values()}
+    return CampaignData(benchmark, clips, references, media, corpus, clip_pks)
+
+
+def check_media(clips: Sequence[BenchmarkClip]) -> None:
+    missing = sorted({clip.clip_id for clip in clips if not (clip.frames_key or clip.video_key)})
+    if missing:
+        raise RigelEvaluationError(
+            f"{len(missing)} benchmark clip(s) have no processed video or frames (e.g. "
+            f"{', '.join(missing[:3])}); ingest their videos first"
+        )
+
+
+def run_leakage(*, run: TrainingRun, clip_ids: set[str]) -> dict[str, int]:
+    """How many of these clips are in each split of the run's release."""
+    from training_bridge.rigel.data import available_splits, read_split
+    from training_bridge.services.runs import training_run_spec
+    from training_bridge.store import DjangoStore
+
+    store = DjangoStore()
+    prefix = training_run_spec(run=run).release_prefix
+    counts = {}
+    for split in available_splits(store, prefix):
+        in_split = {record.clip_id for record in read_split(store, prefix, split)}
+        counts[split] = len(in_split & clip_ids)
+    return counts
+
+
+def refuse_leakage(runs: Sequence[TrainingRun], clip_ids: set[str]) -> dict[str, dict[str, int]]:
+    """Per run, the benchmark clips in each split of its release; raises when any is in train or
+    validation (a test-split overlap is fine: that is what the test split is for)."""
+    leakage = {}
+    problems = []
+    for run in runs:
+        counts = run_leakage(run=run, clip_ids=clip_ids)
+        leakage[str(run.pk)] = counts
+        seen = counts.get("train", 0) + counts.get("validation", 0)
+        if seen:
+            problems.append(
+                f"run {run.pk}: {seen} of the {len(clip_ids)} benchmark clips are in its release's "
+                f"train ({counts.get('train', 0)}) or validation ({counts.get('validation', 0)}) "
+                "split"
+            )
+    if problems:
+        raise RigelEvaluationError(
+            "leakage: " + "; ".join(problems) + ". A run is evaluated only on clips it was neither "
+            "trained nor selected on."
+        )
+    return leakage
+
+
+# --- evaluation -------------------------------------------------------------------------------
+
+
+def _scorer_for(run: TrainingRun) -> Any:
+    """A `ProtocolScorer` over the run's trained model."""
+    from training_bridge.rigel.benchmark import ProtocolScorer
+    from training_bridge.rigel.data import ExampleLoader
+    from training_bridge.rigel.pipeline import load_run_model
+    from training_bridge.services.runs import training_run_config, training_run_spec
+    from training_bridge.store import DjangoStore
+
+    config = training_run_config(run=run)
+    store = DjangoStore()
+    model = load_run_model(spec=training_run_spec(run=run), store=store, results=run.step_results)
+    loader = ExampleLoader(store, frames=config.frames, lazy=model.engine is not None)
+    return ProtocolScorer(model, config, loader)
+
+
+def rigel_benchmark_evaluate(
+    *,
+    runs: Sequence[TrainingRun],
+    campaign: Campaign,
+    protocols: Sequence[str],
+    correlation: str = "emscore",
+    metrics: Sequence[str] = TABLE_METRICS,
+    settings: Mapping[str, str] | None = None,
+    foil_seed: int = 0,
+    foil_lines: Sequence[str] | None = None,
+    progress: Progress | None = None,
+    scorer_factory: Callable[[TrainingRun], Any] | None = None,
+) -> dict[str, Any]:
+    """The evaluation table (JSON-safe); see the module docstring."""
+    from training_bridge.rigel.foil import FoilFormatError, generate_foils, parse_foil_file
+
+    started = time.perf_counter()
+    report = progress or (lambda fraction, message: None)
+    if correlation not in CORRELATIONS:
+        raise RigelEvaluationError(f"correlation must be one of {', '.join(CORRELATIONS)}")
+    protocols = parse_protocols(list(protocols))
+    correlating = [name for name in protocols if name != FOIL]
+    frames = parse_settings(settings).frames
+    data = campaign_data(
+        campaign=campaign, correlation=correlation, need_benchmark=bool(correlating), frames=frames
+    )
+    foil_set = None
+    if FOIL in protocols:
+        try:
+            foil_set = (
+                parse_foil_file(foil_lines, clip_references=data.clip_references)
+                if foil_lines is not None
+                else generate_foils(data.clip_references, corpus=data.corpus, seed=foil_seed)
+            )
+        except FoilFormatError as error:
+            raise RigelEvaluationError(str(error)) from error
+        if not foil_set.pairs:
+            raise RigelEvaluationError(
+                f"no FOIL pair could be made from campaign {campaign.slug} "
+                f"(skipped clips: {foil_set.skipped})"
+            )
+    used_clips = {clip.clip_id for clip in data.clips}
+    if foil_set is not None:
+        used_clips |= {pair.clip_id for pair in foil_set.pairs}
+    check_media([data.clip_media[clip_id] for clip_id in sorted(used_clips)])
+    # Every clip of the campaign counts, scored or not: the benchmark is the campaign.
+    leakage = refuse_leakage(runs, set(data.clip_media))
+
+    labels = {f"run:{run.pk}": run_label(run) for run in runs}
+    result: dict[str, Any] = {
+        "campaign": campaign.slug,
+        "correlation": correlation,
+        "protocols": {},
+        "runs": [
+            {
+                "key": f"run:{run.pk}",
+                "run": run.pk,
+                "label": labels[f"run:{run.pk}"],
+                "ablation": run.ablation,
+                "release": run.release_id,
+                "trained_reference_free": run.reference_free,
+                "backbone": run.backbone,
+            }
+            for run in runs
+        ],
+        "labels": labels,
+        "leakage": leakage,
+    }
+    benchmark = data.benchmark
+    if benchmark is not None:
+        result["candidates"] = len(benchmark.candidates)
+        result["clips"] = len({clip.clip_id for clip in data.clips})
+        result["rater_slots"] = list(benchmark.rater_names)
+    if campaign.slug == VATEX_EVAL_SLUG:
+        result["paper"] = {
+            "source": "Rigel paper (seed 000), Table 2, 'Ours' (Qwen3-VL-2B); the target, not a "
+            "figure this repository reproduced",
+            "vatex_eval": {
+                name: {"kendall_b": tau, "spearman": rho}
+                for name, (tau, rho) in PAPER_VATEX_EVAL.items()
+                if name in correlating
+            },
+            "activitynet_foil_accuracy": PAPER_FOIL_ACCURACY,
+        }
+
+    # The other metrics (lexical and learned plug-ins): the same table code as evaluate_metrics;
+    # reference-free, the candidates carry no reference (a metric that needs them says so).
+    if benchmark is not None:
+        for name in correlating:
+            block: dict[str, Any] = {"rows": {}, "notes": []}
+            result["protocols"][name] = block
+            report(0.0, f"other metrics, {name}")
+            block["standard"] = correlation_table(
+                dataclasses.replace(benchmark, references=[[] for _ in benchmark.candidates])
+                if name == REFERENCE_FREE
+                else benchmark,
+                reference_count=REFERENCE_COUNT.get(name),
+                protocol="emscore" if correlation == "emscore" else "default",
+                metrics=metrics,
+                settings=settings,
+            )
+
+    # Rigel, run by run (one model in memory at a time).
+    work = len(runs) * (
+        (len(benchmark.candidates) * len(correlating) if benchmark is not None else 0)
+        + (4 * len(foil_set.pairs) if foil_set is not None else 0)
+    )
+    base = [0]  # samples of the earlier runs and parts, for the progress bar
+    foil_scores: dict[str, dict[str, dict[str, list[float]]]] = {
+        setting: {"caption": {}, "foil": {}} for setting in FOIL_SETTINGS
+    }
+    for run in runs:
+        key = f"run:{run.pk}"
+        report(base[0] / max(1, work), f"loading run {run.pk}")
+        scorer = (scorer_factory or _scorer_for)(run)
+
+        def on_progress(done: int, _total: int, run_pk: int = run.pk) -> None:
+            report(
+                (base[0] + done) / max(1, work), f"run {run_pk}: {base[0] + done}/{work} samples"
+            )
+
+        try:
+            if benchmark is not None and correlating:
+                from training_bridge.rigel.benchmark import score_protocols
+
+                scores = score_protocols(
+                    scorer,
+                    clips=data.clips,
+                    candidates=benchmark.candidates,
+                    references=benchmark.references,
+                    protocols=correlating,
+                    progress=on_progress,
+                )
+                for name in correlating:
+                    result["protocols"][name]["rows"][key] = correlation_row(
+                        scores[name],
+                        benchmark,
+                        protocol="emscore" if correlation == "emscore" else "default",
+                    )
+                base[0] += len(benchmark.candidates) * len(correlating)
+            if foil_set is not None:
+                _score_foils(scorer, data, foil_set, key, foil_scores, on_progress)
+                base[0] += 4 * len(foil_set.pairs)
+        finally:
+            scorer.close()
+        trained_free = run.reference_free
+        for name in correlating:
+            if (name == REFERENCE_FREE) != trained_free:
+                result["protocols"][name]["notes"].append(
+                    f"run {run.pk} was trained "
+                    f"{'reference-free' if trained_free else 'reference-based'} and is scored "
+                    f"here with the {'reference-free' if name == REFERENCE_FREE else 'reference-based'} prompt"
+                )
+    for name in correlating:
+        block = result["protocols"][name]
+        block["rows"].update(block.pop("standard", {}))
+        # PostgreSQL's jsonb does not keep key order: the table's order is kept explicitly.
+        block["order"] = list(block["rows"])
+    result["protocol_order"] = list(result["protocols"])
+
+    if foil_set is not None:
+        result["foil"] = _foil_result(foil_set, foil_scores, metrics, settings, data)
+    result["seconds"] = round(time.perf_counter() - started, 3)
+    report(1.0, "finished")
+    return result
+
+
+def _score_foils(
+    scorer: Any,
+    data: CampaignData,
+    foil_set: Any,
+    key: str,
+    foil_scores: dict[str, dict[str, dict[str, list[float]]]],
+    on_progress: Callable[[int, int], None],
+) -> None:
+    from training_bridge.rigel.benchmark import benchmark_record
+
+    pairs = foil_set.pairs
+    total = 4 * len(pairs)
+    step = 0
+    for setting in FOIL_SETTINGS:
+        free = setting == REFERENCE_FREE
+        chosen = pairs if free else [pair for pair in pairs if pair.references]
+        for which in ("caption", "foil"):
+            records = [
+                benchmark_record(
+                    data.clip_media[pair.clip_id],
+                    pair.caption if which == "caption" else pair.foil,
+                    () if free else pair.references,
+                    str(index),
+                )
+                for index, pair in enumerate(chosen)
+            ]
+            scores = scorer.score(records, reference_free=free) if records else []
+            foil_scores[setting][which][key] = [float(value) for value in scores]
+            step += len(pairs)
+            on_progress(step, total)
+
+
+def _foil_result(
+    foil_set: Any,
+    foil_scores: dict[str, dict[str, dict[str, list[float]]]],
+    metrics: Sequence[str],
+    settings: Mapping[str, str] | None,
+    data: CampaignData,
+) -> dict[str, Any]:
+    from training_bridge.rigel.foil import foil_accuracy
+
+    pairs = foil_set.pairs
+    with_references = [pair for pair in pairs if pair.references]
+    videos = _clip_videos(
+        [data.clip_pks[pair.clip_id] for pair in pairs], frames=parse_settings(settings).frames
+    )
+    wanted = list(dict.fromkeys(metrics))
+    available, reasons = available_metrics(settings, wanted)
+    table: dict[str, Any] = {}
+    for setting in FOIL_SETTINGS:
+        free = setting == REFERENCE_FREE
+        chosen = pairs if free else with_references
+        captions, foils = foil_scores[setting]["caption"], foil_scores[setting]["foil"]
+        rows: dict[str, Any] = {
+            name: {"accuracy": foil_accuracy(captions[name], foils[name])} for name in captions
+        }
+        notes = []
+        # captions and foils in one call (one METEOR start; CIDEr's document frequencies are
+        # unchanged by listing every reference set twice)
+        items = [
+            MetricItem(
+                text,
+                () if free else tuple(pair.references),
+                videos.get(data.clip_pks[pair.clip_id]),
+            )
+            for text, pair in [(p.caption, p) for p in chosen] + [(p.foil, p) for p in chosen]
+        ]
+        scores, failed = score_metrics(available, items) if chosen else ({}, {})
+        count = len(chosen)
+        for metric in wanted:
+            why = reasons.get(metric) or failed.get(metric)
+            if why or metric not in scores:
+                rows[metric] = {"accuracy": None, "unavailable": why or "no pair to score"}
+            else:
+                values = scores[metric]
+                rows[metric] = {"accuracy": foil_accuracy(values[:count], values[count:])}
+        if not free and len(chosen) < len(pairs):
+            notes.append(
+                f"{len(pairs) - len(chosen)} pair(s) without another reference are scored "
+                "reference-free only"
+            )
+        table[setting] = {
+            "pairs": len(chosen),
+            "rows": rows,
+            "order": list(rows),
+            "notes": notes,
+        }
+    return {
+        "source": foil_set.source,
+        "seed": foil_set.seed,
+        "pairs": len(pairs),
+        "skipped_clips": foil_set.skipped,
+        "corpus_nouns": foil_set.corpus_nouns,
+        "rule": "right when the correct caption scores strictly higher than its foil",
+        "settings": table,
+        "swaps": [pair.swap() for pair in pairs],
+    }
+
+
+# --- the job ----------------------------------------------------------------------------------
+
+
+FOIL_MAX_BYTES = 20 * 1024 * 1024
+
+
+@transaction.atomic
+def rigel_evaluation_create(
+    *,
+    run_ids: Sequence[int],
+    campaign: Campaign,
+    protocols: Sequence[str] | str | None = None,
+    correlation: str = "emscore",
+    foil_seed: int = 0,
+    foil_file: bytes | None = None,
+    metrics: Sequence[str] | None = None,
+    created_by: Any = None,
+) -> RigelEvaluation:
+    """Record an evaluation job and enqueue it on the training queue (after commit). Inputs are
+    checked here; the leakage check needs the releases' files and runs in the job."""
+    try:
+        runs = runs_for(run_ids)
+        names = parse_protocols(protocols)
+    except RigelEvaluationError as error:
+        raise ValidationError(str(error)) from error
+    if correlation not in CORRELATIONS:
+        raise ValidationError(f"correlation must be one of {', '.join(CORRELATIONS)}")
+    if not -(2**63) <= int(foil_seed) < 2**63:
+        raise ValidationError("foil_seed must fit in 64 bits")
+    chosen_metrics = list(dict.fromkeys(metrics)) if metrics is not None else list(TABLE_METRICS)
+    unknown = [name for name in chosen_metrics if name not in METRIC_NAMES]
+    if unknown:
+        raise ValidationError(f"unknown metric(s) {', '.join(unknown)}")
+    if foil_file is not None and FOIL not in names:
+        raise ValidationError("a FOIL file needs the foil protocol")
+    if foil_file is not None and len(foil_file) > FOIL_MAX_BYTES:
+        raise ValidationError(f"the FOIL file is larger than {FOIL_MAX_BYTES} bytes")
+    evaluation = RigelEvaluation.objects.create(
+        runs=[run.pk for run in runs],
+        campaign=campaign,
+        protocols=names,
+        correlation=correlation,
+        foil_seed=int(foil_seed),
+        metrics=chosen_metrics,
+        created_by=created_by if getattr(created_by, "pk", None) else None,
+    )
+    if foil_file is not None:
+        key = f"training/evaluations/{evaluation.pk}/foil.jsonl"
+        storage.put_bytes(key, foil_file)
+        evaluation.foil_key = key
+        evaluation.save(update_fields=["foil_key"])
+    from training_bridge.tasks import rigel_evaluation as task
+
+    enqueue(task, evaluation.pk)
+    return evaluation
+
+
+def rigel_evaluation_execute(*, evaluation_id: int, task_id: str = "") -> str:
+    """The Celery task's body: claim, evaluate with progress, finish."""
+    from common.jobs import JobCancelled
+    from training_bridge.services.reporting import heartbeat
+
+    evaluation = job_claim(model=RigelEvaluation, job_id=evaluation_id, task_id=task_id)
+    if evaluation is None:
+        return "busy"
+
+    def progress(fraction: float, message: str) -> None:
+        job_progress(job=evaluation, fraction=fraction, message=message)
+
+    try:
+        with heartbeat(RigelEvaluation, evaluation.pk):
+            foil_lines = None
+            if evaluation.foil_key:
+                foil_lines = storage.read_bytes(evaluation.foil_key).decode("utf-8").splitlines()
+            result = rigel_benchmark_evaluate(
+                runs=runs_for(evaluation.runs),
+                campaign=Campaign.objects.get(pk=evaluation.campaign_id),
+                protocols=evaluation.protocols,
+                correlation=evaluation.correlation,
+                foil_seed=evaluation.foil_seed,
+                foil_lines=foil_lines,
+                metrics=evaluation.metrics or TABLE_METRICS,
+                progress=_throttled(progress),
+            )
+    except JobCancelled:
+        job_finish(job=evaluation, status=JobStatus.CANCELLED, progress_message="cancelled")
+        return "cancelled"
+    except Exception as error:  # the job ends failed with the reason; the worker lives on
+        logger.exception("Rigel evaluation %s failed", evaluation_id)
+        job_finish(job=evaluation, status=JobStatus.FAILED, error=str(error))
+        return "failed"
+    job_finish(
+        job=evaluation, status=JobStatus.SUCCEEDED, result=_json_safe(result), progress_message=""
+    )
+    return "ok"
+
+
+def _throttled(progress: Progress, interval: float = 1.0) -> Progress:
+    last = [0.0]
+
+    def report(fraction: float, message: str) -> None:
+        now = time.monotonic()
+        if now - last[0] >= interval or fraction >= 1.0:
+            last[0] = now
+            progress(fraction, message)
+
+    return report
+
+
+def _json_safe(value: Any) -> Any:
+    """NaN and infinities become null (PostgreSQL's JSON has no NaN)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(item) for item in value]
+    return value
+
+
+# --- presentation -----------------------------------------------------------------------------
+
+STATISTIC_LABELS = (
+    ("kendall_b", "tau_b"),
+    ("spearman", "rho"),
+    ("kendall_c", "tau_c"),
+    ("pearson", "Pearson"),
+)
+
+
+def result_tables(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The correlation blocks as rows for a page or a text table: one block per protocol, the
+    runs first, then the standard metrics, then the paper's figure (VATEX-EVAL)."""
+    labels = result.get("labels", {})
+    paper = (result.get("paper") or {}).get("vatex_eval", {})
+    tables = []
+    blocks = result.get("protocols") or {}
+    for protocol in result.get("protocol_order") or list(blocks):
+        block = blocks[protocol]
+        rows = []
+        for name in block.get("order") or list(block.get("rows", {})):
+            row = block["rows"][name]
+            rows.append(
+                {
+                    "key": name,
+                    "label": labels.get(name, name),
+                    "values": [row.get(key) for key, _ in STATISTIC_LABELS],
+                    "unavailable": row.get("unavailable"),
+                }
+            )
+        if protocol in paper:
+            rows.append(
+                {
+                    "key": "paper",
+                    "label": "paper: Rigel (Qwen3-VL-2B), Table 2",
+                    "values": [paper[protocol].get(key) for key, _ in STATISTIC_LABELS],
+                    "unavailable": None,
+                }
+            )
+        tables.append({"protocol": protocol, "rows": rows, "notes": block.get("notes", [])})
+    return tables
+
+
+def foil_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """FOIL accuracy: one row per metric, one column per setting."""
+    foil = result.get("foil")
+    if not foil:
+        return []
+    labels = result.get("labels", {})
+    names: list[str] = []
+    for setting in FOIL_SETTINGS:
+        block = foil["settings"].get(setting, {})
+        for name in block.get("order") or list(block.get("rows", {})):
+            if name not in names:
+                names.append(name)
+    rows = []
+    for name in names:
+        cells = []
+        for setting in FOIL_SETTINGS:
+            row = foil["settings"].get(setting, {}).get("rows", {}).get(name, {})
+            cells.append(row.get("accuracy"))
+        rows.append({"key": name, "label": labels.get(name, name), "values": cells})
+    return rows
+
+
+def result_text(result: dict[str, Any]) -> str:
+    """The evaluation as plain text (the command's output without --json)."""
+
+    def cell(value: Any) -> str:
+        return f"{value:>8.2f}" if isinstance(value, (int, float)) else f"{'n/a':>8}"
+
+    lines = [
+        f"campaign {result['campaign']}: {result.get('candidates', '-')} candidates on "
+        f"{result.get('clips', '-')} clips; correlation {result['correlation']}"
+        + (
+            f" over rater slots {', '.join(result['rater_slots'])}"
+            if result.get("rater_slots")
+            else ""
+        )
+    ]
+    header = f"{'metric':<34}" + "".join(f"{label:>8}" for _, label in STATISTIC_LABELS)
+    for table in result_tables(result):
+        lines += ["", f"[{table['protocol']}]  (x100)", header]
+        for row in table["rows"]:
+            if row["unavailable"]:
+                lines.append(f"{row['label']:<34}  unavailable: {row['unavailable']}")
+            else:
+                lines.append(f"{row['label']:<34}" + "".join(cell(v) for v in row["values"]))
+        lines += [f"  note: {note}" for note in table["notes"]]
+    foil = result.get("foil")
+    if foil:
+        lines += [
+            "",
+            f"[foil]  accuracy %, {foil['pairs']} pairs ({foil['source']}"
+            + (f", seed {foil['seed']}" if foil.get("seed") is not None else "")
+            + ")",
+            f"{'metric':<34}" + "".join(f"{s:>16}" for s in FOIL_SETTINGS),
+        ]
+        for row in foil_rows(result):
+            lines.append(
+                f"{row['label']:<34}"
+                + "".join(
+                    f"{v:>16.2f}" if isinstance(v, (int, float)) else f"{'n/a':>16}"
+                    for v in row["values"]
+                )
+            )
+        for setting in FOIL_SETTINGS:
+            lines += [f"  note: {note}" for note in foil["settings"][setting]["notes"]]
+    lines.append(f"({result.get('seconds', 0):.1f} s)")
+    return "\n".join(lines)
