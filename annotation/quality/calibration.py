@@ -278,7 +278,7 @@ def lbfgs_minimize(
     message = "iteration limit reached"
     converged = False
     iteration = 0
-    for iteration in range(1, max_iterations + 1):  # noqa: B007 - reported below
+    for iteration in range(1, max_iterations + 1):
         direction = -_two_loop(gradient, steps, changes)
         slope = float(gradient @ direction)
         if slope >= 0:  # not a descent direction: forget the history
@@ -426,8 +426,7 @@ def calibration_fit(
         np.bincount(table.item, weights=weight, minlength=items) + settings.quality_prior_sd**-2
     )
     rater_information = (
-        np.bincount(table.rater, weights=weight, minlength=raters)
-        + settings.severity_prior_sd**-2
+        np.bincount(table.rater, weights=weight, minlength=raters) + settings.severity_prior_sd**-2
     )
     rater_schur = rater_information - np.bincount(
         table.rater, weights=weight**2 / item_information[table.item], minlength=raters
@@ -477,7 +476,7 @@ def calibration_fit(
         beta_se=severity_se[rated_raters],
         infit=infit[rated_raters],
         outfit=outfit[rated_raters],
-        outfit_all=float(((squared / variance).mean())) if len(table) else float("nan"),
+        outfit_all=float((squared / variance).mean()) if len(table) else float("nan"),
         infit_all=float(squared.sum() / variance.sum()) if len(table) else float("nan"),
         calibrated=calibrated[rated_items],
         raw_mean=raw_mean[rated_items],

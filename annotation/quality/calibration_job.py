@@ -87,9 +87,7 @@ class CampaignRatings:
             + [(f"q{index}", "float8") for index in range(len(self.question_keys))],
         )
         self.candidate_ids, self.item = np.unique(rows["candidate"], return_inverse=True)
-        self.participation_ids, self.rater = np.unique(
-            rows["participation"], return_inverse=True
-        )
+        self.participation_ids, self.rater = np.unique(rows["participation"], return_inverse=True)
         self.values = {
             key: np.rint(rows[f"q{index}"]).astype(np.int64)
             for index, key in enumerate(self.question_keys)
@@ -99,11 +97,13 @@ class CampaignRatings:
         for candidate_id, resolution in resolved.values_list("id", "resolution"):
             values = (resolution or {}).get("values") or {}
             position = int(np.searchsorted(self.candidate_ids, candidate_id))
-            if values and position < len(self.candidate_ids):
-                if self.candidate_ids[position] == candidate_id:
-                    self.resolutions[position] = {
-                        key: float(value) for key, value in values.items() if value is not None
-                    }
+            found = position < len(self.candidate_ids) and (
+                self.candidate_ids[position] == candidate_id
+            )
+            if values and found:
+                self.resolutions[position] = {
+                    key: float(value) for key, value in values.items() if value is not None
+                }
 
     def __len__(self) -> int:
         return len(self.item)

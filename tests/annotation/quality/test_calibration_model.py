@@ -116,7 +116,11 @@ def test_a_rater_one_point_harsher_gets_a_positive_severity_and_the_items_keep_t
 
 def test_items_rated_at_the_end_of_the_scale_by_everyone_stay_finite():
     table = RatingTable(
-        item=[0, 0, 0, 1, 1, 1], rater=[0, 1, 2, 0, 1, 2], value=[5, 5, 5, 1, 1, 1], items=2, raters=3
+        item=[0, 0, 0, 1, 1, 1],
+        rater=[0, 1, 2, 0, 1, 2],
+        value=[5, 5, 5, 1, 1, 1],
+        items=2,
+        raters=3,
     )
     fit = calibration_fit(table)
     assert np.isfinite(fit.quality).all() and np.isfinite(fit.severity_se).all()
@@ -124,14 +128,16 @@ def test_items_rated_at_the_end_of_the_scale_by_everyone_stay_finite():
 
 
 def test_unrated_items_and_raters_get_no_estimate():
-    table = RatingTable(item=[0, 0, 1, 1], rater=[0, 1, 0, 1], value=[2, 3, 4, 5], items=3, raters=3)
+    table = RatingTable(
+        item=[0, 0, 1, 1], rater=[0, 1, 0, 1], value=[2, 3, 4, 5], items=3, raters=3
+    )
     fit = calibration_fit(table)
     assert np.isnan(fit.calibrated[2]) and np.isnan(fit.severity[2])
     assert fit.item_ratings.tolist() == [2, 2, 0] and fit.rater_ratings.tolist() == [2, 2, 0]
 
 
 def test_ratings_outside_the_scale_are_refused():
-    with pytest.raises(ValueError, match="ratings must lie in 1..5"):
+    with pytest.raises(ValueError, match=r"ratings must lie in 1\.\.5"):
         RatingTable(item=[0], rater=[0], value=[6], items=1, raters=1)
 
 
