@@ -56,6 +56,12 @@ logger = logging.getLogger(__name__)
 
 ProgressCallback = Callable[[float, str], None]
 DEFAULT_SCALE_POINTS = 5
+SEVERITY_EXPLANATION = (
+    "How much harsher (positive) or more lenient (negative) than the campaign's average rater "
+    "this worker rates the same candidates, in logits of the rating model, averaged over the "
+    "questions, ± its standard error; the interval in brackets holds the true value with 95% "
+    "probability. 0 is average; ±0.5 shifts a typical rating by about a third of a point."
+)
 
 
 def _scale_points(question: dict[str, Any]) -> int:

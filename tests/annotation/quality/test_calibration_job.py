@@ -92,7 +92,7 @@ def test_the_harsh_worker_gets_a_clearly_positive_severity_and_scores_are_correc
 
 
 def test_excluded_judgments_and_controls_are_left_out_and_resolutions_win():
-    campaign, workers, harsh, items = harsh_campaign(slug="left-out")
+    campaign, _workers, harsh, items = harsh_campaign(slug="left-out")
     Judgment.objects.filter(participation=harsh).update(is_excluded=True, excluded_by="curator")
     CampaignCandidate.objects.filter(pk=items[0].pk).update(is_control=True)
     CampaignCandidate.objects.filter(pk=items[1].pk).update(resolution={"values": {"fluency": 2.0}})
@@ -144,7 +144,7 @@ def test_a_failed_qc_run_queues_no_calibration():
 
 
 def test_the_command_prints_one_json_object_with_the_fit_and_the_workers():
-    campaign, _workers, harsh, _items = harsh_campaign(slug="command")
+    campaign, _workers, _harsh, _items = harsh_campaign(slug="command")
     out = StringIO()
     call_command("calibrate", "command", "--json", "--workers", stdout=out, stderr=StringIO())
     payload = json.loads(out.getvalue())
@@ -156,7 +156,7 @@ def test_the_command_prints_one_json_object_with_the_fit_and_the_workers():
 
 
 def test_the_api_shows_the_latest_fit_and_queues_runs(curator_client):
-    campaign, _workers, harsh, _items = harsh_campaign(slug="api")
+    campaign, _workers, _harsh, _items = harsh_campaign(slug="api")
     url = reverse("annotation_api:calibration", kwargs={"slug": "api"})
     empty = curator_client.get(url).json()
     assert empty == {"campaign": "api", "run": None, "severities": []}
