@@ -419,3 +419,53 @@ def calibration_latest(*, campaign: Campaign) -> CalibrationRun | None:
         .order_by("-finished_at", "-pk")
         .first()
     )
+
+
+# Fit statistics a release card and manifest carry (no timings: they would change the bytes).
+RELEASE_STATISTICS = (
+    "judgments",
+    "items",
+    "raters",
+    "categories",
+    "thresholds",
+    "severity_sd",
+    "severity_min",
+    "severity_max",
+    "severity_se_median",
+    "severity_reliability",
+    "infit_mean_square",
+    "outfit_mean_square",
+    "raters_misfitting",
+    "log_likelihood",
+    "deviance",
+    "aic",
+    "bic",
+    "calibrated_vs_raw_correlation",
+    "calibrated_vs_raw_mean_absolute_difference",
+    "converged",
+    "iterations",
+)
+
+
+def calibration_release_facts(*, campaign_ids: list[int]) -> list[dict[str, Any]]:
+    """Per campaign (by slug) with a successful calibration: the model, its settings and per
+    question the fit statistics of `RELEASE_STATISTICS`, for a release's card and manifest."""
+    facts = []
+    campaigns = Campaign.objects.filter(pk__in=campaign_ids).order_by("slug")
+    for campaign in campaigns:
+        run = calibration_latest(campaign=campaign)
+        if run is None:
+            continue
+        questions = run.summary.get("questions", {})
+        facts.append(
+            {
+                "campaign": campaign.slug,
+                "model": run.summary.get("model", MODEL_NAME),
+                "settings": run.summary.get("settings", {}),
+                "questions": {
+                    key: {name: questions[key].get(name) for name in RELEASE_STATISTICS}
+                    for key in sorted(questions)
+                },
+            }
+        )
+    return facts
