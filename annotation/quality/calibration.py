@@ -212,7 +212,7 @@ class _Objective:
         # log P(y) = log s(u) + log s(-l) + log(1 - exp(l - u)); the last term depends on tau
         # only, so it is counted once per category.
         loglik = float(np.log(sigma_upper * above_lower).sum()) + float(
-            log_width @ self.counts_by_value
+            _dot(log_width, self.counts_by_value)
         )
         d_eta = sigma_lower - below_upper
         settings = self.settings
@@ -230,9 +230,9 @@ class _Objective:
         )
         # Priors.
         logprior = -0.5 * (
-            float(theta @ theta) / settings.quality_prior_sd**2
-            + float(beta @ beta) / settings.severity_prior_sd**2
-            + float(tau @ tau) / settings.threshold_prior_sd**2
+            _dot(theta, theta) / settings.quality_prior_sd**2
+            + _dot(beta, beta) / settings.severity_prior_sd**2
+            + _dot(tau, tau) / settings.threshold_prior_sd**2
         )
         grad_theta -= theta / settings.quality_prior_sd**2
         grad_beta -= beta / settings.severity_prior_sd**2
@@ -280,12 +280,12 @@ def lbfgs_minimize(
     iteration = 0
     for iteration in range(1, max_iterations + 1):
         direction = -_two_loop(gradient, steps, changes)
-        slope = float(gradient @ direction)
+        slope = _dot(gradient, direction)
         if slope >= 0:  # not a descent direction: forget the history
             steps.clear()
             changes.clear()
             direction = -gradient
-            slope = -float(gradient @ gradient)
+            slope = -_dot(gradient, gradient)
         step = 1.0
         while True:
             candidate = x + step * direction
@@ -299,7 +299,7 @@ def lbfgs_minimize(
                 )
         s = candidate - x
         y = new_gradient - gradient
-        if float(s @ y) > 1e-12 * float(y @ y):
+        if _dot(s, y) > 1e-12 * _dot(y, y):
             steps.append(s)
             changes.append(y)
             if len(steps) > memory:
@@ -316,6 +316,13 @@ def lbfgs_minimize(
     return OptimizerResult(x, value, iteration, converged, message, _max_abs(gradient))
 
 
+def _dot(left: NDArray[np.float64], right: NDArray[np.float64]) -> float:
+    """A dot product without BLAS: on a busy machine a multi-threaded BLAS spins its threads on
+    every call, which made a 10,000-rating fit 40x slower (11.4 s against 0.24 s with one BLAS
+    thread, measured under a load average of 12 on 2 cores)."""
+    return float(np.einsum("i,i->", left, right))
+
+
 def _max_abs(values: NDArray[np.float64]) -> float:
     return float(np.abs(values).max()) if values.size else 0.0
 
@@ -330,14 +337,14 @@ def _two_loop(
     if not steps:
         return q
     alphas = []
-    rhos = [1.0 / float(y @ s) for s, y in zip(steps, changes, strict=True)]
+    rhos = [1.0 / _dot(y, s) for s, y in zip(steps, changes, strict=True)]
     for s, y, rho in zip(reversed(steps), reversed(changes), reversed(rhos), strict=True):
-        alpha = rho * float(s @ q)
+        alpha = rho * _dot(s, q)
         q -= alpha * y
         alphas.append(alpha)
-    q *= float(steps[-1] @ changes[-1]) / float(changes[-1] @ changes[-1])
+    q *= _dot(steps[-1], changes[-1]) / _dot(changes[-1], changes[-1])
     for s, y, rho, alpha in zip(steps, changes, rhos, reversed(alphas), strict=True):
-        beta = rho * float(y @ q)
+        beta = rho * _dot(y, q)
         q += (alpha - beta) * s
     return q
 
@@ -443,8 +450,8 @@ def calibration_fit(
     # Residual fit statistics per rater (Rasch infit / outfit mean squares).
     probabilities = _category_probabilities(eta, tau)
     levels = np.arange(1, table.categories + 1, dtype=np.float64)
-    expected = probabilities @ levels
-    variance = np.maximum(probabilities @ levels**2 - expected**2, 1e-12)
+    expected = np.einsum("nk,k->n", probabilities, levels)
+    variance = np.maximum(np.einsum("nk,k->n", probabilities, levels**2) - expected**2, 1e-12)
     squared = (table.value - expected) ** 2
     with np.errstate(invalid="ignore", divide="ignore"):
         outfit = np.bincount(table.rater, weights=squared / variance, minlength=raters) / (
