@@ -586,8 +586,15 @@ class WorkerSeverity(models.Model):
     judgments = models.PositiveIntegerField()
     infit = models.FloatField(null=True, blank=True)
     outfit = models.FloatField(null=True, blank=True)
+    # The run that last changed these values. Not indexed, so rewriting the row changes no index
+    # and PostgreSQL updates it in place (HOT).
     run = models.ForeignKey(
-        CalibrationRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        CalibrationRun,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        db_index=False,
     )
     computed_at = models.DateTimeField(default=timezone.now)
 
@@ -615,7 +622,14 @@ class CandidateCalibration(models.Model):
     standard_errors = models.JSONField(default=dict)
     quality = models.JSONField(default=dict)
     overall = models.FloatField(null=True, blank=True)
+    # The run that last changed these values. Not indexed, so rewriting the row changes no index
+    # and PostgreSQL updates it in place (HOT).
     run = models.ForeignKey(
-        CalibrationRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        CalibrationRun,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        db_index=False,
     )
     computed_at = models.DateTimeField(default=timezone.now)

@@ -12,8 +12,10 @@ Data is generated inside PostgreSQL (INSERT ... SELECT FROM generate_series) int
 worker a planted severity (uniform in [-1.4, 1.4] logits, sd 0.81); each of the three questions
 is drawn independently from the cumulative-logit model with thresholds (-2.2, -0.8, 0.6, 2.0).
 The truth is kept in a table `bench_truth` so each run can also report how well the fit
-recovered it. Each measured run is a fresh child process (its peak RSS is the run's own); the
-report is the median of the runs with their min and max, and every run's figures.
+recovered it. Each measured run is a fresh child process (its peak RSS is the run's own): one cold
+run (no stored calibration: everything inserted), then `--runs` warm runs (a re-run on the same
+judgments: the fit is deterministic, nothing changes, nothing is written); the report gives the
+median of the warm runs with their min and max, and every run's figures.
 """
 
 from __future__ import annotations
@@ -335,7 +337,7 @@ def main() -> None:
     parser.add_argument("--reload", action="store_true", help="Regenerate the data first.")
     parser.add_argument("--output", default=None, help="Also write the JSON report here.")
     parser.add_argument("--database-url", default=None)
-    parser.add_argument("--child", choices=["run", "load", "count"], default=None)
+    parser.add_argument("--child", choices=["run", "load", "count", "clear"], default=None)
     options = parser.parse_args()
     database_url = options.database_url or _bench_database_url()
 
@@ -343,6 +345,12 @@ def main() -> None:
         _setup_django(database_url)
         if options.child == "run":
             result = measured_run()
+        elif options.child == "clear":
+            from annotation.models import CandidateCalibration, WorkerSeverity
+
+            CandidateCalibration.objects.filter(campaign__slug=SLUG).delete()
+            WorkerSeverity.objects.filter(participation__campaign__slug=SLUG).delete()
+            result = {"cleared": True}
         elif options.child == "count":
             from annotation.models import Judgment
 
@@ -373,6 +381,10 @@ def main() -> None:
             "--workers",
             str(options.workers),
         )
+    # Cold: no stored calibration (every severity and score inserted). Warm: a re-run on the same
+    # judgments (the fit is deterministic, so nothing changes and nothing is written).
+    _child(database_url, "clear")
+    report["cold"] = _child(database_url, "run")
     runs = [_child(database_url, "run") for _ in range(options.runs)]
     seconds = [run["seconds"] for run in runs]
     rss = [run["peak_rss_mb"] for run in runs]
@@ -384,7 +396,7 @@ def main() -> None:
     }
     report["peak_rss_mb"] = {"median": statistics.median(rss), "min": min(rss), "max": max(rss)}
     report["target_seconds"] = 60
-    report["target_met"] = max(seconds) < 60
+    report["target_met"] = max(seconds) < 60 and report["cold"]["seconds"] < 60
     report["load_average_at_end"] = [round(value, 2) for value in os.getloadavg()]
     text = json.dumps(report, sort_keys=True, indent=2)
     if options.output:

@@ -145,8 +145,10 @@ class _Objective:
         self.settings = settings
         self.items, self.raters, self.categories = table.items, table.raters, table.categories
         # Item-major order: the gathers of theta and the bincounts onto items read memory in
-        # sequence (the rater table is small enough to stay in cache).
-        order = np.argsort(table.item, kind="stable")
+        # sequence (the rater table is small enough to stay in cache). Sorting by (item, rater)
+        # also makes every sum independent of the order the ratings were read in, so a re-fit of
+        # the same judgments gives bit-identical estimates (and stores nothing new).
+        order = np.lexsort((table.rater, table.item))
         self.item = table.item[order]
         self.rater = table.rater[order]
         self.value = table.value[order]
@@ -216,8 +218,12 @@ class _Objective:
         )
         d_eta = sigma_lower - below_upper
         settings = self.settings
-        grad_theta = np.bincount(self.item, weights=d_eta, minlength=self.items)
-        grad_beta = -np.bincount(self.rater, weights=d_eta, minlength=self.raters)
+        grad_theta: NDArray[np.float64] = np.bincount(
+            self.item, weights=d_eta, minlength=self.items
+        ).astype(np.float64, copy=False)
+        grad_beta: NDArray[np.float64] = -np.bincount(
+            self.rater, weights=d_eta, minlength=self.raters
+        ).astype(np.float64, copy=False)
         # d/d tau_k: from categories k (upper edge) and k+1 (lower edge).
         from_upper = np.bincount(self.value, weights=below_upper, minlength=self.categories + 1)
         from_lower = np.bincount(self.value, weights=sigma_lower, minlength=self.categories + 1)

@@ -33,6 +33,7 @@ from annotation.models import (
     CampaignCandidate,
     CandidateCalibration,
     Judgment,
+    Participation,
     QCRun,
     WorkerSeverity,
 )
@@ -44,6 +45,7 @@ from annotation.quality.calibration import (
     calibration_fit,
 )
 from annotation.services.columns import (
+    ColumnKind,
     copy_to_temp_table,
     fetch_columns,
     is_postgresql,
@@ -83,14 +85,15 @@ class CampaignRatings:
         value_columns = "".join(
             f", COALESCE({json_number(values_column, key)}, 0)" for key in self.question_keys
         )
+        columns: list[tuple[str, ColumnKind]] = [("candidate", "int8"), ("participation", "int8")]
+        columns += [(f"q{index}", "float8") for index in range(len(self.question_keys))]
         rows = fetch_columns(
             f"SELECT j.campaign_candidate_id, j.participation_id{value_columns} "
             f"FROM {Judgment._meta.db_table} j "
             f"JOIN {CampaignCandidate._meta.db_table} cc ON cc.id = j.campaign_candidate_id "
             f"WHERE j.campaign_id = %s AND NOT j.is_excluded AND NOT cc.is_control",
             [campaign.pk],
-            [("candidate", "int8"), ("participation", "int8")]
-            + [(f"q{index}", "float8") for index in range(len(self.question_keys))],
+            columns,
         )
         self.candidate_ids, self.item = np.unique(rows["candidate"], return_inverse=True)
         self.participation_ids, self.rater = np.unique(rows["participation"], return_inverse=True)
@@ -185,28 +188,92 @@ def _severities_store(
     fits: dict[str, CalibrationFit],
     run: CalibrationRun | None,
 ) -> int:
-    WorkerSeverity.objects.filter(participation__campaign=campaign).delete()
+    """Replace the campaign's severities; returns how many there are now."""
     now = timezone.now()
-    rows = []
-    participation_ids = data.participation_ids.tolist()
-    for key, fit in fits.items():
+    participation_ids = data.participation_ids
+    ids, keys, severity, error, judgments, infit, outfit = [], [], [], [], [], [], []
+    for key_index, fit in enumerate(fits.values()):
         rated = np.flatnonzero(fit.rater_ratings > 0)
-        for position in rated.tolist():
-            rows.append(
+        ids.append(participation_ids[rated])
+        keys.append(np.full(len(rated), key_index, dtype=np.int64))
+        severity.append(fit.severity[rated])
+        error.append(fit.severity_se[rated])
+        judgments.append(fit.rater_ratings[rated])
+        infit.append(fit.infit[rated])
+        outfit.append(fit.outfit[rated])
+    if not ids:
+        WorkerSeverity.objects.filter(participation__campaign=campaign).delete()
+        return 0
+    key_names = list(fits)
+    columns = {
+        "id": np.concatenate(ids),
+        "key": np.concatenate(keys),
+        "severity": np.concatenate(severity),
+        "error": np.concatenate(error),
+        "judgments": np.concatenate(judgments),
+        "infit": np.concatenate(infit),
+        "outfit": np.concatenate(outfit),
+    }
+    if not is_postgresql():
+        WorkerSeverity.objects.filter(participation__campaign=campaign).delete()
+        WorkerSeverity.objects.bulk_create(
+            [
                 WorkerSeverity(
-                    participation_id=participation_ids[position],
-                    question_key=key,
-                    severity=float(fit.severity[position]),
-                    standard_error=float(fit.severity_se[position]),
-                    judgments=int(fit.rater_ratings[position]),
-                    infit=_finite(fit.infit[position]),
-                    outfit=_finite(fit.outfit[position]),
+                    participation_id=int(columns["id"][row]),
+                    question_key=key_names[int(columns["key"][row])],
+                    severity=float(columns["severity"][row]),
+                    standard_error=float(columns["error"][row]),
+                    judgments=int(columns["judgments"][row]),
+                    infit=_finite(columns["infit"][row]),
+                    outfit=_finite(columns["outfit"][row]),
                     run=run,
                     computed_at=now,
                 )
-            )
-    WorkerSeverity.objects.bulk_create(rows, batch_size=5000)
-    return len(rows)
+                for row in range(len(columns["id"]))
+            ],
+            batch_size=2000,
+        )
+        return len(columns["id"])
+    copy_to_temp_table(
+        "calibration_severities",
+        [
+            ("id", "int8", columns["id"]),
+            ("key", "int2", columns["key"]),
+            ("severity", "float8", columns["severity"]),
+            ("error", "float8", columns["error"]),
+            ("judgments", "int4", columns["judgments"]),
+            ("infit", "float8", columns["infit"]),
+            ("outfit", "float8", columns["outfit"]),
+        ],
+    )
+    table = WorkerSeverity._meta.db_table
+    participations = Participation._meta.db_table
+    key_case = " ".join(f"WHEN {index} THEN %s" for index in range(len(key_names)))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"DELETE FROM {table} ws USING {participations} p WHERE p.id = ws.participation_id "
+            f"AND p.campaign_id = %s AND NOT EXISTS (SELECT 1 FROM calibration_severities t "
+            f"WHERE t.id = ws.participation_id AND (CASE t.key {key_case} END) = ws.question_key)",
+            [campaign.pk, *key_names],
+        )
+        # Only rows whose values change are written: a re-run on unchanged judgments (the fit is
+        # deterministic) writes nothing.
+        cursor.execute(
+            f"INSERT INTO {table} AS ws (participation_id, question_key, severity, "
+            f"standard_error, judgments, infit, outfit, run_id, computed_at) "
+            f"SELECT t.id, CASE t.key {key_case} END, t.severity, t.error, t.judgments, "
+            f"NULLIF(t.infit, 'NaN'), NULLIF(t.outfit, 'NaN'), %s, %s "
+            f"FROM calibration_severities t "
+            f"ON CONFLICT (participation_id, question_key) DO UPDATE SET "
+            f"severity = EXCLUDED.severity, standard_error = EXCLUDED.standard_error, "
+            f"judgments = EXCLUDED.judgments, infit = EXCLUDED.infit, outfit = EXCLUDED.outfit, "
+            f"run_id = EXCLUDED.run_id, computed_at = EXCLUDED.computed_at "
+            f"WHERE (ws.severity, ws.standard_error, ws.judgments, ws.infit, ws.outfit) "
+            f"IS DISTINCT FROM (EXCLUDED.severity, EXCLUDED.standard_error, EXCLUDED.judgments, "
+            f"EXCLUDED.infit, EXCLUDED.outfit)",
+            [*key_names, run.pk if run else None, now],
+        )
+    return len(columns["id"])
 
 
 def candidate_scores(
@@ -252,8 +319,9 @@ def _candidates_store(
     fits: dict[str, CalibrationFit],
     run: CalibrationRun | None,
 ) -> int:
-    CandidateCalibration.objects.filter(campaign=campaign).delete()
+    """Replace the campaign's calibrated scores; returns how many candidates have one now."""
     if len(data.candidate_ids) == 0:
+        CandidateCalibration.objects.filter(campaign=campaign).delete()
         return 0
     columns = candidate_scores(data=data, fits=fits, overall_key=campaign.overall_question_key)
     keys = data.question_keys
@@ -280,13 +348,29 @@ def _candidates_store(
         table = CandidateCalibration._meta.db_table
         with connection.cursor() as cursor:
             cursor.execute(
-                f"INSERT INTO {table} (campaign_id, campaign_candidate_id, scores, "
+                f"DELETE FROM {table} cal WHERE cal.campaign_id = %s AND NOT EXISTS "
+                f"(SELECT 1 FROM calibration_scores t WHERE t.id = cal.campaign_candidate_id)",
+                [campaign.pk],
+            )
+            # Only rows whose values change are written (none of the columns written is
+            # indexed, so PostgreSQL updates them in place); an unchanged re-run writes nothing.
+            cursor.execute(
+                f"INSERT INTO {table} AS cal (campaign_id, campaign_candidate_id, scores, "
                 f"standard_errors, quality, overall, run_id, computed_at) "
                 f"SELECT %s, t.id, {json_object('s')}, {json_object('e')}, {json_object('q')}, "
-                f"NULLIF(t.overall, 'NaN'), %s, %s FROM calibration_scores t",
+                f"NULLIF(t.overall, 'NaN'), %s, %s FROM calibration_scores t "
+                f"ON CONFLICT (campaign_candidate_id) DO UPDATE SET scores = EXCLUDED.scores, "
+                f"standard_errors = EXCLUDED.standard_errors, quality = EXCLUDED.quality, "
+                f"overall = EXCLUDED.overall, run_id = EXCLUDED.run_id, "
+                f"computed_at = EXCLUDED.computed_at "
+                f"WHERE (cal.scores, cal.standard_errors, cal.quality, cal.overall) IS DISTINCT "
+                f"FROM (EXCLUDED.scores, EXCLUDED.standard_errors, EXCLUDED.quality, "
+                f"EXCLUDED.overall)",
                 [campaign.pk, *keys, *keys, *keys, run.pk if run else None, now],
             )
-            return cursor.rowcount
+        return len(data.candidate_ids)
+
+    CandidateCalibration.objects.filter(campaign=campaign).delete()
 
     def pick(prefix: str, position: int) -> dict[str, float]:
         return {

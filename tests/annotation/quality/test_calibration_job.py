@@ -173,3 +173,28 @@ def test_the_api_shows_the_latest_fit_and_queues_runs(curator_client):
     assert again.json()["id"] == queued.json()["id"]  # one active run per campaign
     assert Client().get(url).status_code == 403  # anonymous
     assert CalibrationRun.objects.filter(campaign=campaign).count() == 2
+
+
+def test_a_rerun_on_unchanged_judgments_writes_nothing():
+    campaign, *_ = harsh_campaign(slug="unchanged")
+    calibration_campaign(campaign=campaign)
+    before = {
+        row.pk: (row.scores, row.overall, row.computed_at)
+        for row in CandidateCalibration.objects.filter(campaign=campaign)
+    }
+    severities = {
+        row.pk: (row.severity, row.standard_error, row.computed_at)
+        for row in WorkerSeverity.objects.filter(participation__campaign=campaign)
+    }
+    # Rewriting every judgment moves its row, so the next read sees them in another order; the
+    # fit sorts its ratings, so the estimates are bit-identical and nothing is written.
+    Judgment.objects.filter(campaign=campaign).update(server_ms=1)
+    calibration_campaign(campaign=campaign)
+    assert {
+        row.pk: (row.scores, row.overall, row.computed_at)
+        for row in CandidateCalibration.objects.filter(campaign=campaign)
+    } == before
+    assert {
+        row.pk: (row.severity, row.standard_error, row.computed_at)
+        for row in WorkerSeverity.objects.filter(participation__campaign=campaign)
+    } == severities
