@@ -48,9 +48,9 @@ from annotation.services.columns import (
     ColumnKind,
     copy_to_temp_table,
     fetch_columns,
-    is_postgresql,
     json_number,
 )
+from common.db import is_postgresql
 from common.jobs import JobCancelled, job_claim, job_finish, job_progress
 from common.models import JobStatus
 
