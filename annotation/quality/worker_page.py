@@ -16,7 +16,7 @@ from annotation.quality.calibration_job import (
     calibration_latest,
     worker_severities,
 )
-from annotation.selectors_quality import statistic_explanations
+from annotation.quality.selectors import statistic_explanations
 from common.permissions import curator_required
 
 # The interval drawing spans -AXIS..+AXIS logits; values beyond are drawn at the edge.

@@ -25,7 +25,7 @@ from annotation.quality.calibration_job import (
     calibration_run_execute,
     worker_severities,
 )
-from annotation.services.quality import qc_run_execute
+from annotation.quality.run import qc_run_execute
 from common.models import JobStatus
 from tests.annotation.quality_factories import quality_crowd_campaign, quality_judge, quality_worker
 
