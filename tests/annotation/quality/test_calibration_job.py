@@ -27,7 +27,7 @@ from annotation.quality.calibration_job import (
 )
 from annotation.quality.run import qc_run_execute
 from common.models import JobStatus
-from tests.annotation.quality_factories import quality_crowd_campaign, quality_judge, quality_worker
+from tests.annotation.quality.factories import quality_crowd_campaign, quality_judge, quality_worker
 
 pytestmark = pytest.mark.django_db
 
