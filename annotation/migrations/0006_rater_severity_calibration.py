@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('annotation', '0004_merge_claim_order_and_hot_aggregates'),
+        ('annotation', '0005_campaign_platform_binding_and_worker_token_expiry'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
