@@ -57,3 +57,11 @@ def qc_run(run_id: int) -> None:
     from annotation.quality.run import qc_run_execute
 
     qc_run_execute(run_id=run_id)
+
+
+@shared_task(name="annotation.calibration_run", ignore_result=True, acks_late=True)
+def calibration_run(run_id: int) -> None:
+    """A rater-severity calibration of a campaign (a `CalibrationRun` row)."""
+    from annotation.quality.calibration_job import calibration_run_execute
+
+    calibration_run_execute(run_id=run_id)

@@ -20,6 +20,7 @@ from typing import Any
 
 from django.conf import settings
 
+from annotation.quality.calibration_job import calibration_release_facts
 from export.card import write_card
 from export.manifest import write_manifest
 from export.models import SPLIT_NAMES, Release
@@ -103,6 +104,9 @@ def build_release_files(*, release: Release, root: Path, progress: ProgressCallb
     split_names = list(SPLIT_NAMES[: len(release.ratios)])
     campaign_ids = list(release.campaigns.values_list("pk", flat=True))
     timer = PhaseTimer(release.pk)
+    # Calibrated columns only when a campaign of the release has been calibrated, so the files of
+    # an uncalibrated release keep their format (and no loader meets an all-null column).
+    calibration = calibration_release_facts(campaign_ids=campaign_ids)
 
     with release_reads(tag=f"{release.pk}_{release.attempts}", campaign_ids=campaign_ids) as reads:
         progress(0.01, "selecting the finalised candidates")
@@ -120,7 +124,9 @@ def build_release_files(*, release: Release, root: Path, progress: ProgressCallb
             for worker_pk, (platform, external_id) in reads.worker_identities().items()
         }
         schema = RecordSchema(
-            question_keys=keys, include_raw_judgments=release.include_raw_judgments
+            question_keys=keys,
+            include_raw_judgments=release.include_raw_judgments,
+            include_calibration=bool(calibration),
         )
         reads.prepare_fragments(
             pseudonyms=pseudonyms if release.include_raw_judgments else None, schema=schema
@@ -171,6 +177,7 @@ def build_release_files(*, release: Release, root: Path, progress: ProgressCallb
         judgment_exclusions=exclusion_facts["judgment_exclusions"],
         review_by_campaign=exclusion_facts["audit"],
         code_version=code_version(),
+        calibration=calibration,
     )
     files = {**written.files, **write_card(facts=facts, root=root)}
     files["manifest.json"] = write_manifest(facts=facts, files=files, root=root)

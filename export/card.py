@@ -130,7 +130,26 @@ def card_context(facts: ReleaseFacts) -> dict[str, Any]:
     excluded_rows = [
         (reason.replace("_", " "), str(count)) for reason, count in stats["excluded"].items()
     ]
+    calibration_rows = [
+        (
+            entry["campaign"],
+            key,
+            str(fit["judgments"]),
+            str(fit["raters"]),
+            str(fit["items"]),
+            _fixed(fit["severity_sd"], 3),
+            _fixed(fit["severity_reliability"], 3),
+            f"{_fixed(fit['infit_mean_square'], 3)} / {_fixed(fit['outfit_mean_square'], 3)}",
+            ", ".join(_fixed(value, 3) for value in fit["thresholds"]),
+            _fixed(fit["log_likelihood"], 1),
+            _fixed(fit["calibrated_vs_raw_correlation"], 4),
+            "yes" if fit["converged"] else "no",
+        )
+        for entry in facts.calibration
+        for key, fit in entry["questions"].items()
+    ]
     return {
+        "calibration_rows": calibration_rows,
         "release": facts.release,
         "name_markdown": markdown_text(facts.release.name),
         "pretty_name_yaml": json.dumps(

@@ -54,6 +54,7 @@ def write_manifest(*, facts: ReleaseFacts, files: dict[str, str], root: Path) ->
         "include_raw_judgments": release.include_raw_judgments,
         "pseudonyms": PSEUDONYM_RULE,
         "sources": facts.sources,
+        "calibration": facts.calibration,
         "license": DATASET_LICENSE,
         "code_version": facts.code_version,
         "files": dict(sorted(files.items())),

@@ -9,7 +9,7 @@ shortest round-trip form that Python's `repr(float)` also uses, below 1e15 in ma
 whole numbers get their ".0" back. tests/export checks every line against the definition.
 
 CSV carries the same columns in the same (sorted) order, `scores` flattened to `scores.<key>`
-columns and `references` / `raw_judgments` as the same JSON text as in the JSONL; every string is
+columns (and `calibrated_scores` to `calibrated_scores.<key>`) and `references` / `raw_judgments` as the same JSON text as in the JSONL; every string is
 quoted (doubling inner quotes), numbers never are, a missing number is an empty field, lines end
 with "\n". Parquet is converted from the JSONL with the fixed Arrow schema below.
 """
@@ -36,6 +36,9 @@ PARQUET_PARSE_LINES = 5_000
 PARQUET_ROW_GROUP_ROWS = 20_000
 PARQUET_COMPRESSION = "zstd"
 PARQUET_COMPRESSION_LEVEL = 1
+
+# Columns with one value per question: a JSON object in JSONL, one `<name>.<key>` column in CSV.
+FLATTENED_COLUMNS = ("calibrated_scores", "scores")
 
 # Floats at or above this magnitude are refused: PostgreSQL and Python format them differently.
 FLOAT_LIMIT = 1e15
@@ -85,11 +88,20 @@ def sql_literal(text: str) -> str:
 
 
 class RecordSchema:
-    """Column set of a release: fixed by the questions of its campaigns and the raw-judgment flag."""
+    """Column set of a release: fixed by the questions of its campaigns, the raw-judgment flag and
+    whether any of its campaigns was calibrated (then `calibrated_overall` and
+    `calibrated_scores` sit beside the raw means, null for a candidate without calibration)."""
 
-    def __init__(self, *, question_keys: Sequence[str], include_raw_judgments: bool) -> None:
+    def __init__(
+        self,
+        *,
+        question_keys: Sequence[str],
+        include_raw_judgments: bool,
+        include_calibration: bool = False,
+    ) -> None:
         self.question_keys = sorted(question_keys)
         self.include_raw_judgments = include_raw_judgments
+        self.include_calibration = include_calibration
 
     @property
     def columns(self) -> list[str]:
@@ -115,14 +127,16 @@ class RecordSchema:
         ]
         if self.include_raw_judgments:
             names.insert(names.index("references"), "raw_judgments")
+        if self.include_calibration:
+            names[0:0] = ["calibrated_overall", "calibrated_scores"]
         return names
 
     @property
     def csv_header(self) -> str:
         columns: list[str] = []
         for name in self.columns:
-            if name == "scores":
-                columns.extend(f"scores.{key}" for key in self.question_keys)
+            if name in FLATTENED_COLUMNS:
+                columns.extend(f"{name}.{key}" for key in self.question_keys)
             else:
                 columns.append(name)
         return ",".join(_csv_header_cell(column) for column in columns) + "\n"
@@ -138,6 +152,8 @@ class RecordSchema:
     def arrow_schema(self) -> pa.Schema:
         scores = pa.struct([pa.field(key, pa.float64()) for key in self.question_keys])
         types: dict[str, pa.DataType] = {
+            "calibrated_overall": pa.float64(),
+            "calibrated_scores": scores,
             "campaign": pa.string(),
             "candidate_id": pa.string(),
             "clip_id": pa.string(),

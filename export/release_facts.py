@@ -4,7 +4,7 @@ facts with the workers pseudonymised."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from export.models import Release
@@ -35,6 +35,8 @@ class ReleaseFacts:
     judgment_exclusions: dict[str, dict[str, int]]
     review_by_campaign: dict[str, dict[str, int]]
     code_version: str
+    # Per calibrated campaign: the model and its fit statistics (annotation.quality.calibration_job).
+    calibration: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ratios(self) -> dict[str, float]:

@@ -247,7 +247,11 @@ def qc_run_execute(*, run_id: int, task_id: str = "") -> QCRun | None:
             error=f"{type(error).__name__}: {error}\n{traceback.format_exc()}",
         )
         return run
-    job_finish(job=run, status=JobStatus.SUCCEEDED, summary=_json_safe(summary))
+    if job_finish(job=run, status=JobStatus.SUCCEEDED, summary=_json_safe(summary)):
+        # Severities are estimated from the judgments QC kept: calibrate after every run.
+        from annotation.quality.calibration_job import calibration_run_start
+
+        calibration_run_start(campaign=run.campaign, qc_run=run)
     return run
 
 

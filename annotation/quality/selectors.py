@@ -27,6 +27,11 @@ from annotation.models import (
     WorkerExclusion,
     WorkerQCStats,
 )
+from annotation.quality.calibration_job import (
+    SEVERITY_EXPLANATION,
+    severity_mean,
+    worker_severities,
+)
 from annotation.quality.rules import STATISTIC_EXPLANATIONS, qc_rules_merge
 from annotation.services.columns import json_number
 from datasets_app.models import ReferenceCaption
@@ -165,6 +170,7 @@ WORKER_SORTS: dict[str, str] = {
     "rating_variance": "rating_variance",
     "control_accuracy": "control_accuracy",
     "agreement": "agreement",
+    "severity": "severity_value",
     "flags": "flag_count",
 }
 
@@ -221,14 +227,18 @@ def worker_rows(
             "created_at": exclusion.created_at.isoformat(),
             "by_curator": exclusion.created_by_id is not None,
         }
+    severities = worker_severities(campaign=campaign)
     for row in rows:
         row["exclusion"] = standing.get(row["participation"])
         row["flag_count"] = len(row["flags"])
+        row["severities"] = severities.get(row["participation"], {})
+        row["severity"] = severity_mean(row["severities"])
+        row["severity_value"] = row["severity"]["severity"] if row["severity"] else None
     return rows_sorted(rows, order, descending=descending)[:limit]
 
 
 def statistic_explanations() -> dict[str, str]:
-    return dict(STATISTIC_EXPLANATIONS)
+    return {**STATISTIC_EXPLANATIONS, "severity": SEVERITY_EXPLANATION}
 
 
 def campaign_rules(*, campaign: Campaign) -> dict[str, dict[str, Any]]:

@@ -5,12 +5,17 @@ from __future__ import annotations
 
 from django.urls import URLPattern, URLResolver, path
 
-from annotation.quality import views
+from annotation.quality import views, worker_page
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("campaigns/<slug:slug>/", views.campaign_detail, name="campaign-detail"),
     path("campaigns/<slug:slug>/qc-runs/", views.qc_run_create, name="quality-run"),
     path("campaigns/<slug:slug>/workers/", views.workers, name="quality-workers"),
+    path(
+        "campaigns/<slug:slug>/workers/<int:participation_id>/",
+        worker_page.worker_detail,
+        name="quality-worker",
+    ),
     path(
         "campaigns/<slug:slug>/workers/<int:participation_id>/exclude/",
         views.worker_exclude_view,

@@ -175,6 +175,7 @@ def workers(request: HttpRequest, slug: str) -> HttpResponse:
         ("rating_variance", "Variance", "rating_variance"),
         ("control_accuracy", "Controls", "control_accuracy"),
         ("agreement", "Agreement", "agreement"),
+        ("severity", "Severity ± SE", "severity"),
         ("flags", "Flags", None),
     ]
     explanations = statistic_explanations()

@@ -14,7 +14,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from types import TracebackType
 from typing import Any
@@ -60,6 +60,8 @@ class _Item:
     kept_judgments: int
     review_state: str
     means: dict[str, Any]
+    calibrated_scores: dict[str, Any] = field(default_factory=dict)
+    calibrated_overall: float | None = None
 
 
 def _reason(row: Mapping[str, Any]) -> str | None:
@@ -154,6 +156,8 @@ class PortableReleaseReads:
             "kept_judgments",
             "review_state",
             "means",
+            "calibration__scores",
+            "calibration__overall",
             "is_control",
             "dropped",
             "is_finalised",
@@ -183,6 +187,8 @@ class PortableReleaseReads:
                     kept_judgments=row["kept_judgments"],
                     review_state=row["review_state"],
                     means=row["means"] or {},
+                    calibrated_scores=row["calibration__scores"] or {},
+                    calibrated_overall=row["calibration__overall"],
                 )
             )
         totals = {
@@ -374,11 +380,21 @@ class PortableReleaseReads:
             }
             if schema.include_raw_judgments:
                 record["raw_judgments"] = raw[item.cc_id]
+            if schema.include_calibration:
+                record["calibrated_overall"] = item.calibrated_overall
+                record["calibrated_scores"] = {
+                    key: None
+                    if item.calibrated_scores.get(key) is None
+                    else float(item.calibrated_scores[key])
+                    for key in schema.question_keys
+                }
             cells: list[str] = []
             for name in schema.columns:
                 value = record[name]
-                if name == "scores":
+                if name in ("scores", "calibrated_scores"):
                     cells.extend("" if mean is None else _number(mean) for mean in value.values())
+                elif value is None:
+                    cells.append("")
                 elif name in ("references", "raw_judgments"):
                     cells.append(_csv_string(_compact(value)))
                 elif isinstance(value, str):

@@ -78,7 +78,8 @@ def prepare_fragments(
             f"""
             CREATE TEMP TABLE {snapshot.ordered} ON COMMIT DROP AS
             SELECT i.cc_id, i.clip_id, s.split, i.overall, i.training_class, i.kept_judgments,
-                   i.review_state, i.means, camp.slug, cand.external_id, cand.text,
+                   i.review_state, i.means, i.calibrated_scores, i.calibrated_overall,
+                   camp.slug, cand.external_id, cand.text,
                    COALESCE(sys.name, '') AS system_name,
                    COALESCE(sys.version, '') AS system_version,
                    row_number() OVER (ORDER BY s.split, c.vatex_id COLLATE "C",
@@ -159,6 +160,24 @@ def split_lines(
         for index, key in enumerate(keys)
     )
     scores_csv = " || ',' || ".join(f"COALESCE(m{index}, '')" for index in range(len(keys)))
+    calibrated = "".join(
+        f"{sql_number(f'(o.calibrated_scores->>{sql_literal(key)})::float8')} AS k{index},"
+        for index, key in enumerate(keys)
+    )
+    calibrated_json = " || ',' || ".join(
+        f"{sql_literal(json.dumps(key, ensure_ascii=False) + ':')} || COALESCE(k{index}, 'null')"
+        for index, key in enumerate(keys)
+    )
+    calibrated_csv = " || ',' || ".join(f"COALESCE(k{index}, '')" for index in range(len(keys)))
+    calibrated_line_json = calibrated_line_csv = ""
+    if schema.include_calibration:
+        calibrated_line_json = (
+            "|| '\"calibrated_overall\":' || COALESCE(n_calibrated, 'null')"
+            " || ',\"calibrated_scores\":{' || " + (calibrated_json or "''") + " || '},'"
+        )
+        calibrated_line_csv = "COALESCE(n_calibrated, '') || ',' || " + (
+            calibrated_csv + " || ',' ||" if keys else ""
+        )
     review = "COALESCE(NULLIF(o.review_state, ''), 'none')"
     planner = ("enable_hashjoin", "enable_mergejoin", "enable_sort")
     with snapshot.cursor() as settings_cursor:
@@ -171,20 +190,22 @@ def split_lines(
         cursor.execute(
             f"""
             SELECT
-              '{{"campaign":' || j_campaign || ',"candidate_id":' || j_candidate || ','
+              '{{' {calibrated_line_json} || '"campaign":' || j_campaign
+                || ',"candidate_id":' || j_candidate || ','
                 || json_head || '"judgments":' || n_judgments || ',"normalized":' || n_normalized
                 || ',"overall":' || n_overall || ',' {raw_json} || '"references":' || json_refs
                 || ',' || '"review_status":' || j_review || ',"scores":{{'
                 || {scores_json or "''"} || '}},' || json_start || '"system":' || j_system
                 || ',"system_version":' || j_version || ',"text":' || j_text
                 || ',"training_class":' || n_class || ',' || json_video || '}}',
-              c_campaign || ',' || c_candidate || ',' || csv_head || ',' || n_judgments || ','
+              {calibrated_line_csv} c_campaign || ',' || c_candidate || ',' || csv_head || ',' || n_judgments || ','
                 || n_normalized || ',' || n_overall || ',' {raw_csv} || csv_refs || ','
                 || c_review || ',' || {scores_csv + " || ','" if keys else "''"} || csv_start
                 || ',' || c_system || ',' || c_version || ',' || c_text || ',' || n_class || ','
                 || csv_video
             FROM (
-                SELECT o.ord, {raw_inner} {means}
+                SELECT o.ord, {raw_inner} {means} {calibrated}
+                  {sql_number("o.calibrated_overall")} AS n_calibrated,
                   {sql_json_string("o.slug")} AS j_campaign,
                   {sql_csv_string("o.slug")} AS c_campaign,
                   {sql_json_string("o.external_id")} AS j_candidate,

@@ -11,6 +11,7 @@ from datasets_app.models import CandidateKind
 from export import splitting
 from export.reads.protocol import EXCLUSION_REASONS
 from export.reads.sql_snapshot import (
+    T_CALIBRATION,
     T_CAMPAIGN,
     T_CAND,
     T_CC,
@@ -37,8 +38,10 @@ def select_items(snapshot: ReleaseSnapshot) -> dict[str, Any]:
             CREATE TEMP TABLE {snapshot.items} ON COMMIT DROP AS
             SELECT cc.id AS cc_id, cc.campaign_id, cc.candidate_id, cc.clip_id, cc.overall,
                    COALESCE(cc.training_class, floor(cc.overall + 0.5)::int) AS training_class,
-                   cc.kept_judgments, cc.review_state, cc.means
+                   cc.kept_judgments, cc.review_state, cc.means,
+                   cal.scores AS calibrated_scores, cal.overall AS calibrated_overall
             FROM {T_CC} cc JOIN {T_CAND} cand ON cand.id = cc.candidate_id
+            LEFT JOIN {T_CALIBRATION} cal ON cal.campaign_candidate_id = cc.id
             WHERE cc.campaign_id = ANY(%(campaigns)s) AND {_ELIGIBLE}
             """,
             parameters,

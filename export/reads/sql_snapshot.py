@@ -26,6 +26,7 @@ from annotation.models import (
     AuditEntry,
     Campaign,
     CampaignCandidate,
+    CandidateCalibration,
     Judgment,
     Participation,
     Worker,
@@ -41,6 +42,7 @@ from datasets_app.models import (
 from export.models import ReleaseRecord
 
 T_CC = CampaignCandidate._meta.db_table
+T_CALIBRATION = CandidateCalibration._meta.db_table
 T_CAND = CandidateCaption._meta.db_table
 T_SYSTEM = CaptioningSystem._meta.db_table
 T_CLIP = Clip._meta.db_table

@@ -8,7 +8,13 @@ import hmac
 import json
 import re
 
-from annotation.models import CampaignCandidate, Judgment, ReviewState
+from annotation.models import (
+    Campaign,
+    CampaignCandidate,
+    CandidateCalibration,
+    Judgment,
+    ReviewState,
+)
 from datasets_app.models import CandidateCaption, ReferenceCaption
 from export.records import canonical_line
 from tests.export.builders import build_campaign
@@ -76,9 +82,11 @@ def test_a_different_seed_changes_the_split_but_never_puts_a_clip_in_two_splits(
 def _csv_expected(record: dict) -> dict[str, str]:  # type: ignore[type-arg]
     expected = {}
     for key, value in record.items():
-        if key == "scores":
+        if key in ("scores", "calibrated_scores"):
             for question, mean in value.items():
-                expected[f"scores.{question}"] = "" if mean is None else repr(mean)
+                expected[f"{key}.{question}"] = "" if mean is None else repr(mean)
+        elif value is None:
+            expected[key] = ""
         elif key in ("references", "raw_judgments"):
             expected[key] = json.dumps(
                 value, sort_keys=True, separators=(",", ":"), ensure_ascii=False
@@ -90,12 +98,25 @@ def _csv_expected(record: dict) -> dict[str, str]:  # type: ignore[type-arg]
     return expected
 
 
+def calibrate_leaving_one_out(campaign: Campaign) -> None:
+    """Calibrated scores for every rated candidate but one (whose calibrated fields are null)."""
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    call_command("calibrate", campaign.slug, "--json", stdout=StringIO(), stderr=StringIO())
+    CandidateCalibration.objects.filter(
+        pk=CandidateCalibration.objects.filter(campaign=campaign).order_by("pk").first().pk
+    ).delete()
+
+
 def test_every_record_is_canonical_normalised_and_the_same_in_all_three_formats(db):
     data = build_campaign(slug="formats", clips=30, workers=8)
     tricky = CandidateCaption.objects.filter(clip=data.clips[3]).first()
     tricky.text = 'He said "hi", then —\nleft the café 😀 \\ tab\there \x1f\u2028end'
     tricky.save()
     ReferenceCaption.objects.filter(clip=data.clips[3]).update(text='a, "quoted" reference')
+    calibrate_leaving_one_out(data.campaign)
     release = build(
         campaigns=[data.campaign], seed=5, ratios=(0.8, 0.1, 0.1), include_raw_judgments=True
     )
@@ -123,6 +144,12 @@ def test_every_record_is_canonical_normalised_and_the_same_in_all_three_formats(
 
 def test_records_carry_the_database_values(db):
     data = build_campaign(slug="values", clips=16, workers=9, excluded_worker=False)
+    calibrate_leaving_one_out(data.campaign)
+    calibrations = {
+        row.campaign_candidate_id: row
+        for row in CandidateCalibration.objects.filter(campaign=data.campaign)
+    }
+    null_seen = False
     release = build(campaigns=[data.campaign], seed=3, include_raw_judgments=True)
     records = {
         record["candidate_id"]: record
@@ -137,7 +164,14 @@ def test_records_carry_the_database_values(db):
         kept = list(
             Judgment.objects.filter(campaign_candidate=item, is_excluded=False).order_by("pk")
         )
+        calibration = calibrations.get(item.pk)
+        null_seen = null_seen or calibration is None
         assert record == {
+            "calibrated_overall": calibration.overall if calibration else None,
+            "calibrated_scores": {
+                key: calibration.scores.get(key) if calibration else None
+                for key in sorted(item.means)
+            },
             "campaign": "values",
             "candidate_id": candidate.external_id,
             "clip_id": clip.vatex_id,
@@ -174,6 +208,7 @@ def test_records_carry_the_database_values(db):
         resolved_seen = resolved_seen or record["review_status"] == "resolved"
     assert records == {}
     assert resolved_seen
+    assert null_seen or len(calibrations) == len(eligible(data.campaign))
 
 
 def test_left_out_candidates_are_not_in_the_files_and_are_counted(db):

@@ -329,6 +329,23 @@ ROUTES: dict[str, list[Case]] = {
         ),
     ],
     "annotation_api:agreement": [C("GET", url("annotation_api:agreement", slug), curator_api(200))],
+    "annotation_api:calibration": [
+        C("GET", url("annotation_api:calibration", slug), curator_api(200)),
+    ],
+    "annotation_api:calibration-runs": [
+        C("GET", url("annotation_api:calibration-runs", slug), curator_api(200)),
+        C("POST", url("annotation_api:calibration-runs", slug), curator_api(202)),
+    ],
+    "annotation_api:calibration-run-detail": [
+        C(
+            "GET",
+            url(
+                "annotation_api:calibration-run-detail",
+                lambda w: {**slug(w), "run_id": w.calibration_run.pk},
+            ),
+            curator_api(200),
+        ),
+    ],
     "annotation_api:review-queue": [
         C("GET", url("annotation_api:review-queue", slug), curator_api(200)),
     ],
@@ -508,6 +525,16 @@ ROUTES: dict[str, list[Case]] = {
     ],
     "annotation:quality-workers": [
         C("GET", url("annotation:quality-workers", slug), curator_page())
+    ],
+    "annotation:quality-worker": [
+        C(
+            "GET",
+            url(
+                "annotation:quality-worker",
+                lambda w: {**slug(w), "participation_id": w.participation_b.pk},
+            ),
+            curator_page(),
+        )
     ],
     "annotation:quality-worker-exclude": [
         C(

@@ -15,6 +15,7 @@ from django.utils import timezone
 from annotation.models import (
     Assignment,
     AuditEntry,
+    CalibrationRun,
     Campaign,
     CampaignCandidate,
     Participation,
@@ -58,6 +59,7 @@ class World:
     offer_a: dict[str, Any]  # the `next` payload of live_a
     offer_b: dict[str, Any]
     qc_run: QCRun
+    calibration_run: CalibrationRun
     review_item: ReviewItem
     audit_entry: AuditEntry
     release: Release
@@ -119,6 +121,9 @@ def build_world(*, curator: User, admin: User, outsider: User, slug: str = "matr
         note="set by the curator",
     )
     qc_run = QCRun.objects.create(campaign=campaign, status=JobStatus.SUCCEEDED)
+    calibration_run = CalibrationRun.objects.create(
+        campaign=campaign, qc_run=qc_run, status=JobStatus.SUCCEEDED
+    )
 
     release = _published_release("matrix release", campaign, seed=1)
     other_release = _published_release("matrix release 2", campaign, seed=2)
@@ -142,6 +147,7 @@ def build_world(*, curator: User, admin: User, outsider: User, slug: str = "matr
         offer_a=offer_a,
         offer_b=offer_b,
         qc_run=qc_run,
+        calibration_run=calibration_run,
         review_item=review_item,
         audit_entry=audit_entry,
         release=release,

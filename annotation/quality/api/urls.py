@@ -9,6 +9,7 @@ from annotation.quality.api import (
     aggregates,
     agreement,
     audit,
+    calibration,
     controls,
     leaderboard,
     review,
@@ -84,4 +85,20 @@ urlpatterns: list[URLPattern | URLResolver] = [
         name="leaderboard",
     ),
     path("campaigns/<slug:slug>/controls", controls.ControlsApi.as_view(), name="controls"),
+    # Rater-severity calibration.
+    path(
+        "campaigns/<slug:slug>/calibration",
+        calibration.CalibrationApi.as_view(),
+        name="calibration",
+    ),
+    path(
+        "campaigns/<slug:slug>/calibration/runs",
+        calibration.CalibrationRunListApi.as_view(),
+        name="calibration-runs",
+    ),
+    path(
+        "campaigns/<slug:slug>/calibration/runs/<int:run_id>",
+        calibration.CalibrationRunDetailApi.as_view(),
+        name="calibration-run-detail",
+    ),
 ]

@@ -36,6 +36,13 @@ class StandingExclusionSerializer(serializers.Serializer):
     by_curator = serializers.BooleanField()
 
 
+class SeveritySummarySerializer(serializers.Serializer):
+    severity = serializers.FloatField(help_text="Logits; > 0 is harsher than average.")
+    standard_error = serializers.FloatField()
+    low = serializers.FloatField(help_text="severity - 1.96 standard errors.")
+    high = serializers.FloatField(help_text="severity + 1.96 standard errors.")
+
+
 class WorkerRowSerializer(serializers.Serializer):
     participation = serializers.IntegerField()
     worker = serializers.CharField(help_text="External id on the crowd platform.")
@@ -51,6 +58,12 @@ class WorkerRowSerializer(serializers.Serializer):
     control_items = serializers.IntegerField()
     control_accuracy = serializers.FloatField(allow_null=True)
     agreement = serializers.FloatField(allow_null=True)
+    severity = SeveritySummarySerializer(
+        allow_null=True, help_text="From the latest calibration, averaged over the questions."
+    )
+    severities = serializers.DictField(
+        child=SeveritySummarySerializer(), help_text="Per question, from the latest calibration."
+    )
     flags = FlagSerializer(many=True)
     exclusion = StandingExclusionSerializer(allow_null=True)
     computed_at = serializers.DateTimeField(allow_null=True)

@@ -1,0 +1,92 @@
+"""`manage.py calibrate SLUG [--json] [--async] [--workers]`: rater-severity calibration of a
+campaign (see docs/quality.md, "Rater severity")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import CommandError, CommandParser
+
+from annotation.models import CalibrationRun, Campaign
+from annotation.quality.calibration_job import (
+    calibration_run_execute,
+    calibration_run_start,
+    worker_severities,
+)
+from common.management.base import LepusCommand
+from common.models import JobStatus
+
+
+class Command(LepusCommand):
+    help = (
+        "Fit the ordinal rater-severity model of the campaign per question (item quality + rater "
+        "severity through shared thresholds) on its kept judgments, and store every worker's "
+        "severity with its standard error and every candidate's calibrated scores. Prints "
+        '{"run", "status", "judgments", "workers", "candidates", "questions": {key: fit '
+        'statistics}} with --json; --workers adds {"severities": {worker: {key: {...}}}}.'
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        super().add_arguments(parser)
+        parser.add_argument("slug", help="Campaign slug.")
+        parser.add_argument(
+            "--async",
+            action="store_true",
+            dest="run_async",
+            help="Queue the run for a Celery worker instead of running it here.",
+        )
+        parser.add_argument(
+            "--workers", action="store_true", help="Also print every worker's severities."
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        campaign = Campaign.objects.filter(slug=options["slug"]).first()
+        if campaign is None:
+            raise CommandError(f"no campaign with slug {options['slug']!r}")
+        if options["run_async"]:
+            run = calibration_run_start(campaign=campaign)
+            self.emit({"run": run.pk, "status": run.status}, f"Calibration run {run.pk} queued.")
+            return
+        run = CalibrationRun.objects.create(campaign=campaign)
+        self.note(f"Calibration run {run.pk} of {campaign.slug}…")
+        calibration_run_execute(run_id=run.pk)
+        run.refresh_from_db()
+        if run.status != JobStatus.SUCCEEDED:
+            raise CommandError(f"calibration run {run.pk} {run.status}: {run.error[:500]}")
+        summary = run.summary
+        payload: dict[str, Any] = {
+            "run": run.pk,
+            "status": run.status,
+            "judgments": summary["judgments"],
+            "workers": summary["workers"],
+            "candidates": summary["candidates"],
+            "questions": summary["questions"],
+        }
+        lines = [
+            f"Calibration run {run.pk}: {summary['judgments']} judgments, "
+            f"{summary['workers']} workers, {summary['candidates']} candidates",
+        ]
+        for key, statistics in summary["questions"].items():
+            lines.append(
+                f"  {key}: severity sd {statistics['severity_sd']} (reliability "
+                f"{statistics['severity_reliability']}), infit {statistics['infit_mean_square']}"
+                f", outfit {statistics['outfit_mean_square']}, converged "
+                f"{statistics['converged']} in {statistics['iterations']} iterations"
+            )
+        if options["workers"]:
+            names = dict(
+                campaign.participations.values_list("id", "worker__external_id").iterator()
+            )
+            severities = worker_severities(campaign=campaign)
+            payload["severities"] = {
+                names[participation]: entries for participation, entries in severities.items()
+            }
+            for participation, entries in severities.items():
+                lines.append(
+                    f"  {names[participation]}: "
+                    + ", ".join(
+                        f"{key} {entry['severity']:+.2f} ± {entry['standard_error']:.2f}"
+                        for key, entry in entries.items()
+                    )
+                )
+        self.emit(payload, "\n".join(lines))

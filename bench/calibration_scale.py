@@ -1,0 +1,412 @@
+"""Rater-severity calibration at scale: the calibration job's computation (`calibration_campaign`:
+read the kept judgments with one COPY, fit the ordinal model per question, store every severity
+and calibrated score) over 1,000,000 judgments of 333,333 candidates by 10,000 workers with
+planted severities, on PostgreSQL.
+
+    python bench/calibration_scale.py                     # load (if needed) + 3 measured runs
+    python bench/calibration_scale.py --judgments 30000   # a small version while developing
+    flock /tmp/lepus-bench.lock python bench/calibration_scale.py --output bench/results/x.json
+
+Data is generated inside PostgreSQL (INSERT ... SELECT FROM generate_series) into its own database
+`<your database>_calbench`: every candidate has a true quality (about N(0, 1) logits) and every
+worker a planted severity (uniform in [-1.4, 1.4] logits, sd 0.81); each of the three questions
+is drawn independently from the cumulative-logit model with thresholds (-2.2, -0.8, 0.6, 2.0).
+The truth is kept in a table `bench_truth` so each run can also report how well the fit
+recovered it. Each measured run is a fresh child process (its peak RSS is the run's own): one cold
+run (no stored calibration: everything inserted), then `--runs` warm runs (a re-run on the same
+judgments: the fit is deterministic, nothing changes, nothing is written); the report gives the
+median of the warm runs with their min and max, and every run's figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import resource
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+SLUG = "calibration-bench"
+THRESHOLDS = (-2.2, -0.8, 0.6, 2.0)
+
+
+def _bench_database_url() -> str:
+    from config.env import load_dotenv_file
+
+    load_dotenv_file(str(ROOT / ".env"))
+    base = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/lepus")
+    if not base.startswith("postgres"):
+        raise SystemExit(
+            "bench/calibration_scale.py needs PostgreSQL (DATABASE_URL=postgres://...)"
+        )
+    head, _, name = base.rpartition("/")
+    return f"{head}/{name.split('?')[0]}_calbench"
+
+
+def _setup_django(database_url: str) -> None:
+    os.environ["DATABASE_URL"] = database_url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    os.environ.setdefault("DJANGO_DEBUG", "true")
+    import django
+
+    django.setup()
+
+
+def _severity_sql(worker: str) -> str:
+    """The planted severity of worker number `worker` (1-based), uniform in [-1.4, 1.4]."""
+    return f"((mod({worker}::bigint * 7919, 1001) - 500) / 500.0 * 1.4)"
+
+
+def load(*, judgments: int, workers: int) -> dict[str, Any]:
+    from django.core.management import call_command
+    from django.db import connection
+    from qc_scale import _insert_select  # the same set-based loader
+
+    from annotation.models import (
+        Campaign,
+        CampaignCandidate,
+        CampaignClip,
+        Judgment,
+        Participation,
+        Worker,
+    )
+    from annotation.questions import default_questions
+    from datasets_app.models import CandidateCaption, CaptioningSystem, Clip
+
+    started = time.perf_counter()
+    call_command("migrate", verbosity=0)
+    candidates = judgments // 3
+    clips = candidates // 3
+    candidates = clips * 3
+    with connection.cursor() as cursor:
+        tables = [
+            model._meta.db_table
+            for model in (Judgment, CampaignCandidate, CampaignClip, Participation, Worker)
+        ]
+        cursor.execute(
+            "TRUNCATE "
+            + ", ".join(tables)
+            + f", {Campaign._meta.db_table}, {CandidateCaption._meta.db_table}, "
+            f"{Clip._meta.db_table}, {CaptioningSystem._meta.db_table} RESTART IDENTITY CASCADE"
+        )
+        cursor.execute("SELECT setseed(0.17)")
+        cursor.execute("DROP TABLE IF EXISTS bench_truth")
+        # Irwin-Hall: the sum of three uniforms, centred and scaled to sd 1.
+        cursor.execute(
+            "CREATE TABLE bench_truth AS SELECT g AS candidate, "
+            "(random() + random() + random() - 1.5) * 2.0 AS quality "
+            "FROM generate_series(1, %s) AS g",
+            [candidates],
+        )
+        cursor.execute("ALTER TABLE bench_truth ADD PRIMARY KEY (candidate)")
+    campaign = Campaign.objects.create(
+        slug=SLUG, name="Calibration benchmark", questions=default_questions()
+    )
+    system = CaptioningSystem.objects.create(name="system")
+    _insert_select(
+        Clip,
+        {
+            "vatex_id": "'cal' || lpad(g::text, 7, '0') || '_000000_000010'",
+            "youtube_id": "'cal' || lpad(g::text, 7, '0')",
+            "start_seconds": "0",
+            "end_seconds": "10",
+            "duration": "10",
+        },
+        "generate_series(1, %s) AS g",
+        [clips],
+    )
+    _insert_select(
+        CandidateCaption,
+        {
+            "clip_id": "(g - 1) / 3 + 1",
+            "external_id": "'cal:' || g",
+            "text": "'a caption number ' || g",
+            "system_id": str(system.pk),
+            "position": "mod(g - 1, 3)",
+        },
+        "generate_series(1, %s) AS g",
+        [candidates],
+    )
+    _insert_select(
+        CampaignClip,
+        {"campaign_id": str(campaign.pk), "clip_id": "g", "candidates": "3", "open_slots": "0"},
+        "generate_series(1, %s) AS g",
+        [clips],
+    )
+    _insert_select(
+        CampaignCandidate,
+        {
+            "campaign_id": str(campaign.pk),
+            "candidate_id": "g",
+            "clip_id": "(g - 1) / 3 + 1",
+            "quota": "3",
+            "slots_taken": "3",
+        },
+        "generate_series(1, %s) AS g",
+        [candidates],
+    )
+    _insert_select(
+        Worker,
+        {"platform": "'prolific'", "external_id": "'cal-worker-' || g"},
+        "generate_series(1, %s) AS g",
+        [workers],
+    )
+    _insert_select(
+        Participation,
+        {"campaign_id": str(campaign.pk), "worker_id": "g", "joined_at": "now()"},
+        "generate_series(1, %s) AS g",
+        [workers],
+    )
+
+    def rating() -> str:
+        eta = f"(t.quality - {_severity_sql('w')})"
+        steps = " + ".join(
+            f"(CASE WHEN u > 1.0 / (1.0 + exp({eta} - ({threshold}))) THEN 1 ELSE 0 END)"
+            for threshold in THRESHOLDS
+        )
+        return f"(SELECT 1 + {steps} FROM (SELECT random() AS u) AS draw)"
+
+    values = (
+        "jsonb_build_object("
+        + ", ".join(f"'{key}', {rating()}" for key in ("descriptiveness", "relevance", "fluency"))
+        + ")"
+    )
+    _insert_select(
+        Judgment,
+        {
+            "campaign_id": str(campaign.pk),
+            "campaign_candidate_id": "c",
+            "participation_id": "w",
+            "values": values,
+            "source": "'crowd'",
+            "server_ms": "6000 + (random() * 20000)::int",
+            "created_at": "now()",
+        },
+        f"(SELECT pairs.c, pairs.w, t.quality FROM (SELECT c, 1 + mod(c::bigint * 7919 + s * "
+        f"3331, {workers})::int AS w FROM generate_series(1, %s) AS c, generate_series(0, 2) AS s)"
+        f" AS pairs JOIN bench_truth t ON t.candidate = pairs.c) AS t(c, w, quality)",
+        [candidates],
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    return {
+        "clips": clips,
+        "candidates": candidates,
+        "judgments": candidates * 3,
+        "workers": workers,
+        "load_seconds": round(time.perf_counter() - started, 1),
+    }
+
+
+def measured_run() -> dict[str, Any]:
+    """One calibration in this process, then (untimed) how well it recovered the truth."""
+    import numpy as np
+    from django.db import connection
+
+    from annotation.models import Campaign, CandidateCalibration, WorkerSeverity
+    from annotation.quality.calibration_job import calibration_campaign
+
+    campaign = Campaign.objects.get(slug=SLUG)
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    started = time.perf_counter()
+    cpu_started = time.process_time()
+    summary = calibration_campaign(campaign=campaign)
+    seconds = time.perf_counter() - started
+    # This process's CPU time (the fits, the COPY decoding); PostgreSQL's is not included.
+    cpu_seconds = time.process_time() - cpu_started
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+    # Recovery (not timed): planted vs estimated severities (participation id = worker number),
+    # calibrated scores and raw means vs the true qualities.
+    recovery: dict[str, Any] = {}
+    for key in campaign.question_keys:
+        rows = list(
+            WorkerSeverity.objects.filter(
+                participation__campaign=campaign, question_key=key
+            ).values_list("participation_id", "severity")
+        )
+        ids = np.array([row[0] for row in rows], dtype=np.float64)
+        estimated = np.array([row[1] for row in rows])
+        planted = (np.mod(ids.astype(np.int64) * 7919, 1001) - 500) / 500.0 * 1.4
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT t.quality, avg((j.values->>%s)::float8), (cal.scores->>%s)::float8 "
+                f"FROM annotation_judgment j JOIN annotation_campaigncandidate cc "
+                f"ON cc.id = j.campaign_candidate_id JOIN bench_truth t ON t.candidate = "
+                f"cc.candidate_id JOIN {CandidateCalibration._meta.db_table} cal "
+                f"ON cal.campaign_candidate_id = cc.id WHERE j.campaign_id = %s "
+                f"GROUP BY cc.id, t.quality, cal.scores",
+                [key, key, campaign.pk],
+            )
+            truth, raw, calibrated = (
+                np.array(column) for column in zip(*cursor.fetchall(), strict=True)
+            )
+        recovery[key] = {
+            "severity_pearson": round(float(np.corrcoef(estimated, planted)[0, 1]), 4),
+            "calibrated_vs_truth_pearson": round(float(np.corrcoef(calibrated, truth)[0, 1]), 4),
+            "raw_mean_vs_truth_pearson": round(float(np.corrcoef(raw, truth)[0, 1]), 4),
+        }
+    return {
+        "seconds": round(seconds, 2),
+        "cpu_seconds": round(cpu_seconds, 2),
+        "peak_rss_mb": round(peak / 1024, 1),
+        "rss_before_run_mb": round(rss_before / 1024, 1),
+        "judgments": summary["judgments"],
+        "workers": summary["workers"],
+        "candidates": summary["candidates"],
+        "severities": summary["severities"],
+        "phases": summary["timings"],
+        "fits": {
+            key: {
+                name: fit[name]
+                for name in (
+                    "iterations",
+                    "evaluations",
+                    "converged",
+                    "seconds",
+                    "severity_sd",
+                    "severity_reliability",
+                    "infit_mean_square",
+                    "outfit_mean_square",
+                    "thresholds",
+                )
+            }
+            for key, fit in summary["questions"].items()
+        },
+        "recovery": recovery,
+    }
+
+
+def _child(database_url: str, mode: str, *extra: str) -> dict[str, Any]:
+    output = subprocess.run(
+        [sys.executable, __file__, "--child", mode, "--database-url", database_url, *extra],
+        capture_output=True,
+        text=True,
+        cwd=str(ROOT),
+    )
+    if output.returncode != 0:
+        sys.stderr.write(output.stderr)
+        raise SystemExit(f"the {mode} step failed")
+    return json.loads(output.stdout.strip().splitlines()[-1])
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=ROOT, capture_output=True, text=True, check=False
+    ).stdout.strip()
+
+
+def _environment() -> dict[str, Any]:
+    import numpy
+    import scipy
+
+    load = os.getloadavg()
+    return {
+        "commit": _git("rev-parse", "HEAD"),
+        "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": {
+            "hostname": socket.gethostname(),
+            "platform": platform.platform(),
+            "processor": platform.processor() or platform.machine(),
+            "cpus": os.cpu_count(),
+            "load_average_at_start": [round(value, 2) for value in load],
+        },
+        "versions": {
+            "python": platform.python_version(),
+            "numpy": numpy.__version__,
+            "scipy": scipy.__version__,
+        },
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--judgments", type=int, default=1_000_000)
+    parser.add_argument("--workers", type=int, default=10_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--reload", action="store_true", help="Regenerate the data first.")
+    parser.add_argument("--output", default=None, help="Also write the JSON report here.")
+    parser.add_argument("--database-url", default=None)
+    parser.add_argument("--child", choices=["run", "load", "count", "clear"], default=None)
+    options = parser.parse_args()
+    database_url = options.database_url or _bench_database_url()
+
+    if options.child:
+        _setup_django(database_url)
+        if options.child == "run":
+            result = measured_run()
+        elif options.child == "clear":
+            from annotation.models import CandidateCalibration, WorkerSeverity
+
+            CandidateCalibration.objects.filter(campaign__slug=SLUG).delete()
+            WorkerSeverity.objects.filter(participation__campaign__slug=SLUG).delete()
+            result = {"cleared": True}
+        elif options.child == "count":
+            from annotation.models import Judgment
+
+            result = {"judgments": Judgment.objects.filter(campaign__slug=SLUG).count()}
+        else:
+            result = load(judgments=options.judgments, workers=options.workers)
+        print(json.dumps(result))
+        return
+
+    from qc_scale import _ensure_database
+
+    report: dict[str, Any] = _environment()
+    _ensure_database(database_url)
+    report["database"] = database_url.rpartition("/")[2]
+    expected = (options.judgments // 9) * 9
+    current = None
+    if not options.reload:
+        try:
+            current = _child(database_url, "count")["judgments"]
+        except SystemExit:
+            current = None
+    if options.reload or current != expected:
+        report["load"] = _child(
+            database_url,
+            "load",
+            "--judgments",
+            str(options.judgments),
+            "--workers",
+            str(options.workers),
+        )
+    # Cold: no stored calibration (every severity and score inserted). Warm: a re-run on the same
+    # judgments (the fit is deterministic, so nothing changes and nothing is written).
+    _child(database_url, "clear")
+    report["cold"] = _child(database_url, "run")
+    runs = [_child(database_url, "run") for _ in range(options.runs)]
+    seconds = [run["seconds"] for run in runs]
+    rss = [run["peak_rss_mb"] for run in runs]
+    report["runs"] = runs
+    report["seconds"] = {
+        "median": statistics.median(seconds),
+        "min": min(seconds),
+        "max": max(seconds),
+    }
+    report["peak_rss_mb"] = {"median": statistics.median(rss), "min": min(rss), "max": max(rss)}
+    report["target_seconds"] = 60
+    report["target_met"] = max(seconds) < 60 and report["cold"]["seconds"] < 60
+    report["load_average_at_end"] = [round(value, 2) for value in os.getloadavg()]
+    text = json.dumps(report, sort_keys=True, indent=2)
+    if options.output:
+        Path(options.output).write_text(text + "\n", encoding="utf-8")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
