@@ -17,6 +17,7 @@ import secrets
 import socket
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -149,16 +150,19 @@ def register_endpoint(
     )
 
 
-def emit(event: str, data: dict[str, Any], campaign_id: int | None = None) -> WebhookEvent | None:
+def emit(
+    event: str, data: dict[str, Any], campaign_id: int | Sequence[int] | None = None
+) -> WebhookEvent | None:
     """Record `event` in the caller's transaction; deliveries are published after commit.
 
     Returns None (and writes nothing) when no active endpoint listens, so emitting is cheap.
+    `campaign_id` may be several ids (a release of several campaigns): endpoints of any of them
+    get the event once.
     """
     if event not in EVENTS:
         raise ValueError(f"unknown webhook event {event!r}")
-    scope = Q(campaign_id__isnull=True)
-    if campaign_id is not None:
-        scope |= Q(campaign_id=campaign_id)
+    ids = [campaign_id] if isinstance(campaign_id, int) else list(campaign_id or [])
+    scope = Q(campaign_id__isnull=True) | Q(campaign_id__in=ids)
     endpoints = [
         e
         for e in WebhookEndpoint.objects.filter(scope, active=True)
@@ -167,7 +171,7 @@ def emit(event: str, data: dict[str, Any], campaign_id: int | None = None) -> We
     if not endpoints:
         return None
     record = WebhookEvent.objects.create(
-        id=uuid.uuid4(), event=event, campaign_id=campaign_id, data=data
+        id=uuid.uuid4(), event=event, campaign_id=ids[0] if len(ids) == 1 else None, data=data
     )
     deliveries = WebhookDelivery.objects.bulk_create(
         [

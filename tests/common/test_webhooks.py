@@ -208,3 +208,48 @@ def test_rolled_back_event_is_never_sent(settings) -> None:  # type: ignore[no-u
         webhooks.emit("release.built", {"release_id": 1})
         raise RuntimeError("the cause failed")
     assert WebhookDelivery.objects.count() == 0
+
+
+@pytest.mark.django_db
+def test_command_and_api(settings, curator) -> None:  # type: ignore[no-untyped-def]
+    from io import StringIO
+
+    from django.core.management import call_command
+    from django.test import Client
+
+    settings.LEPUS_WEBHOOK_ALLOW_PRIVATE = True
+    out = StringIO()
+    call_command(
+        "webhooks",
+        "--json",
+        "add",
+        "http://127.0.0.1:9/hook",
+        "--event",
+        "release.built",
+        stdout=out,
+    )
+    added = json.loads(out.getvalue())
+    assert added["events"] == ["release.built"] and added["secret"].startswith("whsec_")
+    out = StringIO()
+    call_command("webhooks", "--json", "list", stdout=out)
+    assert [row["id"] for row in json.loads(out.getvalue())] == [added["id"]]
+
+    client = Client()
+    client.force_login(curator)
+    settings.LEPUS_WEBHOOK_ALLOW_PRIVATE = False
+    refused = client.post(
+        "/api/v1/webhooks/", {"url": "http://10.0.0.1/hook"}, content_type="application/json"
+    )
+    assert refused.status_code == 400
+    settings.LEPUS_WEBHOOK_ALLOW_PRIVATE = True
+    webhooks.emit("release.built", {"release_id": 3})
+    delivery = WebhookDelivery.objects.get()
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(status=WebhookDeliveryStatus.FAILED)
+    answer = client.post(f"/api/v1/webhooks/deliveries/{delivery.pk}/redeliver/")
+    assert answer.status_code == 202 and answer.json()["status"] == "pending"
+    log = client.get(f"/api/v1/webhooks/{added['id']}/deliveries/")
+    assert [row["id"] for row in log.json()] == [delivery.pk]
+    page = client.get(f"/dashboard/webhooks/{added['id']}/")
+    assert page.status_code == 200 and b"release.built" in page.content
+    rotated = client.post(f"/api/v1/webhooks/{added['id']}/rotate/")
+    assert rotated.json()["secret"] != added["secret"]
