@@ -406,4 +406,5 @@ CELERY_BEAT_SCHEDULE = {
     "quality-sweep": {"task": "annotation.quality_sweep", "schedule": 300.0},
     "check-retraining": {"task": "training_bridge.check_retraining", "schedule": 600.0},
     "sweep-queued-releases": {"task": "export.sweep_queued_releases", "schedule": 300.0},
+    "sweep-webhook-deliveries": {"task": "common.tasks.webhook_sweep", "schedule": 120.0},
 }
