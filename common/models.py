@@ -73,3 +73,72 @@ class Job(models.Model):
     @property
     def progress_percent(self) -> int:
         return int(round(max(0.0, min(1.0, self.progress)) * 100))
+
+
+# --- Webhooks (common.webhooks; docs/webhooks.md) ------------------------------------------------
+# Lowest layer so annotation, export and training_bridge can all emit. Campaigns are referenced by
+# id only (common must not import annotation).
+
+
+class WebhookEndpoint(models.Model):
+    """A curator's receiver URL, global (campaign_id null) or for one campaign."""
+
+    url = models.URLField(max_length=500)
+    description = models.CharField(max_length=200, blank=True)
+    campaign_id = models.BigIntegerField(null=True, blank=True, db_index=True)
+    events = models.JSONField(default=list, blank=True)  # empty: every event
+    secret = models.CharField(max_length=100)
+    previous_secret = models.CharField(max_length=100, blank=True)
+    previous_secret_expires_at = models.DateTimeField(null=True, blank=True)
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return self.url
+
+
+class WebhookEvent(models.Model):
+    """The outbox: one row per emitted event, written in the emitter's transaction."""
+
+    id = models.UUIDField(primary_key=True)
+    event = models.CharField(max_length=64, db_index=True)
+    campaign_id = models.BigIntegerField(null=True, blank=True, db_index=True)
+    data = models.JSONField(default=dict)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at"]
+
+
+class WebhookDeliveryStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+
+
+class WebhookDelivery(models.Model):
+    """One event to one endpoint: its status, attempts, last response code and timing."""
+
+    event = models.ForeignKey(WebhookEvent, on_delete=models.CASCADE, related_name="deliveries")
+    endpoint = models.ForeignKey(
+        WebhookEndpoint, on_delete=models.CASCADE, related_name="deliveries"
+    )
+    status = models.CharField(
+        max_length=16, choices=WebhookDeliveryStatus.choices, default=WebhookDeliveryStatus.PENDING
+    )
+    attempts = models.PositiveIntegerField(default=0)
+    response_code = models.PositiveIntegerField(null=True, blank=True)
+    duration_ms = models.PositiveIntegerField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["event", "endpoint"], name="webhook_delivery_once")
+        ]

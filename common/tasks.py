@@ -92,3 +92,24 @@ def retry_job_after_outage(
     )
     logger.warning("%s %s: %s (%s)", task.name, job_id, message, error)
     raise task.retry(countdown=countdown, exc=error, max_retries=limit)
+
+
+@shared_task(name="common.tasks.webhook_deliver", ignore_result=True)
+def webhook_deliver(delivery_id: int) -> None:
+    """Deliver one webhook; on failure schedule the next attempt with exponential backoff."""
+    from common.webhooks import deliver
+
+    delay = deliver(delivery_id)
+    if delay is not None:
+        webhook_deliver.apply_async(args=(delivery_id,), countdown=delay)
+
+
+@shared_task(name="common.tasks.webhook_sweep", ignore_result=True)
+def webhook_sweep() -> int:
+    """Republish overdue pending deliveries (a publish lost while the broker was down)."""
+    from common.webhooks import due_pending_ids
+
+    ids = due_pending_ids()
+    for delivery_id in ids:
+        publish_now(webhook_deliver, delivery_id)
+    return len(ids)

@@ -325,6 +325,14 @@ CELERY_BROKER_CONNECTION_TIMEOUT = env_float("CELERY_BROKER_CONNECTION_TIMEOUT",
 # sweeps do that work), so requests during a broker outage don't each wait for a timeout.
 LEPUS_BROKER_DOWN_BACKOFF = env_float("LEPUS_BROKER_DOWN_BACKOFF", 10.0)
 
+# --- Webhooks (docs/webhooks.md) ----------------------------------------------------------------
+LEPUS_WEBHOOK_TIMEOUT = env_float("LEPUS_WEBHOOK_TIMEOUT", 10.0)
+LEPUS_WEBHOOK_MAX_ATTEMPTS = env_int("LEPUS_WEBHOOK_MAX_ATTEMPTS", 8, minimum=1)
+LEPUS_WEBHOOK_BACKOFF = env_float("LEPUS_WEBHOOK_BACKOFF", 30.0)  # seconds; doubles per attempt
+LEPUS_WEBHOOK_SECRET_OVERLAP = env_float("LEPUS_WEBHOOK_SECRET_OVERLAP", 86400.0)  # seconds
+# Private, link-local and loopback targets are refused unless this is set (tests, closed networks).
+LEPUS_WEBHOOK_ALLOW_PRIVATE = env_bool("LEPUS_WEBHOOK_ALLOW_PRIVATE", False)
+
 # --- Training -----------------------------------------------------------------------------------
 LEPUS_DEFAULT_BACKBONE = env_str("LEPUS_DEFAULT_BACKBONE", "Qwen/Qwen3-VL-2B-Instruct")
 LEPUS_RETRAIN_MIN_NEW_CANDIDATES = env_int("LEPUS_RETRAIN_MIN_NEW_CANDIDATES", 1000, minimum=1)
@@ -398,4 +406,5 @@ CELERY_BEAT_SCHEDULE = {
     "quality-sweep": {"task": "annotation.quality_sweep", "schedule": 300.0},
     "check-retraining": {"task": "training_bridge.check_retraining", "schedule": 600.0},
     "sweep-queued-releases": {"task": "export.sweep_queued_releases", "schedule": 300.0},
+    "sweep-webhook-deliveries": {"task": "common.tasks.webhook_sweep", "schedule": 120.0},
 }

@@ -23,10 +23,12 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/v1/", include("datasets_app.api_urls")),
     path("api/v1/", include("annotation.api_urls")),
+    path("api/v1/", include("annotation.webhooks.api_urls")),
     path("api/v1/", include("export.api_urls")),
     path("api/v1/", include("training_bridge.api_urls")),
     path("w/", include("annotation.worker_urls")),
     path("dashboard/", include("annotation.urls")),
+    path("dashboard/webhooks/", include("annotation.webhooks.urls")),
     path("dashboard/releases/", include("export.urls")),
     path("dashboard/training/", include("training_bridge.urls")),
 ]

@@ -17,7 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from annotation.models import Campaign
-from common import storage
+from common import storage, webhooks
 from common.jobs import JobCancelled, job_claim, job_finish, job_progress, job_requeue
 from common.models import JobStatus
 from common.tasks import enqueue
@@ -162,6 +162,8 @@ def release_build(*, release_id: int, task_id: str = "") -> Release | None:
     )
     if not finished:  # reaped or cancelled while publishing: its files stay unlisted
         logger.warning("release %s was no longer running when it finished", release.pk)
+    else:
+        webhooks.emit("release.built", {"release_id": release.pk, "name": release.name, "counts": output.counts}, list(release.campaigns.values_list("pk", flat=True)))  # fmt: skip
     return release
 
 

@@ -50,6 +50,7 @@ from annotation.models import (
 from annotation.quality.aggregation import aggregation_recompute
 from annotation.quality.rules import RULE_LABELS
 from annotation.services.columns import json_text, pg_array
+from common import webhooks
 from common.db import is_postgresql
 
 logger = logging.getLogger(__name__)
@@ -405,6 +406,8 @@ def workers_exclude(
             ],
             batch_size=1000,
         )
+    for exclusion in exclusions:
+        webhooks.emit("worker.excluded", {"participation_id": exclusion.participation_id, "rules": exclusion.rules, "judgments_excluded": counts[exclusion.pk]}, campaign.pk)  # fmt: skip
     return ExclusionOutcome(
         exclusions=exclusions,
         judgments_excluded=sum(counts.values()),

@@ -36,6 +36,7 @@ from annotation.quality.exclusions import (
     worker_exclude,
     worker_include,
 )
+from common import webhooks
 
 
 class ReviewError(Exception):
@@ -232,6 +233,7 @@ def review_resolve(
         _set_candidate_state(locked, ReviewState.RESOLVED)
     aggregation_recompute(campaign=campaign, candidate_ids=touched, detect_review=False)
     item.refresh_from_db()
+    webhooks.emit("review_item.resolved", {"review_item_id": item.pk, "candidate_id": item.campaign_candidate_id, "dropped": drop}, campaign.pk)  # fmt: skip
     return item
 
 

@@ -444,6 +444,36 @@ ROUTES: dict[str, list[Case]] = {
             note="a finished release is not cancelled",
         ),
     ],
+    # Curator API: webhooks (ids that do not exist: the role check comes before the lookup).
+    "webhooks_api:endpoints": [
+        C("GET", url("webhooks_api:endpoints"), curator_api(200)),
+        C("POST", url("webhooks_api:endpoints"), curator_api(400), lambda w: {}),
+    ],
+    "webhooks_api:endpoint": [
+        C("GET", url("webhooks_api:endpoint", lambda w: {"endpoint_id": 999999}), curator_api(404)),
+        C(
+            "DELETE",
+            url("webhooks_api:endpoint", lambda w: {"endpoint_id": 999999}),
+            curator_api(404),
+        ),
+    ],
+    "webhooks_api:rotate": [
+        C("POST", url("webhooks_api:rotate", lambda w: {"endpoint_id": 999999}), curator_api(404)),
+    ],
+    "webhooks_api:deliveries": [
+        C(
+            "GET",
+            url("webhooks_api:deliveries", lambda w: {"endpoint_id": 999999}),
+            curator_api(404),
+        ),
+    ],
+    "webhooks_api:redeliver": [
+        C(
+            "POST",
+            url("webhooks_api:redeliver", lambda w: {"delivery_id": 999999}),
+            curator_api(404),
+        ),
+    ],
     "training_bridge_api:run-list": [
         C("GET", url("training_bridge_api:run-list"), curator_api(200)),
         C("POST", url("training_bridge_api:run-list"), curator_api(400), lambda w: {}),
@@ -618,6 +648,36 @@ ROUTES: dict[str, list[Case]] = {
         ),
     ],
     "export:list": [C("GET", url("export:list"), curator_page())],
+    "webhooks:list": [C("GET", url("webhooks:list"), curator_page())],
+    "webhooks:create": [
+        C(
+            "POST",
+            url("webhooks:create"),
+            curator_page(400),
+            lambda w: {},
+            json=False,
+            note="an empty form: the list again with errors",
+        ),
+    ],
+    "webhooks:detail": [
+        C("GET", url("webhooks:detail", lambda w: {"endpoint_id": 999999}), curator_page(404)),
+    ],
+    "webhooks:rotate": [
+        C(
+            "POST",
+            url("webhooks:rotate", lambda w: {"endpoint_id": 999999}),
+            curator_page(404),
+            json=False,
+        ),
+    ],
+    "webhooks:redeliver": [
+        C(
+            "POST",
+            url("webhooks:redeliver", lambda w: {"delivery_id": 999999}),
+            curator_page(404),
+            json=False,
+        ),
+    ],
     "export:create": [
         C(
             "POST",

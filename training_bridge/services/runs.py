@@ -33,6 +33,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from common import webhooks
 from common.jobs import JobCancelled, job_claim, job_finish, job_requeue
 from common.models import JobStatus
 from training_bridge.models import STEP_NAMES, TrainingRun, TrainingTrigger
@@ -277,6 +278,7 @@ def training_run_execute_step(*, run_id: int, step: str, token: str, task_id: st
             status=JobStatus.FAILED,
             error=f"{step}: {error}\n\n{traceback.format_exc()}",
         )
+        webhooks.emit("training_run.failed", {"run_id": run.pk, "step": step, "error": str(error)[:500]})  # fmt: skip
         return "failed"
     reporter.log(f"{step}: finished")
     reporter.flush()
@@ -311,6 +313,8 @@ def _record_step(
             progress_message="finished",
             **fields,
         )
+        if finished:
+            webhooks.emit("training_run.finished", {"run_id": run.pk, "metrics": result.get("metrics", {})})  # fmt: skip
     else:
         next_step = STEP_NAMES[STEP_NAMES.index(step) + 1]
         finished = bool(

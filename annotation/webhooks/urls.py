@@ -1,0 +1,16 @@
+"""Webhook pages, mounted under /dashboard/webhooks/."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from annotation.webhooks import views
+
+app_name = "webhooks"
+urlpatterns = [
+    path("", views.webhook_list_page, name="list"),
+    path("new/", views.webhook_create_page, name="create"),
+    path("<int:endpoint_id>/", views.webhook_detail_page, name="detail"),
+    path("<int:endpoint_id>/rotate/", views.webhook_rotate_page, name="rotate"),
+    path("deliveries/<int:delivery_id>/redeliver/", views.webhook_redeliver_page, name="redeliver"),
+]

@@ -1,0 +1,111 @@
+"""Curator pages of webhooks: list and register endpoints (global or per campaign), an endpoint's
+delivery log with a redeliver button, and secret rotation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from annotation.models import Campaign
+from annotation.webhooks.services import (
+    campaign_slugs,
+    delivery_redeliver,
+    endpoint_register,
+    endpoint_rotate,
+)
+from common.models import WebhookDelivery, WebhookEndpoint
+from common.permissions import curator_required
+from common.webhooks import EVENTS
+
+
+class EndpointForm(forms.Form):
+    url = forms.URLField(max_length=500, label="URL", assume_scheme="https")
+    campaign = forms.ChoiceField(required=False, help_text="Empty: every campaign.")
+    events = forms.MultipleChoiceField(
+        choices=[(e, e) for e in EVENTS],
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="None ticked: every event.",
+    )
+    description = forms.CharField(required=False, max_length=200)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        slugs = Campaign.objects.order_by("slug").values_list("slug", flat=True)
+        self.fields["campaign"].choices = [("", "All campaigns"), *((s, s) for s in slugs)]  # type: ignore[attr-defined]
+
+
+def _list(request: HttpRequest, form: EndpointForm, status: int = 200) -> HttpResponse:
+    endpoints = list(WebhookEndpoint.objects.all())
+    slugs = campaign_slugs({e.campaign_id for e in endpoints if e.campaign_id})
+    rows = [(e, slugs.get(e.campaign_id) if e.campaign_id else None) for e in endpoints]
+    return render(
+        request, "annotation/webhooks/list.html", {"rows": rows, "form": form}, status=status
+    )
+
+
+@require_GET
+@curator_required
+def webhook_list_page(request: HttpRequest) -> HttpResponse:
+    return _list(request, EndpointForm())
+
+
+@require_POST
+@curator_required
+def webhook_create_page(request: HttpRequest) -> HttpResponse:
+    form = EndpointForm(request.POST)
+    if form.is_valid():
+        try:
+            endpoint = endpoint_register(
+                url=form.cleaned_data["url"],
+                events=list(form.cleaned_data["events"]),
+                campaign_slug=form.cleaned_data["campaign"] or None,
+                description=form.cleaned_data["description"],
+            )
+        except ValidationError as error:
+            form.add_error("url", error)
+        else:
+            messages.success(
+                request, f"Endpoint registered. Its secret (shown once): {endpoint.secret}"
+            )
+            return redirect("webhooks:detail", endpoint_id=endpoint.pk)
+    return _list(request, form, status=400)
+
+
+@require_GET
+@curator_required
+def webhook_detail_page(request: HttpRequest, endpoint_id: int) -> HttpResponse:
+    endpoint = get_object_or_404(WebhookEndpoint, pk=endpoint_id)
+    deliveries = endpoint.deliveries.select_related("event")[:200]
+    return render(
+        request,
+        "annotation/webhooks/detail.html",
+        {"endpoint": endpoint, "deliveries": deliveries},
+    )
+
+
+@require_POST
+@curator_required
+def webhook_rotate_page(request: HttpRequest, endpoint_id: int) -> HttpResponse:
+    endpoint = get_object_or_404(WebhookEndpoint, pk=endpoint_id)
+    secret = endpoint_rotate(endpoint)
+    messages.success(
+        request,
+        f"New secret (shown once): {secret}. The old one also signs until the overlap ends.",
+    )
+    return redirect("webhooks:detail", endpoint_id=endpoint.pk)
+
+
+@require_POST
+@curator_required
+def webhook_redeliver_page(request: HttpRequest, delivery_id: int) -> HttpResponse:
+    delivery = get_object_or_404(WebhookDelivery, pk=delivery_id)
+    delivery_redeliver(delivery)
+    messages.success(request, f"Delivery {delivery.pk} is queued again.")
+    return redirect("webhooks:detail", endpoint_id=delivery.endpoint_id)

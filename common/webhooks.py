@@ -1,0 +1,303 @@
+"""Signed webhooks: a transactional outbox, HMAC-SHA256 signatures and delivery by Celery.
+
+`emit(event, data, campaign_id=None)` writes a `WebhookEvent` and one `WebhookDelivery` per
+matching endpoint in the caller's transaction, and publishes the delivery tasks only once that
+transaction commits (an event rolled back with its cause is never sent). Delivery happens in a worker
+(`common.tasks.webhook_deliver`), never in the web request, with exponential backoff up to
+`LEPUS_WEBHOOK_MAX_ATTEMPTS`. The header format is documented in docs/webhooks.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import json
+import secrets
+import socket
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+from urllib.parse import urlsplit
+
+import requests
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from common.models import (
+    WebhookDelivery,
+    WebhookDeliveryStatus,
+    WebhookEndpoint,
+    WebhookEvent,
+)
+
+EVENTS = (
+    "candidate.finalised",
+    "review_item.resolved",
+    "worker.excluded",
+    "release.built",
+    "training_run.finished",
+    "training_run.failed",
+)
+SIGNATURE_HEADER = "Lepus-Signature"
+TIMESTAMP_HEADER = "Lepus-Timestamp"
+ID_HEADER = "Lepus-Webhook-Id"
+EVENT_HEADER = "Lepus-Event"
+
+
+class WebhookTargetRefused(ValueError):
+    """The URL points at a private, link-local, loopback or otherwise internal address."""
+
+
+def new_secret() -> str:
+    return "whsec_" + secrets.token_urlsafe(32)
+
+
+def sign(secret: str, timestamp: int, body: bytes) -> str:
+    """Hex HMAC-SHA256 of `<timestamp>.<body>` under `secret`."""
+    message = str(timestamp).encode() + b"." + body
+    return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
+
+
+def signature_header(endpoint: WebhookEndpoint, timestamp: int, body: bytes) -> str:
+    """`v1=<hex>`, followed by `,v1=<hex>` under the previous secret while its overlap lasts."""
+    parts = [f"v1={sign(endpoint.secret, timestamp, body)}"]
+    if endpoint.previous_secret and (
+        endpoint.previous_secret_expires_at and endpoint.previous_secret_expires_at > timezone.now()
+    ):
+        parts.append(f"v1={sign(endpoint.previous_secret, timestamp, body)}")
+    return ",".join(parts)
+
+
+def verify(secret: str, header: str, timestamp: str, body: bytes, *, tolerance: int = 300) -> bool:
+    """The receiver's check (the docs' snippet does the same): fresh timestamp, one matching v1."""
+    try:
+        stamp = int(timestamp)
+    except ValueError:
+        return False
+    if abs(time.time() - stamp) > tolerance:
+        return False
+    expected = sign(secret, stamp, body)
+    return any(
+        hmac.compare_digest(expected, part.strip()[3:])
+        for part in header.split(",")
+        if part.strip().startswith("v1=")
+    )
+
+
+def rotate_secret(endpoint: WebhookEndpoint, *, overlap_seconds: float | None = None) -> str:
+    """Give `endpoint` a new secret; the old one keeps signing (second signature) for the overlap."""
+    overlap = settings.LEPUS_WEBHOOK_SECRET_OVERLAP if overlap_seconds is None else overlap_seconds
+    endpoint.previous_secret = endpoint.secret
+    endpoint.previous_secret_expires_at = timezone.now() + timedelta(seconds=overlap)
+    endpoint.secret = new_secret()
+    endpoint.save(update_fields=["secret", "previous_secret", "previous_secret_expires_at"])
+    return endpoint.secret
+
+
+def _address_refused(address: str) -> bool:
+    ip = ipaddress.ip_address(address)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
+        ip = ip.ipv4_mapped
+    return (
+        ip.is_private
+        or ip.is_loopback
+        or ip.is_link_local
+        or ip.is_multicast
+        or ip.is_reserved
+        or ip.is_unspecified
+    )
+
+
+def check_target(url: str) -> None:
+    """Raise `WebhookTargetRefused` unless every address `url`'s host resolves to is public."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise WebhookTargetRefused(f"not an http(s) URL: {url}")
+    if settings.LEPUS_WEBHOOK_ALLOW_PRIVATE:
+        return
+    try:
+        infos = socket.getaddrinfo(parts.hostname, parts.port or 443, proto=socket.IPPROTO_TCP)
+    except socket.gaierror as error:
+        raise WebhookTargetRefused(f"cannot resolve {parts.hostname}: {error}") from error
+    for info in infos:
+        if _address_refused(str(info[4][0])):
+            raise WebhookTargetRefused(f"{parts.hostname} resolves to a non-public address")
+
+
+def register_endpoint(
+    url: str,
+    *,
+    events: list[str] | None = None,
+    campaign_id: int | None = None,
+    description: str = "",
+) -> WebhookEndpoint:
+    check_target(url)
+    unknown = sorted(set(events or []) - set(EVENTS))
+    if unknown:
+        raise ValueError(f"unknown events: {', '.join(unknown)}")
+    return WebhookEndpoint.objects.create(
+        url=url,
+        events=list(events or []),
+        campaign_id=campaign_id,
+        description=description,
+        secret=new_secret(),
+    )
+
+
+def emit(
+    event: str, data: dict[str, Any], campaign_id: int | Sequence[int] | None = None
+) -> WebhookEvent | None:
+    """Record `event` in the caller's transaction; deliveries are published after commit.
+
+    Returns None (and writes nothing) when no active endpoint listens, so emitting is cheap.
+    `campaign_id` may be several ids (a release of several campaigns): endpoints of any of them
+    get the event once.
+    """
+    if event not in EVENTS:
+        raise ValueError(f"unknown webhook event {event!r}")
+    ids = [campaign_id] if isinstance(campaign_id, int) else list(campaign_id or [])
+    scope = Q(campaign_id__isnull=True) | Q(campaign_id__in=ids)
+    endpoints = [
+        e
+        for e in WebhookEndpoint.objects.filter(scope, active=True)
+        if not e.events or event in e.events
+    ]
+    if not endpoints:
+        return None
+    record = WebhookEvent.objects.create(
+        id=uuid.uuid4(), event=event, campaign_id=ids[0] if len(ids) == 1 else None, data=data
+    )
+    deliveries = WebhookDelivery.objects.bulk_create(
+        [
+            WebhookDelivery(event=record, endpoint=e, next_attempt_at=timezone.now())
+            for e in endpoints
+        ]
+    )
+    ids = [d.pk for d in deliveries]
+    transaction.on_commit(lambda: _publish(ids))
+    return record
+
+
+def _publish(delivery_ids: list[int]) -> None:
+    from common.tasks import publish_now, webhook_deliver
+
+    for delivery_id in delivery_ids:
+        publish_now(webhook_deliver, delivery_id)
+
+
+def redeliver(delivery: WebhookDelivery) -> WebhookDelivery:
+    """Send a delivery again (a curator's button): back to pending with a fresh attempt budget."""
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(
+        status=WebhookDeliveryStatus.PENDING, attempts=0, next_attempt_at=timezone.now()
+    )
+    transaction.on_commit(lambda: _publish([delivery.pk]))
+    delivery.refresh_from_db()
+    return delivery
+
+
+def body_for(event: WebhookEvent) -> bytes:
+    payload = {
+        "id": str(event.id),
+        "event": event.event,
+        "timestamp": event.created_at.isoformat(),
+        "data": event.data,
+    }
+    return json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
+
+
+@dataclass(frozen=True)
+class Attempt:
+    ok: bool
+    response_code: int | None
+    duration_ms: int
+    error: str
+
+
+def post(endpoint: WebhookEndpoint, event: WebhookEvent) -> Attempt:
+    """One signed POST; redirects are not followed (a 3xx is a failure), targets re-checked."""
+    body = body_for(event)
+    stamp = int(time.time())
+    started = time.monotonic()
+    try:
+        check_target(endpoint.url)
+        response = requests.post(
+            endpoint.url,
+            data=body,
+            headers={
+                "Content-Type": "application/json",
+                "User-Agent": "Lepus-Webhooks/1",
+                ID_HEADER: str(event.id),
+                EVENT_HEADER: event.event,
+                TIMESTAMP_HEADER: str(stamp),
+                SIGNATURE_HEADER: signature_header(endpoint, stamp, body),
+            },
+            timeout=settings.LEPUS_WEBHOOK_TIMEOUT,
+            allow_redirects=False,
+        )
+    except (requests.RequestException, WebhookTargetRefused) as error:
+        elapsed = int((time.monotonic() - started) * 1000)
+        return Attempt(False, None, elapsed, f"{type(error).__name__}: {error}"[:500])
+    elapsed = int((time.monotonic() - started) * 1000)
+    ok = 200 <= response.status_code < 300
+    return Attempt(ok, response.status_code, elapsed, "" if ok else f"HTTP {response.status_code}")
+
+
+def backoff_seconds(attempts: int) -> float:
+    return float(settings.LEPUS_WEBHOOK_BACKOFF) * (2 ** max(attempts - 1, 0))
+
+
+def deliver(delivery_id: int) -> float | None:
+    """Attempt one delivery under a row lock; return the retry delay, or None when done.
+
+    A delivery that already succeeded is never sent again (the lock makes concurrent tasks wait
+    and then see it succeeded).
+    """
+    with transaction.atomic():
+        delivery = (
+            WebhookDelivery.objects.select_for_update()
+            .select_related("event", "endpoint")
+            .filter(pk=delivery_id)
+            .first()
+        )
+        if delivery is None or delivery.status != WebhookDeliveryStatus.PENDING:
+            return None
+        if not delivery.endpoint.active:
+            delivery.status = WebhookDeliveryStatus.FAILED
+            delivery.last_error = "endpoint disabled"
+            delivery.save(update_fields=["status", "last_error", "updated_at"])
+            return None
+        attempt = post(delivery.endpoint, delivery.event)
+        delivery.attempts += 1
+        delivery.response_code = attempt.response_code
+        delivery.duration_ms = attempt.duration_ms
+        delivery.last_error = attempt.error
+        delay: float | None = None
+        if attempt.ok:
+            delivery.status = WebhookDeliveryStatus.SUCCEEDED
+            delivery.delivered_at = timezone.now()
+            delivery.next_attempt_at = None
+        elif delivery.attempts >= settings.LEPUS_WEBHOOK_MAX_ATTEMPTS:
+            delivery.status = WebhookDeliveryStatus.FAILED
+            delivery.next_attempt_at = None
+        else:
+            delay = backoff_seconds(delivery.attempts)
+            delivery.next_attempt_at = timezone.now() + timedelta(seconds=delay)
+        delivery.save()
+        return delay
+
+
+def due_pending_ids(*, now: Any = None) -> list[int]:
+    """Pending deliveries whose next attempt is overdue (lost publishes; the periodic sweep)."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=60)
+    return list(
+        WebhookDelivery.objects.filter(
+            status=WebhookDeliveryStatus.PENDING, next_attempt_at__lt=cutoff
+        ).values_list("pk", flat=True)[:1000]
+    )
