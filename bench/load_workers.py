@@ -63,6 +63,10 @@ from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BENCH_DIR = REPO_ROOT / "bench"
+sys.path.insert(0, str(BENCH_DIR))
+
+from provenance import write_raw  # noqa: E402  (records commit, machine, versions)
+
 PEERS_DIR = BENCH_DIR / ".peers"
 LABEL_STUDIO_VERSION = "1.23.2"
 QUESTION_KEYS = ("descriptiveness", "relevance", "fluency")
@@ -2045,6 +2049,14 @@ def main() -> None:
     else:
         parser.error("give a target (lepus, label-studio) or --compare label-studio")
 
+    if args.compare:
+        postgres = subprocess.run(
+            [str(postgres_bin() / "postgres"), "--version"], capture_output=True, text=True
+        ).stdout.strip()
+        write_raw("load_workers", report, postgres_version=f"{postgres} (private cluster)")
+    else:
+        database = None if args.db.startswith("sqlite:") else args.db
+        write_raw("load_workers", report, database=database)
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")

@@ -27,6 +27,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from provenance import write_raw  # noqa: E402  (Django-free; records commit, machine, versions)
 
 SLUG = "qc-bench"
 QUESTIONS = ("descriptiveness", "relevance", "fluency")
@@ -385,6 +388,7 @@ def main() -> None:
         _child(database_url, "reset")
     report["cold"] = _child(database_url, "run")
     report["warm"] = _child(database_url, "run")
+    write_raw("qc_scale", report, database=database_url)
     if options.json:
         print(json.dumps(report, sort_keys=True))
         return

@@ -31,6 +31,9 @@ from urllib.parse import urlparse, urlunparse
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from provenance import write_raw  # noqa: E402  (Django-free; records commit, machine, versions)
 
 CANDIDATES_PER_CLIP = 6
 REFERENCES_PER_CLIP = 9
@@ -536,6 +539,7 @@ def main() -> None:
         result["generated"] = generated
         result["machine"] = f"{platform.node()}, {os.cpu_count()} cores"
         result["raw_judgments"] = arguments.raw
+        write_raw("release_scale", result, database=database_url)
         print(json.dumps(result, indent=2))
     finally:
         if not arguments.keep:

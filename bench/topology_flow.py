@@ -326,6 +326,8 @@ class Flow:
         completed = subprocess.run(
             command,
             cwd=REPO_ROOT,
+            # Its raw provenance file goes beside the logs, not into the checkout's bench/results.
+            env={**os.environ, "LEPUS_BENCH_RESULTS": str(self.args.logs)},
             capture_output=True,
             text=True,
             timeout=self.args.load_duration + 600,
