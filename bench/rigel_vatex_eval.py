@@ -27,7 +27,9 @@ import json
 import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # the engine's worker processes do the CPU work
+import itertools
 import platform
+import shutil
 import socket
 import subprocess
 import sys
@@ -66,7 +68,13 @@ def load_vatex_eval(limit_clips: int | None) -> dict[str, Any]:
 
 
 def make_clip(path: Path, number: int, size: int, seconds: float, fps: int) -> None:
+    """One synthetic H.264 MP4 (testsrc2 with moving noise, a hue per clip, 2 s GOPs): with the
+    ffmpeg binary where there is one, else through PyAV's own FFmpeg (the GPU hosts have no ffmpeg
+    binary); the same filters and encoder settings either way."""
     if path.exists():
+        return
+    if shutil.which("ffmpeg") is None:
+        _make_clip_pyav(path, number, size, seconds, fps)
         return
     subprocess.run(
         [
@@ -78,6 +86,38 @@ def make_clip(path: Path, number: int, size: int, seconds: float, fps: int) -> N
         ],
         check=True,
     )  # fmt: skip
+
+
+def _make_clip_pyav(path: Path, number: int, size: int, seconds: float, fps: int) -> None:
+    import av
+
+    graph = av.filter.Graph()
+    chain = [
+        graph.add("testsrc2", f"size={size}x{size}:rate={fps}:duration={seconds}"),
+        graph.add("noise", "alls=6:allf=t"),
+        graph.add("hue", f"h={number % 360}"),
+        graph.add("format", "yuv420p"),
+        graph.add("buffersink"),
+    ]
+    for source, target in itertools.pairwise(chain):
+        source.link_to(target)
+    graph.configure()
+    partial = path.with_name(f".partial-{path.name}")
+    with av.open(str(partial), "w", format="mp4", options={"movflags": "+faststart"}) as out:
+        stream = out.add_stream(
+            "libx264",
+            rate=fps,
+            options={"preset": "veryfast", "crf": "23", "g": str(2 * fps), "threads": "1"},
+        )
+        stream.width, stream.height, stream.pix_fmt = size, size, "yuv420p"
+        while True:
+            try:
+                frame = chain[-1].pull()
+            except (av.error.EOFError, av.error.BlockingIOError):
+                break
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode())
+    partial.replace(path)
 
 
 def versions() -> dict[str, Any]:
