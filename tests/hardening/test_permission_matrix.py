@@ -474,6 +474,17 @@ ROUTES: dict[str, list[Case]] = {
             curator_api(404),
         ),
     ],
+    "training_bridge_api:evaluation-list": [
+        C("GET", url("training_bridge_api:evaluation-list"), curator_api(200)),
+        C("POST", url("training_bridge_api:evaluation-list"), curator_api(400), lambda w: {}),
+    ],
+    "training_bridge_api:evaluation-detail": [
+        C(
+            "GET",
+            url("training_bridge_api:evaluation-detail", lambda w: {"evaluation_id": 999999}),
+            curator_api(404),
+        ),
+    ],
     "training_bridge_api:run-list": [
         C("GET", url("training_bridge_api:run-list"), curator_api(200)),
         C("POST", url("training_bridge_api:run-list"), curator_api(400), lambda w: {}),
@@ -728,6 +739,23 @@ ROUTES: dict[str, list[Case]] = {
         ),
     ],
     "training_bridge:run-compare": [C("GET", url("training_bridge:run-compare"), curator_page())],
+    "training_bridge:evaluation-start": [
+        C(
+            "POST",
+            url("training_bridge:evaluation-start"),
+            curator_page(302),
+            lambda w: {"run": w.training_run.pk},
+            json=False,
+            note="no benchmark campaign chosen: back to the run with the error",
+        ),
+    ],
+    "training_bridge:evaluation-detail": [
+        C(
+            "GET",
+            url("training_bridge:evaluation-detail", lambda w: {"evaluation_id": 999999}),
+            curator_page(404),
+        ),
+    ],
     "training_bridge:run-detail": [
         C(
             "GET",

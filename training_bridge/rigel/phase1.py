@@ -32,11 +32,12 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 from scipy import stats
+from torch import nn
 
 from training_bridge.rigel.config import PHASE1_OBJECTIVES
 from training_bridge.rigel.head import ScoringHead, build_head
@@ -160,7 +161,8 @@ class HeadStep:
         if objective not in PHASE1_OBJECTIVES:
             raise ValueError(f"objective must be one of {', '.join(PHASE1_OBJECTIVES)}")
         self.objective = objective
-        first, second, last = head.net[0], head.net[3], head.net[6]
+        # The head's three Linear layers (Sequential indexing is typed as any Module).
+        first, second, last = (cast(nn.Linear, head.net[index]) for index in (0, 3, 6))
         self.layers = (first, second, last)
         self.parameters = [p for layer in self.layers for p in (layer.weight, layer.bias)]
         device = first.weight.device
@@ -168,7 +170,7 @@ class HeadStep:
             parameter.grad = torch.zeros_like(parameter)
         # torch.optim.Adam(fused=True)'s own kernel, called directly: the optimiser's Python
         # around it (grouping by device and dtype, state lookups) cost as much as the kernel.
-        self.adam = {
+        self.adam: dict[str, Any] = {
             "lr": learning_rate,
             "beta1": 0.9,
             "beta2": 0.999,
@@ -177,7 +179,8 @@ class HeadStep:
             "amsgrad": False,
             "maximize": False,
         }
-        self.grads = [p.grad for p in self.parameters]
+        # Set just above, never None: the fused kernel writes into these buffers.
+        self.grads = [cast(torch.Tensor, p.grad) for p in self.parameters]
         self.exp_avgs = [torch.zeros_like(p) for p in self.parameters]
         self.exp_avg_sqs = [torch.zeros_like(p) for p in self.parameters]
         self.steps = [torch.zeros((), dtype=torch.float32, device=device) for _ in self.parameters]
@@ -233,7 +236,8 @@ class HeadStep:
             torch.addmm(layer.bias, x, layer.weight.t(), out=pre[k])
             if k == 2:
                 break
-            torch._C._nn.gelu(pre[k], out=act[k])
+            # The op takes out=; torch's stubs for torch._C._nn.gelu do not say so.
+            torch._C._nn.gelu(pre[k], out=act[k])  # type: ignore[call-arg]
             if self.dropout > 0:
                 act[k].mul_(self.mask[k][:size])
             x = act[k]
