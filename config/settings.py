@@ -262,6 +262,8 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "JobStatusEnum": "common.models.JobStatus",
         "CampaignStatusEnum": "annotation.models.CampaignStatus",
+        "AblationEnum": "training_bridge.models.TrainingAblation",
+        "AblationInputEnum": "training_bridge.apis.ABLATION_INPUT_CHOICES",
     },
 }
 

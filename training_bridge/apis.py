@@ -100,12 +100,19 @@ class TrainingRunDetailSerializer(TrainingRunSerializer):
         read_only_fields = fields
 
 
+# What a request may name: the stored values and the command line's spellings (kl-loss, ...).
+ABLATION_INPUT_CHOICES = [
+    *TrainingAblation.choices,
+    *((alias, alias) for alias in Ablation.ALIASES),
+]
+
+
 class TrainingRunCreateSerializer(serializers.Serializer):
     release = serializers.IntegerField(min_value=1)
     backbone = serializers.CharField(required=False, allow_blank=True, max_length=500)
     device = serializers.RegexField(r"^(cpu|cuda(:\d+)?)$", required=False, default="cpu")
     ablation = serializers.ChoiceField(
-        choices=[*TrainingAblation.choices, *((alias, alias) for alias in Ablation.ALIASES)],
+        choices=ABLATION_INPUT_CHOICES,
         default=TrainingAblation.FULL,
     )
     reference_free = serializers.BooleanField(default=False)
