@@ -475,7 +475,6 @@ ROUTES: dict[str, list[Case]] = {
         ),
     ],
     "training_bridge_api:evaluation-list": [
-        C("GET", url("training_bridge_api:evaluation-list"), curator_api(200)),
         C("POST", url("training_bridge_api:evaluation-list"), curator_api(400), lambda w: {}),
     ],
     "training_bridge_api:evaluation-detail": [
