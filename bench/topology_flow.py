@@ -445,13 +445,21 @@ class Flow:
 
         detail = wait_until(finished, timeout=300, what=f"release {self.release_id}")
         check(detail["status"] == "succeeded", f"release {self.release_id}: {detail}")
+        # The API names the storage-relative key, never a bucket or a server path (issue 18); the
+        # files themselves must be in the bucket under that key.
         check(
-            detail["location"].startswith(f"s3://{self.bucket}/"),
+            detail["location"] == f"releases/{self.release_id}",
             f"release location {detail['location']}",
         )
         verified = manage("verify_release", str(self.release_id))
         check(verified["ok"] is True, f"verify_release: {verified}")
-        on_s3 = self.s3_keys(f"releases/{self.release_id}/")
+        on_s3 = self.s3_keys(f"{detail['location']}/")
+        missing = [
+            entry["path"]
+            for entry in detail["files"]
+            if f"{detail['location']}/{entry['path']}" not in on_s3
+        ]
+        check(not missing, f"release files not on S3: {missing}")
         splits = detail["counts"].get("splits", {})
         records = sum(split.get("candidates", 0) for split in splits.values())
         check(records > 0, f"empty release: {detail['counts']}")
