@@ -37,7 +37,8 @@ from annotation.models import Assignment, AuditEntry, Participation, QCRun, Revi
 from annotation.quality.review import review_resolve
 from annotation.quality.run import qc_campaign_full
 from annotation.services.assignment import assignment_claim_next
-from common.models import JobStatus
+from common.models import JobStatus, WebhookEndpoint
+from common.webhooks import new_secret
 from export.models import Release
 from tests.annotation.crowd_factories import crowd_campaign, crowd_join
 from tests.annotation.quality.factories import quality_crowd_campaign, quality_judge, quality_worker
@@ -171,6 +172,13 @@ def fuzz_world(transactional_db, curator: User, settings) -> FuzzWorld:  # type:
             "assignment_id": list(Assignment.objects.values_list("pk", flat=True)),
             "request_id": [score.pk],
             "evaluation_id": [evaluation.pk],
+            # Two, so that a fuzzed DELETE of one still leaves the reads something to find.
+            "endpoint_id": [
+                WebhookEndpoint.objects.create(
+                    url=f"https://hooks.example.org/lepus/{number}", secret=new_secret()
+                ).pk
+                for number in (1, 2)
+            ],
         },
     )
 
