@@ -159,9 +159,19 @@ def emit(
     `campaign_id` may be several ids (a release of several campaigns): endpoints of any of them
     get the event once.
     """
+    return emit_many(event, [data], campaign_id)[0]
+
+
+def emit_many(
+    event: str, payloads: Sequence[dict[str, Any]], campaign_id: int | Sequence[int] | None = None
+) -> list[WebhookEvent | None]:
+    """`emit` of one event for each payload, in order, looking the endpoints up once (a QC run
+    that excludes hundreds of workers emits one `worker.excluded` each)."""
     if event not in EVENTS:
         raise ValueError(f"unknown webhook event {event!r}")
     ids = [campaign_id] if isinstance(campaign_id, int) else list(campaign_id or [])
+    if not payloads:
+        return []
     scope = Q(campaign_id__isnull=True) | Q(campaign_id__in=ids)
     endpoints = [
         e
@@ -169,19 +179,22 @@ def emit(
         if not e.events or event in e.events
     ]
     if not endpoints:
-        return None
-    record = WebhookEvent.objects.create(
-        id=uuid.uuid4(), event=event, campaign_id=ids[0] if len(ids) == 1 else None, data=data
-    )
-    deliveries = WebhookDelivery.objects.bulk_create(
-        [
-            WebhookDelivery(event=record, endpoint=e, next_attempt_at=timezone.now())
-            for e in endpoints
-        ]
-    )
-    ids = [d.pk for d in deliveries]
-    transaction.on_commit(lambda: _publish(ids))
-    return record
+        return [None] * len(payloads)
+    records: list[WebhookEvent | None] = []
+    for data in payloads:
+        record = WebhookEvent.objects.create(
+            id=uuid.uuid4(), event=event, campaign_id=ids[0] if len(ids) == 1 else None, data=data
+        )
+        deliveries = WebhookDelivery.objects.bulk_create(
+            [
+                WebhookDelivery(event=record, endpoint=e, next_attempt_at=timezone.now())
+                for e in endpoints
+            ]
+        )
+        delivery_ids = [d.pk for d in deliveries]
+        transaction.on_commit(lambda delivery_ids=delivery_ids: _publish(delivery_ids))
+        records.append(record)
+    return records
 
 
 def _publish(delivery_ids: list[int]) -> None:

@@ -91,10 +91,26 @@ class ExclusionOutcome:
 def _lock_slots(
     *, campaign: Campaign, candidate_ids: Iterable[int]
 ) -> dict[int, tuple[int, int, int]]:
-    """Lock the clips, then the candidates (id order); {candidate id: (clip, slots, quota)}."""
+    """Lock the clips, then the candidates (id order); {candidate id: (clip, slots, quota)}.
+    On PostgreSQL the ids travel as one array parameter (a QC run frees tens of thousands)."""
     ids = sorted(set(candidate_ids))
     if not ids:
         return {}
+    if is_postgresql():
+        candidate_table = CampaignCandidate._meta.db_table
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT id FROM {CampaignClip._meta.db_table} WHERE campaign_id = %s AND clip_id "
+                f"IN (SELECT clip_id FROM {candidate_table} WHERE id = ANY(%s::bigint[])) "
+                f"ORDER BY id FOR UPDATE",
+                [campaign.pk, pg_array(ids, "int8")],
+            )
+            cursor.execute(
+                f"SELECT id, clip_id, slots_taken, quota FROM {candidate_table} "
+                f"WHERE id = ANY(%s::bigint[]) ORDER BY id FOR UPDATE",
+                [pg_array(ids, "int8")],
+            )
+            return {row[0]: (row[1], row[2], row[3]) for row in cursor.fetchall()}
     clip_ids = sorted(
         set(CampaignCandidate.objects.filter(id__in=ids).values_list("clip_id", flat=True))
     )
@@ -121,6 +137,27 @@ def _apply_slot_changes(*, campaign: Campaign, changes: dict[int, tuple[int, int
         if delta:
             by_delta[delta].append(candidate_id)
             clip_delta[clip_id] += delta
+    if is_postgresql():
+        # One statement per table, the deltas as arrays (the rows are locked by `_lock_slots`).
+        candidates = [(key, delta) for delta, ids in by_delta.items() for key in ids]
+        clips = [(key, delta) for key, delta in clip_delta.items() if delta]
+        with connection.cursor() as cursor:
+            if candidates:
+                cursor.execute(
+                    f"UPDATE {CampaignCandidate._meta.db_table} AS x "
+                    f"SET slots_taken = x.slots_taken + d.delta "
+                    f"FROM unnest(%s::bigint[], %s::int[]) AS d(id, delta) WHERE x.id = d.id",
+                    _key_delta_arrays(candidates),
+                )
+            if clips:
+                cursor.execute(
+                    f"UPDATE {CampaignClip._meta.db_table} AS x "
+                    f"SET open_slots = x.open_slots - d.delta "
+                    f"FROM unnest(%s::bigint[], %s::int[]) AS d(clip_id, delta) "
+                    f"WHERE x.campaign_id = %s AND x.clip_id = d.clip_id",
+                    [*_key_delta_arrays(clips), campaign.pk],
+                )
+        return
     for delta, ids in by_delta.items():
         CampaignCandidate.objects.filter(id__in=ids).update(slots_taken=F("slots_taken") + delta)
     by_clip_delta: dict[int, list[int]] = defaultdict(list)
@@ -131,6 +168,10 @@ def _apply_slot_changes(*, campaign: Campaign, changes: dict[int, tuple[int, int
         CampaignClip.objects.filter(campaign=campaign, clip_id__in=clip_ids).update(
             open_slots=F("open_slots") - delta
         )
+
+
+def _key_delta_arrays(pairs: list[tuple[int, int]]) -> list[str]:
+    return [pg_array([key for key, _ in pairs], "int8"), pg_array([d for _, d in pairs], "int4")]
 
 
 def slots_release(*, campaign: Campaign, candidate_counts: dict[int, int]) -> None:
@@ -406,8 +447,18 @@ def workers_exclude(
             ],
             batch_size=1000,
         )
-    for exclusion in exclusions:
-        webhooks.emit("worker.excluded", {"participation_id": exclusion.participation_id, "rules": exclusion.rules, "judgments_excluded": counts[exclusion.pk]}, campaign.pk)  # fmt: skip
+    webhooks.emit_many(
+        "worker.excluded",
+        [
+            {
+                "participation_id": exclusion.participation_id,
+                "rules": exclusion.rules,
+                "judgments_excluded": counts[exclusion.pk],
+            }
+            for exclusion in exclusions
+        ],
+        campaign.pk,
+    )
     return ExclusionOutcome(
         exclusions=exclusions,
         judgments_excluded=sum(counts.values()),

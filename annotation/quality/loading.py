@@ -126,7 +126,7 @@ def campaign_slice_load(
     )
     ids = candidate_rows["id"].astype(np.int64)
     clip_ids, clip_index = np.unique(candidate_rows["clip_id"], return_inverse=True)
-    clip_seconds = _clip_seconds(clip_ids)
+    clip_seconds = _clip_seconds(clip_ids, campaign=campaign if subset is None else None)
 
     question_count = len(question_keys)
     expected_low = np.zeros((len(ids), question_count), dtype=np.int8)
@@ -214,10 +214,21 @@ def _positions(sorted_ids: NDArray[np.int64], wanted: Sequence[int]) -> NDArray[
     return np.where(sorted_ids[positions] == values, positions, -1).astype(np.int64)
 
 
-def _clip_seconds(clip_ids: NDArray[np.int64]) -> NDArray[np.float64]:
+def _clip_seconds(
+    clip_ids: NDArray[np.int64], *, campaign: Campaign | None = None
+) -> NDArray[np.float64]:
+    """Seconds of each clip; with `campaign` (a whole campaign is loaded) the clips are selected
+    through the campaign's candidates rather than as a list of ids (100,000s of them)."""
     if clip_ids.size == 0:
         return np.zeros(0)
-    clause, params = id_filter("c.id", clip_ids.tolist())
+    if campaign is not None:
+        clause = (
+            f"c.id IN (SELECT cc.clip_id FROM {_table(CampaignCandidate)} cc "
+            f"WHERE cc.campaign_id = %s)"
+        )
+        params: list[Any] = [campaign.pk]
+    else:
+        clause, params = id_filter("c.id", clip_ids.tolist())
     rows = fetch_columns(
         f"SELECT c.id, COALESCE(c.duration, c.end_seconds - c.start_seconds) "
         f"FROM {_table(Clip)} c WHERE {clause} ORDER BY c.id",

@@ -211,6 +211,35 @@ def test_rolled_back_event_is_never_sent(settings) -> None:  # type: ignore[no-u
 
 
 @pytest.mark.django_db
+def test_emit_many_records_one_event_per_payload_with_one_endpoint_lookup(
+    settings, django_assert_num_queries
+) -> None:  # type: ignore[no-untyped-def]
+    from common.models import WebhookEvent
+
+    settings.LEPUS_WEBHOOK_ALLOW_PRIVATE = True
+    first = webhooks.register_endpoint("http://127.0.0.1:9/a", events=["worker.excluded"])
+    second = webhooks.register_endpoint("http://127.0.0.1:9/b", campaign_id=None)
+    webhooks.register_endpoint("http://127.0.0.1:9/c", events=["release.built"])  # not listening
+    payloads = [{"participation_id": index} for index in range(3)]
+    # One endpoint lookup, then one event and one bulk insert of deliveries per payload.
+    with transaction.atomic(), django_assert_num_queries(1 + 2 * len(payloads)):
+        records = webhooks.emit_many("worker.excluded", payloads, 5)
+    assert [record.data for record in records if record] == payloads
+    events = WebhookEvent.objects.order_by("created_at", "id")
+    assert events.count() == 3 and {event.campaign_id for event in events} == {5}
+    for record in records:
+        assert record is not None
+        endpoints = set(
+            WebhookDelivery.objects.filter(event=record).values_list("endpoint", flat=True)
+        )
+        assert endpoints == {first.pk, second.pk}
+    assert webhooks.emit_many("candidate.finalised", [{"candidate_id": 1}]) != [None]
+    WebhookEndpoint.objects.all().delete()
+    assert webhooks.emit_many("worker.excluded", payloads, 5) == [None, None, None]
+    assert webhooks.emit_many("worker.excluded", [], 5) == []
+
+
+@pytest.mark.django_db
 def test_command_and_api(settings, curator) -> None:  # type: ignore[no-untyped-def]
     from io import StringIO
 
