@@ -5,12 +5,18 @@ candidates by 10,000 workers, on PostgreSQL.
     python bench/qc_scale.py                      # load (if needed) + cold run + warm run
     python bench/qc_scale.py --judgments 30000    # a small version while developing
     flock /tmp/lepus-bench.lock python bench/qc_scale.py --json
+    flock /tmp/lepus-bench.lock python bench/qc_scale.py --runs 3   # reset + cold + warm, 3 times
 
 Data is generated inside PostgreSQL (INSERT ... SELECT FROM generate_series, i.e. set-based, no
 Python rows) into its own database `<your database>_qcbench`, which the script creates and
 migrates. 2% of the workers are planted spammers (uniform 3s in under a second); honest workers
 rate near the candidate's quality. Each measured run happens in a fresh child process so its
-peak RSS (ru_maxrss) is the memory of the QC run alone plus Django and NumPy.
+peak RSS (ru_maxrss) is the memory of the QC run alone plus Django and NumPy; beside its wall
+time it reports the CPU time of that process and of its PostgreSQL backend (read from /proc: the
+server runs on this machine) and the 1-minute load average before and after, since wall time on
+a shared machine follows the other sessions' load. Between runs `reset` puts the campaign back to
+its freshly loaded state (no QC results; the touched tables rewritten by VACUUM FULL, so their
+pages hold the fillfactor's free room again as after an import).
 """
 
 from __future__ import annotations
@@ -284,6 +290,11 @@ def reset() -> None:
         cursor.execute(
             f"UPDATE {Participation._meta.db_table} SET status = 'active' WHERE status <> 'active'"
         )
+        # The UPDATEs above leave a dead version of every candidate row behind; rewrite the
+        # tables so each run starts from the pages a fresh import leaves (the fillfactor's free
+        # room on every page), as the first run after the data load does.
+        for model in (CampaignCandidate, CampaignClip, Judgment, Participation):
+            cursor.execute(f"VACUUM FULL {model._meta.db_table}")
         cursor.execute("ANALYZE")
 
 
@@ -299,11 +310,20 @@ def measured_run() -> dict[str, Any]:
 
     campaign = Campaign.objects.get(slug=SLUG)
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    backend = _backend_pid()
+    load_before = _load_average()
+    backend_before = backend_cpu_seconds(backend)
+    cpu_before = time.process_time()
     started = time.perf_counter()
     summary = qc_campaign_full(campaign=campaign)
     seconds = time.perf_counter() - started
+    cpu = time.process_time() - cpu_before
     return {
         "seconds": round(seconds, 2),
+        # CPU is less sensitive than wall time to the other sessions sharing the two cores.
+        "process_cpu_seconds": round(cpu, 2),
+        "postgres_backend_cpu_seconds": round(backend_cpu_seconds(backend) - backend_before, 2),
+        "load_average_1min": {"start": load_before[0], "end": _load_average()[0]},
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "rss_before_run_mb": round(rss_before / 1024, 1),
         "workers": summary["workers"],
@@ -319,6 +339,27 @@ def measured_run() -> dict[str, Any]:
     }
 
 
+def _load_average() -> list[float]:
+    return [round(value, 2) for value in os.getloadavg()]
+
+
+def _backend_pid() -> int:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return int(cursor.fetchone()[0])
+
+
+def backend_cpu_seconds(pid: int) -> float:
+    """user + system CPU of a PostgreSQL backend (the server runs on this machine)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _child(database_url: str, mode: str, *extra: str) -> dict[str, Any]:
     output = subprocess.run(
         [sys.executable, __file__, "--child", mode, "--database-url", database_url, *extra],
@@ -332,6 +373,22 @@ def _child(database_url: str, mode: str, *extra: str) -> dict[str, Any]:
     return json.loads(output.stdout.strip().splitlines()[-1])
 
 
+def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median, min and max of each headline figure over the runs."""
+    import statistics
+
+    result: dict[str, Any] = {"runs": len(runs)}
+    for key in ("seconds", "process_cpu_seconds", "postgres_backend_cpu_seconds", "peak_rss_mb"):
+        values = [run[key] for run in runs if key in run]
+        if values:
+            result[key] = {
+                "median": round(statistics.median(values), 2),
+                "min": min(values),
+                "max": max(values),
+            }
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--judgments", type=int, default=1_000_000)
@@ -339,6 +396,8 @@ def main() -> None:
     parser.add_argument("--spammer-every", type=int, default=50, help="1 in N workers spams.")
     parser.add_argument("--reload", action="store_true", help="Regenerate the data first.")
     parser.add_argument("--json", action="store_true", help="Print one JSON object.")
+    parser.add_argument("--runs", type=int, default=1, help="Repeat reset + cold + warm.")
+    parser.add_argument("--note", default=None, help="Stored in the raw file.")
     parser.add_argument("--database-url", default=None)
     parser.add_argument("--child", choices=["run", "load", "reset", "count"], default=None)
     options = parser.parse_args()
@@ -386,13 +445,20 @@ def main() -> None:
         )
     else:
         _child(database_url, "reset")
-    report["cold"] = _child(database_url, "run")
-    report["warm"] = _child(database_url, "run")
-    write_raw("qc_scale", report, database=database_url)
+    runs = []
+    for index in range(options.runs):
+        if index:
+            _child(database_url, "reset")
+        runs.append({"cold": _child(database_url, "run"), "warm": _child(database_url, "run")})
+    report["runs"] = runs
+    report["cold"], report["warm"] = runs[0]["cold"], runs[0]["warm"]
+    report["summary"] = {name: summarise([run[name] for run in runs]) for name in ("cold", "warm")}
+    write_raw("qc_scale", report, database=database_url, notes=options.note)
     if options.json:
         print(json.dumps(report, sort_keys=True))
         return
     for name in ("cold", "warm"):
+        print(f"{name}, {options.runs} run(s): {report['summary'][name]}")
         run = report[name]
         print(
             f"{name}: {run['seconds']} s, peak RSS {run['peak_rss_mb']} MB; "
