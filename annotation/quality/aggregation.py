@@ -131,13 +131,7 @@ def aggregates_compute(data: CampaignSlice, *, review_state: NDArray[Any]) -> Ag
 
     judgments_total = np.bincount(judgments.item, minlength=items).astype(np.int64)
     kept_judgments = np.bincount(judgments.item[kept], minlength=items).astype(np.int64)
-    resolved = np.asarray(review_state) == ReviewState.RESOLVED
-    is_finalised = (
-        ~candidates.is_control
-        & ~data.dropped
-        & ~np.isnan(overall)
-        & ((kept_judgments >= candidates.quota) | resolved)
-    )
+    is_finalised = finalised(data, overall, kept_judgments, review_state=review_state)
     with np.errstate(invalid="ignore", divide="ignore"):
         spread = np.where(spread_count > 0, spread_sum / np.maximum(spread_count, 1), np.nan)
     return Aggregates(
@@ -150,6 +144,24 @@ def aggregates_compute(data: CampaignSlice, *, review_state: NDArray[Any]) -> Ag
         judgments_total=judgments_total,
         kept_judgments=kept_judgments,
         is_finalised=is_finalised,
+    )
+
+
+def finalised(
+    data: CampaignSlice,
+    overall: NDArray[np.float64],
+    kept_judgments: NDArray[np.int64],
+    *,
+    review_state: NDArray[Any],
+) -> NDArray[np.bool_]:
+    """`is_finalised` per candidate (see the module docstring): the one aggregate that depends
+    on the review state."""
+    resolved = np.asarray(review_state) == ReviewState.RESOLVED
+    return (
+        ~data.candidates.is_control
+        & ~data.dropped
+        & ~np.isnan(overall)
+        & ((kept_judgments >= data.candidates.quota) | resolved)
     )
 
 
@@ -181,11 +193,11 @@ def _store_postgresql(
     in place (HOT) where the page has room (the table's fillfactor leaves some)."""
     table = CampaignCandidate._meta.db_table
     keys = data.question_keys
-    codes = np.fromiter(
-        (REVIEW_STATE_CODES.get(str(state), 0) for state in review_state),
-        dtype=np.int16,
-        count=len(review_state),
-    )
+    states = np.asarray(review_state)
+    codes = np.zeros(len(states), dtype=np.int16)
+    for state, code in REVIEW_STATE_CODES.items():
+        if code:
+            codes[states == state] = code
     columns: list[tuple[str, Any, Any]] = [
         ("id", "int8", data.candidates.ids),
         ("total", "int4", aggregates.judgments_total),
@@ -325,7 +337,10 @@ def aggregation_apply(
         review_state = review_items_sync(
             data=data, rating_range=aggregates.rating_range, spread=aggregates.spread
         )
-        aggregates = aggregates_compute(data, review_state=review_state)
+        # Only finalisation depends on the review state; the other aggregates stand.
+        aggregates.is_finalised = finalised(
+            data, aggregates.overall, aggregates.kept_judgments, review_state=review_state
+        )
         lap("review_queue")
     changed = aggregates_store(data, aggregates, review_state=review_state)
     lap("store_aggregates")
