@@ -398,6 +398,11 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="Print one JSON object.")
     parser.add_argument("--runs", type=int, default=1, help="Repeat reset + cold + warm.")
     parser.add_argument("--note", default=None, help="Stored in the raw file.")
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="The data was just loaded (--child load) and never QC'd: no reset before run 1.",
+    )
     parser.add_argument("--database-url", default=None)
     parser.add_argument("--child", choices=["run", "load", "reset", "count"], default=None)
     options = parser.parse_args()
@@ -443,7 +448,7 @@ def main() -> None:
             "--spammer-every",
             str(options.spammer_every),
         )
-    else:
+    elif not options.fresh:
         _child(database_url, "reset")
     runs = []
     for index in range(options.runs):
