@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -191,8 +192,7 @@ def emit_many(
                 for e in endpoints
             ]
         )
-        delivery_ids = [d.pk for d in deliveries]
-        transaction.on_commit(lambda delivery_ids=delivery_ids: _publish(delivery_ids))
+        transaction.on_commit(partial(_publish, [d.pk for d in deliveries]))
         records.append(record)
     return records
 
