@@ -272,11 +272,18 @@ def _panel(draw: Any, box: tuple[int, int, int, int], curves: dict[str, Any], ke
 def plot(curves: dict[str, list[dict[str, Any]]], png: Path, subtitle: str) -> None:
     from PIL import Image, ImageDraw
 
-    image = Image.new("RGB", (1400, 640), "white")
+    image = Image.new("RGB", (1900, 640), "white")
     draw = ImageDraw.Draw(image)
     sizes = sorted({point["size"] for points in curves.values() for point in points})
-    _panel(draw, (110, 90, 650, 500), curves, "seconds", "Wall time", "seconds", sizes, True)
-    _panel(draw, (820, 90, 1360, 500), curves, "peak_mb", "Peak memory (RSS)", "MB", sizes, False)
+    _panel(draw, (110, 90, 600, 500), curves, "seconds", "Wall time", "seconds", sizes, True)
+    _panel(
+        draw, (740, 90, 1230, 500), curves, "cpu_seconds",
+        "CPU time: the process + its PostgreSQL backend", "seconds", sizes, True,
+    )  # fmt: skip
+    _panel(
+        draw, (1370, 90, 1860, 500), curves, "peak_mb", "Peak memory (RSS of the process)", "MB",
+        sizes, False,
+    )  # fmt: skip
     legend_y = 560
     legend_x = 110
     font = _font(16)
@@ -285,7 +292,7 @@ def plot(curves: dict[str, list[dict[str, Any]]], png: Path, subtitle: str) -> N
             continue
         draw.line((legend_x, legend_y, legend_x + 30, legend_y), fill=COLOURS[name], width=3)
         draw.text((legend_x + 38, legend_y), LABELS[name], fill="black", font=font, anchor="lm")
-        legend_x += 420
+        legend_x += 480
     draw.line((110, 600, 140, 600), fill=(150, 150, 150), width=1)
     draw.text(
         (148, 600), "slope 1 (linear growth) from the smallest point (left); bars: min–max of the runs", fill="black",
