@@ -156,7 +156,7 @@ def series(raws: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
                         for report in reports
                     ]
                 ),
-                "peak_mb": _stats([report["peak_rss_mib"] * 1.048576 for report in reports]),
+                "peak_mb": _stats([report["peak_rss_mib"] for report in reports]),
                 "load_average_1min": [
                     build["conditions"]["load_average_1min"] for build in entry["builds"]
                 ],
@@ -281,7 +281,7 @@ def plot(curves: dict[str, list[dict[str, Any]]], png: Path, subtitle: str) -> N
         "CPU time: the process + its PostgreSQL backend", "seconds", sizes, True,
     )  # fmt: skip
     _panel(
-        draw, (1370, 90, 1860, 500), curves, "peak_mb", "Peak memory (RSS of the process)", "MB",
+        draw, (1370, 90, 1860, 500), curves, "peak_mb", "Peak memory (ru_maxrss of the process)", "MiB",
         sizes, False,
     )  # fmt: skip
     legend_y = 560
