@@ -293,8 +293,8 @@ def reset() -> None:
         # The UPDATEs above leave a dead version of every candidate row behind; rewrite the
         # tables so each run starts from the pages a fresh import leaves (the fillfactor's free
         # room on every page), as the first run after the data load does.
-        for model in (CampaignCandidate, CampaignClip, Judgment, Participation):
-            cursor.execute(f"VACUUM FULL {model._meta.db_table}")
+        for rewritten in (CampaignCandidate, CampaignClip, Judgment, Participation):
+            cursor.execute(f"VACUUM FULL {rewritten._meta.db_table}")
         cursor.execute("ANALYZE")
 
 
