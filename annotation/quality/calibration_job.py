@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -51,7 +50,7 @@ from annotation.services.columns import (
     json_number,
 )
 from common.db import is_postgresql
-from common.jobs import JobCancelled, job_claim, job_finish, job_progress
+from common.jobs import job_execute
 from common.models import JobStatus
 
 logger = logging.getLogger(__name__)
@@ -424,27 +423,14 @@ def calibration_run_start(
 
 def calibration_run_execute(*, run_id: int, task_id: str = "") -> CalibrationRun | None:
     """Run a queued calibration (claimed atomically: two workers never run the same one)."""
-    run = job_claim(model=CalibrationRun, job_id=run_id, task_id=task_id)
-    if run is None:
-        return None
-
-    def progress(fraction: float, message: str) -> None:
-        job_progress(job=run, fraction=fraction, message=message)
-
-    try:
-        summary = calibration_campaign(campaign=run.campaign, progress=progress, run=run)
-    except JobCancelled:
-        job_finish(job=run, status=JobStatus.CANCELLED, error="cancelled by a curator")
-        return run
-    except Exception as error:
-        logger.exception("calibration run %s failed", run_id)
-        job_finish(
-            job=run,
-            status=JobStatus.FAILED,
-            error=f"{type(error).__name__}: {error}\n{traceback.format_exc()}",
-        )
-        return run
-    job_finish(job=run, status=JobStatus.SUCCEEDED, summary=summary)
+    run, _ = job_execute(
+        model=CalibrationRun,
+        job_id=run_id,
+        task_id=task_id,
+        work=lambda run, progress: calibration_campaign(
+            campaign=run.campaign, progress=progress, run=run
+        ),
+    )
     return run
 
 

@@ -16,9 +16,7 @@ syncs the review queue and writes the aggregates with set-based statements.
 from __future__ import annotations
 
 import logging
-import math
 import time
-import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -43,8 +41,7 @@ from annotation.quality.evaluation import worker_stats_store, workers_evaluate
 from annotation.quality.exclusions import workers_exclude
 from annotation.quality.loading import CampaignSlice, campaign_median_remember, campaign_slice_load
 from annotation.quality.rules import qc_rules_merge
-from common.jobs import JobCancelled, job_claim, job_finish, job_progress
-from common.models import JobStatus
+from common.jobs import job_execute
 
 logger = logging.getLogger(__name__)
 
@@ -227,41 +224,15 @@ def qc_run_inline(*, campaign: Campaign) -> QCRun:
 
 def qc_run_execute(*, run_id: int, task_id: str = "") -> QCRun | None:
     """Run a queued QC run (claimed atomically: two workers never run the same one)."""
-    run = job_claim(model=QCRun, job_id=run_id, task_id=task_id)
-    if run is None:
-        return None
-
-    def progress(fraction: float, message: str) -> None:
-        job_progress(job=run, fraction=fraction, message=message)
-
-    try:
-        summary = qc_campaign_full(campaign=run.campaign, progress=progress)
-    except JobCancelled:
-        job_finish(job=run, status=JobStatus.CANCELLED, error="cancelled by a curator")
-        return run
-    except Exception as error:
-        logger.exception("QC run %s failed", run_id)
-        job_finish(
-            job=run,
-            status=JobStatus.FAILED,
-            error=f"{type(error).__name__}: {error}\n{traceback.format_exc()}",
-        )
-        return run
-    if job_finish(job=run, status=JobStatus.SUCCEEDED, summary=_json_safe(summary)):
+    run, succeeded = job_execute(
+        model=QCRun,
+        job_id=run_id,
+        task_id=task_id,
+        work=lambda run, progress: qc_campaign_full(campaign=run.campaign, progress=progress),
+    )
+    if run is not None and succeeded:
         # Severities are estimated from the judgments QC kept: calibrate after every run.
         from annotation.quality.calibration_job import calibration_run_start
 
         calibration_run_start(campaign=run.campaign, qc_run=run)
     return run
-
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {key: _json_safe(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(item) for item in value]
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
