@@ -421,6 +421,15 @@ def calibration_run_start(
     return run
 
 
+def calibration_run_inline(*, campaign: Campaign) -> CalibrationRun:
+    """A calibration executed in this process (`manage.py calibrate`): the same run row and job
+    lifecycle as a queued run, without the broker. Returns the finished run."""
+    run = CalibrationRun.objects.create(campaign=campaign)
+    calibration_run_execute(run_id=run.pk)
+    run.refresh_from_db()
+    return run
+
+
 def calibration_run_execute(*, run_id: int, task_id: str = "") -> CalibrationRun | None:
     """Run a queued calibration (claimed atomically: two workers never run the same one)."""
     run, _ = job_execute(
