@@ -41,8 +41,8 @@ from provenance import write_raw  # noqa: E402  (Django-free; records commit, ma
 from worlds import (  # noqa: E402
     bench_database_url,
     campaign_skeleton,
-    ensure_database,
     insert_select,
+    load_unless_loaded,
     run_child,
     setup_django,
 )
@@ -233,25 +233,16 @@ def main() -> None:
         print(json.dumps(result))
         return
 
-    report: dict[str, Any] = {}
-    ensure_database(database_url)
-    report["database"] = database_url.rpartition("/")[2]
-    expected = (options.judgments // 9) * 9
-    current = None
-    if not options.reload:
-        try:
-            current = _child(database_url, "count")["judgments"]
-        except SystemExit:
-            current = None
-    if options.reload or current != expected:
-        report["load"] = _child(
-            database_url,
-            "load",
-            "--judgments",
-            str(options.judgments),
-            "--workers",
-            str(options.workers),
-        )
+    report: dict[str, Any] = {"database": database_url.rpartition("/")[2]}
+    loaded = load_unless_loaded(
+        __file__,
+        database_url,
+        judgments=options.judgments,
+        reload=options.reload,
+        load_arguments=["--workers", str(options.workers)],
+    )
+    if loaded is not None:
+        report["load"] = loaded
     # Cold: no stored calibration (every severity and score inserted). Warm: a re-run on the same
     # judgments (the fit is deterministic, so nothing changes and nothing is written).
     _child(database_url, "clear")

@@ -36,8 +36,8 @@ QUESTIONS = ("descriptiveness", "relevance", "fluency")
 from worlds import (  # noqa: E402
     bench_database_url,
     campaign_skeleton,
-    ensure_database,
     insert_select,
+    load_unless_loaded,
     run_child,
     setup_django,
 )
@@ -212,26 +212,21 @@ def main() -> None:
         print(json.dumps(result))
         return
 
-    ensure_database(database_url)
     report: dict[str, Any] = {"database": database_url.rpartition("/")[2]}
-    expected = (options.judgments // 9) * 9
-    current = None
-    if not options.reload:
-        try:
-            current = _child(database_url, "count")["judgments"]
-        except SystemExit:
-            current = None
-    if options.reload or current != expected:
-        report["load"] = _child(
-            database_url,
-            "load",
-            "--judgments",
-            str(options.judgments),
+    loaded = load_unless_loaded(
+        __file__,
+        database_url,
+        judgments=options.judgments,
+        reload=options.reload,
+        load_arguments=[
             "--workers",
             str(options.workers),
             "--spammer-every",
             str(options.spammer_every),
-        )
+        ],
+    )
+    if loaded is not None:
+        report["load"] = loaded
     else:
         _child(database_url, "reset")
     report["cold"] = _child(database_url, "run")

@@ -69,6 +69,23 @@ def run_child(script: str, database_url: str, mode: str, *extra: str) -> dict[st
     return json.loads(output.stdout.strip().splitlines()[-1])
 
 
+def load_unless_loaded(
+    script: str, database_url: str, *, judgments: int, reload: bool, load_arguments: list[str]
+) -> dict[str, Any] | None:
+    """Create the database if needed and (re)load the world unless it already holds the expected
+    judgments (the script's `--child count`); returns the load's figures, None when reused."""
+    ensure_database(database_url)
+    current = None
+    if not reload:
+        try:
+            current = run_child(script, database_url, "count")["judgments"]
+        except SystemExit:
+            current = None
+    if not reload and current == (judgments // 9) * 9:
+        return None
+    return run_child(script, database_url, "load", "--judgments", str(judgments), *load_arguments)
+
+
 def insert_select(model: Any, expressions: dict[str, str], source: str, params: list[Any]) -> int:
     """INSERT INTO model (...) SELECT ... FROM source; columns not given get the model default."""
     from django.db import connection
