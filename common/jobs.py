@@ -13,7 +13,7 @@ import math
 import socket
 import traceback
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
 from django.db import models
@@ -44,7 +44,7 @@ def job_claim(*, model: type[JobT], job_id: int, task_id: str = "") -> JobT | No
     )
     if claimed != 1:
         return None
-    return model.objects.get(pk=job_id)
+    return cast(JobT, model.objects.get(pk=job_id))
 
 
 def job_progress(*, job: Job, fraction: float, message: str = "") -> None:

@@ -404,21 +404,16 @@ def calibration_run_start(
     *, campaign: Campaign, requested_by: Any = None, qc_run: QCRun | None = None
 ) -> CalibrationRun:
     """Queue a calibration (returns the run already queued or running, if any)."""
+    from annotation.quality.run import campaign_run_queue
     from annotation.tasks import calibration_run
-    from common.tasks import enqueue
 
-    with transaction.atomic():
-        Campaign.objects.select_for_update().filter(pk=campaign.pk).first()
-        active = CalibrationRun.objects.filter(campaign=campaign).active().first()
-        if active is not None:
-            return active
-        run = CalibrationRun.objects.create(
-            campaign=campaign,
-            qc_run=qc_run,
-            requested_by=requested_by if getattr(requested_by, "pk", None) else None,
-        )
-        enqueue(calibration_run, run.pk)
-    return run
+    return campaign_run_queue(
+        model=CalibrationRun,
+        campaign=campaign,
+        task=calibration_run,
+        requested_by=requested_by,
+        qc_run=qc_run,
+    )
 
 
 def calibration_run_inline(*, campaign: Campaign) -> CalibrationRun:

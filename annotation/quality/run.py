@@ -195,22 +195,34 @@ def qc_summary(*, campaign: Campaign) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------------------
 
 
-def qc_run_start(*, campaign: Campaign, requested_by: Any = None) -> QCRun:
-    """Queue a full QC recompute (returns the run already queued or running, if any)."""
-    from annotation.tasks import qc_run
+def campaign_run_queue(
+    *, model: type[Any], campaign: Campaign, task: Any, requested_by: Any = None, **fields: Any
+) -> Any:
+    """Queue a background run of the campaign (QC, calibration), or return the one already
+    queued or running: the campaign row is locked, so two requests never queue two runs."""
     from common.tasks import enqueue
 
     with transaction.atomic():
         Campaign.objects.select_for_update().filter(pk=campaign.pk).first()
-        active = QCRun.objects.filter(campaign=campaign).active().first()
+        active = model.objects.filter(campaign=campaign).active().first()
         if active is not None:
             return active
-        run = QCRun.objects.create(
+        run = model.objects.create(
             campaign=campaign,
             requested_by=requested_by if getattr(requested_by, "pk", None) else None,
+            **fields,
         )
-        enqueue(qc_run, run.pk)
+        enqueue(task, run.pk)
     return run
+
+
+def qc_run_start(*, campaign: Campaign, requested_by: Any = None) -> QCRun:
+    """Queue a full QC recompute (returns the run already queued or running, if any)."""
+    from annotation.tasks import qc_run
+
+    return campaign_run_queue(
+        model=QCRun, campaign=campaign, task=qc_run, requested_by=requested_by
+    )
 
 
 def qc_run_inline(*, campaign: Campaign) -> QCRun:
