@@ -205,24 +205,24 @@ def _judgments_from_jsonl(
                     raise FieldError(name, "the field is missing")
             if not isinstance(row["values"], dict):
                 raise FieldError("values", "expected an object {question: rating}")
-            spec, keys = _judgment_spec(
-                raw_values=row["values"],
-                rater=row["rater_id"],
-                candidate=row["candidate_id"],
-                response_time=row.get("response_time_ms"),
-                reason=row.get("reason"),
-                levels=levels,
-                keys=keys,
-                campaign_slug=campaign_slug,
-                value_field="values.",
-            )
         except FieldError as error:
             raise source.reject(error.message, line=line, field=error.field)
-        _remember(source, seen, spec, line)
-        spec.line = line
-        judgments.append(spec)
-        if progress and len(judgments) % 5000 == 0:
-            progress("validating", len(judgments), 0)
+        keys = _judgment_accept(
+            source,
+            line=line,
+            seen=seen,
+            judgments=judgments,
+            progress=progress,
+            raw_values=row["values"],
+            rater=row["rater_id"],
+            candidate=row["candidate_id"],
+            response_time=row.get("response_time_ms"),
+            reason=row.get("reason"),
+            levels=levels,
+            keys=keys,
+            campaign_slug=campaign_slug,
+            value_field="values.",
+        )
     return judgments, keys or []
 
 
@@ -265,28 +265,48 @@ def _judgments_from_csv(
         source, required=["rater_id", "candidate_id"], check_header=check_header
     ):
         assert keys is not None
-        try:
-            spec, _ = _judgment_spec(
-                raw_values={name: row[name] for name in keys},
-                rater=row["rater_id"],
-                candidate=row["candidate_id"],
-                response_time=row.get("response_time_ms"),
-                reason=row.get("reason"),
-                levels=levels,
-                keys=keys,
-                campaign_slug=campaign_slug,
-                value_field="",
-            )
-        except FieldError as error:
-            raise source.reject(error.message, line=line, field=error.field)
-        _remember(source, seen, spec, line)
-        spec.line = line
-        judgments.append(spec)
-        if progress and len(judgments) % 5000 == 0:
-            progress("validating", len(judgments), 0)
+        _judgment_accept(
+            source,
+            line=line,
+            seen=seen,
+            judgments=judgments,
+            progress=progress,
+            raw_values={name: row[name] for name in keys},
+            rater=row["rater_id"],
+            candidate=row["candidate_id"],
+            response_time=row.get("response_time_ms"),
+            reason=row.get("reason"),
+            levels=levels,
+            keys=keys,
+            campaign_slug=campaign_slug,
+            value_field="",
+        )
     if levels is not None and keys is not None:
         keys = list(levels)
     return judgments, keys or []
+
+
+def _judgment_accept(
+    source: ImportSource,
+    *,
+    line: int,
+    seen: dict[tuple[str, str], int],
+    judgments: list[JudgmentSpec],
+    progress: ProgressCallback | None,
+    **fields: Any,
+) -> list[str]:
+    """Check one row (JSONL or CSV) into a judgment, refuse a repeated (rater, candidate) pair,
+    and keep it; returns the question keys the rows have shown so far."""
+    try:
+        spec, keys = _judgment_spec(**fields)
+    except FieldError as error:
+        raise source.reject(error.message, line=line, field=error.field)
+    _remember(source, seen, spec, line)
+    spec.line = line
+    judgments.append(spec)
+    if progress and len(judgments) % 5000 == 0:
+        progress("validating", len(judgments), 0)
+    return keys
 
 
 def _remember(
