@@ -573,19 +573,9 @@ class CalibrationRun(Job):
         ordering = ["-created_at"]
 
 
-class WorkerSeverity(models.Model):
-    """A worker's severity on one question from the latest calibration (logit units; > 0 is
-    harsher than the average rater of the campaign), with its standard error and Rasch fit."""
+class CalibrationOutput(models.Model):
+    """What a calibration stores: the run that last changed the row, and when."""
 
-    participation = models.ForeignKey(
-        Participation, on_delete=models.CASCADE, related_name="severities"
-    )
-    question_key = models.CharField(max_length=50)
-    severity = models.FloatField()
-    standard_error = models.FloatField()
-    judgments = models.PositiveIntegerField()
-    infit = models.FloatField(null=True, blank=True)
-    outfit = models.FloatField(null=True, blank=True)
     # The run that last changed these values. Not indexed, so rewriting the row changes no index
     # and PostgreSQL updates it in place (HOT).
     run = models.ForeignKey(
@@ -599,6 +589,24 @@ class WorkerSeverity(models.Model):
     computed_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
+        abstract = True
+
+
+class WorkerSeverity(CalibrationOutput):
+    """A worker's severity on one question from the latest calibration (logit units; > 0 is
+    harsher than the average rater of the campaign), with its standard error and Rasch fit."""
+
+    participation = models.ForeignKey(
+        Participation, on_delete=models.CASCADE, related_name="severities"
+    )
+    question_key = models.CharField(max_length=50)
+    severity = models.FloatField()
+    standard_error = models.FloatField()
+    judgments = models.PositiveIntegerField()
+    infit = models.FloatField(null=True, blank=True)
+    outfit = models.FloatField(null=True, blank=True)
+
+    class Meta:
         ordering = ["participation_id", "question_key"]
         constraints = [
             models.UniqueConstraint(
@@ -607,7 +615,7 @@ class WorkerSeverity(models.Model):
         ]
 
 
-class CandidateCalibration(models.Model):
+class CandidateCalibration(CalibrationOutput):
     """A candidate's calibrated scores from the latest calibration: per question the expected
     rating of an average rater (1..5) and its standard error, the latent quality (logits), and
     the calibrated overall (the overall question's score, else the mean over the questions)."""
@@ -622,14 +630,3 @@ class CandidateCalibration(models.Model):
     standard_errors = models.JSONField(default=dict)
     quality = models.JSONField(default=dict)
     overall = models.FloatField(null=True, blank=True)
-    # The run that last changed these values. Not indexed, so rewriting the row changes no index
-    # and PostgreSQL updates it in place (HOT).
-    run = models.ForeignKey(
-        CalibrationRun,
-        null=True,
-        blank=True,
-        on_delete=models.SET_NULL,
-        related_name="+",
-        db_index=False,
-    )
-    computed_at = models.DateTimeField(default=timezone.now)
