@@ -43,6 +43,7 @@ from annotation.quality.calibration import (
     RatingTable,
     calibration_fit,
 )
+from annotation.quality.jobs import campaign_run_queue
 from annotation.services.columns import (
     ColumnKind,
     copy_to_temp_table,
@@ -404,7 +405,6 @@ def calibration_run_start(
     *, campaign: Campaign, requested_by: Any = None, qc_run: QCRun | None = None
 ) -> CalibrationRun:
     """Queue a calibration (returns the run already queued or running, if any)."""
-    from annotation.quality.run import campaign_run_queue
     from annotation.tasks import calibration_run
 
     return campaign_run_queue(

@@ -39,6 +39,7 @@ from annotation.quality.aggregation import aggregation_apply, aggregation_recomp
 from annotation.quality.agreement import agreement_snapshots_store, alpha_from_columns
 from annotation.quality.evaluation import worker_stats_store, workers_evaluate
 from annotation.quality.exclusions import workers_exclude
+from annotation.quality.jobs import campaign_run_queue
 from annotation.quality.loading import CampaignSlice, campaign_median_remember, campaign_slice_load
 from annotation.quality.rules import qc_rules_merge
 from common.jobs import job_execute
@@ -193,27 +194,6 @@ def qc_summary(*, campaign: Campaign) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------------------
 # QC runs (jobs)
 # ----------------------------------------------------------------------------------------------
-
-
-def campaign_run_queue(
-    *, model: type[Any], campaign: Campaign, task: Any, requested_by: Any = None, **fields: Any
-) -> Any:
-    """Queue a background run of the campaign (QC, calibration), or return the one already
-    queued or running: the campaign row is locked, so two requests never queue two runs."""
-    from common.tasks import enqueue
-
-    with transaction.atomic():
-        Campaign.objects.select_for_update().filter(pk=campaign.pk).first()
-        active = model.objects.filter(campaign=campaign).active().first()
-        if active is not None:
-            return active
-        run = model.objects.create(
-            campaign=campaign,
-            requested_by=requested_by if getattr(requested_by, "pk", None) else None,
-            **fields,
-        )
-        enqueue(task, run.pk)
-    return run
 
 
 def qc_run_start(*, campaign: Campaign, requested_by: Any = None) -> QCRun:
