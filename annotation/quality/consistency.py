@@ -45,6 +45,12 @@ class RepeatPairs:
     categories: list[int]
 
 
+def _rank(ranks: dict[int, int], values: Any, key: str) -> int:
+    """The level rank of `values[key]` (0: not answered or not a level of the question)."""
+    value = (values or {}).get(key)
+    return ranks.get(value, 0) if isinstance(value, int) else 0
+
+
 def repeat_pairs_load(
     *, campaign: Campaign, participation_ids: NDArray[np.int64] | list[int] | None = None
 ) -> RepeatPairs:
@@ -70,8 +76,8 @@ def repeat_pairs_load(
     second = np.zeros((len(records), len(keys)), dtype=np.int64)
     for row, (_worker, repeat_values, original_values) in enumerate(records):
         for column, key in enumerate(keys):
-            first[row, column] = ranks[column].get((original_values or {}).get(key), 0)
-            second[row, column] = ranks[column].get((repeat_values or {}).get(key), 0)
+            first[row, column] = _rank(ranks[column], original_values, key)
+            second[row, column] = _rank(ranks[column], repeat_values, key)
     return RepeatPairs(
         participation_ids=table,
         worker=np.asarray([position[record[0]] for record in records], dtype=np.int64),
@@ -186,6 +192,7 @@ def campaign_retest(*, campaign: Campaign) -> dict[str, Any]:
                 "kappa": _number(figures.kappa[index]) if enough else None,
                 "questions": {
                     key: {
+                        "label": labels.get(key, key),
                         "kappa": _number(figures.by_question[key].kappa[index]) if enough else None,
                         "exact_agreement": _number(figures.by_question[key].exact_agreement[index]),
                         "mean_absolute_difference": _number(

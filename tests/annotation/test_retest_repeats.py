@@ -169,12 +169,16 @@ def test_repeats_are_served_apart_measured_and_change_no_count_payment_aggregate
     # Serving: each worker saw every clip once as an original, and some again; never the same clip
     # twice in a row, each repeat at least GAP other clips after the first time, once at most.
     for rater in raters:
-        originals = [clip for clip, repeat in zip(rater.clips, rater.repeat_flags) if not repeat]
-        repeated = [clip for clip, repeat in zip(rater.clips, rater.repeat_flags) if repeat]
+        originals = [
+            clip for clip, repeat in zip(rater.clips, rater.repeat_flags, strict=True) if not repeat
+        ]
+        repeated = [
+            clip for clip, repeat in zip(rater.clips, rater.repeat_flags, strict=True) if repeat
+        ]
         assert sorted(originals) == sorted(clip.pk for clip in clips)
         assert len(repeated) == len(set(repeated)) >= 2
-        assert all(a != b for a, b in zip(rater.clips, rater.clips[1:]))
-        for index, (clip, repeat) in enumerate(zip(rater.clips, rater.repeat_flags)):
+        assert all(a != b for a, b in zip(rater.clips, rater.clips[1:], strict=False))
+        for index, (clip, repeat) in enumerate(zip(rater.clips, rater.repeat_flags, strict=True)):
             if repeat:
                 first = rater.clips.index(clip)
                 assert index - first - 1 >= GAP

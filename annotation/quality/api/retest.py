@@ -27,6 +27,7 @@ class RetestQuestionSerializer(serializers.Serializer):
 
 
 class RetestWorkerQuestionSerializer(serializers.Serializer):
+    label = serializers.CharField()  # type: ignore[assignment]
     kappa = serializers.FloatField(allow_null=True, help_text="Null below min_pairs.")
     exact_agreement = serializers.FloatField(allow_null=True)
     mean_absolute_difference = serializers.FloatField(allow_null=True)
