@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import random
+from datetime import timedelta
 from decimal import Decimal
 from io import StringIO
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 from django.core.management import call_command
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from annotation.models import (
@@ -34,9 +36,16 @@ from annotation.models import (
 from annotation.quality.agreement import campaign_agreement
 from annotation.quality.consistency import campaign_retest, worker_retest_figures
 from annotation.quality.run import qc_run_inline
+from annotation.services.assignment import (
+    assignment_claim_next,
+    assignment_offer_payload,
+    participation_progress,
+)
 from annotation.services.campaigns import campaign_create, campaign_update
 from annotation.services.payments import payments_rows
-from tests.annotation.crowd_factories import clips_with_candidates
+from annotation.services.repeats import repeat_clip_choose, repeats_due
+from annotation.services.submission import AssignmentNotFound, SubmissionInvalid, assignment_submit
+from tests.annotation.crowd_factories import clips_with_candidates, crowd_join
 from tests.export.helpers import build, jsonl_records, manifest, read_file
 
 pytestmark = pytest.mark.django_db
@@ -336,3 +345,84 @@ def test_the_rule_flags_an_inconsistent_worker_only_once_they_have_enough_pairs(
     assert pairs_seen[-1] >= 6
     assert any(held_back), "no stage had few pairs with a kappa the rule would have flagged"
     assert "inconsistent_retest" in flagged()["erratic-1"]
+
+
+def _ratings(candidate_ids: list[int], value: int = 3) -> dict[str, Any]:
+    keys = ("descriptiveness", "relevance", "fluency")
+    return {"ratings": [{"candidate_id": pk, **dict.fromkeys(keys, value)} for pk in candidate_ids]}
+
+
+def test_a_repeat_is_a_lease_like_any_other_reload_expiry_late_submit_and_strangers():
+    clips = clips_with_candidates(clips=6, candidates_per_clip=2)
+    campaign = _campaign("retest-lease", clips, retest_share=0.5, retest_min_gap=1)
+    _token, participation = crowd_join(campaign, "lease-worker")
+    _other_token, stranger = crowd_join(campaign, "stranger")
+    start = timezone.now()
+    first_clips = []
+    for minute in range(2):
+        offer = assignment_claim_next(participation=participation, now=start)
+        payload = assignment_offer_payload(assignment=offer, campaign=campaign)
+        first_clips.append((payload["clip"]["id"], {c["id"] for c in payload["candidates"]}))
+        assignment_submit(
+            participation=participation,
+            assignment_id=offer.pk,
+            body=_ratings([c["id"] for c in payload["candidates"]]),
+            now=start + timedelta(minutes=minute),
+        )
+    now = start + timedelta(minutes=3)
+    repeat = assignment_claim_next(participation=participation, now=now)
+    payload = assignment_offer_payload(assignment=repeat, campaign=campaign)
+    # Due after two clips at 0.5; gap 1 and "never the last clip" leave only the first clip.
+    assert Repeat.objects.filter(pk=repeat.pk).exists()
+    assert (payload["clip"]["id"], {c["id"] for c in payload["candidates"]}) == first_clips[0]
+    assert set(payload) == {
+        "assignment_id",
+        "expires_at",
+        "clip",
+        "references",
+        "candidates",
+        "questions",
+    }
+    # A reload hands the same lease back; /me names it.
+    assert assignment_claim_next(participation=participation, now=now).pk == repeat.pk
+    assert participation_progress(participation=participation)["live_assignment_id"] == repeat.pk
+    # Another worker cannot submit it; a body for other candidates is refused; nothing stored.
+    with pytest.raises(AssignmentNotFound):
+        assignment_submit(participation=stranger, assignment_id=repeat.pk, body=_ratings([1]))
+    with pytest.raises(SubmissionInvalid):
+        assignment_submit(participation=participation, assignment_id=repeat.pk, body=_ratings([1]))
+    assert not RepeatJudgment.objects.exists()
+
+    # The lease runs out: the next claim marks it expired and serves a fresh clip (one repeat was
+    # due, one was served), taking slots as usual.
+    later = now + timedelta(seconds=campaign.lease_seconds + 1)
+    fresh = assignment_claim_next(participation=participation, now=later)
+    assert Repeat.objects.get(pk=repeat.pk).status == "expired"
+    assert Assignment.objects.filter(pk=fresh.pk, participation=participation).exists()
+    # A late submit of the expired repeat is still stored (it holds no slot that could be gone),
+    # and moves no counter.
+    outcome = assignment_submit(
+        participation=participation,
+        assignment_id=repeat.pk,
+        body=_ratings([c["id"] for c in payload["candidates"]], value=4),
+        now=later,
+    )
+    assert outcome.created and outcome.result["assignment_id"] == repeat.pk
+    assert outcome.result["judgments"] == CANDIDATES
+    assert RepeatJudgment.objects.filter(repeat_id=repeat.pk).count() == CANDIDATES
+    participation.refresh_from_db()
+    assert participation.assignments_submitted == 2
+    assert Judgment.objects.filter(participation=participation).count() == 2 * CANDIDATES
+
+
+def test_when_a_repeat_is_due_and_which_clip_it_may_be():
+    assert not repeats_due(share=0.25, submitted=3, served=0)
+    assert repeats_due(share=0.25, submitted=4, served=0)
+    assert not repeats_due(share=0.25, submitted=7, served=1)
+    assert repeats_due(share=0.3, submitted=10, served=2)  # 3 due, whichever way 0.3 * 10 rounds
+    assert not repeats_due(share=0.0, submitted=100, served=0)
+    newest_first = [(14, 4), (13, 3), (12, 2), (11, 1)]
+    for _ in range(20):
+        chosen = repeat_clip_choose(submitted=newest_first, repeated={1}, last_clip=4, gap=2)
+        assert chosen == (12, 2)  # clips 4 and 3 too recent, clip 1 already repeated
+    assert repeat_clip_choose(submitted=newest_first, repeated=set(), last_clip=1, gap=3) is None
