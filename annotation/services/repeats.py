@@ -28,8 +28,6 @@ import random
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connection
-
 from annotation.models import (
     Assignment,
     AssignmentStatus,
@@ -279,9 +277,9 @@ def repeat_store(
 def repeat_touch_participation(*, participation_id: int, now: datetime, excluded: str) -> bool:
     """Lock the participation (the engine's lock order) and note the visit, without moving any
     counter that payments read; False when the participation has been excluded."""
-    with connection.cursor() as cursor:
-        cursor.execute(
+    return bool(
+        sql.execute(
             f"UPDATE {sql.T_PARTICIPATION} SET last_seen_at = %s WHERE id = %s AND status <> %s",
             [sql.db_datetime(now), participation_id, excluded],
         )
-        return bool(cursor.rowcount)
+    )
