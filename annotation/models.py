@@ -47,6 +47,11 @@ class Campaign(models.Model):
     # A free-text reason is required for any rating at or below this value (None: never).
     reason_required_at_or_below = models.PositiveSmallIntegerField(null=True, blank=True)
     max_assignments_per_worker = models.PositiveIntegerField(null=True, blank=True)
+    # Test-retest: this share of a worker's submitted clips is served to them again later in the
+    # session, unannounced, at least `retest_min_gap` clips after the first time (0 = off). The
+    # second ratings go to `RepeatJudgment`, never to `Judgment`.
+    retest_share = models.FloatField(default=0.0, db_default=0.0)
+    retest_min_gap = models.PositiveSmallIntegerField(default=3, db_default=3)
     # Control items: share of assignments that carry one, and which kinds (see annotation QC).
     control_rate = models.FloatField(default=0.0)
     control_settings = models.JSONField(default=dict, blank=True)
@@ -84,6 +89,13 @@ class Campaign(models.Model):
                 name="campaign_control_rate_range",
             ),
             models.CheckConstraint(condition=Q(lease_seconds__gte=30), name="campaign_lease_min"),
+            models.CheckConstraint(
+                condition=Q(retest_share__gte=0) & Q(retest_share__lte=0.5),
+                name="campaign_retest_share_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(retest_min_gap__gte=1), name="campaign_retest_gap_min"
+            ),
             models.CheckConstraint(
                 condition=Q(review_range_threshold__gte=1), name="campaign_review_threshold_min"
             ),
@@ -336,6 +348,68 @@ class AssignmentItem(models.Model):
             models.UniqueConstraint(
                 fields=["assignment", "campaign_candidate"], name="assignment_item_unique"
             ),
+        ]
+
+
+class Repeat(models.Model):
+    """A test-retest lease: a clip the worker already submitted, served to them again with the same
+    candidates (`candidate_ids`, campaign candidate ids in the order shown) and not announced.
+
+    The id comes from the assignment id sequence, so the worker API's `assignment_id` is one id
+    space and a repeat looks like any other assignment. A repeat takes no quota slot and counts
+    toward no payment or limit; its ratings are `RepeatJudgment` rows, which no aggregate reads."""
+
+    id = models.BigIntegerField(primary_key=True)
+    campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="repeats")
+    participation = models.ForeignKey(
+        Participation, on_delete=models.CASCADE, related_name="repeats"
+    )
+    original = models.ForeignKey(Assignment, on_delete=models.CASCADE, related_name="repeats")
+    clip = models.ForeignKey(Clip, on_delete=models.CASCADE, related_name="+")
+    candidate_ids = models.JSONField(default=list)
+    status = models.CharField(
+        max_length=10, choices=AssignmentStatus.choices, default=AssignmentStatus.LIVE
+    )
+    issued_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+    submitted_at = models.DateTimeField(null=True, blank=True)
+    submission_digest = models.CharField(max_length=64, blank=True, default="")
+    result = models.JSONField(default=dict, blank=True)
+    server_ms = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            # Each clip is repeated at most once per worker.
+            models.UniqueConstraint(fields=["participation", "clip"], name="repeat_worker_clip"),
+            models.UniqueConstraint(
+                fields=["participation"],
+                condition=Q(status=AssignmentStatus.LIVE),
+                name="repeat_one_live_per_worker",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"repeat {self.pk} of assignment {self.original_id} ({self.status})"
+
+
+class RepeatJudgment(models.Model):
+    """A worker's second rating of a candidate they rated before (`original`), from a repeat.
+    Kept apart from `Judgment` so aggregates, agreement, calibration, review and releases cannot
+    count it; only the test-retest consistency reads it."""
+
+    repeat = models.ForeignKey(Repeat, on_delete=models.CASCADE, related_name="judgments")
+    campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="+")
+    participation = models.ForeignKey(Participation, on_delete=models.CASCADE, related_name="+")
+    original = models.ForeignKey("Judgment", on_delete=models.CASCADE, related_name="repeats")
+    values = models.JSONField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["repeat", "original"], name="repeat_judgment_unique"),
+        ]
+        indexes = [
+            models.Index(fields=["campaign", "participation"], name="repeat_judgment_worker"),
         ]
 
 

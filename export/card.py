@@ -148,7 +148,33 @@ def card_context(facts: ReleaseFacts) -> dict[str, Any]:
         for entry in facts.calibration
         for key, fit in entry["questions"].items()
     ]
+    retest_rows = [
+        (
+            entry["campaign"],
+            key,
+            f"{entry['retest_share']:.0%}",
+            str(entry["retest_min_gap"]),
+            str(fit["pairs"]),
+            _fixed(fit["kappa"], 3),
+            _fixed(fit["exact_agreement"], 3),
+        )
+        for entry in facts.retest
+        for key, fit in entry["questions"].items()
+    ]
+    retest_campaigns = [
+        (
+            entry["campaign"],
+            str(entry["repeats_submitted"]),
+            str(entry["workers_with_pairs"]),
+            str(entry["workers_with_enough_pairs"]),
+            str(entry["min_pairs"]),
+            _fixed(entry["kappa"], 3),
+        )
+        for entry in facts.retest
+    ]
     return {
+        "retest_rows": retest_rows,
+        "retest_campaigns": retest_campaigns,
         "calibration_rows": calibration_rows,
         "release": facts.release,
         "name_markdown": markdown_text(facts.release.name),

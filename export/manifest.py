@@ -55,6 +55,7 @@ def write_manifest(*, facts: ReleaseFacts, files: dict[str, str], root: Path) ->
         "pseudonyms": PSEUDONYM_RULE,
         "sources": facts.sources,
         "calibration": facts.calibration,
+        "retest": facts.retest,
         "license": DATASET_LICENSE,
         "code_version": facts.code_version,
         "files": dict(sorted(files.items())),

@@ -37,6 +37,9 @@ class ReleaseFacts:
     code_version: str
     # Per calibrated campaign: the model and its fit statistics (annotation.quality.calibration_job).
     calibration: list[dict[str, Any]] = field(default_factory=list)
+    # Per campaign that served test-retest repeats: share, pairs and consistency
+    # (annotation.quality.consistency).
+    retest: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ratios(self) -> dict[str, float]:

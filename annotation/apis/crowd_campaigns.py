@@ -16,6 +16,8 @@ from rest_framework.views import APIView
 from annotation.models import Campaign, CampaignStatus
 from annotation.services.campaigns import (
     CAMPAIGN_FIELDS,
+    RETEST_GAP_MAX,
+    RETEST_SHARE_MAX,
     SLUG_HELP,
     SLUG_PATTERN,
     CampaignInvalid,
@@ -92,6 +94,20 @@ class CampaignOptionsSerializer(serializers.Serializer):
     )
     max_assignments_per_worker = serializers.IntegerField(
         min_value=1, max_value=INTEGER_MAX, required=False, allow_null=True
+    )
+    retest_share = serializers.FloatField(
+        min_value=0,
+        max_value=RETEST_SHARE_MAX,
+        required=False,
+        help_text="Test-retest: share of each worker's submitted clips served to them again "
+        "later in their session, unannounced (0 = off). Repeats take no quota slot, are not "
+        "paid and never count as judgments.",
+    )
+    retest_min_gap = serializers.IntegerField(
+        min_value=1,
+        max_value=RETEST_GAP_MAX,
+        required=False,
+        help_text="Test-retest: at least this many other clips between a clip and its repeat.",
     )
     control_rate = serializers.FloatField(min_value=0, max_value=1, required=False)
     control_settings = serializers.JSONField(required=False)

@@ -60,6 +60,15 @@ DEFAULT_QC_RULES: dict[str, dict[str, Any]] = {
         "min_judgments": 8,
         "min_correlation": 0.2,
     },
+    # Test-retest (campaigns with `retest_share` > 0): the worker's second ratings of candidates
+    # they rated before do not reproduce the first ones. Off by default; acts only once the
+    # worker has `min_pairs` repeated candidates (fewer pairs give a noisy kappa).
+    "inconsistent_retest": {
+        "enabled": False,
+        "action": ACTION_FLAG,
+        "min_pairs": 10,
+        "min_kappa": 0.4,
+    },
 }
 
 RULE_LABELS: dict[str, str] = {
@@ -67,6 +76,7 @@ RULE_LABELS: dict[str, str] = {
     "uniform": "Uniform ratings",
     "failed_controls": "Failed control items",
     "low_agreement": "Low agreement",
+    "inconsistent_retest": "Inconsistent on repeats",
 }
 
 # Plain-words explanation of every statistic, shown beside the numbers on the dashboard.
@@ -86,6 +96,9 @@ STATISTIC_EXPLANATIONS: dict[str, str] = {
     "caption of another clip, a word-shuffled caption) this worker rated as expected.",
     "agreement": "Correlation between this worker's ratings and the average of the other "
     "workers' ratings of the same candidates (1 = same ordering, 0 = unrelated).",
+    "retest_kappa": "How well this worker reproduced their own ratings when a clip they had "
+    "already rated came back later, unannounced (quadratic-weighted kappa, mean over the "
+    "questions): 1 = the same ratings again, 0 = no better than chance.",
 }
 
 
@@ -184,6 +197,9 @@ class WorkerStatistics:
     agreement: NDArray[np.float64]
     campaign_median_seconds: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # Test-retest repeat pairs and mean kappa per worker; None when the rule is off (not loaded).
+    retest_pairs: NDArray[np.int64] | None = None
+    retest_kappa: NDArray[np.float64] | None = None
 
     def row(self, index: int) -> dict[str, Any]:
         def number(value: float) -> float | None:
@@ -414,6 +430,7 @@ def rules_evaluate(
     uniform = rules.get("uniform", {})
     controls = rules.get("failed_controls", {})
     agreement = rules.get("low_agreement", {})
+    retest = rules.get("inconsistent_retest", {})
     campaign_median = statistics.campaign_median_seconds
     for index in np.asarray(worker_indices, dtype=np.int64).tolist():
         flags: list[dict[str, Any]] = []
@@ -515,6 +532,27 @@ def rules_evaluate(
                         {
                             "agreement": _rounded(correlation),
                             "pairs": int(statistics.agreement_pairs[index]),
+                        },
+                    )
+                )
+        if (
+            retest.get("enabled")
+            and statistics.retest_pairs is not None
+            and statistics.retest_kappa is not None
+            and statistics.retest_pairs[index] >= retest["min_pairs"]
+        ):
+            kappa = statistics.retest_kappa[index]
+            if not math.isnan(kappa) and kappa < retest["min_kappa"]:
+                flags.append(
+                    _flag(
+                        "inconsistent_retest",
+                        retest,
+                        f"reproduced their own ratings with kappa {kappa:.2f} over "
+                        f"{statistics.retest_pairs[index]} repeated candidates (minimum "
+                        f"{retest['min_kappa']})",
+                        {
+                            "retest_kappa": _rounded(kappa),
+                            "retest_pairs": int(statistics.retest_pairs[index]),
                         },
                     )
                 )

@@ -15,6 +15,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from annotation import charts
 from annotation.models import AuditEntry, Campaign, Participation, ReviewItem, ReviewStatus
+from annotation.quality.consistency import campaign_retest
 from annotation.quality.exclusions import worker_exclude, worker_include
 from annotation.quality.review import (
     UNDOABLE,
@@ -132,6 +133,7 @@ def campaign_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "agreement_rows": agreement_rows,
         "histogram_rows": histogram_rows,
         "runs": qc_runs_recent(campaign=campaign),
+        "retest": campaign_retest(campaign=campaign),
         "review": review_counts(campaign=campaign),
         "rules": [
             {"key": key, "label": RULE_LABELS.get(key, key), "config": config}

@@ -46,6 +46,7 @@ from annotation.models import (
 )
 from annotation.questions import RUBRIC_LEVELS
 from annotation.services import crowd_sql as sql
+from annotation.services import repeats
 from common import storage
 from datasets_app.models import Clip, ClipStatus
 
@@ -247,6 +248,11 @@ def _claim(*, participation: Participation, campaign: Campaign, now: datetime) -
             .exists()
         ):
             _expire_locked(assignment_id=live_id, campaign_id=campaign_id, clip_id=clip_id)
+    retest = bool(campaign.retest_share)
+    if retest:
+        live_repeat = repeats.repeat_live_claim(participation=participation, now=now)
+        if live_repeat is not None:
+            return live_repeat
 
     maximum = campaign.max_assignments_per_worker
     if maximum is not None and done >= maximum:
@@ -263,6 +269,14 @@ def _claim(*, participation: Participation, campaign: Campaign, now: datetime) -
         )
         if row is None:
             return None
+        # Test-retest: a due repeat is served in place of the fresh clip (only while fresh work
+        # remains, so a repeat never prolongs a session); it takes no slot.
+        if retest:
+            repeat = repeats.repeat_claim(
+                participation=participation, campaign=campaign, submitted=done, now=now
+            )
+            if repeat is not None:
+                return repeat
         campaign_clip_id, clip_id, video_key, poster_key, duration = row[:5]
 
         # 4. One slot on each of its candidates that still has one free, and the clip counter.
@@ -575,6 +589,8 @@ def participation_progress(*, participation: Participation, cap: int = 1000) -> 
     live = participation_live_assignment(participation=participation)
     now = timezone.now()
     live_id = live.pk if live is not None and live.expires_at > now else None
+    if live_id is None and campaign.retest_share:
+        live_id = repeats.repeat_live_id(participation_id=participation.pk, now=now)
     if campaign.max_assignments_per_worker is not None:
         allowed = max(0, campaign.max_assignments_per_worker - done)
     else:

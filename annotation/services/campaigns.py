@@ -67,6 +67,8 @@ CAMPAIGN_FIELDS = (
     "min_seconds_on_clip",
     "reason_required_at_or_below",
     "max_assignments_per_worker",
+    "retest_share",
+    "retest_min_gap",
     "control_rate",
     "control_settings",
     "qc_rules",
@@ -85,6 +87,12 @@ ARGUMENT_FIELDS = ("slug", "name", "questions", "judgments_per_candidate", "refe
 OPTION_FIELDS = tuple(name for name in CAMPAIGN_FIELDS if name not in ARGUMENT_FIELDS)
 # Settings that change what a judgment means: frozen once crowd judgments exist.
 FROZEN_ONCE_RATED = ("questions", "reference_free", "overall_question_key")
+
+
+# Test-retest bounds (the model's check constraints hold the same numbers): at most every other
+# clip a repeat, and a gap a session can reach.
+RETEST_SHARE_MAX = 0.5
+RETEST_GAP_MAX = 1000
 
 
 class CampaignInvalid(Exception):
@@ -162,6 +170,10 @@ def _options_clean(options: dict[str, Any]) -> dict[str, Any]:
         errors["min_seconds_on_clip"] = ["Between 0 and 3600."]
     if "control_rate" in clean and not (0 <= float(clean["control_rate"]) <= 1):
         errors["control_rate"] = ["Between 0 and 1."]
+    if "retest_share" in clean and not (0 <= float(clean["retest_share"]) <= RETEST_SHARE_MAX):
+        errors["retest_share"] = [f"Between 0 (off) and {RETEST_SHARE_MAX}."]
+    if "retest_min_gap" in clean and not (1 <= int(clean["retest_min_gap"]) <= RETEST_GAP_MAX):
+        errors["retest_min_gap"] = [f"Between 1 and {RETEST_GAP_MAX} clips."]
     if clean.get("max_assignments_per_worker") is not None and (
         int(clean["max_assignments_per_worker"]) < 1
     ):

@@ -193,6 +193,8 @@ _CAMPAIGN_COLUMNS = (
     "min_seconds_on_clip",
     "reason_required_at_or_below",
     "max_assignments_per_worker",
+    "retest_share",
+    "retest_min_gap",
     "completion_code",
     "redirect_url",
 )

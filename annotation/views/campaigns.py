@@ -17,6 +17,8 @@ from annotation.models import Campaign, CampaignStatus
 from annotation.questions import default_questions, overall_only_questions
 from annotation.services.campaigns import (
     OPTION_FIELDS,
+    RETEST_GAP_MAX,
+    RETEST_SHARE_MAX,
     CampaignInvalid,
     campaign_create,
     campaign_has_crowd_judgments,
@@ -88,6 +90,20 @@ class CampaignSettingsForm(forms.Form):
     )
     max_assignments_per_worker = forms.IntegerField(
         min_value=1, required=False, help_text="Empty: no limit."
+    )
+    retest_share = forms.FloatField(
+        min_value=0,
+        max_value=RETEST_SHARE_MAX,
+        initial=0,
+        help_text="Test-retest: share of each worker's clips shown to them again later, "
+        "unannounced, to measure their consistency (0: off). Repeats are not paid and never "
+        "count as judgments.",
+    )
+    retest_min_gap = forms.IntegerField(
+        min_value=1,
+        max_value=RETEST_GAP_MAX,
+        initial=3,
+        help_text="At least this many other clips between a clip and its repeat.",
     )
     pay_per_assignment = forms.DecimalField(
         min_value=0, max_digits=8, decimal_places=2, initial=0, help_text="Per submitted clip."

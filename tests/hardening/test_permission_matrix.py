@@ -329,6 +329,9 @@ ROUTES: dict[str, list[Case]] = {
         ),
     ],
     "annotation_api:agreement": [C("GET", url("annotation_api:agreement", slug), curator_api(200))],
+    "annotation_api:quality-retest": [
+        C("GET", url("annotation_api:quality-retest", slug), curator_api(200)),
+    ],
     "annotation_api:calibration": [
         C("GET", url("annotation_api:calibration", slug), curator_api(200)),
     ],
