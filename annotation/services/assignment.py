@@ -448,6 +448,24 @@ def _slots_release(*, campaign_id: int, clip_id: int, candidate_ids: list[int]) 
     return released
 
 
+def participation_leases_release(*, participation_ids: Iterable[int]) -> int:
+    """End the live leases of these participations now and return their slots (a worker was
+    excluded: the clip they hold is refilled at once instead of when the lease runs out). Call
+    inside the caller's transaction with the participation rows locked (lock order
+    Participation → Assignment → CampaignClip → CampaignCandidate); returns how many leases were
+    ended. The leases become `expired`; a late submit of one is refused like any expired lease
+    whose slots were taken meanwhile."""
+    leases = list(
+        Assignment.objects.select_for_update()
+        .filter(participation_id__in=list(participation_ids), status=AssignmentStatus.LIVE)
+        .order_by("clip_id", "id")
+        .values_list("id", "campaign_id", "clip_id")
+    )
+    for assignment_id, campaign_id, clip_id in leases:
+        _expire_locked(assignment_id=assignment_id, campaign_id=campaign_id, clip_id=clip_id)
+    return len(leases)
+
+
 def assignment_expire(*, assignment_id: int, now: datetime | None = None) -> bool:
     """Expire one live assignment whose lease ran out and return its slots; False if it is not
     (any more) a live expired lease, or another transaction is handling it right now."""

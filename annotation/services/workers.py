@@ -66,13 +66,22 @@ _INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn"})
 
 
 class JoinRefused(Exception):
-    """The campaign cannot be joined (closed, imported, bad invite). `status` is the HTTP answer."""
+    """The campaign cannot be joined (closed, imported, bad invite). `status` is the HTTP answer;
+    `body`, when given, is the whole answer (the screen-out of an excluded worker)."""
 
-    def __init__(self, message: str, *, status: int = 409, field: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int = 409,
+        field: str | None = None,
+        body: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
         self.field = field
+        self.body = body
 
 
 @dataclass(frozen=True)
@@ -195,6 +204,8 @@ _CAMPAIGN_COLUMNS = (
     "max_assignments_per_worker",
     "completion_code",
     "redirect_url",
+    "screen_out_code",
+    "screen_out_redirect_url",
 )
 _PARTICIPATION_COLUMNS = (
     "id",
@@ -237,6 +248,48 @@ def participation_by_token(*, token: str) -> Participation | None:
     participation: Participation = crowd_sql.instance(Participation, participation_values)
     participation.campaign = crowd_sql.instance(Campaign, campaign_values)
     return participation
+
+
+# --- screen-out ------------------------------------------------------------------------------
+
+SCREEN_OUT_DETAIL = (
+    "Your participation in this study has ended: based on your answers so far, there are no "
+    "further clips for you. Thank you for your time."
+)
+SCREEN_OUT_INSTRUCTIONS = {
+    Platform.PROLIFIC: "Please return to Prolific with this screen-out code (or the link below), "
+    "so that your submission is recorded as screened out.",
+    Platform.PROLIFIC + ":no-code": "Please return to Prolific and return your submission there.",
+    Platform.MTURK: "Please return this HIT on MTurk (the Return button): do not submit it.",
+    Platform.INVITE: "You can close this page now.",
+}
+
+
+def screen_out_payload(*, participation: Participation) -> dict[str, Any]:
+    """What the worker API answers (403) to a worker excluded by quality control, from the first
+    request after the exclusion on (`next`, `submit`, `me`, `join`): the campaign's screen-out
+    code and redirect (Prolific's "screened out" completion) or, on MTurk, the instruction to
+    return the HIT. `state` is always "screened_out"."""
+    campaign = participation.campaign
+    platform = participation.worker.platform
+    code = campaign.screen_out_code or None
+    redirect = campaign.screen_out_redirect_url or None
+    if platform == Platform.MTURK:
+        code = redirect = None  # an MTurk worker returns the HIT; no code is ever submitted
+        instruction = SCREEN_OUT_INSTRUCTIONS[Platform.MTURK]
+    elif platform == Platform.PROLIFIC:
+        key = Platform.PROLIFIC if (code or redirect) else Platform.PROLIFIC + ":no-code"
+        instruction = SCREEN_OUT_INSTRUCTIONS[key]
+    else:
+        instruction = SCREEN_OUT_INSTRUCTIONS[Platform.INVITE]
+    return {
+        "detail": SCREEN_OUT_DETAIL,
+        "state": "screened_out",
+        "platform": str(platform),
+        "screen_out_code": code,
+        "redirect_url": redirect,
+        "instruction": instruction,
+    }
 
 
 # --- invites ----------------------------------------------------------------------------------
@@ -334,9 +387,9 @@ def worker_join(
         campaign=campaign, worker=worker, platform_data=platform_data, now=now
     )
     if participation.status == ParticipationStatus.EXCLUDED:
-        raise JoinRefused(
-            "Your participation in this study has ended, so you cannot join it again.", status=403
-        )
+        participation.campaign, participation.worker = campaign, worker
+        screen_out = screen_out_payload(participation=participation)
+        raise JoinRefused(screen_out["detail"], status=403, body=screen_out)
     changes: dict[str, Any] = {"token_renewed_at": now}
     if not created and worker_token_expires_at(participation=participation) <= now:
         # The old token has expired: issue the next generation, so it never works again.
