@@ -253,8 +253,8 @@ def participation_by_token(*, token: str) -> Participation | None:
 # --- screen-out ------------------------------------------------------------------------------
 
 SCREEN_OUT_DETAIL = (
-    "Your participation in this study has ended: based on your answers so far, there are no "
-    "further clips for you. Thank you for your time."
+    "Based on your answers so far, this study has no further clips for you. Thank you for your "
+    "time."
 )
 SCREEN_OUT_INSTRUCTIONS = {
     Platform.PROLIFIC: "Please return to Prolific with this screen-out code (or the link below), "

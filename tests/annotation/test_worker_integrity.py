@@ -211,8 +211,8 @@ def test_after_exclusion_no_spelling_rejoins_and_the_old_token_reaches_nothing(
     # Every spelling of the person, and the old token on every worker route, answers the same
     # 403 screen-out: no clip, no stored rating.
     screen_out = {
-        "detail": "Your participation in this study has ended: based on your answers so far, "
-        "there are no further clips for you. Thank you for your time.",
+        "detail": "Based on your answers so far, this study has no further clips for you. "
+        "Thank you for your time.",
         "state": "screened_out",
         "platform": "prolific",
         "screen_out_code": None,
