@@ -16,8 +16,10 @@ signed invite. A campaign may be bound to one Prolific study or MTurk HIT
 (`Campaign.prolific_study_id`, `Campaign.mturk_hit_id`): joins that do not carry it are refused.
 
 Exclusion is per person: joining again under any variant of an excluded worker's id is refused
-(403), and the excluded participation's token stops authenticating (`worker_token_problem`), so no
-token of that person reaches `next` or `submit` again. Re-inclusion by a curator restores both.
+(403), and the excluded participation's token no longer reaches any worker view: every worker
+route answers 403 with the campaign's screen-out (`screen_out_payload`, raised by the
+authentication), so no token of that person reaches `next` or `submit` again. Re-inclusion by a
+curator restores both.
 
 The token is derived from the participation with an HMAC of the server secret, so joining again
 (a second tab, a reload on another device) returns the very same, still working token instead of
@@ -256,13 +258,14 @@ SCREEN_OUT_DETAIL = (
     "Based on your answers so far, this study has no further clips for you. Thank you for your "
     "time."
 )
-SCREEN_OUT_INSTRUCTIONS = {
-    Platform.PROLIFIC: "Please return to Prolific with this screen-out code (or the link below), "
-    "so that your submission is recorded as screened out.",
-    Platform.PROLIFIC + ":no-code": "Please return to Prolific and return your submission there.",
-    Platform.MTURK: "Please return this HIT on MTurk (the Return button): do not submit it.",
-    Platform.INVITE: "You can close this page now.",
-}
+# What to do now, per platform (Prolific: with or without a screen-out code or link to go back with).
+SCREEN_OUT_PROLIFIC_WITH_CODE = (
+    "Please return to Prolific with this screen-out code (or the link below), so that your "
+    "submission is recorded as screened out."
+)
+SCREEN_OUT_PROLIFIC = "Please return to Prolific and return your submission there."
+SCREEN_OUT_MTURK = "Please return this HIT on MTurk (the Return button): do not submit it."
+SCREEN_OUT_INVITE = "You can close this page now."
 
 
 def screen_out_payload(*, participation: Participation) -> dict[str, Any]:
@@ -276,12 +279,11 @@ def screen_out_payload(*, participation: Participation) -> dict[str, Any]:
     redirect = campaign.screen_out_redirect_url or None
     if platform == Platform.MTURK:
         code = redirect = None  # an MTurk worker returns the HIT; no code is ever submitted
-        instruction = SCREEN_OUT_INSTRUCTIONS[Platform.MTURK]
+        instruction = SCREEN_OUT_MTURK
     elif platform == Platform.PROLIFIC:
-        key = Platform.PROLIFIC if (code or redirect) else Platform.PROLIFIC + ":no-code"
-        instruction = SCREEN_OUT_INSTRUCTIONS[key]
+        instruction = SCREEN_OUT_PROLIFIC_WITH_CODE if (code or redirect) else SCREEN_OUT_PROLIFIC
     else:
-        instruction = SCREEN_OUT_INSTRUCTIONS[Platform.INVITE]
+        instruction = SCREEN_OUT_INVITE
     return {
         "detail": SCREEN_OUT_DETAIL,
         "state": "screened_out",
@@ -290,6 +292,29 @@ def screen_out_payload(*, participation: Participation) -> dict[str, Any]:
         "redirect_url": redirect,
         "instruction": instruction,
     }
+
+
+def screen_out_for_entry(
+    *, campaign: Campaign, platform: str, external_id: str
+) -> dict[str, Any] | None:
+    """The screen-out of the worker an entry link names, if that worker was excluded from the
+    campaign (the rating page shows it at once instead of consent and instructions); None
+    otherwise. Tells nothing `join` with the same id would not."""
+    normalised = external_id_normalize(platform=platform, external_id=external_id)
+    participation = (
+        Participation.objects.select_related("worker")
+        .filter(
+            campaign=campaign,
+            worker__platform=platform,
+            worker__external_id=normalised,
+            status=ParticipationStatus.EXCLUDED,
+        )
+        .first()
+    )
+    if participation is None:
+        return None
+    participation.campaign = campaign
+    return screen_out_payload(participation=participation)
 
 
 # --- invites ----------------------------------------------------------------------------------

@@ -232,12 +232,14 @@ def test_an_excluded_worker_gets_the_screen_out_page_with_the_code(
     assert Participation.objects.get().status == ParticipationStatus.EXCLUDED
     shoot(page, tmp_path, f"worker-screened-out-{viewport}")
 
-    # Opening the study link again shows the screen-out at once (the join answers it).
+    # Opening the study link again shows the screen-out page at once (no consent, no start).
     fresh = chromium.new_context(viewport=VIEWPORTS[viewport])
     again = fresh.new_page()
     again.goto(url)
-    again.get_by_role("button", name="I agree — start").click()
-    again.get_by_role("heading", name="Your participation has ended").wait_for(timeout=15_000)
-    assert again.locator("#screened-out-code").text_content() == "SCREENED-9"
+    assert again.get_by_role("heading", name="Your participation has ended").is_visible()
+    assert again.locator(".code").text_content() == "SCREENED-9"
+    assert again.get_by_role("button", name="I agree — start").count() == 0
+    assert again.evaluate("document.documentElement.scrollWidth") <= VIEWPORTS[viewport]["width"]
+    shoot(again, tmp_path, f"worker-screened-out-entry-{viewport}")
     assert Assignment.objects.count() == 1
     fresh.close()

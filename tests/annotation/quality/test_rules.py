@@ -185,13 +185,19 @@ def test_low_agreement_excludes_by_default_with_enough_candidates_and_clips():
     assert flag["numbers"]["judgments"] == 24 and flag["numbers"]["clips"] == 8
 
 
-def test_uniform_rule_waits_for_several_clips_of_equal_ratings():
-    # Six good captions on one clip, honestly rated 5 on every question: 18 equal ratings.
+def _six_caption_clips_with_one_honest_worker():
+    """Five clips of six captions, every caption rated by one honest worker at human speed."""
     campaign = quality_crowd_campaign(clips=5, candidates_per_clip=6, quota=2)
     items = list(CampaignCandidate.objects.filter(campaign=campaign).order_by("clip_id", "id"))
     honest = quality_worker(campaign, "honest")
     for index, item in enumerate(items):
         quality_judge(honest, item, _values(_honest_pattern(index)), server_ms=15_000)
+    return campaign, items
+
+
+def test_uniform_rule_waits_for_several_clips_of_equal_ratings():
+    # Six good captions on one clip, honestly rated 5 on every question: 18 equal ratings.
+    campaign, items = _six_caption_clips_with_one_honest_worker()
     enthusiast = quality_worker(campaign, "enthusiast")
     for item in items[:6]:
         quality_judge(enthusiast, item, _values(5), server_ms=15_000)
@@ -211,11 +217,7 @@ def test_uniform_rule_waits_for_several_clips_of_equal_ratings():
 
 
 def test_too_fast_waits_for_several_clips():
-    campaign = quality_crowd_campaign(clips=5, candidates_per_clip=6, quota=2)
-    items = list(CampaignCandidate.objects.filter(campaign=campaign).order_by("clip_id", "id"))
-    honest = quality_worker(campaign, "honest")
-    for index, item in enumerate(items):
-        quality_judge(honest, item, _values(_honest_pattern(index)), server_ms=15_000)
+    campaign, items = _six_caption_clips_with_one_honest_worker()
     quick = quality_worker(campaign, "quick")
     for index, item in enumerate(items[:12]):  # two clips, 12 timed judgments
         quality_judge(quick, item, _values(_honest_pattern(index)), server_ms=700)
