@@ -583,8 +583,9 @@ def participation_progress(*, participation: Participation, cap: int = 1000) -> 
 
     `state`: "working" (a lease is live or clips remain), "finished" (at least one assignment
     submitted and nothing left for this worker: here is the code), "no_work" (nothing was left
-    before this worker did anything), "stopped" (paused or excluded by quality control, or the
-    campaign is not active)."""
+    before this worker did anything), "stopped" (paused, or the campaign is not active). An
+    excluded worker never gets here: the worker API answers the screen-out
+    (`annotation.services.workers.screen_out_payload`)."""
     campaign = participation.campaign
     fresh = Participation.objects.filter(pk=participation.pk).values_list(
         "assignments_submitted", "status", "completed_at"
