@@ -41,6 +41,7 @@ class CampaignAdminForm(forms.ModelForm):
     """Edits go through `campaign_update` (frozen fields, quota changes with counters)."""
 
     redirect_url = forms.URLField(max_length=500, required=False, assume_scheme="https")
+    screen_out_redirect_url = forms.URLField(max_length=500, required=False, assume_scheme="https")
 
     class Meta:
         model = Campaign

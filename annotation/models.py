@@ -61,6 +61,10 @@ class Campaign(models.Model):
     currency = models.CharField(max_length=3, default="GBP")
     completion_code = models.CharField(max_length=100, blank=True, default="")
     redirect_url = models.URLField(max_length=500, blank=True, default="")
+    # What a worker excluded by quality control gets instead (Prolific's "screened out" completion
+    # code and/or its URL; MTurk workers are told to return the HIT).
+    screen_out_code = models.CharField(max_length=100, blank=True, default="", db_default="")
+    screen_out_redirect_url = models.URLField(max_length=500, blank=True, default="", db_default="")
     # Optional binding to one crowd-platform study: when set, joins through that platform must
     # carry this study / HIT id, and joins through the other crowd platform are refused.
     # (db_default: rows written by raw SQL, e.g. the benchmarks' bulk loaders, need no value.)

@@ -40,6 +40,7 @@ class CampaignSerializer(serializers.ModelSerializer):
     worker_url = serializers.SerializerMethodField()
     # Blank when the campaign has none (the model field's blank=True); not always a URI.
     redirect_url = serializers.CharField(read_only=True)
+    screen_out_redirect_url = serializers.CharField(read_only=True)
 
     class Meta:
         model = Campaign
@@ -121,6 +122,20 @@ class CampaignOptionsSerializer(serializers.Serializer):
     currency = serializers.CharField(min_length=3, max_length=3, required=False)
     completion_code = serializers.CharField(max_length=100, required=False, allow_blank=True)
     redirect_url = serializers.URLField(max_length=500, required=False, allow_blank=True)
+    screen_out_code = serializers.CharField(
+        max_length=100,
+        required=False,
+        allow_blank=True,
+        help_text="Shown to a worker excluded by quality control (e.g. Prolific's 'screened "
+        "out' completion code).",
+    )
+    screen_out_redirect_url = serializers.URLField(
+        max_length=500,
+        required=False,
+        allow_blank=True,
+        help_text="Where a worker excluded by quality control is sent (https; e.g. Prolific's "
+        "completion URL with the screened-out code). MTurk workers are told to return the HIT.",
+    )
     prolific_study_id = serializers.CharField(
         max_length=24,
         required=False,

@@ -158,8 +158,10 @@ def _alphas(data: CampaignSlice) -> dict[str, dict[str, Any]]:
 
 def qc_summary(*, campaign: Campaign) -> dict[str, Any]:
     """The state after QC, as `run_qc --json` prints it: participations evaluated, workers
-    excluded now (with the rules of their standing exclusion), judgments excluded now (for any
-    reason), and candidates waiting in the review queue (open or claimed)."""
+    excluded now (with the rules of their standing exclusion), workers not excluded whom a rule
+    flags (for a curator to look at: a rule set to flag, too little evidence yet to act, or a
+    worker a curator re-included), judgments excluded now (for any reason), and candidates
+    waiting in the review queue (open or claimed)."""
     excluded = []
     participations = (
         Participation.objects.filter(campaign=campaign, status=ParticipationStatus.EXCLUDED)
@@ -181,9 +183,20 @@ def qc_summary(*, campaign: Campaign) -> dict[str, Any]:
                 "rules": standing.get(participation.pk, []),
             }
         )
+    flagged = [
+        {"worker": external_id, "rules": list(dict.fromkeys(flag["rule"] for flag in flags))}
+        for external_id, flags in Participation.objects.filter(
+            campaign=campaign, qc_stats__isnull=False
+        )
+        .exclude(status=ParticipationStatus.EXCLUDED)
+        .order_by("worker__external_id")
+        .values_list("worker__external_id", "qc_stats__flags")
+        if flags
+    ]
     return {
         "workers": Participation.objects.filter(campaign=campaign).count(),
         "excluded": excluded,
+        "flagged": flagged,
         "judgments_excluded": Judgment.objects.filter(campaign=campaign, is_excluded=True).count(),
         "review_items": ReviewItem.objects.filter(
             campaign=campaign, status__in=(ReviewStatus.OPEN, ReviewStatus.CLAIMED)

@@ -462,6 +462,24 @@ def _slots_release(*, campaign_id: int, clip_id: int, candidate_ids: list[int]) 
     return released
 
 
+def participation_leases_release(*, participation_ids: Iterable[int]) -> int:
+    """End the live leases of these participations now and return their slots (a worker was
+    excluded: the clip they hold is refilled at once instead of when the lease runs out). Call
+    inside the caller's transaction with the participation rows locked (lock order
+    Participation → Assignment → CampaignClip → CampaignCandidate); returns how many leases were
+    ended. The leases become `expired`; a late submit of one is refused like any expired lease
+    whose slots were taken meanwhile."""
+    leases = list(
+        Assignment.objects.select_for_update()
+        .filter(participation_id__in=list(participation_ids), status=AssignmentStatus.LIVE)
+        .order_by("clip_id", "id")
+        .values_list("id", "campaign_id", "clip_id")
+    )
+    for assignment_id, campaign_id, clip_id in leases:
+        _expire_locked(assignment_id=assignment_id, campaign_id=campaign_id, clip_id=clip_id)
+    return len(leases)
+
+
 def assignment_expire(*, assignment_id: int, now: datetime | None = None) -> bool:
     """Expire one live assignment whose lease ran out and return its slots; False if it is not
     (any more) a live expired lease, or another transaction is handling it right now."""
@@ -579,8 +597,9 @@ def participation_progress(*, participation: Participation, cap: int = 1000) -> 
 
     `state`: "working" (a lease is live or clips remain), "finished" (at least one assignment
     submitted and nothing left for this worker: here is the code), "no_work" (nothing was left
-    before this worker did anything), "stopped" (paused or excluded by quality control, or the
-    campaign is not active)."""
+    before this worker did anything), "stopped" (paused, or the campaign is not active). An
+    excluded worker never gets here: the worker API answers the screen-out
+    (`annotation.services.workers.screen_out_payload`)."""
     campaign = participation.campaign
     fresh = Participation.objects.filter(pk=participation.pk).values_list(
         "assignments_submitted", "status", "completed_at"

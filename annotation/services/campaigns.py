@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import (
     Case,
@@ -77,6 +78,8 @@ CAMPAIGN_FIELDS = (
     "currency",
     "completion_code",
     "redirect_url",
+    "screen_out_code",
+    "screen_out_redirect_url",
     "prolific_study_id",
     "mturk_hit_id",
 )
@@ -93,6 +96,22 @@ FROZEN_ONCE_RATED = ("questions", "reference_free", "overall_question_key")
 # clip a repeat, and a gap a session can reach.
 RETEST_SHARE_MAX = 0.5
 RETEST_GAP_MAX = 1000
+# Where a worker is sent back to the crowd platform: after finishing, and when screened out.
+RETURN_URL_FIELDS = ("redirect_url", "screen_out_redirect_url")
+
+
+def return_url_problem(value: Any) -> str | None:
+    """Why a return URL (completion or screen-out redirect) may not be stored (None: it may):
+    https only in production (DEBUG off); http too for local demos."""
+    if not value:
+        return None
+    text = str(value)
+    if len(text) > 500:
+        return "At most 500 characters."
+    schemes = ("https",) if not settings.DEBUG else ("https", "http")
+    if not any(re.match(rf"^{scheme}://[^\s/?#]+\S*$", text) for scheme in schemes):
+        return "An https:// URL." if not settings.DEBUG else "An http(s) URL."
+    return None
 
 
 class CampaignInvalid(Exception):
@@ -193,9 +212,15 @@ def _options_clean(options: dict[str, Any]) -> dict[str, Any]:
             clean["pay_per_assignment"] = pay.quantize(Decimal("0.01"))
     if "currency" in clean and not re.match(r"^[A-Z]{3}$", str(clean["currency"])):
         errors["currency"] = ["A three-letter ISO 4217 code, e.g. GBP or USD."]
-    redirect = clean.get("redirect_url")
-    if redirect and not re.match(r"^https?://", str(redirect)):
-        errors["redirect_url"] = ["An http(s) URL."]
+    for name in RETURN_URL_FIELDS:
+        problem = return_url_problem(clean.get(name))
+        if problem:
+            errors[name] = [problem]
+    for name in ("completion_code", "screen_out_code"):
+        if name in clean:
+            clean[name] = str(clean[name] or "").strip()
+            if len(clean[name]) > 100:
+                errors[name] = ["At most 100 characters."]
     # Study binding (see the model): Prolific study ids are 24 hexadecimal characters; HIT ids are
     # upper-case letters and digits. Stored normalised, compared with the normalised STUDY_ID/hitId.
     if "prolific_study_id" in clean:

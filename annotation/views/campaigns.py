@@ -116,6 +116,19 @@ class CampaignSettingsForm(forms.Form):
         assume_scheme="https",
         help_text="e.g. https://app.prolific.com/submissions/complete?cc=CODE",
     )
+    screen_out_code = forms.CharField(
+        max_length=100,
+        required=False,
+        help_text="Given to a worker excluded by quality control (Prolific: the study's "
+        "'screened out' completion code). MTurk workers are told to return the HIT.",
+    )
+    screen_out_redirect_url = forms.URLField(
+        max_length=500,
+        required=False,
+        assume_scheme="https",
+        help_text="Where an excluded worker is sent, e.g. "
+        "https://app.prolific.com/submissions/complete?cc=SCREENED",
+    )
 
     def clean_currency(self) -> str:
         return self.cleaned_data["currency"].upper()

@@ -13,8 +13,9 @@ class Command(CampaignRunCommand):
     help = (
         "Recompute worker statistics, apply the campaign's QC rules (excluding workers who trip "
         "them), measure agreement, refresh the review queue and the aggregates. Prints "
-        '{"workers", "excluded": [{"worker", "rules"}], "judgments_excluded", "review_items"} '
-        "with --json: the state after the run."
+        '{"workers", "excluded": [{"worker", "rules"}], "flagged": [{"worker", "rules"}], '
+        '"judgments_excluded", "review_items"} with --json: the state after the run (flagged: '
+        "workers not excluded whom a rule flags, for a curator to look at)."
     )
 
     run_label = "QC run"
@@ -30,6 +31,7 @@ class Command(CampaignRunCommand):
         payload = {
             "workers": summary["workers"],
             "excluded": summary["excluded"],
+            "flagged": summary["flagged"],
             "judgments_excluded": summary["judgments_excluded"],
             "review_items": summary["review_items"],
         }
@@ -37,6 +39,8 @@ class Command(CampaignRunCommand):
             f"Workers: {payload['workers']}",
             f"Excluded workers: {len(payload['excluded'])}",
             *[f"  {row['worker']}: {', '.join(row['rules'])}" for row in payload["excluded"]],
+            f"Flagged workers (not excluded): {len(payload['flagged'])}",
+            *[f"  {row['worker']}: {', '.join(row['rules'])}" for row in payload["flagged"]],
             f"Judgments excluded: {payload['judgments_excluded']}",
             f"Review queue: {payload['review_items']}",
         ]
