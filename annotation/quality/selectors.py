@@ -50,7 +50,10 @@ def campaign_progress(*, campaign: Campaign, days: int = 30) -> dict[str, Any]:
     today = timezone.now().date()
     since = today - timedelta(days=days - 1)
     per_day_rows = dict(
-        Judgment.objects.filter(campaign=campaign, created_at__date__gte=since)
+        # The judgments the `judgments` figure counts: control items left out.
+        Judgment.objects.filter(
+            campaign=campaign, created_at__date__gte=since, campaign_candidate__is_control=False
+        )
         .annotate(day=TruncDate("created_at"))
         .values_list("day")
         .annotate(count=Count("id"))

@@ -116,6 +116,7 @@ def campaign_detail(request: HttpRequest, slug: str) -> HttpResponse:
             "key": key,
             "label": labels.get(key, key),
             "counts": histograms[key],
+            "empty": not any(histograms[key]["all"]),
             "chart": charts.bar_chart(
                 [(str(value), histograms[key]["kept"][value - 1]) for value in range(1, 6)],
                 overlay=histograms[key]["all"],
@@ -128,6 +129,7 @@ def campaign_detail(request: HttpRequest, slug: str) -> HttpResponse:
     context = {
         "campaign": campaign,
         "progress": progress,
+        "per_day_empty": not any(row["judgments"] for row in per_day),
         "per_day_chart": charts.bar_chart(
             [(row["day"][5:], row["judgments"]) for row in per_day],
             title="Judgments per day, last 30 days",
