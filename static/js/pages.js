@@ -10,6 +10,13 @@
       target.form.submit();
     }
   });
+  // After a refused resolve, the first field at fault gets the focus (and scrolls into view).
+  document.addEventListener("DOMContentLoaded", function () {
+    var invalid = document.querySelector('form[data-shortcuts] [aria-invalid="true"]');
+    if (invalid) {
+      invalid.focus();
+    }
+  });
   var nextRating = 0;
   document.addEventListener("keydown", function (event) {
     var form = document.querySelector("form[data-shortcuts]");
