@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from annotation.models import AuditEntry, Campaign, Judgment, Participation, ReviewAction
+from annotation.quality.exclusions import EXCLUDED_BY_CURATOR
 from annotation.quality.rules import RULE_LABELS
 
 QUALITY_CONTROL = "quality control"
@@ -77,7 +78,8 @@ class _Names:
 
 
 def _rules(names: Iterable[str]) -> str:
-    return ", ".join(RULE_LABELS.get(name, name) for name in names)
+    """The rule labels; a curator's own exclusion is said by the actor already."""
+    return ", ".join(RULE_LABELS.get(name, name) for name in names if name != EXCLUDED_BY_CURATOR)
 
 
 def _undo_result(entry: AuditEntry, undone: AuditEntry | None, names: _Names) -> str:
@@ -128,10 +130,10 @@ def audit_sentence(entry: AuditEntry, names: _Names) -> str:
     elif action == ReviewAction.DROP:
         text = f"{target.capitalize()} dropped from releases by {actor}; status → resolved"
     elif action == ReviewAction.EXCLUDE_WORKER:
-        rules = after.get("rules") or []
+        rules = _rules(after.get("rules") or [])
         text = f"{target.capitalize()} excluded by {actor}"
         if rules:
-            text += f" (rules: {_rules(rules)})"
+            text += f" (rules: {rules})"
         text += (
             f"; status {before.get('status', 'active')} → excluded, "
             f"{after.get('judgments_excluded', 0)} judgment(s) excluded"

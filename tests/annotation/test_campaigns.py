@@ -359,7 +359,10 @@ def test_campaign_list_page_shows_counts_and_links(curator_client):
     assert 'href="/dashboard/campaigns/shown/"' in html
     assert 'href="/dashboard/campaigns/shown/edit/"' in html
     row = html[html.index('data-campaign="shown"') :]
-    assert '<span data-figure="slots_filled">0</span> / <span data-figure="slots_total">18</span>' in row
+    assert (
+        '<span data-figure="slots_filled">0</span> / <span data-figure="slots_total">18</span>'
+        in row
+    )
 
 
 def test_dashboard_pages_are_curator_only(client, outsider):

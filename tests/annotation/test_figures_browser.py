@@ -110,14 +110,14 @@ def sql_figures(slug: str) -> dict[str, Any]:
             slug,
         ),
         "judgments": _one(
-            f"""SELECT count(*) FROM annotation_judgment j
+            """SELECT count(*) FROM annotation_judgment j
                 JOIN annotation_campaigncandidate cc ON cc.id = j.campaign_candidate_id
                 JOIN annotation_campaign c ON c.id = cc.campaign_id
                 WHERE c.slug = %s AND cc.is_control = false""",
             slug,
         ),
         "judgments_excluded": _one(
-            f"""SELECT count(*) FROM annotation_judgment j
+            """SELECT count(*) FROM annotation_judgment j
                 JOIN annotation_campaigncandidate cc ON cc.id = j.campaign_candidate_id
                 JOIN annotation_campaign c ON c.id = cc.campaign_id
                 WHERE c.slug = %s AND cc.is_control = false AND j.is_excluded = true""",
