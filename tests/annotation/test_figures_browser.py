@@ -34,6 +34,7 @@ from annotation.tasks import after_submission
 from tests.annotation.crowd_factories import crowd_campaign
 from tests.datasets_app.helpers import EXAMPLES, run_command
 from tests.support.browser import chromium_browser
+from tests.support.curator import curator_log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -290,11 +291,7 @@ def test_every_figure_on_the_pages_equals_the_api_and_an_independent_count(
     for label, viewport in VIEWPORTS.items():
         context = figures_browser.new_context(viewport=viewport)
         page = context.new_page()
-        page.goto(f"{live_server.url}/dashboard/")
-        page.get_by_label("Username").fill("curator")
-        page.get_by_label("Password").fill("curator-password-1")
-        page.get_by_role("button", name="Log in").click()
-        page.wait_for_url(f"{live_server.url}/dashboard/")
+        curator_log_in(page, f"{live_server.url}/dashboard/")
         page.screenshot(path=str(SHOTS / f"campaign-list-{label}.png"), full_page=True)
         assert _no_horizontal_overflow(page), label
 

@@ -24,6 +24,7 @@ from annotation.quality.run import qc_campaign_full
 from annotation.questions import overall_only_questions
 from tests.annotation.quality.factories import quality_crowd_campaign, quality_judge, quality_worker
 from tests.support.browser import chromium_browser
+from tests.support.curator import curator_log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -74,11 +75,7 @@ def test_the_review_form_keeps_inputs_resolves_and_moves_on_and_the_log_reads_as
     base = f"{live_server.url}/dashboard/campaigns/{slug}"
     context = review_browser.new_context(viewport=VIEWPORTS[label])
     page = context.new_page()
-    page.goto(f"{base}/review/")
-    page.get_by_label("Username").fill("curator")
-    page.get_by_label("Password").fill("curator-password-1")
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(f"{base}/review/")
+    curator_log_in(page, f"{base}/review/")
     page.get_by_role("button", name="Review the next item").click()
     page.wait_for_url(f"{base}/review/{first.pk}/")
 
