@@ -24,7 +24,7 @@ import csv
 import io
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import Any
 
@@ -85,15 +85,9 @@ class CampaignFigures:
         return round(100.0 * self.slots_filled / self.slots_total, 1) if self.slots_total else 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        """Every figure by name (the API and CSV field names)."""
-        values = asdict(self)
-        values.pop("campaign_id")
-        for name in FIGURE_PROPERTIES:
-            values[name] = getattr(self, name)
-        return values
+        """Every figure by name (the API and CSV field names), in `FIGURE_NAMES` order."""
+        return {name: getattr(self, name) for name in FIGURE_NAMES}
 
-
-FIGURE_PROPERTIES = ("candidates_in_play", "judgments_needed", "percent_complete", "percent_filled")
 
 # The order of the figures in the API and the CSV.
 FIGURE_NAMES: tuple[str, ...] = (
