@@ -13,6 +13,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from annotation.apis.figures import CampaignFiguresSerializer
+from annotation.figures import campaigns_with_figures
 from annotation.models import Campaign, CampaignStatus
 from annotation.services.campaigns import (
     CAMPAIGN_FIELDS,
@@ -32,10 +34,11 @@ from common.api import ErrorSerializer, FieldErrorsSerializer
 
 
 class CampaignSerializer(serializers.ModelSerializer):
-    candidates = serializers.IntegerField(source="candidate_count", read_only=True)
+    """A campaign with its settings and its figures (`annotation.figures`; the campaign object
+    carries them as `figures`, see `_with_figures`)."""
+
     clips = serializers.IntegerField(source="clip_count", read_only=True)
-    slots_total = serializers.IntegerField(read_only=True)
-    slots_taken = serializers.IntegerField(read_only=True)
+    figures = CampaignFiguresSerializer(read_only=True)
     participations = serializers.IntegerField(source="participation_count", read_only=True)
     worker_url = serializers.SerializerMethodField()
     # Blank when the campaign has none (the model field's blank=True); not always a URI.
@@ -50,12 +53,10 @@ class CampaignSerializer(serializers.ModelSerializer):
             "selection",
             "created_at",
             "updated_at",
-            "candidates",
             "clips",
-            "slots_total",
-            "slots_taken",
             "participations",
             "worker_url",
+            "figures",
         ]
         read_only_fields = fields
 
@@ -199,7 +200,7 @@ class PaymentsSerializer(serializers.Serializer):
 
 
 def _campaign_response(campaign: Campaign, *, status_code: int = 200) -> Response:
-    annotated = campaigns_with_counts().get(pk=campaign.pk)
+    annotated = campaigns_with_figures([campaigns_with_counts().get(pk=campaign.pk)])[0]
     return Response(CampaignSerializer(annotated).data, status=status_code)
 
 
@@ -217,7 +218,7 @@ class CampaignListApi(APIView):
         responses={200: CampaignSerializer(many=True)},
     )
     def get(self, request: Request) -> Response:
-        campaigns = campaigns_with_counts().order_by("-created_at")
+        campaigns = campaigns_with_figures(list(campaigns_with_counts().order_by("-created_at")))
         return Response(CampaignSerializer(campaigns, many=True).data)
 
     @extend_schema(
@@ -252,7 +253,9 @@ class CampaignListApi(APIView):
 class CampaignDetailApi(APIView):
     @extend_schema(operation_id="campaign_read", tags=["campaigns"], responses=CampaignSerializer)
     def get(self, request: Request, slug: str) -> Response:
-        campaign = get_object_or_404(campaigns_with_counts(), slug=slug)
+        campaign = campaigns_with_figures([get_object_or_404(campaigns_with_counts(), slug=slug)])[
+            0
+        ]
         return Response(CampaignSerializer(campaign).data)
 
     @extend_schema(

@@ -558,9 +558,9 @@ def campaign_counts(*, campaign: Campaign) -> dict[str, int]:
 
 
 def campaigns_with_counts() -> QuerySet[Campaign]:
-    """Campaigns annotated with candidate_count, slots_total, slots_taken, clip_count and
-    participation_count
-    (independent subqueries, so the counts never multiply each other)."""
+    """Campaigns annotated with clip_count and participation_count (independent subqueries, so
+    the counts never multiply each other). Candidate, slot and judgment figures come from
+    `annotation.figures`."""
     from annotation.models import Participation
 
     def scalar(model: Any, expression: Any) -> Subquery:
@@ -574,9 +574,6 @@ def campaigns_with_counts() -> QuerySet[Campaign]:
         )
 
     return Campaign.objects.annotate(
-        candidate_count=Coalesce(scalar(CampaignCandidate, Count("id")), 0),
-        slots_total=Coalesce(scalar(CampaignCandidate, Sum("quota")), 0),
-        slots_taken=Coalesce(scalar(CampaignCandidate, Sum("slots_taken")), 0),
         clip_count=Coalesce(scalar(CampaignClip, Count("id")), 0),
         participation_count=Coalesce(scalar(Participation, Count("id")), 0),
     )

@@ -13,6 +13,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
+from annotation.figures import campaigns_csv, campaigns_with_figures
 from annotation.models import Campaign, CampaignStatus
 from annotation.questions import default_questions, overall_only_questions
 from annotation.services.campaigns import (
@@ -205,14 +206,21 @@ def _apply_errors(form: forms.Form, invalid: CampaignInvalid) -> None:
 @require_GET
 @curator_required
 def campaign_list(request: HttpRequest) -> HttpResponse:
-    campaigns = list(campaigns_with_counts().order_by("-created_at"))
+    campaigns = campaigns_with_figures(campaigns_with_counts().order_by("-created_at"))
     for campaign in campaigns:
         campaign.detail_url = campaign_detail_url(campaign.slug)  # type: ignore[attr-defined]
-        total = campaign.slots_total or 0  # type: ignore[attr-defined]
-        campaign.filled_percent = (  # type: ignore[attr-defined]
-            round(100 * campaign.slots_taken / total) if total else 0  # type: ignore[attr-defined]
-        )
     return render(request, "annotation/campaigns/list.html", {"campaigns": campaigns})
+
+
+@require_GET
+@curator_required
+def campaign_list_csv(request: HttpRequest) -> HttpResponse:
+    """The campaign list's figures as CSV (the same selector as the page and the API)."""
+    body = campaigns_csv(campaigns_with_counts().order_by("-created_at"))
+    response = HttpResponse(body, content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = 'attachment; filename="campaigns.csv"'
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 @require_http_methods(["GET", "POST"])

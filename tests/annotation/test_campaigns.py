@@ -225,7 +225,8 @@ def test_curator_api_creates_reads_updates_and_deletes(curator_client):
 
     assert created.status_code == 201
     data = created.json()
-    assert (data["slug"], data["candidates"], data["clips"], data["slots_total"]) == (
+    figures = data["figures"]
+    assert (data["slug"], figures["candidates"], data["clips"], figures["slots_total"]) == (
         "api-made",
         2,
         1,
@@ -365,7 +366,11 @@ def test_campaign_list_page_shows_counts_and_links(curator_client):
     assert response.status_code == 200
     assert 'href="/dashboard/campaigns/shown/"' in html
     assert 'href="/dashboard/campaigns/shown/edit/"' in html
-    assert "0 / 18" in html
+    row = html[html.index('data-campaign="shown"') :]
+    assert (
+        '<span data-figure="slots_filled">0</span> / <span data-figure="slots_total">18</span>'
+        in row
+    )
 
 
 def test_dashboard_pages_are_curator_only(client, outsider):

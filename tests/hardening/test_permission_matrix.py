@@ -525,6 +525,7 @@ ROUTES: dict[str, list[Case]] = {
     ],
     # Dashboard pages: campaigns.
     "annotation:campaign-list": [C("GET", url("annotation:campaign-list"), curator_page())],
+    "annotation:campaign-list-csv": [C("GET", url("annotation:campaign-list-csv"), curator_page())],
     "annotation:campaign-create": [
         C("GET", url("annotation:campaign-create"), curator_page()),
         C(
@@ -634,7 +635,8 @@ ROUTES: dict[str, list[Case]] = {
         C(
             "POST",
             url("annotation:review-resolve", lambda w: {**slug(w), "item_id": w.review_item.pk}),
-            curator_page(302),
+            # Nothing to resolve: the form comes back (400) with the message, inputs kept.
+            curator_page(400),
             lambda w: {},
             json=False,
         ),
