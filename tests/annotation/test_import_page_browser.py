@@ -116,9 +116,7 @@ def test_a_refused_upload_shows_file_line_and_field_beside_the_form_and_writes_n
         CandidateCaption.objects.count()
     )
     assert second.result["created"]["clips"] == Clip.objects.count() - before["Clip"]
-    api = page.evaluate(
-        f"fetch('/api/v1/imports/{second.pk}/').then(response => response.json())"
-    )
+    api = page.evaluate(f"fetch('/api/v1/imports/{second.pk}/').then(response => response.json())")
     assert (api["status"], api["result"]["created"]) == ("succeeded", second.result["created"])
     assert page.locator("progress").first.get_attribute("value") == "100"
     _no_horizontal_overflow(page)

@@ -703,6 +703,14 @@ ROUTES: dict[str, list[Case]] = {
         ),
     ],
     "export:list": [C("GET", url("export:list"), curator_page())],
+    "export:download": [
+        C(
+            "GET",
+            url("export:download", lambda w: {"release_id": w.release.pk}),
+            curator_page(),
+            note="the whole release as a streamed zip",
+        ),
+    ],
     "webhooks:list": [C("GET", url("webhooks:list"), curator_page())],
     "webhooks:create": [
         C(

@@ -160,11 +160,13 @@ def test_the_uploaded_name_is_cleaned_before_it_becomes_a_key(curator):
 def test_the_api_creates_an_upload_and_reports_its_job(
     curator_client, django_capture_on_commit_callbacks
 ):
-    with (EXAMPLES / "candidates.csv").open("rb") as handle:
-        with django_capture_on_commit_callbacks(execute=False) as callbacks:
-            response = curator_client.post(
-                "/api/v1/imports/", {"kind": "candidates", "file": handle}, format="multipart"
-            )
+    with (
+        (EXAMPLES / "candidates.csv").open("rb") as handle,
+        django_capture_on_commit_callbacks(execute=False) as callbacks,
+    ):
+        response = curator_client.post(
+            "/api/v1/imports/", {"kind": "candidates", "file": handle}, format="multipart"
+        )
     assert response.status_code == 202, response.content
     body = response.json()
     assert (body["kind"], body["file_name"], body["status"], body["rejection"]) == (
