@@ -125,7 +125,7 @@ def release_download(request: HttpRequest, release_id: int) -> HttpResponse:
     response["Content-Disposition"] = (
         f'attachment; filename="{release_zip_folder(release=release)}.zip"'
     )
-    return response
+    return response  # type: ignore[return-value]  # the decorators' type is HttpResponse
 
 
 @require_POST

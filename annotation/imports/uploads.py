@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from django.conf import settings
-from django.contrib.auth.models import User
+from django.contrib.auth.models import AnonymousUser, User
 from django.db import connection, transaction
 
 from annotation.imports.judgments import judgments_import
@@ -130,7 +130,7 @@ def import_upload_create(
     *,
     kind: str,
     upload: UploadedFile,
-    user: User | None,
+    user: User | AnonymousUser | None,
     campaign_slug: str = "",
     file_format: str = "",
 ) -> ImportUpload:
@@ -157,7 +157,7 @@ def import_upload_create(
             storage_key=key,
             campaign_slug=campaign_slug,
             file_format=file_format,
-            requested_by=user if user is not None and user.is_authenticated else None,
+            requested_by=user if isinstance(user, User) else None,
         )
         enqueue(import_upload_task, job.pk)
     return job

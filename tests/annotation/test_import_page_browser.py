@@ -6,7 +6,6 @@ API and the database."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,24 +15,16 @@ from common.models import JobStatus
 from datasets_app.models import CandidateCaption, Clip
 from tests.annotation.imports.upload_support import row_counts, write_bad_judgments
 from tests.datasets_app.helpers import EXAMPLES, run_command
-from tests.support.browser import chromium_browser
+from tests.support.browser import (
+    VIEWPORTS,
+    assert_fits_viewport,
+    log_in,
+    page_at,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.celery_worker]
 
 SHOTS = Path("/work/shots/importpage")
-WIDTHS = {"wide": (1280, 800), "phone": (390, 844)}
-
-
-@pytest.fixture
-def browser() -> Iterator[object]:
-    with chromium_browser() as launched:
-        yield launched
-
-
-def _no_horizontal_overflow(page) -> None:  # type: ignore[no-untyped-def]
-    width = page.evaluate("document.documentElement.scrollWidth")
-    viewport = page.evaluate("window.innerWidth")
-    assert width <= viewport, f"the page is {width} px wide in a {viewport} px viewport"
 
 
 def _wait_finished(page, job_id: int) -> None:  # type: ignore[no-untyped-def]
@@ -42,26 +33,23 @@ def _wait_finished(page, job_id: int) -> None:  # type: ignore[no-untyped-def]
     assert ImportUpload.objects.get(pk=job_id).is_finished
 
 
-@pytest.mark.parametrize("width", list(WIDTHS))
+@pytest.mark.parametrize("width", list(VIEWPORTS))
 def test_a_refused_upload_shows_file_line_and_field_beside_the_form_and_writes_nothing(
-    live_server, browser, celery_worker_process, curator, tmp_path, width
+    live_server, chromium, celery_worker_process, curator, tmp_path, width
 ):
     SHOTS.mkdir(parents=True, exist_ok=True)
     run_command("import_vatex", str(EXAMPLES / "vatex.json"))
     bad = write_bad_judgments(tmp_path)
     before = row_counts()
-    viewport_width, viewport_height = WIDTHS[width]
-    page = browser.new_context(  # type: ignore[attr-defined]
-        viewport={"width": viewport_width, "height": viewport_height}
-    ).new_page()
-
-    page.goto(f"{live_server.url}/dashboard/datasets/imports/")
-    page.fill("#id_username", "curator")
-    page.fill("#id_password", "curator-password-1")
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{live_server.url}/dashboard/datasets/imports/")
+    page = page_at(chromium, width)
+    log_in(
+        page,
+        f"{live_server.url}/dashboard/datasets/imports/",
+        username="curator",
+        password="curator-password-1",
+    )
     assert page.locator("h1").inner_text() == "Import"
-    _no_horizontal_overflow(page)
+    assert_fits_viewport(page)
     page.screenshot(path=str(SHOTS / f"import-page-{width}.png"), full_page=True)
 
     page.select_option("#id_kind", "judgments")
@@ -95,7 +83,7 @@ def test_a_refused_upload_shows_file_line_and_field_beside_the_form_and_writes_n
         assert form_box["y"] > refusal_box["y"] + refusal_box["height"] - 1
     assert page.locator("#id_kind").input_value() == "judgments"
     assert page.locator("#id_campaign").input_value() == "crowd-from-page"
-    _no_horizontal_overflow(page)
+    assert_fits_viewport(page)
     page.screenshot(path=str(SHOTS / f"import-refused-{width}.png"), full_page=True)
 
     # A good file through the same form: imported, and the page's figures are the database's.
@@ -119,5 +107,5 @@ def test_a_refused_upload_shows_file_line_and_field_beside_the_form_and_writes_n
     api = page.evaluate(f"fetch('/api/v1/imports/{second.pk}/').then(response => response.json())")
     assert (api["status"], api["result"]["created"]) == ("succeeded", second.result["created"])
     assert page.locator("progress").first.get_attribute("value") == "100"
-    _no_horizontal_overflow(page)
+    assert_fits_viewport(page)
     page.screenshot(path=str(SHOTS / f"import-succeeded-{width}.png"), full_page=True)

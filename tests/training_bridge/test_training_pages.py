@@ -239,15 +239,6 @@ def test_the_run_page_starts_a_benchmark_evaluation_job(
 
 
 @pytest.fixture
-def cpu_only_machine(settings, monkeypatch, tmp_path):  # type: ignore[no-untyped-def]
-    """No NVIDIA driver entry and no configured device list: this machine's CPU only."""
-    from training_bridge.services import machine
-
-    settings.LEPUS_TRAINING_DEVICES = []
-    monkeypatch.setattr(machine, "NVIDIA_GPUS", tmp_path / "no-nvidia-driver")
-
-
-@pytest.fixture
 def gpu_machine(settings, monkeypatch, tmp_path):  # type: ignore[no-untyped-def]
     """The NVIDIA driver lists one GPU (a /proc-like folder made here; nothing else is faked)."""
     from training_bridge.services import machine

@@ -6,14 +6,18 @@ checkpoint."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from django.conf import settings as django_settings
 
 from common.models import JobStatus
-from tests.support.browser import chromium_browser
+from tests.support.browser import (
+    VIEWPORTS,
+    assert_fits_viewport,
+    log_in,
+    page_at,
+)
 from tests.training_bridge.test_training_pages import TRACEBACK
 from tests.training_bridge.training_fixtures import make_published_release
 from training_bridge.models import TrainingRun
@@ -22,45 +26,23 @@ from training_bridge.services import training_run_create
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 SHOTS = Path("/work/shots/importpage")
-WIDTHS = {"wide": (1280, 800), "phone": (390, 844)}
 
 
-@pytest.fixture
-def browser() -> Iterator[object]:
-    with chromium_browser() as launched:
-        yield launched
-
-
-@pytest.fixture
-def cpu_only_machine(settings, monkeypatch, tmp_path):  # type: ignore[no-untyped-def]
-    from training_bridge.services import machine
-
-    settings.LEPUS_TRAINING_DEVICES = []
-    monkeypatch.setattr(machine, "NVIDIA_GPUS", tmp_path / "no-nvidia-driver")
-
-
-def _fits(page) -> None:  # type: ignore[no-untyped-def]
-    width = page.evaluate("document.documentElement.scrollWidth")
-    assert width <= page.evaluate("window.innerWidth"), f"the page is {width} px wide"
-
-
-@pytest.mark.parametrize("width", list(WIDTHS))
+@pytest.mark.parametrize("width", list(VIEWPORTS))
 def test_the_training_pages_on_a_cpu_only_machine(
-    live_server, browser, curator, cpu_only_machine, width
+    live_server, chromium, curator, cpu_only_machine, width
 ):
     SHOTS.mkdir(parents=True, exist_ok=True)
     release = make_published_release()
     failed = training_run_create(release=release, backbone="tiny", start=False, name="no weights")
     TrainingRun.objects.filter(pk=failed.pk).update(status=JobStatus.FAILED, error=TRACEBACK)
-    viewport_width, viewport_height = WIDTHS[width]
-    page = browser.new_context(  # type: ignore[attr-defined]
-        viewport={"width": viewport_width, "height": viewport_height}
-    ).new_page()
-    page.goto(f"{live_server.url}/dashboard/training/")
-    page.fill("#id_username", "curator")
-    page.fill("#id_password", "curator-password-1")
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{live_server.url}/dashboard/training/")
+    page = page_at(chromium, width)
+    log_in(
+        page,
+        f"{live_server.url}/dashboard/training/",
+        username="curator",
+        password="curator-password-1",
+    )
 
     devices = page.locator("#id_device option").evaluate_all(
         "(options) => options.map(o => o.value)"
@@ -68,7 +50,7 @@ def test_the_training_pages_on_a_cpu_only_machine(
     assert devices == ["cpu"]
     assert page.locator("#id_backbone").input_value() == "tiny"
     assert "no GPU: the tiny backbone is the default" in page.locator("#devices-note").inner_text()
-    _fits(page)
+    assert_fits_viewport(page)
     page.screenshot(path=str(SHOTS / f"training-list-{width}.png"), full_page=True)
 
     # A large backbone: the page asks first, saying what the run needs.
@@ -79,7 +61,7 @@ def test_the_training_pages_on_a_cpu_only_machine(
     assert "not found on this machine" in needs.locator('[data-need="weights"]').inner_text()
     assert "about 4 GB of weights in bf16" in needs.locator('[data-need="memory"]').inner_text()
     assert TrainingRun.objects.count() == 1
-    _fits(page)
+    assert_fits_viewport(page)
     page.screenshot(path=str(SHOTS / f"training-confirm-{width}.png"), full_page=True)
 
     # The failed run: one line of reason, the traceback folded, no Resume without a checkpoint.
@@ -94,10 +76,10 @@ def test_the_training_pages_on_a_cpu_only_machine(
     assert page.locator("#no-checkpoint").is_visible()
     height = page.evaluate("document.documentElement.scrollHeight")
     assert height < 1821, f"the failed run's page is {height} px tall"
-    _fits(page)
+    assert_fits_viewport(page)
     page.screenshot(path=str(SHOTS / f"training-failed-{width}.png"), full_page=True)
 
     page.locator("#run-traceback summary").click()
     assert page.locator("pre.traceback").is_visible()
-    _fits(page)  # the traceback scrolls inside its box
+    assert_fits_viewport(page)  # the traceback scrolls inside its box
     page.screenshot(path=str(SHOTS / f"training-failed-traceback-{width}.png"), full_page=True)
