@@ -32,6 +32,7 @@ class ReleaseForm(forms.Form):
     )
     judgments_license = forms.ChoiceField(
         choices=JudgmentLicense.choices,
+        required=False,
         initial=DEFAULT_JUDGMENT_LICENSE,
         label="Licence of the collected judgments",
         help_text="Covers the judgments your campaigns collected and the compilation; imported "
@@ -54,5 +55,5 @@ class ReleaseForm(forms.Form):
             "ratios": data["ratios"],
             "name": data["name"] or None,
             "include_raw_judgments": data["include_raw_judgments"],
-            "judgments_license": data["judgments_license"],
+            "judgments_license": data["judgments_license"] or DEFAULT_JUDGMENT_LICENSE,
         }
