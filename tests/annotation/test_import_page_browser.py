@@ -44,10 +44,15 @@ def test_a_refused_upload_shows_file_line_and_field_beside_the_form_and_writes_n
     page = page_at(chromium, width)
     log_in(
         page,
-        f"{live_server.url}/dashboard/datasets/imports/",
+        f"{live_server.url}/dashboard/datasets/",
         username="curator",
         password="curator-password-1",
     )
+    # The Data page leads to the import page.
+    assert_fits_viewport(page)
+    page.screenshot(path=str(SHOTS / f"data-page-{width}.png"), full_page=True)
+    page.get_by_role("link", name="Import files").click()
+    page.wait_for_url(f"{live_server.url}/dashboard/datasets/imports/")
     assert page.locator("h1").inner_text() == "Import"
     assert_fits_viewport(page)
     page.screenshot(path=str(SHOTS / f"import-page-{width}.png"), full_page=True)
