@@ -17,8 +17,10 @@ from typing import Any
 from django.conf import settings
 from django.template.loader import render_to_string
 
+from export.licences import CODE_LICENSE
+from export.reads.protocol import exclusion_label
 from export.records import sha256_file
-from export.release_facts import DATASET_LICENSE, ReleaseFacts
+from export.release_facts import ReleaseFacts
 from export.statistics import SCORE_BINS
 
 VATEX_EVAL_NOTICE = Path(settings.BASE_DIR) / "data" / "vatex_eval" / "NOTICE.md"
@@ -128,7 +130,7 @@ def card_context(facts: ReleaseFacts) -> dict[str, Any]:
         for value in range(1, 6)
     ]
     excluded_rows = [
-        (reason.replace("_", " "), str(count)) for reason, count in stats["excluded"].items()
+        (exclusion_label(reason), str(count)) for reason, count in stats["excluded"].items()
     ]
     calibration_rows = [
         (
@@ -181,7 +183,9 @@ def card_context(facts: ReleaseFacts) -> dict[str, Any]:
         "pretty_name_yaml": json.dumps(
             f"Vid-Lepus: {single_line(facts.release.name)}", ensure_ascii=False
         ),
-        "license": DATASET_LICENSE,
+        "license_ids": facts.license_ids,
+        "licences": [row.as_dict() for row in facts.licences],
+        "code_license": CODE_LICENSE,
         "code_version": facts.code_version,
         "campaigns": facts.campaigns,
         "seed": str(facts.release.seed),

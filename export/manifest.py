@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from export.records import canonical_json, sha256_file
-from export.release_facts import DATASET_LICENSE, ReleaseFacts
+from export.release_facts import ReleaseFacts
 
 FORMAT_VERSION = 1
 SELECTION_RULE = (
@@ -56,7 +56,8 @@ def write_manifest(*, facts: ReleaseFacts, files: dict[str, str], root: Path) ->
         "sources": facts.sources,
         "calibration": facts.calibration,
         "retest": facts.retest,
-        "license": DATASET_LICENSE,
+        "license": facts.license_ids,
+        "licenses": [row.as_dict() for row in facts.licences],
         "code_version": facts.code_version,
         "files": dict(sorted(files.items())),
     }

@@ -87,6 +87,15 @@ def celery_worker_process(transactional_db) -> Iterator[CeleryWorker]:  # type: 
         worker.stop()
 
 
+@pytest.fixture
+def chromium() -> Iterator[object]:
+    """Debian's Chromium, launched for one browser test (tests/support/browser.py)."""
+    from tests.support.browser import chromium_browser
+
+    with chromium_browser() as browser:
+        yield browser
+
+
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[str]:
     """moto's S3-speaking server on a loopback port; yields its endpoint URL."""

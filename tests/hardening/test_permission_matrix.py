@@ -410,6 +410,25 @@ ROUTES: dict[str, list[Case]] = {
         C("POST", url("annotation_api:controls", slug), curator_api(400), lambda w: {}),
     ],
     # Curator API: releases and training.
+    # Curator API: uploads of the import page (multipart).
+    "annotation_api:import-list": [
+        C("GET", url("annotation_api:import-list"), curator_api(200)),
+        C(
+            "POST",
+            url("annotation_api:import-list"),
+            curator_api(400),
+            lambda w: {},
+            json=False,
+            note="multipart without a kind or file",
+        ),
+    ],
+    "annotation_api:import-detail": [
+        C(
+            "GET",
+            url("annotation_api:import-detail", lambda w: {"job_id": w.import_upload.pk}),
+            curator_api(200),
+        ),
+    ],
     "export_api:releases": [
         C("GET", url("export_api:releases"), curator_api(200)),
         C("POST", url("export_api:releases"), curator_api(400), lambda w: {}),
@@ -662,7 +681,41 @@ ROUTES: dict[str, list[Case]] = {
             json=False,
         ),
     ],
+    "annotation:imports": [
+        C("GET", url("annotation:imports"), curator_page()),
+        C(
+            "POST",
+            url("annotation:imports"),
+            curator_page(400),
+            lambda w: {},
+            json=False,
+            note="an empty form: the page again with errors",
+        ),
+    ],
+    "annotation:import-detail": [
+        C(
+            "GET",
+            url("annotation:import-detail", lambda w: {"job_id": w.import_upload.pk}),
+            curator_page(),
+        ),
+    ],
+    "annotation:import-retry": [
+        C(
+            "POST",
+            url("annotation:import-retry", lambda w: {"job_id": w.import_upload.pk}),
+            curator_page(302),
+            json=False,
+        ),
+    ],
     "export:list": [C("GET", url("export:list"), curator_page())],
+    "export:download": [
+        C(
+            "GET",
+            url("export:download", lambda w: {"release_id": w.release.pk}),
+            curator_page(),
+            note="the whole release as a streamed zip",
+        ),
+    ],
     "webhooks:list": [C("GET", url("webhooks:list"), curator_page())],
     "webhooks:create": [
         C(

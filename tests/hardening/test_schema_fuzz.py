@@ -33,7 +33,15 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils.crypto import get_random_string
 
-from annotation.models import Assignment, AuditEntry, Participation, QCRun, ReviewItem
+from annotation.models import (
+    Assignment,
+    AuditEntry,
+    ImportUpload,
+    Participation,
+    QCRun,
+    ReviewItem,
+    UploadKind,
+)
 from annotation.quality.review import review_resolve
 from annotation.quality.run import qc_campaign_full
 from annotation.services.assignment import assignment_claim_next
@@ -172,6 +180,16 @@ def fuzz_world(transactional_db, curator: User, settings) -> FuzzWorld:  # type:
             "assignment_id": list(Assignment.objects.values_list("pk", flat=True)),
             "request_id": [score.pk],
             "evaluation_id": [evaluation.pk],
+            # An upload of the import page, refused (its job's status is what the page polls).
+            "job_id": [
+                ImportUpload.objects.create(
+                    kind=UploadKind.CANDIDATES,
+                    file_name="candidates.csv",
+                    storage_key="imports/fuzz/candidates.csv",
+                    status=JobStatus.FAILED,
+                    error="candidates.csv, line 2: refused",
+                ).pk
+            ],
             # Two, so that a fuzzed DELETE of one still leaves the reads something to find.
             "endpoint_id": [
                 WebhookEndpoint.objects.create(
