@@ -39,7 +39,12 @@ class WorkerTokenAuthentication(BaseAuthentication):
         participation = participation_by_token(token=token)
         if participation is None:
             raise exceptions.AuthenticationFailed("Unknown or revoked worker token.")
-        problem = worker_token_problem(participation=participation)
+        # A view may take an excluded worker's (revoked) token: only erasing oneself does.
+        view = (request.parser_context or {}).get("view")
+        problem = worker_token_problem(
+            participation=participation,
+            revoked_ok=bool(getattr(view, "accepts_revoked_worker_tokens", False)),
+        )
         if problem is not None:
             raise exceptions.AuthenticationFailed(problem)
         return AnonymousUser(), participation

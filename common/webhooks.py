@@ -40,6 +40,7 @@ EVENTS = (
     "candidate.finalised",
     "review_item.resolved",
     "worker.excluded",
+    "participant.erased",
     "release.built",
     "training_run.finished",
     "training_run.failed",

@@ -213,7 +213,7 @@ def _too_large(request: Request) -> Response | None:
     return None
 
 
-_WORKER_ERRORS = {
+WORKER_ERRORS = {
     401: OpenApiResponse(ErrorSerializer, description="Missing or unknown worker token."),
     429: OpenApiResponse(ErrorSerializer, description="Throttled."),
 }
@@ -312,7 +312,7 @@ class AssignmentNextApi(_WorkerApi):
             200: NextAssignmentSerializer,
             204: OpenApiResponse(description="Nothing left for this worker."),
             503: OpenApiResponse(ErrorSerializer, description="Media storage unreachable."),
-            **_WORKER_ERRORS,
+            **WORKER_ERRORS,
         },
     )
     def post(self, request: Request) -> Response:
@@ -356,7 +356,7 @@ class AssignmentSubmitApi(_WorkerApi):
             404: OpenApiResponse(ErrorSerializer, description="No such assignment."),
             409: OpenApiResponse(SubmitConflictSerializer, description="Conflict or too early."),
             413: OpenApiResponse(ErrorSerializer, description="Body too large."),
-            **_WORKER_ERRORS,
+            **WORKER_ERRORS,
         },
         examples=[
             OpenApiExample(
@@ -412,7 +412,7 @@ class WorkerMeApi(_WorkerApi):
         operation_id="worker_me",
         summary="The worker's progress, and once finished the completion code",
         tags=["worker"],
-        responses={200: ProgressSerializer, **_WORKER_ERRORS},
+        responses={200: ProgressSerializer, **WORKER_ERRORS},
     )
     def get(self, request: Request) -> Response:
         return Response(participation_progress(participation=cast(Participation, request.auth)))

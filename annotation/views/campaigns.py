@@ -13,7 +13,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
-from annotation.models import Campaign, CampaignStatus
+from annotation.models import Campaign, CampaignStatus, ErasureMode
 from annotation.questions import default_questions, overall_only_questions
 from annotation.services.campaigns import (
     OPTION_FIELDS,
@@ -99,6 +99,14 @@ class CampaignSettingsForm(forms.Form):
         required=False,
         assume_scheme="https",
         help_text="e.g. https://app.prolific.com/submissions/complete?cc=CODE",
+    )
+
+    erasure_mode = forms.ChoiceField(
+        choices=ErasureMode.choices,
+        initial=ErasureMode.DELETE,
+        label="When a participant is erased",
+        help_text="Their platform id and free text are always deleted; this decides their "
+        "ratings. The consent text tells workers which applies.",
     )
 
     def clean_currency(self) -> str:
