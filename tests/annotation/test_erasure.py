@@ -257,3 +257,211 @@ def _jsonl(release: Any) -> list[str]:
         if storage.exists(key):
             lines += storage.read_bytes(key).decode().splitlines()
     return lines
+
+
+# --- the routes: worker, curator API, command; slots, review queue, webhook -------------------
+
+
+ERASE = "/api/v1/worker/erase"
+
+
+def test_a_worker_erases_themselves_with_their_token_and_their_lease_returns(settings):
+    from common import webhooks
+    from common.models import WebhookEvent
+    from tests.annotation.crowd_factories import crowd_join
+    from tests.annotation.quality.factories import quality_slots_consistent
+
+    settings.LEPUS_WEBHOOK_ALLOW_PRIVATE = True
+    campaign = crowd_campaign(
+        slug="self-erase", clips=3, candidates_per_clip=2, judgments_per_candidate=2,
+        erasure_mode=ErasureMode.PSEUDONYMISE,
+    )  # fmt: skip
+    webhooks.register_endpoint("http://127.0.0.1:9/hook", events=["participant.erased"])
+    token, participation = crowd_join(campaign, "worker-leaving")
+    client = _worker_client(token)
+    offer = client.post("/api/v1/worker/assignments/next").json()
+    client.post(
+        f"/api/v1/worker/assignments/{offer['assignment_id']}/submit",
+        {"ratings": all_candidate_ratings(offer, value=1, reason="boring")},
+        format="json",
+    )
+    live = client.post("/api/v1/worker/assignments/next").json()  # a lease still held
+    open_before = sum(CampaignClip.objects.values_list("open_slots", flat=True))
+
+    refused = client.post(ERASE, {"confirm": False}, format="json")
+    assert refused.status_code == 400
+    assert Worker.objects.filter(external_id="worker-leaving").exists()
+
+    answer = client.post(ERASE, {"confirm": True}, format="json")
+
+    assert answer.status_code == 200
+    assert answer.json() == {
+        "erased": True,
+        "dry_run": False,
+        "participations": 1,
+        "campaigns": {"self-erase": "pseudonymise"},
+        "judgments_deleted": 0,
+        "judgments_pseudonymised": 2,
+        "reasons_erased": 2,
+    }
+    assert not Worker.objects.filter(external_id="worker-leaving").exists()
+    participation.refresh_from_db()
+    assert participation.status == ParticipationStatus.PAUSED
+    assert participation.assignments.get(pk=live["assignment_id"]).status == "expired"
+    assert sum(CampaignClip.objects.values_list("open_slots", flat=True)) == open_before + 2
+    quality_slots_consistent(campaign)
+    assert client.get("/api/v1/worker/me").status_code == 401
+    assert client.post(ERASE, {"confirm": True}, format="json").status_code == 401
+    entry = AuditEntry.objects.get(action=ReviewAction.ERASE_PARTICIPANT)
+    assert entry.actor is None and entry.target == f"worker:{participation.pk}"
+    assert entry.after == {
+        "mode": "pseudonymise",
+        "requested_by": "worker",
+        "reasons_erased": 2,
+        "judgments_kept_under_pseudonym": 2,
+    }
+    event = WebhookEvent.objects.get()
+    assert event.event == "participant.erased" and event.campaign_id == campaign.pk
+    assert event.data == {
+        "mode": "pseudonymise",
+        "requested_by": "worker",
+        "judgments_kept_under_pseudonym": 2,
+    }
+
+
+def test_an_excluded_worker_may_still_erase_but_do_nothing_else(curator):
+    from tests.annotation.crowd_factories import crowd_join
+
+    campaign = crowd_campaign(slug="excluded-erase", clips=2, candidates_per_clip=2)
+    token, participation = crowd_join(campaign, "worker-excluded")
+    worker_exclude(participation=participation, actor=curator, reason="spam")
+    client = _worker_client(token)
+    assert client.get("/api/v1/worker/me").status_code == 401
+    assert client.post("/api/v1/worker/assignments/next").status_code == 401
+    answer = client.post(ERASE, {"confirm": True}, format="json")
+    assert answer.status_code == 200 and answer.json()["campaigns"] == {"excluded-erase": "delete"}
+    assert not Participation.objects.filter(pk=participation.pk).exists()
+
+
+def test_one_erasure_covers_every_campaign_of_the_person(curator):
+    first = quality_crowd_campaign(slug="first", clips=1, candidates_per_clip=2, quota=2)
+    second = quality_crowd_campaign(
+        slug="second", clips=1, candidates_per_clip=2, quota=2,
+        erasure_mode=ErasureMode.PSEUDONYMISE,
+    )  # fmt: skip
+    for campaign in (first, second):
+        person = quality_worker(campaign, "5e7a11ce0ddba11f00d5eed2")
+        for item in campaign.items.all():
+            judgment = quality_judge(person, item, {k: 3 for k in campaign.question_keys})
+            Judgment.objects.filter(pk=judgment.pk).update(reason="my own words")
+    client = APIClient()
+    client.force_login(curator)
+    answer = client.post(
+        f"/api/v1/campaigns/first/quality/workers/{person.pk}/erase",
+        {"confirm": True},
+        format="json",
+    )
+    assert answer.status_code == 404  # `person` is the second campaign's participation
+    answer = client.post(
+        f"/api/v1/campaigns/second/quality/workers/{person.pk}/erase",
+        {"confirm": True},
+        format="json",
+    )
+    assert answer.status_code == 200
+    assert answer.json()["campaigns"] == {"first": "delete", "second": "pseudonymise"}
+    assert answer.json()["judgments_deleted"] == 2
+    assert answer.json()["judgments_pseudonymised"] == 2
+    assert answer.json()["reasons_erased"] == 4
+    assert Judgment.objects.filter(campaign=first).count() == 0
+    assert not Judgment.objects.exclude(reason="").exists()
+    assert set(AuditEntry.objects.values_list("campaign__slug", "actor")) == {
+        ("first", curator.pk),
+        ("second", curator.pk),
+    }
+
+
+def test_imported_rater_slots_are_refused(curator):
+    campaign = quality_crowd_campaign(slug="imported-slots", clips=1, candidates_per_clip=1)
+    slot = quality_worker(campaign, "vatex-eval:rater-1", platform=Platform.IMPORTED)
+    client = APIClient()
+    client.force_login(curator)
+    answer = client.post(
+        f"/api/v1/campaigns/imported-slots/quality/workers/{slot.pk}/erase",
+        {"confirm": True},
+        format="json",
+    )
+    assert answer.status_code == 409
+    assert Participation.objects.filter(pk=slot.pk).exists()
+
+
+def test_the_command_finds_the_person_by_platform_id_and_prints_one_json_object():
+    campaign = quality_crowd_campaign(slug="by-command", clips=1, candidates_per_clip=2, quota=2)
+    person = quality_worker(campaign, "5e7a11ce0ddba11f00d5eed3")
+    for item in campaign.items.all():
+        quality_judge(person, item, {k: 3 for k in campaign.question_keys})
+
+    def run(*arguments: str) -> dict[str, Any]:
+        out = io.StringIO()
+        call_command("erase_participant", "--json", *arguments, stdout=out)
+        return json.loads(out.getvalue())
+
+    # As the person quotes it: upper case (Prolific ids are case-insensitive).
+    quoted = ["--platform", "prolific", "--external-id", " 5E7A11CE0DDBA11F00D5EED3 "]
+    dry = run(*quoted, "--dry-run")
+    assert dry == {
+        "erased": False,
+        "dry_run": True,
+        "participations": 1,
+        "campaigns": {"by-command": "delete"},
+        "judgments_deleted": 2,
+        "judgments_pseudonymised": 0,
+        "reasons_erased": 0,
+    }
+    assert Judgment.objects.count() == 2 and not AuditEntry.objects.exists()
+    assert run(*quoted)["erased"] is True
+    assert Judgment.objects.count() == 0 and not Worker.objects.exists()
+    with pytest.raises(Exception, match="no participant with that platform id"):
+        run(*quoted)
+
+
+def test_the_review_queue_and_aggregates_are_recomputed(curator):
+    from annotation.quality.run import qc_campaign_full
+
+    campaign = quality_crowd_campaign(slug="disputed", clips=1, candidates_per_clip=1, quota=3)
+    item = campaign.items.get()
+    keys = campaign.question_keys
+    calm = [quality_worker(campaign, f"calm-{index}") for index in range(3)]
+    for worker in calm[:2]:
+        quality_judge(worker, item, dict.fromkeys(keys, 4))
+    outlier = quality_worker(campaign, "5e7a11ce0ddba11f00d5eed4")
+    quality_judge(outlier, item, dict.fromkeys(keys, 1))
+    qc_campaign_full(campaign=campaign)
+    item.refresh_from_db()
+    assert item.review_state == "open" and ReviewItem.objects.filter(campaign=campaign).count() == 1
+    assert item.kept_judgments == 3 and item.is_finalised
+
+    participant_erase(worker=outlier.worker, actor=curator, requested_by="curator")
+
+    item.refresh_from_db()
+    assert ReviewItem.objects.filter(campaign=campaign).count() == 0
+    assert item.review_state == "" and item.kept_judgments == 2 and not item.is_finalised
+    assert item.overall == pytest.approx(4.0) and item.slots_taken == 2
+
+
+def test_the_campaign_setting_is_validated_and_stated_in_the_consent_text(curator):
+    campaign = crowd_campaign(slug="consent-text", clips=1, candidates_per_clip=1)
+    client = APIClient()
+    client.force_login(curator)
+    detail = "/api/v1/campaigns/consent-text/"
+    assert client.get(detail).json()["erasure_mode"] == "delete"
+    bad = client.patch(detail, {"erasure_mode": "forget"}, format="json")
+    assert bad.status_code == 400 and "erasure_mode" in bad.json()
+    page = client.get("/w/consent-text/?PROLIFIC_PID=someone").content.decode()
+    assert "your ratings are deleted." in " ".join(page.split())
+    ok = client.patch(detail, {"erasure_mode": "pseudonymise"}, format="json")
+    assert ok.status_code == 200 and ok.json()["erasure_mode"] == "pseudonymise"
+    campaign.refresh_from_db()
+    assert campaign.erasure_mode == ErasureMode.PSEUDONYMISE
+    page = client.get("/w/consent-text/?PROLIFIC_PID=someone").content.decode()
+    assert "kept for the research under a random pseudonym" in " ".join(page.split())
+    assert 'href="/w/consent-text/erase/"' in page  # the end screen's link
