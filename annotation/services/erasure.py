@@ -119,6 +119,10 @@ def _erase_pseudonymise(
     candidates = set(judgments.values_list("campaign_candidate_id", flat=True))
     count = judgments.count()
     reasons = judgments.exclude(reason="").update(reason="")
+    if len(external_id) >= NOTE_SCRUB_MIN_CHARS:  # a curator's exclusion reason may name them
+        judgments.filter(exclusion_reason__contains=external_id).update(
+            exclusion_reason=Replace(F("exclusion_reason"), Value(external_id), Value(ERASED))
+        )
     # The digest is a hash of the submitted body, reasons included.
     Assignment.objects.filter(participation=participation).update(submission_digest="")
     Participation.objects.filter(pk=participation.pk).update(

@@ -465,3 +465,25 @@ def test_the_campaign_setting_is_validated_and_stated_in_the_consent_text(curato
     page = client.get("/w/consent-text/?PROLIFIC_PID=someone").content.decode()
     assert "kept for the research under a random pseudonym" in " ".join(page.split())
     assert 'href="/w/consent-text/erase/"' in page  # the end screen's link
+
+
+def test_a_standing_exclusion_that_names_the_worker_keeps_no_trace_under_a_pseudonym(curator):
+    campaign = quality_crowd_campaign(
+        slug="named", clips=1, candidates_per_clip=2, quota=2,
+        erasure_mode=ErasureMode.PSEUDONYMISE,
+    )  # fmt: skip
+    person = quality_worker(campaign, PLATFORM_ID)
+    for item in campaign.items.all():
+        quality_judge(person, item, dict.fromkeys(campaign.question_keys, 3))
+    qc_run_inline(campaign=campaign)
+    worker_exclude(participation=person, actor=curator, reason=CURATOR_NOTE)
+    qc_run_inline(campaign=campaign)
+    assert _database_hits(PLATFORM_ID)  # judgments, flags, exclusion, run summary, worker
+
+    participant_erase(worker=person.worker, actor=curator, requested_by="curator")
+
+    assert _database_hits(PLATFORM_ID) == []
+    person.refresh_from_db()
+    assert person.status == ParticipationStatus.EXCLUDED  # still out of the campaign's data
+    reasons = set(Judgment.objects.values_list("exclusion_reason", flat=True))
+    assert reasons == {"Excluded by a curator: copied answers, see worker [erased]"}
