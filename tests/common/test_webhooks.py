@@ -367,3 +367,22 @@ def test_the_test_process_sends_no_dns_query_for_outside_names() -> None:
         socket.getaddrinfo("example.org", 443)
     assert socket.getaddrinfo("127.0.0.1", 80)[0][4][0] == "127.0.0.1"
     assert socket.getaddrinfo("localhost", 80)
+
+
+@pytest.mark.django_db
+def test_rotating_an_endpoint_deleted_meanwhile_is_a_404_not_a_500(settings, curator) -> None:  # type: ignore[no-untyped-def]
+    """The schema fuzzer's two workers once deleted and rotated the same endpoint at once."""
+    from django.http import Http404
+    from django.test import Client
+
+    from annotation.webhooks.services import endpoint_rotate
+
+    settings.LEPUS_WEBHOOK_ALLOW_PRIVATE = True
+    endpoint = webhooks.register_endpoint("http://127.0.0.1:9/hook")
+    stale = WebhookEndpoint.objects.get(pk=endpoint.pk)
+    WebhookEndpoint.objects.filter(pk=endpoint.pk).delete()
+    with pytest.raises(Http404):
+        endpoint_rotate(stale)
+    client = Client()
+    client.force_login(curator)
+    assert client.post(f"/api/v1/webhooks/{endpoint.pk}/rotate/").status_code == 404
