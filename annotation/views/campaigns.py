@@ -104,6 +104,7 @@ class CampaignSettingsForm(forms.Form):
     erasure_mode = forms.ChoiceField(
         choices=ErasureMode.choices,
         initial=ErasureMode.DELETE,
+        required=False,  # absent from a form post: the campaign keeps its setting
         label="When a participant is erased",
         help_text="Their platform id and free text are always deleted; this decides their "
         "ratings. The consent text tells workers which applies.",
@@ -130,7 +131,10 @@ class CampaignSettingsForm(forms.Form):
         return cleaned
 
     def options(self) -> dict[str, Any]:
-        return {name: self.cleaned_data[name] for name in _FORM_OPTION_FIELDS}
+        options = {name: self.cleaned_data[name] for name in _FORM_OPTION_FIELDS}
+        if not options.get("erasure_mode"):
+            options.pop("erasure_mode", None)
+        return options
 
 
 # The campaign settings (`OPTION_FIELDS`) this page offers; the others (controls, QC rules, review
