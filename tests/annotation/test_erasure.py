@@ -487,3 +487,18 @@ def test_a_standing_exclusion_that_names_the_worker_keeps_no_trace_under_a_pseud
     assert person.status == ParticipationStatus.EXCLUDED  # still out of the campaign's data
     reasons = set(Judgment.objects.values_list("exclusion_reason", flat=True))
     assert reasons == {"Excluded by a curator: copied answers, see worker [erased]"}
+
+
+def test_a_form_post_without_the_setting_keeps_the_campaigns_erasure_mode():
+    from annotation.admin import CampaignAdminForm
+    from annotation.views.campaigns import CampaignSettingsForm
+
+    campaign = crowd_campaign(
+        slug="keeps-mode", clips=1, candidates_per_clip=1, erasure_mode=ErasureMode.PSEUDONYMISE
+    )
+    admin_form = CampaignAdminForm(instance=campaign)
+    admin_form.cleaned_data = {"erasure_mode": ""}
+    assert admin_form.clean_erasure_mode() == ErasureMode.PSEUDONYMISE
+    admin_form.cleaned_data = {"erasure_mode": ErasureMode.DELETE}
+    assert admin_form.clean_erasure_mode() == ErasureMode.DELETE
+    assert CampaignSettingsForm.base_fields["erasure_mode"].required is False
