@@ -56,9 +56,12 @@ class WorkerTokenAuthentication(BaseAuthentication):
         participation = participation_by_token(token=token)
         if participation is None:
             raise exceptions.AuthenticationFailed("Unknown or revoked worker token.")
-        if participation.status == ParticipationStatus.EXCLUDED:
+        # A view may take an excluded worker's (revoked) token: only erasing oneself does.
+        view = (request.parser_context or {}).get("view")
+        revoked_ok = bool(getattr(view, "accepts_revoked_worker_tokens", False))
+        if participation.status == ParticipationStatus.EXCLUDED and not revoked_ok:
             raise ScreenedOut(screen_out_payload(participation=participation))
-        problem = worker_token_problem(participation=participation)
+        problem = worker_token_problem(participation=participation, revoked_ok=revoked_ok)
         if problem is not None:
             raise exceptions.AuthenticationFailed(problem)
         return AnonymousUser(), participation

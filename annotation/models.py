@@ -23,6 +23,11 @@ class CampaignStatus(models.TextChoices):
     CLOSED = "closed", "Closed"
 
 
+class ErasureMode(models.TextChoices):
+    DELETE = "delete", "Delete the participant's judgments"
+    PSEUDONYMISE = "pseudonymise", "Keep the judgments under a random pseudonym"
+
+
 class Campaign(models.Model):
     """What is asked, of which candidates, how often, and under which quality rules.
 
@@ -70,6 +75,14 @@ class Campaign(models.Model):
     # (db_default: rows written by raw SQL, e.g. the benchmarks' bulk loaders, need no value.)
     prolific_study_id = models.CharField(max_length=24, blank=True, default="", db_default="")
     mturk_hit_id = models.CharField(max_length=64, blank=True, default="", db_default="")
+    # What erasing a participant does to their judgments (stated in the consent text; see
+    # docs/privacy.md): ids and free text always go.
+    erasure_mode = models.CharField(
+        max_length=12,
+        choices=ErasureMode.choices,
+        default=ErasureMode.DELETE,
+        db_default=ErasureMode.DELETE,
+    )
     # Judgments of imported campaigns come from files (e.g. VATEX-EVAL), not from the crowd.
     is_imported = models.BooleanField(default=False)
     selection = models.JSONField(
@@ -214,6 +227,8 @@ class Platform(models.TextChoices):
     MTURK = "mturk", "Amazon Mechanical Turk"
     INVITE = "invite", "Invite link"
     IMPORTED = "imported", "Imported rater slot (not a person)"
+    # A participant erased under a pseudonymising campaign: a random id, no platform id.
+    ERASED = "erased", "Erased participant (pseudonym)"
 
 
 class Worker(models.Model):
@@ -599,6 +614,7 @@ class ReviewAction(models.TextChoices):
     UNDO = "undo", "Undid a decision"
     EXCLUDE_WORKER = "exclude_worker", "Excluded a worker"
     INCLUDE_WORKER = "include_worker", "Re-included a worker"
+    ERASE_PARTICIPANT = "erase_participant", "Erased a participant"
 
 
 class AuditEntry(models.Model):

@@ -342,6 +342,11 @@ LEPUS_WEBHOOK_BACKOFF = env_float("LEPUS_WEBHOOK_BACKOFF", 30.0)  # seconds; dou
 LEPUS_WEBHOOK_SECRET_OVERLAP = env_float("LEPUS_WEBHOOK_SECRET_OVERLAP", 86400.0)  # seconds
 # Private, link-local and loopback targets are refused unless this is set (tests, closed networks).
 LEPUS_WEBHOOK_ALLOW_PRIVATE = env_bool("LEPUS_WEBHOOK_ALLOW_PRIVATE", False)
+# How webhook hosts are resolved: "dns" (the system resolver), or "offline": only IP literals and
+# localhost, every other name refused without a query (the test suite: no DNS leaves the machine).
+LEPUS_WEBHOOK_RESOLVE = env_str("LEPUS_WEBHOOK_RESOLVE", "dns") or "dns"
+if LEPUS_WEBHOOK_RESOLVE not in ("dns", "offline"):
+    raise ImproperlyConfiguredEnv("LEPUS_WEBHOOK_RESOLVE must be 'dns' or 'offline'")
 
 # --- Training -----------------------------------------------------------------------------------
 LEPUS_DEFAULT_BACKBONE = env_str("LEPUS_DEFAULT_BACKBONE", "Qwen/Qwen3-VL-2B-Instruct")

@@ -238,7 +238,7 @@ _SCREEN_OUT = OpenApiResponse(
     description="The worker was excluded by quality control: the campaign's screen-out (from "
     "the first request after the exclusion on; no further clip is handed out).",
 )
-_WORKER_ERRORS = {
+WORKER_ERRORS = {
     401: OpenApiResponse(ErrorSerializer, description="Missing, unknown or expired worker token."),
     403: _SCREEN_OUT,
     429: OpenApiResponse(ErrorSerializer, description="Throttled."),
@@ -345,7 +345,7 @@ class AssignmentNextApi(_WorkerApi):
             200: NextAssignmentSerializer,
             204: OpenApiResponse(description="Nothing left for this worker."),
             503: OpenApiResponse(ErrorSerializer, description="Media storage unreachable."),
-            **_WORKER_ERRORS,
+            **WORKER_ERRORS,
         },
     )
     def post(self, request: Request) -> Response:
@@ -388,7 +388,7 @@ class AssignmentSubmitApi(_WorkerApi):
             404: OpenApiResponse(ErrorSerializer, description="No such assignment."),
             409: OpenApiResponse(SubmitConflictSerializer, description="Conflict or too early."),
             413: OpenApiResponse(ErrorSerializer, description="Body too large."),
-            **_WORKER_ERRORS,
+            **WORKER_ERRORS,
         },
         examples=[
             OpenApiExample(
@@ -444,7 +444,7 @@ class WorkerMeApi(_WorkerApi):
         operation_id="worker_me",
         summary="The worker's progress, and once finished the completion code",
         tags=["worker"],
-        responses={200: ProgressSerializer, **_WORKER_ERRORS},
+        responses={200: ProgressSerializer, **WORKER_ERRORS},
     )
     def get(self, request: Request) -> Response:
         return Response(participation_progress(participation=cast(Participation, request.auth)))

@@ -15,7 +15,7 @@ from rest_framework.views import APIView
 
 from annotation.apis.figures import CampaignFiguresSerializer
 from annotation.figures import campaigns_with_figures
-from annotation.models import Campaign, CampaignStatus
+from annotation.models import Campaign, CampaignStatus, ErasureMode
 from annotation.services.campaigns import (
     CAMPAIGN_FIELDS,
     RETEST_GAP_MAX,
@@ -150,6 +150,13 @@ class CampaignOptionsSerializer(serializers.Serializer):
         allow_blank=True,
         help_text="Bind the campaign to this MTurk HIT: joins carrying another hitId, or from "
         "Prolific, are refused. Blank: no binding.",
+    )
+    erasure_mode = serializers.ChoiceField(
+        choices=ErasureMode.choices,
+        required=False,
+        help_text="What erasing a participant does to their judgments: delete them, or keep them "
+        "under a random pseudonym. Platform ids and free text are deleted either way; the "
+        "consent text tells workers which applies.",
     )
 
 

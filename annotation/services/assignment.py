@@ -498,6 +498,25 @@ def assignment_expire(*, assignment_id: int, now: datetime | None = None) -> boo
     return True
 
 
+def participation_leases_return(*, participation: Participation) -> int:
+    """End every live lease of `participation` now and return its slots (erasure: the person is
+    leaving); returns how many leases ended. Locks as the expiry does, one assignment at a time."""
+    ended = 0
+    live = Assignment.objects.filter(participation=participation, status=AssignmentStatus.LIVE)
+    for assignment_id in live.values_list("pk", flat=True):
+        with transaction.atomic():
+            row = (
+                Assignment.objects.select_for_update()
+                .filter(pk=assignment_id, status=AssignmentStatus.LIVE)
+                .values_list("campaign_id", "clip_id")
+                .first()
+            )
+            if row is not None:
+                _expire_locked(assignment_id=assignment_id, campaign_id=row[0], clip_id=row[1])
+                ended += 1
+    return ended
+
+
 def assignments_expire(*, now: datetime | None = None, limit: int = 50_000) -> int:
     """Expire every live assignment whose lease ran out (one short transaction each); returns how
     many were expired. Called by the `annotation.expire_leases` beat task."""

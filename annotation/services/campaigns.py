@@ -37,6 +37,7 @@ from annotation.models import (
     CampaignCandidate,
     CampaignClip,
     CampaignStatus,
+    ErasureMode,
     Judgment,
     JudgmentSource,
 )
@@ -82,6 +83,7 @@ CAMPAIGN_FIELDS = (
     "screen_out_redirect_url",
     "prolific_study_id",
     "mturk_hit_id",
+    "erasure_mode",
 )
 # The ones `campaign_create` and `campaign_update` take as their own arguments (the slug only at
 # creation): they change the campaign's identity or its candidates' quotas.
@@ -233,6 +235,8 @@ def _options_clean(options: dict[str, Any]) -> dict[str, Any]:
         if hit and not re.fullmatch(r"[0-9A-Z]{20,64}", hit):
             errors["mturk_hit_id"] = ["An MTurk HIT id: 20 to 64 letters and digits."]
         clean["mturk_hit_id"] = hit
+    if "erasure_mode" in clean and clean["erasure_mode"] not in ErasureMode.values:
+        errors["erasure_mode"] = [f"One of {', '.join(ErasureMode.values)}."]
     if errors:
         raise CampaignInvalid(errors)
     return clean

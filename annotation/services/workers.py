@@ -183,10 +183,11 @@ def worker_token_expires_at(*, participation: Participation) -> datetime:
 
 
 def worker_token_problem(
-    *, participation: Participation, now: datetime | None = None
+    *, participation: Participation, now: datetime | None = None, revoked_ok: bool = False
 ) -> str | None:
-    """Why the participation's (otherwise valid) token may not be used now; None if it may."""
-    if participation.status == ParticipationStatus.EXCLUDED:
+    """Why the participation's (otherwise valid) token may not be used now; None if it may.
+    `revoked_ok`: an excluded worker's token still serves (erasing oneself, nothing else)."""
+    if participation.status == ParticipationStatus.EXCLUDED and not revoked_ok:
         return "This worker token was revoked: your participation in this campaign has ended."
     if worker_token_expires_at(participation=participation) <= (now or timezone.now()):
         return "This worker token has expired. Please open the study link again to continue."

@@ -14,7 +14,7 @@ from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
 from annotation.figures import campaigns_csv, campaigns_with_figures
-from annotation.models import Campaign, CampaignStatus
+from annotation.models import Campaign, CampaignStatus, ErasureMode
 from annotation.questions import default_questions, overall_only_questions
 from annotation.services.campaigns import (
     OPTION_FIELDS,
@@ -131,6 +131,15 @@ class CampaignSettingsForm(forms.Form):
         "https://app.prolific.com/submissions/complete?cc=SCREENED",
     )
 
+    erasure_mode = forms.ChoiceField(
+        choices=ErasureMode.choices,
+        initial=ErasureMode.DELETE,
+        required=False,  # absent from a form post: the campaign keeps its setting
+        label="When a participant is erased",
+        help_text="Their platform id and free text are always deleted; this decides their "
+        "ratings. The consent text tells workers which applies.",
+    )
+
     def clean_currency(self) -> str:
         return self.cleaned_data["currency"].upper()
 
@@ -152,7 +161,10 @@ class CampaignSettingsForm(forms.Form):
         return cleaned
 
     def options(self) -> dict[str, Any]:
-        return {name: self.cleaned_data[name] for name in _FORM_OPTION_FIELDS}
+        options = {name: self.cleaned_data[name] for name in _FORM_OPTION_FIELDS}
+        if not options.get("erasure_mode"):
+            options.pop("erasure_mode", None)
+        return options
 
 
 # The campaign settings (`OPTION_FIELDS`) this page offers; the others (controls, QC rules, review

@@ -181,3 +181,17 @@ def worker_entry(request: HttpRequest, slug: str) -> HttpResponse:
         }
     )
     return _page(request, "annotation/worker/rate.html", context, status=200)
+
+
+@require_GET
+@xframe_options_exempt
+def worker_erase_page(request: HttpRequest, slug: str) -> HttpResponse:
+    """The erase page linked from the end screen: a confirmation, then the done screen
+    (`static/js/erase.js` erases through the worker API with this tab's worker token)."""
+    campaign = Campaign.objects.filter(slug=slug, is_imported=False).first()
+    if campaign is None:
+        raise Http404("No such campaign.")
+    config = {"slug": campaign.slug, "urls": {"erase": reverse("annotation_api:worker-erase")}}
+    return _page(
+        request, "annotation/worker/erase.html", {"campaign": campaign, "config": config}, 200
+    )

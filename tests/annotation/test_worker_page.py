@@ -53,6 +53,7 @@ def test_prolific_entry_renders_consent_rubric_and_the_join_body(client, campaig
         "/static/css/worker.css",
         "/static/js/worker.js",
         "#",
+        "/w/pilot/erase/",  # the end screen's erase link (docs/privacy.md)
     ]  # no CDN: everything the page loads is ours
     config = config_of(response)
     assert config["join"] == {

@@ -256,6 +256,34 @@ ROUTES: dict[str, list[Case]] = {
         ),
     ],
     "annotation_api:worker-me": [C("GET", url("annotation_api:worker-me"), worker_api(200, 200))],
+    # Erasure: a worker erases only themselves (the token names the person).
+    "worker:erase": [C("GET", url("worker:erase", slug), _everyone(200))],
+    "annotation_api:worker-erase": [
+        C(
+            "POST",
+            url("annotation_api:worker-erase"),
+            worker_api(200, 200),
+            lambda w: {"confirm": True},
+        ),
+        C(
+            "POST",
+            url("annotation_api:worker-erase"),
+            worker_api(400, 400),
+            lambda w: {"confirm": False},
+            note="not confirmed",
+        ),
+    ],
+    "annotation_api:quality-worker-erase": [
+        C(
+            "POST",
+            url(
+                "annotation_api:quality-worker-erase",
+                lambda w: {**slug(w), "participation_id": w.participation_b.pk},
+            ),
+            curator_api(200),
+            lambda w: {"confirm": True},
+        ),
+    ],
     # Curator API: campaigns.
     "annotation_api:campaign-list": [
         C("GET", url("annotation_api:campaign-list"), curator_api(200)),
@@ -608,6 +636,18 @@ ROUTES: dict[str, list[Case]] = {
             ),
             curator_page(302),
             lambda w: {"note": "spam"},
+            json=False,
+        ),
+    ],
+    "annotation:quality-worker-erase": [
+        C(
+            "POST",
+            url(
+                "annotation:quality-worker-erase",
+                lambda w: {**slug(w), "participation_id": w.participation_b.pk},
+            ),
+            curator_page(302),
+            lambda w: {"confirm": "erase"},
             json=False,
         ),
     ],
