@@ -9,6 +9,7 @@ import torch
 
 from training_bridge.rigel import fused
 from training_bridge.rigel.backbone import load_backbone
+from training_bridge.rigel.config import RigelConfig
 from training_bridge.rigel.engine import ScoringEngine
 from training_bridge.rigel.engine.fp8 import (
     Float8Linear,
@@ -17,6 +18,7 @@ from training_bridge.rigel.engine.fp8 import (
     restore_linears,
 )
 from training_bridge.rigel.inputs import RigelExample
+from training_bridge.rigel.pipeline import make_engine
 
 
 @pytest.fixture
@@ -83,7 +85,9 @@ def test_engine_fp8_is_off_by_default_and_close_to_full_precision(tiny) -> None:
     plain = ScoringEngine(tiny, batch_size=3, num_workers=0)
     assert plain.fp8 is False and float8_linear_count(tiny.model) == 0
     reference = plain.run(examples)
-    engine = ScoringEngine(tiny, batch_size=3, num_workers=0, fp8=True)
+    engine = ScoringEngine(
+        tiny, batch_size=3, num_workers=0, fp8=True, fp8_parts=("language", "vision")
+    )
     assert float8_linear_count(tiny.model) > 0
     out = engine.run(examples)
     engine.close()
@@ -92,6 +96,21 @@ def test_engine_fp8_is_off_by_default_and_close_to_full_precision(tiny) -> None:
     assert 0 < error < 0.1
     again = ScoringEngine(tiny, batch_size=3, num_workers=0).run(examples)
     assert np.array_equal(again.hidden, reference.hidden)  # close() left the model as it was
+
+
+def test_the_run_setting_turns_fp8_on_and_is_off_by_default(tiny) -> None:  # type: ignore[no-untyped-def]
+    assert RigelConfig().engine_fp8 is False
+    with pytest.raises(ValueError, match="engine_fp8 must be true or false"):
+        RigelConfig(engine_fp8="yes")  # type: ignore[arg-type]
+    config = RigelConfig(engine="on", engine_compile="off", engine_workers=0)
+    engine = make_engine(tiny, config, batch_size=2)
+    assert engine is not None and not engine.fp8 and float8_linear_count(tiny.model) == 0
+    engine = make_engine(tiny, config.replace(engine_fp8=True), batch_size=2)
+    # the language model's linears only, by default (the eager vision tower is slower in FP8)
+    layers = len(tiny.model.model.language_model.layers)
+    assert engine is not None and engine.fp8 and float8_linear_count(tiny.model) == 7 * layers
+    engine.close()
+    assert float8_linear_count(tiny.model) == 0
 
 
 def test_cuda_graphs_compile_the_layers_and_pad_to_64(tiny) -> None:  # type: ignore[no-untyped-def]

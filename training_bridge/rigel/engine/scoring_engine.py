@@ -97,7 +97,7 @@ class ScoringEngine:
         group_loader_batch: int = 2,
         compile_layers: bool = False,
         fp8: bool = False,
-        fp8_parts: Sequence[str] = ("language", "vision"),
+        fp8_parts: Sequence[str] = ("language",),
         cuda_graphs: bool = False,
     ):
         self.backbone = backbone
@@ -127,7 +127,9 @@ class ScoringEngine:
             enable_fast_vision_attention(model)
         self.fast_vision = fast_vision
         # FP8 matrix products (engine.fp8) for the linears of the language model's decoder layers
-        # and the vision tower; before the compile below, which then traces the FP8 modules.
+        # (and of the vision tower with fp8_parts=("language", "vision"): slower as long as the
+        # tower runs eagerly, each of its linears paying a separate scaling pass); before the
+        # compile below, which then traces the FP8 modules.
         self.fp8 = fp8
         if fp8:
             from .fp8 import float8_linears
