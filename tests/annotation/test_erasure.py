@@ -336,8 +336,12 @@ def test_an_excluded_worker_may_still_erase_but_do_nothing_else(curator):
     token, participation = crowd_join(campaign, "worker-excluded")
     worker_exclude(participation=participation, actor=curator, reason="spam")
     client = _worker_client(token)
-    assert client.get("/api/v1/worker/me").status_code == 401
-    assert client.post("/api/v1/worker/assignments/next").status_code == 401
+    # Every other route answers the campaign's screen-out (403), and no clip is handed out.
+    for answer in (
+        client.get("/api/v1/worker/me"),
+        client.post("/api/v1/worker/assignments/next"),
+    ):
+        assert answer.status_code == 403 and answer.json()["state"] == "screened_out"
     answer = client.post(ERASE, {"confirm": True}, format="json")
     assert answer.status_code == 200 and answer.json()["campaigns"] == {"excluded-erase": "delete"}
     assert not Participation.objects.filter(pk=participation.pk).exists()
