@@ -13,6 +13,7 @@ from annotation.models import (
     Campaign,
     CampaignCandidate,
     CampaignClip,
+    ErasureMode,
     Judgment,
     Participation,
     QCRun,
@@ -41,10 +42,16 @@ class CampaignAdminForm(forms.ModelForm):
     """Edits go through `campaign_update` (frozen fields, quota changes with counters)."""
 
     redirect_url = forms.URLField(max_length=500, required=False, assume_scheme="https")
+    screen_out_redirect_url = forms.URLField(max_length=500, required=False, assume_scheme="https")
+    # Absent from a post: the campaign keeps its setting (the model's default when new).
+    erasure_mode = forms.ChoiceField(choices=ErasureMode.choices, required=False)
 
     class Meta:
         model = Campaign
         fields = list(CAMPAIGN_FIELDS)
+
+    def clean_erasure_mode(self) -> str:
+        return self.cleaned_data.get("erasure_mode") or self.instance.erasure_mode
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}

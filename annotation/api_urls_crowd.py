@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, URLResolver, path
 
-from annotation.apis import crowd, crowd_campaigns
+from annotation.apis import crowd, crowd_campaigns, erasure
 
 urlpatterns: list[URLPattern | URLResolver] = [
     # Worker API: the exact paths of the contract (no trailing slash).
@@ -21,6 +21,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
         name="worker-assignment-submit",
     ),
     path("worker/me", crowd.WorkerMeApi.as_view(), name="worker-me"),
+    path("worker/erase", erasure.WorkerEraseApi.as_view(), name="worker-erase"),
     # Curators.
     path("campaigns/", crowd_campaigns.CampaignListApi.as_view(), name="campaign-list"),
     path(

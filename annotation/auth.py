@@ -4,8 +4,10 @@ Workers are not Django users: `request.user` stays anonymous and `request.auth` 
 `Participation` (with its campaign and worker loaded in the same query), so curator-only views
 stay closed to them and worker views read everything they need from `request.auth`.
 
-A token answers 401 when it is unknown, expired (`LEPUS_WORKER_TOKEN_TTL` after the worker was
-last active) or revoked (the worker was excluded); see `annotation.services.workers`.
+A token answers 401 when it is unknown or expired (`LEPUS_WORKER_TOKEN_TTL` after the worker was
+last active), and 403 with the campaign's screen-out (`screen_out_payload`: code, redirect or the
+MTurk return instruction) when the worker was excluded: no view of the worker API runs for an
+excluded worker again; see `annotation.services.workers`.
 """
 
 from __future__ import annotations
@@ -19,10 +21,25 @@ from rest_framework.authentication import BaseAuthentication
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
-from annotation.models import Participation
-from annotation.services.workers import participation_by_token, worker_token_problem
+from annotation.models import Participation, ParticipationStatus
+from annotation.services.workers import (
+    participation_by_token,
+    screen_out_payload,
+    worker_token_problem,
+)
 
 KEYWORD = "Worker"
+
+
+class ScreenedOut(exceptions.APIException):
+    """The worker was excluded by quality control: 403 with the screen-out payload as body."""
+
+    status_code = 403
+    default_code = "screened_out"
+
+    def __init__(self, payload: dict[str, Any]) -> None:
+        super().__init__()
+        self.detail = payload  # rendered as is (DRF keeps a dict detail as the body)
 
 
 class WorkerTokenAuthentication(BaseAuthentication):
@@ -39,7 +56,12 @@ class WorkerTokenAuthentication(BaseAuthentication):
         participation = participation_by_token(token=token)
         if participation is None:
             raise exceptions.AuthenticationFailed("Unknown or revoked worker token.")
-        problem = worker_token_problem(participation=participation)
+        # A view may take an excluded worker's (revoked) token: only erasing oneself does.
+        view = (request.parser_context or {}).get("view")
+        revoked_ok = bool(getattr(view, "accepts_revoked_worker_tokens", False))
+        if participation.status == ParticipationStatus.EXCLUDED and not revoked_ok:
+            raise ScreenedOut(screen_out_payload(participation=participation))
+        problem = worker_token_problem(participation=participation, revoked_ok=revoked_ok)
         if problem is not None:
             raise exceptions.AuthenticationFailed(problem)
         return AnonymousUser(), participation

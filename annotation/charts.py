@@ -103,8 +103,10 @@ def line_chart(
     high: float = 1.0,
     width: int = 520,
     height: int = 200,
+    empty_message: str = "No history yet — run QC to record one.",
 ) -> SafeString:
-    """Lines over time (x: time, y: low..high), one per series, with a legend."""
+    """Lines over time (x: time, y: low..high), one per series, with a legend; `empty_message`
+    says why when no point has a value."""
     left, right, top, bottom = 36, 10, 22, 24
     plot_width, plot_height = width - left - right, height - top - bottom
     moments = [
@@ -121,7 +123,7 @@ def line_chart(
     if not moments:
         body.append(
             f'<text x="{width / 2}" y="{height / 2}" font-size="12" text-anchor="middle" '
-            f'fill="#5b6575">No history yet — run QC to record one.</text>'
+            f'fill="#5b6575">{escape(empty_message)}</text>'
         )
         return _svg(width, height, title, "no data", body)
     start, end = min(moments), max(moments)

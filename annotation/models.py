@@ -23,6 +23,11 @@ class CampaignStatus(models.TextChoices):
     CLOSED = "closed", "Closed"
 
 
+class ErasureMode(models.TextChoices):
+    DELETE = "delete", "Delete the participant's judgments"
+    PSEUDONYMISE = "pseudonymise", "Keep the judgments under a random pseudonym"
+
+
 class Campaign(models.Model):
     """What is asked, of which candidates, how often, and under which quality rules.
 
@@ -47,6 +52,11 @@ class Campaign(models.Model):
     # A free-text reason is required for any rating at or below this value (None: never).
     reason_required_at_or_below = models.PositiveSmallIntegerField(null=True, blank=True)
     max_assignments_per_worker = models.PositiveIntegerField(null=True, blank=True)
+    # Test-retest: this share of a worker's submitted clips is served to them again later in the
+    # session, unannounced, at least `retest_min_gap` clips after the first time (0 = off). The
+    # second ratings go to `RepeatJudgment`, never to `Judgment`.
+    retest_share = models.FloatField(default=0.0, db_default=0.0)
+    retest_min_gap = models.PositiveSmallIntegerField(default=3, db_default=3)
     # Control items: share of assignments that carry one, and which kinds (see annotation QC).
     control_rate = models.FloatField(default=0.0)
     control_settings = models.JSONField(default=dict, blank=True)
@@ -56,11 +66,23 @@ class Campaign(models.Model):
     currency = models.CharField(max_length=3, default="GBP")
     completion_code = models.CharField(max_length=100, blank=True, default="")
     redirect_url = models.URLField(max_length=500, blank=True, default="")
+    # What a worker excluded by quality control gets instead (Prolific's "screened out" completion
+    # code and/or its URL; MTurk workers are told to return the HIT).
+    screen_out_code = models.CharField(max_length=100, blank=True, default="", db_default="")
+    screen_out_redirect_url = models.URLField(max_length=500, blank=True, default="", db_default="")
     # Optional binding to one crowd-platform study: when set, joins through that platform must
     # carry this study / HIT id, and joins through the other crowd platform are refused.
     # (db_default: rows written by raw SQL, e.g. the benchmarks' bulk loaders, need no value.)
     prolific_study_id = models.CharField(max_length=24, blank=True, default="", db_default="")
     mturk_hit_id = models.CharField(max_length=64, blank=True, default="", db_default="")
+    # What erasing a participant does to their judgments (stated in the consent text; see
+    # docs/privacy.md): ids and free text always go.
+    erasure_mode = models.CharField(
+        max_length=12,
+        choices=ErasureMode.choices,
+        default=ErasureMode.DELETE,
+        db_default=ErasureMode.DELETE,
+    )
     # Judgments of imported campaigns come from files (e.g. VATEX-EVAL), not from the crowd.
     is_imported = models.BooleanField(default=False)
     selection = models.JSONField(
@@ -84,6 +106,13 @@ class Campaign(models.Model):
                 name="campaign_control_rate_range",
             ),
             models.CheckConstraint(condition=Q(lease_seconds__gte=30), name="campaign_lease_min"),
+            models.CheckConstraint(
+                condition=Q(retest_share__gte=0) & Q(retest_share__lte=0.5),
+                name="campaign_retest_share_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(retest_min_gap__gte=1), name="campaign_retest_gap_min"
+            ),
             models.CheckConstraint(
                 condition=Q(review_range_threshold__gte=1), name="campaign_review_threshold_min"
             ),
@@ -198,6 +227,8 @@ class Platform(models.TextChoices):
     MTURK = "mturk", "Amazon Mechanical Turk"
     INVITE = "invite", "Invite link"
     IMPORTED = "imported", "Imported rater slot (not a person)"
+    # A participant erased under a pseudonymising campaign: a random id, no platform id.
+    ERASED = "erased", "Erased participant (pseudonym)"
 
 
 class Worker(models.Model):
@@ -336,6 +367,68 @@ class AssignmentItem(models.Model):
             models.UniqueConstraint(
                 fields=["assignment", "campaign_candidate"], name="assignment_item_unique"
             ),
+        ]
+
+
+class Repeat(models.Model):
+    """A test-retest lease: a clip the worker already submitted, served to them again with the same
+    candidates (`candidate_ids`, campaign candidate ids in the order shown) and not announced.
+
+    The id comes from the assignment id sequence, so the worker API's `assignment_id` is one id
+    space and a repeat looks like any other assignment. A repeat takes no quota slot and counts
+    toward no payment or limit; its ratings are `RepeatJudgment` rows, which no aggregate reads."""
+
+    id = models.BigIntegerField(primary_key=True)
+    campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="repeats")
+    participation = models.ForeignKey(
+        Participation, on_delete=models.CASCADE, related_name="repeats"
+    )
+    original = models.ForeignKey(Assignment, on_delete=models.CASCADE, related_name="repeats")
+    clip = models.ForeignKey(Clip, on_delete=models.CASCADE, related_name="+")
+    candidate_ids = models.JSONField(default=list)
+    status = models.CharField(
+        max_length=10, choices=AssignmentStatus.choices, default=AssignmentStatus.LIVE
+    )
+    issued_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+    submitted_at = models.DateTimeField(null=True, blank=True)
+    submission_digest = models.CharField(max_length=64, blank=True, default="")
+    result = models.JSONField(default=dict, blank=True)
+    server_ms = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            # Each clip is repeated at most once per worker.
+            models.UniqueConstraint(fields=["participation", "clip"], name="repeat_worker_clip"),
+            models.UniqueConstraint(
+                fields=["participation"],
+                condition=Q(status=AssignmentStatus.LIVE),
+                name="repeat_one_live_per_worker",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"repeat {self.pk} of assignment {self.original_id} ({self.status})"
+
+
+class RepeatJudgment(models.Model):
+    """A worker's second rating of a candidate they rated before (`original`), from a repeat.
+    Kept apart from `Judgment` so aggregates, agreement, calibration, review and releases cannot
+    count it; only the test-retest consistency reads it."""
+
+    repeat = models.ForeignKey(Repeat, on_delete=models.CASCADE, related_name="judgments")
+    campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="+")
+    participation = models.ForeignKey(Participation, on_delete=models.CASCADE, related_name="+")
+    original = models.ForeignKey("Judgment", on_delete=models.CASCADE, related_name="repeats")
+    values = models.JSONField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["repeat", "original"], name="repeat_judgment_unique"),
+        ]
+        indexes = [
+            models.Index(fields=["campaign", "participation"], name="repeat_judgment_worker"),
         ]
 
 
@@ -521,6 +614,7 @@ class ReviewAction(models.TextChoices):
     UNDO = "undo", "Undid a decision"
     EXCLUDE_WORKER = "exclude_worker", "Excluded a worker"
     INCLUDE_WORKER = "include_worker", "Re-included a worker"
+    ERASE_PARTICIPANT = "erase_participant", "Erased a participant"
 
 
 class AuditEntry(models.Model):
@@ -573,19 +667,9 @@ class CalibrationRun(Job):
         ordering = ["-created_at"]
 
 
-class WorkerSeverity(models.Model):
-    """A worker's severity on one question from the latest calibration (logit units; > 0 is
-    harsher than the average rater of the campaign), with its standard error and Rasch fit."""
+class CalibrationOutput(models.Model):
+    """What a calibration stores: the run that last changed the row, and when."""
 
-    participation = models.ForeignKey(
-        Participation, on_delete=models.CASCADE, related_name="severities"
-    )
-    question_key = models.CharField(max_length=50)
-    severity = models.FloatField()
-    standard_error = models.FloatField()
-    judgments = models.PositiveIntegerField()
-    infit = models.FloatField(null=True, blank=True)
-    outfit = models.FloatField(null=True, blank=True)
     # The run that last changed these values. Not indexed, so rewriting the row changes no index
     # and PostgreSQL updates it in place (HOT).
     run = models.ForeignKey(
@@ -599,6 +683,24 @@ class WorkerSeverity(models.Model):
     computed_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
+        abstract = True
+
+
+class WorkerSeverity(CalibrationOutput):
+    """A worker's severity on one question from the latest calibration (logit units; > 0 is
+    harsher than the average rater of the campaign), with its standard error and Rasch fit."""
+
+    participation = models.ForeignKey(
+        Participation, on_delete=models.CASCADE, related_name="severities"
+    )
+    question_key = models.CharField(max_length=50)
+    severity = models.FloatField()
+    standard_error = models.FloatField()
+    judgments = models.PositiveIntegerField()
+    infit = models.FloatField(null=True, blank=True)
+    outfit = models.FloatField(null=True, blank=True)
+
+    class Meta:
         ordering = ["participation_id", "question_key"]
         constraints = [
             models.UniqueConstraint(
@@ -607,7 +709,7 @@ class WorkerSeverity(models.Model):
         ]
 
 
-class CandidateCalibration(models.Model):
+class CandidateCalibration(CalibrationOutput):
     """A candidate's calibrated scores from the latest calibration: per question the expected
     rating of an average rater (1..5) and its standard error, the latent quality (logits), and
     the calibrated overall (the overall question's score, else the mean over the questions)."""
@@ -622,14 +724,45 @@ class CandidateCalibration(models.Model):
     standard_errors = models.JSONField(default=dict)
     quality = models.JSONField(default=dict)
     overall = models.FloatField(null=True, blank=True)
-    # The run that last changed these values. Not indexed, so rewriting the row changes no index
-    # and PostgreSQL updates it in place (HOT).
-    run = models.ForeignKey(
-        CalibrationRun,
-        null=True,
-        blank=True,
-        on_delete=models.SET_NULL,
-        related_name="+",
-        db_index=False,
+
+
+# --- Uploads on the import page (annotation.imports.uploads) ------------------------------------
+
+
+class UploadKind(models.TextChoices):
+    CANDIDATES = "candidates", "Candidate captions (JSONL or CSV)"
+    VATEX = "vatex", "VATEX annotations (JSON)"
+    JUDGMENTS = "judgments", "Judgments (JSONL or CSV)"
+    VATEX_EVAL = "vatex_eval", "VATEX-EVAL judgments (JSON)"
+    VIDEOS = "videos", "Video archive (zip or tar of clips)"
+
+
+class ImportUpload(Job):
+    """A file a curator uploaded on the import page and the Celery job that imports it: stored
+    first (`storage_key`), then validated in full and written in one transaction by the same
+    importer as the command line. A refused file leaves the job failed with `error` (the command's
+    file/line/field message) and `rejection` (those parts apart); nothing is written."""
+
+    kind = models.CharField(max_length=16, choices=UploadKind.choices)
+    file_name = models.CharField(max_length=255)
+    size = models.BigIntegerField(default=0)
+    storage_key = models.CharField(max_length=500)
+    campaign_slug = models.CharField(max_length=50, blank=True, default="")
+    file_format = models.CharField(max_length=8, blank=True, default="")
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-    computed_at = models.DateTimeField(default=timezone.now)
+    # The importer's result (ImportResult.as_dict(), or the video jobs an archive queued).
+    result = models.JSONField(default=dict, blank=True)
+    # {"file", "line", "column", "field", "message"} of a refused file; empty otherwise.
+    rejection = models.JSONField(default=dict, blank=True)
+
+    class Meta(Job.Meta):
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"import {self.pk} ({self.kind}, {self.file_name}, {self.status})"
+
+    @property
+    def rejection_or_none(self) -> dict[str, object] | None:
+        return self.rejection or None

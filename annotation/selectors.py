@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Count
+from django.db.models import Count, QuerySet
 
 from annotation.models import (
     Assignment,
     Campaign,
     CampaignCandidate,
     CampaignClip,
+    ImportUpload,
     Judgment,
     JudgmentSource,
     Participation,
@@ -46,3 +47,10 @@ def platform_stats() -> dict[str, Any]:
         "judgments_excluded": Judgment.objects.filter(is_excluded=True).count(),
         "video_jobs": data["video_jobs"],
     }
+
+
+def import_uploads_recent(*, limit: int = 50) -> QuerySet[ImportUpload]:
+    """The latest uploads of the import page, newest first."""
+    return ImportUpload.objects.select_related("requested_by").order_by("-created_at", "-id")[
+        :limit
+    ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from celery import shared_task
 
 
@@ -65,3 +67,31 @@ def calibration_run(run_id: int) -> None:
     from annotation.quality.calibration_job import calibration_run_execute
 
     calibration_run_execute(run_id=run_id)
+
+
+@shared_task(
+    name="annotation.import_upload",
+    bind=True,
+    ignore_result=True,
+    acks_late=True,
+    max_retries=None,  # `retry_job_after_outage` counts against LEPUS_STORAGE_RETRIES
+)
+def import_upload(self: Any, job_id: int) -> None:
+    """Import a file uploaded on the import page (an `ImportUpload` row). When storage is
+    unreachable the job is queued again and retried with a backoff."""
+    from annotation.imports.uploads import import_upload_run
+    from annotation.models import ImportUpload
+    from common.jobs import job_requeue
+    from common.storage import StorageUnavailable
+    from common.tasks import retry_job_after_outage
+
+    try:
+        import_upload_run(job_id=job_id, task_id=self.request.id or "")
+    except StorageUnavailable as error:
+
+        def requeue() -> bool:
+            return job_requeue(job=ImportUpload.objects.get(pk=job_id))
+
+        retry_job_after_outage(
+            self, error=error, job_model=ImportUpload, job_id=job_id, requeue=requeue
+        )

@@ -9,4 +9,5 @@ from annotation.views import worker
 app_name = "worker"
 urlpatterns: list[URLPattern | URLResolver] = [
     path("<slug:slug>/", worker.worker_entry, name="entry"),
+    path("<slug:slug>/erase/", worker.worker_erase_page, name="erase"),
 ]

@@ -21,14 +21,9 @@ median of the warm runs with their min and max, and every run's figures.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
-import platform
 import resource
-import socket
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -42,26 +37,15 @@ SLUG = "calibration-bench"
 THRESHOLDS = (-2.2, -0.8, 0.6, 2.0)
 
 
-def _bench_database_url() -> str:
-    from config.env import load_dotenv_file
-
-    load_dotenv_file(str(ROOT / ".env"))
-    base = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/lepus")
-    if not base.startswith("postgres"):
-        raise SystemExit(
-            "bench/calibration_scale.py needs PostgreSQL (DATABASE_URL=postgres://...)"
-        )
-    head, _, name = base.rpartition("/")
-    return f"{head}/{name.split('?')[0]}_calbench"
-
-
-def _setup_django(database_url: str) -> None:
-    os.environ["DATABASE_URL"] = database_url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-    os.environ.setdefault("DJANGO_DEBUG", "true")
-    import django
-
-    django.setup()
+from provenance import write_raw  # noqa: E402  (Django-free; records commit, machine, versions)
+from worlds import (  # noqa: E402
+    bench_database_url,
+    campaign_skeleton,
+    insert_select,
+    load_unless_loaded,
+    run_child,
+    setup_django,
+)
 
 
 def _severity_sql(worker: str) -> str:
@@ -70,38 +54,21 @@ def _severity_sql(worker: str) -> str:
 
 
 def load(*, judgments: int, workers: int) -> dict[str, Any]:
-    from django.core.management import call_command
     from django.db import connection
-    from qc_scale import _insert_select  # the same set-based loader
 
-    from annotation.models import (
-        Campaign,
-        CampaignCandidate,
-        CampaignClip,
-        Judgment,
-        Participation,
-        Worker,
-    )
-    from annotation.questions import default_questions
-    from datasets_app.models import CandidateCaption, CaptioningSystem, Clip
+    from annotation.models import Judgment
 
     started = time.perf_counter()
-    call_command("migrate", verbosity=0)
-    candidates = judgments // 3
+    campaign, candidates = campaign_skeleton(
+        campaign_fields={"slug": SLUG, "name": "Calibration benchmark"},
+        judgments=judgments,
+        workers=workers,
+        systems=1,
+        prefix="cal",
+        seed=0.17,
+    )
     clips = candidates // 3
-    candidates = clips * 3
     with connection.cursor() as cursor:
-        tables = [
-            model._meta.db_table
-            for model in (Judgment, CampaignCandidate, CampaignClip, Participation, Worker)
-        ]
-        cursor.execute(
-            "TRUNCATE "
-            + ", ".join(tables)
-            + f", {Campaign._meta.db_table}, {CandidateCaption._meta.db_table}, "
-            f"{Clip._meta.db_table}, {CaptioningSystem._meta.db_table} RESTART IDENTITY CASCADE"
-        )
-        cursor.execute("SELECT setseed(0.17)")
         cursor.execute("DROP TABLE IF EXISTS bench_truth")
         # Irwin-Hall: the sum of three uniforms, centred and scaled to sd 1.
         cursor.execute(
@@ -111,64 +78,6 @@ def load(*, judgments: int, workers: int) -> dict[str, Any]:
             [candidates],
         )
         cursor.execute("ALTER TABLE bench_truth ADD PRIMARY KEY (candidate)")
-    campaign = Campaign.objects.create(
-        slug=SLUG, name="Calibration benchmark", questions=default_questions()
-    )
-    system = CaptioningSystem.objects.create(name="system")
-    _insert_select(
-        Clip,
-        {
-            "vatex_id": "'cal' || lpad(g::text, 7, '0') || '_000000_000010'",
-            "youtube_id": "'cal' || lpad(g::text, 7, '0')",
-            "start_seconds": "0",
-            "end_seconds": "10",
-            "duration": "10",
-        },
-        "generate_series(1, %s) AS g",
-        [clips],
-    )
-    _insert_select(
-        CandidateCaption,
-        {
-            "clip_id": "(g - 1) / 3 + 1",
-            "external_id": "'cal:' || g",
-            "text": "'a caption number ' || g",
-            "system_id": str(system.pk),
-            "position": "mod(g - 1, 3)",
-        },
-        "generate_series(1, %s) AS g",
-        [candidates],
-    )
-    _insert_select(
-        CampaignClip,
-        {"campaign_id": str(campaign.pk), "clip_id": "g", "candidates": "3", "open_slots": "0"},
-        "generate_series(1, %s) AS g",
-        [clips],
-    )
-    _insert_select(
-        CampaignCandidate,
-        {
-            "campaign_id": str(campaign.pk),
-            "candidate_id": "g",
-            "clip_id": "(g - 1) / 3 + 1",
-            "quota": "3",
-            "slots_taken": "3",
-        },
-        "generate_series(1, %s) AS g",
-        [candidates],
-    )
-    _insert_select(
-        Worker,
-        {"platform": "'prolific'", "external_id": "'cal-worker-' || g"},
-        "generate_series(1, %s) AS g",
-        [workers],
-    )
-    _insert_select(
-        Participation,
-        {"campaign_id": str(campaign.pk), "worker_id": "g", "joined_at": "now()"},
-        "generate_series(1, %s) AS g",
-        [workers],
-    )
 
     def rating() -> str:
         eta = f"(t.quality - {_severity_sql('w')})"
@@ -183,7 +92,7 @@ def load(*, judgments: int, workers: int) -> dict[str, Any]:
         + ", ".join(f"'{key}', {rating()}" for key in ("descriptiveness", "relevance", "fluency"))
         + ")"
     )
-    _insert_select(
+    insert_select(
         Judgment,
         {
             "campaign_id": str(campaign.pk),
@@ -290,47 +199,7 @@ def measured_run() -> dict[str, Any]:
 
 
 def _child(database_url: str, mode: str, *extra: str) -> dict[str, Any]:
-    output = subprocess.run(
-        [sys.executable, __file__, "--child", mode, "--database-url", database_url, *extra],
-        capture_output=True,
-        text=True,
-        cwd=str(ROOT),
-    )
-    if output.returncode != 0:
-        sys.stderr.write(output.stderr)
-        raise SystemExit(f"the {mode} step failed")
-    return json.loads(output.stdout.strip().splitlines()[-1])
-
-
-def _git(*args: str) -> str:
-    return subprocess.run(
-        ["git", *args], cwd=ROOT, capture_output=True, text=True, check=False
-    ).stdout.strip()
-
-
-def _environment() -> dict[str, Any]:
-    import numpy
-    import scipy
-
-    load = os.getloadavg()
-    return {
-        "commit": _git("rev-parse", "HEAD"),
-        "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "machine": {
-            "hostname": socket.gethostname(),
-            "platform": platform.platform(),
-            "processor": platform.processor() or platform.machine(),
-            "cpus": os.cpu_count(),
-            "load_average_at_start": [round(value, 2) for value in load],
-        },
-        "versions": {
-            "python": platform.python_version(),
-            "numpy": numpy.__version__,
-            "scipy": scipy.__version__,
-        },
-    }
+    return run_child(__file__, database_url, mode, *extra)
 
 
 def main() -> None:
@@ -343,10 +212,10 @@ def main() -> None:
     parser.add_argument("--database-url", default=None)
     parser.add_argument("--child", choices=["run", "load", "count", "clear"], default=None)
     options = parser.parse_args()
-    database_url = options.database_url or _bench_database_url()
+    database_url = options.database_url or bench_database_url("calbench", "calibration_scale.py")
 
     if options.child:
-        _setup_django(database_url)
+        setup_django(database_url)
         if options.child == "run":
             result = measured_run()
         elif options.child == "clear":
@@ -364,27 +233,16 @@ def main() -> None:
         print(json.dumps(result))
         return
 
-    from qc_scale import _ensure_database
-
-    report: dict[str, Any] = _environment()
-    _ensure_database(database_url)
-    report["database"] = database_url.rpartition("/")[2]
-    expected = (options.judgments // 9) * 9
-    current = None
-    if not options.reload:
-        try:
-            current = _child(database_url, "count")["judgments"]
-        except SystemExit:
-            current = None
-    if options.reload or current != expected:
-        report["load"] = _child(
-            database_url,
-            "load",
-            "--judgments",
-            str(options.judgments),
-            "--workers",
-            str(options.workers),
-        )
+    report: dict[str, Any] = {"database": database_url.rpartition("/")[2]}
+    loaded = load_unless_loaded(
+        __file__,
+        database_url,
+        judgments=options.judgments,
+        reload=options.reload,
+        load_arguments=["--workers", str(options.workers)],
+    )
+    if loaded is not None:
+        report["load"] = loaded
     # Cold: no stored calibration (every severity and score inserted). Warm: a re-run on the same
     # judgments (the fit is deterministic, so nothing changes and nothing is written).
     _child(database_url, "clear")
@@ -401,7 +259,7 @@ def main() -> None:
     report["peak_rss_mb"] = {"median": statistics.median(rss), "min": min(rss), "max": max(rss)}
     report["target_seconds"] = 60
     report["target_met"] = max(seconds) < 60 and report["cold"]["seconds"] < 60
-    report["load_average_at_end"] = [round(value, 2) for value in os.getloadavg()]
+    write_raw("calibration_scale", report, database=database_url)
     text = json.dumps(report, sort_keys=True, indent=2)
     if options.output:
         Path(options.output).write_text(text + "\n", encoding="utf-8")

@@ -894,6 +894,8 @@ def section_phase2_train(
         if args.phase2_lora_targets == "default"
         else args.phase2_lora_targets,
         phase2_optimizer=args.phase2_optimizer,
+        # --phase2-batch: the effective batch over all processes (micro-batches of 8 each)
+        phase2_batch_size=args.phase2_batch,
     )
     language_model = backbone.model.model.language_model
     run_head = build_head(backbone.hidden_size, seed=0).to(device)
@@ -929,7 +931,11 @@ def section_phase2_train(
                 with torch.no_grad():
                     for p in trainable:
                         p.data = p.data.to(dtype)
-            for compile_setting in args.phase2_compile.split(","):
+            runs = [
+                (setting, k) for setting in args.phase2_compile.split(",")
+                for k in range(args.phase2_runs)
+            ]  # fmt: skip
+            for compile_setting, run in runs:
                 run_config = config.replace(phase2_compile=compile_setting)
                 graphs_before = counters["stats"]["unique_graphs"]
                 times: list[float] = []
@@ -974,10 +980,11 @@ def section_phase2_train(
                 report["compiled_layers"] = fused.compiled_decoder_layers(language_model)
                 # graphs dynamo compiled during this run (0 when an earlier run's fit)
                 report["compiled_graphs"] = counters["stats"]["unique_graphs"] - graphs_before
-                key = f"train_phase2_{dtype_name}_{compile_setting}"
+                key = f"train_phase2_{dtype_name}_{compile_setting}" + (f"_run{run}" if run else "")
                 out[key] = report
                 log("phase2_train", key, json.dumps(report))
-                # the next run (eager, or another dtype) starts from uncompiled layers
+                # the next run (eager, or another dtype) starts from uncompiled layers (a repeat
+                # of a compiled run compiles again, from dynamo's cache)
                 fused.uncompile_decoder_layers(language_model)
     finally:
         # leave the backbone without LoRA (and uncompiled) for the sections after this one
@@ -1052,6 +1059,15 @@ def main() -> None:
     parser.add_argument("--resume", action="store_true", help="skip sections already in the file")
     parser.add_argument(
         "--limits", default="", help="per-section watchdog seconds, e.g. shared=80,engine=90"
+    )
+    parser.add_argument(
+        "--phase2-batch", type=int, default=8, help="phase2_train: effective batch, all ranks"
+    )
+    parser.add_argument(
+        "--phase2-runs", type=int, default=1, help="phase2_train: runs of each compile setting"
+    )
+    parser.add_argument(
+        "--raw", default="", help="also write the results through bench/provenance.py as NAME"
     )
     parser.add_argument("--tag", default="")
     args = parser.parse_args()
@@ -1172,6 +1188,10 @@ def main() -> None:
     import faulthandler
 
     faulthandler.cancel_dump_traceback_later()
+    if args.raw and rank == 0:
+        from provenance import write_raw
+
+        write_raw(args.raw, results)
     if world > 1:
         torch.distributed.destroy_process_group()
 

@@ -187,6 +187,36 @@ def versions(*, database: str | None, postgres_version: str | None) -> dict[str,
     }
 
 
+def raw_record(
+    name: str,
+    figures: Any,
+    *,
+    database: str | None = None,
+    postgres_version: str | None = None,
+    command: list[str] | None = None,
+    notes: str | None = None,
+) -> dict[str, Any]:
+    """The record `write_raw` writes (for a benchmark that also keeps a partial file while it
+    runs, so that a run stopped by a time limit still leaves its figures with their provenance)."""
+    finished = datetime.now(UTC)
+    git = git_state()
+    argv = command if command is not None else [sys.executable, *sys.argv]
+    return {
+        "schema": SCHEMA,
+        "benchmark": name,
+        "date_utc": finished.isoformat(timespec="seconds"),
+        "started_utc": STARTED["utc"],
+        "elapsed_seconds": round(time.monotonic() - _STARTED_MONOTONIC, 1),
+        "command": shlex.join(argv),
+        "cwd": os.getcwd(),
+        "git": git,
+        "machine": machine(),
+        "versions": versions(database=database, postgres_version=postgres_version),
+        "notes": notes,
+        "figures": figures,
+    }
+
+
 def write_raw(
     name: str,
     figures: Any,
@@ -204,23 +234,16 @@ def write_raw(
     server_version is recorded; `postgres_version` overrides it (e.g. a private cluster already
     stopped). `command` defaults to this process's exact command line.
     """
-    finished = datetime.now(UTC)
-    git = git_state()
-    argv = command if command is not None else [sys.executable, *sys.argv]
-    record = {
-        "schema": SCHEMA,
-        "benchmark": name,
-        "date_utc": finished.isoformat(timespec="seconds"),
-        "started_utc": STARTED["utc"],
-        "elapsed_seconds": round(time.monotonic() - _STARTED_MONOTONIC, 1),
-        "command": shlex.join(argv),
-        "cwd": os.getcwd(),
-        "git": git,
-        "machine": machine(),
-        "versions": versions(database=database, postgres_version=postgres_version),
-        "notes": notes,
-        "figures": figures,
-    }
+    record = raw_record(
+        name,
+        figures,
+        database=database,
+        postgres_version=postgres_version,
+        command=command,
+        notes=notes,
+    )
+    finished = datetime.fromisoformat(record["date_utc"])
+    git = record["git"]
     folder = directory or Path(os.environ.get("LEPUS_BENCH_RESULTS", RESULTS_DIR))
     folder.mkdir(parents=True, exist_ok=True)
     commit = (git["commit"] or "nogit")[:7] + ("-dirty" if git["dirty"] else "")

@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
 from provenance import write_raw  # noqa: E402
-from qc_scale import _bench_database_url, summarise  # noqa: E402
+from qc_scale import summarise  # noqa: E402
+from worlds import bench_database_url  # noqa: E402
 
 TABLE = "annotation_campaigncandidate"
 
@@ -95,7 +96,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=2)
     parser.add_argument("--note", default=None)
     options = parser.parse_args()
-    database_url = _bench_database_url()
+    database_url = bench_database_url("qcbench", "qc_cold_ab.py")
     arms = {
         "before": (Path(options.before).resolve(), options.before_fillfactor),
         "after": (ROOT, options.after_fillfactor),

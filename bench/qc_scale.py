@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import resource
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -41,173 +40,32 @@ SLUG = "qc-bench"
 QUESTIONS = ("descriptiveness", "relevance", "fluency")
 
 
-def _bench_database_url() -> str:
-    from config.env import load_dotenv_file
-
-    load_dotenv_file(str(ROOT / ".env"))
-    base = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/lepus")
-    if not base.startswith("postgres"):
-        raise SystemExit("bench/qc_scale.py needs PostgreSQL (DATABASE_URL=postgres://...)")
-    head, _, name = base.rpartition("/")
-    return f"{head}/{name.split('?')[0]}_qcbench"
-
-
-def _setup_django(database_url: str) -> None:
-    os.environ["DATABASE_URL"] = database_url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-    os.environ.setdefault("DJANGO_DEBUG", "true")
-    import django
-
-    django.setup()
-
-
-def _ensure_database(database_url: str) -> None:
-    import psycopg2
-
-    head, _, name = database_url.rpartition("/")
-    admin = psycopg2.connect(f"{head}/postgres")
-    admin.autocommit = True
-    with admin.cursor() as cursor:
-        cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name])
-        if cursor.fetchone() is None:
-            cursor.execute(f'CREATE DATABASE "{name}"')
-    admin.close()
-
-
-# ----------------------------------------------------------------------------------------------
-# Loading
-# ----------------------------------------------------------------------------------------------
-
-
-def _insert_select(model: Any, expressions: dict[str, str], source: str, params: list[Any]) -> int:
-    """INSERT INTO model (...) SELECT ... FROM source; columns not given get the model default."""
-    from django.db import connection
-
-    columns, values, literal_params = [], [], []
-    for field in model._meta.concrete_fields:
-        if field.primary_key:
-            continue
-        columns.append(f'"{field.column}"')
-        if field.attname in expressions:
-            values.append(expressions[field.attname])
-        elif field.has_default():
-            default = field.get_default()
-            if isinstance(default, (dict, list)):
-                values.append("%s::jsonb")
-                literal_params.append(json.dumps(default))
-            else:
-                values.append("%s")
-                literal_params.append(default)
-        elif field.null:
-            values.append("NULL")
-        else:
-            raise RuntimeError(f"{model.__name__}.{field.name} needs a value")
-    # Literal defaults come first in the SELECT list, the source's own parameters after.
-    sql = (
-        f"INSERT INTO {model._meta.db_table} ({', '.join(columns)}) "
-        f"SELECT {', '.join(values)} FROM {source}"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, literal_params + params)
-        return cursor.rowcount
+from worlds import (  # noqa: E402
+    bench_database_url,
+    campaign_skeleton,
+    insert_select,
+    load_unless_loaded,
+    run_child,
+    setup_django,
+)
 
 
 def load(*, judgments: int, workers: int, spammer_every: int) -> dict[str, Any]:
-    from django.core.management import call_command
     from django.db import connection
 
-    from annotation.models import (
-        Campaign,
-        CampaignCandidate,
-        CampaignClip,
-        Judgment,
-        Participation,
-        Worker,
-    )
-    from annotation.questions import default_questions
-    from datasets_app.models import CandidateCaption, CaptioningSystem, Clip
+    from annotation.models import Judgment
 
     started = time.perf_counter()
-    call_command("migrate", verbosity=0)
-    candidates = judgments // 3
+    campaign, candidates = campaign_skeleton(
+        campaign_fields={"slug": SLUG, "name": "QC benchmark", "judgments_per_candidate": 3},
+        judgments=judgments,
+        workers=workers,
+        systems=6,
+        prefix="bench",
+        seed=0.42,
+    )
     clips = candidates // 3
-    candidates = clips * 3
     judgments = candidates * 3
-    with connection.cursor() as cursor:
-        tables = [
-            model._meta.db_table
-            for model in (Judgment, CampaignCandidate, CampaignClip, Participation, Worker)
-        ]
-        cursor.execute(
-            "TRUNCATE "
-            + ", ".join(tables)
-            + f", {Campaign._meta.db_table}, {CandidateCaption._meta.db_table}, "
-            f"{Clip._meta.db_table}, {CaptioningSystem._meta.db_table} RESTART IDENTITY CASCADE"
-        )
-        cursor.execute("SELECT setseed(0.42)")
-    campaign = Campaign.objects.create(
-        slug=SLUG, name="QC benchmark", questions=default_questions(), judgments_per_candidate=3
-    )
-    systems = [CaptioningSystem.objects.create(name=f"system-{index}") for index in range(6)]
-    _insert_select(
-        Clip,
-        {
-            "vatex_id": "'bench' || lpad(g::text, 7, '0') || '_000000_000010'",
-            "youtube_id": "'bench' || lpad(g::text, 7, '0')",
-            "start_seconds": "0",
-            "end_seconds": "10",
-            "duration": "10",
-        },
-        "generate_series(1, %s) AS g",
-        [clips],
-    )
-    _insert_select(
-        CandidateCaption,
-        {
-            "clip_id": "(g - 1) / 3 + 1",
-            "external_id": "'bench:' || g",
-            "text": "'a person does something number ' || g",
-            "system_id": f"{systems[0].pk} + mod(g, 6)",
-            "position": "mod(g - 1, 3)",
-        },
-        "generate_series(1, %s) AS g",
-        [candidates],
-    )
-    _insert_select(
-        CampaignClip,
-        {
-            "campaign_id": str(campaign.pk),
-            "clip_id": "g",
-            "candidates": "3",
-            "open_slots": "0",
-        },
-        "generate_series(1, %s) AS g",
-        [clips],
-    )
-    _insert_select(
-        CampaignCandidate,
-        {
-            "campaign_id": str(campaign.pk),
-            "candidate_id": "g",
-            "clip_id": "(g - 1) / 3 + 1",
-            "quota": "3",
-            "slots_taken": "3",
-        },
-        "generate_series(1, %s) AS g",
-        [candidates],
-    )
-    _insert_select(
-        Worker,
-        {"platform": "'prolific'", "external_id": "'bench-worker-' || g"},
-        "generate_series(1, %s) AS g",
-        [workers],
-    )
-    _insert_select(
-        Participation,
-        {"campaign_id": str(campaign.pk), "worker_id": "g", "joined_at": "now()"},
-        "generate_series(1, %s) AS g",
-        [workers],
-    )
     # Three distinct workers per candidate; every `spammer_every`-th worker is a spammer.
     truth = "(1 + mod(c * 2654435761, 5))"
     noise = (
@@ -215,7 +73,7 @@ def load(*, judgments: int, workers: int, spammer_every: int) -> dict[str, Any]:
     )
     honest_value = f"GREATEST(1, LEAST(5, {truth} + {noise}))::int"
     spam = f"(mod(w, {spammer_every}) = 0)"
-    _insert_select(
+    insert_select(
         Judgment,
         {
             "campaign_id": str(campaign.pk),
@@ -361,16 +219,7 @@ def backend_cpu_seconds(pid: int) -> float:
 
 
 def _child(database_url: str, mode: str, *extra: str) -> dict[str, Any]:
-    output = subprocess.run(
-        [sys.executable, __file__, "--child", mode, "--database-url", database_url, *extra],
-        capture_output=True,
-        text=True,
-        cwd=str(ROOT),
-    )
-    if output.returncode != 0:
-        sys.stderr.write(output.stderr)
-        raise SystemExit(f"the {mode} step failed")
-    return json.loads(output.stdout.strip().splitlines()[-1])
+    return run_child(__file__, database_url, mode, *extra)
 
 
 def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -406,10 +255,10 @@ def main() -> None:
     parser.add_argument("--database-url", default=None)
     parser.add_argument("--child", choices=["run", "load", "reset", "count"], default=None)
     options = parser.parse_args()
-    database_url = options.database_url or _bench_database_url()
+    database_url = options.database_url or bench_database_url("qcbench", "qc_scale.py")
 
     if options.child:
-        _setup_django(database_url)
+        setup_django(database_url)
         if options.child == "run":
             result = measured_run()
         elif options.child == "reset":
@@ -428,26 +277,21 @@ def main() -> None:
         print(json.dumps(result))
         return
 
-    _ensure_database(database_url)
     report: dict[str, Any] = {"database": database_url.rpartition("/")[2]}
-    expected = (options.judgments // 9) * 9
-    current = None
-    if not options.reload:
-        try:
-            current = _child(database_url, "count")["judgments"]
-        except SystemExit:
-            current = None
-    if options.reload or current != expected:
-        report["load"] = _child(
-            database_url,
-            "load",
-            "--judgments",
-            str(options.judgments),
+    loaded = load_unless_loaded(
+        __file__,
+        database_url,
+        judgments=options.judgments,
+        reload=options.reload,
+        load_arguments=[
             "--workers",
             str(options.workers),
             "--spammer-every",
             str(options.spammer_every),
-        )
+        ],
+    )
+    if loaded is not None:
+        report["load"] = loaded
     elif not options.fresh:
         _child(database_url, "reset")
     runs = []

@@ -295,8 +295,8 @@ class Flow:
         return {
             "slug": created["slug"],
             "clips": created["clips"],
-            "candidates": created["candidates"],
-            "slots": detail["slots_total"],
+            "candidates": created["figures"]["candidates"],
+            "slots": detail["figures"]["slots_total"],
             "max_assignments_per_worker": detail["max_assignments_per_worker"],
         }
 

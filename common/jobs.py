@@ -8,16 +8,22 @@ rows failed so nothing stays "running" forever, and the job can be re-run.
 
 from __future__ import annotations
 
+import logging
+import math
 import socket
-from collections.abc import Iterable
-from typing import TypeVar
+import traceback
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar, cast
 
+import numpy as np
 from django.db import models
 from django.utils import timezone
 
 from common.models import Job, JobStatus
 
 JobT = TypeVar("JobT", bound=Job)
+Progress = Callable[[float, str], None]
+logger = logging.getLogger(__name__)
 
 
 class JobCancelled(Exception):
@@ -38,7 +44,7 @@ def job_claim(*, model: type[JobT], job_id: int, task_id: str = "") -> JobT | No
     )
     if claimed != 1:
         return None
-    return model.objects.get(pk=job_id)
+    return cast(JobT, model.objects.get(pk=job_id))
 
 
 def job_progress(*, job: Job, fraction: float, message: str = "") -> None:
@@ -70,6 +76,50 @@ def job_finish(*, job: Job, status: str, error: str = "", **fields: object) -> b
         for name, value in values.items():
             setattr(job, name, value)
     return bool(updated)
+
+
+def job_execute(
+    *, model: type[JobT], job_id: int, task_id: str = "", work: Callable[[JobT, Progress], Any]
+) -> tuple[JobT | None, bool]:
+    """Claim a queued job, run `work(job, progress)` and end the job with what it returned as its
+    `summary` (made JSON-safe), failed with the reason and traceback, or cancelled.
+
+    Returns (the job, True when it succeeded); (None, False) when another worker has it."""
+    job = job_claim(model=model, job_id=job_id, task_id=task_id)
+    if job is None:
+        return None, False
+
+    def progress(fraction: float, message: str) -> None:
+        job_progress(job=job, fraction=fraction, message=message)
+
+    try:
+        summary = work(job, progress)
+    except JobCancelled:
+        job_finish(job=job, status=JobStatus.CANCELLED, error="cancelled by a curator")
+        return job, False
+    except Exception as error:  # the job ends failed with the reason; the worker lives on
+        logger.exception("%s %s failed", model.__name__, job_id)
+        job_finish(
+            job=job,
+            status=JobStatus.FAILED,
+            error=f"{type(error).__name__}: {error}\n{traceback.format_exc()}",
+        )
+        return job, False
+    return job, job_finish(job=job, status=JobStatus.SUCCEEDED, summary=json_safe(summary))
+
+
+def json_safe(value: Any) -> Any:
+    """NaN and infinities become null (PostgreSQL's JSON has neither), NumPy scalars plain
+    numbers; dicts, lists and tuples are walked."""
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(item) for item in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 def job_requeue(*, job: Job) -> bool:

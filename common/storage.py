@@ -67,12 +67,17 @@ def normalise_key(key: str) -> str:
 
 def put_file(key: str, local_path: str | os.PathLike[str]) -> str:
     """Upload a local file under `key` (overwriting); returns the key."""
+    with open(local_path, "rb") as handle:
+        return put_stream(key, handle)
+
+
+def put_stream(key: str, handle: IO[bytes]) -> str:
+    """Upload what `handle` reads (in chunks, never whole in memory) under `key`; returns the key."""
     key = normalise_key(key)
     storage = get_storage()
-    with open(local_path, "rb") as handle:
-        if not uses_s3() and storage.exists(key):
-            storage.delete(key)
-        saved = storage.save(key, File(handle, name=os.path.basename(key)))
+    if not uses_s3() and storage.exists(key):
+        storage.delete(key)
+    saved = storage.save(key, File(handle, name=os.path.basename(key)))
     if saved != key:  # FileSystemStorage renames on collision; we deleted first, so this is a race
         raise RuntimeError(f"storage saved {key!r} as {saved!r}")
     return key

@@ -20,7 +20,6 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -41,6 +40,7 @@ EVENTS = (
     "candidate.finalised",
     "review_item.resolved",
     "worker.excluded",
+    "participant.erased",
     "release.built",
     "training_run.finished",
     "training_run.failed",
@@ -115,20 +115,39 @@ def _address_refused(address: str) -> bool:
     )
 
 
+def resolve(host: str, port: int) -> list[str]:
+    """The addresses `host` resolves to. With `LEPUS_WEBHOOK_RESOLVE=offline` only IP literals
+    and localhost resolve, and no query is sent for any other name (it is refused)."""
+    if settings.LEPUS_WEBHOOK_RESOLVE == "offline":
+        try:
+            return [str(ipaddress.ip_address(host))]
+        except ValueError:
+            pass
+        if host == "localhost" or host.endswith(".localhost"):
+            return ["127.0.0.1"]
+        raise WebhookTargetRefused(f"cannot resolve {host}: names are not resolved offline")
+    try:
+        infos = socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)
+    except socket.gaierror as error:
+        raise WebhookTargetRefused(f"cannot resolve {host}: {error}") from error
+    return [str(info[4][0]) for info in infos]
+
+
 def check_target(url: str) -> None:
     """Raise `WebhookTargetRefused` unless every address `url`'s host resolves to is public."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise WebhookTargetRefused(f"not an http(s) URL: {url}")
+    offline = settings.LEPUS_WEBHOOK_RESOLVE == "offline"
+    if settings.LEPUS_WEBHOOK_ALLOW_PRIVATE and not offline:
+        return
+    # Offline, a name is refused even where private targets are allowed: otherwise the POST
+    # itself would resolve it.
+    addresses = resolve(parts.hostname, parts.port or 443)
     if settings.LEPUS_WEBHOOK_ALLOW_PRIVATE:
         return
-    try:
-        infos = socket.getaddrinfo(parts.hostname, parts.port or 443, proto=socket.IPPROTO_TCP)
-    except socket.gaierror as error:
-        raise WebhookTargetRefused(f"cannot resolve {parts.hostname}: {error}") from error
-    for info in infos:
-        if _address_refused(str(info[4][0])):
-            raise WebhookTargetRefused(f"{parts.hostname} resolves to a non-public address")
+    if any(_address_refused(address) for address in addresses):
+        raise WebhookTargetRefused(f"{parts.hostname} resolves to a non-public address")
 
 
 def register_endpoint(
@@ -151,6 +170,26 @@ def register_endpoint(
     )
 
 
+def _listening(event: str, ids: list[int]) -> list[WebhookEndpoint]:
+    if event not in EVENTS:
+        raise ValueError(f"unknown webhook event {event!r}")
+    scope = Q(campaign_id__isnull=True) | Q(campaign_id__in=ids)
+    return [
+        e
+        for e in WebhookEndpoint.objects.filter(scope, active=True)
+        if not e.events or event in e.events
+    ]
+
+
+def _campaign_ids(campaign_id: int | Sequence[int] | None) -> list[int]:
+    return [campaign_id] if isinstance(campaign_id, int) else list(campaign_id or [])
+
+
+def listened(event: str, campaign_id: int | Sequence[int] | None = None) -> bool:
+    """Whether an active endpoint would receive `event` (lets callers skip building payloads)."""
+    return bool(_listening(event, _campaign_ids(campaign_id)))
+
+
 def emit(
     event: str, data: dict[str, Any], campaign_id: int | Sequence[int] | None = None
 ) -> WebhookEvent | None:
@@ -160,40 +199,39 @@ def emit(
     `campaign_id` may be several ids (a release of several campaigns): endpoints of any of them
     get the event once.
     """
-    return emit_many(event, [data], campaign_id)[0]
+    records = emit_many(event, [data], campaign_id)
+    return records[0] if records else None
 
 
 def emit_many(
     event: str, payloads: Sequence[dict[str, Any]], campaign_id: int | Sequence[int] | None = None
-) -> list[WebhookEvent | None]:
-    """`emit` of one event for each payload, in order, looking the endpoints up once (a QC run
-    that excludes hundreds of workers emits one `worker.excluded` each)."""
-    if event not in EVENTS:
-        raise ValueError(f"unknown webhook event {event!r}")
-    ids = [campaign_id] if isinstance(campaign_id, int) else list(campaign_id or [])
-    if not payloads:
+) -> list[WebhookEvent]:
+    """`emit` for many events of one kind and scope: one endpoint query and two bulk INSERTs
+    (aggregation finalises thousands of candidates in one statement)."""
+    ids = _campaign_ids(campaign_id)
+    endpoints = _listening(event, ids)
+    if not endpoints or not payloads:
         return []
-    scope = Q(campaign_id__isnull=True) | Q(campaign_id__in=ids)
-    endpoints = [
-        e
-        for e in WebhookEndpoint.objects.filter(scope, active=True)
-        if not e.events or event in e.events
-    ]
-    if not endpoints:
-        return [None] * len(payloads)
-    records: list[WebhookEvent | None] = []
-    for data in payloads:
-        record = WebhookEvent.objects.create(
-            id=uuid.uuid4(), event=event, campaign_id=ids[0] if len(ids) == 1 else None, data=data
-        )
-        deliveries = WebhookDelivery.objects.bulk_create(
-            [
-                WebhookDelivery(event=record, endpoint=e, next_attempt_at=timezone.now())
-                for e in endpoints
-            ]
-        )
-        transaction.on_commit(partial(_publish, [d.pk for d in deliveries]))
-        records.append(record)
+    records = WebhookEvent.objects.bulk_create(
+        [
+            WebhookEvent(
+                id=uuid.uuid4(),
+                event=event,
+                campaign_id=ids[0] if len(ids) == 1 else None,
+                data=data,
+            )
+            for data in payloads
+        ]
+    )
+    deliveries = WebhookDelivery.objects.bulk_create(
+        [
+            WebhookDelivery(event=record, endpoint=e, next_attempt_at=timezone.now())
+            for record in records
+            for e in endpoints
+        ]
+    )
+    delivery_ids = [d.pk for d in deliveries]
+    transaction.on_commit(lambda: _publish(delivery_ids))
     return records
 
 

@@ -207,6 +207,14 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("LEPUS_MAX_REQUEST_BYTES", 256 * 1024, min
 DATA_UPLOAD_MAX_NUMBER_FIELDS = 2000
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
 LEPUS_MAX_IMPORT_BYTES = env_int("LEPUS_MAX_IMPORT_BYTES", 512 * 1024 * 1024, minimum=1024)
+# Files uploaded on the import page (/dashboard/datasets/imports/): the request is refused before
+# its body is read when it declares more; video archives unpack to at most
+# LEPUS_ARCHIVE_MAX_UNPACKED_BYTES in at most LEPUS_ARCHIVE_MAX_MEMBERS files (zip bombs stop there).
+LEPUS_MAX_UPLOAD_BYTES = env_int("LEPUS_MAX_UPLOAD_BYTES", 2 * 1024 * 1024 * 1024, minimum=1024)
+LEPUS_ARCHIVE_MAX_MEMBERS = env_int("LEPUS_ARCHIVE_MAX_MEMBERS", 20000, minimum=1)
+LEPUS_ARCHIVE_MAX_UNPACKED_BYTES = env_int(
+    "LEPUS_ARCHIVE_MAX_UNPACKED_BYTES", 8 * 1024 * 1024 * 1024, minimum=1024
+)
 LEPUS_MAX_CAPTION_CHARS = env_int("LEPUS_MAX_CAPTION_CHARS", 2000, minimum=10)
 LEPUS_MAX_REASON_CHARS = env_int("LEPUS_MAX_REASON_CHARS", 2000, minimum=10)
 
@@ -334,6 +342,11 @@ LEPUS_WEBHOOK_BACKOFF = env_float("LEPUS_WEBHOOK_BACKOFF", 30.0)  # seconds; dou
 LEPUS_WEBHOOK_SECRET_OVERLAP = env_float("LEPUS_WEBHOOK_SECRET_OVERLAP", 86400.0)  # seconds
 # Private, link-local and loopback targets are refused unless this is set (tests, closed networks).
 LEPUS_WEBHOOK_ALLOW_PRIVATE = env_bool("LEPUS_WEBHOOK_ALLOW_PRIVATE", False)
+# How webhook hosts are resolved: "dns" (the system resolver), or "offline": only IP literals and
+# localhost, every other name refused without a query (the test suite: no DNS leaves the machine).
+LEPUS_WEBHOOK_RESOLVE = env_str("LEPUS_WEBHOOK_RESOLVE", "dns") or "dns"
+if LEPUS_WEBHOOK_RESOLVE not in ("dns", "offline"):
+    raise ImproperlyConfiguredEnv("LEPUS_WEBHOOK_RESOLVE must be 'dns' or 'offline'")
 
 # --- Training -----------------------------------------------------------------------------------
 LEPUS_DEFAULT_BACKBONE = env_str("LEPUS_DEFAULT_BACKBONE", "Qwen/Qwen3-VL-2B-Instruct")
@@ -341,6 +354,12 @@ LEPUS_RETRAIN_MIN_NEW_CANDIDATES = env_int("LEPUS_RETRAIN_MIN_NEW_CANDIDATES", 1
 # Where scheduled runs train ("cpu", "cuda") and with how many torchrun processes (GPUs).
 LEPUS_TRAINING_DEVICE = env_str("LEPUS_TRAINING_DEVICE", "cpu") or "cpu"
 LEPUS_TRAINING_PROCESSES = env_int("LEPUS_TRAINING_PROCESSES", 1, minimum=1)
+# The devices the training workers have, offered by the training page ("cpu", "cuda"). Empty:
+# this machine's (cpu, plus cuda when the NVIDIA driver lists a GPU); set it when the training
+# workers run elsewhere than the web server.
+LEPUS_TRAINING_DEVICES = env_list("LEPUS_TRAINING_DEVICES", [])
+if set(LEPUS_TRAINING_DEVICES) - {"cpu", "cuda"}:
+    raise ImproperlyConfiguredEnv(f"LEPUS_TRAINING_DEVICES={LEPUS_TRAINING_DEVICES!r}: cpu, cuda")
 # Most (clip, references, candidate) triples one POST /api/v1/score may carry, and the most
 # seconds the request may wait for its scores before answering 202 with a job to poll.
 LEPUS_SCORE_MAX_ITEMS = env_int("LEPUS_SCORE_MAX_ITEMS", 64, minimum=1)

@@ -26,6 +26,9 @@ os.environ.setdefault("LEPUS_CODE_VERSION", "lepus-test-suite")
 # The suite's workers have readable made-up ids ("worker-a"); tests/hardening/
 # test_crowd_integrity.py runs with the production check on.
 os.environ.setdefault("LEPUS_CHECK_WORKER_IDS", "false")
+# Webhook targets resolve offline (IP literals and localhost only), here and in the servers and
+# workers the tests start: a fuzzed or mistyped host name never becomes a DNS query.
+os.environ.setdefault("LEPUS_WEBHOOK_RESOLVE", "offline")
 
 from config import settings as _base  # noqa: E402
 from config.settings import *  # noqa: E402,F403

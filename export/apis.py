@@ -24,6 +24,7 @@ from rest_framework.views import APIView
 from annotation.models import Campaign
 from common.api import ErrorSerializer, FieldErrorsSerializer
 from common.models import JobStatus
+from export.licences import DEFAULT_JUDGMENT_LICENSE, JudgmentLicense
 from export.models import Release
 from export.selectors import release_compare, release_files, release_list
 from export.services import (
@@ -75,6 +76,7 @@ class ReleaseSerializer(serializers.ModelSerializer):
             "seed",
             "ratios",
             "include_raw_judgments",
+            "judgments_license",
             "location",
             "total_bytes",
             "counts",
@@ -113,6 +115,12 @@ class ReleaseCreateSerializer(serializers.Serializer):
     )
     name = serializers.CharField(max_length=200, required=False, allow_blank=True)
     include_raw_judgments = serializers.BooleanField(default=False)
+    judgments_license = serializers.ChoiceField(
+        choices=JudgmentLicense.choices,
+        default=DEFAULT_JUDGMENT_LICENSE,
+        help_text="Licence of the judgments collected with Lepus and of the compilation; "
+        "imported sources keep their own (listed in the card).",
+    )
 
     def validate_campaigns(self, slugs: list[str]) -> list[Campaign]:
         found = {campaign.slug: campaign for campaign in Campaign.objects.filter(slug__in=slugs)}
@@ -179,6 +187,7 @@ class ReleaseListCreateApi(APIView):
                 ratios=data["ratios"],
                 name=data.get("name") or None,
                 include_raw_judgments=data["include_raw_judgments"],
+                judgments_license=data["judgments_license"],
                 created_by=request.user,
             )
         except DjangoValidationError as error:

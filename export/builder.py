@@ -21,6 +21,7 @@ from typing import Any
 from django.conf import settings
 
 from annotation.quality.calibration_job import calibration_release_facts
+from annotation.quality.consistency import retest_release_facts
 from export.card import write_card
 from export.manifest import write_manifest
 from export.models import SPLIT_NAMES, Release
@@ -178,6 +179,7 @@ def build_release_files(*, release: Release, root: Path, progress: ProgressCallb
         review_by_campaign=exclusion_facts["audit"],
         code_version=code_version(),
         calibration=calibration,
+        retest=retest_release_facts(campaign_ids=campaign_ids),
     )
     files = {**written.files, **write_card(facts=facts, root=root)}
     files["manifest.json"] = write_manifest(facts=facts, files=files, root=root)

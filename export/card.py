@@ -17,8 +17,10 @@ from typing import Any
 from django.conf import settings
 from django.template.loader import render_to_string
 
+from export.licences import CODE_LICENSE
+from export.reads.protocol import exclusion_label
 from export.records import sha256_file
-from export.release_facts import DATASET_LICENSE, ReleaseFacts
+from export.release_facts import ReleaseFacts
 from export.statistics import SCORE_BINS
 
 VATEX_EVAL_NOTICE = Path(settings.BASE_DIR) / "data" / "vatex_eval" / "NOTICE.md"
@@ -128,7 +130,7 @@ def card_context(facts: ReleaseFacts) -> dict[str, Any]:
         for value in range(1, 6)
     ]
     excluded_rows = [
-        (reason.replace("_", " "), str(count)) for reason, count in stats["excluded"].items()
+        (exclusion_label(reason), str(count)) for reason, count in stats["excluded"].items()
     ]
     calibration_rows = [
         (
@@ -148,14 +150,42 @@ def card_context(facts: ReleaseFacts) -> dict[str, Any]:
         for entry in facts.calibration
         for key, fit in entry["questions"].items()
     ]
+    retest_rows = [
+        (
+            entry["campaign"],
+            key,
+            f"{entry['retest_share']:.0%}",
+            str(entry["retest_min_gap"]),
+            str(fit["pairs"]),
+            _fixed(fit["kappa"], 3),
+            _fixed(fit["exact_agreement"], 3),
+        )
+        for entry in facts.retest
+        for key, fit in entry["questions"].items()
+    ]
+    retest_campaigns = [
+        (
+            entry["campaign"],
+            str(entry["repeats_submitted"]),
+            str(entry["workers_with_pairs"]),
+            str(entry["workers_with_enough_pairs"]),
+            str(entry["min_pairs"]),
+            _fixed(entry["kappa"], 3),
+        )
+        for entry in facts.retest
+    ]
     return {
+        "retest_rows": retest_rows,
+        "retest_campaigns": retest_campaigns,
         "calibration_rows": calibration_rows,
         "release": facts.release,
         "name_markdown": markdown_text(facts.release.name),
         "pretty_name_yaml": json.dumps(
             f"Vid-Lepus: {single_line(facts.release.name)}", ensure_ascii=False
         ),
-        "license": DATASET_LICENSE,
+        "license_ids": facts.license_ids,
+        "licences": [row.as_dict() for row in facts.licences],
+        "code_license": CODE_LICENSE,
         "code_version": facts.code_version,
         "campaigns": facts.campaigns,
         "seed": str(facts.release.seed),

@@ -8,6 +8,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from annotation.models import Campaign
+from export.licences import DEFAULT_JUDGMENT_LICENSE, JudgmentLicense
 from export.services import DEFAULT_SEED, release_validate_ratios
 from export.splitting import DEFAULT_RATIOS
 
@@ -29,6 +30,14 @@ class ReleaseForm(forms.Form):
     include_raw_judgments = forms.BooleanField(
         required=False, help_text="Add each kept judgment with a pseudonymous worker id."
     )
+    judgments_license = forms.ChoiceField(
+        choices=JudgmentLicense.choices,
+        required=False,
+        initial=DEFAULT_JUDGMENT_LICENSE,
+        label="Licence of the collected judgments",
+        help_text="Covers the judgments your campaigns collected and the compilation; imported "
+        "sources (VATEX: CC BY 4.0, VATEX-EVAL: MIT) keep their own, and the card lists each.",
+    )
 
     def clean_ratios(self) -> list[float]:
         raw = self.cleaned_data["ratios"]
@@ -46,4 +55,5 @@ class ReleaseForm(forms.Form):
             "ratios": data["ratios"],
             "name": data["name"] or None,
             "include_raw_judgments": data["include_raw_judgments"],
+            "judgments_license": data["judgments_license"] or DEFAULT_JUDGMENT_LICENSE,
         }

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from export.records import canonical_json, sha256_file
-from export.release_facts import DATASET_LICENSE, ReleaseFacts
+from export.release_facts import ReleaseFacts
 
 FORMAT_VERSION = 1
 SELECTION_RULE = (
@@ -55,7 +55,9 @@ def write_manifest(*, facts: ReleaseFacts, files: dict[str, str], root: Path) ->
         "pseudonyms": PSEUDONYM_RULE,
         "sources": facts.sources,
         "calibration": facts.calibration,
-        "license": DATASET_LICENSE,
+        "retest": facts.retest,
+        "license": facts.license_ids,
+        "licenses": [row.as_dict() for row in facts.licences],
         "code_version": facts.code_version,
         "files": dict(sorted(files.items())),
     }

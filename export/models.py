@@ -11,6 +11,7 @@ from django.db.models import Q
 from annotation.models import Campaign, CampaignCandidate
 from common.models import Job, JobQuerySet, JobStatus
 from datasets_app.models import CandidateCaption, Clip
+from export.licences import DEFAULT_JUDGMENT_LICENSE, JudgmentLicense
 
 
 class ReleaseSplit(models.IntegerChoices):
@@ -42,6 +43,11 @@ class Release(Job):
     # [train, validation] or [train, validation, test]; they sum to 1.
     ratios = models.JSONField(default=list)
     include_raw_judgments = models.BooleanField(default=False)
+    # The licence of the judgments collected with Lepus and of the compilation (the curator's
+    # choice; each imported source keeps its own: export.licences).
+    judgments_license = models.CharField(
+        max_length=32, choices=JudgmentLicense.choices, default=DEFAULT_JUDGMENT_LICENSE
+    )
     storage_prefix = models.CharField(max_length=300, blank=True, default="")
     location = models.CharField(max_length=1000, blank=True, default="")
     files = models.JSONField(default=dict, blank=True)

@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from export.licences import SourceLicence, hub_license_ids, release_licences
 from export.models import Release
 
-DATASET_LICENSE = "bsd-3-clause-clear"
 REVIEW_DECISION_ACTIONS = (
     "set_ratings",
     "exclude_judgment",
@@ -37,6 +37,9 @@ class ReleaseFacts:
     code_version: str
     # Per calibrated campaign: the model and its fit statistics (annotation.quality.calibration_job).
     calibration: list[dict[str, Any]] = field(default_factory=list)
+    # Per campaign that served test-retest repeats: share, pairs and consistency
+    # (annotation.quality.consistency).
+    retest: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ratios(self) -> dict[str, float]:
@@ -60,6 +63,21 @@ class ReleaseFacts:
     @property
     def includes_vatex(self) -> bool:
         return self.includes_vatex_eval or any(source["kind"] == "vatex" for source in self.sources)
+
+    @property
+    def licences(self) -> list[SourceLicence]:
+        """The licence and attribution of each kind of source in the release (export.licences)."""
+        return release_licences(
+            judgments_license=self.release.judgments_license,
+            campaigns=self.campaigns,
+            source_kinds={source["kind"] for source in self.sources},
+            includes_vatex=self.includes_vatex,
+            includes_vatex_eval=self.includes_vatex_eval,
+        )
+
+    @property
+    def license_ids(self) -> list[str]:
+        return hub_license_ids(self.licences)
 
 
 def release_counts(

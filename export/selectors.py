@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -244,3 +245,16 @@ def _examples(sql: str, parameters: list[Any]) -> list[dict[str, Any]]:
         }
         for external_id, slug, split, new_overall, old_overall in _fetch(sql, parameters)
     ]
+
+
+def release_licence_rows(*, release: Release) -> list[dict[str, str]]:
+    """The licence of each source of a published release, as its manifest records them (empty
+    for releases built before the manifest listed them, or while storage is unreachable)."""
+    if not release.is_published or "manifest.json" not in (release.files or {}):
+        return []
+    try:
+        manifest = json.loads(storage.read_bytes(f"{release.storage_prefix}/manifest.json"))
+    except (OSError, ValueError, storage.StorageUnavailable):
+        return []
+    rows = manifest.get("licenses")
+    return rows if isinstance(rows, list) else []

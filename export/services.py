@@ -22,6 +22,7 @@ from common.jobs import JobCancelled, job_claim, job_finish, job_progress, job_r
 from common.models import JobStatus
 from common.tasks import enqueue
 from export.builder import build_release_files
+from export.licences import DEFAULT_JUDGMENT_LICENSE, JudgmentLicense
 from export.models import Release
 from export.publishing import Staging, keys_under, release_prefix, stored_sha256
 from export.splitting import DEFAULT_RATIOS
@@ -55,6 +56,7 @@ def release_create(
     ratios: Sequence[float] = DEFAULT_RATIOS,
     name: str | None = None,
     include_raw_judgments: bool = False,
+    judgments_license: str = DEFAULT_JUDGMENT_LICENSE,
     created_by: User | AnonymousUser | None = None,
 ) -> Release:
     """Record a release request and enqueue its build (after commit, on the default queue)."""
@@ -71,11 +73,14 @@ def release_create(
     clean_name = (name or "").strip() or release_default_name(campaigns=chosen, seed=int(seed))
     if len(clean_name) > 200:
         raise ValidationError("name must be at most 200 characters")
+    if judgments_license not in JudgmentLicense.values:
+        raise ValidationError(f"{judgments_license!r} is not a licence Lepus offers")
     release = Release.objects.create(
         name=clean_name,
         seed=int(seed),
         ratios=values,
         include_raw_judgments=include_raw_judgments,
+        judgments_license=judgments_license,
         created_by=created_by if isinstance(created_by, User) else None,
     )
     release.campaigns.set(chosen)

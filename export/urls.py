@@ -16,6 +16,7 @@ urlpatterns = [
         views.release_compare_page,
         name="compare",
     ),
+    path("<int:release_id>/download.zip", views.release_download, name="download"),
     path("<int:release_id>/rerun/", views.release_rerun_page, name="rerun"),
     path("<int:release_id>/cancel/", views.release_cancel_page, name="cancel"),
 ]

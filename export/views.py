@@ -8,14 +8,22 @@ from typing import Any
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from common.permissions import curator_required
+from export.download import release_zip_folder, release_zip_stream
 from export.forms import ReleaseForm
 from export.models import Release
-from export.selectors import release_builds, release_compare, release_files, release_list
+from export.reads.protocol import exclusion_label
+from export.selectors import (
+    release_builds,
+    release_compare,
+    release_files,
+    release_licence_rows,
+    release_list,
+)
 from export.services import release_cancel, release_create, release_rerun
 
 View = Callable[..., HttpResponse]
@@ -76,7 +84,11 @@ def release_detail_page(request: HttpRequest, release_id: int) -> HttpResponse:
             "stats": release.stats,
             "agreement": sorted((release.stats or {}).get("agreement", {}).items()),
             "splits": list((release.stats or {}).get("splits", {}).items()),
-            "excluded": sorted((release.counts or {}).get("excluded", {}).items()),
+            "excluded": [
+                (reason, exclusion_label(reason), count)
+                for reason, count in sorted((release.counts or {}).get("excluded", {}).items())
+            ],
+            "licences": release_licence_rows(release=release),
             "refresh": not release.is_finished,
         },
     )
@@ -100,6 +112,20 @@ def release_compare_page(request: HttpRequest, release_id: int, other_id: int) -
             "histogram": list(comparison["summary"]["shift_histogram"].items()),
         },
     )
+
+
+@require_GET
+@curator_required
+def release_download(request: HttpRequest, release_id: int) -> HttpResponse:
+    """The whole published release as one zip, streamed from storage as it is written."""
+    release = get_object_or_404(release_list(user=request.user), pk=release_id)
+    response = StreamingHttpResponse(
+        release_zip_stream(release=release), content_type="application/zip"
+    )
+    response["Content-Disposition"] = (
+        f'attachment; filename="{release_zip_folder(release=release)}.zip"'
+    )
+    return response  # type: ignore[return-value]  # the decorators' type is HttpResponse
 
 
 @require_POST

@@ -20,6 +20,21 @@ from tests.support.processes import CeleryWorker, purge_broker
 from tests.support.storage import point_storage_at_s3
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _no_dns() -> Iterator[None]:
+    """No test sends a DNS query for an outside name (tests/support/offline.py)."""
+    import socket
+
+    from tests.support.offline import guarded
+
+    original = socket.getaddrinfo
+    socket.getaddrinfo = guarded(original)
+    try:
+        yield
+    finally:
+        socket.getaddrinfo = original
+
+
 @pytest.fixture(autouse=True)
 def _isolated_media_root(tmp_path: Path, settings) -> Iterator[None]:  # type: ignore[no-untyped-def]
     """Every test gets its own local storage folder."""
@@ -85,6 +100,15 @@ def celery_worker_process(transactional_db) -> Iterator[CeleryWorker]:  # type: 
         yield worker
     finally:
         worker.stop()
+
+
+@pytest.fixture
+def chromium() -> Iterator[object]:
+    """Debian's Chromium, launched for one browser test (tests/support/browser.py)."""
+    from tests.support.browser import chromium_browser
+
+    with chromium_browser() as browser:
+        yield browser
 
 
 @pytest.fixture(scope="session")

@@ -115,8 +115,28 @@ class TrainingRun(Job):
         return self.status in (JobStatus.QUEUED, JobStatus.RUNNING) and not self.cancel_requested
 
     @property
+    def has_checkpoint(self) -> bool:
+        """Something to resume from: a finished step, or a checkpoint of a running one."""
+        return bool(self.completed_steps) or any(
+            bool(pointer) for pointer in (self.checkpoint or {}).values()
+        )
+
+    @property
     def can_resume(self) -> bool:
-        return self.status in (JobStatus.FAILED, JobStatus.CANCELLED)
+        """What the page offers: resuming a failed or cancelled run that saved a checkpoint (the
+        service also re-queues one without, which then starts from the beginning)."""
+        return self.status in (JobStatus.FAILED, JobStatus.CANCELLED) and self.has_checkpoint
+
+    @property
+    def error_reason(self) -> str:
+        """The error in one line: its first (the step and the exception's message), shortened;
+        the traceback below it is folded away on the page."""
+        first = next((line.strip() for line in (self.error or "").splitlines() if line.strip()), "")
+        return first if len(first) <= 240 else first[:239] + "…"
+
+    @property
+    def error_has_details(self) -> bool:
+        return self.error.strip() != self.error_reason
 
     @property
     def can_score(self) -> bool:

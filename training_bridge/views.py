@@ -17,7 +17,8 @@ from common.models import JobStatus
 from common.permissions import curator_required
 from training_bridge import selectors
 from training_bridge.charts import line_chart
-from training_bridge.models import RigelEvaluation, TrainingAblation, TrainingRun, TrainingTrigger
+from training_bridge.forms import TrainingRunForm
+from training_bridge.models import RigelEvaluation, TrainingRun, TrainingTrigger
 from training_bridge.services import (
     training_run_cancel,
     training_run_create,
@@ -34,15 +35,9 @@ from training_bridge.services.rigel_benchmark import (
 MAX_COMPARED = 6
 
 
-def _published_releases() -> Any:
-    from export.models import Release
-
-    return Release.objects.filter(status=JobStatus.SUCCEEDED).order_by("-created_at", "-id")
-
-
-@require_GET
-@curator_required
-def run_list(request: HttpRequest) -> HttpResponse:
+def _run_list_page(
+    request: HttpRequest, form: TrainingRunForm, *, status: int = 200
+) -> HttpResponse:
     runs = selectors.training_run_list(status=request.GET.get("status") or None)
     page = Paginator(runs, 25).get_page(request.GET.get("page"))
     return render(
@@ -50,39 +45,39 @@ def run_list(request: HttpRequest) -> HttpResponse:
         "training_bridge/run_list.html",
         {
             "page": page,
-            "releases": _published_releases()[:50],
-            "ablations": TrainingAblation.choices,
+            "form": form,
+            "releases": form.releases,
             "statuses": JobStatus.choices,
             "status_filter": request.GET.get("status", ""),
         },
+        status=status,
     )
+
+
+@require_GET
+@curator_required
+def run_list(request: HttpRequest) -> HttpResponse:
+    return _run_list_page(request, TrainingRunForm())
 
 
 @require_POST
 @curator_required
 def run_start(request: HttpRequest) -> HttpResponse:
-    from export.models import Release
-
-    release = Release.objects.filter(pk=request.POST.get("release") or 0).first()
-    if release is None:
-        messages.error(request, "Choose a published release.")
-        return redirect("training_bridge:run-list")
-    try:
-        run = training_run_create(
-            release=release,
-            backbone=request.POST.get("backbone", "").strip() or None,
-            device=request.POST.get("device", "cpu").strip() or "cpu",
-            ablation=request.POST.get("ablation", "full"),
-            reference_free=request.POST.get("reference_free") == "on",
-            name=request.POST.get("name", ""),
-            trigger=TrainingTrigger.DASHBOARD,
-            created_by=request.user,
-        )
-    except ValidationError as error:
-        messages.error(request, "; ".join(error.messages))
-        return redirect("training_bridge:run-list")
-    messages.success(request, f"Training run {run.pk} queued.")
-    return redirect("training_bridge:run-detail", run_id=run.pk)
+    form = TrainingRunForm(request.POST)
+    if form.is_valid():
+        try:
+            run = training_run_create(
+                **form.service_arguments(),
+                trigger=TrainingTrigger.DASHBOARD,
+                created_by=request.user,
+            )
+        except ValidationError as error:
+            form.add_error(None, "; ".join(error.messages))
+        else:
+            messages.success(request, f"Training run {run.pk} queued.")
+            return redirect("training_bridge:run-detail", run_id=run.pk)
+    # Invalid, or a large backbone not yet confirmed: the form again, saying what it needs.
+    return _run_list_page(request, form, status=400)
 
 
 def _artifact_links(run: TrainingRun) -> list[dict[str, str]]:

@@ -11,7 +11,12 @@ from typing import Any, cast
 
 from django.conf import settings
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
+from drf_spectacular.utils import (
+    OpenApiExample,
+    OpenApiResponse,
+    PolymorphicProxySerializer,
+    extend_schema,
+)
 from rest_framework import serializers, status
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
@@ -213,8 +218,29 @@ def _too_large(request: Request) -> Response | None:
     return None
 
 
-_WORKER_ERRORS = {
-    401: OpenApiResponse(ErrorSerializer, description="Missing or unknown worker token."),
+class ScreenOutSerializer(serializers.Serializer):
+    detail = serializers.CharField()
+    state = serializers.ChoiceField(choices=["screened_out"])
+    platform = serializers.CharField()
+    screen_out_code = serializers.CharField(
+        allow_null=True, help_text="The campaign's screen-out code (none on MTurk)."
+    )
+    redirect_url = serializers.CharField(
+        allow_null=True, help_text="The campaign's screen-out redirect (none on MTurk)."
+    )
+    instruction = serializers.CharField(
+        help_text="What to do now, e.g. return the HIT on MTurk or enter the code on Prolific."
+    )
+
+
+_SCREEN_OUT = OpenApiResponse(
+    ScreenOutSerializer,
+    description="The worker was excluded by quality control: the campaign's screen-out (from "
+    "the first request after the exclusion on; no further clip is handed out).",
+)
+WORKER_ERRORS = {
+    401: OpenApiResponse(ErrorSerializer, description="Missing, unknown or expired worker token."),
+    403: _SCREEN_OUT,
     429: OpenApiResponse(ErrorSerializer, description="Throttled."),
 }
 
@@ -241,9 +267,14 @@ class CampaignJoinApi(APIView):
             200: JoinOutputSerializer,
             400: OpenApiResponse(FieldErrorsSerializer, description="Invalid body."),
             403: OpenApiResponse(
-                ErrorSerializer,
-                description="Invalid or expired invite; the worker was excluded from this "
-                "campaign; or the link is not the study / HIT the campaign is bound to.",
+                PolymorphicProxySerializer(
+                    component_name="JoinRefusal",
+                    serializers=[ErrorSerializer, ScreenOutSerializer],
+                    resource_type_field_name=None,
+                ),
+                description="Invalid or expired invite, or the link is not the study / HIT the "
+                "campaign is bound to (`detail`); or the worker was excluded from this campaign "
+                "(the screen-out, `state` = screened_out).",
             ),
             404: OpenApiResponse(ErrorSerializer, description="No such campaign."),
             409: OpenApiResponse(ErrorSerializer, description="Campaign not open."),
@@ -292,6 +323,8 @@ class CampaignJoinApi(APIView):
                 },
             )
         except JoinRefused as refused:
+            if refused.body is not None:
+                return Response(refused.body, status=refused.status)
             if refused.status == 400 and refused.field:
                 return Response({refused.field: [refused.message]}, status=400)
             return Response({"detail": refused.message}, status=refused.status)
@@ -312,7 +345,7 @@ class AssignmentNextApi(_WorkerApi):
             200: NextAssignmentSerializer,
             204: OpenApiResponse(description="Nothing left for this worker."),
             503: OpenApiResponse(ErrorSerializer, description="Media storage unreachable."),
-            **_WORKER_ERRORS,
+            **WORKER_ERRORS,
         },
     )
     def post(self, request: Request) -> Response:
@@ -343,8 +376,8 @@ class AssignmentSubmitApi(_WorkerApi):
         "twice); 400 field errors (nothing stored); 404 unknown or another worker's assignment; "
         "409 already submitted with different ratings, expired and its slots taken, or too "
         "early (less than the campaign's minimum time on the clip since `next` handed it out, "
-        "measured by the server; `retry_after` says how long to wait); 403 the worker's "
-        "participation was ended by quality control. `client_timing` is stored as telemetry "
+        "measured by the server; `retry_after` says how long to wait); 403 the worker was "
+        "excluded by quality control (the screen-out). `client_timing` is stored as telemetry "
         "only.",
         tags=["worker"],
         request={"application/json": SUBMIT_REQUEST_SCHEMA},
@@ -352,11 +385,10 @@ class AssignmentSubmitApi(_WorkerApi):
             201: SubmitResultSerializer,
             200: SubmitResultSerializer,
             400: OpenApiResponse(FieldErrorsSerializer, description="Field errors."),
-            403: OpenApiResponse(ErrorSerializer, description="Participation ended."),
             404: OpenApiResponse(ErrorSerializer, description="No such assignment."),
             409: OpenApiResponse(SubmitConflictSerializer, description="Conflict or too early."),
             413: OpenApiResponse(ErrorSerializer, description="Body too large."),
-            **_WORKER_ERRORS,
+            **WORKER_ERRORS,
         },
         examples=[
             OpenApiExample(
@@ -412,7 +444,7 @@ class WorkerMeApi(_WorkerApi):
         operation_id="worker_me",
         summary="The worker's progress, and once finished the completion code",
         tags=["worker"],
-        responses={200: ProgressSerializer, **_WORKER_ERRORS},
+        responses={200: ProgressSerializer, **WORKER_ERRORS},
     )
     def get(self, request: Request) -> Response:
         return Response(participation_progress(participation=cast(Participation, request.auth)))

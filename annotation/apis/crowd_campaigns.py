@@ -13,9 +13,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from annotation.models import Campaign, CampaignStatus
+from annotation.apis.figures import CampaignFiguresSerializer
+from annotation.figures import campaigns_with_figures
+from annotation.models import Campaign, CampaignStatus, ErasureMode
 from annotation.services.campaigns import (
     CAMPAIGN_FIELDS,
+    RETEST_GAP_MAX,
+    RETEST_SHARE_MAX,
     SLUG_HELP,
     SLUG_PATTERN,
     CampaignInvalid,
@@ -30,14 +34,16 @@ from common.api import ErrorSerializer, FieldErrorsSerializer
 
 
 class CampaignSerializer(serializers.ModelSerializer):
-    candidates = serializers.IntegerField(source="candidate_count", read_only=True)
+    """A campaign with its settings and its figures (`annotation.figures`; the campaign object
+    carries them as `figures`, see `_with_figures`)."""
+
     clips = serializers.IntegerField(source="clip_count", read_only=True)
-    slots_total = serializers.IntegerField(read_only=True)
-    slots_taken = serializers.IntegerField(read_only=True)
+    figures = CampaignFiguresSerializer(read_only=True)
     participations = serializers.IntegerField(source="participation_count", read_only=True)
     worker_url = serializers.SerializerMethodField()
     # Blank when the campaign has none (the model field's blank=True); not always a URI.
     redirect_url = serializers.CharField(read_only=True)
+    screen_out_redirect_url = serializers.CharField(read_only=True)
 
     class Meta:
         model = Campaign
@@ -47,12 +53,10 @@ class CampaignSerializer(serializers.ModelSerializer):
             "selection",
             "created_at",
             "updated_at",
-            "candidates",
             "clips",
-            "slots_total",
-            "slots_taken",
             "participations",
             "worker_url",
+            "figures",
         ]
         read_only_fields = fields
 
@@ -93,6 +97,20 @@ class CampaignOptionsSerializer(serializers.Serializer):
     max_assignments_per_worker = serializers.IntegerField(
         min_value=1, max_value=INTEGER_MAX, required=False, allow_null=True
     )
+    retest_share = serializers.FloatField(
+        min_value=0,
+        max_value=RETEST_SHARE_MAX,
+        required=False,
+        help_text="Test-retest: share of each worker's submitted clips served to them again "
+        "later in their session, unannounced (0 = off). Repeats take no quota slot, are not "
+        "paid and never count as judgments.",
+    )
+    retest_min_gap = serializers.IntegerField(
+        min_value=1,
+        max_value=RETEST_GAP_MAX,
+        required=False,
+        help_text="Test-retest: at least this many other clips between a clip and its repeat.",
+    )
     control_rate = serializers.FloatField(min_value=0, max_value=1, required=False)
     control_settings = serializers.JSONField(required=False)
     qc_rules = serializers.JSONField(required=False)
@@ -105,6 +123,20 @@ class CampaignOptionsSerializer(serializers.Serializer):
     currency = serializers.CharField(min_length=3, max_length=3, required=False)
     completion_code = serializers.CharField(max_length=100, required=False, allow_blank=True)
     redirect_url = serializers.URLField(max_length=500, required=False, allow_blank=True)
+    screen_out_code = serializers.CharField(
+        max_length=100,
+        required=False,
+        allow_blank=True,
+        help_text="Shown to a worker excluded by quality control (e.g. Prolific's 'screened "
+        "out' completion code).",
+    )
+    screen_out_redirect_url = serializers.URLField(
+        max_length=500,
+        required=False,
+        allow_blank=True,
+        help_text="Where a worker excluded by quality control is sent (https; e.g. Prolific's "
+        "completion URL with the screened-out code). MTurk workers are told to return the HIT.",
+    )
     prolific_study_id = serializers.CharField(
         max_length=24,
         required=False,
@@ -118,6 +150,13 @@ class CampaignOptionsSerializer(serializers.Serializer):
         allow_blank=True,
         help_text="Bind the campaign to this MTurk HIT: joins carrying another hitId, or from "
         "Prolific, are refused. Blank: no binding.",
+    )
+    erasure_mode = serializers.ChoiceField(
+        choices=ErasureMode.choices,
+        required=False,
+        help_text="What erasing a participant does to their judgments: delete them, or keep them "
+        "under a random pseudonym. Platform ids and free text are deleted either way; the "
+        "consent text tells workers which applies.",
     )
 
 
@@ -168,7 +207,7 @@ class PaymentsSerializer(serializers.Serializer):
 
 
 def _campaign_response(campaign: Campaign, *, status_code: int = 200) -> Response:
-    annotated = campaigns_with_counts().get(pk=campaign.pk)
+    annotated = campaigns_with_figures([campaigns_with_counts().get(pk=campaign.pk)])[0]
     return Response(CampaignSerializer(annotated).data, status=status_code)
 
 
@@ -186,7 +225,7 @@ class CampaignListApi(APIView):
         responses={200: CampaignSerializer(many=True)},
     )
     def get(self, request: Request) -> Response:
-        campaigns = campaigns_with_counts().order_by("-created_at")
+        campaigns = campaigns_with_figures(list(campaigns_with_counts().order_by("-created_at")))
         return Response(CampaignSerializer(campaigns, many=True).data)
 
     @extend_schema(
@@ -221,7 +260,9 @@ class CampaignListApi(APIView):
 class CampaignDetailApi(APIView):
     @extend_schema(operation_id="campaign_read", tags=["campaigns"], responses=CampaignSerializer)
     def get(self, request: Request, slug: str) -> Response:
-        campaign = get_object_or_404(campaigns_with_counts(), slug=slug)
+        campaign = campaigns_with_figures([get_object_or_404(campaigns_with_counts(), slug=slug)])[
+            0
+        ]
         return Response(CampaignSerializer(campaign).data)
 
     @extend_schema(

@@ -18,7 +18,7 @@ from annotation.imports.writers import JudgmentSpec, judgment_rows_write
 from annotation.models import Campaign, CampaignStatus
 from annotation.questions import level_values, with_levels
 from annotation.services.campaigns import QUESTION_KEY_PATTERN
-from datasets_app.models import ImportKind
+from datasets_app.models import ImportBatch, ImportKind
 from datasets_app.services.imports.base import (
     EXTERNAL_ID_PATTERN,
     Counts,
@@ -27,24 +27,15 @@ from datasets_app.services.imports.base import (
     ImportResult,
     ImportSource,
     ProgressCallback,
-    Stopwatch,
     clean_identifier,
     clean_milliseconds,
     clean_optional_text,
     clean_rating,
     detect_tabular_format,
-    import_source_read,
     iter_csv_rows,
     iter_jsonl_objects,
-    lock_imports,
 )
-from datasets_app.services.imports.batches import (
-    create_batch,
-    existing_batch,
-    finish_batch,
-    result_for_existing_batch,
-    result_for_new_batch,
-)
+from datasets_app.services.imports.batches import import_checked, import_open, import_write_once
 from datasets_app.services.imports.writers import candidate_rows_lookup
 
 # Stored as "<campaign slug>:<rater id>" in Worker.external_id (200 characters at most).
@@ -73,43 +64,30 @@ def judgments_import(
     """Judgments (rater, candidate, one value per rating question, optional response time and
     reason) into the campaign `campaign_slug`, as imported judgments. A campaign that does not
     exist is created as an imported campaign whose questions are the file's value columns, 1–5."""
-    watch = Stopwatch()
     if not isinstance(campaign_slug, str) or not CAMPAIGN_SLUG_PATTERN.match(campaign_slug):
         raise ImportRejected(
             file=str(path),
             message=f"{campaign_slug!r} is not a campaign slug (lowercase letters, digits, - and _)",
         )
-    source = import_source_read(path=path)
-    kind = detect_tabular_format(source, file_format)
-    existing = existing_batch(kind=ImportKind.JUDGMENTS, sha256=source.sha256, target=campaign_slug)
-    if existing is not None:
-        return result_for_existing_batch(existing, source, watch, campaign=campaign_slug)
+    source, watch, earlier = import_open(
+        path=path, kind=ImportKind.JUDGMENTS, target=campaign_slug, campaign=campaign_slug
+    )
+    if earlier is not None:
+        return earlier
 
     campaign = Campaign.objects.filter(slug=campaign_slug).first()
     levels = _campaign_levels(campaign) if campaign is not None else None
-    if kind == "jsonl":
+    if detect_tabular_format(source, file_format) == "jsonl":
         judgments, keys = _judgments_from_jsonl(source, levels, campaign_slug, progress)
     else:
         judgments, keys = _judgments_from_csv(source, levels, campaign_slug, progress)
-    source.check_fully_decoded()
-    if not judgments:
-        raise source.reject("the file holds no judgments")
+    import_checked(source, judgments, noun="judgments")
 
-    with transaction.atomic():
-        lock_imports()
-        existing = existing_batch(
-            kind=ImportKind.JUDGMENTS, sha256=source.sha256, target=campaign_slug
-        )
-        if existing is not None:
-            return result_for_existing_batch(existing, source, watch, campaign=campaign_slug)
-        counts = Counts()
+    def write(batch: ImportBatch, counts: Counts) -> dict[str, Any]:
         campaign, created = _judgments_campaign(
             source=source, slug=campaign_slug, keys=keys, judgments=judgments, user=user
         )
         counts.add("campaigns", created=int(created), skipped=int(not created))
-        batch = create_batch(
-            source=source, kind=ImportKind.JUDGMENTS, target=campaign_slug, user=user
-        )
         rows = candidate_rows_lookup(
             external_ids=[spec.candidate_external_id for spec in judgments]
         )
@@ -130,9 +108,16 @@ def judgments_import(
             counts=counts,
             progress=progress,
         )
-        finish_batch(batch, counts)
-    return result_for_new_batch(
-        batch, source, watch, counts, campaign=campaign.slug, campaign_created=created
+        return {"campaign": campaign.slug, "campaign_created": created}
+
+    return import_write_once(
+        source=source,
+        watch=watch,
+        kind=ImportKind.JUDGMENTS,
+        target=campaign_slug,
+        user=user,
+        write=write,
+        campaign=campaign_slug,
     )
 
 
@@ -220,24 +205,24 @@ def _judgments_from_jsonl(
                     raise FieldError(name, "the field is missing")
             if not isinstance(row["values"], dict):
                 raise FieldError("values", "expected an object {question: rating}")
-            spec, keys = _judgment_spec(
-                raw_values=row["values"],
-                rater=row["rater_id"],
-                candidate=row["candidate_id"],
-                response_time=row.get("response_time_ms"),
-                reason=row.get("reason"),
-                levels=levels,
-                keys=keys,
-                campaign_slug=campaign_slug,
-                value_field="values.",
-            )
         except FieldError as error:
             raise source.reject(error.message, line=line, field=error.field)
-        _remember(source, seen, spec, line)
-        spec.line = line
-        judgments.append(spec)
-        if progress and len(judgments) % 5000 == 0:
-            progress("validating", len(judgments), 0)
+        keys = _judgment_accept(
+            source,
+            line=line,
+            seen=seen,
+            judgments=judgments,
+            progress=progress,
+            raw_values=row["values"],
+            rater=row["rater_id"],
+            candidate=row["candidate_id"],
+            response_time=row.get("response_time_ms"),
+            reason=row.get("reason"),
+            levels=levels,
+            keys=keys,
+            campaign_slug=campaign_slug,
+            value_field="values.",
+        )
     return judgments, keys or []
 
 
@@ -280,28 +265,48 @@ def _judgments_from_csv(
         source, required=["rater_id", "candidate_id"], check_header=check_header
     ):
         assert keys is not None
-        try:
-            spec, _ = _judgment_spec(
-                raw_values={name: row[name] for name in keys},
-                rater=row["rater_id"],
-                candidate=row["candidate_id"],
-                response_time=row.get("response_time_ms"),
-                reason=row.get("reason"),
-                levels=levels,
-                keys=keys,
-                campaign_slug=campaign_slug,
-                value_field="",
-            )
-        except FieldError as error:
-            raise source.reject(error.message, line=line, field=error.field)
-        _remember(source, seen, spec, line)
-        spec.line = line
-        judgments.append(spec)
-        if progress and len(judgments) % 5000 == 0:
-            progress("validating", len(judgments), 0)
+        _judgment_accept(
+            source,
+            line=line,
+            seen=seen,
+            judgments=judgments,
+            progress=progress,
+            raw_values={name: row[name] for name in keys},
+            rater=row["rater_id"],
+            candidate=row["candidate_id"],
+            response_time=row.get("response_time_ms"),
+            reason=row.get("reason"),
+            levels=levels,
+            keys=keys,
+            campaign_slug=campaign_slug,
+            value_field="",
+        )
     if levels is not None and keys is not None:
         keys = list(levels)
     return judgments, keys or []
+
+
+def _judgment_accept(
+    source: ImportSource,
+    *,
+    line: int,
+    seen: dict[tuple[str, str], int],
+    judgments: list[JudgmentSpec],
+    progress: ProgressCallback | None,
+    **fields: Any,
+) -> list[str]:
+    """Check one row (JSONL or CSV) into a judgment, refuse a repeated (rater, candidate) pair,
+    and keep it; returns the question keys the rows have shown so far."""
+    try:
+        spec, keys = _judgment_spec(**fields)
+    except FieldError as error:
+        raise source.reject(error.message, line=line, field=error.field)
+    _remember(source, seen, spec, line)
+    spec.line = line
+    judgments.append(spec)
+    if progress and len(judgments) % 5000 == 0:
+        progress("validating", len(judgments), 0)
+    return keys
 
 
 def _remember(

@@ -14,30 +14,20 @@ from django.db import IntegrityError, transaction
 from annotation.imports.writers import JudgmentSpec, judgment_rows_write
 from annotation.models import Campaign, CampaignStatus
 from annotation.questions import overall_only_questions
-from datasets_app.models import ImportKind
+from datasets_app.models import ImportBatch, ImportKind
 from datasets_app.services.imports.base import (
     Counts,
     FieldError,
-    ImportRejected,
     ImportResult,
     ImportSource,
     ProgressCallback,
-    Stopwatch,
     clean_rating,
     clean_text,
     first_undecodable_path,
-    import_source_read,
     iter_json_object_entries,
-    lock_imports,
     parse_vatex_clip_id,
 )
-from datasets_app.services.imports.batches import (
-    create_batch,
-    existing_batch,
-    finish_batch,
-    result_for_existing_batch,
-    result_for_new_batch,
-)
+from datasets_app.services.imports.batches import import_checked, import_open, import_write_once
 from datasets_app.services.imports.vatex import MAX_CAPTIONS_PER_CLIP
 from datasets_app.services.imports.writers import (
     CandidateSpec,
@@ -76,14 +66,16 @@ def vatex_eval_import(
 
     `limit` imports the first N clips of the file (in file order) and validates only those.
     """
-    watch = Stopwatch()
-    if limit is not None and limit < 1:
-        raise ImportRejected(file=str(path), message="--limit must be at least 1")
-    source = import_source_read(path=path)
     target = "" if limit is None else f"limit={limit}"
-    existing = existing_batch(kind=ImportKind.VATEX_EVAL, sha256=source.sha256, target=target)
-    if existing is not None:
-        return result_for_existing_batch(existing, source, watch, campaign=VATEX_EVAL_CAMPAIGN_SLUG)
+    source, watch, earlier = import_open(
+        path=path,
+        kind=ImportKind.VATEX_EVAL,
+        target=target,
+        limit=limit,
+        campaign=VATEX_EVAL_CAMPAIGN_SLUG,
+    )
+    if earlier is not None:
+        return earlier
 
     clips: list[ClipSpec] = []
     candidates: list[CandidateSpec] = []
@@ -110,22 +102,11 @@ def vatex_eval_import(
         judgments.extend(clip_judgments)
         if progress and len(clips) % 250 == 0:
             progress("validating", len(clips), 0)
-    if complete:
-        source.check_fully_decoded()
-    if not clips:
-        raise source.reject("the file holds no clips")
+    import_checked(source, clips, noun="clips", complete=complete)
 
-    with transaction.atomic():
-        lock_imports()
-        existing = existing_batch(kind=ImportKind.VATEX_EVAL, sha256=source.sha256, target=target)
-        if existing is not None:
-            return result_for_existing_batch(
-                existing, source, watch, campaign=VATEX_EVAL_CAMPAIGN_SLUG
-            )
-        counts = Counts()
+    def write(batch: ImportBatch, counts: Counts) -> dict[str, Any]:
         campaign, campaign_created = _vatex_eval_campaign(source=source, user=user)
         counts.add("campaigns", created=int(campaign_created), skipped=int(not campaign_created))
-        batch = create_batch(source=source, kind=ImportKind.VATEX_EVAL, target=target, user=user)
         dataset_rows_write(
             source=source,
             batch=batch,
@@ -144,9 +125,16 @@ def vatex_eval_import(
             counts=counts,
             progress=progress,
         )
-        finish_batch(batch, counts)
-    return result_for_new_batch(
-        batch, source, watch, counts, campaign=campaign.slug, campaign_created=campaign_created
+        return {"campaign": campaign.slug, "campaign_created": campaign_created}
+
+    return import_write_once(
+        source=source,
+        watch=watch,
+        kind=ImportKind.VATEX_EVAL,
+        target=target,
+        user=user,
+        write=write,
+        campaign=VATEX_EVAL_CAMPAIGN_SLUG,
     )
 
 

@@ -36,6 +36,7 @@ from annotation.models import Campaign, CampaignCandidate, ReviewState
 from annotation.quality.loading import CampaignSlice, campaign_slice_load
 from annotation.quality.review_queue import current_review_state, review_items_sync
 from annotation.services.columns import copy_to_temp_table
+from common import webhooks
 from common.db import is_postgresql
 
 # The `CampaignCandidate` columns aggregation writes (the API's aggregate rows show the same).
@@ -165,12 +166,21 @@ def finalised(
     )
 
 
+@dataclass(frozen=True)
+class Stored:
+    """What a store wrote: how many candidate rows changed, and the ids of those that became
+    finalised in this write (not those that already were)."""
+
+    changed: int
+    finalised_ids: list[int]
+
+
 def aggregates_store(
     data: CampaignSlice, aggregates: Aggregates, *, review_state: NDArray[Any]
-) -> int:
-    """Write aggregates and review state to the candidates of `data`; returns rows changed."""
+) -> Stored:
+    """Write aggregates and review state to the candidates of `data`."""
     if len(data.candidates) == 0:
-        return 0
+        return Stored(0, [])
     now = timezone.now()
     if is_postgresql():
         return _store_postgresql(data, aggregates, review_state, now)
@@ -187,10 +197,15 @@ REVIEW_STATE_CODES = {
 
 def _store_postgresql(
     data: CampaignSlice, aggregates: Aggregates, review_state: NDArray[Any], now: Any
-) -> int:
+) -> Stored:
     """One binary COPY into a temporary table, then one UPDATE ... FROM it that writes only the
     rows whose values change. None of the columns written is indexed, so PostgreSQL can update
-    in place (HOT) where the page has room (the table's fillfactor leaves some)."""
+    in place (HOT) where the page has room (the table's fillfactor leaves some).
+
+    The UPDATE returns the ids of the rows it finalised: a row that becomes finalised gets
+    `finalised_at = now` (this call's timestamp) and a row that already was keeps its older one,
+    so `finalised_at = now` after the write singles out exactly the newly finalised rows
+    (PostgreSQL before 18 has no OLD in RETURNING)."""
     table = CampaignCandidate._meta.db_table
     keys = data.question_keys
     states = np.asarray(review_state)
@@ -217,6 +232,7 @@ def _store_postgresql(
         "ELSE '' END)"
     )
     sql = f"""
+        WITH written AS (
         UPDATE {table} AS cc SET
             judgments_total = t.total,
             kept_judgments = t.kept,
@@ -241,17 +257,22 @@ def _store_postgresql(
             OR cc.review_state IS DISTINCT FROM {review_sql}
             OR cc.means IS DISTINCT FROM {means_sql}
         )
+        RETURNING cc.id, cc.finalised_at
+        )
+        SELECT count(*), coalesce(array_agg(id ORDER BY id) FILTER (WHERE finalised_at = %s), '{{}}')
+        FROM written
     """
-    params: list[Any] = [*keys, now, *keys]
+    params: list[Any] = [*keys, now, *keys, now]
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL work_mem = '64MB'")
         cursor.execute(sql, params)
-        return cursor.rowcount
+        changed, finalised = cursor.fetchone()
+    return Stored(int(changed), [int(value) for value in finalised])
 
 
 def _store_generic(
     data: CampaignSlice, aggregates: Aggregates, review_state: NDArray[Any], now: Any
-) -> int:
+) -> Stored:
     current = {
         row.pk: row
         for row in CampaignCandidate.objects.filter(id__in=data.candidates.ids.tolist()).only(
@@ -259,6 +280,7 @@ def _store_generic(
         )
     }
     changed: list[CampaignCandidate] = []
+    finalised_ids: list[int] = []
     for position, candidate_id in enumerate(data.candidates.ids.tolist()):
         row = current.get(candidate_id)
         if row is None:
@@ -268,13 +290,15 @@ def _store_generic(
         values["finalised_at"] = (
             None if not finalised else (row.finalised_at if row.is_finalised else now)
         )
+        if finalised and not row.is_finalised:
+            finalised_ids.append(candidate_id)
         if any(getattr(row, name) != value for name, value in values.items()):
             for name, value in values.items():
                 setattr(row, name, value)
             changed.append(row)
     if changed:
         CampaignCandidate.objects.bulk_update(changed, list(AGGREGATE_FIELDS), batch_size=500)
-    return len(changed)
+    return Stored(len(changed), sorted(finalised_ids))
 
 
 def _row_values(
@@ -342,6 +366,31 @@ def aggregation_apply(
             data, aggregates.overall, aggregates.kept_judgments, review_state=review_state
         )
         lap("review_queue")
-    changed = aggregates_store(data, aggregates, review_state=review_state)
+    stored = aggregates_store(data, aggregates, review_state=review_state)
     lap("store_aggregates")
-    return changed
+    if stored.finalised_ids and webhooks.listened("candidate.finalised", data.campaign.pk):
+        _emit_finalised(data, aggregates, stored.finalised_ids)
+        lap("webhooks")
+    return stored.changed
+
+
+def _emit_finalised(data: CampaignSlice, aggregates: Aggregates, finalised_ids: list[int]) -> None:
+    """One `candidate.finalised` event per newly finalised candidate, in the caller's transaction
+    (a rolled-back aggregation sends nothing)."""
+    position = {int(item): index for index, item in enumerate(data.candidates.ids.tolist())}
+    candidate_ids = dict(
+        CampaignCandidate.objects.filter(pk__in=finalised_ids).values_list("pk", "candidate_id")
+    )
+    webhooks.emit_many(
+        "candidate.finalised",
+        [
+            {
+                "campaign_candidate_id": item,
+                "candidate_id": candidate_ids.get(item),
+                "overall": float(aggregates.overall[position[item]]),
+                "training_class": int(aggregates.training_class[position[item]]),
+            }
+            for item in finalised_ids
+        ],
+        campaign_id=data.campaign.pk,
+    )

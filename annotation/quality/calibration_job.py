@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -44,6 +43,7 @@ from annotation.quality.calibration import (
     RatingTable,
     calibration_fit,
 )
+from annotation.quality.jobs import campaign_run_queue
 from annotation.services.columns import (
     ColumnKind,
     copy_to_temp_table,
@@ -51,7 +51,7 @@ from annotation.services.columns import (
     json_number,
 )
 from common.db import is_postgresql
-from common.jobs import JobCancelled, job_claim, job_finish, job_progress
+from common.jobs import job_execute
 from common.models import JobStatus
 
 logger = logging.getLogger(__name__)
@@ -406,45 +406,35 @@ def calibration_run_start(
 ) -> CalibrationRun:
     """Queue a calibration (returns the run already queued or running, if any)."""
     from annotation.tasks import calibration_run
-    from common.tasks import enqueue
 
-    with transaction.atomic():
-        Campaign.objects.select_for_update().filter(pk=campaign.pk).first()
-        active = CalibrationRun.objects.filter(campaign=campaign).active().first()
-        if active is not None:
-            return active
-        run = CalibrationRun.objects.create(
-            campaign=campaign,
-            qc_run=qc_run,
-            requested_by=requested_by if getattr(requested_by, "pk", None) else None,
-        )
-        enqueue(calibration_run, run.pk)
+    return campaign_run_queue(
+        model=CalibrationRun,
+        campaign=campaign,
+        task=calibration_run,
+        requested_by=requested_by,
+        qc_run=qc_run,
+    )
+
+
+def calibration_run_inline(*, campaign: Campaign) -> CalibrationRun:
+    """A calibration executed in this process (`manage.py calibrate`): the same run row and job
+    lifecycle as a queued run, without the broker. Returns the finished run."""
+    run = CalibrationRun.objects.create(campaign=campaign)
+    calibration_run_execute(run_id=run.pk)
+    run.refresh_from_db()
     return run
 
 
 def calibration_run_execute(*, run_id: int, task_id: str = "") -> CalibrationRun | None:
     """Run a queued calibration (claimed atomically: two workers never run the same one)."""
-    run = job_claim(model=CalibrationRun, job_id=run_id, task_id=task_id)
-    if run is None:
-        return None
-
-    def progress(fraction: float, message: str) -> None:
-        job_progress(job=run, fraction=fraction, message=message)
-
-    try:
-        summary = calibration_campaign(campaign=run.campaign, progress=progress, run=run)
-    except JobCancelled:
-        job_finish(job=run, status=JobStatus.CANCELLED, error="cancelled by a curator")
-        return run
-    except Exception as error:
-        logger.exception("calibration run %s failed", run_id)
-        job_finish(
-            job=run,
-            status=JobStatus.FAILED,
-            error=f"{type(error).__name__}: {error}\n{traceback.format_exc()}",
-        )
-        return run
-    job_finish(job=run, status=JobStatus.SUCCEEDED, summary=summary)
+    run, _ = job_execute(
+        model=CalibrationRun,
+        job_id=run_id,
+        task_id=task_id,
+        work=lambda run, progress: calibration_campaign(
+            campaign=run.campaign, progress=progress, run=run
+        ),
+    )
     return run
 
 

@@ -15,6 +15,8 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from annotation.models import WorkerQCStats
+from annotation.quality.consistency import RULE as RETEST_RULE
+from annotation.quality.consistency import worker_retest_figures
 from annotation.quality.exclusions import ExclusionDecision
 from annotation.quality.loading import CampaignSlice
 from annotation.quality.rules import (
@@ -59,6 +61,10 @@ def workers_evaluate(
         agreement_reference=~judgments.excluded,
         campaign_median_seconds=campaign_median,
     )
+    if rules.get(RETEST_RULE, {}).get("enabled") and count:
+        statistics.retest_pairs, statistics.retest_kappa = worker_retest_figures(
+            campaign=data.campaign, participation_ids=workers.ids
+        )
     if targets is None:
         targets = np.arange(count)
     people = np.asarray([index for index in targets.tolist() if not workers.imported[index]])

@@ -49,6 +49,7 @@ from annotation.models import (
 )
 from annotation.quality.aggregation import aggregation_recompute
 from annotation.quality.rules import RULE_LABELS
+from annotation.services.assignment import participation_leases_release
 from annotation.services.columns import json_text, pg_array
 from common import webhooks
 from common.db import is_postgresql
@@ -360,8 +361,10 @@ def workers_exclude(
     decisions: Sequence[ExclusionDecision],
     actor: Any = None,
 ) -> ExclusionOutcome:
-    """Exclude workers: their kept judgments become excluded (rule, reason and numbers kept in
-    the judgment), their slots reopen, their participation is excluded (no more assignments),
+    """Exclude workers: their live leases end and return their slots, their kept judgments become
+    excluded (rule, reason and numbers kept in the judgment), their slots reopen, their
+    participation is excluded (no more assignments; the worker API answers the campaign's
+    screen-out from the next request on),
     and a `WorkerExclusion` plus an audit entry record each decision. Workers already excluded
     are skipped. One transaction for the whole batch, a fixed number of statements plus one
     UPDATE per worker, so a QC run that excludes hundreds of workers stays fast."""
@@ -379,6 +382,8 @@ def workers_exclude(
         )
         if not locked:
             return ExclusionOutcome(exclusions=[], judgments_excluded=0, candidate_ids=set())
+        # The clips they hold go back to the engine now, not when their leases run out.
+        participation_leases_release(participation_ids=[row[0] for row in locked])
         now = timezone.now()
         exclusions = WorkerExclusion.objects.bulk_create(
             [

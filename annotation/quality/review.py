@@ -40,7 +40,13 @@ from common import webhooks
 
 
 class ReviewError(Exception):
-    """A review action that is not allowed now (claimed by someone else, already undone...)."""
+    """A review action that is not allowed now (claimed by someone else, already undone...).
+    `field` names the form input at fault (`rating_<key>`, `reason_<judgment id>`), if any, so a
+    page can show the message beside it."""
+
+    def __init__(self, message: str, *, field: str = "") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 # ----------------------------------------------------------------------------------------------
@@ -152,11 +158,16 @@ def review_resolve(
         if key not in keys:
             raise ReviewError(f"unknown question {key!r}")
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not 1 <= value <= 5:
-            raise ReviewError(f"{key}: a final rating must be between 1 and 5")
+            raise ReviewError(
+                f"{key}: a final rating must be between 1 and 5", field=f"rating_{key}"
+            )
     exclude = list(exclude)
     for request in exclude:
         if not request.reason.strip():
-            raise ReviewError("a reason is required to exclude a judgment")
+            raise ReviewError(
+                f"a reason is required to exclude judgment {request.judgment_id}",
+                field=f"reason_{request.judgment_id}",
+            )
     if not ratings and not exclude and not drop:
         raise ReviewError("nothing to resolve: set ratings, exclude a judgment or drop")
     if item.status == ReviewStatus.OPEN and not review_claim(item=item, user=user):

@@ -29,15 +29,19 @@ ACTION_EXCLUDE = "exclude"
 ACTION_FLAG = "flag"
 
 DEFAULT_QC_RULES: dict[str, dict[str, Any]] = {
-    # Much faster than everyone else, or not even long enough to have watched the clip.
+    # Much faster than everyone else, or not even long enough to have watched the clip. A pattern
+    # rule: it acts only on evidence from several clips (`min_clips`), never on one clip alone.
     "too_fast": {
         "enabled": True,
         "action": ACTION_EXCLUDE,
         "min_judgments": 6,
+        "min_clips": 3,
         "max_ratio_to_campaign_median": 0.35,
         "max_ratio_to_clip_length": 0.5,
     },
     # The same value for everything: whole assignments rated identically, or hardly any variance.
+    # Both tests need `min_assignments` clips: one clip of six good captions honestly rated 5 on
+    # every question is 18 equal ratings, and says nothing about the worker.
     "uniform": {
         "enabled": True,
         "action": ACTION_EXCLUDE,
@@ -53,12 +57,27 @@ DEFAULT_QC_RULES: dict[str, dict[str, Any]] = {
         "min_controls": 3,
         "min_accuracy": 0.6,
     },
-    # Ratings that do not go with the other workers' ratings of the same candidates.
+    # Ratings that do not go with the other workers' ratings of the same candidates. Flagged (listed
+    # for a curator) from `min_judgments` candidates on; acted on (`action`) only with the evidence
+    # of `exclude_min_judgments` candidates compared with other raters over `exclude_min_clips`
+    # clips: this is what catches a worker who answers at random at human speed in a campaign
+    # without control items.
     "low_agreement": {
         "enabled": True,
-        "action": ACTION_FLAG,
+        "action": ACTION_EXCLUDE,
         "min_judgments": 8,
         "min_correlation": 0.2,
+        "exclude_min_judgments": 24,
+        "exclude_min_clips": 4,
+    },
+    # Test-retest (campaigns with `retest_share` > 0): the worker's second ratings of candidates
+    # they rated before do not reproduce the first ones. Off by default; acts only once the
+    # worker has `min_pairs` repeated candidates (fewer pairs give a noisy kappa).
+    "inconsistent_retest": {
+        "enabled": False,
+        "action": ACTION_FLAG,
+        "min_pairs": 10,
+        "min_kappa": 0.4,
     },
 }
 
@@ -67,6 +86,7 @@ RULE_LABELS: dict[str, str] = {
     "uniform": "Uniform ratings",
     "failed_controls": "Failed control items",
     "low_agreement": "Low agreement",
+    "inconsistent_retest": "Inconsistent on repeats",
 }
 
 # Plain-words explanation of every statistic, shown beside the numbers on the dashboard.
@@ -86,6 +106,9 @@ STATISTIC_EXPLANATIONS: dict[str, str] = {
     "caption of another clip, a word-shuffled caption) this worker rated as expected.",
     "agreement": "Correlation between this worker's ratings and the average of the other "
     "workers' ratings of the same candidates (1 = same ordering, 0 = unrelated).",
+    "retest_kappa": "How well this worker reproduced their own ratings when a clip they had "
+    "already rated came back later, unannounced (quadratic-weighted kappa, mean over the "
+    "questions): 1 = the same ratings again, 0 = no better than chance.",
 }
 
 
@@ -170,6 +193,8 @@ class WorkerStatistics:
 
     judgments: NDArray[np.int64]
     timed_judgments: NDArray[np.int64]
+    clips: NDArray[np.int64]  # clips the worker rated (crowd judgments): the evidence of a pattern
+    timed_clips: NDArray[np.int64]  # of which timed by the server
     median_seconds_per_candidate: NDArray[np.float64]
     speed_vs_campaign: NDArray[np.float64]
     speed_vs_clip_length: NDArray[np.float64]
@@ -184,6 +209,9 @@ class WorkerStatistics:
     agreement: NDArray[np.float64]
     campaign_median_seconds: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # Test-retest repeat pairs and mean kappa per worker; None when the rule is off (not loaded).
+    retest_pairs: NDArray[np.int64] | None = None
+    retest_kappa: NDArray[np.float64] | None = None
 
     def row(self, index: int) -> dict[str, Any]:
         def number(value: float) -> float | None:
@@ -288,7 +316,10 @@ def worker_statistics(
     if len(pair):
         np.minimum.at(pair_low, pair, row_low)
         np.maximum.at(pair_high, pair, row_high)
-    countable = (pair_ratings >= 3) & crowd_pairs(pair, crowd, len(pair_keys))
+    crowd_pair = crowd_pairs(pair, crowd, len(pair_keys))
+    clips_rated = np.bincount(pair_worker[crowd_pair], minlength=workers)
+    timed_clips = np.bincount(pair_worker[pair_timed], minlength=workers)
+    countable = (pair_ratings >= 3) & crowd_pair
     uniform_pair = countable & (pair_low == pair_high)
     uniform_assignments = np.bincount(pair_worker[countable], minlength=workers)
     uniform_share = _divide(
@@ -321,6 +352,8 @@ def worker_statistics(
     return WorkerStatistics(
         judgments=judged,
         timed_judgments=timed_count,
+        clips=clips_rated,
+        timed_clips=timed_clips,
         median_seconds_per_candidate=median_seconds,
         speed_vs_campaign=np.asarray(speed_vs_campaign, dtype=np.float64),
         speed_vs_clip_length=speed_vs_clip,
@@ -414,10 +447,15 @@ def rules_evaluate(
     uniform = rules.get("uniform", {})
     controls = rules.get("failed_controls", {})
     agreement = rules.get("low_agreement", {})
+    retest = rules.get("inconsistent_retest", {})
     campaign_median = statistics.campaign_median_seconds
     for index in np.asarray(worker_indices, dtype=np.int64).tolist():
         flags: list[dict[str, Any]] = []
-        if fast.get("enabled") and statistics.timed_judgments[index] >= fast["min_judgments"]:
+        if (
+            fast.get("enabled")
+            and statistics.timed_judgments[index] >= fast["min_judgments"]
+            and statistics.timed_clips[index] >= fast.get("min_clips", 0)
+        ):
             ratio = statistics.speed_vs_campaign[index]
             clip_ratio = statistics.speed_vs_clip_length[index]
             reasons = []
@@ -449,15 +487,14 @@ def rules_evaluate(
                         },
                     )
                 )
-        if uniform.get("enabled"):
+        # Both uniformity tests wait for `min_assignments` clips (see DEFAULT_QC_RULES).
+        if uniform.get("enabled") and (
+            statistics.uniform_assignments[index] >= uniform["min_assignments"]
+        ):
             share = statistics.uniform_share[index]
             variance = statistics.rating_variance[index]
             reasons = []
-            if (
-                statistics.uniform_assignments[index] >= uniform["min_assignments"]
-                and not math.isnan(share)
-                and share > uniform["max_uniform_share"]
-            ):
+            if not math.isnan(share) and share > uniform["max_uniform_share"]:
                 reasons.append(
                     f"{share:.0%} of {statistics.uniform_assignments[index]} clips rated with "
                     f"one single value (limit {uniform['max_uniform_share']:.0%})"
@@ -505,16 +542,44 @@ def rules_evaluate(
         if agreement.get("enabled") and statistics.judgments[index] >= agreement["min_judgments"]:
             correlation = statistics.agreement[index]
             if not math.isnan(correlation) and correlation < agreement["min_correlation"]:
+                enough = agreement_evidence_enough(statistics, agreement, index)
                 flags.append(
                     _flag(
                         "low_agreement",
                         agreement,
                         f"correlation with the other workers' mean is {correlation:.2f} over "
-                        f"{statistics.agreement_pairs[index]} ratings (minimum "
-                        f"{agreement['min_correlation']})",
+                        f"{statistics.agreement_pairs[index]} ratings of "
+                        f"{statistics.judgments[index]} candidates in "
+                        f"{statistics.clips[index]} clips (minimum "
+                        f"{agreement['min_correlation']})"
+                        + ("" if enough else "; too little evidence yet to act on"),
                         {
                             "agreement": _rounded(correlation),
                             "pairs": int(statistics.agreement_pairs[index]),
+                            "judgments": int(statistics.judgments[index]),
+                            "clips": int(statistics.clips[index]),
+                        },
+                        action=None if enough else ACTION_FLAG,
+                    )
+                )
+        if (
+            retest.get("enabled")
+            and statistics.retest_pairs is not None
+            and statistics.retest_kappa is not None
+            and statistics.retest_pairs[index] >= retest["min_pairs"]
+        ):
+            kappa = statistics.retest_kappa[index]
+            if not math.isnan(kappa) and kappa < retest["min_kappa"]:
+                flags.append(
+                    _flag(
+                        "inconsistent_retest",
+                        retest,
+                        f"reproduced their own ratings with kappa {kappa:.2f} over "
+                        f"{statistics.retest_pairs[index]} repeated candidates (minimum "
+                        f"{retest['min_kappa']})",
+                        {
+                            "retest_kappa": _rounded(kappa),
+                            "retest_pairs": int(statistics.retest_pairs[index]),
                         },
                     )
                 )
@@ -523,11 +588,32 @@ def rules_evaluate(
     return result
 
 
-def _flag(rule: str, config: dict[str, Any], explanation: str, numbers: dict[str, Any]) -> dict:
+def agreement_evidence_enough(
+    statistics: WorkerStatistics, config: dict[str, Any], index: int
+) -> bool:
+    """Whether the low-agreement rule may act on a worker (not only flag): enough candidates
+    compared with other raters (`exclude_min_judgments`, also as rating pairs) in enough clips
+    (`exclude_min_clips`)."""
+    needed = config.get("exclude_min_judgments", 0)
+    return bool(
+        statistics.judgments[index] >= needed
+        and statistics.agreement_pairs[index] >= needed
+        and statistics.clips[index] >= config.get("exclude_min_clips", 0)
+    )
+
+
+def _flag(
+    rule: str,
+    config: dict[str, Any],
+    explanation: str,
+    numbers: dict[str, Any],
+    *,
+    action: str | None = None,
+) -> dict:
     return {
         "rule": rule,
         "label": RULE_LABELS.get(rule, rule),
-        "action": config.get("action", ACTION_FLAG),
+        "action": action or config.get("action", ACTION_FLAG),
         "explanation": explanation,
         "numbers": numbers,
     }

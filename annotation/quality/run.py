@@ -16,9 +16,7 @@ syncs the review queue and writes the aggregates with set-based statements.
 from __future__ import annotations
 
 import logging
-import math
 import time
-import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -41,10 +39,10 @@ from annotation.quality.aggregation import aggregation_apply, aggregation_recomp
 from annotation.quality.agreement import agreement_snapshots_store, alpha_from_columns
 from annotation.quality.evaluation import worker_stats_store, workers_evaluate
 from annotation.quality.exclusions import workers_exclude
+from annotation.quality.jobs import campaign_run_queue
 from annotation.quality.loading import CampaignSlice, campaign_median_remember, campaign_slice_load
 from annotation.quality.rules import qc_rules_merge
-from common.jobs import JobCancelled, job_claim, job_finish, job_progress
-from common.models import JobStatus
+from common.jobs import job_execute
 
 logger = logging.getLogger(__name__)
 
@@ -160,8 +158,10 @@ def _alphas(data: CampaignSlice) -> dict[str, dict[str, Any]]:
 
 def qc_summary(*, campaign: Campaign) -> dict[str, Any]:
     """The state after QC, as `run_qc --json` prints it: participations evaluated, workers
-    excluded now (with the rules of their standing exclusion), judgments excluded now (for any
-    reason), and candidates waiting in the review queue (open or claimed)."""
+    excluded now (with the rules of their standing exclusion), workers not excluded whom a rule
+    flags (for a curator to look at: a rule set to flag, too little evidence yet to act, or a
+    worker a curator re-included), judgments excluded now (for any reason), and candidates
+    waiting in the review queue (open or claimed)."""
     excluded = []
     participations = (
         Participation.objects.filter(campaign=campaign, status=ParticipationStatus.EXCLUDED)
@@ -183,9 +183,20 @@ def qc_summary(*, campaign: Campaign) -> dict[str, Any]:
                 "rules": standing.get(participation.pk, []),
             }
         )
+    flagged = [
+        {"worker": external_id, "rules": list(dict.fromkeys(flag["rule"] for flag in flags))}
+        for external_id, flags in Participation.objects.filter(
+            campaign=campaign, qc_stats__isnull=False
+        )
+        .exclude(status=ParticipationStatus.EXCLUDED)
+        .order_by("worker__external_id")
+        .values_list("worker__external_id", "qc_stats__flags")
+        if flags
+    ]
     return {
         "workers": Participation.objects.filter(campaign=campaign).count(),
         "excluded": excluded,
+        "flagged": flagged,
         "judgments_excluded": Judgment.objects.filter(campaign=campaign, is_excluded=True).count(),
         "review_items": ReviewItem.objects.filter(
             campaign=campaign, status__in=(ReviewStatus.OPEN, ReviewStatus.CLAIMED)
@@ -201,19 +212,10 @@ def qc_summary(*, campaign: Campaign) -> dict[str, Any]:
 def qc_run_start(*, campaign: Campaign, requested_by: Any = None) -> QCRun:
     """Queue a full QC recompute (returns the run already queued or running, if any)."""
     from annotation.tasks import qc_run
-    from common.tasks import enqueue
 
-    with transaction.atomic():
-        Campaign.objects.select_for_update().filter(pk=campaign.pk).first()
-        active = QCRun.objects.filter(campaign=campaign).active().first()
-        if active is not None:
-            return active
-        run = QCRun.objects.create(
-            campaign=campaign,
-            requested_by=requested_by if getattr(requested_by, "pk", None) else None,
-        )
-        enqueue(qc_run, run.pk)
-    return run
+    return campaign_run_queue(
+        model=QCRun, campaign=campaign, task=qc_run, requested_by=requested_by
+    )
 
 
 def qc_run_inline(*, campaign: Campaign) -> QCRun:
@@ -227,41 +229,15 @@ def qc_run_inline(*, campaign: Campaign) -> QCRun:
 
 def qc_run_execute(*, run_id: int, task_id: str = "") -> QCRun | None:
     """Run a queued QC run (claimed atomically: two workers never run the same one)."""
-    run = job_claim(model=QCRun, job_id=run_id, task_id=task_id)
-    if run is None:
-        return None
-
-    def progress(fraction: float, message: str) -> None:
-        job_progress(job=run, fraction=fraction, message=message)
-
-    try:
-        summary = qc_campaign_full(campaign=run.campaign, progress=progress)
-    except JobCancelled:
-        job_finish(job=run, status=JobStatus.CANCELLED, error="cancelled by a curator")
-        return run
-    except Exception as error:
-        logger.exception("QC run %s failed", run_id)
-        job_finish(
-            job=run,
-            status=JobStatus.FAILED,
-            error=f"{type(error).__name__}: {error}\n{traceback.format_exc()}",
-        )
-        return run
-    if job_finish(job=run, status=JobStatus.SUCCEEDED, summary=_json_safe(summary)):
+    run, succeeded = job_execute(
+        model=QCRun,
+        job_id=run_id,
+        task_id=task_id,
+        work=lambda run, progress: qc_campaign_full(campaign=run.campaign, progress=progress),
+    )
+    if run is not None and succeeded:
         # Severities are estimated from the judgments QC kept: calibrate after every run.
         from annotation.quality.calibration_job import calibration_run_start
 
         calibration_run_start(campaign=run.campaign, qc_run=run)
     return run
-
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {key: _json_safe(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(item) for item in value]
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, np.generic):
-        return value.item()
-    return value

@@ -4,16 +4,16 @@ here writes."""
 
 from __future__ import annotations
 
-import math
-from datetime import date, timedelta
+from datetime import timedelta
 from typing import Any, cast
 
 from django.db import connection
-from django.db.models import Avg, Count, F, FloatField, Q, QuerySet, Sum
+from django.db.models import Avg, Count, FloatField, Q, QuerySet
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast, TruncDate
 from django.utils import timezone
 
+from annotation.figures import campaign_completion_estimate, campaign_figures
 from annotation.models import (
     AgreementSnapshot,
     AuditEntry,
@@ -42,26 +42,18 @@ from datasets_app.models import ReferenceCaption
 
 
 def campaign_progress(*, campaign: Campaign, days: int = 30) -> dict[str, Any]:
-    """Candidates complete / total, judgments per day, and an estimated completion date from
-    the last seven days' pace."""
-    items = CampaignCandidate.objects.filter(campaign=campaign, is_control=False)
-    totals = items.aggregate(
-        total=Count("id"),
-        finalised=Count("id", filter=Q(is_finalised=True)),
-        dropped=Count("id", filter=Q(dropped=True)),
-        quota=Sum("quota"),
-        kept=Sum("kept_judgments"),
-    )
-    remaining = (
-        items.filter(dropped=False, kept_judgments__lt=F("quota")).aggregate(
-            remaining=Sum(F("quota") - F("kept_judgments"))
-        )["remaining"]
-        or 0
-    )
+    """The campaign's figures (`annotation.figures`: candidates, slots, judgments, completeness),
+    judgments per day over the last `days` days, and the completion estimate or why there is
+    none."""
+    figures = campaign_figures(campaign=campaign)
+    estimate = campaign_completion_estimate(campaign=campaign, figures=figures)
     today = timezone.now().date()
     since = today - timedelta(days=days - 1)
     per_day_rows = dict(
-        Judgment.objects.filter(campaign=campaign, created_at__date__gte=since)
+        # The judgments the `judgments` figure counts: control items left out.
+        Judgment.objects.filter(
+            campaign=campaign, created_at__date__gte=since, campaign_candidate__is_control=False
+        )
         .annotate(day=TruncDate("created_at"))
         .values_list("day")
         .annotate(count=Count("id"))
@@ -74,28 +66,12 @@ def campaign_progress(*, campaign: Campaign, days: int = 30) -> dict[str, Any]:
         }
         for offset in range(days)
     ]
-    recent = sum(row["judgments"] for row in per_day[-7:]) / 7.0
-    estimated: date | None = None
-    if remaining == 0 and totals["total"]:
-        estimated = today
-    elif recent > 0:
-        estimated = today + timedelta(days=math.ceil(remaining / recent))
-    judgments = Judgment.objects.filter(campaign=campaign).aggregate(
-        total=Count("id"), excluded=Count("id", filter=Q(is_excluded=True))
-    )
     return {
-        "candidates_total": totals["total"],
-        "candidates_complete": totals["finalised"],
-        "candidates_dropped": totals["dropped"],
-        "judgments_total": judgments["total"],
-        "judgments_excluded": judgments["excluded"],
-        "judgments_remaining": remaining,
+        "figures": figures,
         "judgments_per_day": per_day,
-        "recent_judgments_per_day": round(recent, 2),
-        "estimated_completion": estimated.isoformat() if estimated else None,
-        "percent_complete": round(100.0 * totals["finalised"] / totals["total"], 1)
-        if totals["total"]
-        else 0.0,
+        "recent_judgments_per_day": estimate.judgments_per_day,
+        "estimated_completion": estimate.estimated.isoformat() if estimate.estimated else None,
+        "no_estimate_reason": estimate.reason,
     }
 
 
@@ -265,6 +241,16 @@ def review_queue(
     )
 
 
+def review_next_open(*, campaign: Campaign) -> ReviewItem | None:
+    """The open item a reviewer should look at next: the widest disagreement first (the queue's
+    order); None when nothing is open."""
+    return (
+        ReviewItem.objects.filter(campaign=campaign, status=ReviewStatus.OPEN)
+        .order_by("-priority", "id")
+        .first()
+    )
+
+
 def review_counts(*, campaign: Campaign) -> dict[str, int]:
     counts = dict(
         ReviewItem.objects.filter(campaign=campaign)
@@ -365,7 +351,7 @@ def review_item_detail(*, item: ReviewItem) -> dict[str, Any]:
 def audit_entries(*, campaign: Campaign, limit: int = 200) -> QuerySet[AuditEntry]:
     return (
         AuditEntry.objects.filter(campaign=campaign)
-        .select_related("actor", "review_item")
+        .select_related("actor", "review_item", "undoes")
         .order_by("-created_at", "-id")[:limit]
     )
 

@@ -26,6 +26,11 @@ urlpatterns: list[URLPattern | URLResolver] = [
         views.worker_include_view,
         name="quality-worker-include",
     ),
+    path(
+        "campaigns/<slug:slug>/workers/<int:participation_id>/erase/",
+        views.worker_erase_view,
+        name="quality-worker-erase",
+    ),
     path("campaigns/<slug:slug>/review/", views.review_queue_view, name="review-queue"),
     path(
         "campaigns/<slug:slug>/review/claim-next/",

@@ -5,6 +5,7 @@ gets 403. Every change is a CSRF-protected POST that calls one service and redir
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.contrib import messages
@@ -14,7 +15,10 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from annotation import charts
+from annotation.figures import QC_NOT_RUN, campaign_agreement_figures
 from annotation.models import AuditEntry, Campaign, Participation, ReviewItem, ReviewStatus
+from annotation.quality.audit_text import audit_sentences
+from annotation.quality.consistency import campaign_retest
 from annotation.quality.exclusions import worker_exclude, worker_include
 from annotation.quality.review import (
     UNDOABLE,
@@ -38,11 +42,13 @@ from annotation.quality.selectors import (
     qc_runs_recent,
     review_counts,
     review_item_detail,
+    review_next_open,
     review_queue,
     statistic_explanations,
     system_leaderboard,
     worker_rows,
 )
+from annotation.services.erasure import ErasureRefused, participation_erase
 from common import storage
 from common.permissions import curator_required
 
@@ -71,10 +77,10 @@ def campaign_detail(request: HttpRequest, slug: str) -> HttpResponse:
     labels = {
         question["key"]: question.get("label", question["key"]) for question in campaign.questions
     }
+    agreement = campaign_agreement_figures(campaign=campaign)
     agreement_rows = []
     for key in campaign.question_keys:
         points = history.get(key, [])
-        latest = points[-1] if points else None
         low = min(
             [0.0]
             + [
@@ -88,7 +94,7 @@ def campaign_detail(request: HttpRequest, slug: str) -> HttpResponse:
             {
                 "key": key,
                 "label": labels.get(key, key),
-                "latest": latest,
+                "figures": agreement[key],
                 "chart": charts.line_chart(
                     {
                         "before QC (all)": [
@@ -103,6 +109,7 @@ def campaign_detail(request: HttpRequest, slug: str) -> HttpResponse:
                     title=f"Krippendorff's alpha of {labels.get(key, key)} over time",
                     low=low,
                     high=1.0,
+                    empty_message=f"No alpha yet: {agreement[key]['reason'] or QC_NOT_RUN}.",
                 ),
             }
         )
@@ -111,6 +118,7 @@ def campaign_detail(request: HttpRequest, slug: str) -> HttpResponse:
             "key": key,
             "label": labels.get(key, key),
             "counts": histograms[key],
+            "empty": not any(histograms[key]["all"]),
             "chart": charts.bar_chart(
                 [(str(value), histograms[key]["kept"][value - 1]) for value in range(1, 6)],
                 overlay=histograms[key]["all"],
@@ -123,6 +131,7 @@ def campaign_detail(request: HttpRequest, slug: str) -> HttpResponse:
     context = {
         "campaign": campaign,
         "progress": progress,
+        "per_day_empty": not any(row["judgments"] for row in per_day),
         "per_day_chart": charts.bar_chart(
             [(row["day"][5:], row["judgments"]) for row in per_day],
             title="Judgments per day, last 30 days",
@@ -132,6 +141,7 @@ def campaign_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "agreement_rows": agreement_rows,
         "histogram_rows": histogram_rows,
         "runs": qc_runs_recent(campaign=campaign),
+        "retest": campaign_retest(campaign=campaign),
         "review": review_counts(campaign=campaign),
         "rules": [
             {"key": key, "label": RULE_LABELS.get(key, key), "config": config}
@@ -245,6 +255,32 @@ def worker_include_view(request: HttpRequest, slug: str, participation_id: int) 
     return redirect(reverse("annotation:quality-workers", kwargs={"slug": campaign.slug}))
 
 
+@require_POST
+@curator_required
+def worker_erase_view(request: HttpRequest, slug: str, participation_id: int) -> HttpResponse:
+    campaign = _campaign(slug)
+    participation = _participation(campaign, participation_id)
+    back = reverse("annotation:quality-worker", args=[campaign.slug, participation.pk])
+    if request.POST.get("confirm") != "erase":
+        messages.error(request, "Nothing was erased: tick the confirmation box first.")
+        return redirect(back)
+    try:
+        outcome = participation_erase(
+            participation=participation, actor=request.user, requested_by="curator"
+        )
+    except ErasureRefused as refused:
+        messages.error(request, str(refused))
+        return redirect(back)
+    # The message names no id: it is stored in the session until shown.
+    messages.success(
+        request,
+        f"The participant was erased from {outcome.participations} campaign(s): "
+        f"{outcome.judgments_deleted} judgment(s) deleted, {outcome.judgments_pseudonymised} "
+        f"kept under a pseudonym, {outcome.reasons_erased} free-text reason(s) erased.",
+    )
+    return redirect(reverse("annotation:quality-workers", kwargs={"slug": campaign.slug}))
+
+
 # ----------------------------------------------------------------------------------------------
 # Review
 # ----------------------------------------------------------------------------------------------
@@ -292,11 +328,30 @@ def _review_item(campaign: Campaign, item_id: int) -> ReviewItem:
     )
 
 
-@require_GET
-@curator_required
-def review_item_view(request: HttpRequest, slug: str, item_id: int) -> HttpResponse:
-    campaign = _campaign(slug)
-    item = _review_item(campaign, item_id)
+@dataclass
+class ResolveForm:
+    """What the curator entered in the resolve form, kept to show it again after an error."""
+
+    ratings: dict[str, str] = field(default_factory=dict)
+    exclude: set[str] = field(default_factory=set)
+    reasons: dict[str, str] = field(default_factory=dict)
+    drop: bool = False
+    note: str = ""
+    errors: dict[str, list[str]] = field(default_factory=dict)
+
+    def error(self, message: str, *, on: str = "") -> None:
+        self.errors.setdefault(on, []).append(message)
+
+
+def _review_item_page(
+    request: HttpRequest,
+    campaign: Campaign,
+    item: ReviewItem,
+    form: ResolveForm | None = None,
+    *,
+    status: int = 200,
+) -> HttpResponse:
+    form = form or ResolveForm()
     detail = review_item_detail(item=item)
     clip = detail["clip"]
     try:
@@ -318,11 +373,18 @@ def review_item_view(request: HttpRequest, slug: str, item_id: int) -> HttpRespo
             "mean": means.get(key),
             "resolution": resolution.get(key),
             "ratings": [judgment["values"].get(key) for judgment in detail["judgments"]],
+            "chosen": form.ratings.get(key, ""),
+            "errors": form.errors.get(f"rating_{key}", []),
+            "is_overall": key == campaign.overall_question_key,
         }
         for key in campaign.question_keys
     ]
     for judgment in detail["judgments"]:
         judgment["ratings"] = [judgment["values"].get(key) for key in campaign.question_keys]
+        judgment["exclude_checked"] = str(judgment["id"]) in form.exclude
+        judgment["reason_value"] = form.reasons.get(str(judgment["id"]), "")
+        judgment["reason_errors"] = form.errors.get(f"reason_{judgment['id']}", [])
+    overall_question = next((question for question in questions if question["is_overall"]), None)
     return render(
         request,
         "annotation/dashboard/review_item.html",
@@ -331,7 +393,12 @@ def review_item_view(request: HttpRequest, slug: str, item_id: int) -> HttpRespo
             "detail": detail,
             "item": item,
             "questions": questions,
-            "levels": [1, 2, 3, 4, 5],
+            # The scores table shows the overall question once, as its "Overall" row.
+            "score_rows": [question for question in questions if not question["is_overall"]],
+            "overall_question": overall_question,
+            "levels": ["1", "2", "3", "4", "5"],
+            "form": form,
+            "form_errors": form.errors.get("", []),
             "video_url": video_url,
             "media_unavailable": media_unavailable,
             "poster_url": poster_url,
@@ -340,8 +407,17 @@ def review_item_view(request: HttpRequest, slug: str, item_id: int) -> HttpRespo
             "held_by_other": item.status == ReviewStatus.CLAIMED
             and item.claimed_by_id != request.user.pk,
             "undoable": sorted(UNDOABLE),
+            "audit_sentences": audit_sentences(detail["audit"]),
         },
+        status=status,
     )
+
+
+@require_GET
+@curator_required
+def review_item_view(request: HttpRequest, slug: str, item_id: int) -> HttpResponse:
+    campaign = _campaign(slug)
+    return _review_item_page(request, campaign, _review_item(campaign, item_id))
 
 
 @require_POST
@@ -367,37 +443,55 @@ def review_release_view(request: HttpRequest, slug: str, item_id: int) -> HttpRe
 @require_POST
 @curator_required
 def review_resolve_view(request: HttpRequest, slug: str, item_id: int) -> HttpResponse:
+    """Resolve; on an error the page comes back (400) with every input as it was and the message
+    beside the field at fault. "Resolve and next" (`then=next`) opens the next open item."""
     campaign = _campaign(slug)
     item = _review_item(campaign, item_id)
+    form = ResolveForm(
+        drop=request.POST.get("drop") == "on", note=request.POST.get("note", "")[:2000]
+    )
     ratings: dict[str, float] = {}
-    errors: list[str] = []
     for key in campaign.question_keys:
-        raw = request.POST.get(f"rating_{key}", "").strip()
+        raw = request.POST.get(f"rating_{key}", "").strip()[:20]
         if not raw:
             continue
+        form.ratings[key] = raw
         try:
             ratings[key] = float(raw)
         except ValueError:
-            errors.append(f"{key}: not a number")
+            form.error("not a number", on=f"rating_{key}")
     exclude = []
-    for raw_id in request.POST.getlist("exclude"):
+    for raw_id in request.POST.getlist("exclude")[:1000]:
         if not raw_id.isdigit():
             continue
-        reason = request.POST.get(f"reason_{raw_id}", "").strip()
+        reason = request.POST.get(f"reason_{raw_id}", "").strip()[:2000]
+        form.exclude.add(raw_id)
         exclude.append(JudgmentExclusionRequest(judgment_id=int(raw_id), reason=reason))
-    drop = request.POST.get("drop") == "on"
-    note = request.POST.get("note", "")
-    if not errors:
+    for name in list(request.POST)[:1000]:
+        judgment_id = name.removeprefix("reason_")
+        if name.startswith("reason_") and judgment_id.isdigit():
+            form.reasons[judgment_id] = request.POST.get(name, "")[:2000]
+    if not form.errors:
         try:
             review_resolve(
-                item=item, user=request.user, ratings=ratings, exclude=exclude, drop=drop, note=note
+                item=item,
+                user=request.user,
+                ratings=ratings,
+                exclude=exclude,
+                drop=form.drop,
+                note=form.note,
             )
         except ReviewError as error:
-            errors.append(str(error))
-    if errors:
-        for problem in errors:
-            messages.error(request, problem)
-        return redirect("annotation:review-item", slug=campaign.slug, item_id=item.pk)
+            form.error(str(error), on=error.field)
+    if form.errors:
+        return _review_item_page(request, campaign, item, form, status=400)
+    if request.POST.get("then") == "next":
+        following = review_next_open(campaign=campaign)
+        if following is None:
+            messages.success(request, f"Item {item.pk} resolved. Nothing left to review.")
+            return redirect("annotation:review-queue", slug=campaign.slug)
+        messages.success(request, f"Item {item.pk} resolved; this is the next one.")
+        return redirect("annotation:review-item", slug=campaign.slug, item_id=following.pk)
     messages.success(request, "Resolved.")
     return redirect("annotation:review-item", slug=campaign.slug, item_id=item.pk)
 
@@ -424,7 +518,7 @@ def audit_undo_view(request: HttpRequest, slug: str, entry_id: int) -> HttpRespo
 @curator_required
 def audit_log(request: HttpRequest, slug: str) -> HttpResponse:
     campaign = _campaign(slug)
-    entries = list(audit_entries(campaign=campaign))
+    entries = audit_sentences(audit_entries(campaign=campaign))
     undone = set(
         AuditEntry.objects.filter(undoes__in=[entry.pk for entry in entries]).values_list(
             "undoes_id", flat=True
@@ -466,15 +560,18 @@ def leaderboard(request: HttpRequest, slug: str) -> HttpResponse:
         ],
         title=f"Mean human score per system: {labels.get(chart_key, 'overall')}",
     )
+    # The overall question (when the campaign has one) is the Overall column: shown once.
+    columns = [key for key in keys if key != campaign.overall_question_key]
     for row in board:
-        row["question_values"] = [row["questions"][key] for key in keys]
+        row["question_values"] = [row["questions"][key] for key in columns]
     return render(
         request,
         "annotation/dashboard/leaderboard.html",
         {
             "campaign": campaign,
             "board": board,
-            "questions": [(key, labels[key]) for key in keys],
+            "questions": [(key, labels[key]) for key in columns],
+            "overall_label": labels.get(campaign.overall_question_key, "Overall"),
             "sort": sort,
             "descending": descending,
             "chart": chart,

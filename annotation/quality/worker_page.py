@@ -16,6 +16,7 @@ from annotation.quality.calibration_job import (
     calibration_latest,
     worker_severities,
 )
+from annotation.quality.consistency import retest_min_pairs, worker_retest
 from annotation.quality.selectors import statistic_explanations
 from common.permissions import curator_required
 
@@ -90,5 +91,7 @@ def worker_detail(request: HttpRequest, slug: str, participation_id: int) -> Htt
             "severity_help": SEVERITY_EXPLANATION,
             "calibration": calibration_latest(campaign=campaign),
             "axis": AXIS,
+            "worker_retest": worker_retest(campaign=campaign, participation_id=participation.pk),
+            "worker_retest_min_pairs": retest_min_pairs(campaign=campaign),
         },
     )

@@ -46,6 +46,7 @@ from annotation.models import (
 )
 from annotation.questions import RUBRIC_LEVELS
 from annotation.services import crowd_sql as sql
+from annotation.services import repeats
 from common import storage
 from datasets_app.models import Clip, ClipStatus
 
@@ -247,6 +248,11 @@ def _claim(*, participation: Participation, campaign: Campaign, now: datetime) -
             .exists()
         ):
             _expire_locked(assignment_id=live_id, campaign_id=campaign_id, clip_id=clip_id)
+    retest = bool(campaign.retest_share)
+    if retest:
+        live_repeat = repeats.repeat_live_claim(participation=participation, now=now)
+        if live_repeat is not None:
+            return live_repeat
 
     maximum = campaign.max_assignments_per_worker
     if maximum is not None and done >= maximum:
@@ -263,6 +269,14 @@ def _claim(*, participation: Participation, campaign: Campaign, now: datetime) -
         )
         if row is None:
             return None
+        # Test-retest: a due repeat is served in place of the fresh clip (only while fresh work
+        # remains, so a repeat never prolongs a session); it takes no slot.
+        if retest:
+            repeat = repeats.repeat_claim(
+                participation=participation, campaign=campaign, submitted=done, now=now
+            )
+            if repeat is not None:
+                return repeat
         campaign_clip_id, clip_id, video_key, poster_key, duration = row[:5]
 
         # 4. One slot on each of its candidates that still has one free, and the clip counter.
@@ -448,6 +462,24 @@ def _slots_release(*, campaign_id: int, clip_id: int, candidate_ids: list[int]) 
     return released
 
 
+def participation_leases_release(*, participation_ids: Iterable[int]) -> int:
+    """End the live leases of these participations now and return their slots (a worker was
+    excluded: the clip they hold is refilled at once instead of when the lease runs out). Call
+    inside the caller's transaction with the participation rows locked (lock order
+    Participation → Assignment → CampaignClip → CampaignCandidate); returns how many leases were
+    ended. The leases become `expired`; a late submit of one is refused like any expired lease
+    whose slots were taken meanwhile."""
+    leases = list(
+        Assignment.objects.select_for_update()
+        .filter(participation_id__in=list(participation_ids), status=AssignmentStatus.LIVE)
+        .order_by("clip_id", "id")
+        .values_list("id", "campaign_id", "clip_id")
+    )
+    for assignment_id, campaign_id, clip_id in leases:
+        _expire_locked(assignment_id=assignment_id, campaign_id=campaign_id, clip_id=clip_id)
+    return len(leases)
+
+
 def assignment_expire(*, assignment_id: int, now: datetime | None = None) -> bool:
     """Expire one live assignment whose lease ran out and return its slots; False if it is not
     (any more) a live expired lease, or another transaction is handling it right now."""
@@ -464,6 +496,25 @@ def assignment_expire(*, assignment_id: int, now: datetime | None = None) -> boo
         campaign_id, clip_id = row
         _expire_locked(assignment_id=assignment_id, campaign_id=campaign_id, clip_id=clip_id)
     return True
+
+
+def participation_leases_return(*, participation: Participation) -> int:
+    """End every live lease of `participation` now and return its slots (erasure: the person is
+    leaving); returns how many leases ended. Locks as the expiry does, one assignment at a time."""
+    ended = 0
+    live = Assignment.objects.filter(participation=participation, status=AssignmentStatus.LIVE)
+    for assignment_id in live.values_list("pk", flat=True):
+        with transaction.atomic():
+            row = (
+                Assignment.objects.select_for_update()
+                .filter(pk=assignment_id, status=AssignmentStatus.LIVE)
+                .values_list("campaign_id", "clip_id")
+                .first()
+            )
+            if row is not None:
+                _expire_locked(assignment_id=assignment_id, campaign_id=row[0], clip_id=row[1])
+                ended += 1
+    return ended
 
 
 def assignments_expire(*, now: datetime | None = None, limit: int = 50_000) -> int:
@@ -565,8 +616,9 @@ def participation_progress(*, participation: Participation, cap: int = 1000) -> 
 
     `state`: "working" (a lease is live or clips remain), "finished" (at least one assignment
     submitted and nothing left for this worker: here is the code), "no_work" (nothing was left
-    before this worker did anything), "stopped" (paused or excluded by quality control, or the
-    campaign is not active)."""
+    before this worker did anything), "stopped" (paused, or the campaign is not active). An
+    excluded worker never gets here: the worker API answers the screen-out
+    (`annotation.services.workers.screen_out_payload`)."""
     campaign = participation.campaign
     fresh = Participation.objects.filter(pk=participation.pk).values_list(
         "assignments_submitted", "status", "completed_at"
@@ -575,6 +627,8 @@ def participation_progress(*, participation: Participation, cap: int = 1000) -> 
     live = participation_live_assignment(participation=participation)
     now = timezone.now()
     live_id = live.pk if live is not None and live.expires_at > now else None
+    if live_id is None and campaign.retest_share:
+        live_id = repeats.repeat_live_id(participation_id=participation.pk, now=now)
     if campaign.max_assignments_per_worker is not None:
         allowed = max(0, campaign.max_assignments_per_worker - done)
     else:

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import (
     Case,
@@ -36,6 +37,7 @@ from annotation.models import (
     CampaignCandidate,
     CampaignClip,
     CampaignStatus,
+    ErasureMode,
     Judgment,
     JudgmentSource,
 )
@@ -67,6 +69,8 @@ CAMPAIGN_FIELDS = (
     "min_seconds_on_clip",
     "reason_required_at_or_below",
     "max_assignments_per_worker",
+    "retest_share",
+    "retest_min_gap",
     "control_rate",
     "control_settings",
     "qc_rules",
@@ -75,8 +79,11 @@ CAMPAIGN_FIELDS = (
     "currency",
     "completion_code",
     "redirect_url",
+    "screen_out_code",
+    "screen_out_redirect_url",
     "prolific_study_id",
     "mturk_hit_id",
+    "erasure_mode",
 )
 # The ones `campaign_create` and `campaign_update` take as their own arguments (the slug only at
 # creation): they change the campaign's identity or its candidates' quotas.
@@ -85,6 +92,28 @@ ARGUMENT_FIELDS = ("slug", "name", "questions", "judgments_per_candidate", "refe
 OPTION_FIELDS = tuple(name for name in CAMPAIGN_FIELDS if name not in ARGUMENT_FIELDS)
 # Settings that change what a judgment means: frozen once crowd judgments exist.
 FROZEN_ONCE_RATED = ("questions", "reference_free", "overall_question_key")
+
+
+# Test-retest bounds (the model's check constraints hold the same numbers): at most every other
+# clip a repeat, and a gap a session can reach.
+RETEST_SHARE_MAX = 0.5
+RETEST_GAP_MAX = 1000
+# Where a worker is sent back to the crowd platform: after finishing, and when screened out.
+RETURN_URL_FIELDS = ("redirect_url", "screen_out_redirect_url")
+
+
+def return_url_problem(value: Any) -> str | None:
+    """Why a return URL (completion or screen-out redirect) may not be stored (None: it may):
+    https only in production (DEBUG off); http too for local demos."""
+    if not value:
+        return None
+    text = str(value)
+    if len(text) > 500:
+        return "At most 500 characters."
+    schemes = ("https",) if not settings.DEBUG else ("https", "http")
+    if not any(re.match(rf"^{scheme}://[^\s/?#]+\S*$", text) for scheme in schemes):
+        return "An https:// URL." if not settings.DEBUG else "An http(s) URL."
+    return None
 
 
 class CampaignInvalid(Exception):
@@ -162,6 +191,10 @@ def _options_clean(options: dict[str, Any]) -> dict[str, Any]:
         errors["min_seconds_on_clip"] = ["Between 0 and 3600."]
     if "control_rate" in clean and not (0 <= float(clean["control_rate"]) <= 1):
         errors["control_rate"] = ["Between 0 and 1."]
+    if "retest_share" in clean and not (0 <= float(clean["retest_share"]) <= RETEST_SHARE_MAX):
+        errors["retest_share"] = [f"Between 0 (off) and {RETEST_SHARE_MAX}."]
+    if "retest_min_gap" in clean and not (1 <= int(clean["retest_min_gap"]) <= RETEST_GAP_MAX):
+        errors["retest_min_gap"] = [f"Between 1 and {RETEST_GAP_MAX} clips."]
     if clean.get("max_assignments_per_worker") is not None and (
         int(clean["max_assignments_per_worker"]) < 1
     ):
@@ -181,9 +214,15 @@ def _options_clean(options: dict[str, Any]) -> dict[str, Any]:
             clean["pay_per_assignment"] = pay.quantize(Decimal("0.01"))
     if "currency" in clean and not re.match(r"^[A-Z]{3}$", str(clean["currency"])):
         errors["currency"] = ["A three-letter ISO 4217 code, e.g. GBP or USD."]
-    redirect = clean.get("redirect_url")
-    if redirect and not re.match(r"^https?://", str(redirect)):
-        errors["redirect_url"] = ["An http(s) URL."]
+    for name in RETURN_URL_FIELDS:
+        problem = return_url_problem(clean.get(name))
+        if problem:
+            errors[name] = [problem]
+    for name in ("completion_code", "screen_out_code"):
+        if name in clean:
+            clean[name] = str(clean[name] or "").strip()
+            if len(clean[name]) > 100:
+                errors[name] = ["At most 100 characters."]
     # Study binding (see the model): Prolific study ids are 24 hexadecimal characters; HIT ids are
     # upper-case letters and digits. Stored normalised, compared with the normalised STUDY_ID/hitId.
     if "prolific_study_id" in clean:
@@ -196,6 +235,8 @@ def _options_clean(options: dict[str, Any]) -> dict[str, Any]:
         if hit and not re.fullmatch(r"[0-9A-Z]{20,64}", hit):
             errors["mturk_hit_id"] = ["An MTurk HIT id: 20 to 64 letters and digits."]
         clean["mturk_hit_id"] = hit
+    if "erasure_mode" in clean and clean["erasure_mode"] not in ErasureMode.values:
+        errors["erasure_mode"] = [f"One of {', '.join(ErasureMode.values)}."]
     if errors:
         raise CampaignInvalid(errors)
     return clean
@@ -521,9 +562,9 @@ def campaign_counts(*, campaign: Campaign) -> dict[str, int]:
 
 
 def campaigns_with_counts() -> QuerySet[Campaign]:
-    """Campaigns annotated with candidate_count, slots_total, slots_taken, clip_count and
-    participation_count
-    (independent subqueries, so the counts never multiply each other)."""
+    """Campaigns annotated with clip_count and participation_count (independent subqueries, so
+    the counts never multiply each other). Candidate, slot and judgment figures come from
+    `annotation.figures`."""
     from annotation.models import Participation
 
     def scalar(model: Any, expression: Any) -> Subquery:
@@ -537,9 +578,6 @@ def campaigns_with_counts() -> QuerySet[Campaign]:
         )
 
     return Campaign.objects.annotate(
-        candidate_count=Coalesce(scalar(CampaignCandidate, Count("id")), 0),
-        slots_total=Coalesce(scalar(CampaignCandidate, Sum("quota")), 0),
-        slots_taken=Coalesce(scalar(CampaignCandidate, Sum("slots_taken")), 0),
         clip_count=Coalesce(scalar(CampaignClip, Count("id")), 0),
         participation_count=Coalesce(scalar(Participation, Count("id")), 0),
     )

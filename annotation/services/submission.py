@@ -36,10 +36,12 @@ from annotation.models import (
     JudgmentSource,
     Participation,
     ParticipationStatus,
+    Repeat,
 )
 from annotation.quality.debouncing import after_submission_schedule
 from annotation.questions import level_values
 from annotation.services import crowd_sql as sql
+from annotation.services import repeats
 from annotation.services.assignment import assignment_slots_retake
 
 MAX_CLIENT_MS = 7 * 24 * 3600 * 1000
@@ -259,6 +261,9 @@ _SUBMIT_COMBINED = (
 )
 
 
+_ENDED = "Your participation in this campaign has ended, so this submission was not stored."
+
+
 class _SlowPath(Exception):
     """Internal: the one-statement submit did not apply; roll back and take the detailed path."""
 
@@ -269,7 +274,12 @@ def assignment_submit(
     """Store the worker's ratings of one assignment (see the module docstring)."""
     rows = sql.fetchall(_ASSIGNMENT_WITH_ITEMS, [assignment_id, participation.pk])
     if not rows:
-        raise AssignmentNotFound(assignment_id)
+        repeat = repeats.repeat_for_submit(
+            participation_id=participation.pk, repeat_id=assignment_id
+        )
+        if repeat is None:
+            raise AssignmentNotFound(assignment_id)
+        return _repeat_submit(participation=participation, repeat=repeat, body=body, now=now)
     status, stored_digest, stored_result, issued_at, campaign_id = rows[0][:5]
     candidate_ids = [row[5] for row in rows]
     clean = submission_clean(
@@ -281,10 +291,7 @@ def assignment_submit(
 
     now = now or timezone.now()
     issued_at = sql.py_datetime(issued_at)
-    minimum = participation.campaign.min_seconds_on_clip or 0
-    elapsed = (now - issued_at).total_seconds()
-    if elapsed < minimum:
-        raise SubmissionTooEarly(minimum=minimum, elapsed=max(0.0, elapsed))
+    _refuse_too_early(campaign=participation.campaign, issued_at=issued_at, now=now)
     arguments = {
         "participation": participation,
         "assignment_id": assignment_id,
@@ -306,6 +313,54 @@ def assignment_submit(
     except IntegrityError:
         # The last line of defence (one judgment per worker and candidate) fired: nothing stored.
         raise SubmissionRefused("These ratings conflict with ratings already stored.")
+
+
+def _refuse_too_early(*, campaign: Campaign, issued_at: datetime, now: datetime) -> None:
+    minimum = campaign.min_seconds_on_clip or 0
+    elapsed = (now - issued_at).total_seconds()
+    if elapsed < minimum:
+        raise SubmissionTooEarly(minimum=minimum, elapsed=max(0.0, elapsed))
+
+
+def _result(*, assignment_id: int, count: int, now: datetime) -> dict[str, Any]:
+    return {
+        "assignment_id": assignment_id,
+        "status": AssignmentStatus.SUBMITTED.value,
+        "judgments": count,
+        "submitted_at": _iso(now),
+    }
+
+
+def _repeat_submit(
+    *, participation: Participation, repeat: Repeat, body: Any, now: datetime | None
+) -> SubmitOutcome:
+    """A test-retest repeat (see `services.repeats`): the same checks and the same answers as an
+    assignment, so nothing tells the worker it was a repeat; the ratings go to RepeatJudgment and
+    no counter that quotas, payments or limits read moves."""
+    clean = submission_clean(
+        campaign=participation.campaign, candidate_ids=list(repeat.candidate_ids), body=body
+    )
+    digest = clean.digest
+    if repeat.status == AssignmentStatus.SUBMITTED:
+        return _replay(
+            stored_digest=repeat.submission_digest, stored_result=repeat.result, digest=digest
+        )
+    now = now or timezone.now()
+    _refuse_too_early(campaign=participation.campaign, issued_at=repeat.issued_at, now=now)
+    result = _result(assignment_id=repeat.pk, count=len(clean.ratings), now=now)
+    with transaction.atomic():
+        if not repeats.repeat_touch_participation(
+            participation_id=participation.pk, now=now, excluded=ParticipationStatus.EXCLUDED.value
+        ):
+            raise SubmissionRefused(_ENDED, status=403)
+        if repeats.repeat_store(
+            repeat=repeat, ratings=clean.ratings, digest=digest, result=result, now=now
+        ):
+            return SubmitOutcome(result=result, created=True)
+    stored = Repeat.objects.get(pk=repeat.pk)
+    return _replay(
+        stored_digest=stored.submission_digest, stored_result=stored.result, digest=digest
+    )
 
 
 def _store(
@@ -330,10 +385,7 @@ def _store(
         ],
     )
     if not locked:
-        raise SubmissionRefused(
-            "Your participation in this campaign has ended, so this submission was not stored.",
-            status=403,
-        )
+        raise SubmissionRefused(_ENDED, status=403)
     result, mark, judgment_rows = _rows(
         participation=participation,
         assignment_id=assignment_id,
@@ -425,12 +477,7 @@ def _rows(
     must have), and one row of column values per judgment."""
     count = len(clean.ratings)
     server_ms = max(0, int((now - issued_at).total_seconds() * 1000))
-    result = {
-        "assignment_id": assignment_id,
-        "status": AssignmentStatus.SUBMITTED.value,
-        "judgments": count,
-        "submitted_at": _iso(now),
-    }
+    result = _result(assignment_id=assignment_id, count=count, now=now)
     mark = [
         AssignmentStatus.SUBMITTED.value,
         sql.db_datetime(now),

@@ -16,8 +16,10 @@ signed invite. A campaign may be bound to one Prolific study or MTurk HIT
 (`Campaign.prolific_study_id`, `Campaign.mturk_hit_id`): joins that do not carry it are refused.
 
 Exclusion is per person: joining again under any variant of an excluded worker's id is refused
-(403), and the excluded participation's token stops authenticating (`worker_token_problem`), so no
-token of that person reaches `next` or `submit` again. Re-inclusion by a curator restores both.
+(403), and the excluded participation's token no longer reaches any worker view: every worker
+route answers 403 with the campaign's screen-out (`screen_out_payload`, raised by the
+authentication), so no token of that person reaches `next` or `submit` again. Re-inclusion by a
+curator restores both.
 
 The token is derived from the participation with an HMAC of the server secret, so joining again
 (a second tab, a reload on another device) returns the very same, still working token instead of
@@ -66,13 +68,22 @@ _INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn"})
 
 
 class JoinRefused(Exception):
-    """The campaign cannot be joined (closed, imported, bad invite). `status` is the HTTP answer."""
+    """The campaign cannot be joined (closed, imported, bad invite). `status` is the HTTP answer;
+    `body`, when given, is the whole answer (the screen-out of an excluded worker)."""
 
-    def __init__(self, message: str, *, status: int = 409, field: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int = 409,
+        field: str | None = None,
+        body: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
         self.field = field
+        self.body = body
 
 
 @dataclass(frozen=True)
@@ -172,10 +183,11 @@ def worker_token_expires_at(*, participation: Participation) -> datetime:
 
 
 def worker_token_problem(
-    *, participation: Participation, now: datetime | None = None
+    *, participation: Participation, now: datetime | None = None, revoked_ok: bool = False
 ) -> str | None:
-    """Why the participation's (otherwise valid) token may not be used now; None if it may."""
-    if participation.status == ParticipationStatus.EXCLUDED:
+    """Why the participation's (otherwise valid) token may not be used now; None if it may.
+    `revoked_ok`: an excluded worker's token still serves (erasing oneself, nothing else)."""
+    if participation.status == ParticipationStatus.EXCLUDED and not revoked_ok:
         return "This worker token was revoked: your participation in this campaign has ended."
     if worker_token_expires_at(participation=participation) <= (now or timezone.now()):
         return "This worker token has expired. Please open the study link again to continue."
@@ -193,8 +205,12 @@ _CAMPAIGN_COLUMNS = (
     "min_seconds_on_clip",
     "reason_required_at_or_below",
     "max_assignments_per_worker",
+    "retest_share",
+    "retest_min_gap",
     "completion_code",
     "redirect_url",
+    "screen_out_code",
+    "screen_out_redirect_url",
 )
 _PARTICIPATION_COLUMNS = (
     "id",
@@ -237,6 +253,71 @@ def participation_by_token(*, token: str) -> Participation | None:
     participation: Participation = crowd_sql.instance(Participation, participation_values)
     participation.campaign = crowd_sql.instance(Campaign, campaign_values)
     return participation
+
+
+# --- screen-out ------------------------------------------------------------------------------
+
+SCREEN_OUT_DETAIL = (
+    "Based on your answers so far, this study has no further clips for you. Thank you for your "
+    "time."
+)
+# What to do now, per platform (Prolific: with or without a screen-out code or link to go back with).
+SCREEN_OUT_PROLIFIC_WITH_CODE = (
+    "Please return to Prolific with this screen-out code (or the link below), so that your "
+    "submission is recorded as screened out."
+)
+SCREEN_OUT_PROLIFIC = "Please return to Prolific and return your submission there."
+SCREEN_OUT_MTURK = "Please return this HIT on MTurk (the Return button): do not submit it."
+SCREEN_OUT_INVITE = "You can close this page now."
+
+
+def screen_out_payload(*, participation: Participation) -> dict[str, Any]:
+    """What the worker API answers (403) to a worker excluded by quality control, from the first
+    request after the exclusion on (`next`, `submit`, `me`, `join`): the campaign's screen-out
+    code and redirect (Prolific's "screened out" completion) or, on MTurk, the instruction to
+    return the HIT. `state` is always "screened_out"."""
+    campaign = participation.campaign
+    platform = participation.worker.platform
+    code = campaign.screen_out_code or None
+    redirect = campaign.screen_out_redirect_url or None
+    if platform == Platform.MTURK:
+        code = redirect = None  # an MTurk worker returns the HIT; no code is ever submitted
+        instruction = SCREEN_OUT_MTURK
+    elif platform == Platform.PROLIFIC:
+        instruction = SCREEN_OUT_PROLIFIC_WITH_CODE if (code or redirect) else SCREEN_OUT_PROLIFIC
+    else:
+        instruction = SCREEN_OUT_INVITE
+    return {
+        "detail": SCREEN_OUT_DETAIL,
+        "state": "screened_out",
+        "platform": str(platform),
+        "screen_out_code": code,
+        "redirect_url": redirect,
+        "instruction": instruction,
+    }
+
+
+def screen_out_for_entry(
+    *, campaign: Campaign, platform: str, external_id: str
+) -> dict[str, Any] | None:
+    """The screen-out of the worker an entry link names, if that worker was excluded from the
+    campaign (the rating page shows it at once instead of consent and instructions); None
+    otherwise. Tells nothing `join` with the same id would not."""
+    normalised = external_id_normalize(platform=platform, external_id=external_id)
+    participation = (
+        Participation.objects.select_related("worker")
+        .filter(
+            campaign=campaign,
+            worker__platform=platform,
+            worker__external_id=normalised,
+            status=ParticipationStatus.EXCLUDED,
+        )
+        .first()
+    )
+    if participation is None:
+        return None
+    participation.campaign = campaign
+    return screen_out_payload(participation=participation)
 
 
 # --- invites ----------------------------------------------------------------------------------
@@ -334,9 +415,9 @@ def worker_join(
         campaign=campaign, worker=worker, platform_data=platform_data, now=now
     )
     if participation.status == ParticipationStatus.EXCLUDED:
-        raise JoinRefused(
-            "Your participation in this study has ended, so you cannot join it again.", status=403
-        )
+        participation.campaign, participation.worker = campaign, worker
+        screen_out = screen_out_payload(participation=participation)
+        raise JoinRefused(screen_out["detail"], status=403, body=screen_out)
     changes: dict[str, Any] = {"token_renewed_at": now}
     if not created and worker_token_expires_at(participation=participation) <= now:
         # The old token has expired: issue the next generation, so it never works again.

@@ -13,10 +13,13 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
-from annotation.models import Campaign, CampaignStatus
+from annotation.figures import campaigns_csv, campaigns_with_figures
+from annotation.models import Campaign, CampaignStatus, ErasureMode
 from annotation.questions import default_questions, overall_only_questions
 from annotation.services.campaigns import (
     OPTION_FIELDS,
+    RETEST_GAP_MAX,
+    RETEST_SHARE_MAX,
     CampaignInvalid,
     campaign_create,
     campaign_has_crowd_judgments,
@@ -89,6 +92,20 @@ class CampaignSettingsForm(forms.Form):
     max_assignments_per_worker = forms.IntegerField(
         min_value=1, required=False, help_text="Empty: no limit."
     )
+    retest_share = forms.FloatField(
+        min_value=0,
+        max_value=RETEST_SHARE_MAX,
+        initial=0,
+        help_text="Test-retest: share of each worker's clips shown to them again later, "
+        "unannounced, to measure their consistency (0: off). Repeats are not paid and never "
+        "count as judgments.",
+    )
+    retest_min_gap = forms.IntegerField(
+        min_value=1,
+        max_value=RETEST_GAP_MAX,
+        initial=3,
+        help_text="At least this many other clips between a clip and its repeat.",
+    )
     pay_per_assignment = forms.DecimalField(
         min_value=0, max_digits=8, decimal_places=2, initial=0, help_text="Per submitted clip."
     )
@@ -99,6 +116,28 @@ class CampaignSettingsForm(forms.Form):
         required=False,
         assume_scheme="https",
         help_text="e.g. https://app.prolific.com/submissions/complete?cc=CODE",
+    )
+    screen_out_code = forms.CharField(
+        max_length=100,
+        required=False,
+        help_text="Given to a worker excluded by quality control (Prolific: the study's "
+        "'screened out' completion code). MTurk workers are told to return the HIT.",
+    )
+    screen_out_redirect_url = forms.URLField(
+        max_length=500,
+        required=False,
+        assume_scheme="https",
+        help_text="Where an excluded worker is sent, e.g. "
+        "https://app.prolific.com/submissions/complete?cc=SCREENED",
+    )
+
+    erasure_mode = forms.ChoiceField(
+        choices=ErasureMode.choices,
+        initial=ErasureMode.DELETE,
+        required=False,  # absent from a form post: the campaign keeps its setting
+        label="When a participant is erased",
+        help_text="Their platform id and free text are always deleted; this decides their "
+        "ratings. The consent text tells workers which applies.",
     )
 
     def clean_currency(self) -> str:
@@ -122,7 +161,10 @@ class CampaignSettingsForm(forms.Form):
         return cleaned
 
     def options(self) -> dict[str, Any]:
-        return {name: self.cleaned_data[name] for name in _FORM_OPTION_FIELDS}
+        options = {name: self.cleaned_data[name] for name in _FORM_OPTION_FIELDS}
+        if not options.get("erasure_mode"):
+            options.pop("erasure_mode", None)
+        return options
 
 
 # The campaign settings (`OPTION_FIELDS`) this page offers; the others (controls, QC rules, review
@@ -176,14 +218,21 @@ def _apply_errors(form: forms.Form, invalid: CampaignInvalid) -> None:
 @require_GET
 @curator_required
 def campaign_list(request: HttpRequest) -> HttpResponse:
-    campaigns = list(campaigns_with_counts().order_by("-created_at"))
+    campaigns = campaigns_with_figures(campaigns_with_counts().order_by("-created_at"))
     for campaign in campaigns:
         campaign.detail_url = campaign_detail_url(campaign.slug)  # type: ignore[attr-defined]
-        total = campaign.slots_total or 0  # type: ignore[attr-defined]
-        campaign.filled_percent = (  # type: ignore[attr-defined]
-            round(100 * campaign.slots_taken / total) if total else 0  # type: ignore[attr-defined]
-        )
     return render(request, "annotation/campaigns/list.html", {"campaigns": campaigns})
+
+
+@require_GET
+@curator_required
+def campaign_list_csv(request: HttpRequest) -> HttpResponse:
+    """The campaign list's figures as CSV (the same selector as the page and the API)."""
+    body = campaigns_csv(campaigns_with_counts().order_by("-created_at"))
+    response = HttpResponse(body, content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = 'attachment; filename="campaigns.csv"'
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 @require_http_methods(["GET", "POST"])

@@ -23,6 +23,7 @@ from annotation.services.workers import (
     external_id_normalize,
     external_id_problem,
     invite_token_read,
+    screen_out_for_entry,
 )
 
 MTURK_PREVIEW_ID = "ASSIGNMENT_ID_NOT_AVAILABLE"
@@ -142,6 +143,13 @@ def worker_entry(request: HttpRequest, slug: str) -> HttpResponse:
                 "the link on your crowd platform."
             )
             return _page(request, "annotation/worker/problem.html", context, status=400)
+        # A worker quality control excluded gets the screen-out at once (as `join` would say).
+        screen_out = screen_out_for_entry(
+            campaign=campaign, platform=entry["platform"], external_id=entry["external_id"]
+        )
+        if screen_out is not None:
+            context.update({"problem": screen_out["detail"], "screen_out": screen_out})
+            return _page(request, "annotation/worker/problem.html", context, status=403)
     questions = _questions_for_page(campaign)
     context.update(
         {
@@ -173,3 +181,17 @@ def worker_entry(request: HttpRequest, slug: str) -> HttpResponse:
         }
     )
     return _page(request, "annotation/worker/rate.html", context, status=200)
+
+
+@require_GET
+@xframe_options_exempt
+def worker_erase_page(request: HttpRequest, slug: str) -> HttpResponse:
+    """The erase page linked from the end screen: a confirmation, then the done screen
+    (`static/js/erase.js` erases through the worker API with this tab's worker token)."""
+    campaign = Campaign.objects.filter(slug=slug, is_imported=False).first()
+    if campaign is None:
+        raise Http404("No such campaign.")
+    config = {"slug": campaign.slug, "urls": {"erase": reverse("annotation_api:worker-erase")}}
+    return _page(
+        request, "annotation/worker/erase.html", {"campaign": campaign, "config": config}, 200
+    )

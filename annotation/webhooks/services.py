@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.http import Http404
 
 from annotation.models import Campaign
 from common import webhooks
@@ -28,7 +29,13 @@ def endpoint_register(
 
 
 def endpoint_rotate(endpoint: WebhookEndpoint) -> str:
-    return webhooks.rotate_secret(endpoint)
+    """Rotate under the row lock: an endpoint deleted meanwhile (a concurrent DELETE) is a 404,
+    not a failed save."""
+    with transaction.atomic():
+        locked = WebhookEndpoint.objects.select_for_update().filter(pk=endpoint.pk).first()
+        if locked is None:
+            raise Http404("No such webhook endpoint.")
+        return webhooks.rotate_secret(locked)
 
 
 def delivery_redeliver(delivery: WebhookDelivery) -> WebhookDelivery:

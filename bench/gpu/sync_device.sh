@@ -8,7 +8,9 @@ rm -rf "$DST"
 mkdir -p "$DST/training_bridge" "$DST/bench/gpu" "$DST/data/vatex_eval"
 cp -r "$SRC/training_bridge/rigel" "$DST/training_bridge/"
 : > "$DST/training_bridge/__init__.py"
-cp "$SRC/bench/gpu_rigel.py" "$DST/bench/"
+cp "$SRC/bench/gpu_rigel.py" "$SRC/bench/provenance.py" "$SRC/bench/make_vatex_clips.py" \
+  "$SRC/bench/rigel_vatex_eval.py" "$DST/bench/"
+cp "$SRC/requirements.txt" "$DST/"  # provenance.py records its pins
 cp "$SRC"/bench/gpu/*.py "$SRC"/bench/gpu/*.sh "$DST/bench/gpu/"
 cp "$SRC/data/vatex_eval/vid_cans_score_dict.json" "$DST/data/vatex_eval/"
 find "$DST" -name __pycache__ -prune -exec rm -rf {} +

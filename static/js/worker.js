@@ -14,7 +14,8 @@
     form: $("ratings"), candidates: $("candidates"), formError: $("form-error"),
     submit: $("submit"), done: $("done"), doneMessage: $("done-message"),
     completion: $("completion"), code: $("completion-code"), redirect: $("redirect"),
-    redirectLink: $("redirect-link"), mturkForm: $("mturk-form")
+    redirectLink: $("redirect-link"), mturkForm: $("mturk-form"), player: $("player"),
+    screenedOut: $("screened-out")
   };
 
   var token = null;
@@ -69,6 +70,39 @@
     say(message);
   }
 
+  // --- screen-out -------------------------------------------------------------------------------
+  // A worker excluded by quality control gets a 403 whose body is the campaign's screen-out
+  // (state "screened_out") from every worker API call: show it instead of any further clip.
+  function isScreenOut(answer) {
+    return answer.status === 403 && answer.body && answer.body.state === "screened_out";
+  }
+
+  function screenOut(body) {
+    busy = false;
+    current = null;
+    clearTimeout(unlockTimer);
+    el.video.pause();
+    el.consent.hidden = true;
+    el.task.hidden = true;
+    el.done.hidden = true;
+    say("");
+    $("screened-out-message").textContent = body.detail || "";
+    $("screened-out-instruction").textContent = body.instruction || "";
+    if (body.screen_out_code) {
+      $("screened-out-code").textContent = body.screen_out_code;
+      $("screened-out-code-line").hidden = false;
+    }
+    if (body.redirect_url) {
+      $("screened-out-link").href = body.redirect_url;
+      $("screened-out-redirect").hidden = false;
+      if (!body.screen_out_code) {
+        setTimeout(function () { window.location.assign(body.redirect_url); }, 2000);
+      }
+    }
+    el.screenedOut.hidden = false;
+    el.screenedOut.focus();
+  }
+
   // --- timing ---------------------------------------------------------------------------------
   function now() { return window.performance ? performance.now() : Date.now(); }
   document.addEventListener("visibilitychange", function () {
@@ -107,6 +141,7 @@
     el.task.hidden = false;
     patiently(function () { return api("GET", config.urls.me); }).then(function (answer) {
       if (answer.status === 401) { return forget(); }
+      if (isScreenOut(answer)) { return screenOut(answer.body); }
       if (answer.status === 200) { readProgress(answer.body); }
       loadNext();
     }, function () { fail("We could not reach the server. Please check your connection and reload."); });
@@ -126,6 +161,7 @@
     say("Starting…");
     patiently(function () { return api("POST", config.urls.join, config.join); }).then(function (answer) {
       busy = false;
+      if (isScreenOut(answer)) { return screenOut(answer.body); }
       if (answer.status !== 200) {
         var detail = answer.body && (answer.body.detail || JSON.stringify(answer.body));
         return fail(detail || "Could not start the study.");
@@ -146,6 +182,7 @@
       busy = false;
       if (answer.status === 204) { return finish(); }
       if (answer.status === 401) { return forget(); }
+      if (isScreenOut(answer)) { return screenOut(answer.body); }
       if (answer.status !== 200) {
         return fail((answer.body && answer.body.detail) || "Could not load the next clip.");
       }
@@ -162,6 +199,7 @@
     clearTimeout(unlockTimer);
     el.formError.textContent = "";
     el.hint.hidden = false;
+    el.hint.classList.remove("unlocked");
     el.hint.textContent = "Watch the whole clip to unlock the ratings.";
     el.play.textContent = "Play clip";
 
@@ -189,8 +227,19 @@
     });
     setLocked(true);
     showProgress();
-    el.play.focus();
+    keepPlayerClear();
+    el.play.focus({ preventScroll: true });
   }
+
+  // Where the player sticks to the top (one column), a focused field scrolled into view must
+  // land below it, not behind it.
+  var oneColumn = window.matchMedia("(max-width: 959px)");
+  function keepPlayerClear() {
+    var top = oneColumn.matches && !el.task.hidden ? el.player.offsetHeight + 8 : 0;
+    document.documentElement.style.scrollPaddingTop = top ? top + "px" : "";
+  }
+  window.addEventListener("resize", keepPlayerClear);
+  el.video.addEventListener("loadedmetadata", keepPlayerClear);
 
   function candidateBlock(candidate, index, questions) {
     var number = index + 1;
@@ -240,6 +289,7 @@
         row.appendChild(label);
       });
       fieldset.appendChild(row);
+      fieldset.appendChild(fieldError("err-c" + candidate.id + "-" + question.key, fieldset));
       block.appendChild(fieldset);
     });
 
@@ -257,9 +307,41 @@
       area.rows = 2;
       reason.appendChild(reasonLabel);
       reason.appendChild(area);
+      reason.appendChild(fieldError("err-" + reasonId, area));
       block.appendChild(reason);
     }
     return block;
+  }
+
+  // The message of a missing answer sits next to its field (and is read with it).
+  function fieldError(id, field) {
+    var message = document.createElement("p");
+    message.className = "field-error error";
+    message.id = id;
+    message.hidden = true;
+    field.setAttribute("aria-describedby", id);
+    return message;
+  }
+
+  function markMissing(field, message) {
+    var error = $(field.getAttribute("aria-describedby"));
+    error.textContent = message;
+    error.hidden = false;
+    field.classList.add("missing");
+    if (field.tagName === "TEXTAREA") { field.setAttribute("aria-invalid", "true"); }
+  }
+
+  function clearMissing(field) {
+    if (!field.classList.contains("missing")) { return; }
+    var error = $(field.getAttribute("aria-describedby"));
+    error.textContent = "";
+    error.hidden = true;
+    field.classList.remove("missing");
+    field.removeAttribute("aria-invalid");
+    var left = el.candidates.querySelectorAll(".missing").length;
+    el.formError.textContent = left
+      ? left + (left === 1 ? " answer is" : " answers are") + " still missing (marked in red)."
+      : "";
   }
 
   function setLocked(locked) {
@@ -278,8 +360,8 @@
       return;
     }
     setLocked(false);
-    el.hint.textContent = "Ratings unlocked: rate every caption, then press Submit.";
-    say("Ratings unlocked.");
+    el.hint.classList.add("unlocked");
+    el.hint.textContent = "Ratings unlocked: rate every caption below, then press Submit.";
   }
 
   el.video.addEventListener("ended", function () {
@@ -298,20 +380,32 @@
     }
   });
 
-  // Number keys pick a rating in the focused scale (arrow keys work natively on radios).
+  // Number keys rate the focused row: the question whose scale holds the focus (arrow keys work
+  // natively on radios). Digits typed into a reason box stay text.
   el.candidates.addEventListener("keydown", function (event) {
     var target = event.target;
-    if (!target || target.type !== "radio" || event.altKey || event.ctrlKey || event.metaKey) {
+    if (!target || target.tagName === "TEXTAREA" || event.altKey || event.ctrlKey ||
+        event.metaKey || !/^[0-9]$/.test(event.key)) {
       return;
     }
-    if (!/^[0-9]$/.test(event.key)) { return; }
-    var fieldset = target.closest("fieldset");
-    var choice = fieldset && fieldset.querySelector('input[value="' + event.key + '"]');
+    var fieldset = target.closest && target.closest("fieldset.scale");
+    if (!fieldset || fieldset.disabled) { return; }
+    var choice = fieldset.querySelector('input[value="' + event.key + '"]');
     if (choice) {
       event.preventDefault();
       choice.checked = true;
       choice.focus();
       choice.dispatchEvent(new Event("change", { bubbles: true }));
+    }
+  });
+
+  // A missing-answer message goes as soon as its field is filled.
+  el.candidates.addEventListener("change", function (event) {
+    if (event.target.type === "radio") { clearMissing(event.target.closest("fieldset")); }
+  });
+  el.candidates.addEventListener("input", function (event) {
+    if (event.target.tagName === "TEXTAREA" && event.target.value.trim()) {
+      clearMissing(event.target);
     }
   });
 
@@ -325,6 +419,7 @@
       if (Number(checked[i].value) <= config.reasonAtOrBelow) { low = true; }
     }
     block.querySelector(".reason").hidden = !low;
+    if (!low) { clearMissing(block.querySelector(".reason textarea")); }
   });
 
   function collect() {
@@ -338,7 +433,8 @@
       for (var s = 0; s < sets.length; s += 1) {
         var checked = sets[s].querySelector("input:checked");
         if (!checked) {
-          missing.push("Caption " + (b + 1) + ": " + sets[s].dataset.label);
+          missing.push(sets[s]);
+          markMissing(sets[s], "Choose a rating for " + sets[s].dataset.label + ".");
           firstMissing = firstMissing || sets[s].querySelector("input");
           continue;
         }
@@ -352,7 +448,8 @@
         var reason = area.value.trim();
         if (reason) { rating.reason = reason; }
         if (low && !reason) {
-          missing.push("Caption " + (b + 1) + ": a reason for the low rating");
+          missing.push(area);
+          markMissing(area, "Say briefly why the rating is low.");
           firstMissing = firstMissing || area;
         }
       }
@@ -366,7 +463,9 @@
     if (!current || busy || el.submit.disabled) { return; }
     var collected = collect();
     if (collected.missing.length) {
-      el.formError.textContent = "Please complete: " + collected.missing.join("; ") + ".";
+      var count = collected.missing.length;
+      el.formError.textContent = count + (count === 1 ? " answer is" : " answers are") +
+        " missing (marked in red). Please complete " + (count === 1 ? "it." : "them.");
       if (collected.firstMissing) { collected.firstMissing.focus(); }
       return;
     }
@@ -386,6 +485,7 @@
         return loadNext();
       }
       if (answer.status === 401) { return forget(); }
+      if (isScreenOut(answer)) { return screenOut(answer.body); }
       if (answer.status === 400) {
         el.submit.disabled = false;
         var problems = [];

@@ -123,12 +123,20 @@ def test_selection_by_system_batch_clip_list_and_limit():
         ({"slug": "ok", "lease_seconds": 5}, "lease_seconds"),
         ({"slug": "ok", "currency": "pounds"}, "currency"),
         ({"slug": "ok", "redirect_url": "javascript:alert(1)"}, "redirect_url"),
+        ({"slug": "ok", "redirect_url": "http://example.org/done"}, "redirect_url"),
+        (
+            {"slug": "ok", "screen_out_redirect_url": "http://example.org/out"},
+            "screen_out_redirect_url",
+        ),
+        ({"slug": "ok", "screen_out_redirect_url": "https:///no-host"}, "screen_out_redirect_url"),
+        ({"slug": "ok", "screen_out_code": "x" * 101}, "screen_out_code"),
         ({"slug": "ok", "colour": "red"}, "colour"),
         ({"slug": "ok", "prolific_study_id": "study-1"}, "prolific_study_id"),
         ({"slug": "ok", "mturk_hit_id": "3XY-Z"}, "mturk_hit_id"),
     ],
 )
 def test_invalid_campaigns_are_refused_and_nothing_is_created(arguments, field):
+    # (With DEBUG off, as in production, return URLs must be https.)
     clips_with_candidates(clips=1)
     arguments = {"name": "A campaign", **arguments}
     with pytest.raises(CampaignInvalid) as refused:
@@ -217,7 +225,8 @@ def test_curator_api_creates_reads_updates_and_deletes(curator_client):
 
     assert created.status_code == 201
     data = created.json()
-    assert (data["slug"], data["candidates"], data["clips"], data["slots_total"]) == (
+    figures = data["figures"]
+    assert (data["slug"], figures["candidates"], data["clips"], figures["slots_total"]) == (
         "api-made",
         2,
         1,
@@ -357,7 +366,11 @@ def test_campaign_list_page_shows_counts_and_links(curator_client):
     assert response.status_code == 200
     assert 'href="/dashboard/campaigns/shown/"' in html
     assert 'href="/dashboard/campaigns/shown/edit/"' in html
-    assert "0 / 18" in html
+    row = html[html.index('data-campaign="shown"') :]
+    assert (
+        '<span data-figure="slots_filled">0</span> / <span data-figure="slots_total">18</span>'
+        in row
+    )
 
 
 def test_dashboard_pages_are_curator_only(client, outsider):
@@ -533,3 +546,20 @@ def test_a_campaign_is_bound_to_its_study_through_the_api(curator_client):
         "/api/v1/campaigns/bound/join", {**join, "study_id": study}, content_type="application/json"
     )
     assert right.status_code == 200
+
+
+def test_screen_out_settings_are_stored_and_http_is_allowed_only_with_debug(settings):
+    clips_with_candidates(clips=1)
+    campaign = campaign_create(
+        slug="screened",
+        name="A campaign",
+        screen_out_code=" SCREENED-9 ",
+        screen_out_redirect_url="https://app.prolific.com/submissions/complete?cc=SCREENED-9",
+    )
+    assert campaign.screen_out_code == "SCREENED-9"
+    assert campaign.screen_out_redirect_url.endswith("cc=SCREENED-9")
+    settings.DEBUG = True  # a local demo
+    demo = campaign_create(
+        slug="local-demo", name="Demo", screen_out_redirect_url="http://127.0.0.1:8000/out"
+    )
+    assert demo.screen_out_redirect_url == "http://127.0.0.1:8000/out"

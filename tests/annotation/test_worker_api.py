@@ -294,14 +294,49 @@ def test_next_is_204_when_nothing_is_left_for_this_worker(campaign, worker_a):
     assert response.content == b""
 
 
-def test_next_is_401_for_an_excluded_worker_whose_token_is_revoked(campaign, worker_a):
+def test_next_answers_the_screen_out_at_once_for_an_excluded_worker(campaign, worker_a):
+    campaign.screen_out_code = "SCREENED7"
+    campaign.screen_out_redirect_url = "https://app.prolific.com/submissions/complete?cc=SCREENED7"
+    campaign.save()
     Participation.objects.update(status=ParticipationStatus.EXCLUDED)
+
     response = worker_a.post(NEXT)
-    assert response.status_code == 401
-    assert response.json() == {
-        "detail": "This worker token was revoked: your participation in this campaign has ended."
-    }
-    assert Assignment.objects.count() == 0
+
+    assert response.status_code == 403
+    body = response.json()
+    assert body["state"] == "screened_out"
+    assert body["platform"] == "prolific"
+    assert body["screen_out_code"] == "SCREENED7"
+    assert body["redirect_url"] == campaign.screen_out_redirect_url
+    assert "Prolific" in body["instruction"]
+    assert Assignment.objects.count() == 0  # no clip is handed out
+    # `me` and a join again say the same (a reload of the page shows the screen-out).
+    assert worker_a.get(ME).json() == body
+    status, joined = join(
+        campaign.slug,
+        platform="prolific",
+        external_id="worker-a",
+        study_id="study-1",
+        session_id="session-worker-a",
+    )
+    assert (status, joined) == (403, body)
+
+
+def test_an_excluded_mturk_worker_is_told_to_return_the_hit_and_gets_no_code(campaign, settings):
+    settings.LEPUS_CHECK_WORKER_IDS = False
+    campaign.screen_out_code = "SCREENED7"
+    campaign.save()
+    status, joined = join(campaign.slug, platform="mturk", external_id="A1B2C3D4E5F6G7")
+    assert status == 200
+    Participation.objects.update(status=ParticipationStatus.EXCLUDED)
+
+    response = worker_client(joined["worker_token"]).post(NEXT)
+
+    assert response.status_code == 403
+    body = response.json()
+    assert body["platform"] == "mturk"
+    assert body["screen_out_code"] is None and body["redirect_url"] is None
+    assert "return this HIT" in body["instruction"]
 
 
 def test_next_is_204_for_a_paused_worker(campaign, worker_a):
@@ -608,7 +643,8 @@ def test_an_excluded_worker_cannot_submit(worker_a):
         submit_url(body["assignment_id"]), {"ratings": all_candidate_ratings(body)}, format="json"
     )
 
-    assert response.status_code == 401  # the token was revoked with the exclusion
+    assert response.status_code == 403  # the screen-out: no view runs for an excluded worker
+    assert response.json()["state"] == "screened_out"
     assert Judgment.objects.count() == 0
     assert Assignment.objects.get().status == AssignmentStatus.LIVE
 
@@ -772,3 +808,62 @@ def test_the_portable_statements_keep_the_contract(campaign, worker_a, worker_b,
         status=ParticipationStatus.PAUSED
     )
     assert worker_b.post(NEXT).status_code == 204
+
+
+# --- exclusion: leases and the screen-out ------------------------------------------------------
+
+
+def test_excluding_a_worker_releases_their_lease_so_another_worker_gets_the_clip_at_once():
+    from annotation.quality.exclusions import worker_exclude
+
+    campaign = crowd_campaign(clips=1, candidates_per_clip=2, judgments_per_candidate=1)
+    campaign.screen_out_code = "SCREENED7"
+    campaign.save()
+    token_a, participation_a = crowd_join(campaign, "worker-a")
+    token_b, _participation_b = crowd_join(campaign, "worker-b")
+    worker_a, worker_b = worker_client(token_a), worker_client(token_b)
+    held = worker_a.post(NEXT).json()
+    assert worker_b.post(NEXT).status_code == 204  # the only clip is leased to A
+
+    worker_exclude(participation=participation_a, actor=None, reason="test")
+
+    lease = Assignment.objects.get(pk=held["assignment_id"])
+    assert lease.status == AssignmentStatus.EXPIRED  # ended at once, not in 15 minutes
+    assert set(CampaignCandidate.objects.values_list("slots_taken", flat=True)) == {0}
+    assert CampaignClip.objects.get().open_slots == 2
+    given = worker_b.post(NEXT)
+    assert given.status_code == 200
+    assert given.json()["clip"]["id"] == held["clip"]["id"]
+    # A's submit of the clip it held answers the screen-out; nothing is stored.
+    late = worker_a.post(
+        submit_url(held["assignment_id"]), {"ratings": all_candidate_ratings(held)}, format="json"
+    )
+    assert late.status_code == 403
+    assert late.json()["screen_out_code"] == "SCREENED7"
+    assert Judgment.objects.count() == 0
+    assert worker_a.post(NEXT).json()["state"] == "screened_out"
+    assert Assignment.objects.filter(participation=participation_a).count() == 1
+
+
+def test_a_worker_excluded_by_the_after_submission_pass_gets_no_further_clip():
+    """The next request after a QC exclusion already knows: the screen-out, never a clip."""
+    from annotation.tasks import after_submission
+
+    campaign = crowd_campaign(clips=3, candidates_per_clip=2, judgments_per_candidate=1)
+    campaign.qc_rules = {"uniform": {"min_assignments": 1, "max_uniform_share": 0.5}}
+    campaign.screen_out_code = "SCREENED7"
+    campaign.save()
+    token, participation = crowd_join(campaign, "worker-a")
+    worker = worker_client(token)
+    first = worker.post(NEXT).json()
+    worker.post(
+        submit_url(first["assignment_id"]), {"ratings": all_candidate_ratings(first)}, format="json"
+    )
+    after_submission(first["assignment_id"])  # the pass a Celery worker runs after the submit
+
+    participation.refresh_from_db()
+    assert participation.status == ParticipationStatus.EXCLUDED
+    response = worker.post(NEXT)
+    assert response.status_code == 403
+    assert response.json()["screen_out_code"] == "SCREENED7"
+    assert Assignment.objects.filter(participation=participation).count() == 1

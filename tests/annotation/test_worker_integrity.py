@@ -208,22 +208,19 @@ def test_after_exclusion_no_spelling_rejoins_and_the_old_token_reaches_nothing(
     )
     assert excluded.status_code == 200, excluded.content
 
-    rejoins = [join(campaign.slug, platform="prolific", external_id=v) for v in PROBE_VARIANTS]
-    assert (
-        rejoins
-        == [
-            (
-                403,
-                {
-                    "detail": "Your participation in this study has ended, so you cannot join it again."
-                },
-            )
-        ]
-        * 4
-    )
-    revoked = {
-        "detail": "This worker token was revoked: your participation in this campaign has ended."
+    # Every spelling of the person, and the old token on every worker route, answers the same
+    # 403 screen-out: no clip, no stored rating.
+    screen_out = {
+        "detail": "Based on your answers so far, this study has no further clips for you. "
+        "Thank you for your time.",
+        "state": "screened_out",
+        "platform": "prolific",
+        "screen_out_code": None,
+        "redirect_url": None,
+        "instruction": "Please return to Prolific and return your submission there.",
     }
+    rejoins = [join(campaign.slug, platform="prolific", external_id=v) for v in PROBE_VARIANTS]
+    assert rejoins == [(403, screen_out)] * 4
     for response in (
         worker.post(NEXT),
         worker.get(ME),
@@ -233,7 +230,7 @@ def test_after_exclusion_no_spelling_rejoins_and_the_old_token_reaches_nothing(
             format="json",
         ),
     ):
-        assert (response.status_code, response.json()) == (401, revoked)
+        assert (response.status_code, response.json()) == (403, screen_out)
     assert Judgment.objects.count() == 0
     assert Assignment.objects.count() == 1
     assert Worker.objects.count() == 1

@@ -53,6 +53,7 @@ def test_prolific_entry_renders_consent_rubric_and_the_join_body(client, campaig
         "/static/css/worker.css",
         "/static/js/worker.js",
         "#",
+        "/w/pilot/erase/",  # the end screen's erase link (docs/privacy.md)
     ]  # no CDN: everything the page loads is ours
     config = config_of(response)
     assert config["join"] == {
@@ -143,3 +144,25 @@ def test_caption_like_markup_in_parameters_is_escaped(client, campaign):
     html = response.content.decode()
     assert "<script>alert(1)</script>" not in html
     assert config_of(response)["join"]["external_id"] == "</script><script>alert(1)</script>"
+
+
+def test_an_excluded_worker_opening_the_link_gets_the_screen_out_page(client, campaign):
+    from tests.annotation.crowd_factories import crowd_join
+
+    campaign.screen_out_code = "SCREENED-9"
+    campaign.screen_out_redirect_url = "https://app.prolific.com/submissions/complete?cc=SCREENED-9"
+    campaign.save()
+    _token, participation = crowd_join(campaign, "5f00000000000000000000dd")
+    still_in = client.get("/w/pilot/?PROLIFIC_PID=5F00000000000000000000DD")
+    Participation.objects.filter(pk=participation.pk).update(status="excluded")
+
+    response = client.get("/w/pilot/?PROLIFIC_PID=5F00000000000000000000DD")
+
+    assert still_in.status_code == 200 and "I agree — start" in still_in.content.decode()
+    html = response.content.decode()
+    assert response.status_code == 403
+    assert "Your participation has ended" in html
+    assert '<strong class="code">SCREENED-9</strong>' in html
+    assert 'href="https://app.prolific.com/submissions/complete?cc=SCREENED-9"' in html
+    assert "I agree — start" not in html and "worker-config" not in html
+    assert response["Content-Security-Policy"].startswith("default-src 'self'")

@@ -231,8 +231,12 @@ def test_scales_wait_for_the_minimum_time_and_a_reload_resumes_the_same_clip(
     for radio in page.get_by_role("radio", name="Descriptiveness: 3 — Fair").all():
         radio.check()
     page.get_by_role("button", name="Submit", exact=True).click()
-    # A rating of 1 needs a reason: the page asks for it before sending anything.
-    assert "a reason for the low rating" in page.locator("#form-error").text_content()
+    # A rating of 1 needs a reason: the page asks for it, at each reason box, before sending.
+    assert "2 answers are missing" in page.locator("#form-error").text_content()
+    for number in (1, 2):
+        assert page.locator(f"#err-reason-{number}").text_content() == (
+            "Say briefly why the rating is low."
+        )
     assert Judgment.objects.count() == 0
     page.get_by_label("Caption 1: why the low rating? (required)").fill("Broken grammar.")
     page.get_by_label("Caption 2: why the low rating? (required)").fill("Not English.")

@@ -221,21 +221,19 @@ def test_emit_many_records_one_event_per_payload_with_one_endpoint_lookup(
     second = webhooks.register_endpoint("http://127.0.0.1:9/b", campaign_id=None)
     webhooks.register_endpoint("http://127.0.0.1:9/c", events=["release.built"])  # not listening
     payloads = [{"participation_id": index} for index in range(3)]
-    # One endpoint lookup, then one event and one bulk insert of deliveries per payload.
-    with transaction.atomic(), django_assert_num_queries(1 + 2 * len(payloads)):
+    # One endpoint lookup and two bulk inserts, however many payloads (a QC run excludes hundreds).
+    with transaction.atomic(), django_assert_num_queries(3):
         records = webhooks.emit_many("worker.excluded", payloads, 5)
-    assert [record.data for record in records if record] == payloads
-    events = WebhookEvent.objects.order_by("created_at", "id")
+    assert [record.data for record in records] == payloads
+    events = WebhookEvent.objects.all()
     assert events.count() == 3 and {event.campaign_id for event in events} == {5}
     for record in records:
-        assert record is not None
         endpoints = set(
             WebhookDelivery.objects.filter(event=record).values_list("endpoint", flat=True)
         )
         assert endpoints == {first.pk, second.pk}
-    assert webhooks.emit_many("candidate.finalised", [{"candidate_id": 1}]) != [None]
     WebhookEndpoint.objects.all().delete()
-    assert webhooks.emit_many("worker.excluded", payloads, 5) == [None, None, None]
+    assert webhooks.emit_many("worker.excluded", payloads, 5) == []
     assert webhooks.emit_many("worker.excluded", [], 5) == []
 
 
@@ -282,3 +280,136 @@ def test_command_and_api(settings, curator) -> None:  # type: ignore[no-untyped-
     assert page.status_code == 200 and b"release.built" in page.content
     rotated = client.post(f"/api/v1/webhooks/{added['id']}/rotate/")
     assert rotated.json()["secret"] != added["secret"]
+
+
+def test_candidate_finalised_is_sent_once_per_candidate_that_becomes_final(
+    receiver: Receiver, webhook_worker: CeleryWorker
+) -> None:
+    """Aggregation's set-based UPDATE reports the rows it finalised: one event each, and a
+    recompute that finalises nothing new sends nothing."""
+    from annotation.quality.aggregation import aggregation_recompute
+    from tests.annotation.quality.factories import (
+        quality_crowd_campaign,
+        quality_judge,
+        quality_worker,
+    )
+
+    campaign = quality_crowd_campaign(slug="finals", clips=1, candidates_per_clip=3, quota=2)
+    endpoint = webhooks.register_endpoint(
+        receiver.url, events=["candidate.finalised"], campaign_id=campaign.pk
+    )
+    webhooks.register_endpoint(receiver.url, campaign_id=campaign.pk + 1)  # another campaign
+    first, second, third = campaign.items.order_by("id")
+    workers = [quality_worker(campaign, f"finals-{index}") for index in range(2)]
+    ratings = {"descriptiveness": 4, "relevance": 3, "fluency": 4}
+    for worker in workers:
+        quality_judge(worker, first, ratings)
+        quality_judge(worker, second, ratings)
+    quality_judge(workers[0], third, ratings)  # one of two: not final yet
+
+    aggregation_recompute(campaign=campaign)
+    aggregation_recompute(campaign=campaign)  # nothing new: no event
+    wait_until(lambda: _settled(2), timeout=30, message="two deliveries")
+    sent = sorted(json.loads(r["body"])["data"]["campaign_candidate_id"] for r in receiver.received)
+    assert sent == [first.pk, second.pk]
+
+    quality_judge(workers[1], third, ratings)
+    aggregation_recompute(campaign=campaign)
+    wait_until(lambda: _settled(3), timeout=30, message="the third delivery")
+    time.sleep(1)  # a duplicate would arrive within this
+    payloads = [json.loads(r["body"]) for r in receiver.received]
+    assert [p["data"]["campaign_candidate_id"] for p in payloads] == [first.pk, second.pk, third.pk]
+    assert payloads[2]["data"] == {
+        "campaign_candidate_id": third.pk,
+        "candidate_id": third.candidate_id,
+        "overall": pytest.approx(11 / 3),
+        "training_class": 4,
+    }
+    assert all(r["headers"]["Lepus-Event"] == "candidate.finalised" for r in receiver.received)
+    assert {d.endpoint_id for d in WebhookDelivery.objects.all()} == {endpoint.pk}
+
+
+@pytest.mark.django_db
+def test_offline_resolution_sends_no_dns_query(settings, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The suite resolves offline: a name is refused without a query, private or not; IP literals
+    and localhost still get the address check."""
+    import socket
+
+    assert settings.LEPUS_WEBHOOK_RESOLVE == "offline"
+    queries: list[str] = []
+
+    def recording(host: str, *args: Any, **kwargs: Any) -> Any:
+        queries.append(host)
+        raise AssertionError("getaddrinfo called")
+
+    monkeypatch.setattr(socket, "getaddrinfo", recording)
+    for allow_private in (False, True):
+        settings.LEPUS_WEBHOOK_ALLOW_PRIVATE = allow_private
+        for url in ("https://hooks.example.org/lepus", "http://xn--nxasmq6b.com/h", "http://a.b/"):
+            with pytest.raises(webhooks.WebhookTargetRefused, match="not resolved offline"):
+                webhooks.register_endpoint(url)
+    settings.LEPUS_WEBHOOK_ALLOW_PRIVATE = False
+    for url in ("http://localhost:8000/h", "http://127.0.0.1/h", "http://[::ffff:10.0.0.1]/h"):
+        with pytest.raises(webhooks.WebhookTargetRefused, match="non-public"):
+            webhooks.register_endpoint(url)
+    public = webhooks.register_endpoint("https://93.184.215.14/hook")
+    assert WebhookEndpoint.objects.get().pk == public.pk
+    assert queries == []
+
+
+@pytest.mark.django_db
+def test_dns_resolution_refuses_names_that_resolve_privately(settings, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Production resolves with the system resolver (stubbed here: no query leaves the test)
+    and refuses a name if any of its addresses is private."""
+    import socket
+
+    settings.LEPUS_WEBHOOK_RESOLVE = "dns"
+    settings.LEPUS_WEBHOOK_ALLOW_PRIVATE = False
+    answers = {
+        "public.test": ["93.184.215.14"],
+        "sneaky.test": ["93.184.215.14", "10.0.0.7"],
+        "metadata.test": ["169.254.169.254"],
+    }
+
+    def stub(host: str, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if host not in answers:
+            raise socket.gaierror(socket.EAI_NONAME, "unknown")
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port)) for a in answers[host]]
+
+    monkeypatch.setattr(socket, "getaddrinfo", stub)
+    assert webhooks.register_endpoint("https://public.test/hook").url == "https://public.test/hook"
+    for url in ("https://sneaky.test/h", "http://metadata.test/h"):
+        with pytest.raises(webhooks.WebhookTargetRefused, match="non-public"):
+            webhooks.register_endpoint(url)
+    with pytest.raises(webhooks.WebhookTargetRefused, match="cannot resolve"):
+        webhooks.register_endpoint("https://nowhere.test/h")
+    assert WebhookEndpoint.objects.count() == 1
+
+
+def test_the_test_process_sends_no_dns_query_for_outside_names() -> None:
+    """tests/conftest.py's guard: any external name fails at once, as with no network."""
+    import socket
+
+    with pytest.raises(socket.gaierror, match="no DNS in tests"):
+        socket.getaddrinfo("example.org", 443)
+    assert socket.getaddrinfo("127.0.0.1", 80)[0][4][0] == "127.0.0.1"
+    assert socket.getaddrinfo("localhost", 80)
+
+
+@pytest.mark.django_db
+def test_rotating_an_endpoint_deleted_meanwhile_is_a_404_not_a_500(settings, curator) -> None:  # type: ignore[no-untyped-def]
+    """The schema fuzzer's two workers once deleted and rotated the same endpoint at once."""
+    from django.http import Http404
+    from django.test import Client
+
+    from annotation.webhooks.services import endpoint_rotate
+
+    settings.LEPUS_WEBHOOK_ALLOW_PRIVATE = True
+    endpoint = webhooks.register_endpoint("http://127.0.0.1:9/hook")
+    stale = WebhookEndpoint.objects.get(pk=endpoint.pk)
+    WebhookEndpoint.objects.filter(pk=endpoint.pk).delete()
+    with pytest.raises(Http404):
+        endpoint_rotate(stale)
+    client = Client()
+    client.force_login(curator)
+    assert client.post(f"/api/v1/webhooks/{endpoint.pk}/rotate/").status_code == 404

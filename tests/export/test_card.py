@@ -111,7 +111,7 @@ def test_card_statistics_equal_an_independent_computation(db):
         )
 
     card = read_file(release, "README.md").decode()
-    assert card.startswith("---\nlicense: bsd-3-clause-clear\n")
+    assert card.startswith("---\nlicense:\n- cc-by-4.0\n")
     for line in (
         f"| Clips | {len(per_clip)} |",
         f"| Candidate captions | {len(items)} |",

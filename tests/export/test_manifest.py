@@ -62,6 +62,11 @@ def test_manifest_records_how_the_release_was_made(db):
     }
     assert "NOTICE.md" not in release.files
     card = contents["README.md"].decode()
-    assert "Creative Commons Attribution 4.0 International (CC BY 4.0)" in card
+    assert (
+        "| VATEX clip ids, time windows and English reference captions "
+        "| CC BY 4.0 (attribution) (`cc-by-4.0`) | Wang et al."
+    ) in card
+    assert facts["license"] == ["cc-by-4.0"]  # the curator's default and VATEX's agree
+    assert [row["license"] for row in facts["licenses"]] == ["cc-by-4.0", "cc-by-4.0"]
     assert "EMScore" not in card
     assert "| test |" in card

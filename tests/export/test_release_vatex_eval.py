@@ -82,6 +82,10 @@ def test_a_release_of_the_vatex_eval_import_loads_with_datasets(db, tmp_path):
     assert read_file(release, "NOTICE.md") == (REPO_ROOT / "data/vatex_eval/NOTICE.md").read_bytes()
     card = read_file(release, "README.md").decode()
     assert "EMScore" in card and "MIT licence" in card and "CC BY 4.0" in card
+    # Each source's own licence; the imported campaign collected nothing under the curator's.
+    assert card.startswith("---\nlicense:\n- cc-by-4.0\n- mit\n")
+    assert "| VATEX-EVAL candidate captions and human judgments | MIT (`mit`) | Shi et al." in card
+    assert "judgments collected with Lepus" not in card
     # The card's YAML makes the release folder itself loadable.
     from_folder = datasets.load_dataset(str(root), cache_dir=str(cache))
     assert (

@@ -219,9 +219,7 @@ def test_after_exclusion_a_rejoin_is_refused_and_no_clip_is_seen_twice(live):
 
     rejoins = [live.join(campaign.slug, platform="prolific", external_id=s) for s in SPELLINGS]
     assert {answer.status_code for answer in rejoins} == {403}
-    assert rejoins[1].json() == {
-        "detail": "Your participation in this study has ended, so you cannot join it again."
-    }
+    assert rejoins[1].json()["state"] == "screened_out"
     answers = [
         worker.post(f"{live.url}{NEXT}", timeout=60),
         worker.get(f"{live.url}{ME}", timeout=60),
@@ -231,9 +229,12 @@ def test_after_exclusion_a_rejoin_is_refused_and_no_clip_is_seen_twice(live):
             timeout=60,
         ),
     ]
-    assert [answer.status_code for answer in answers] == [401, 401, 401]
-    # The person holds one clip, was served nothing else and stored nothing.
+    # Every route answers the screen-out (403), and the lease the person held was ended at once.
+    assert [answer.status_code for answer in answers] == [403, 403, 403]
+    assert {answer.json()["state"] for answer in answers} == {"screened_out"}
+    # The person held one clip, was served nothing else and stored nothing.
     assert list(Assignment.objects.values_list("clip_id", flat=True)) == [held["clip"]["id"]]
+    assert Assignment.objects.get().status == AssignmentStatus.EXPIRED
     assert Judgment.objects.count() == 0
     assert Worker.objects.count() == 1
     _assert_no_server_error(live)

@@ -256,6 +256,34 @@ ROUTES: dict[str, list[Case]] = {
         ),
     ],
     "annotation_api:worker-me": [C("GET", url("annotation_api:worker-me"), worker_api(200, 200))],
+    # Erasure: a worker erases only themselves (the token names the person).
+    "worker:erase": [C("GET", url("worker:erase", slug), _everyone(200))],
+    "annotation_api:worker-erase": [
+        C(
+            "POST",
+            url("annotation_api:worker-erase"),
+            worker_api(200, 200),
+            lambda w: {"confirm": True},
+        ),
+        C(
+            "POST",
+            url("annotation_api:worker-erase"),
+            worker_api(400, 400),
+            lambda w: {"confirm": False},
+            note="not confirmed",
+        ),
+    ],
+    "annotation_api:quality-worker-erase": [
+        C(
+            "POST",
+            url(
+                "annotation_api:quality-worker-erase",
+                lambda w: {**slug(w), "participation_id": w.participation_b.pk},
+            ),
+            curator_api(200),
+            lambda w: {"confirm": True},
+        ),
+    ],
     # Curator API: campaigns.
     "annotation_api:campaign-list": [
         C("GET", url("annotation_api:campaign-list"), curator_api(200)),
@@ -329,6 +357,9 @@ ROUTES: dict[str, list[Case]] = {
         ),
     ],
     "annotation_api:agreement": [C("GET", url("annotation_api:agreement", slug), curator_api(200))],
+    "annotation_api:quality-retest": [
+        C("GET", url("annotation_api:quality-retest", slug), curator_api(200)),
+    ],
     "annotation_api:calibration": [
         C("GET", url("annotation_api:calibration", slug), curator_api(200)),
     ],
@@ -407,6 +438,25 @@ ROUTES: dict[str, list[Case]] = {
         C("POST", url("annotation_api:controls", slug), curator_api(400), lambda w: {}),
     ],
     # Curator API: releases and training.
+    # Curator API: uploads of the import page (multipart).
+    "annotation_api:import-list": [
+        C("GET", url("annotation_api:import-list"), curator_api(200)),
+        C(
+            "POST",
+            url("annotation_api:import-list"),
+            curator_api(400),
+            lambda w: {},
+            json=False,
+            note="multipart without a kind or file",
+        ),
+    ],
+    "annotation_api:import-detail": [
+        C(
+            "GET",
+            url("annotation_api:import-detail", lambda w: {"job_id": w.import_upload.pk}),
+            curator_api(200),
+        ),
+    ],
     "export_api:releases": [
         C("GET", url("export_api:releases"), curator_api(200)),
         C("POST", url("export_api:releases"), curator_api(400), lambda w: {}),
@@ -522,6 +572,7 @@ ROUTES: dict[str, list[Case]] = {
     ],
     # Dashboard pages: campaigns.
     "annotation:campaign-list": [C("GET", url("annotation:campaign-list"), curator_page())],
+    "annotation:campaign-list-csv": [C("GET", url("annotation:campaign-list-csv"), curator_page())],
     "annotation:campaign-create": [
         C("GET", url("annotation:campaign-create"), curator_page()),
         C(
@@ -588,6 +639,18 @@ ROUTES: dict[str, list[Case]] = {
             json=False,
         ),
     ],
+    "annotation:quality-worker-erase": [
+        C(
+            "POST",
+            url(
+                "annotation:quality-worker-erase",
+                lambda w: {**slug(w), "participation_id": w.participation_b.pk},
+            ),
+            curator_page(302),
+            lambda w: {"confirm": "erase"},
+            json=False,
+        ),
+    ],
     "annotation:quality-worker-include": [
         C(
             "POST",
@@ -631,7 +694,8 @@ ROUTES: dict[str, list[Case]] = {
         C(
             "POST",
             url("annotation:review-resolve", lambda w: {**slug(w), "item_id": w.review_item.pk}),
-            curator_page(302),
+            # Nothing to resolve: the form comes back (400) with the message, inputs kept.
+            curator_page(400),
             lambda w: {},
             json=False,
         ),
@@ -657,7 +721,41 @@ ROUTES: dict[str, list[Case]] = {
             json=False,
         ),
     ],
+    "annotation:imports": [
+        C("GET", url("annotation:imports"), curator_page()),
+        C(
+            "POST",
+            url("annotation:imports"),
+            curator_page(400),
+            lambda w: {},
+            json=False,
+            note="an empty form: the page again with errors",
+        ),
+    ],
+    "annotation:import-detail": [
+        C(
+            "GET",
+            url("annotation:import-detail", lambda w: {"job_id": w.import_upload.pk}),
+            curator_page(),
+        ),
+    ],
+    "annotation:import-retry": [
+        C(
+            "POST",
+            url("annotation:import-retry", lambda w: {"job_id": w.import_upload.pk}),
+            curator_page(302),
+            json=False,
+        ),
+    ],
     "export:list": [C("GET", url("export:list"), curator_page())],
+    "export:download": [
+        C(
+            "GET",
+            url("export:download", lambda w: {"release_id": w.release.pk}),
+            curator_page(),
+            note="the whole release as a streamed zip",
+        ),
+    ],
     "webhooks:list": [C("GET", url("webhooks:list"), curator_page())],
     "webhooks:create": [
         C(

@@ -33,7 +33,15 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils.crypto import get_random_string
 
-from annotation.models import Assignment, AuditEntry, Participation, QCRun, ReviewItem
+from annotation.models import (
+    Assignment,
+    AuditEntry,
+    ImportUpload,
+    Participation,
+    QCRun,
+    ReviewItem,
+    UploadKind,
+)
 from annotation.quality.review import review_resolve
 from annotation.quality.run import qc_campaign_full
 from annotation.services.assignment import assignment_claim_next
@@ -82,6 +90,9 @@ CHECKS = (
 class FuzzWorld:
     session_cookie: str
     worker_token: str
+    # The worker the authenticated run's `worker_erase` erases (not `worker_token`'s: erasing
+    # that one would leave the other worker operations nothing but 401s).
+    erased_worker_token: str
     assignment_id: int  # the worker's live assignment
     # Path parameters drawn from these seeded values most of the time (random otherwise).
     ids: dict[str, list[int | str]]
@@ -114,7 +125,7 @@ def fuzz_world(transactional_db, curator: User, settings) -> FuzzWorld:  # type:
     worker_token, participation = crowd_join(crowd, "fuzz-worker")
     assignment = assignment_claim_next(participation=participation)
     assert assignment is not None
-    _other_token, other = crowd_join(crowd, "fuzz-other-worker")
+    other_token, other = crowd_join(crowd, "fuzz-other-worker")
     assignment_claim_next(participation=other)
 
     review_items = _disputed_campaign("fuzz-review")
@@ -152,6 +163,7 @@ def fuzz_world(transactional_db, curator: User, settings) -> FuzzWorld:  # type:
     return FuzzWorld(
         session_cookie=client.cookies["sessionid"].value,
         worker_token=worker_token,
+        erased_worker_token=other_token,
         assignment_id=assignment.pk,
         fixed=[
             (r"/(review|audit)/\{", {"slug": "fuzz-review"}),
@@ -172,6 +184,16 @@ def fuzz_world(transactional_db, curator: User, settings) -> FuzzWorld:  # type:
             "assignment_id": list(Assignment.objects.values_list("pk", flat=True)),
             "request_id": [score.pk],
             "evaluation_id": [evaluation.pk],
+            # An upload of the import page, refused (its job's status is what the page polls).
+            "job_id": [
+                ImportUpload.objects.create(
+                    kind=UploadKind.CANDIDATES,
+                    file_name="candidates.csv",
+                    storage_key="imports/fuzz/candidates.csv",
+                    status=JobStatus.FAILED,
+                    error="candidates.csv, line 2: refused",
+                ).pk
+            ],
             # Two, so that a fuzzed DELETE of one still leaves the reads something to find.
             "endpoint_id": [
                 WebhookEndpoint.objects.create(
@@ -196,6 +218,7 @@ def _config(
     examples: int,
     crowd_examples: int,
     assignment_id: int | None = None,
+    erased_worker_token: str | None = None,
 ) -> Path:
     def generation(max_examples: int) -> list[str]:
         return [
@@ -245,6 +268,12 @@ def _config(
             f"include-operation-id = {_toml_value(SUBMIT)}",
             *(f"generation.{line}" for line in generation(crowd_examples)),
             f'parameters = {{ "path.assignment_id" = {assignment_id} }}',
+        ]
+    if erased_worker_token is not None:
+        lines += [
+            "[[operations]]",
+            'include-operation-id = "worker_erase"',
+            f'headers = {{ "Authorization" = {_toml_value("Worker " + erased_worker_token)} }}',
         ]
     lines += [
         "[[operations]]",
@@ -381,6 +410,7 @@ def test_schemathesis_finds_no_server_error_and_no_undeclared_answer(
                 examples=8,
                 crowd_examples=20,
                 assignment_id=fuzz_world.assignment_id,
+                erased_worker_token=fuzz_world.erased_worker_token,
             ),
         )
     finally:
@@ -398,6 +428,7 @@ def test_schemathesis_finds_no_server_error_and_no_undeclared_answer(
     assert reads <= succeeded
     assert {
         "POST /api/v1/worker/assignments/next",
+        "POST /api/v1/worker/erase",  # the other worker's token: `next` kept working
         "PATCH /api/v1/campaigns/{slug}/",
         "POST /api/v1/campaigns/{slug}/invites",
         "POST /api/v1/campaigns/{slug}/quality/runs",

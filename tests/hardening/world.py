@@ -18,10 +18,12 @@ from annotation.models import (
     CalibrationRun,
     Campaign,
     CampaignCandidate,
+    ImportUpload,
     Participation,
     QCRun,
     ReviewAction,
     ReviewItem,
+    UploadKind,
 )
 from common import storage
 from common.models import JobStatus
@@ -67,6 +69,7 @@ class World:
     training_run: TrainingRun
     score_request: ScoreRequest
     video_job: VideoAttachJob
+    import_upload: ImportUpload
     curator: User
     admin: User
     outsider: User
@@ -132,6 +135,13 @@ def build_world(*, curator: User, admin: User, outsider: User, slug: str = "matr
     video_job = VideoAttachJob.objects.create(
         directory="/nonexistent/videos", status=JobStatus.FAILED, error="no such directory"
     )
+    import_upload = ImportUpload.objects.create(
+        kind=UploadKind.CANDIDATES,
+        file_name="candidates.csv",
+        storage_key="imports/matrix/candidates.csv",
+        status=JobStatus.FAILED,
+        error="candidates.csv, line 2: refused",
+    )
     storage.put_bytes(MEDIA_KEY, MEDIA_BYTES)
 
     return World(
@@ -155,6 +165,7 @@ def build_world(*, curator: User, admin: User, outsider: User, slug: str = "matr
         training_run=training_run,
         score_request=score_request,
         video_job=video_job,
+        import_upload=import_upload,
         curator=curator,
         admin=admin,
         outsider=outsider,

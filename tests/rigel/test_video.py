@@ -158,7 +158,9 @@ def test_opencv_decoder_matches_ffmpeg_frames(tmp_path: Path) -> None:
 @pytest.mark.skipif("av" not in available_decoders(), reason="PyAV is not installed")
 @pytest.mark.skipif("cv2" not in available_decoders(), reason="OpenCV is not installed")
 @pytest.mark.parametrize(
-    "x264", ["", "open-gop=1:b-pyramid=normal:bframes=3"], ids=["closed-gop", "open-gop"]
+    "x264",
+    ["", "open-gop=1:b-pyramid=normal:bframes=3", "keyint=1"],
+    ids=["closed-gop", "open-gop", "all-intra"],
 )
 @pytest.mark.parametrize("count", [8, 5, 48])
 def test_pyav_decoder_skips_work_without_changing_a_pixel(
@@ -213,3 +215,31 @@ def test_opencv_capture_decodes_with_one_thread(tmp_path) -> None:  # type: igno
     cap = _open_capture(cv2, str(path))
     assert cap.isOpened() and cap.grab()
     assert cap.get(cv2.CAP_PROP_N_THREADS) == 1
+
+
+def _has_cuda() -> bool:
+    return torch.cuda.is_available()
+
+
+@needs_ffmpeg
+@pytest.mark.skipif("av" not in available_decoders(), reason="PyAV is not installed")
+@pytest.mark.skipif(_has_cuda(), reason="checks the failure without a CUDA device")
+def test_nvdec_decoder_fails_instead_of_decoding_in_software(tmp_path: Path) -> None:
+    """`av_cuda` must never fall back to the CPU silently: a benchmark of it would measure the
+    software decoder under the hardware decoder's name."""
+    mp4 = _make_mp4(tmp_path / "clip.mp4")
+    with pytest.raises(Exception):  # noqa: B017 (FFmpeg's error type depends on the machine)
+        decode_video(mp4, 8, backend="av_cuda")
+
+
+@needs_ffmpeg
+@pytest.mark.skipif("av" not in available_decoders(), reason="PyAV is not installed")
+@pytest.mark.skipif(not _has_cuda(), reason="NVDEC decoding needs an NVIDIA GPU")
+def test_nvdec_decoder_samples_the_same_frames_as_software(tmp_path: Path) -> None:
+    mp4 = _make_mp4(tmp_path / "clip.mp4", x264="open-gop=1:b-pyramid=normal:bframes=3")
+    hardware = decode_video(mp4, 8, backend="av_cuda")
+    software = decode_video(mp4, 8, backend="av")
+    assert hardware.indices.tolist() == software.indices.tolist()
+    assert hardware.frames.shape == software.frames.shape
+    # the same pictures; the colour conversion of the downloaded surface may round differently
+    assert np.abs(hardware.frames.astype(int) - software.frames.astype(int)).mean() < 2

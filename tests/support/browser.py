@@ -47,3 +47,33 @@ def chromium_browser() -> Iterator[Any]:
             os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
         else:
             os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
+# The two widths every changed page is checked at (a laptop and a phone), and where the
+# screenshots a person looks at are saved.
+VIEWPORTS = {"wide": (1280, 800), "phone": (390, 844)}
+
+
+def page_at(browser: Any, width: str, **context_options: Any) -> Any:
+    """A new page in its own context at one of `VIEWPORTS`."""
+    viewport_width, viewport_height = VIEWPORTS[width]
+    context = browser.new_context(
+        viewport={"width": viewport_width, "height": viewport_height}, **context_options
+    )
+    return context.new_page()
+
+
+def log_in(page: Any, url: str, *, username: str, password: str) -> None:
+    """Open `url` (a page behind the login), log in, and wait to be back on it."""
+    page.goto(url)
+    page.fill("#id_username", username)
+    page.fill("#id_password", password)
+    page.click("button[type=submit]")
+    page.wait_for_url(url)
+
+
+def assert_fits_viewport(page: Any) -> None:
+    """Nothing makes the page wider than the screen (wide tables scroll inside their card)."""
+    width = page.evaluate("document.documentElement.scrollWidth")
+    viewport = page.evaluate("window.innerWidth")
+    assert width <= viewport, f"the page is {width} px wide in a {viewport} px viewport"

@@ -233,3 +233,124 @@ def test_the_run_page_starts_a_benchmark_evaluation_job(
     )
     assert "only succeeded runs can be evaluated" in response.content.decode()
     assert RigelEvaluation.objects.count() == 1
+
+
+# --- what the machine has (issue 15, point 8) ---------------------------------------------------
+
+
+@pytest.fixture
+def gpu_machine(settings, monkeypatch, tmp_path):  # type: ignore[no-untyped-def]
+    """The NVIDIA driver lists one GPU (a /proc-like folder made here; nothing else is faked)."""
+    from training_bridge.services import machine
+
+    gpus = tmp_path / "gpus"
+    (gpus / "0000:01:00.0").mkdir(parents=True)
+    settings.LEPUS_TRAINING_DEVICES = []
+    monkeypatch.setattr(machine, "NVIDIA_GPUS", gpus)
+
+
+def test_a_cpu_only_machine_offers_cpu_and_the_tiny_backbone_by_default(
+    curator_client, published_release, cpu_only_machine
+):
+    page = curator_client.get("/dashboard/training/").content.decode()
+    assert '<option value="cpu" selected>CPU</option>' in page
+    assert 'value="cuda"' not in page
+    assert '<option value="tiny" selected>' in page
+    assert "no GPU: the tiny backbone is the default" in page
+
+    # The form's defaults (only a release): tiny on the CPU, never the 2 B model.
+    response = curator_client.post("/dashboard/training/start/", {"release": published_release.pk})
+    run = TrainingRun.objects.get()
+    assert response.status_code == 302
+    assert (run.backbone, run.device) == ("tiny", "cpu")
+
+    # A device the machine does not have is refused, and nothing is created.
+    response = curator_client.post(
+        "/dashboard/training/start/",
+        {"release": published_release.pk, "backbone": "tiny", "device": "cuda"},
+    )
+    assert response.status_code == 400
+    assert "Device: Select a valid choice. cuda is not one of the available choices." in (
+        response.content.decode()
+    )
+    assert TrainingRun.objects.count() == 1
+
+
+def test_a_large_backbone_asks_for_confirmation_saying_what_it_needs(
+    curator_client, published_release, cpu_only_machine, settings
+):
+    large = settings.LEPUS_DEFAULT_BACKBONE
+    response = curator_client.post(
+        "/dashboard/training/start/", {"release": published_release.pk, "backbone": large}
+    )
+    page = response.content.decode()
+    assert response.status_code == 400
+    assert TrainingRun.objects.count() == 0
+    assert f"{large} is a large model." in page
+    assert "in the Hugging Face cache (HF_HOME) of the training worker" in page
+    assert "<strong>not found on this machine</strong>" in page
+    assert "about 4 GB of weights in bf16" in page
+    assert 'name="confirm_large"' in page
+
+    response = curator_client.post(
+        "/dashboard/training/start/",
+        {"release": published_release.pk, "backbone": large, "confirm_large": "on"},
+    )
+    assert response.status_code == 302
+    assert TrainingRun.objects.get().backbone == large
+
+    # A folder given as the other model: the page looks for its config.json.
+    response = curator_client.post(
+        "/dashboard/training/start/",
+        {"release": published_release.pk, "backbone": "other", "backbone_path": "/models/none"},
+    )
+    assert "in the folder /models/none on the training worker" in response.content.decode()
+
+
+def test_a_machine_with_a_gpu_offers_cuda_and_the_configured_backbone(
+    curator_client, published_release, gpu_machine, settings
+):
+    page = curator_client.get("/dashboard/training/").content.decode()
+    assert '<option value="cuda" selected>GPU (CUDA)</option>' in page
+    assert f'<option value="{settings.LEPUS_DEFAULT_BACKBONE}" selected>' in page
+
+
+TRACEBACK = (
+    "teacher: OSError: We couldn't connect to 'https://huggingface.co' to load the files\n\n"
+    + (
+        "Traceback (most recent call last):\n"
+        + "".join(
+            f'  File "/srv/lepus/training_bridge/rigel/step_{n}.py", line {n}, in step\n    raise\n'
+            for n in range(60)
+        )
+        + "OSError: We couldn't connect to 'https://huggingface.co' to load the files"
+    )
+)
+
+
+def test_a_failed_run_shows_one_line_with_the_traceback_folded_and_resume_only_with_a_checkpoint(
+    curator_client, published_release
+):
+    run = training_run_create(release=published_release, backbone="tiny", start=False)
+    TrainingRun.objects.filter(pk=run.pk).update(status=JobStatus.FAILED, error=TRACEBACK)
+    page = curator_client.get(f"/dashboard/training/{run.pk}/").content.decode()
+    assert (
+        '<p class="error" id="run-error">teacher: OSError: We couldn&#x27;t connect to '
+        "&#x27;https://huggingface.co&#x27; to load the files</p>"
+    ) in page
+    assert '<details id="run-traceback"><summary>Traceback</summary>' in page  # closed
+    assert "details open" not in page
+    assert "Resume from checkpoint" not in page
+    assert "No checkpoint was saved, so there is nothing to resume" in page
+
+    TrainingRun.objects.filter(pk=run.pk).update(completed_steps=["teacher"])
+    page = curator_client.get(f"/dashboard/training/{run.pk}/").content.decode()
+    assert "Resume from checkpoint" in page
+    assert "No checkpoint was saved" not in page
+    TrainingRun.objects.filter(pk=run.pk).update(
+        completed_steps=[], checkpoint={"phase2": {"key": "training/runs/1/phase2", "step": 20}}
+    )
+    assert (
+        "Resume from checkpoint"
+        in curator_client.get(f"/dashboard/training/{run.pk}/").content.decode()
+    )

@@ -263,15 +263,12 @@ def _prompted(prompt: str, text: str) -> str:
 
 
 @dataclass
-class ClipScore:
-    """CLIP-S (`with_references=False`) or RefCLIP-S on a `ClipEncoder`; with an L-CLIP encoder,
-    L-CLIPScore and RefL-CLIPScore."""
+class _ClipMetric:
+    """What the CLIP-based plug-ins share: a name, an encoder, with or without references."""
 
     name: str
     encoder: ClipEncoder
     with_references: bool = False
-    prompt: str = "A photo depicts"
-    weight: float = CLIP_S_WEIGHT
     label: str = ""
     needs_references: bool = field(init=False)
     needs_video: bool = field(init=False, default=True)
@@ -279,6 +276,15 @@ class ClipScore:
     def __post_init__(self) -> None:
         self.label = self.label or LABELS.get(self.name, self.name)
         self.needs_references = self.with_references
+
+
+@dataclass
+class ClipScore(_ClipMetric):
+    """CLIP-S (`with_references=False`) or RefCLIP-S on a `ClipEncoder`; with an L-CLIP encoder,
+    L-CLIPScore and RefL-CLIPScore."""
+
+    prompt: str = "A photo depicts"
+    weight: float = CLIP_S_WEIGHT
 
     def score(self, items: Sequence[MetricItem]) -> list[float]:
         if not items:
@@ -344,20 +350,10 @@ class EMScoreParts:
 
 
 @dataclass
-class EMScore:
+class EMScore(_ClipMetric):
     """EMScore(X, V) (`with_references=False`) or EMScore(X, X*, V)."""
 
-    name: str
-    encoder: ClipEncoder
-    with_references: bool = False
     idf: bool = True
-    label: str = ""
-    needs_references: bool = field(init=False)
-    needs_video: bool = field(init=False, default=True)
-
-    def __post_init__(self) -> None:
-        self.label = self.label or LABELS.get(self.name, self.name)
-        self.needs_references = self.with_references
 
     def score(self, items: Sequence[MetricItem]) -> list[float]:
         return [parts.score for parts in self.parts(items)]

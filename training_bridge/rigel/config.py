@@ -115,6 +115,9 @@ class RigelConfig:
     # (`ScoringEngine(compile_layers=True)`): "auto" = on CUDA for a teacher pass of at least
     # ENGINE_COMPILE_MIN_SAMPLES samples per process; "on" / "off" force it (scoring included).
     engine_compile: str = "auto"
+    # FP8 matrix products in the engine's linears (`ScoringEngine(fp8=True)`, engine/fp8.py).
+    # Off: FP8's scores have not yet matched bf16's (docs/benchmarks.md, issue 17).
+    engine_fp8: bool = False
 
     # Teacher pass
     teacher_batch_size: int = 8
@@ -184,6 +187,8 @@ class RigelConfig:
             problems.append("engine must be auto, on or off")
         if self.engine_compile not in ("auto", "on", "off"):
             problems.append("engine_compile must be auto, on or off")
+        if not isinstance(self.engine_fp8, bool):
+            problems.append("engine_fp8 must be true or false")
         if self.phase2_compile not in ("auto", "on", "off"):
             problems.append("phase2_compile must be auto, on or off")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):

@@ -142,7 +142,11 @@ def _is_compiled(layer: torch.nn.Module) -> bool:
 
 
 def compile_decoder_layers(
-    language_model: Any, *, dynamic: bool = True, hint: str = PHASE2_HINT
+    language_model: Any,
+    *,
+    dynamic: bool = True,
+    hint: str = PHASE2_HINT,
+    mode: str | None = None,
 ) -> int:
     """Compile each of `language_model.layers` with ``nn.Module.compile`` (the modules stay the
     same objects, so parameter names, state dicts and PEFT's adapter files do not change); returns
@@ -157,12 +161,13 @@ def compile_decoder_layers(
     running partly or wholly uncompiled (a backward graph that fails to compile raises torch's
     own error from ``backward()``). ``hint`` ends the error's message: the switch that avoids
     compiling. Inference (the scoring engine's ``compile_layers``) compiles the same way, forward
-    only."""
+    only. ``mode`` is torch.compile's (``"reduce-overhead"``: each layer's kernels replayed as one
+    CUDA graph per input shape, see ``ScoringEngine(cuda_graphs=True)``)."""
     compiled = 0
     for layer in language_model.layers:
         if not _is_compiled(layer):
             layer._compiled_call_impl = _raising_clearly(
-                torch.compile(layer._call_impl, dynamic=dynamic, fullgraph=True), hint
+                torch.compile(layer._call_impl, dynamic=dynamic, fullgraph=True, mode=mode), hint
             )
         compiled += 1
     return compiled

@@ -134,6 +134,7 @@ def make_engine(
         num_workers=workers,
         compile_layers=compiled,
         fuse_elementwise=compiled,
+        fp8=config.engine_fp8,
     )
 
 

@@ -129,7 +129,9 @@ def decode_video(
 
     ``size`` = (height, width) scales the frames while decoding (faster, but not bit-identical to
     the processor's bicubic resize); ``None`` keeps the native size (the processor path).
-    ``backend``: ``av`` (PyAV, in-process, decodes only what the sampled frames need), ``cv2``
+    ``backend``: ``av`` (PyAV, in-process, decodes only what the sampled frames need),
+    ``av_cuda`` (the same through FFmpeg's CUDA hardware decoder, NVDEC, the frames copied back to
+    the CPU; it never falls back to software, so a machine without NVDEC raises), ``cv2``
     (OpenCV, in-process), ``ffmpeg`` (a subprocess piping raw RGB), or ``auto``: the decoder named
     by the ``LEPUS_VIDEO_DECODER`` environment variable, else the first of these installed.
     ``av`` and ``cv2`` give the same pixels (both convert with libswscale's defaults);
@@ -144,6 +146,8 @@ def decode_video(
         backend = names[0]
     if backend == "av":
         return _decode_av(path, num_frames, size)
+    if backend == "av_cuda":
+        return _decode_av(path, num_frames, size, hwaccel="cuda")
     if backend == "cv2":
         return _decode_cv2(path, num_frames, size)
     if backend == "ffmpeg":
@@ -157,8 +161,13 @@ def _decode_av(
     size: tuple[int, int] | None,
     *,
     skip_unneeded: bool = True,
+    hwaccel: str | None = None,
 ) -> DecodedVideo:
     """PyAV, one thread, decoding only what the sampled frames depend on.
+
+    ``hwaccel`` names an FFmpeg hardware device type (``"cuda"``: NVDEC) that decodes instead of
+    the CPU; the decoded surfaces are copied back to system memory, so what follows is the same
+    (the pixels may differ from software decoding by the colour conversion's rounding).
 
     The packets are read first (no decoding); frame n is the packet with the n-th smallest
     timestamp. With ``skip_unneeded`` two kinds of work are left out, neither of which any sampled
@@ -166,7 +175,8 @@ def _decode_av(
 
     - packets before a keyframe K (in decode order) while every frame still wanted is shown at or
       after K (a keyframe starts a fresh decode; frames shown after it never reference packets
-      before it, open GOPs included: their leading pictures are shown *before* K);
+      before it, open GOPs included: their leading pictures are shown *before* K); earlier
+      keyframes too, so an all-intra file decodes only the sampled frames;
     - non-reference frames that are not wanted (the decoder's ``skip_frame = NONREF``; with
       x264's default B-frames that is about half of all frames).
 
@@ -175,7 +185,18 @@ def _decode_av(
     """
     import av
 
-    with av.open(str(path)) as container:
+    options: dict[str, Any] = {}
+    if hwaccel is not None:
+        from av.codec.hwaccel import HWAccel
+
+        # primary_ctx: every clip reuses the device's primary CUDA context (creating one per
+        # clip would cost more than decoding it)
+        options["hwaccel"] = HWAccel(
+            device_type=hwaccel,
+            allow_software_fallback=False,
+            options={"primary_ctx": "1"} if hwaccel == "cuda" else None,
+        )
+    with av.open(str(path), **options) as container:
         stream = container.streams.video[0]
         codec = stream.codec_context
         codec.thread_count = 1
@@ -220,8 +241,8 @@ def _decode_av(
                 break
             if skip_unneeded:
                 later = next_key[k + 1]
-                if not packet.is_keyframe and later is not None and min(remaining) >= later:
-                    continue
+                if later is not None and min(remaining) >= later:
+                    continue  # decoding restarts at that keyframe (this one too, if it is one)
                 codec.skip_frame = "DEFAULT" if cast(int, packet.pts) in wanted else "NONREF"
             keep(codec.decode(packet))
         if remaining:

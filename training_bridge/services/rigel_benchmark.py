@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from django.db import transaction
 
 from annotation.models import Campaign, CampaignCandidate
 from common import storage
-from common.jobs import job_claim, job_finish, job_progress
+from common.jobs import job_claim, job_finish, job_progress, json_safe
 from common.models import JobStatus
 from common.tasks import enqueue
 from datasets_app.models import Clip, ReferenceCaption
@@ -611,7 +610,7 @@ def rigel_evaluation_execute(*, evaluation_id: int, task_id: str = "") -> str:
         job_finish(job=evaluation, status=JobStatus.FAILED, error=str(error))
         return "failed"
     job_finish(
-        job=evaluation, status=JobStatus.SUCCEEDED, result=_json_safe(result), progress_message=""
+        job=evaluation, status=JobStatus.SUCCEEDED, result=json_safe(result), progress_message=""
     )
     return "ok"
 
@@ -626,17 +625,6 @@ def _throttled(progress: Progress, interval: float = 1.0) -> Progress:
             progress(fraction, message)
 
     return report
-
-
-def _json_safe(value: Any) -> Any:
-    """NaN and infinities become null (PostgreSQL's JSON has no NaN)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: _json_safe(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(item) for item in value]
-    return value
 
 
 # --- presentation -----------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from common.jobs import JobCancelled, job_claim, job_finish, job_requeue
 from common.models import JobStatus
 from training_bridge.models import STEP_NAMES, TrainingRun, TrainingTrigger
 from training_bridge.rigel.config import HYPERPARAMETER_NAMES, RigelConfig
+from training_bridge.services.machine import training_default_backbone
 from training_bridge.services.reporting import RunReporter, heartbeat
 
 logger = logging.getLogger(__name__)
@@ -122,7 +123,9 @@ def training_run_create(
     """Record a run on a published release and (after commit) publish its chain."""
     if not _release_is_published(release):
         raise ValidationError("training needs a release whose build succeeded")
-    backbone = str(backbone or settings.LEPUS_DEFAULT_BACKBONE or "").strip()
+    # Without a choice: the configured backbone where a GPU is offered, the tiny one on a CPU-only
+    # machine (services.machine), so a default run never reaches for 2 B weights it cannot use.
+    backbone = str(backbone or training_default_backbone()).strip()
     config = training_config_build(
         backbone=backbone,
         device=device,

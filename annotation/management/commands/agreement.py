@@ -4,18 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandParser
 
-from annotation.models import Campaign
+from annotation.management.campaign_command import CampaignCommand
 from annotation.quality.agreement import campaign_agreement
-from common.management.base import LepusCommand
 
 
 def _format(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.4f}"
 
 
-class Command(LepusCommand):
+class Command(CampaignCommand):
     help = (
         "Krippendorff's alpha (ordinal, values 1-5) per question of a campaign, over every "
         "judgment (alpha_all, before QC) and over kept judgments (alpha_kept, after QC). "
@@ -24,7 +23,6 @@ class Command(LepusCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         super().add_arguments(parser)
-        parser.add_argument("slug", help="Campaign slug.")
         parser.add_argument(
             "--snapshot",
             action="store_true",
@@ -32,9 +30,7 @@ class Command(LepusCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        campaign = Campaign.objects.filter(slug=options["slug"]).first()
-        if campaign is None:
-            raise CommandError(f"no campaign with slug {options['slug']!r}")
+        campaign = self.campaign(options)
         figures = campaign_agreement(campaign=campaign, snapshot=options["snapshot"])
         payload = {
             "questions": {

@@ -5,19 +5,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandParser
 
+from annotation.management.campaign_command import CampaignRunCommand
 from annotation.models import CalibrationRun, Campaign
 from annotation.quality.calibration_job import (
-    calibration_run_execute,
+    calibration_run_inline,
     calibration_run_start,
     worker_severities,
 )
-from common.management.base import LepusCommand
-from common.models import JobStatus
 
 
-class Command(LepusCommand):
+class Command(CampaignRunCommand):
     help = (
         "Fit the ordinal rater-severity model of the campaign per question (item quality + rater "
         "severity through shared thresholds) on its kept judgments, and store every worker's "
@@ -26,33 +25,21 @@ class Command(LepusCommand):
         'statistics}} with --json; --workers adds {"severities": {worker: {key: {...}}}}.'
     )
 
+    run_label = "Calibration run"
+
     def add_arguments(self, parser: CommandParser) -> None:
         super().add_arguments(parser)
-        parser.add_argument("slug", help="Campaign slug.")
-        parser.add_argument(
-            "--async",
-            action="store_true",
-            dest="run_async",
-            help="Queue the run for a Celery worker instead of running it here.",
-        )
         parser.add_argument(
             "--workers", action="store_true", help="Also print every worker's severities."
         )
 
-    def handle(self, *args: Any, **options: Any) -> None:
-        campaign = Campaign.objects.filter(slug=options["slug"]).first()
-        if campaign is None:
-            raise CommandError(f"no campaign with slug {options['slug']!r}")
-        if options["run_async"]:
-            run = calibration_run_start(campaign=campaign)
-            self.emit({"run": run.pk, "status": run.status}, f"Calibration run {run.pk} queued.")
-            return
-        run = CalibrationRun.objects.create(campaign=campaign)
-        self.note(f"Calibration run {run.pk} of {campaign.slug}…")
-        calibration_run_execute(run_id=run.pk)
-        run.refresh_from_db()
-        if run.status != JobStatus.SUCCEEDED:
-            raise CommandError(f"calibration run {run.pk} {run.status}: {run.error[:500]}")
+    def run_start(self, campaign: Campaign) -> CalibrationRun:
+        return calibration_run_start(campaign=campaign)
+
+    def run_inline(self, campaign: Campaign) -> CalibrationRun:
+        return calibration_run_inline(campaign=campaign)
+
+    def report(self, campaign: Campaign, run: Any, options: dict[str, Any]) -> None:
         summary = run.summary
         payload: dict[str, Any] = {
             "run": run.pk,

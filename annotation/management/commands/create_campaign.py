@@ -61,6 +61,14 @@ class Command(LepusCommand):
         parser.add_argument("--currency", default=None)
         parser.add_argument("--completion-code", default=None)
         parser.add_argument("--redirect-url", default=None)
+        parser.add_argument(
+            "--screen-out-code",
+            default=None,
+            help="Code for a worker excluded by QC (Prolific's 'screened out' completion code).",
+        )
+        parser.add_argument(
+            "--screen-out-redirect-url", default=None, help="Where an excluded worker is sent."
+        )
         parser.add_argument("--status", choices=CampaignStatus.values, default=None)
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -73,6 +81,8 @@ class Command(LepusCommand):
             "currency": options["currency"],
             "completion_code": options["completion_code"],
             "redirect_url": options["redirect_url"],
+            "screen_out_code": options["screen_out_code"],
+            "screen_out_redirect_url": options["screen_out_redirect_url"],
             "status": options["status"],
         }
         try:

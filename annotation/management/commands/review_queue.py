@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandParser
 
-from annotation.models import Campaign
+from annotation.management.campaign_command import CampaignCommand
 from annotation.quality.selectors import review_queue_summary
-from common.management.base import LepusCommand
 
 
-class Command(LepusCommand):
+class Command(CampaignCommand):
     help = (
         "List the review queue, worst disagreement first. Prints "
         '{"open": n, "resolved": n, "items": [{"candidate": id, "range": r}, ...]} with --json '
@@ -20,13 +19,10 @@ class Command(LepusCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         super().add_arguments(parser)
-        parser.add_argument("slug", help="Campaign slug.")
         parser.add_argument("--limit", type=int, default=None, help="List at most this many items.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        campaign = Campaign.objects.filter(slug=options["slug"]).first()
-        if campaign is None:
-            raise CommandError(f"no campaign with slug {options['slug']!r}")
+        campaign = self.campaign(options)
         payload = review_queue_summary(campaign=campaign, limit=options["limit"])
         lines = [f"Open: {payload['open']}, resolved: {payload['resolved']}"] + [
             f"  candidate {row['candidate']}: range {row['range']}" for row in payload["items"]

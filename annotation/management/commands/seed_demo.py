@@ -139,6 +139,7 @@ class Command(LepusCommand):
                     judgments_per_candidate=3,
                     clip_vatex_ids=scene_clips,
                     completion_code="LEPUS-DEMO",
+                    screen_out_code="LEPUS-DEMO-SCREENED",
                 )
             except CampaignInvalid as invalid:
                 raise CommandError(str(invalid))

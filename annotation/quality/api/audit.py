@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 
 from annotation.models import AuditEntry
 from annotation.quality.api.base import TAG, campaign_or_404
+from annotation.quality.audit_text import audit_sentence_one, audit_sentences
 from annotation.quality.review import ReviewError, audit_undo
 from annotation.quality.selectors import audit_entries
 from common.api import ErrorSerializer
@@ -26,6 +27,9 @@ class AuditEntrySerializer(serializers.ModelSerializer):
         slug_field="username", read_only=True, allow_null=True
     )
     undone = serializers.SerializerMethodField()
+    sentence = serializers.SerializerMethodField(
+        help_text="The entry in words, as the audit page shows it."
+    )
 
     class Meta:
         model = AuditEntry
@@ -38,6 +42,7 @@ class AuditEntrySerializer(serializers.ModelSerializer):
             "before",
             "after",
             "note",
+            "sentence",
             "undoes",
             "undone",
             "created_at",
@@ -46,6 +51,10 @@ class AuditEntrySerializer(serializers.ModelSerializer):
     def get_undone(self, entry: AuditEntry) -> bool:
         return AuditEntry.objects.filter(undoes=entry).exists()
 
+    def get_sentence(self, entry: AuditEntry) -> str:
+        sentence = getattr(entry, "sentence", None)
+        return sentence if sentence is not None else audit_sentence_one(entry)
+
 
 class AuditListApi(APIView):
     @extend_schema(
@@ -53,7 +62,8 @@ class AuditListApi(APIView):
     )
     def get(self, request: Request, slug: str) -> Response:
         campaign = campaign_or_404(slug)
-        return Response(AuditEntrySerializer(audit_entries(campaign=campaign), many=True).data)
+        entries = audit_sentences(audit_entries(campaign=campaign))
+        return Response(AuditEntrySerializer(entries, many=True).data)
 
 
 class UndoInputSerializer(serializers.Serializer):

@@ -1,11 +1,21 @@
-"""What the quality API views share: the schema tag, the campaign lookup and bounded paging
-parameters."""
+"""What the quality API views share: the schema tag, the campaign lookup, bounded paging
+parameters, and the list/queue/detail views of a campaign's background runs (QC, calibration)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+from django.db import models
 from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from annotation.models import Campaign
+from common.api import ErrorSerializer
 
 TAG = ["quality"]
 
@@ -21,3 +31,51 @@ def bounded_int(raw: str | None, *, default: int, high: int) -> int:
     except ValueError:
         value = default
     return max(0, min(value, high))
+
+
+def campaign_run_apis(
+    *,
+    model: type[models.Model],
+    serializer: type[serializers.ModelSerializer],
+    start: Callable[..., Any],
+    operation: str,
+    start_description: str,
+) -> tuple[type[APIView], type[APIView]]:
+    """The two views of one kind of campaign run: GET lists the latest 50 and POST queues one
+    (`start(campaign=, requested_by=)` returns the run already queued or running if any), and
+    GET of one run. Operation ids are `<operation>_list`, `_start` and `_detail`."""
+
+    class RunListApi(APIView):
+        @extend_schema(
+            tags=TAG, responses={200: serializer(many=True)}, operation_id=f"{operation}_list"
+        )
+        def get(self, request: Request, slug: str) -> Response:
+            campaign = campaign_or_404(slug)
+            runs = model._default_manager.filter(campaign=campaign).select_related("campaign")
+            return Response(serializer(runs[:50], many=True).data)
+
+        @extend_schema(
+            tags=TAG,
+            request=None,
+            responses={202: serializer},
+            operation_id=f"{operation}_start",
+            description=start_description,
+        )
+        def post(self, request: Request, slug: str) -> Response:
+            run = start(campaign=campaign_or_404(slug), requested_by=request.user)
+            return Response(serializer(run).data, status=status.HTTP_202_ACCEPTED)
+
+    class RunDetailApi(APIView):
+        @extend_schema(
+            tags=TAG,
+            responses={200: serializer, 404: ErrorSerializer},
+            operation_id=f"{operation}_detail",
+        )
+        def get(self, request: Request, slug: str, run_id: int) -> Response:
+            campaign = campaign_or_404(slug)
+            run = get_object_or_404(
+                model._default_manager.select_related("campaign"), pk=run_id, campaign=campaign
+            )
+            return Response(serializer(run).data)
+
+    return RunListApi, RunDetailApi

@@ -4,15 +4,14 @@ the latest model fit with every worker's severity and its uncertainty, and calib
 
 from __future__ import annotations
 
-from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
-from rest_framework import serializers, status
+from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from annotation.models import CalibrationRun, Campaign
-from annotation.quality.api.base import TAG, campaign_or_404
+from annotation.quality.api.base import TAG, campaign_or_404, campaign_run_apis
 from annotation.quality.calibration_job import (
     calibration_latest,
     calibration_run_start,
@@ -100,39 +99,10 @@ class CalibrationApi(APIView):
         return Response(CalibrationSerializer(payload).data)
 
 
-class CalibrationRunListApi(APIView):
-    @extend_schema(
-        tags=TAG,
-        responses={200: CalibrationRunSerializer(many=True)},
-        operation_id="calibration_runs_list",
-    )
-    def get(self, request: Request, slug: str) -> Response:
-        campaign = campaign_or_404(slug)
-        runs = CalibrationRun.objects.filter(campaign=campaign).select_related("campaign")[:50]
-        return Response(CalibrationRunSerializer(runs, many=True).data)
-
-    @extend_schema(
-        tags=TAG,
-        request=None,
-        responses={202: CalibrationRunSerializer},
-        operation_id="calibration_runs_start",
-        description="Queue a calibration (or return the run already queued or running).",
-    )
-    def post(self, request: Request, slug: str) -> Response:
-        campaign = campaign_or_404(slug)
-        run = calibration_run_start(campaign=campaign, requested_by=request.user)
-        return Response(CalibrationRunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
-
-
-class CalibrationRunDetailApi(APIView):
-    @extend_schema(
-        tags=TAG,
-        responses={200: CalibrationRunSerializer, 404: ErrorSerializer},
-        operation_id="calibration_runs_detail",
-    )
-    def get(self, request: Request, slug: str, run_id: int) -> Response:
-        campaign = campaign_or_404(slug)
-        run = get_object_or_404(
-            CalibrationRun.objects.select_related("campaign"), pk=run_id, campaign=campaign
-        )
-        return Response(CalibrationRunSerializer(run).data)
+CalibrationRunListApi, CalibrationRunDetailApi = campaign_run_apis(
+    model=CalibrationRun,
+    serializer=CalibrationRunSerializer,
+    start=calibration_run_start,
+    operation="calibration_runs",
+    start_description="Queue a calibration (or return the run already queued or running).",
+)

@@ -5,17 +5,11 @@ serialize."""
 
 from __future__ import annotations
 
-from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import extend_schema
-from rest_framework import serializers, status
-from rest_framework.request import Request
-from rest_framework.response import Response
-from rest_framework.views import APIView
+from rest_framework import serializers
 
 from annotation.models import Campaign, QCRun
-from annotation.quality.api.base import TAG, campaign_or_404
+from annotation.quality.api.base import campaign_run_apis
 from annotation.quality.run import qc_run_start
-from common.api import ErrorSerializer
 
 
 class QCRunSerializer(serializers.ModelSerializer):
@@ -42,37 +36,10 @@ class QCRunSerializer(serializers.ModelSerializer):
         ]
 
 
-class QCRunListApi(APIView):
-    @extend_schema(
-        tags=TAG, responses={200: QCRunSerializer(many=True)}, operation_id="qc_runs_list"
-    )
-    def get(self, request: Request, slug: str) -> Response:
-        campaign = campaign_or_404(slug)
-        runs = QCRun.objects.filter(campaign=campaign).select_related("campaign")[:50]
-        return Response(QCRunSerializer(runs, many=True).data)
-
-    @extend_schema(
-        tags=TAG,
-        request=None,
-        responses={202: QCRunSerializer},
-        operation_id="qc_runs_start",
-        description="Queue a full QC recompute (or return the run already queued or running).",
-    )
-    def post(self, request: Request, slug: str) -> Response:
-        campaign = campaign_or_404(slug)
-        run = qc_run_start(campaign=campaign, requested_by=request.user)
-        return Response(QCRunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
-
-
-class QCRunDetailApi(APIView):
-    @extend_schema(
-        tags=TAG,
-        responses={200: QCRunSerializer, 404: ErrorSerializer},
-        operation_id="qc_runs_detail",
-    )
-    def get(self, request: Request, slug: str, run_id: int) -> Response:
-        campaign = campaign_or_404(slug)
-        run = get_object_or_404(
-            QCRun.objects.select_related("campaign"), pk=run_id, campaign=campaign
-        )
-        return Response(QCRunSerializer(run).data)
+QCRunListApi, QCRunDetailApi = campaign_run_apis(
+    model=QCRun,
+    serializer=QCRunSerializer,
+    start=qc_run_start,
+    operation="qc_runs",
+    start_description="Queue a full QC recompute (or return the run already queued or running).",
+)

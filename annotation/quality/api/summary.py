@@ -1,4 +1,4 @@
-"""Quality summary of a campaign: progress, histograms, the review counts, the rules and the last QC run.
+"""Quality summary of a campaign: progress, agreement, histograms, the review counts, the rules and the last QC run.
 
 Curators only (the DRF default `IsCurator`); one view per operation: validate → service →
 serialize."""
@@ -11,6 +11,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from annotation.apis.figures import CampaignFiguresSerializer
+from annotation.figures import campaign_agreement_figures
 from annotation.models import QCRun
 from annotation.quality.api.base import TAG, campaign_or_404
 from annotation.quality.api.runs import QCRunSerializer
@@ -29,16 +31,28 @@ class DayCountSerializer(serializers.Serializer):
 
 
 class CampaignProgressSerializer(serializers.Serializer):
-    candidates_total = serializers.IntegerField()
-    candidates_complete = serializers.IntegerField()
-    candidates_dropped = serializers.IntegerField()
-    judgments_total = serializers.IntegerField()
-    judgments_excluded = serializers.IntegerField()
-    judgments_remaining = serializers.IntegerField()
+    """The campaign's figures (`annotation.figures`: the same object as the campaigns API's
+    `figures`), the judgments per day and the completion estimate."""
+
+    figures = CampaignFiguresSerializer()
     judgments_per_day = DayCountSerializer(many=True)
-    recent_judgments_per_day = serializers.FloatField()
+    recent_judgments_per_day = serializers.FloatField(
+        help_text="Crowd judgments a day over the last seven days (controls left out)."
+    )
     estimated_completion = serializers.DateField(allow_null=True)
-    percent_complete = serializers.FloatField()
+    no_estimate_reason = serializers.CharField(
+        help_text="Why there is no estimate (closed, imported, complete, no recent work); empty "
+        "when there is one."
+    )
+
+
+class AgreementFigureSerializer(serializers.Serializer):
+    alpha_all = serializers.FloatField(allow_null=True, help_text="Every judgment (before QC).")
+    alpha_kept = serializers.FloatField(allow_null=True, help_text="Kept judgments (after QC).")
+    items = serializers.IntegerField(help_text="Candidates with at least two kept ratings.")
+    judgments = serializers.IntegerField()
+    computed_at = serializers.DateTimeField(allow_null=True)
+    reason = serializers.CharField(help_text="Why an alpha is missing; empty when both are there.")
 
 
 class HistogramSerializer(serializers.Serializer):
@@ -49,6 +63,9 @@ class HistogramSerializer(serializers.Serializer):
 class QualitySummarySerializer(serializers.Serializer):
     campaign = serializers.CharField()
     progress = CampaignProgressSerializer()
+    agreement = serializers.DictField(
+        child=AgreementFigureSerializer(), help_text="The last QC run's alpha per question."
+    )
     histograms = serializers.DictField(child=HistogramSerializer())
     review = serializers.DictField(child=serializers.IntegerField())
     rules = serializers.DictField(child=serializers.DictField())
@@ -67,6 +84,7 @@ class QualitySummaryApi(APIView):
         payload = {
             "campaign": campaign.slug,
             "progress": campaign_progress(campaign=campaign),
+            "agreement": campaign_agreement_figures(campaign=campaign),
             "histograms": campaign_histograms(campaign=campaign),
             "review": review_counts(campaign=campaign),
             "rules": campaign_rules(campaign=campaign),

@@ -12,6 +12,7 @@ from annotation.quality.api import (
     calibration,
     controls,
     leaderboard,
+    retest,
     review,
     runs,
     summary,
@@ -37,7 +38,13 @@ urlpatterns: list[URLPattern | URLResolver] = [
         workers.WorkerIncludeApi.as_view(),
         name="quality-worker-include",
     ),
+    path(
+        "campaigns/<slug:slug>/quality/workers/<int:participation_id>/erase",
+        workers.WorkerEraseApi.as_view(),
+        name="quality-worker-erase",
+    ),
     path("campaigns/<slug:slug>/quality/runs", runs.QCRunListApi.as_view(), name="qc-runs"),
+    path("campaigns/<slug:slug>/quality/retest", retest.RetestApi.as_view(), name="quality-retest"),
     path(
         "campaigns/<slug:slug>/quality/runs/<int:run_id>",
         runs.QCRunDetailApi.as_view(),

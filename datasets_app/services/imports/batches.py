@@ -3,12 +3,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sized
 from pathlib import Path
+from typing import Any
 
 from django.contrib.auth.models import User
+from django.db import transaction
 
 from datasets_app.models import ImportBatch
-from datasets_app.services.imports.base import Counts, ImportResult, ImportSource, Stopwatch
+from datasets_app.services.imports.base import (
+    Counts,
+    ImportRejected,
+    ImportResult,
+    ImportSource,
+    Stopwatch,
+    import_source_read,
+    lock_imports,
+)
 
 
 def existing_batch(*, kind: str, sha256: str, target: str) -> ImportBatch | None:
@@ -74,3 +85,63 @@ def create_batch(*, source: ImportSource, kind: str, target: str, user: User | N
         target=target,
         created_by=user if user is not None and user.is_authenticated else None,
     )
+
+
+# --- The two halves every importer shares ------------------------------------------------------
+#
+# An importer reads and checks the whole file first (`import_open`, then its own parsing, then
+# `import_checked`), and writes nothing until every row passed; then `import_write_once` writes it
+# as one batch in one transaction, or reports the earlier batch of the same file as skipped.
+
+
+def import_open(
+    *,
+    path: str | Path,
+    kind: str,
+    target: str = "",
+    limit: int | None = None,
+    campaign: str | None = None,
+) -> tuple[ImportSource, Stopwatch, ImportResult | None]:
+    """Read the file; the result of its earlier import, when this file (kind, target) was
+    imported before, lets the caller return at once without parsing."""
+    watch = Stopwatch()
+    if limit is not None and limit < 1:
+        raise ImportRejected(file=str(path), message="--limit must be at least 1")
+    source = import_source_read(path=path)
+    existing = existing_batch(kind=kind, sha256=source.sha256, target=target)
+    if existing is None:
+        return source, watch, None
+    return source, watch, result_for_existing_batch(existing, source, watch, campaign=campaign)
+
+
+def import_checked(source: ImportSource, items: Sized, *, noun: str, complete: bool = True) -> None:
+    """After parsing: the file decoded entirely (unless a limit stopped early) and held rows."""
+    if complete:
+        source.check_fully_decoded()
+    if not len(items):
+        raise source.reject(f"the file holds no {noun}")
+
+
+def import_write_once(
+    *,
+    source: ImportSource,
+    watch: Stopwatch,
+    kind: str,
+    target: str,
+    user: User | None,
+    write: Callable[[ImportBatch, Counts], dict[str, Any] | None],
+    campaign: str | None = None,
+) -> ImportResult:
+    """Write a checked file as one batch: under the import lock, in one transaction. `write`
+    writes the rows (and may return the result's `campaign` and `campaign_created`); a file
+    imported meanwhile by someone else is reported as skipped instead."""
+    with transaction.atomic():
+        lock_imports()
+        existing = existing_batch(kind=kind, sha256=source.sha256, target=target)
+        if existing is not None:
+            return result_for_existing_batch(existing, source, watch, campaign=campaign)
+        batch = create_batch(source=source, kind=kind, target=target, user=user)
+        counts = Counts()
+        extra = {"campaign": campaign, **(write(batch, counts) or {})}
+        finish_batch(batch, counts)
+    return result_for_new_batch(batch, source, watch, counts, **extra)

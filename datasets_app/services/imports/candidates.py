@@ -10,9 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.db import transaction
 
-from datasets_app.models import ImportKind
+from datasets_app.models import ImportBatch, ImportKind
 from datasets_app.services.imports.base import (
     CLIP_ID_PATTERN,
     EXTERNAL_ID_PATTERN,
@@ -24,25 +23,16 @@ from datasets_app.services.imports.base import (
     ImportResult,
     ImportSource,
     ProgressCallback,
-    Stopwatch,
     clean_identifier,
     clean_optional_text,
     clean_seconds,
     clean_text,
     detect_tabular_format,
-    import_source_read,
     iter_csv_rows,
     iter_jsonl_objects,
-    lock_imports,
     parse_vatex_clip_id,
 )
-from datasets_app.services.imports.batches import (
-    create_batch,
-    existing_batch,
-    finish_batch,
-    result_for_existing_batch,
-    result_for_new_batch,
-)
+from datasets_app.services.imports.batches import import_checked, import_open, import_write_once
 from datasets_app.services.imports.writers import (
     CandidateSpec,
     ClipSpec,
@@ -158,28 +148,17 @@ def candidates_import(
     progress: ProgressCallback | None = None,
 ) -> ImportResult:
     """Clips, references and candidates (with their captioning system) from a JSONL or CSV file."""
-    watch = Stopwatch()
-    source = import_source_read(path=path)
-    kind = detect_tabular_format(source, file_format)
-    existing = existing_batch(kind=ImportKind.CANDIDATES, sha256=source.sha256, target="")
-    if existing is not None:
-        return result_for_existing_batch(existing, source, watch)
-    if kind == "jsonl":
+    source, watch, earlier = import_open(path=path, kind=ImportKind.CANDIDATES)
+    if earlier is not None:
+        return earlier
+    if detect_tabular_format(source, file_format) == "jsonl":
         clips, candidates = _candidates_from_jsonl(source, progress)
     else:
         clips, candidates = _candidates_from_csv(source, progress)
-    source.check_fully_decoded()
-    if not clips:
-        raise source.reject("the file holds no rows")
+    import_checked(source, clips, noun="rows")
     _refuse_duplicate_candidate_ids(source, candidates)
 
-    with transaction.atomic():
-        lock_imports()
-        existing = existing_batch(kind=ImportKind.CANDIDATES, sha256=source.sha256, target="")
-        if existing is not None:
-            return result_for_existing_batch(existing, source, watch)
-        batch = create_batch(source=source, kind=ImportKind.CANDIDATES, target="", user=user)
-        counts = Counts()
+    def write(batch: ImportBatch, counts: Counts) -> None:
         dataset_rows_write(
             source=source,
             batch=batch,
@@ -188,8 +167,10 @@ def candidates_import(
             counts=counts,
             progress=progress,
         )
-        finish_batch(batch, counts)
-    return result_for_new_batch(batch, source, watch, counts)
+
+    return import_write_once(
+        source=source, watch=watch, kind=ImportKind.CANDIDATES, target="", user=user, write=write
+    )
 
 
 def _candidates_from_jsonl(

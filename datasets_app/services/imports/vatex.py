@@ -7,31 +7,20 @@ from pathlib import Path
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.db import transaction
 
-from datasets_app.models import ImportKind
+from datasets_app.models import ImportBatch, ImportKind
 from datasets_app.services.imports.base import (
     Counts,
     FieldError,
-    ImportRejected,
     ImportResult,
     ImportSource,
     ProgressCallback,
-    Stopwatch,
     clean_text,
     first_undecodable_path,
-    import_source_read,
     iter_json_array_items,
-    lock_imports,
     parse_vatex_clip_id,
 )
-from datasets_app.services.imports.batches import (
-    create_batch,
-    existing_batch,
-    finish_batch,
-    result_for_existing_batch,
-    result_for_new_batch,
-)
+from datasets_app.services.imports.batches import import_checked, import_open, import_write_once
 from datasets_app.services.imports.writers import (
     ClipSpec,
     dataset_rows_write,
@@ -52,14 +41,12 @@ def vatex_import(
 ) -> ImportResult:
     """Clips and English references from a VATEX annotation file
     (`[{"videoID": "<youtube id>_<start>_<end>", "enCap": [...], "chCap": [...]}]`)."""
-    watch = Stopwatch()
-    if limit is not None and limit < 1:
-        raise ImportRejected(file=str(path), message="--limit must be at least 1")
-    source = import_source_read(path=path)
     target = "" if limit is None else f"limit={limit}"
-    existing = existing_batch(kind=ImportKind.VATEX, sha256=source.sha256, target=target)
-    if existing is not None:
-        return result_for_existing_batch(existing, source, watch)
+    source, watch, earlier = import_open(
+        path=path, kind=ImportKind.VATEX, target=target, limit=limit
+    )
+    if earlier is not None:
+        return earlier
 
     clips: list[ClipSpec] = []
     seen: dict[str, int] = {}
@@ -87,23 +74,16 @@ def vatex_import(
         clips.append(spec)
         if progress and len(clips) % 500 == 0:
             progress("validating", len(clips), 0)
-    if complete:
-        source.check_fully_decoded()
-    if not clips:
-        raise source.reject("the file holds no clips")
+    import_checked(source, clips, noun="clips", complete=complete)
 
-    with transaction.atomic():
-        lock_imports()
-        existing = existing_batch(kind=ImportKind.VATEX, sha256=source.sha256, target=target)
-        if existing is not None:
-            return result_for_existing_batch(existing, source, watch)
-        batch = create_batch(source=source, kind=ImportKind.VATEX, target=target, user=user)
-        counts = Counts()
+    def write(batch: ImportBatch, counts: Counts) -> None:
         dataset_rows_write(
             source=source, batch=batch, clips=clips, candidates=[], counts=counts, progress=progress
         )
-        finish_batch(batch, counts)
-    return result_for_new_batch(batch, source, watch, counts)
+
+    return import_write_once(
+        source=source, watch=watch, kind=ImportKind.VATEX, target=target, user=user, write=write
+    )
 
 
 def _vatex_entry(entry: Any, *, source: ImportSource) -> ClipSpec:

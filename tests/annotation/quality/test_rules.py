@@ -144,7 +144,7 @@ def test_uniform_ratings_are_excluded():
     assert "100% of 4 clips rated with one single value" in stats.flags[0]["explanation"]
 
 
-def test_low_agreement_is_only_flagged_by_default_and_excludes_when_configured():
+def test_low_agreement_is_flagged_until_there_is_enough_evidence_to_exclude():
     campaign, items = _campaign_with_workers()
     contrarian = quality_worker(campaign, "contrarian")
     for index, item in enumerate(items[:12]):
@@ -153,17 +153,80 @@ def test_low_agreement_is_only_flagged_by_default_and_excludes_when_configured()
 
     summary = qc_campaign_full(campaign=campaign)
 
+    # 12 candidates in 4 clips: flagged and listed, not yet excluded (24 candidates are needed).
     assert summary["excluded"] == []
+    assert summary["flagged"] == [{"worker": "contrarian", "rules": ["low_agreement"]}]
     stats = WorkerQCStats.objects.get(participation=contrarian)
     assert stats.agreement == pytest.approx(-1.0)
     assert [flag["rule"] for flag in stats.flags] == ["low_agreement"]
     assert stats.flags[0]["action"] == "flag"
+    assert "too little evidence yet" in stats.flags[0]["explanation"]
     assert not Judgment.objects.filter(is_excluded=True).exists()
 
-    campaign.qc_rules = {"low_agreement": {"action": "exclude"}}
+    campaign.qc_rules = {"low_agreement": {"exclude_min_judgments": 12}}
     campaign.save()
     summary = qc_campaign_full(campaign=campaign)
     assert summary["excluded"] == [{"worker": "contrarian", "rules": ["low_agreement"]}]
+    assert summary["flagged"] == []
+
+
+def test_low_agreement_excludes_by_default_with_enough_candidates_and_clips():
+    campaign, items = _campaign_with_workers(clips=9)
+    contrarian = quality_worker(campaign, "contrarian")
+    for index, item in enumerate(items[:24]):  # 24 candidates in 8 clips
+        honest = _honest_pattern(index)
+        quality_judge(contrarian, item, _values(tuple(6 - value for value in honest)))
+
+    summary = qc_campaign_full(campaign=campaign)
+
+    assert summary["excluded"] == [{"worker": "contrarian", "rules": ["low_agreement"]}]
+    flag = WorkerQCStats.objects.get(participation=contrarian).flags[0]
+    assert flag["action"] == "exclude"
+    assert flag["numbers"]["judgments"] == 24 and flag["numbers"]["clips"] == 8
+
+
+def _six_caption_clips_with_one_honest_worker():
+    """Five clips of six captions, every caption rated by one honest worker at human speed."""
+    campaign = quality_crowd_campaign(clips=5, candidates_per_clip=6, quota=2)
+    items = list(CampaignCandidate.objects.filter(campaign=campaign).order_by("clip_id", "id"))
+    honest = quality_worker(campaign, "honest")
+    for index, item in enumerate(items):
+        quality_judge(honest, item, _values(_honest_pattern(index)), server_ms=15_000)
+    return campaign, items
+
+
+def test_uniform_rule_waits_for_several_clips_of_equal_ratings():
+    # Six good captions on one clip, honestly rated 5 on every question: 18 equal ratings.
+    campaign, items = _six_caption_clips_with_one_honest_worker()
+    enthusiast = quality_worker(campaign, "enthusiast")
+    for item in items[:6]:
+        quality_judge(enthusiast, item, _values(5), server_ms=15_000)
+
+    summary = qc_campaign_full(campaign=campaign)
+
+    assert summary["excluded"] == []
+    stats = WorkerQCStats.objects.get(participation=enthusiast)
+    assert stats.rating_variance == 0.0 and stats.uniform_share == 1.0
+    assert stats.flags == []
+
+    # The same on four clips (the rule's min_assignments) is a pattern: excluded.
+    for item in items[6:24]:
+        quality_judge(enthusiast, item, _values(5), server_ms=15_000)
+    summary = qc_campaign_full(campaign=campaign)
+    assert summary["excluded"] == [{"worker": "enthusiast", "rules": ["uniform"]}]
+
+
+def test_too_fast_waits_for_several_clips():
+    campaign, items = _six_caption_clips_with_one_honest_worker()
+    quick = quality_worker(campaign, "quick")
+    for index, item in enumerate(items[:12]):  # two clips, 12 timed judgments
+        quality_judge(quick, item, _values(_honest_pattern(index)), server_ms=700)
+
+    assert qc_campaign_full(campaign=campaign)["excluded"] == []
+    for index, item in enumerate(items[12:18], start=12):  # a third clip
+        quality_judge(quick, item, _values(_honest_pattern(index)), server_ms=700)
+    summary = qc_campaign_full(campaign=campaign)
+    assert summary["excluded"] == [{"worker": "quick", "rules": ["too_fast"]}]
 
 
 def test_rules_need_enough_evidence():
@@ -226,9 +289,11 @@ def test_summary_lists_every_excluded_worker_with_rules():
 
     summary = qc_summary(campaign=campaign)
 
+    # Nine equal ratings on three clips: too fast, but not yet a uniform pattern (4 clips).
     assert summary == {
         "workers": 4,
-        "excluded": [{"worker": "fast", "rules": ["too_fast", "uniform"]}],
+        "excluded": [{"worker": "fast", "rules": ["too_fast"]}],
+        "flagged": [],
         "judgments_excluded": 9,
         "review_items": 0,
     }

@@ -75,12 +75,12 @@ class SimulatedWorker:
     def step(self, truth: dict[int, dict[str, float]]) -> bool:
         """One next → submit cycle; False when the API has nothing left for this worker."""
         response = self.client.post(NEXT, {}, format="json")
-        if response.status_code == 401:
-            # Excluded by QC: the worker's token is revoked (issue 18); the test's end checks who.
-            assert "revoked" in response.json()["detail"], response.content
+        if response.status_code == 403:
+            # Excluded by QC: the screen-out from the next request on; the test's end checks who.
+            assert response.json()["state"] == "screened_out", response.content
             self.done = True
             return False
-        if response.status_code in (204, 403):
+        if response.status_code == 204:
             self.done = True
             return False
         assert response.status_code == 200, response.content

@@ -94,6 +94,7 @@ def test_run_qc_queues_exactly_the_candidates_whose_ratings_span_three_or_more(
     assert summary == {
         "workers": 3,
         "excluded": [],
+        "flagged": [],
         "judgments_excluded": 0,
         "review_items": 1153,
     }

@@ -61,7 +61,7 @@ def test_a_curator_resolves_a_review_item_and_the_score_follows(
     outlier = item.judgments.get(participation__worker__external_id="b-2")
     page.get_by_label(f"Exclude judgment {outlier.pk}").check()
     page.get_by_label(f"Reason for excluding judgment {outlier.pk}").fill("not about this clip")
-    page.get_by_role("button", name="Resolve").click()
+    page.get_by_role("button", name="Resolve", exact=True).click()
     page.wait_for_selector("text=Resolved.")
 
     # The page shows the new score, and the database holds it.

@@ -65,7 +65,8 @@ class Command(LepusCommand):
             "--backbone",
             default=None,
             help="Local directory or HF-cache name of the VLM, or 'tiny' for the small random "
-            "test model (default: LEPUS_DEFAULT_BACKBONE).",
+            "test model (default: LEPUS_DEFAULT_BACKBONE where a GPU is offered, else tiny; "
+            "see LEPUS_TRAINING_DEVICES).",
         )
         parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N.")
         parser.add_argument(

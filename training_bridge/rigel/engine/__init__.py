@@ -33,6 +33,8 @@ The package, by section:
 - :mod:`.batches`: the batch types of the per-sample path (:class:`~.batches.PreparedBatch`);
 - :mod:`.prefix`: shared prefixes (grouping, the group batches, the KV caches, the suffix mask);
 - :mod:`.attention`: the vision tower's attention as one batched SDPA call;
+- :mod:`.fp8`: FP8 matrix products for the linears (opt-in, ``ScoringEngine(fp8=True)``; bf16
+  stays the default until FP8's scores are proven on trained weights);
 - :mod:`.flops`: FLOP accounting for the benchmarks.
 
 Callers import the engine from here and the parts from their modules. No Django import.

@@ -96,6 +96,9 @@ class ScoringEngine:
         share_prefix: bool = True,
         group_loader_batch: int = 2,
         compile_layers: bool = False,
+        fp8: bool = False,
+        fp8_parts: Sequence[str] = ("language",),
+        cuda_graphs: bool = False,
     ):
         self.backbone = backbone
         self.head = head
@@ -123,14 +126,28 @@ class ScoringEngine:
         if fast_vision:
             enable_fast_vision_attention(model)
         self.fast_vision = fast_vision
+        # FP8 matrix products (engine.fp8) for the linears of the language model's decoder layers
+        # (and of the vision tower with fp8_parts=("language", "vision"): slower as long as the
+        # tower runs eagerly, each of its linears paying a separate scaling pass); before the
+        # compile below, which then traces the FP8 modules.
+        self.fp8 = fp8
+        if fp8:
+            from .fp8 import float8_linears
+
+            float8_linears(model, fp8_parts)
         # Each decoder layer of the language model compiled (fused.compile_decoder_layers): the
         # per-sample path only; the shared-prefix path, which passes a KV cache through the
-        # layers, runs them eagerly.
+        # layers, runs them eagerly. ``cuda_graphs`` compiles them in torch.compile's
+        # "reduce-overhead" mode (each layer replayed as a CUDA graph, one per padded shape, so
+        # sequences are padded to a multiple of 64 tokens to keep the shapes few); it implies
+        # ``compile_layers``.
+        self.cuda_graphs = cuda_graphs
+        if cuda_graphs:
+            compile_layers = True
+            self.pad_multiple = max(pad_multiple, 64)
         self.compile_layers = compile_layers
         if compile_layers:
-            from .. import fused
-
-            fused.compile_decoder_layers(model.model.language_model, hint=fused.ENGINE_HINT)
+            self._compile()
         lm_head = model.lm_head.weight
         self.score_rows = lm_head[backbone.score_token_ids].detach()  # (5, H)
         if isinstance(head, torch.nn.Module):
@@ -211,8 +228,8 @@ class ScoringEngine:
         return EngineOutput(hidden, score_logits, head_logits, scores, stats)
 
     def close(self) -> None:
-        """Undo what this engine changed beyond itself: its compiled decoder layers, and, where it
-        fused the element-wise ops, the process-wide patches of transformers' Qwen3-VL modules
+        """Undo what this engine changed beyond itself: its compiled decoder layers, its FP8
+        linears, and, where it fused the element-wise ops, the process-wide patches of transformers' Qwen3-VL modules
         (`fused.restore`, the linear patch embedding included). The engine runs eagerly and
         unfused afterwards; a later engine patches again."""
         from .. import fused
@@ -223,6 +240,11 @@ class ScoringEngine:
         if self.fuse_elementwise:
             fused.restore()
             self.fuse_elementwise = False
+        if self.fp8:
+            from .fp8 import restore_linears
+
+            restore_linears(self.backbone.model)
+            self.fp8 = False
 
     @contextlib.contextmanager
     def _eager_layers(self) -> Iterator[None]:
@@ -236,7 +258,16 @@ class ScoringEngine:
         try:
             yield
         finally:
-            fused.compile_decoder_layers(language_model, hint=fused.ENGINE_HINT)
+            self._compile()
+
+    def _compile(self) -> None:
+        from .. import fused
+
+        fused.compile_decoder_layers(
+            self.backbone.model.model.language_model,
+            hint=fused.ENGINE_HINT,
+            mode="reduce-overhead" if self.cuda_graphs else None,
+        )
 
     def _run_groups(
         self,
@@ -355,6 +386,8 @@ class ScoringEngine:
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """(hidden (B, H), LM-head score logits (B, 5), head logits (B, 5) or None)."""
         batch = batch.to(self.device)
+        if self.cuda_graphs:  # a new step: the graphs may overwrite the last batch's outputs
+            torch.compiler.cudagraph_mark_step_begin()
         pixel_values, grid_thw = self.pixels(batch)
         hidden = self.answer_hidden(batch, pixel_values, grid_thw)
         score_logits = hidden.float() @ self.score_rows.float().T

@@ -26,7 +26,7 @@ def fillfactor_back(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("annotation", "0006_rater_severity_calibration"),
+        ("annotation", "0010_participant_erasure"),
     ]
 
     operations = [

@@ -1,0 +1,34 @@
+"""The serializer of a campaign's figures (`annotation.figures.CampaignFigures`), shared by the
+campaigns API and the quality summary, so both answer the same object under the same names
+(docs/figures.md defines them)."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+
+def _count(help_text: str) -> serializers.IntegerField:
+    return serializers.IntegerField(read_only=True, help_text=help_text)
+
+
+def _percent(help_text: str) -> serializers.FloatField:
+    return serializers.FloatField(read_only=True, help_text=help_text)
+
+
+class CampaignFiguresSerializer(serializers.Serializer):
+    candidates = _count("Candidates of the campaign (control items left out).")
+    control_items = _count("Control items (known answers that check workers).")
+    candidates_dropped = _count("Candidates an expert dropped from releases.")
+    candidates_in_play = _count("candidates - candidates_dropped.")
+    candidates_complete = _count(
+        "Candidates in play with a kept judgment in every slot, or resolved in review."
+    )
+    percent_complete = _percent("100 × candidates_complete / candidates_in_play, one decimal.")
+    slots_total = _count("Judgments asked for: the quotas of the candidates in play.")
+    slots_filled = _count("Slots holding a kept judgment (at most the quota a candidate).")
+    slots_in_progress = _count("Slots leased to a worker who has not submitted yet.")
+    percent_filled = _percent("100 × slots_filled / slots_total, one decimal.")
+    judgments = _count("Judgments received (control items left out).")
+    judgments_kept = _count("Judgments not excluded by quality control or review.")
+    judgments_excluded = _count("Judgments excluded by quality control or review.")
+    judgments_needed = _count("Kept judgments still needed: slots_total - slots_filled.")

@@ -1,0 +1,54 @@
+"""`manage.py retest SLUG [--json]`: test-retest (intra-rater) consistency of a campaign."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import CommandError, CommandParser
+
+from annotation.models import Campaign
+from annotation.quality.consistency import campaign_retest
+from common.management.base import LepusCommand
+
+
+def _format(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+class Command(LepusCommand):
+    help = (
+        "Test-retest consistency of a campaign: repeats served, repeat pairs, and "
+        "quadratic-weighted kappa between first and second ratings per question (pooled over "
+        "the workers) and per worker (only with at least min_pairs pairs). With --json prints "
+        "the same object as GET /api/v1/campaigns/<slug>/quality/retest."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        super().add_arguments(parser)
+        parser.add_argument("slug", help="Campaign slug.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        campaign = Campaign.objects.filter(slug=options["slug"]).first()
+        if campaign is None:
+            raise CommandError(f"no campaign with slug {options['slug']!r}")
+        figures = campaign_retest(campaign=campaign)
+        lines = [
+            f"repeat share {figures['retest_share']:.0%}, gap {figures['retest_min_gap']} clips; "
+            f"{figures['repeats_submitted']} of {figures['repeats_served']} repeats rated, "
+            f"{figures['pairs']} pairs, campaign kappa {_format(figures['kappa'])}"
+        ]
+        lines += [
+            f"{row['key']}: kappa {_format(row['kappa'])} over {row['pairs']} pairs, exact "
+            f"agreement {_format(row['exact_agreement'])}"
+            for row in figures["questions"]
+        ]
+        lines += [
+            f"worker {row['platform']}:{row['external_id']}: {row['pairs']} pairs, kappa "
+            + (
+                _format(row["kappa"])
+                if row["enough_pairs"]
+                else f"not shown (fewer than {figures['min_pairs']} pairs)"
+            )
+            for row in figures["workers"]
+        ]
+        self.emit(figures, "\n".join(lines))

@@ -1,0 +1,268 @@
+"""Intra-rater consistency of a campaign's test-retest repeats: reads and figures.
+
+A pair is a worker's first rating of a candidate (`Judgment`) and their second, unannounced one
+(`RepeatJudgment`, see `annotation.services.repeats`), per question. Ratings are mapped to their
+rank among the question's levels (1..K) and measured with quadratic-weighted Cohen's kappa
+(`annotation.quality.retest`) per worker × question, and pooled over the workers per question for
+the campaign. A worker's single figure is the mean of their per-question kappas.
+
+A worker with fewer repeated candidates than the `inconsistent_retest` rule's `min_pairs` gets no
+kappa shown (None, `enough_pairs` false): a kappa over three pairs is noise. The same threshold
+gates the rule, so the page, the API, the command and the rule agree on who has a figure.
+
+Every page, the API (`GET .../quality/retest`), the `retest` command and the dataset card read
+`campaign_retest`, so they show the same numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from django.db.models import Count
+from numpy.typing import NDArray
+
+from annotation.models import AssignmentStatus, Campaign, Participation, Repeat, RepeatJudgment
+from annotation.quality.retest import repeat_consistency
+from annotation.quality.rules import qc_rules_merge
+from annotation.questions import level_values
+
+RULE = "inconsistent_retest"
+
+
+@dataclass
+class RepeatPairs:
+    """One row per repeated candidate; `first` / `second` are pairs × questions level ranks
+    (1..K), 0 where a question was not answered."""
+
+    participation_ids: NDArray[np.int64]  # the worker table
+    worker: NDArray[np.int64]  # index into participation_ids
+    first: NDArray[np.int64]
+    second: NDArray[np.int64]
+    question_keys: list[str]
+    categories: list[int]
+
+
+def _rank(ranks: dict[int, int], values: Any, key: str) -> int:
+    """The level rank of `values[key]` (0: not answered or not a level of the question)."""
+    value = (values or {}).get(key)
+    return ranks.get(value, 0) if isinstance(value, int) else 0
+
+
+def repeat_pairs_load(
+    *, campaign: Campaign, participation_ids: NDArray[np.int64] | list[int] | None = None
+) -> RepeatPairs:
+    """The repeat pairs of the campaign (of these workers only, in this order, when given)."""
+    questions = campaign.questions
+    keys = [question["key"] for question in questions]
+    ranks = [
+        {value: rank + 1 for rank, value in enumerate(sorted(level_values(question)))}
+        for question in questions
+    ]
+    rows = RepeatJudgment.objects.filter(campaign_id=campaign.pk)
+    if participation_ids is not None:
+        rows = rows.filter(participation_id__in=[int(pk) for pk in participation_ids])
+    records = list(
+        rows.order_by("id").values_list("participation_id", "values", "original__values")
+    )
+    if participation_ids is None:
+        table = np.unique(np.asarray([record[0] for record in records], dtype=np.int64))
+    else:
+        table = np.asarray(participation_ids, dtype=np.int64)
+    position = {int(pk): index for index, pk in enumerate(table.tolist())}
+    first = np.zeros((len(records), len(keys)), dtype=np.int64)
+    second = np.zeros((len(records), len(keys)), dtype=np.int64)
+    for row, (_worker, repeat_values, original_values) in enumerate(records):
+        for column, key in enumerate(keys):
+            first[row, column] = _rank(ranks[column], original_values, key)
+            second[row, column] = _rank(ranks[column], repeat_values, key)
+    return RepeatPairs(
+        participation_ids=table,
+        worker=np.asarray([position[record[0]] for record in records], dtype=np.int64),
+        first=first,
+        second=second,
+        question_keys=keys,
+        categories=[len(rank) for rank in ranks],
+    )
+
+
+@dataclass
+class Consistency:
+    """Per worker (index into the pair table's workers) and per question."""
+
+    pairs: NDArray[np.int64]  # repeated candidates per worker
+    kappa: NDArray[np.float64]  # mean of the worker's per-question kappas (NaN: none defined)
+    by_question: dict[str, Any]  # key -> RepeatConsistency
+
+
+def consistency_compute(pairs: RepeatPairs) -> Consistency:
+    workers = len(pairs.participation_ids)
+    by_question = {}
+    kappas = []
+    for column, key in enumerate(pairs.question_keys):
+        answered = (pairs.first[:, column] > 0) & (pairs.second[:, column] > 0)
+        figures = repeat_consistency(
+            worker=pairs.worker[answered],
+            first=pairs.first[answered, column],
+            second=pairs.second[answered, column],
+            workers=workers,
+            categories=pairs.categories[column],
+        )
+        by_question[key] = figures
+        kappas.append(figures.kappa)
+    stacked = np.vstack(kappas) if kappas else np.full((1, workers), np.nan)
+    defined = ~np.isnan(stacked)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        kappa = np.where(defined, stacked, 0.0).sum(axis=0) / defined.sum(axis=0)
+    return Consistency(
+        pairs=np.bincount(pairs.worker, minlength=workers).astype(np.int64),
+        kappa=np.asarray(kappa, dtype=np.float64),
+        by_question=by_question,
+    )
+
+
+def worker_retest_figures(
+    *, campaign: Campaign, participation_ids: NDArray[np.int64]
+) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+    """Repeat pairs and mean kappa of each of these workers, in this order (for the QC rule)."""
+    figures = consistency_compute(
+        repeat_pairs_load(campaign=campaign, participation_ids=participation_ids)
+    )
+    return figures.pairs, figures.kappa
+
+
+def _number(value: float) -> float | None:
+    return None if value is None or math.isnan(value) else round(float(value), 4)
+
+
+def retest_min_pairs(*, campaign: Campaign) -> int:
+    return int(qc_rules_merge(campaign.qc_rules)[RULE]["min_pairs"])
+
+
+def campaign_retest(*, campaign: Campaign) -> dict[str, Any]:
+    """The campaign's test-retest figures: settings, how many repeats and pairs, per-question
+    consistency pooled over the workers, and per worker (kappa only with enough pairs)."""
+    labels = {
+        question["key"]: question.get("label") or question["key"] for question in campaign.questions
+    }
+    min_pairs = retest_min_pairs(campaign=campaign)
+    rule = qc_rules_merge(campaign.qc_rules)[RULE]
+    pairs = repeat_pairs_load(campaign=campaign)
+    figures = consistency_compute(pairs)
+    statuses = dict(
+        Repeat.objects.filter(campaign_id=campaign.pk)
+        .values("status")
+        .order_by()
+        .annotate(count=Count("id"))
+        .values_list("status", "count")
+    )
+    questions = []
+    for key in pairs.question_keys:
+        question = figures.by_question[key]
+        questions.append(
+            {
+                "key": key,
+                "label": labels.get(key, key),
+                "pairs": question.pooled_pairs,
+                "kappa": _number(question.pooled_kappa),
+                "exact_agreement": _number(question.pooled_exact_agreement),
+            }
+        )
+    defined = [row["kappa"] for row in questions if row["kappa"] is not None]
+    people = {
+        pk: (platform, external_id)
+        for pk, platform, external_id in Participation.objects.filter(
+            pk__in=pairs.participation_ids.tolist()
+        ).values_list("pk", "worker__platform", "worker__external_id")
+    }
+    workers = []
+    for index, participation_id in enumerate(pairs.participation_ids.tolist()):
+        count = int(figures.pairs[index])
+        enough = count >= min_pairs
+        platform, external_id = people.get(participation_id, ("", ""))
+        workers.append(
+            {
+                "participation_id": participation_id,
+                "platform": platform,
+                "external_id": external_id,
+                "pairs": count,
+                "enough_pairs": enough,
+                "kappa": _number(figures.kappa[index]) if enough else None,
+                "questions": {
+                    key: {
+                        "label": labels.get(key, key),
+                        "kappa": _number(figures.by_question[key].kappa[index]) if enough else None,
+                        "exact_agreement": _number(figures.by_question[key].exact_agreement[index]),
+                        "mean_absolute_difference": _number(
+                            figures.by_question[key].mean_absolute_difference[index]
+                        ),
+                    }
+                    for key in pairs.question_keys
+                },
+            }
+        )
+    workers.sort(
+        key=lambda row: (
+            not row["enough_pairs"],
+            row["kappa"] if row["kappa"] is not None else 2.0,
+            row["participation_id"],
+        )
+    )
+    return {
+        "retest_share": campaign.retest_share,
+        "retest_min_gap": campaign.retest_min_gap,
+        "min_pairs": min_pairs,
+        "rule_enabled": bool(rule.get("enabled")),
+        "rule_min_kappa": rule.get("min_kappa"),
+        "repeats_served": sum(statuses.values()),
+        "repeats_submitted": statuses.get(AssignmentStatus.SUBMITTED.value, 0),
+        "pairs": int(len(pairs.worker)),
+        "workers_with_pairs": len(workers),
+        "workers_with_enough_pairs": sum(1 for row in workers if row["enough_pairs"]),
+        "kappa": round(sum(defined) / len(defined), 4) if defined else None,
+        "questions": questions,
+        "workers": workers,
+    }
+
+
+def worker_retest(*, campaign: Campaign, participation_id: int) -> dict[str, Any] | None:
+    """One worker's row of `campaign_retest` (None when they have no repeat pair)."""
+    for row in campaign_retest(campaign=campaign)["workers"]:
+        if row["participation_id"] == participation_id:
+            return row
+    return None
+
+
+def retest_release_facts(*, campaign_ids: list[int]) -> list[dict[str, Any]]:
+    """Per campaign (by slug) that served repeats: the test-retest settings and consistency, for
+    a release's card and manifest (no worker is named)."""
+    facts = []
+    campaigns = Campaign.objects.filter(pk__in=campaign_ids).order_by("slug")
+    for campaign in campaigns:
+        if not campaign.retest_share and not Repeat.objects.filter(campaign=campaign).exists():
+            continue
+        figures = campaign_retest(campaign=campaign)
+        facts.append(
+            {
+                "campaign": campaign.slug,
+                "retest_share": figures["retest_share"],
+                "retest_min_gap": figures["retest_min_gap"],
+                "repeats_submitted": figures["repeats_submitted"],
+                "pairs": figures["pairs"],
+                "workers_with_pairs": figures["workers_with_pairs"],
+                "workers_with_enough_pairs": figures["workers_with_enough_pairs"],
+                "min_pairs": figures["min_pairs"],
+                "kappa": figures["kappa"],
+                "questions": {
+                    row["key"]: {
+                        "pairs": row["pairs"],
+                        "kappa": row["kappa"],
+                        "exact_agreement": row["exact_agreement"],
+                    }
+                    for row in figures["questions"]
+                },
+            }
+        )
+    return facts

@@ -1,0 +1,366 @@
+"""Issue 17, point 2: scoring one candidate per clip at the limit of one GPU.
+
+The workload of `engine_variants.py` (Qwen3-VL-2B dimensions, random weights; 8 frames at 448 px,
+9 references drawn per sample, so nothing is shared; 4.13 TFLOP per sample). The engine runs with
+compiled decoder layers and the fused element-wise ops (the pipeline's compiled engine) and each
+route on top of it, one engine after the other in one process:
+
+- ``bf16``: the default (the baseline);
+- ``fp8``: `ScoringEngine(fp8=True)` (FP8 linears in the language model and the vision tower);
+- ``bf16_graphs`` / ``fp8_graphs``: the same with `cuda_graphs=True` (each decoder layer replayed
+  as a CUDA graph).
+
+For each route: the first forward (compile), the GPU alone on prepared batches (``--reps``
+timings of the same batches; median, min, max), a kernel profile of one batch, and end to end
+from the MP4 files (``--samples``) with the scores kept. FP8's scores are compared with bf16's on
+the same samples (Kendall's tau, largest normalised-score difference). Decoding: the CPU cost of
+one clip with PyAV in software and with NVDEC (``av_cuda``), the CPU pipeline's rate with each, and
+end to end with the fastest GPU route and each decoder (``--e2e-runs`` runs each). Every figure is
+written as it comes to one raw file (`bench/provenance.py`; ``LEPUS_BENCH_RESULTS`` names the
+folder).
+
+    python3 bench/gpu/scoring_limits.py --clips /tmp/clips
+    python3 bench/gpu/scoring_limits.py --clips /tmp/clips --smoke   # tiny model on the CPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import gpu_rigel as g
+from engine_variants import kernel_table
+from provenance import raw_record, write_raw
+
+from training_bridge.rigel import fused
+from training_bridge.rigel.backbone import load_backbone
+from training_bridge.rigel.engine import ScoringEngine
+from training_bridge.rigel.engine.fp8 import (
+    FP8_DTYPE,
+    PARTS,
+    float8_linear_count,
+    restore_linears,
+)
+from training_bridge.rigel.video import DECODER_ENV, decode_video
+
+H100_FP8_DENSE_PEAK = 1979e12  # FLOP/s, H100 SXM datasheet, dense
+NOTES = "issue 17 point 2: scoring routes on one GPU"
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def ceilings(device: torch.device) -> dict[str, float]:
+    """8192^3 matrix products: bf16 (torch.matmul) and FP8 e4m3 (torch._scaled_mm, rowwise)."""
+    n, reps = 8192, 20
+    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    a8, b8 = a.to(FP8_DTYPE), b.to(FP8_DTYPE)
+    sa = torch.ones(n, 1, device=device)
+    sb = torch.ones(1, n, device=device)
+    out = {}
+    for name, fn in (
+        ("bf16", lambda: a @ b),
+        ("fp8_rowwise", lambda: torch._scaled_mm(a8, b8.T, sa, sb, out_dtype=torch.bfloat16)),
+    ):
+        for _ in range(3):
+            fn()
+        g.sync(device)
+        start = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        g.sync(device)
+        out[f"matmul_8192_{name}_tflops"] = 2 * n**3 * reps / (time.perf_counter() - start) / 1e12
+    return out
+
+
+def gpu_times(
+    engine: ScoringEngine, prepared: list, device: torch.device, reps: int
+) -> list[float]:
+    """Seconds per sample of each pass over the prepared batches (after one warm-up pass)."""
+    for batch in prepared:
+        engine.forward_batch(batch)
+    g.sync(device)
+    samples = sum(len(b.indices) for b in prepared)
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        for batch in prepared:
+            engine.forward_batch(batch)
+        g.sync(device)
+        times.append((time.perf_counter() - start) / samples)
+    return times
+
+
+def decode_cost(clips: list[Path], decoder: str, rounds: int = 2) -> dict[str, Any]:
+    """CPU and wall time of decoding one clip (8 frames) in this process, per clip."""
+    try:
+        decode_video(clips[0], 8, backend=decoder)  # first open (a CUDA context for NVDEC)
+    except Exception as error:
+        return {"error": f"{type(error).__name__}: {error}"}
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    count = 0
+    for _ in range(rounds):
+        for clip in clips:
+            decode_video(clip, 8, backend=decoder)
+            count += 1
+    return {
+        "clips": count,
+        "cpu_ms_per_clip": 1000 * (time.process_time() - cpu0) / count,
+        "wall_ms_per_clip": 1000 * (time.perf_counter() - wall0) / count,
+    }
+
+
+def kendall_tau(a: np.ndarray, b: np.ndarray) -> float:
+    from scipy.stats import kendalltau
+
+    return float(kendalltau(a, b).statistic)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--clips", required=True)
+    parser.add_argument("--n-clips", type=int, default=256)
+    parser.add_argument("--samples", type=int, default=2048)
+    parser.add_argument("--cpu-samples", type=int, default=768)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--workers", type=int, default=15)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument(
+        "--routes",
+        default="bf16,fp8,fp8_lm,bf16_graphs,fp8_graphs",
+        help="bf16, fp8 (language model and vision tower), fp8_lm (language model only); "
+        "_graphs: with CUDA graphs",
+    )
+    parser.add_argument("--decoders", default="av,av_cuda")
+    parser.add_argument("--e2e-runs", type=int, default=3)
+    parser.add_argument("--name", default="scoring_limits")
+    parser.add_argument("--smoke", action="store_true", help="tiny model on CPU (a dry run)")
+    args = parser.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    device = torch.device("cpu" if args.smoke else "cuda")
+    torch._dynamo.config.recompile_limit = 64
+    out: dict[str, Any] = {"args": vars(args)}
+    clips = g.make_clips(Path(args.clips), args.n_clips, 448, 5.0, 24)
+    # Decoding first, before this process makes its CUDA context: FFmpeg's NVDEC decoder shares
+    # the device's primary context and refuses one that torch has already made with other flags
+    # (the engine's decoding workers never touch CUDA through torch).
+    out["decode_one_clip"] = {d: decode_cost(clips[:24], d) for d in args.decoders.split(",")}
+    g.log("decode", json.dumps(out["decode_one_clip"]))
+    out["env"] = g.section_env(device)
+    if device.type == "cuda":
+        out["ceilings"] = ceilings(device)
+    out_dir = Path(os.environ.get("LEPUS_BENCH_RESULTS", "bench/results"))
+    raw = out_dir / f"{args.name}_partial.json"
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    def save() -> None:  # the figures so far with their provenance, in case the call is cut off
+        record = raw_record(args.name, out, notes=NOTES + " (partial: the run had not finished)")
+        raw.write_text(json.dumps(record, indent=1, sort_keys=True, default=str))
+
+    def attempt(key: str, fn: Any) -> Any:
+        try:
+            return fn()
+        except Exception:
+            out.setdefault("errors", {})[key] = traceback.format_exc()[-3000:]
+            g.log("error", key, out["errors"][key])
+            save()
+            return None
+
+    backbone = load_backbone("tiny" if args.smoke else "qwen3-vl-2b-random", device=device, seed=0)
+    head = g.ScoreHead(backbone.hidden_size).to(device)
+    examples = g.make_examples(clips, max(args.samples, args.cpu_samples), 9)
+
+    def engine_for(route: str) -> ScoringEngine:
+        return ScoringEngine(
+            backbone, head, batch_size=args.batch, num_workers=args.workers, loader_batch=8,
+            prefetch_factor=4, compile_layers=True, fuse_elementwise=True,
+            fp8=route.startswith("fp8"), cuda_graphs=route.endswith("_graphs"),
+            fp8_parts=("language",) if route.startswith("fp8_lm") else PARTS,
+        )  # fmt: skip
+
+    save()
+    os.environ[DECODER_ENV] = "av"
+    base = engine_for("bf16")
+    prepared = list(base.device_batches(examples[: 2 * args.batch]))
+    tokens = float(sum(float(b.lengths.float().mean()) for b in prepared) / len(prepared))
+    patches = float(sum(float(b.grids.prod(-1).float().mean()) for b in prepared) / len(prepared))
+    chunk = float(prepared[0].grids[0, 1] * prepared[0].grids[0, 2])
+    flops = g.flops_summary(backbone.model.config, tokens, patches, chunk)
+    out["tokens_per_sample"], out["flops_per_sample"] = tokens, flops
+    base.close()
+    fp8_peak = H100_FP8_DENSE_PEAK
+
+    def fractions(ms: float) -> dict[str, float]:
+        achieved = flops["total"] / (ms / 1000)
+        return {
+            "tflops_per_s": achieved / 1e12,
+            "fraction_of_bf16_peak": achieved / g.H100_BF16_DENSE_PEAK,
+            "fraction_of_fp8_peak": achieved / fp8_peak,
+        }
+
+    out["routes"] = {}
+    scores: dict[str, np.ndarray] = {}
+    hidden: dict[str, np.ndarray] = {}
+    for route in args.routes.split(","):
+        report: dict[str, Any] = {}
+        out["routes"][route] = report
+        torch._dynamo.reset()
+        engine = engine_for(route)
+        report["fp8_linears"] = float8_linear_count(backbone.model)
+
+        def first(engine: ScoringEngine = engine) -> float:
+            started = time.perf_counter()
+            engine.forward_batch(prepared[0])
+            g.sync(device)
+            return time.perf_counter() - started
+
+        report["first_forward_seconds"] = attempt(f"{route}.first", first)
+        if report["first_forward_seconds"] is None:
+            engine.close()
+            continue
+        times = attempt(f"{route}.gpu", lambda e=engine: gpu_times(e, prepared, device, args.reps))
+        if times:
+            ms = [1000 * t for t in times]
+            report["gpu_only_ms_per_sample"] = spread(ms)
+            report["gpu_only_runs_ms"] = ms
+            report["gpu_only_rate"] = fractions(statistics.median(ms))
+            g.log("gpu", route, json.dumps(report["gpu_only_ms_per_sample"]))
+        if device.type == "cuda":
+            report["kernels"] = attempt(
+                f"{route}.kernels", lambda e=engine: kernel_table(e, prepared[:1])
+            )
+        save()
+
+        def e2e(engine: ScoringEngine = engine, route: str = route) -> dict[str, Any]:
+            rep, result = _e2e(engine, examples, args, device, flops)
+            scores[route], hidden[route] = result.scores, result.hidden
+            return rep
+
+        report["end_to_end_av"] = attempt(f"{route}.e2e", e2e)
+        g.log("e2e", route, json.dumps(report["end_to_end_av"]))
+        if route != "bf16" and "bf16" in scores and route in scores:
+            a, b = scores["bf16"], scores[route]
+            report["against_bf16"] = {
+                "samples": len(a),
+                "kendall_tau": kendall_tau(a, b),
+                "max_abs_normalised_score_difference": float(np.abs(a - b).max()),
+                "mean_abs_normalised_score_difference": float(np.abs(a - b).mean()),
+                "bf16_score_std": float(a.std()),
+                # the final hidden states at the answer position, ||route - bf16|| / ||bf16||
+                "hidden_relative_difference": float(
+                    np.linalg.norm(hidden[route] - hidden["bf16"]) / np.linalg.norm(hidden["bf16"])
+                ),
+            }
+            g.log("against bf16", route, json.dumps(report["against_bf16"]))
+        save()
+        engine.close()
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    assert float8_linear_count(backbone.model) == 0 or restore_linears(backbone.model)
+
+    # The CPU pipeline alone and end to end with each decoder, on the fastest GPU route.
+    gpu_best = min(
+        (r for r in out["routes"] if "gpu_only_ms_per_sample" in out["routes"][r]),
+        key=lambda r: out["routes"][r]["gpu_only_ms_per_sample"]["median"],
+        default="bf16",
+    )
+    out["best_gpu_route"] = gpu_best
+    out["cpu_pipeline"] = {}
+    out["end_to_end"] = {}
+    for decoder in args.decoders.split(","):
+        os.environ[DECODER_ENV] = decoder
+        engine = engine_for(gpu_best)  # compiled again from dynamo's cache
+        # NVDEC in the workers needs its own CUDA context: workers that are not forked from this
+        # process (CUDA does not survive fork).
+        engine.mp_context = "forkserver" if decoder == "av_cuda" else "fork"
+
+        def cpu_rate(engine: ScoringEngine = engine) -> dict[str, Any]:
+            sum(len(b.indices) for b in engine.prepared_batches(examples[: args.batch]))
+            start = time.perf_counter()
+            count = sum(
+                len(b.indices) for b in engine.prepared_batches(examples[: args.cpu_samples])
+            )
+            seconds = time.perf_counter() - start
+            return {"samples": count, "ms_per_sample": 1000 * seconds / count}
+
+        out["cpu_pipeline"][decoder] = attempt(f"cpu.{decoder}", cpu_rate)
+        g.log("cpu", decoder, json.dumps(out["cpu_pipeline"][decoder]))
+        save()
+        if out["cpu_pipeline"][decoder] is None:
+            engine.close()
+            continue
+        engine.forward_batch(prepared[0])
+        runs = []
+        for k in range(args.e2e_runs):
+            rep = attempt(
+                f"e2e.{decoder}",
+                lambda e=engine, k=k: _e2e(e, examples, args, device, flops, warm=k == 0)[0],
+            )
+            if rep is None:
+                break
+            runs.append(rep)
+            g.log("e2e", gpu_best, decoder, json.dumps(rep))
+            save()
+        if runs:
+            ms = [r["ms_per_sample"] for r in runs]
+            out["end_to_end"][decoder] = {
+                "route": gpu_best,
+                "ms_per_sample": spread(ms),
+                "after_first_batch_ms_per_sample": spread(
+                    [r.get("after_first_batch_ms_per_sample") or r["ms_per_sample"] for r in runs]
+                ),
+                "rate_at_median": fractions(statistics.median(ms)),
+                "runs": runs,
+            }
+        save()
+        engine.close()
+    fused.restore()
+    path = write_raw(args.name, out, notes=NOTES)
+    g.log("raw", path)
+    raw.unlink(missing_ok=True)
+
+
+def _e2e(
+    engine: ScoringEngine,
+    examples: list,
+    args: Any,
+    device: torch.device,
+    flops: dict,
+    warm: bool = True,
+) -> tuple[dict[str, Any], Any]:
+    """One end-to-end run of ``--samples`` from the MP4 files (after a warm-up batch when
+    ``warm``): its figures and the engine's output. Each run starts its own worker processes, so
+    the figures include their start-up; ``after_first_batch_ms_per_sample`` leaves it out."""
+    if warm:
+        engine.run(examples[: args.batch])
+        g.sync(device)
+    started = time.perf_counter()
+    result = engine.run(examples[: args.samples])
+    g.sync(device)
+    seconds = time.perf_counter() - started
+    rep = g.rate_report(args.samples, seconds, flops["total"])
+    rep.update(g.steady_state(result.stats, args.samples, 1))
+    assert result.scores is not None
+    rep["finite"] = bool(np.isfinite(result.scores).all())
+    return rep, result
+
+
+if __name__ == "__main__":
+    main()
