@@ -217,6 +217,16 @@ def raw_record(
     }
 
 
+def cpu_seconds_of(pid: int) -> float:
+    """user + system CPU seconds of a process of this machine (e.g. a PostgreSQL backend, whose
+    pid `SELECT pg_backend_pid()` gives when the server runs here); NaN when it cannot be read."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def write_raw(
     name: str,
     figures: Any,

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from provenance import write_raw  # noqa: E402  (Django-free; records commit, machine, versions)
+from provenance import cpu_seconds_of, write_raw  # noqa: E402  (Django-free; records commit, machine, versions)
 
 SLUG = "qc-bench"
 QUESTIONS = ("descriptiveness", "relevance", "fluency")
@@ -170,7 +170,7 @@ def measured_run() -> dict[str, Any]:
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     backend = _backend_pid()
     load_before = _load_average()
-    backend_before = backend_cpu_seconds(backend)
+    backend_before = cpu_seconds_of(backend)
     cpu_before = time.process_time()
     started = time.perf_counter()
     summary = qc_campaign_full(campaign=campaign)
@@ -180,7 +180,7 @@ def measured_run() -> dict[str, Any]:
         "seconds": round(seconds, 2),
         # CPU is less sensitive than wall time to the other sessions sharing the two cores.
         "process_cpu_seconds": round(cpu, 2),
-        "postgres_backend_cpu_seconds": round(backend_cpu_seconds(backend) - backend_before, 2),
+        "postgres_backend_cpu_seconds": round(cpu_seconds_of(backend) - backend_before, 2),
         "load_average_1min": {"start": load_before[0], "end": _load_average()[0]},
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "rss_before_run_mb": round(rss_before / 1024, 1),
@@ -207,15 +207,6 @@ def _backend_pid() -> int:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         return int(cursor.fetchone()[0])
-
-
-def backend_cpu_seconds(pid: int) -> float:
-    """user + system CPU of a PostgreSQL backend (the server runs on this machine)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return float("nan")
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _child(database_url: str, mode: str, *extra: str) -> dict[str, Any]:

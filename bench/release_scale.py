@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from provenance import write_raw  # noqa: E402  (Django-free; records commit, machine, versions)
+from provenance import cpu_seconds_of, write_raw  # noqa: E402  (Django-free)
 
 CANDIDATES_PER_CLIP = 6
 REFERENCES_PER_CLIP = 9
@@ -423,20 +423,13 @@ def child_build(*, raw: bool) -> None:
     backend: dict[str, float] = {}
     original_open = snapshot.open_snapshot
 
-    def backend_cpu(pid: int) -> float:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            return float("nan")
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
     @contextmanager
     def measured_snapshot(**arguments):  # type: ignore[no-untyped-def]
         with original_open(**arguments) as opened:
             pid = opened.cursor_factory.get_backend_pid()
-            start = backend_cpu(pid)
+            start = cpu_seconds_of(pid)
             yield opened
-            backend["cpu"] = backend_cpu(pid) - start
+            backend["cpu"] = cpu_seconds_of(pid) - start
 
     snapshot.open_snapshot = measured_snapshot
     release = release_create(
