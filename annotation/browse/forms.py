@@ -55,7 +55,7 @@ class TableForm(forms.Form):
 
 def _campaign_field() -> forms.ModelChoiceField:
     return forms.ModelChoiceField(
-        queryset=Campaign.objects.order_by("slug"),
+        queryset=Campaign.objects.only("pk", "slug").order_by("slug"),
         to_field_name="slug",
         required=False,
         empty_label="All campaigns",

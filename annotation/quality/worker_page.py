@@ -13,7 +13,8 @@ from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
 from annotation.browse.forms import JudgmentTableForm
-from annotation.browse.pagination import DEFAULT_PAGE_SIZE, CursorInvalid
+from annotation.browse.links import Links
+from annotation.browse.pagination import DEFAULT_PAGE_SIZE, CursorInvalid, Page
 from annotation.browse.selectors import judgments_page, worker_history
 from annotation.models import Campaign, Participation, WorkerExclusion
 from annotation.quality.calibration_job import (
@@ -81,23 +82,21 @@ def worker_detail(request: HttpRequest, slug: str, participation_id: int) -> Htt
         .order_by("-created_at")
         .first()
     )
-    after = request.GET.get("after", "")[:600]
-    try:
-        judgments = judgments_page(
+
+    def judgments_from(after: str) -> Page:
+        return judgments_page(
             filters={"participation": participation},
             sort=JudgmentTableForm.SORTS[0],
             descending=True,
             after=after,
             size=DEFAULT_PAGE_SIZE,
         )
+
+    try:
+        judgments = judgments_from(request.GET.get("after", "")[:600])
     except CursorInvalid:
-        judgments = judgments_page(
-            filters={"participation": participation},
-            sort=JudgmentTableForm.SORTS[0],
-            descending=True,
-            after="",
-            size=DEFAULT_PAGE_SIZE,
-        )
+        judgments = judgments_from("")  # a mangled link: the newest judgments instead
+    Links().judgments(judgments.rows)
     return render(
         request,
         "annotation/dashboard/worker_detail.html",

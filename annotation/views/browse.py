@@ -19,6 +19,7 @@ from annotation.browse.forms import (
     TableForm,
     WorkerTableForm,
 )
+from annotation.browse.links import Links
 from annotation.browse.pagination import CursorInvalid, Page
 from annotation.models import CampaignCandidate
 from common.permissions import curator_required
@@ -63,6 +64,7 @@ def table_context(request: HttpRequest, table: str) -> tuple[dict[str, Any], int
     except CursorInvalid as error:
         form.add_error("after", str(error))
         return context, 400
+    getattr(Links(), table)(page.rows)
     context.update(
         {
             "page": page,
