@@ -102,7 +102,7 @@ def _pages() -> dict[str, str]:
         "judgments: deep page (time)": (
             f"{judgments}?sort=created&after={cursor_encode(middle[1], middle[0])}"
         ),
-        "judgments: 200 rows": f"{judgments}?size=200",
+        "judgments: 100 rows": f"{judgments}?size=100",
         "candidates: first page": candidates,
         "candidates: sorted by overall": f"{candidates}?sort=overall",
         "candidates: system + campaign": f"{candidates}?system={system.pk}&campaign={campaign.slug}",

@@ -92,8 +92,6 @@ class CandidateTableForm(TableForm):
     SORTS = (
         Sort("id", "Id", "pk"),
         Sort("overall", "Overall", "sort_overall"),
-        Sort("judgments", "Judgments", "judgments_total"),
-        Sort("kept", "Kept", "kept_judgments"),
         Sort("range", "Range", "sort_range"),
     )
 
@@ -111,6 +109,8 @@ class CandidateTableForm(TableForm):
 
 
 class JudgmentTableForm(TableForm):
+    # By time through the (created_at, id) index; by value a reader filters instead (criterion
+    # and rating), which no index on a JSON document would make cheaper than that filter.
     SORTS = (
         Sort("id", "Id", "pk"),
         Sort("created", "Time", "created_at"),
