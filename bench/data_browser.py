@@ -87,7 +87,9 @@ def _pages() -> dict[str, str]:
     ]
     clip_middle = Clip.objects.order_by("vatex_id")[Clip.objects.count() // 2]
     system = CaptioningSystem.objects.order_by("pk")[2]
-    participation = Participation.objects.select_related("worker").order_by("pk")[Participation.objects.count() // 3 + 1]
+    participation = Participation.objects.select_related("worker").order_by("pk")[
+        Participation.objects.count() // 3 + 1
+    ]
     judgment = Judgment.objects.order_by("pk")[total // 3]
     return {
         "judgments: first page": judgments,
@@ -220,7 +222,9 @@ def main() -> None:
     if options.json:
         print(json.dumps(report, sort_keys=True))
         return
-    print(f"{report['judgments']} judgments; p95 per page, median of {options.runs} runs [min, max]:")
+    print(
+        f"{report['judgments']} judgments; p95 per page, median of {options.runs} runs [min, max]:"
+    )
     for name, figures in report["headline"].items():
         mark = "" if figures["under_target"] else "  OVER 300 ms"
         print(

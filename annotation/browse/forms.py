@@ -26,7 +26,7 @@ class TableForm(forms.Form):
     size = forms.TypedChoiceField(
         required=False,
         coerce=int,
-        empty_value=DEFAULT_PAGE_SIZE,
+        empty_value=DEFAULT_PAGE_SIZE,  # type: ignore[arg-type]  # the stubs want a str
         choices=[(str(size), str(size)) for size in PAGE_SIZES],
         label="Rows",
     )

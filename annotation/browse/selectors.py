@@ -187,8 +187,8 @@ def workers_page(
         participations = participations.filter(status=filters["status"])
     page = keyset_page(participations, sort=sort, descending=descending, after=after, size=size)
     # Both counts of the page's workers in one pass over their judgments.
-    counts = {
-        row["participation"]: row
+    counts: dict[int, dict[str, Any]] = {
+        row["participation"]: dict(row)
         for row in Judgment.objects.filter(participation__in=[p.pk for p in page.rows])
         .order_by()
         .values("participation")
@@ -247,7 +247,9 @@ def candidate_detail(*, campaign_candidate_id: int) -> dict[str, Any]:
         .order_by("created_at", "pk")
     )
     for judgment in judgments:
-        judgment.ordered_values = [judgment.values.get(key) for key, _ in questions]
+        judgment.ordered_values = [  # type: ignore[attr-defined]
+            judgment.values.get(key) for key, _ in questions
+        ]
     # A missing reverse one-to-one raises an AttributeError subclass: getattr's default applies.
     review_item = getattr(item, "review_item", None)
     targets = [f"candidate:{item.pk}"] + [f"judgment:{judgment.pk}" for judgment in judgments]

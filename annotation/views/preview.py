@@ -92,9 +92,9 @@ def _with_session(
             return _error(401, str(refused))
         if session.campaign.slug != slug:
             return _error(401, "This preview token is for another campaign.")
-        response = view(request, session, kwargs)
-        response["Cache-Control"] = "no-store"
-        return response
+        answer = view(request, session, kwargs)
+        answer["Cache-Control"] = "no-store"
+        return answer
 
     return wrapper
 
