@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from django.apps import apps
+from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
@@ -102,10 +103,7 @@ def test_preview_endpoints_refuse_without_a_valid_token(curator_client, client):
     other_next = reverse("annotation:preview-next", args=[other.slug])
     assert call(client, "POST", other_next, token).status_code == 401
     # A curator who loses the role loses the preview too.
-    curator = curator_client.session["_auth_user_id"]
-    from django.contrib.auth.models import User
-
-    User.objects.get(pk=curator).groups.clear()
+    User.objects.get(pk=curator_client.session["_auth_user_id"]).groups.clear()
     assert call(client, "POST", urls["next"], token).status_code == 401
 
 
