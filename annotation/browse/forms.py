@@ -10,6 +10,7 @@ from django.core.validators import RegexValidator
 
 from annotation.browse.pagination import DEFAULT_PAGE_SIZE, PAGE_SIZES, Sort
 from annotation.models import Campaign, ParticipationStatus, Platform, ReviewState
+from annotation.questions import level_values
 from datasets_app.models import CaptioningSystem, ClipStatus
 
 _KEY = RegexValidator(r"^[A-Za-z0-9_-]+$", "Letters, digits, - and _ only.")
@@ -129,8 +130,27 @@ class JudgmentTableForm(TableForm):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
-        if data.get("rating") is not None and not data.get("criterion"):
+        criterion, rating = data.get("criterion"), data.get("rating")
+        if rating is not None and not criterion:
             self.add_error("criterion", "Choose the criterion the rating is of.")
+        if criterion:
+            # Only questions (and levels) that exist: a value no judgment can hold would make
+            # the page read the whole table before answering that there is nothing.
+            campaigns = Campaign.objects.all()
+            if data.get("campaign") is not None:
+                campaigns = campaigns.filter(pk=data["campaign"].pk)
+            levels: set[int] = set()
+            known = False
+            for questions in campaigns.values_list("questions", flat=True):
+                for question in questions:
+                    if question.get("key") == criterion:
+                        known = True
+                        levels.update(level_values(question))
+            if not known:
+                self.add_error("criterion", "No campaign asks this question.")
+            elif rating is not None and rating not in levels:
+                choices = ", ".join(str(level) for level in sorted(levels))
+                self.add_error("rating", f"This question is rated {choices}.")
         return data
 
 

@@ -142,6 +142,8 @@ def test_judgment_filters_match_the_database(curator_client, curator):
         "after=not-a-cursor",
         "after=WzEsMl0",
         "campaign=nope",
+        "criterion=colour",
+        "criterion=relevance&rating=9",
     ],
 )
 def test_bad_queries_answer_400_with_the_form(curator_client, curator, query):
