@@ -269,8 +269,15 @@ def candidate_detail(*, campaign_candidate_id: int) -> dict[str, Any]:
         .select_related("participation__worker", "created_by", "reversed_by")
         .order_by("created_at", "pk")
     )
+    received = len(judgments)
+    kept = sum(1 for judgment in judgments if not judgment.is_excluded)
     return {
         "item": item,
+        # Counted from the judgments themselves (what the table below lists); the stored means,
+        # overall and class are QC's, so the page says when QC has not seen every judgment yet.
+        "received": received,
+        "kept": kept,
+        "aggregate_stale": (received, kept) != (item.judgments_total, item.kept_judgments),
         "questions": questions,
         "means": [(label, item.means.get(key)) for key, label in questions],
         "resolution": [

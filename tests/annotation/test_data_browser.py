@@ -209,8 +209,10 @@ def test_candidate_page_shows_every_judgment_its_aggregate_and_history(curator_c
         values = re.findall(r"<td data-value>(\d+)</td>", row)
         assert values == [str(judgment.values[key]) for key in item.campaign.question_keys]
         assert ("Excluded" in row) == judgment.is_excluded
-    assert f'data-field="judgments_total">{item.judgments_total}<' in html
-    assert f'data-field="kept_judgments">{item.kept_judgments}<' in html
+    # Counted from the judgments themselves, as the table lists them (not QC's stored counters).
+    assert f'data-field="judgments_total">{len(judgments)}<' in html
+    kept = sum(1 for judgment in judgments if not judgment.is_excluded)
+    assert f'data-field="kept_judgments">{kept}<' in html
     exclusion = WorkerExclusion.objects.get()
     assert f'data-exclusion="{exclusion.pk}"' in html
     for entry in AuditEntry.objects.filter(target=f"worker:{exclusion.participation_id}"):

@@ -130,7 +130,7 @@ def test_a_curator_browses_from_the_campaign_into_candidates_clips_and_workers(
     assert "Excluded" in page.locator(f"#judgment-{judgment_id}").inner_text()
     assert page.locator("[data-exclusion]").count() == 1
     assert page.locator('[data-field="kept_judgments"]').inner_text() == str(
-        CampaignCandidate.objects.get(pk=item.pk).kept_judgments
+        item.judgments.filter(is_excluded=False).count()
     )
     check_fits(page, "candidate", size)
 
