@@ -294,6 +294,8 @@ class Participation(models.Model):
                 fields=["campaign", "worker"], name="participation_campaign_worker_unique"
             ),
         ]
+        # The data browser's workers by joining time (joined_at never changes: no HOT cost).
+        indexes = [models.Index(fields=["joined_at", "id"], name="participation_joined_order")]
 
     def __str__(self) -> str:
         return f"{self.worker} in {self.campaign_id}"
@@ -490,6 +492,8 @@ class Judgment(models.Model):
         ]
         indexes = [
             models.Index(fields=["campaign", "participation"], name="judgment_campaign_worker"),
+            # The data browser's judgments by time: keyset pages over (created_at, id).
+            models.Index(fields=["created_at", "id"], name="judgment_created_order"),
         ]
 
     def __str__(self) -> str:

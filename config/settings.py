@@ -385,20 +385,19 @@ SECURE_REFERRER_POLICY = "same-origin"
 # Sent with every response that sets none of its own (common.middleware): no inline script or
 # style, no plugin, no framing; media from this site and from the (presigned) storage URLs. The
 # rating page sends its own (MTurk shows it in a frame and takes its form).
+CSP_BASE_DIRECTIVES = (
+    "default-src 'self'",
+    "script-src 'self'",
+    "style-src 'self'",
+    "img-src 'self' data: https: http:",
+    "media-src 'self' https: http: blob:",
+    "connect-src 'self'",
+    "font-src 'self'",
+    "object-src 'none'",
+    "base-uri 'none'",
+)
 CONTENT_SECURITY_POLICY = env_str("LEPUS_CONTENT_SECURITY_POLICY", "") or "; ".join(
-    [
-        "default-src 'self'",
-        "script-src 'self'",
-        "style-src 'self'",
-        "img-src 'self' data: https: http:",
-        "media-src 'self' https: http: blob:",
-        "connect-src 'self'",
-        "font-src 'self'",
-        "object-src 'none'",
-        "base-uri 'none'",
-        "form-action 'self'",
-        "frame-ancestors 'none'",
-    ]
+    [*CSP_BASE_DIRECTIVES, "form-action 'self'", "frame-ancestors 'none'"]
 )
 if not DEBUG:
     SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", True)

@@ -375,7 +375,7 @@ def system_leaderboard(
         CampaignCandidate.objects.filter(
             campaign=campaign, is_control=False, dropped=False, overall__isnull=False
         )
-        .values("candidate__system__name", "candidate__system__version")
+        .values("candidate__system", "candidate__system__name", "candidate__system__version")
         .annotate(
             candidates=Count("id"),
             overall=Avg("overall"),
@@ -391,6 +391,7 @@ def system_leaderboard(
         board.append(
             {
                 "system": f"{name} {version}".strip(),
+                "system_id": row["candidate__system"],
                 "candidates": row["candidates"],
                 "finalised": row["finalised"],
                 "overall": row["overall"],

@@ -1,6 +1,8 @@
 """The curator's page of one worker in a campaign (/dashboard/campaigns/<slug>/workers/<id>/):
 QC statistics with their explanations, flags and the standing exclusion, and the worker's
-severity per question from the latest calibration with its 95% interval."""
+severity per question from the latest calibration with its 95% interval; and, as the data
+browser's worker page, the worker's judgments (keyset pages linking to each candidate), every
+exclusion and its reversal, and the worker's other campaigns."""
 
 from __future__ import annotations
 
@@ -10,6 +12,10 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
+from annotation.browse.forms import JudgmentTableForm
+from annotation.browse.links import Links
+from annotation.browse.pagination import DEFAULT_PAGE_SIZE, CursorInvalid, Page
+from annotation.browse.selectors import judgments_page, worker_history
 from annotation.models import Campaign, Participation, WorkerExclusion
 from annotation.quality.calibration_job import (
     SEVERITY_EXPLANATION,
@@ -77,10 +83,27 @@ def worker_detail(request: HttpRequest, slug: str, participation_id: int) -> Htt
         .order_by("-created_at")
         .first()
     )
+
+    def judgments_from(after: str) -> Page:
+        return judgments_page(
+            filters={"participation": participation},
+            sort=JudgmentTableForm.SORTS[0],
+            descending=True,
+            after=after,
+            size=DEFAULT_PAGE_SIZE,
+        )
+
+    try:
+        judgments = judgments_from(request.GET.get("after", "")[:600])
+    except CursorInvalid:
+        judgments = judgments_from("")  # a mangled link: the newest judgments instead
+    Links().judgments(judgments.rows)
     return render(
         request,
         "annotation/dashboard/worker_detail.html",
         {
+            "judgments": judgments,
+            **worker_history(participation=participation),
             "campaign": campaign,
             "participation": participation,
             "stats": stats,

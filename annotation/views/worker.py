@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
@@ -31,14 +32,7 @@ MTURK_SUBMIT_HOSTS = ("https://www.mturk.com", "https://workersandbox.mturk.com"
 # MTurk shows external questions in an iframe and takes the HIT's form posted back to it.
 _CSP = "; ".join(
     [
-        "default-src 'self'",
-        "script-src 'self'",
-        "style-src 'self'",
-        "img-src 'self' data: https: http:",
-        "media-src 'self' https: http: blob:",
-        "connect-src 'self'",
-        "object-src 'none'",
-        "base-uri 'none'",
+        *settings.CSP_BASE_DIRECTIVES,
         f"form-action 'self' {' '.join(MTURK_SUBMIT_HOSTS)}",
         f"frame-ancestors 'self' {' '.join(MTURK_SUBMIT_HOSTS)}",
     ]

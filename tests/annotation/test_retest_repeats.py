@@ -150,8 +150,10 @@ def _campaign(slug: str, clips: list[Any], **options: Any) -> Campaign:
         clip_vatex_ids=[clip.vatex_id for clip in clips],
         pay_per_assignment=Decimal("0.50"),
         review_range_threshold=5,  # nothing waits for review: every candidate is released
-        # Real server time on a clip is milliseconds here: the speed rule would exclude everyone.
-        **{"qc_rules": {"too_fast": False}, **options},
+        # Real server time on a clip is milliseconds here: the speed rule would exclude everyone;
+        # the erratic raters rate at random, which the agreement rule would exclude mid-session
+        # (here it only flags, so every rater completes the same session with and without repeats).
+        **{"qc_rules": {"too_fast": False, "low_agreement": {"action": "flag"}}, **options},
     )
     return campaign
 
@@ -291,6 +293,7 @@ def test_the_rule_flags_an_inconsistent_worker_only_once_they_have_enough_pairs(
         retest_min_gap=GAP,
         qc_rules={
             "too_fast": False,
+            "low_agreement": {"action": "flag"},
             "inconsistent_retest": {"enabled": True, "min_pairs": 6, "min_kappa": 0.5},
         },
     )

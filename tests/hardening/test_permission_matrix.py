@@ -713,6 +713,55 @@ ROUTES: dict[str, list[Case]] = {
     "annotation:leaderboard": [C("GET", url("annotation:leaderboard", slug), curator_page())],
     # Dashboard pages: data, releases, training.
     "annotation:data": [C("GET", url("annotation:data"), curator_page())],
+    # The data browser: tables and detail pages (the worker's page is annotation:quality-worker).
+    "annotation:browse-clips": [C("GET", url("annotation:browse-clips"), curator_page())],
+    "annotation:browse-clip": [
+        C(
+            "GET",
+            url(
+                "annotation:browse-clip",
+                lambda w: {"clip_id": w.review_item.campaign_candidate.clip_id},
+            ),
+            curator_page(),
+        )
+    ],
+    "annotation:browse-candidates": [
+        C("GET", url("annotation:browse-candidates"), curator_page()),
+        C(
+            "GET",
+            lambda w: reverse("annotation:browse-candidates") + "?size=100000",
+            curator_page(400),
+            note="a page size over the limit",
+        ),
+    ],
+    "annotation:browse-candidate": [
+        C(
+            "GET",
+            url(
+                "annotation:browse-candidate",
+                lambda w: {"item_id": w.review_item.campaign_candidate_id},
+            ),
+            curator_page(),
+        )
+    ],
+    "annotation:browse-judgments": [C("GET", url("annotation:browse-judgments"), curator_page())],
+    "annotation:browse-workers": [C("GET", url("annotation:browse-workers"), curator_page())],
+    # Preview as a worker: the page for curators; its endpoints take only the page's signed
+    # token (a worker token, a session or nothing is 401; a join without a token 400).
+    "annotation:preview": [C("GET", url("annotation:preview", slug), curator_page())],
+    "annotation:preview-join": [
+        C("POST", url("annotation:preview-join", slug), _everyone(400), lambda w: {}),
+    ],
+    "annotation:preview-next": [C("POST", url("annotation:preview-next", slug), _everyone(401))],
+    "annotation:preview-submit": [
+        C(
+            "POST",
+            url("annotation:preview-submit", lambda w: {**slug(w), "assignment_id": 1}),
+            _everyone(401),
+            lambda w: {"ratings": []},
+        )
+    ],
+    "annotation:preview-me": [C("GET", url("annotation:preview-me", slug), _everyone(401))],
     "annotation:video-job-retry": [
         C(
             "POST",

@@ -26,7 +26,7 @@ def fillfactor_back(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("annotation", "0010_participant_erasure"),
+        ("annotation", "0011_data_browser_sort_indexes"),
     ]
 
     operations = [
