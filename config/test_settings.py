@@ -15,6 +15,17 @@ load_dotenv_file(str(Path(__file__).resolve().parent.parent / ".env"))
 
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/lepus")
 os.environ.setdefault("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
+# Under `pytest -n N` (pytest-xdist) each test process gets its own database (pytest-django adds
+# `_gw0`, `_gw1`, ...) and here its own Redis database as broker, so one process's Celery worker
+# never takes, and one process's purge never drops, another's tasks. The Celery workers a test
+# starts inherit the shifted URL (the marker stops them shifting it again).
+_xdist_worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _xdist_worker.startswith("gw") and not os.environ.get("LEPUS_XDIST_BROKER"):
+    _head, _, _db = os.environ["CELERY_BROKER_URL"].rpartition("/")
+    if _db.isdigit():
+        _shifted = (int(_db) + 1 + int(_xdist_worker[2:])) % 16
+        os.environ["CELERY_BROKER_URL"] = f"{_head}/{_shifted}"
+    os.environ["LEPUS_XDIST_BROKER"] = _xdist_worker
 os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(64))
 os.environ.setdefault("LEPUS_VAR_DIR", f"/tmp/lepus-test-var-{os.getpid()}")
 os.environ.setdefault("DJANGO_SECURE_SSL_REDIRECT", "false")
