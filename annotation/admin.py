@@ -27,6 +27,8 @@ from annotation.services.campaigns import (
     CAMPAIGN_FIELDS,
     FROZEN_ONCE_RATED,
     OPTION_FIELDS,
+    RETEST_GAP_MAX,
+    RETEST_SHARE_MAX,
     CampaignInvalid,
     campaign_create,
     campaign_has_crowd_judgments,
@@ -45,6 +47,8 @@ class CampaignAdminForm(forms.ModelForm):
     screen_out_redirect_url = forms.URLField(max_length=500, required=False, assume_scheme="https")
     # Absent from a post: the campaign keeps its setting (the model's default when new).
     erasure_mode = forms.ChoiceField(choices=ErasureMode.choices, required=False)
+    retest_share = forms.FloatField(min_value=0, max_value=RETEST_SHARE_MAX, required=False)
+    retest_min_gap = forms.IntegerField(min_value=1, max_value=RETEST_GAP_MAX, required=False)
 
     class Meta:
         model = Campaign
@@ -52,6 +56,14 @@ class CampaignAdminForm(forms.ModelForm):
 
     def clean_erasure_mode(self) -> str:
         return self.cleaned_data.get("erasure_mode") or self.instance.erasure_mode
+
+    def clean_retest_share(self) -> float:
+        value = self.cleaned_data.get("retest_share")
+        return self.instance.retest_share if value is None else value
+
+    def clean_retest_min_gap(self) -> int:
+        value = self.cleaned_data.get("retest_min_gap")
+        return self.instance.retest_min_gap if value is None else value
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}

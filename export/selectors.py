@@ -256,5 +256,9 @@ def release_licence_rows(*, release: Release) -> list[dict[str, str]]:
         manifest = json.loads(storage.read_bytes(f"{release.storage_prefix}/manifest.json"))
     except (OSError, ValueError, storage.StorageUnavailable):
         return []
+    except Exception as error:  # S3 unreachable (botocore's own errors): the page still answers
+        if storage.is_unavailable(error):
+            return []
+        raise
     rows = manifest.get("licenses")
     return rows if isinstance(rows, list) else []

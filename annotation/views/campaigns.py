@@ -96,6 +96,7 @@ class CampaignSettingsForm(forms.Form):
         min_value=0,
         max_value=RETEST_SHARE_MAX,
         initial=0,
+        required=False,  # absent from a form post: the campaign keeps its setting
         help_text="Test-retest: share of each worker's clips shown to them again later, "
         "unannounced, to measure their consistency (0: off). Repeats are not paid and never "
         "count as judgments.",
@@ -104,6 +105,7 @@ class CampaignSettingsForm(forms.Form):
         min_value=1,
         max_value=RETEST_GAP_MAX,
         initial=3,
+        required=False,  # absent from a form post: the campaign keeps its setting
         help_text="At least this many other clips between a clip and its repeat.",
     )
     pay_per_assignment = forms.DecimalField(
@@ -162,8 +164,11 @@ class CampaignSettingsForm(forms.Form):
 
     def options(self) -> dict[str, Any]:
         options = {name: self.cleaned_data[name] for name in _FORM_OPTION_FIELDS}
-        if not options.get("erasure_mode"):
-            options.pop("erasure_mode", None)
+        # Settings a post may leave out (older forms, scripts): the campaign keeps its own, a new
+        # campaign the model's default.
+        for name in ("erasure_mode", "retest_share", "retest_min_gap"):
+            if options.get(name) in (None, ""):
+                options.pop(name, None)
         return options
 
 

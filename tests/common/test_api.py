@@ -77,9 +77,10 @@ def test_the_schema_declares_the_answers_every_view_can_give(client):
     assert {"400", "403", "404", "503"} <= set(
         operations["/api/v1/campaigns/{slug}/"]["patch"]["responses"]
     )
-    # Worker views answer 401 with a challenge, never the session's 403.
+    # Worker views answer 401 with a challenge, never the session's 403; their 403 is the
+    # campaign's screen-out of a worker quality control excluded.
     me = set(operations["/api/v1/worker/me"]["get"]["responses"])
-    assert me == {"200", "401", "429", "503"}
+    assert me == {"200", "401", "403", "429", "503"}
     # Nullable relations are declared nullable.
     release = schema["components"]["schemas"]["Release"]["properties"]
     assert release["previous"]["nullable"] is True
