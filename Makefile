@@ -51,8 +51,11 @@ migrate: $(STAMP)
 
 ## The whole test suite, against PostgreSQL and Redis on 127.0.0.1 (DATABASE_URL and
 ## CELERY_BROKER_URL override), real ffmpeg, Chromium and an S3 server on loopback.
+## Two test processes by default (pytest-xdist, whole files per process): most tests wait on a
+## server, a worker or a browser, so two share two cores well. PYTEST_WORKERS=0 runs in one process.
+PYTEST_WORKERS ?= 2
 test: $(DEV_STAMP)
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(VENV)/bin/pytest $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
 
 ## The production topology (2 gunicorn, default and training workers, beat, private PostgreSQL,
 ## Redis and S3 on loopback) brought up and the whole flow run through it (CI; a few minutes).
