@@ -284,10 +284,13 @@ class Flow:
         )
         check(created["clips"] == self.args.clips, f"campaign over {created['clips']} clips")
         self.curator = Curator(self.web, self.args.curator, self.args.curator_password)
-        # Simulated workers rate at random within milliseconds: the speed and uniformity rules
-        # would rightly exclude them all (and reopen their slots forever). They still run after
+        # Simulated workers rate at random within milliseconds: the speed, uniformity and
+        # agreement rules would rightly exclude them all (and reopen their slots forever). They still run after
         # every submission and in the QC run; here they only flag.
-        rules = {name: {"action": "flag"} for name in ("too_fast", "uniform", "failed_controls")}
+        rules = {
+            name: {"action": "flag"}
+            for name in ("too_fast", "uniform", "failed_controls", "low_agreement")
+        }
         detail = self.curator.call(
             "PATCH", f"/api/v1/campaigns/{CAMPAIGN}/", {"qc_rules": rules}, expect=(200,)
         )
@@ -295,7 +298,7 @@ class Flow:
         return {
             "slug": created["slug"],
             "clips": created["clips"],
-            "candidates": created["figures"]["candidates"],
+            "candidates": created["candidates"],
             "slots": detail["figures"]["slots_total"],
             "max_assignments_per_worker": detail["max_assignments_per_worker"],
         }
