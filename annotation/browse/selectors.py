@@ -86,6 +86,14 @@ def clips_page(
     return keyset_page(clips, sort=sort, descending=descending, after=after, size=size)
 
 
+def _filtered(rows: QuerySet[Any], filters: dict[str, Any], **lookups: str) -> QuerySet[Any]:
+    """`rows` narrowed by each given filter: {filter name: ORM lookup} (absent filters pass)."""
+    for name, lookup in lookups.items():
+        if name in filters:
+            rows = rows.filter(**{lookup: filters[name]})
+    return rows
+
+
 def candidates_page(
     *, filters: dict[str, Any], sort: Sort, descending: bool, after: str, size: int
 ) -> Page:
@@ -97,16 +105,15 @@ def candidates_page(
         "campaign__description",
         "campaign__instructions",
     )
-    if "campaign" in filters:
-        items = items.filter(campaign=filters["campaign"])
-    if "clip" in filters:
-        items = items.filter(clip__vatex_id=filters["clip"])
-    if "system" in filters:
-        items = items.filter(candidate__system=filters["system"])
-    if "review" in filters:
-        items = items.filter(review_state=filters["review"])
-    if "kind" in filters:
-        items = items.filter(candidate__kind=filters["kind"])
+    items = _filtered(
+        items,
+        filters,
+        campaign="campaign",
+        clip="clip__vatex_id",
+        system="candidate__system",
+        review="review_state",
+        kind="candidate__kind",
+    )
     # Candidates without an aggregate sort below every real value, in either direction's end.
     items = items.annotate(
         sort_overall=Coalesce("overall", Value(-1.0), output_field=FloatField()),
@@ -177,14 +184,14 @@ def workers_page(
         "worker__external_id",
         "worker__platform",
     )
-    if "campaign" in filters:
-        participations = participations.filter(campaign=filters["campaign"])
-    if "worker" in filters:
-        participations = participations.filter(worker__external_id__startswith=filters["worker"])
-    if "platform" in filters:
-        participations = participations.filter(worker__platform=filters["platform"])
-    if "status" in filters:
-        participations = participations.filter(status=filters["status"])
+    participations = _filtered(
+        participations,
+        filters,
+        campaign="campaign",
+        worker="worker__external_id__startswith",
+        platform="worker__platform",
+        status="status",
+    )
     page = keyset_page(participations, sort=sort, descending=descending, after=after, size=size)
     # Both counts of the page's workers in one pass over their judgments.
     counts: dict[int, dict[str, Any]] = {
