@@ -36,6 +36,7 @@ from django.utils.crypto import get_random_string
 from annotation.models import (
     Assignment,
     AuditEntry,
+    CalibrationRun,
     ImportUpload,
     Participation,
     QCRun,
@@ -145,6 +146,9 @@ def fuzz_world(transactional_db, curator: User, settings) -> FuzzWorld:  # type:
     )
     failed.campaigns.set([released.campaign])
     qc_run = QCRun.objects.create(campaign=released.campaign, status=JobStatus.SUCCEEDED)
+    calibration_run = CalibrationRun.objects.create(
+        campaign=released.campaign, qc_run=qc_run, status=JobStatus.SUCCEEDED
+    )
 
     queued_run = training_run_create(release=first, backbone="tiny", start=False)
     finished_run = training_run_create(release=first, backbone="tiny", start=False)
@@ -168,6 +172,10 @@ def fuzz_world(transactional_db, curator: User, settings) -> FuzzWorld:  # type:
         fixed=[
             (r"/(review|audit)/\{", {"slug": "fuzz-review"}),
             (r"/quality/runs/\{run_id\}", {"slug": "fuzz-release", "run_id": qc_run.pk}),
+            (
+                r"/calibration/runs/\{run_id\}",
+                {"slug": "fuzz-release", "run_id": calibration_run.pk},
+            ),
             (r"/quality/workers/\{", {"slug": "fuzz-release"}),
             (r"/compare/", {"release_id": first.pk}),
         ],
@@ -176,7 +184,7 @@ def fuzz_world(transactional_db, curator: User, settings) -> FuzzWorld:  # type:
             "participation_id": participations,
             "item_id": [item.pk for item in review_items],
             "entry_id": list(AuditEntry.objects.values_list("pk", flat=True)),
-            # Training runs only: the QC run's endpoint has its id pinned above, and an id that
+            # Training runs only: the QC and calibration runs' endpoints have their ids pinned above, and an id that
             # is wrong for every other run_id endpoint would leave them 404 on unlucky draws.
             "run_id": [queued_run.pk, finished_run.pk],
             "release_id": [first.pk, second.pk, failed.pk],

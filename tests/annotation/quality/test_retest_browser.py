@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 import pytest
@@ -36,7 +37,11 @@ def _shots(tmp_path: Path) -> Path:
 
 
 def _format(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}"
+    # As the page's floatformat:3 rounds the API's 4-decimal figure: half up in decimal (an
+    # f-string rounds the binary float, so 0.5455 would print 0.545 against the page's 0.546).
+    if value is None:
+        return "n/a"
+    return str(Decimal(str(value)).quantize(Decimal("0.001"), rounding=ROUND_HALF_UP))
 
 
 def test_the_retest_panels_show_the_apis_figures_at_desktop_and_phone_width(
