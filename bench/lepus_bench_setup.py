@@ -113,11 +113,13 @@ def campaign(*, slug: str, judgments_per_candidate: int) -> dict[str, object]:
     )
     created = json.loads(out.getvalue().strip().splitlines()[-1])
     # Robots rate at random within milliseconds: quality control rightly excludes them ("too fast",
-    # "uniform"), which would end the run. Every rule still runs after each submission (its CPU is
-    # part of the measurement) but only flags.
+    # "uniform", "low agreement"), which would end the run. Every rule still runs after each
+    # submission (its CPU is part of the measurement) but only flags: every rule that can exclude,
+    # taken from the defaults, so a rule added later cannot end a benchmark by surprise.
     from annotation.models import Campaign
+    from annotation.quality.rules import DEFAULT_QC_RULES
 
-    rules = {name: {"action": "flag"} for name in ("too_fast", "uniform", "failed_controls")}
+    rules = {name: {"action": "flag"} for name in DEFAULT_QC_RULES}
     Campaign.objects.filter(slug=slug).update(qc_rules=rules)
     created["qc_rules"] = rules
     return created
