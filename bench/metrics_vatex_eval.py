@@ -3,7 +3,8 @@ references), one process, per metric: wall and CPU seconds, and the EMScore-prot
 
     flock /tmp/lepus-bench.lock taskset -c 0 python bench/metrics_vatex_eval.py [--no-meteor]
 
-Prints one JSON object. Pure Python: no database, no Django.
+Prints one JSON object, also written as a raw file under bench/results/ (bench/provenance.py).
+Pure Python: no database, no Django.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 import numpy as np  # noqa: E402
 
@@ -100,6 +102,9 @@ def main() -> None:
         if scorer is not None:
             scorer.close()
     print(json.dumps(report, indent=1))
+    from provenance import write_raw
+
+    write_raw("metrics_vatex_eval", report)
 
 
 if __name__ == "__main__":

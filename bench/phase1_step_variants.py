@@ -13,7 +13,9 @@ buffers, NumPy dropout masks, fused Adam; with `bf16` the float32 matrix product
 bf16 mode, as `train_head(precision="bf16")`). Prints one JSON object per run: forward, backward
 and Adam milliseconds per step (backward includes Adam with `inbwd`; `written` reports the whole
 step as `step_ms`), averaged over `--steps` after 20 warm-up steps; `--profile` adds the top
-operators by self CPU time.
+operators by self CPU time. The same object is written as a raw file under bench/results/
+(bench/provenance.py); the step variants are a profile, not a headline: repeat a command for more
+runs.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
+from provenance import write_raw
 
 from training_bridge.rigel.head import build_head
 from training_bridge.rigel.losses import emd_1d
@@ -110,6 +114,7 @@ def report_step(args: argparse.Namespace, per_step: dict[str, float], **extra: o
         **extra,
     }
     print(json.dumps(report, sort_keys=True))
+    write_raw("phase1_step_variants", report)
 
 
 def written(

@@ -217,6 +217,39 @@ def raw_record(
     }
 
 
+def median_min_max(values: list[float], digits: int = 3) -> dict[str, Any]:
+    """The headline form of a figure measured in several runs: median, min, max and the runs."""
+    import statistics
+
+    if not values:
+        return {"median": None, "min": None, "max": None, "runs": 0}
+    return {
+        "median": round(statistics.median(values), digits),
+        "min": round(min(values), digits),
+        "max": round(max(values), digits),
+        "runs": len(values),
+    }
+
+
+def summarise_runs(runs: list[dict[str, Any]], digits: int = 3) -> dict[str, Any]:
+    """`median_min_max` of every numeric field (bools aside) that every run reports."""
+    if not runs:
+        return {}
+    keys = [
+        key
+        for key, value in runs[0].items()
+        if isinstance(value, int | float) and not isinstance(value, bool)
+    ]
+    return {
+        key: median_min_max([float(run[key]) for run in runs], digits)
+        for key in keys
+        if all(
+            isinstance(run.get(key), int | float) and not isinstance(run.get(key), bool)
+            for run in runs
+        )
+    }
+
+
 def cpu_seconds_of(pid: int) -> float:
     """user + system CPU seconds of a process of this machine (e.g. a PostgreSQL backend, whose
     pid `SELECT pg_backend_pid()` gives when the server runs here); NaN when it cannot be read."""

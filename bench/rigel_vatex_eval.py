@@ -321,6 +321,10 @@ def main() -> None:
     report["wall_seconds"] = round(time.perf_counter() - started, 3)
     path = out_dir / f"rigel_vatex_eval{'_smoke' if args.smoke else ''}.json"
     path.write_text(json.dumps(report, indent=2, sort_keys=True))
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from provenance import write_raw
+
+    write_raw(f"rigel_vatex_eval{'_smoke' if args.smoke else ''}", report)
     print(f"wrote {path}: {total:.1f} s for {report['workload']['samples']} samples", flush=True)
 
 

@@ -656,6 +656,10 @@ def main() -> None:
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+        # With its provenance (commit, command, machine, versions) beside it, for the docs.
+        from provenance import write_raw
+
+        write_raw("topology_flow", summary, directory=args.output.parent)
     sys.stdout.write(text + "\n")
     for failure in summary["failures"]:
         log(f"FAILED {failure}")

@@ -11,6 +11,9 @@ Measured, each in one process on the same GPU:
 - end-to-end scoring from the MP4 files with the chosen decoder and compile setting.
 
     python3 bench/gpu/engine_variants.py --clips ../clips --out $OUT/variants.json
+
+Also writes the raw file under bench/results/ (or `LEPUS_BENCH_RESULTS`) through
+bench/provenance.py.
 """
 
 from __future__ import annotations
@@ -159,6 +162,10 @@ def main() -> None:
 
             fused.uncompile_decoder_layers(backbone.model.model.language_model)
     save()
+    # The provenance record (commit, command, machine, GPU, versions) beside the working file.
+    from provenance import write_raw
+
+    write_raw("engine_variants", out)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,9 @@ benchmark workload. With ``--write-fixtures DIR`` it saves the small cases as ``
 ``tests/rigel/test_inputs_processor_parity.py``.
 
     python bench/gpu/processor_parity.py --out parity.json [--write-fixtures DIR]
+
+The report is also written as a raw file under bench/results/ (or `LEPUS_BENCH_RESULTS`) through
+bench/provenance.py.
 """
 
 from __future__ import annotations
@@ -252,6 +255,10 @@ def main() -> None:
             Path(args.write_fixtures) / "qwen3vl_processor_fixtures.npz", **fixtures
         )
     Path(args.out).write_text(json.dumps(report, indent=2))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from provenance import write_raw
+
+    write_raw("processor_parity", report)
 
 
 if __name__ == "__main__":
