@@ -120,6 +120,20 @@ class TrainingRunCreateSerializer(serializers.Serializer):
     name = serializers.CharField(required=False, allow_blank=True, max_length=200, default="")
     hyperparameters = serializers.DictField(required=False, default=dict)
 
+    def validate_device(self, value: str) -> str:
+        """Only a device the training machine has (`LEPUS_TRAINING_DEVICES` names them when the
+        training workers are other machines): a run on a missing GPU would only fail later."""
+        from training_bridge.services.machine import training_devices
+
+        offered = training_devices()
+        if value.split(":", 1)[0] not in offered:
+            raise ValidationError(
+                f"{value} is not a device of the training machine, which offers "
+                f"{', '.join(offered)}. Set LEPUS_TRAINING_DEVICES when the training workers "
+                "are other machines."
+            )
+        return value
+
 
 class ScoreItemSerializer(serializers.Serializer):
     clip = serializers.CharField(

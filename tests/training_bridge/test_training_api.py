@@ -77,6 +77,23 @@ def test_invalid_runs_are_refused_and_nothing_is_created(
     assert TrainingRun.objects.count() == 0
 
 
+def test_the_api_refuses_a_device_the_training_machine_does_not_have(
+    curator_client, published_release, cpu_only_machine, settings
+):
+    response = _create(curator_client, release=published_release.pk, device="cuda:1")
+    assert response.status_code == 400
+    assert response.json()["device"] == [
+        "cuda:1 is not a device of the training machine, which offers cpu. Set "
+        "LEPUS_TRAINING_DEVICES when the training workers are other machines."
+    ]
+    assert TrainingRun.objects.count() == 0
+    # Training workers elsewhere: the setting names their devices, and the same request passes.
+    settings.LEPUS_TRAINING_DEVICES = ["cpu", "cuda"]
+    response = _create(curator_client, release=published_release.pk, device="cuda:1")
+    assert response.status_code == 201, response.json()
+    assert TrainingRun.objects.get().device == "cuda:1"
+
+
 def test_a_release_that_is_not_published_cannot_be_trained(curator_client, published_release):
     published_release.status = JobStatus.RUNNING
     published_release.save(update_fields=["status"])
