@@ -15,8 +15,9 @@ peak RSS (ru_maxrss) is the memory of the QC run alone plus Django and NumPy; be
 time it reports the CPU time of that process and of its PostgreSQL backend (read from /proc: the
 server runs on this machine) and the 1-minute load average before and after, since wall time on
 a shared machine follows the other sessions' load. Between runs `reset` puts the campaign back to
-its freshly loaded state (no QC results; the touched tables rewritten by VACUUM FULL, so their
-pages hold the fillfactor's free room again as after an import).
+its freshly loaded state (no QC results; the touched tables rewritten in primary-key order by
+CLUSTER, so their rows sit where the load put them and their pages hold the fillfactor's free
+room again as after an import), then takes a CHECKPOINT, so every cold run starts after one.
 """
 
 from __future__ import annotations
@@ -148,12 +149,19 @@ def reset() -> None:
         cursor.execute(
             f"UPDATE {Participation._meta.db_table} SET status = 'active' WHERE status <> 'active'"
         )
-        # The UPDATEs above leave a dead version of every candidate row behind; rewrite the
-        # tables so each run starts from the pages a fresh import leaves (the fillfactor's free
-        # room on every page), as the first run after the data load does.
+        # The UPDATEs above leave a dead version of every row they touched behind and move the
+        # live one to the end of its table (the excluded judgments end up side by side). Rewrite
+        # the tables in primary-key order, i.e. the order of the data load, so each run starts
+        # from the pages a fresh import leaves: rows where they were loaded, the fillfactor's
+        # free room on every page. (VACUUM FULL would keep the moved rows at the end.)
         for rewritten in (CampaignCandidate, CampaignClip, Judgment, Participation):
-            cursor.execute(f"VACUUM FULL {rewritten._meta.db_table}")
+            table = rewritten._meta.db_table
+            cursor.execute(f"CLUSTER {table} USING {table}_pkey")
         cursor.execute("ANALYZE")
+        # A campaign's first QC pass comes long after its data was written, i.e. after a
+        # checkpoint: the pass's first write to each page logs the whole page. Start every cold
+        # run from there rather than from wherever the server's own checkpoints happen to be.
+        cursor.execute("CHECKPOINT")
 
 
 # ----------------------------------------------------------------------------------------------
