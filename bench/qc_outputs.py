@@ -66,7 +66,9 @@ def _select(cursor: psycopg2.extensions.cursor, table: str) -> str:
         else:
             parts.append(f'"{name}"::text')
     columns = ", ".join(parts)
-    return f"SELECT {columns} FROM {table} ORDER BY {', '.join(str(i + 1) for i in range(len(parts)))}"
+    return (
+        f"SELECT {columns} FROM {table} ORDER BY {', '.join(str(i + 1) for i in range(len(parts)))}"
+    )
 
 
 def dump(database_url: str, folder: Path) -> dict[str, str]:
@@ -102,7 +104,10 @@ def main() -> None:
     parser.add_argument("--database-url", default=None)
     options = parser.parse_args()
     if options.action == "dump":
-        dump(options.database_url or bench_database_url("qcbench", "qc_outputs.py"), options.folders[0])
+        dump(
+            options.database_url or bench_database_url("qcbench", "qc_outputs.py"),
+            options.folders[0],
+        )
     else:
         raise SystemExit(0 if compare(*options.folders[:2]) else 1)
 
