@@ -80,6 +80,9 @@ def main() -> None:
         cursor.execute("SELECT pg_backend_pid()")
         backend = int(cursor.fetchone()[0])
     _instrument(backend)
+    from qc_scale import _count_reader_backends
+
+    readers = _count_reader_backends()
     profile = cProfile.Profile()
     wall, cpu, server = time.perf_counter(), time.process_time(), cpu_seconds_of(backend)
     load = os.getloadavg()[0]
@@ -88,7 +91,8 @@ def main() -> None:
     profile.disable()
     print(
         f"wall {time.perf_counter() - wall:.2f} s, process CPU {time.process_time() - cpu:.2f} s, "
-        f"backend CPU {cpu_seconds_of(backend) - server:.2f} s; load {load:.2f} -> "
+        f"backend CPU {cpu_seconds_of(backend) - server:.2f} s (+ {sum(readers):.2f} s in "
+        f"{len(readers)} parallel reader(s)); load {load:.2f} -> "
         f"{os.getloadavg()[0]:.2f}; {summary['candidates_updated']} candidates written, "
         f"{summary['judgments_newly_excluded']} judgments excluded"
     )

@@ -177,6 +177,7 @@ def measured_run() -> dict[str, Any]:
     campaign = Campaign.objects.get(slug=SLUG)
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     backend = _backend_pid()
+    readers = _count_reader_backends()
     load_before = _load_average()
     backend_before = cpu_seconds_of(backend)
     cpu_before = time.process_time()
@@ -184,11 +185,15 @@ def measured_run() -> dict[str, Any]:
     summary = qc_campaign_full(campaign=campaign)
     seconds = time.perf_counter() - started
     cpu = time.process_time() - cpu_before
+    main_backend = cpu_seconds_of(backend) - backend_before
     return {
         "seconds": round(seconds, 2),
         # CPU is less sensitive than wall time to the other sessions sharing the two cores.
         "process_cpu_seconds": round(cpu, 2),
-        "postgres_backend_cpu_seconds": round(cpu_seconds_of(backend) - backend_before, 2),
+        # Every backend of the run: its own connection's and those of the parallel judgment
+        # read (annotation.quality.loading), each of which is measured just before it closes.
+        "postgres_backend_cpu_seconds": round(main_backend + sum(readers), 2),
+        "postgres_reader_backends_cpu_seconds": [round(value, 2) for value in readers],
         "load_average_1min": {"start": load_before[0], "end": _load_average()[0]},
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "rss_before_run_mb": round(rss_before / 1024, 1),
@@ -203,6 +208,32 @@ def measured_run() -> dict[str, Any]:
         },
         "phases": summary["timings"],
     }
+
+
+def _count_reader_backends() -> list[float]:
+    """Wrap the parallel judgment read's per-thread fetch so that the CPU of each of its
+    PostgreSQL backends is appended to the returned list (read from /proc before the thread's
+    connection closes, after which the backend is gone)."""
+    from django.db import connection
+
+    from annotation.quality import loading
+
+    spent: list[float] = []
+
+    def counted(sql: str, params: list[Any], columns: list[tuple[str, Any]]) -> Any:
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_backend_pid()")
+                pid = int(cursor.fetchone()[0])
+            before = cpu_seconds_of(pid)
+            result = loading.fetch_columns(sql, params, columns)
+            spent.append(cpu_seconds_of(pid) - before)
+            return result
+        finally:
+            connection.close()
+
+    loading._fetch_in_own_connection = counted  # type: ignore[assignment]
+    return spent
 
 
 def _load_average() -> list[float]:
