@@ -474,7 +474,9 @@ class Judgment(models.Model):
         related_name="judgments",
     )
     created_at = models.DateTimeField(default=timezone.now)
-    is_excluded = models.BooleanField(default=False, db_index=True)
+    # Not indexed, so that excluding a judgment can rewrite its row in place (HOT) rather than
+    # add an entry to each of the table's indexes (migration 0013, docs/quality.md).
+    is_excluded = models.BooleanField(default=False)
     # e.g. "rule:too_fast", "review", "curator"; the numbers behind it in exclusion_detail.
     excluded_by = models.CharField(max_length=50, blank=True, default="")
     exclusion_reason = models.TextField(blank=True, default="")

@@ -15,8 +15,9 @@ peak RSS (ru_maxrss) is the memory of the QC run alone plus Django and NumPy; be
 time it reports the CPU time of that process and of its PostgreSQL backend (read from /proc: the
 server runs on this machine) and the 1-minute load average before and after, since wall time on
 a shared machine follows the other sessions' load. Between runs `reset` puts the campaign back to
-its freshly loaded state (no QC results; the touched tables rewritten by VACUUM FULL, so their
-pages hold the fillfactor's free room again as after an import).
+its freshly loaded state (no QC results; the touched tables rewritten in primary-key order by
+CLUSTER, so their rows sit where the load put them and their pages hold the fillfactor's free
+room again as after an import), then takes a CHECKPOINT, so every cold run starts after one.
 """
 
 from __future__ import annotations
@@ -148,12 +149,19 @@ def reset() -> None:
         cursor.execute(
             f"UPDATE {Participation._meta.db_table} SET status = 'active' WHERE status <> 'active'"
         )
-        # The UPDATEs above leave a dead version of every candidate row behind; rewrite the
-        # tables so each run starts from the pages a fresh import leaves (the fillfactor's free
-        # room on every page), as the first run after the data load does.
+        # The UPDATEs above leave a dead version of every row they touched behind and move the
+        # live one to the end of its table (the excluded judgments end up side by side). Rewrite
+        # the tables in primary-key order, i.e. the order of the data load, so each run starts
+        # from the pages a fresh import leaves: rows where they were loaded, the fillfactor's
+        # free room on every page. (VACUUM FULL would keep the moved rows at the end.)
         for rewritten in (CampaignCandidate, CampaignClip, Judgment, Participation):
-            cursor.execute(f"VACUUM FULL {rewritten._meta.db_table}")
+            table = rewritten._meta.db_table
+            cursor.execute(f"CLUSTER {table} USING {table}_pkey")
         cursor.execute("ANALYZE")
+        # A campaign's first QC pass comes long after its data was written, i.e. after a
+        # checkpoint: the pass's first write to each page logs the whole page. Start every cold
+        # run from there rather than from wherever the server's own checkpoints happen to be.
+        cursor.execute("CHECKPOINT")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -169,6 +177,7 @@ def measured_run() -> dict[str, Any]:
     campaign = Campaign.objects.get(slug=SLUG)
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     backend = _backend_pid()
+    readers = _count_reader_backends()
     load_before = _load_average()
     backend_before = cpu_seconds_of(backend)
     cpu_before = time.process_time()
@@ -176,11 +185,15 @@ def measured_run() -> dict[str, Any]:
     summary = qc_campaign_full(campaign=campaign)
     seconds = time.perf_counter() - started
     cpu = time.process_time() - cpu_before
+    main_backend = cpu_seconds_of(backend) - backend_before
     return {
         "seconds": round(seconds, 2),
         # CPU is less sensitive than wall time to the other sessions sharing the two cores.
         "process_cpu_seconds": round(cpu, 2),
-        "postgres_backend_cpu_seconds": round(cpu_seconds_of(backend) - backend_before, 2),
+        # Every backend of the run: its own connection's and those of the parallel judgment
+        # read (annotation.quality.loading), each of which is measured just before it closes.
+        "postgres_backend_cpu_seconds": round(main_backend + sum(readers), 2),
+        "postgres_reader_backends_cpu_seconds": [round(value, 2) for value in readers],
         "load_average_1min": {"start": load_before[0], "end": _load_average()[0]},
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "rss_before_run_mb": round(rss_before / 1024, 1),
@@ -195,6 +208,32 @@ def measured_run() -> dict[str, Any]:
         },
         "phases": summary["timings"],
     }
+
+
+def _count_reader_backends() -> list[float]:
+    """Wrap the parallel judgment read's per-thread fetch so that the CPU of each of its
+    PostgreSQL backends is appended to the returned list (read from /proc before the thread's
+    connection closes, after which the backend is gone)."""
+    from django.db import connection
+
+    from annotation.quality import loading
+
+    spent: list[float] = []
+
+    def counted(sql: str, params: list[Any], columns: list[tuple[str, Any]]) -> Any:
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_backend_pid()")
+                pid = int(cursor.fetchone()[0])
+            before = cpu_seconds_of(pid)
+            result = loading.fetch_columns(sql, params, columns)
+            spent.append(cpu_seconds_of(pid) - before)
+            return result
+        finally:
+            connection.close()
+
+    loading._fetch_in_own_connection = counted  # type: ignore[assignment]
+    return spent
 
 
 def _load_average() -> list[float]:

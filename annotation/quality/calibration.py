@@ -410,6 +410,17 @@ def calibration_fit(
     settings = settings or CalibrationSettings()
     started = time.perf_counter()
     objective = _Objective(table, settings)
+    # Every sum below in the objective's (item, rater) order too, so that the standard errors
+    # and fit statistics of a re-fit do not depend on the order the ratings were read in
+    # (a judgment row rewritten in place keeps its position, one rewritten elsewhere moves).
+    table = RatingTable(
+        item=objective.item,
+        rater=objective.rater,
+        value=objective.value,
+        items=table.items,
+        raters=table.raters,
+        categories=table.categories,
+    )
     items, raters = table.items, table.raters
     item_ratings = np.bincount(table.item, minlength=items).astype(np.int64)
     rater_ratings = np.bincount(table.rater, minlength=raters).astype(np.int64)

@@ -8,12 +8,14 @@ the submitting worker rated are read (with every judgment on them, for the leave
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from django.core.cache import cache
+from django.db import connection
 from numpy.typing import NDArray
 
 from annotation.models import (
@@ -33,6 +35,13 @@ from common.db import is_postgresql
 from datasets_app.models import Clip
 
 CAMPAIGN_MEDIAN_CACHE_SECONDS = 60
+
+# A whole campaign read from a judgment table of at least this many pages (8 kB each; about
+# 180,000 judgments) is read in two halves of the table at once, each by its own connection and
+# so its own PostgreSQL backend, while this thread reads the candidates: the read of a million
+# judgments is mostly the backend's work (extracting the ratings from the JSON), which then
+# runs on two cores instead of one. See `_judgments_read`.
+PARALLEL_READ_MIN_PAGES = 4000
 
 
 @dataclass
@@ -103,10 +112,13 @@ def campaign_slice_load(
 ) -> CampaignSlice:
     """Read the candidates (all, or `candidate_ids`) with every judgment on them."""
     question_keys = campaign.question_keys
+    subset = None if candidate_ids is None else sorted({int(value) for value in candidate_ids})
+    # Started first: on a large campaign its two halves are read by other connections while
+    # this one reads the candidates, clips, controls and review items below.
+    judgments_pending = _judgments_read(campaign, question_keys, subset)
     candidate_table = _table(CampaignCandidate)
     where = "cc.campaign_id = %s"
     params: list[Any] = [campaign.pk]
-    subset = None if candidate_ids is None else sorted({int(value) for value in candidate_ids})
     if subset is not None:
         clause, clause_params = id_filter("cc.id", subset)
         where += f" AND {clause}"
@@ -166,7 +178,7 @@ def campaign_slice_load(
             if position >= 0:
                 review_items[position] = (review_id, status)
 
-    judgments = _judgments_load(campaign, question_keys, ids, subset)
+    judgments = _judgments_columns(judgments_pending(), question_keys, ids)
     participation_ids = np.unique(
         np.concatenate(
             [judgments["participation_id"], np.fromiter(extra_participation_ids, np.int64)]
@@ -245,12 +257,18 @@ def _clip_seconds(
     return seconds
 
 
-def _judgments_load(
-    campaign: Campaign,
-    question_keys: list[str],
-    candidate_ids: NDArray[np.int64],
-    subset: list[int] | None,
-) -> dict[str, Any]:
+def _judgments_read(
+    campaign: Campaign, question_keys: list[str], subset: list[int] | None
+) -> Callable[[], dict[str, NDArray[Any]]]:
+    """Start reading the judgments of the campaign (or of the candidates in `subset`); returns
+    the function that gives their raw columns.
+
+    A whole campaign on PostgreSQL, outside a transaction, from a table of at least
+    `PARALLEL_READ_MIN_PAGES` pages, is read in two halves by physical position (`ctid` below /
+    from the middle page), each in a thread with its own connection, started now. The halves
+    are joined in page order, i.e. the order of a single sequential scan. Anything else (a
+    slice, another database, a caller's transaction, whose uncommitted rows another
+    connection would not see) is read by this connection when the function is called."""
     values_column = 'j."values"'
     value_columns = ", ".join(
         f"COALESCE({json_number(values_column, key)}, 0)" for key in question_keys
@@ -269,14 +287,57 @@ def _judgments_load(
         ("is_excluded", "bool"),
         ("imported", "bool"),
     ] + [(f"q{index}", "float8") for index in range(len(question_keys))]
-    rows = fetch_columns(
+    sql = (
         f"SELECT j.id, j.campaign_candidate_id, j.participation_id, COALESCE(j.server_ms, -1), "
         f"j.is_excluded, CASE WHEN j.source = %s THEN 1 ELSE 0 END"
         f"{', ' if value_columns else ''}{value_columns} "
-        f"FROM {_table(Judgment)} j WHERE {where}",
-        [JudgmentSource.IMPORTED, *params],
-        columns,
+        f"FROM {_table(Judgment)} j WHERE {where}"
     )
+    params = [JudgmentSource.IMPORTED, *params]
+    middle = _parallel_read_middle(subset)
+    if middle is None:
+        return lambda: fetch_columns(sql, params, columns)
+    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="qc-judgments")
+    halves = [
+        pool.submit(
+            _fetch_in_own_connection, f"{sql} AND j.ctid {op} %s::tid", [*params, tid], columns
+        )
+        for op, tid in (("<", f"({middle},0)"), (">=", f"({middle},0)"))
+    ]
+    pool.shutdown(wait=False)
+
+    def joined() -> dict[str, NDArray[Any]]:
+        first, second = (half.result() for half in halves)
+        return {name: np.concatenate([first[name], second[name]]) for name, _ in columns}
+
+    return joined
+
+
+def _parallel_read_middle(subset: list[int] | None) -> int | None:
+    """The page at which to split a parallel read of the judgment table, None for one read."""
+    if subset is not None or not is_postgresql() or connection.in_atomic_block:
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT relpages FROM pg_class WHERE oid = %s::regclass", [_table(Judgment)])
+        row = cursor.fetchone()
+    pages = int(row[0]) if row and row[0] else 0
+    return pages // 2 if pages >= max(PARALLEL_READ_MIN_PAGES, 2) else None
+
+
+def _fetch_in_own_connection(
+    sql: str, params: list[Any], columns: list[tuple[str, Any]]
+) -> dict[str, NDArray[Any]]:
+    """`fetch_columns` from a worker thread: Django gives the thread its own connection, which
+    is closed when done."""
+    try:
+        return fetch_columns(sql, params, columns)
+    finally:
+        connection.close()
+
+
+def _judgments_columns(
+    rows: dict[str, NDArray[Any]], question_keys: list[str], candidate_ids: NDArray[np.int64]
+) -> dict[str, Any]:
     item = np.searchsorted(candidate_ids, rows["campaign_candidate_id"])
     values = np.zeros((len(rows["id"]), len(question_keys)), dtype=np.int8)
     for index in range(len(question_keys)):

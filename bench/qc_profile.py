@@ -1,0 +1,113 @@
+"""Where a QC run's time goes: one `qc_campaign_full` of `bench/qc_scale.py`'s campaign under
+cProfile, with every SQL statement (execute and COPY) timed by wall clock, process CPU and the
+CPU of its PostgreSQL backend (read from /proc: the server runs on this machine).
+
+    python bench/qc_profile.py                 # reset, then one cold run, profiled
+    python bench/qc_profile.py --warm          # no reset: a warm run
+    python bench/qc_profile.py --top 40 --statements 25
+
+Exploratory (not a recorded benchmark): prints the slowest statements, the cProfile functions by
+cumulative time and the phases, and writes the profile to /tmp/qc_profile.pstats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from provenance import cpu_seconds_of  # noqa: E402
+from worlds import bench_database_url, run_child, setup_django  # noqa: E402
+
+STATEMENTS: list[dict[str, Any]] = []
+
+
+def _instrument(backend: int) -> None:
+    from django.db.backends import utils
+
+    def timed(method: Any) -> Any:
+        def wrapper(self: Any, sql: Any, *args: Any, **kwargs: Any) -> Any:
+            wall, cpu, server = time.perf_counter(), time.process_time(), cpu_seconds_of(backend)
+            try:
+                return method(self, sql, *args, **kwargs)
+            finally:
+                STATEMENTS.append(
+                    {
+                        "sql": " ".join(str(sql).split())[:160],
+                        "wall": time.perf_counter() - wall,
+                        "process": time.process_time() - cpu,
+                        "backend": cpu_seconds_of(backend) - server,
+                    }
+                )
+
+        return wrapper
+
+    utils.CursorWrapper.execute = timed(utils.CursorWrapper.execute)  # type: ignore[method-assign]
+
+    def copy_expert(self: Any, sql: str, file: Any, *args: Any) -> Any:
+        return self.cursor.copy_expert(sql, file, *args)
+
+    utils.CursorWrapper.copy_expert = timed(copy_expert)  # type: ignore[attr-defined]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--warm", action="store_true", help="No reset before the run.")
+    parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--statements", type=int, default=20)
+    parser.add_argument("--database-url", default=None)
+    options = parser.parse_args()
+    database_url = options.database_url or bench_database_url("qcbench", "qc_profile.py")
+    if not options.warm:
+        run_child(str(ROOT / "bench" / "qc_scale.py"), database_url, "reset")
+    setup_django(database_url)
+    from django.db import connection
+
+    from annotation.models import Campaign
+    from annotation.quality.run import qc_campaign_full
+
+    campaign = Campaign.objects.get(slug="qc-bench")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        backend = int(cursor.fetchone()[0])
+    _instrument(backend)
+    from qc_scale import _count_reader_backends
+
+    readers = _count_reader_backends()
+    profile = cProfile.Profile()
+    wall, cpu, server = time.perf_counter(), time.process_time(), cpu_seconds_of(backend)
+    load = os.getloadavg()[0]
+    profile.enable()
+    summary = qc_campaign_full(campaign=campaign)
+    profile.disable()
+    print(
+        f"wall {time.perf_counter() - wall:.2f} s, process CPU {time.process_time() - cpu:.2f} s, "
+        f"backend CPU {cpu_seconds_of(backend) - server:.2f} s (+ {sum(readers):.2f} s in "
+        f"{len(readers)} parallel reader(s)); load {load:.2f} -> "
+        f"{os.getloadavg()[0]:.2f}; {summary['candidates_updated']} candidates written, "
+        f"{summary['judgments_newly_excluded']} judgments excluded"
+    )
+    print("phases:", summary["timings"])
+    total = {key: sum(row[key] for row in STATEMENTS) for key in ("wall", "process", "backend")}
+    print(f"{len(STATEMENTS)} statements: " + ", ".join(f"{k} {v:.2f} s" for k, v in total.items()))
+    for row in sorted(STATEMENTS, key=lambda row: -row["wall"])[: options.statements]:
+        print(
+            f"  {row['wall']:6.3f} wall {row['process']:6.3f} proc {row['backend']:6.3f} pg  "
+            f"{row['sql']}"
+        )
+    profile.dump_stats("/tmp/qc_profile.pstats")
+    pstats.Stats(profile).sort_stats("cumulative").print_stats(options.top)
+    pstats.Stats(profile).sort_stats("tottime").print_stats(options.top)
+
+
+if __name__ == "__main__":
+    main()
