@@ -115,9 +115,11 @@ def campaign(*, slug: str, judgments_per_candidate: int) -> dict[str, object]:
     # Robots rate at random within milliseconds: quality control rightly excludes them ("too fast",
     # "uniform"), which would end the run. Every rule still runs after each submission (its CPU is
     # part of the measurement) but only flags.
+    # Every rule, `low_agreement` included: random ratings rightly disagree with the other raters.
     from annotation.models import Campaign
+    from annotation.quality.rules import DEFAULT_QC_RULES
 
-    rules = {name: {"action": "flag"} for name in ("too_fast", "uniform", "failed_controls")}
+    rules = {name: {"action": "flag"} for name in DEFAULT_QC_RULES}
     Campaign.objects.filter(slug=slug).update(qc_rules=rules)
     created["qc_rules"] = rules
     return created

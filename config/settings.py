@@ -279,7 +279,7 @@ SPECTACULAR_SETTINGS = {
 REDIS_URL = env_str("REDIS_URL", "") or ""
 if REDIS_URL:
     CACHES = {
-        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+        "default": {"BACKEND": "common.cache.RedisCache", "LOCATION": REDIS_URL}
     }
 else:
     CACHES = {
