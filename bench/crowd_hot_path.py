@@ -68,12 +68,18 @@ def backend_cpu_ticks(pid: int) -> tuple[int, int]:
 
 
 class Wsgi:
-    """Calls the WSGI application the way gunicorn does, minus the socket."""
+    """Calls the WSGI application the way gunicorn does, minus the socket: `config.wsgi`'s, or
+    with `full_stack` Django's plain handler (every middleware for every path)."""
 
-    def __init__(self) -> None:
-        from django.core.wsgi import get_wsgi_application
+    def __init__(self, *, full_stack: bool = False) -> None:
+        if full_stack:
+            from django.core.handlers.wsgi import WSGIHandler
 
-        self.app = get_wsgi_application()
+            self.app: Any = WSGIHandler()
+        else:
+            from config.wsgi import application
+
+            self.app = application
 
     def request(
         self, method: str, path: str, body: Any = None, token: str | None = None
@@ -197,6 +203,12 @@ def main() -> None:
         help="EXPLAIN ANALYZE one statement of each kind afterwards (rolled back): planning and "
         "execution time as PostgreSQL measures them",
     )
+    parser.add_argument(
+        "--full-stack",
+        action="store_true",
+        help="Django's plain WSGI handler instead of config.wsgi (the worker API's shorter "
+        "middleware stack off)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
@@ -223,7 +235,7 @@ def main() -> None:
     setup.campaign(slug=slug, judgments_per_candidate=3)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
-    wsgi = Wsgi()
+    wsgi = Wsgi(full_stack=args.full_stack)
     tokens = []
     for index in range(args.workers):
         code, body = wsgi.request(
@@ -315,6 +327,7 @@ def main() -> None:
     report: dict[str, Any] = {
         "cycles": done,
         "workers": args.workers,
+        "wsgi": "django WSGIHandler (full stack)" if args.full_stack else "config.wsgi.application",
         "web_cpu_ms_per_cycle": round(cpu * 1000 / done, 3),
         "database_backend_cpu_ms_per_cycle": round(
             (db_user + db_system) * 1000 / CLOCK_TICKS / done, 3
