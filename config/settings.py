@@ -113,6 +113,9 @@ DATABASES = {
         conn_health_checks=True,
     )
 }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # Django's backend without the health-check ping of a connection used a moment ago.
+    DATABASES["default"]["ENGINE"] = "common.postgresql"
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # The demo's web server and Celery worker share one SQLite file: wait for locks instead of
     # failing at once, and let readers proceed during writes.
