@@ -133,7 +133,7 @@ def install_statement_counter() -> Counter[str]:
     counts: Counter[str] = Counter()
 
     class CountingCursor(psycopg2.extensions.cursor):
-        def execute(self, query: Any, vars: Any = None) -> Any:  # noqa: A002
+        def execute(self, query: Any, vars: Any = None) -> Any:
             text = query.decode() if isinstance(query, bytes) else str(query)
             key = " ".join(text.split())[:90]
             counts[key] += 1
@@ -208,6 +208,9 @@ def main() -> None:
         action="store_true",
         help="Django's plain WSGI handler instead of config.wsgi (the worker API's shorter "
         "middleware stack off)",
+    )
+    parser.add_argument(
+        "--raw", action="store_true", help="write the report as a raw file (bench/provenance.py)"
     )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -296,9 +299,7 @@ def main() -> None:
     SAMPLES.clear()
     db_before = backend_cpu_ticks(backend_pid)
     # CPU time, not wall time: waiting for PostgreSQL or Redis is not the web process's CPU.
-    profiler = (
-        cProfile.Profile(time.process_time) if args.profile or not args.json else None
-    )
+    profiler = cProfile.Profile(time.process_time) if args.profile or not args.json else None
     cpu_before = time.process_time()
     wall_before = time.perf_counter()
     if profiler is not None:
@@ -356,6 +357,14 @@ def main() -> None:
     if args.explain:
         report["explain"] = explain_samples(connection)
     broker.delete("default")  # nobody consumes this database's queue
+    if args.raw:
+        from provenance import write_raw
+
+        write_raw(
+            "crowd_hot_path",
+            {key: value for key, value in report.items() if key != "profile_top_cumulative"},
+            database=os.environ["DATABASE_URL"],
+        )
     if args.json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
     else:

@@ -19,8 +19,14 @@ Two ways to run it:
       python bench/load_workers.py --compare label-studio --workers 20,200 --duration 60 --json
 
   It starts a private PostgreSQL cluster and a private Redis (unix sockets only), seeds 1,000 clips x
-  3 candidates for Lepus and 1,000 equivalent tasks for Label Studio, starts each server, drives it,
-  counts correctness from its database, stops it, and removes everything it made.
+  3 candidates for Lepus and 1,000 equivalent tasks for Label Studio, starts every server, drives
+  each in turn (a fresh campaign / project per run), counts correctness from its database, stops
+  them all, and removes everything it made. `--rounds N` repeats the systems' runs N times,
+  alternating them (A, B, A, B, ...), and adds a `summary` with the median (min, max) of each
+  figure per system and scenario:
+
+      python bench/load_workers.py --compare label-studio --systems lepus,label-studio:postgresql \
+          --rounds 3 --workers 20 --paced 20:5000 --duration 60
 
 A worker is one closed-loop client (no think time): it asks for the next item, rates every candidate on
 every question with a random 1..5 and submits, until the server has nothing left for it (Lepus: 204,
@@ -1630,7 +1636,9 @@ def run_entry(
 
 
 def scenario_name(workers: int, think_ms: float, round_number: int) -> str:
-    return f"loadbench-w{workers}-t{int(think_ms)}" + (f"-r{round_number}" if round_number > 1 else "")
+    return f"loadbench-w{workers}-t{int(think_ms)}" + (
+        f"-r{round_number}" if round_number > 1 else ""
+    )
 
 
 def lepus_runner(
@@ -1726,9 +1734,7 @@ def label_studio_runner(
 def _spread(values: list[float]) -> dict[str, Any]:
     ordered = sorted(values)
     middle = len(ordered) // 2
-    median = (
-        ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
-    )
+    median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
     return {
         "median": round(median, 2),
         "min": round(ordered[0], 2),

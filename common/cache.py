@@ -23,16 +23,17 @@ class ReusedClientRedisCacheClient(RedisCacheClient):
         self._clients: dict[int, Any] = {}
 
     def get_client(self, key: Any = None, *, write: bool = False) -> Any:
-        index = self._get_connection_pool_index(write)
+        this: Any = self  # Django's private attributes are not in its type stubs
+        index = this._get_connection_pool_index(write)
         client = self._clients.get(index)
         if client is None:
             # One client per server (writes go to the first, reads to a random replica).
-            if index not in self._pools:
-                self._pools[index] = self._pool_class.from_url(
-                    self._servers[index], **self._pool_options
+            if index not in this._pools:
+                this._pools[index] = this._pool_class.from_url(
+                    this._servers[index], **this._pool_options
                 )
             client = self._clients.setdefault(
-                index, self._client(connection_pool=self._pools[index])
+                index, this._client(connection_pool=this._pools[index])
             )
         return client
 

@@ -52,7 +52,7 @@ if ttl < 0 then
 end
 return {count, ttl}
 """
-_COUNTER_SCRIPT_SHA = hashlib.sha1(_COUNTER_SCRIPT.encode()).hexdigest()  # noqa: S324 (Redis's id)
+_COUNTER_SCRIPT_SHA = hashlib.sha1(_COUNTER_SCRIPT.encode()).hexdigest()
 
 
 def counter_hit(key: str, window: float) -> tuple[int, float]:

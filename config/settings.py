@@ -281,9 +281,7 @@ SPECTACULAR_SETTINGS = {
 # --- Cache (throttling state) -------------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL", "") or ""
 if REDIS_URL:
-    CACHES = {
-        "default": {"BACKEND": "common.cache.RedisCache", "LOCATION": REDIS_URL}
-    }
+    CACHES = {"default": {"BACKEND": "common.cache.RedisCache", "LOCATION": REDIS_URL}}
 else:
     CACHES = {
         "default": {

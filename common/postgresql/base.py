@@ -25,7 +25,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
     def close_if_health_check_failed(self) -> None:
         if (
             self.connection is not None
-            and self.health_check_enabled
+            and self.health_check_enabled  # type: ignore[attr-defined]
             and time.monotonic() - self._used_at < RECENTLY_USED_SECONDS
         ):
             self.health_check_done = True
@@ -33,6 +33,6 @@ class DatabaseWrapper(base.DatabaseWrapper):
         super().close_if_health_check_failed()
 
     def _cursor(self, name: Any = None) -> Any:
-        cursor = super()._cursor(name)
+        cursor = super()._cursor(name)  # type: ignore[misc]
         self._used_at = time.monotonic()
         return cursor

@@ -27,7 +27,9 @@ def redis_server() -> Iterator[PrivateRedis]:
 
 @pytest.fixture
 def redis_cache(settings, redis_server):  # type: ignore[no-untyped-def]
-    settings.CACHES = {"default": {"BACKEND": "common.cache.RedisCache", "LOCATION": redis_server.url}}
+    settings.CACHES = {
+        "default": {"BACKEND": "common.cache.RedisCache", "LOCATION": redis_server.url}
+    }
     backend = caches["default"]
     backend.clear()
     yield backend

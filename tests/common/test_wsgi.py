@@ -58,7 +58,9 @@ def call(
         "wsgi.multithread": True,
         "wsgi.multiprocess": True,
         "wsgi.run_once": False,
-        **{f"HTTP_{key.upper().replace('-', '_')}": value for key, value in (headers or {}).items()},
+        **{
+            f"HTTP_{key.upper().replace('-', '_')}": value for key, value in (headers or {}).items()
+        },
     }
     answer: dict[str, Any] = {}
 
@@ -102,7 +104,7 @@ def test_only_the_worker_api_paths_take_the_shorter_stack():
 
 
 def test_a_middleware_that_is_not_configured_cannot_be_skipped():
-    with pytest.raises(ValueError, match="not in settings.MIDDLEWARE"):
+    with pytest.raises(ValueError, match=r"not in settings\.MIDDLEWARE"):
         ReducedMiddlewareHandler(skipped=["common.middleware.NoSuchMiddleware"])
 
 
@@ -135,9 +137,10 @@ def test_the_worker_api_answers_the_same_through_both_stacks(settings):
         assert status.startswith("200"), body
         tokens.append(json.loads(body)["worker_token"])
         assert "Set-Cookie" not in headers
-    assert call(reduced, "POST", "/api/v1/campaigns/stacks/join", {"platform": "prolific"})[
-        1
-    ] == call(full, "POST", "/api/v1/campaigns/stacks/join", {"platform": "prolific"})[1]
+    assert (
+        call(reduced, "POST", "/api/v1/campaigns/stacks/join", {"platform": "prolific"})[1]
+        == call(full, "POST", "/api/v1/campaigns/stacks/join", {"platform": "prolific"})[1]
+    )
 
     # Refusals: no token, a bad token, a body that is not JSON, an unknown assignment.
     for method, path, body, headers in (
@@ -153,14 +156,27 @@ def test_the_worker_api_answers_the_same_through_both_stacks(settings):
         assert first[1]["Content-Security-Policy"] and first[1]["X-Frame-Options"] == "DENY"
         assert first[1]["Content-Length"] == str(len(first[2]))
     auth = {"Authorization": f"Worker {tokens[0]}", **cookie}
-    unknown = call(reduced, "POST", "/api/v1/worker/assignments/999999/submit", {"ratings": []}, auth)
+    unknown = call(
+        reduced, "POST", "/api/v1/worker/assignments/999999/submit", {"ratings": []}, auth
+    )
     assert unknown[0].startswith("404")
-    assert unknown[2] == call(full, "POST", "/api/v1/worker/assignments/999999/submit", {"ratings": []}, auth)[2]
+    assert (
+        unknown[2]
+        == call(full, "POST", "/api/v1/worker/assignments/999999/submit", {"ratings": []}, auth)[2]
+    )
 
     # The whole cycle, one worker per stack: same statuses, same headers.
     offers = []
     for token, app in zip(tokens, (reduced, full), strict=True):
-        offers.append(call(app, "POST", "/api/v1/worker/assignments/next", None, {"Authorization": f"Worker {token}", **cookie}))
+        offers.append(
+            call(
+                app,
+                "POST",
+                "/api/v1/worker/assignments/next",
+                None,
+                {"Authorization": f"Worker {token}", **cookie},
+            )
+        )
     _same(*offers)
     submitted = []
     for token, app, offer in zip(tokens, (reduced, full), offers, strict=True):
@@ -185,7 +201,13 @@ def test_the_worker_api_answers_the_same_through_both_stacks(settings):
     # A screened-out worker gets the same 403 screen-out either way.
     Participation.objects.update(status=ParticipationStatus.EXCLUDED)
     excluded = [
-        call(app, "POST", "/api/v1/worker/assignments/next", None, {"Authorization": f"Worker {token}"})
+        call(
+            app,
+            "POST",
+            "/api/v1/worker/assignments/next",
+            None,
+            {"Authorization": f"Worker {token}"},
+        )
         for token, app in zip(tokens, (reduced, full), strict=True)
     ]
     _same(*excluded)
