@@ -19,8 +19,14 @@ Two ways to run it:
       python bench/load_workers.py --compare label-studio --workers 20,200 --duration 60 --json
 
   It starts a private PostgreSQL cluster and a private Redis (unix sockets only), seeds 1,000 clips x
-  3 candidates for Lepus and 1,000 equivalent tasks for Label Studio, starts each server, drives it,
-  counts correctness from its database, stops it, and removes everything it made.
+  3 candidates for Lepus and 1,000 equivalent tasks for Label Studio, starts every server, drives
+  each in turn (a fresh campaign / project per run), counts correctness from its database, stops
+  them all, and removes everything it made. `--rounds N` repeats the systems' runs N times,
+  alternating them (A, B, A, B, ...), and adds a `summary` with the median (min, max) of each
+  figure per system and scenario:
+
+      python bench/load_workers.py --compare label-studio --systems lepus,label-studio:postgresql \
+          --rounds 3 --workers 20 --paced 20:5000 --duration 60
 
 A worker is one closed-loop client (no think time): it asks for the next item, rates every candidate on
 every question with a random 1..5 and submits, until the server has nothing left for it (Lepus: 204,
@@ -1629,6 +1635,174 @@ def run_entry(
     return entry
 
 
+def scenario_name(workers: int, think_ms: float, round_number: int) -> str:
+    return f"loadbench-w{workers}-t{int(think_ms)}" + (
+        f"-r{round_number}" if round_number > 1 else ""
+    )
+
+
+def lepus_runner(
+    bench: Bench, args: argparse.Namespace, gunicorn_config: str
+) -> Callable[[int, float, int], dict[str, Any]]:
+    """Set Lepus up and start it (gunicorn, a Celery worker); returns what runs one scenario."""
+    env = setup_lepus(bench, args)
+    base_url, web_pid = start_lepus(bench, env, args)
+    celery_pid = start_celery_worker(bench, env) if args.celery_worker else 0
+    config = f"{gunicorn_config}, PostgreSQL {postgres_bin().parent.name} (private "
+    config += "cluster, unix socket), Redis (unix socket) for cache/throttle and broker"
+    if args.celery_worker:
+        config += ", 1 Celery worker (concurrency 1) for the after-submission tasks"
+    assert bench.redis is not None
+    redis_pid = bench.redis.pid
+
+    def run_one(workers: int, think_ms: float, round_number: int) -> dict[str, Any]:
+        slug = scenario_name(workers, think_ms, round_number)
+        campaign = create_lepus_campaign(env, slug, args.judgments)
+        log(f"lepus: campaign {campaign}")
+        target = LepusTarget(base_url=base_url, campaign=slug, db_dsn=bench.pg_dsn("lepus"))
+        target.join(workers)
+        analyze_database(bench, "lepus")
+        result = run_load(
+            target,
+            workers=workers,
+            duration=args.duration,
+            max_cycles=args.max_cycles,
+            timeout=args.request_timeout,
+            server_roots={
+                "web": web_pid,
+                "database": postmaster_pid(bench),
+                "redis": redis_pid,
+                "celery": celery_pid,
+            },
+            drain=celery_queue_drainer(bench) if args.celery_worker else None,
+            think_ms=think_ms,
+        )
+        return run_entry("lepus", config, result, {"campaign": campaign})
+
+    return run_one
+
+
+def label_studio_runner(
+    bench: Bench, args: argparse.Namespace, config_name: str, gunicorn_config: str
+) -> Callable[[int, float, int], dict[str, Any]]:
+    """Set one Label Studio configuration up and start it; returns what runs one scenario."""
+    base_url, web_pid, accounts, db = start_label_studio(
+        bench, config_name, max(workers for workers, _ in args.scenarios), args
+    )
+    if config_name == "sqlite":
+        config = "label-studio start (its default: Django runserver, SQLite)"
+    else:
+        config = f"{gunicorn_config}, PostgreSQL (private cluster, unix socket), DJANGO_DB=default"
+
+    def run_one(workers: int, think_ms: float, round_number: int) -> dict[str, Any]:
+        project_id = create_label_studio_project(
+            base_url,
+            accounts["admin_token"],
+            title=scenario_name(workers, think_ms, round_number),
+            args=args,
+        )
+        target = LabelStudioTarget(
+            base_url=base_url,
+            project_id=project_id,
+            tokens=accounts["annotator_tokens"],
+            db=db,
+            maximum_annotations=args.judgments,
+        )
+        roots = {"web": web_pid}
+        if config_name == "postgresql":
+            roots["database"] = postmaster_pid(bench)
+            analyze_database(bench, "lsbench")
+        result = run_load(
+            target,
+            workers=workers,
+            duration=args.duration,
+            max_cycles=args.max_cycles,
+            timeout=args.request_timeout,
+            server_roots=roots,
+            think_ms=think_ms,
+        )
+        return run_entry(
+            f"label-studio-{config_name}",
+            config,
+            result,
+            {"project_id": project_id, "version": LABEL_STUDIO_VERSION},
+        )
+
+    return run_one
+
+
+def _spread(values: list[float]) -> dict[str, Any]:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    return {
+        "median": round(median, 2),
+        "min": round(ordered[0], 2),
+        "max": round(ordered[-1], 2),
+        "values": [round(value, 2) for value in values],
+    }
+
+
+def summarize_rounds(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per system and scenario over the rounds: median (min, max) of every headline figure, and
+    the Label Studio / Lepus ratios of the medians."""
+    groups: dict[tuple[str, int, float], list[dict[str, Any]]] = {}
+    for run in runs:
+        groups.setdefault((run["system"], run["workers"], run.get("think_ms", 0)), []).append(run)
+    summary = []
+    for (system, workers, think_ms), group in groups.items():
+        measured = [run for run in group if run["cycles"]]
+        entry: dict[str, Any] = {
+            "system": system,
+            "workers": workers,
+            "think_ms": think_ms,
+            "rounds": [run["round"] for run in group],
+            "errors_total": sum(run["errors_total"] for run in group),
+            "correctness_all_zero": all(run["correctness_all_zero"] for run in group),
+        }
+        if measured:
+            entry["cycles_per_s"] = _spread([run["cycles_per_s"] for run in measured])
+            entry["server_cpu_ms_per_cycle"] = _spread(
+                [run["server_cpu_ms_per_cycle"] for run in measured]
+            )
+            entry["server_cpu_ms_per_cycle_by_tree"] = {
+                tree: _spread([run["server_cpu_ms_per_cycle_by_tree"][tree] for run in measured])
+                for tree in measured[0]["server_cpu_ms_per_cycle_by_tree"]
+            }
+            for kind in ("next", "submit"):
+                for point in ("p50_ms", "p95_ms", "p99_ms"):
+                    values = [run[kind][point] for run in measured if run[kind][point] is not None]
+                    if values:
+                        entry[f"{kind}_{point}"] = _spread(values)
+            entry["load_generator_cpu_ms_per_cycle"] = _spread(
+                [run["load_generator_cpu_ms_per_cycle"] for run in measured]
+            )
+        summary.append(entry)
+    for entry in summary:
+        if entry["system"] == "lepus" or "server_cpu_ms_per_cycle" not in entry:
+            continue
+        lepus = next(
+            (
+                other
+                for other in summary
+                if other["system"] == "lepus"
+                and (other["workers"], other["think_ms"]) == (entry["workers"], entry["think_ms"])
+                and "server_cpu_ms_per_cycle" in other
+            ),
+            None,
+        )
+        if lepus is not None:
+            entry["cpu_per_cycle_ratio_to_lepus_medians"] = round(
+                entry["server_cpu_ms_per_cycle"]["median"]
+                / lepus["server_cpu_ms_per_cycle"]["median"],
+                1,
+            )
+            entry["lepus_throughput_ratio_medians"] = round(
+                lepus["cycles_per_s"]["median"] / entry["cycles_per_s"]["median"], 1
+            )
+    return summary
+
+
 def compare(args: argparse.Namespace) -> dict[str, Any]:
     started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     root = Path(
@@ -1673,87 +1847,31 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
         start_postgres(bench)
         start_redis(bench)
         assert bench.redis is not None
+        # Every system is set up and started first and stays up for the whole invocation, so the
+        # rounds can alternate them (A, B, A, B, ...) without re-installing anything in between;
+        # each run gets a fresh campaign / project and starts on an idle server.
+        runners: list[tuple[str, Callable[[int, float, int], dict[str, Any]]]] = []
         if "lepus" in args.systems:
-            env = setup_lepus(bench, args)
-            base_url, web_pid = start_lepus(bench, env, args)
-            celery_pid = start_celery_worker(bench, env) if args.celery_worker else 0
-            config = f"{gunicorn_config}, PostgreSQL {postgres_bin().parent.name} (private "
-            config += "cluster, unix socket), Redis (unix socket) for cache/throttle and broker"
-            if args.celery_worker:
-                config += ", 1 Celery worker (concurrency 1) for the after-submission tasks"
-            for workers, think_ms in args.scenarios:
-                slug = f"loadbench-w{workers}-t{int(think_ms)}"
-                campaign = create_lepus_campaign(env, slug, args.judgments)
-                log(f"lepus: campaign {campaign}")
-                target = LepusTarget(base_url=base_url, campaign=slug, db_dsn=bench.pg_dsn("lepus"))
-                target.join(workers)
-                analyze_database(bench, "lepus")
-                result = run_load(
-                    target,
-                    workers=workers,
-                    duration=args.duration,
-                    max_cycles=args.max_cycles,
-                    timeout=args.request_timeout,
-                    server_roots={
-                        "web": web_pid,
-                        "database": postmaster_pid(bench),
-                        "redis": bench.redis.pid,
-                        "celery": celery_pid,
-                    },
-                    drain=celery_queue_drainer(bench) if args.celery_worker else None,
-                    think_ms=think_ms,
-                )
-                report["runs"].append(run_entry("lepus", config, result, {"campaign": campaign}))
-            for name, process in list(services.processes):
-                if name.startswith("lepus-"):
-                    services.stop(process)
+            runners.append(("lepus", lepus_runner(bench, args, gunicorn_config)))
         for system in args.systems:
-            if not system.startswith("label-studio"):
-                continue
-            config_name = system.split(":", 1)[1] if ":" in system else "sqlite"
-            base_url, web_pid, accounts, db = start_label_studio(
-                bench, config_name, max(workers for workers, _ in args.scenarios), args
-            )
-            if config_name == "sqlite":
-                config = "label-studio start (its default: Django runserver, SQLite)"
-            else:
-                config = f"{gunicorn_config}, PostgreSQL (private cluster, unix socket), DJANGO_DB=default"
-            for workers, think_ms in args.scenarios:
-                project_id = create_label_studio_project(
-                    base_url,
-                    accounts["admin_token"],
-                    title=f"loadbench-w{workers}-t{int(think_ms)}",
-                    args=args,
-                )
-                target = LabelStudioTarget(
-                    base_url=base_url,
-                    project_id=project_id,
-                    tokens=accounts["annotator_tokens"],
-                    db=db,
-                    maximum_annotations=args.judgments,
-                )
-                roots = {"web": web_pid}
-                if config_name == "postgresql":
-                    roots["database"] = postmaster_pid(bench)
-                    analyze_database(bench, "lsbench")
-                result = run_load(
-                    target,
-                    workers=workers,
-                    duration=args.duration,
-                    max_cycles=args.max_cycles,
-                    timeout=args.request_timeout,
-                    server_roots=roots,
-                    think_ms=think_ms,
-                )
-                report["runs"].append(
-                    run_entry(
+            if system.startswith("label-studio"):
+                config_name = system.split(":", 1)[1] if ":" in system else "sqlite"
+                runners.append(
+                    (
                         f"label-studio-{config_name}",
-                        config,
-                        result,
-                        {"project_id": project_id, "version": LABEL_STUDIO_VERSION},
+                        label_studio_runner(bench, args, config_name, gunicorn_config),
                     )
                 )
-            services.stop(services.processes[-1][1])
+        for round_number in range(1, args.rounds + 1):
+            for name, run_one in runners:
+                for workers, think_ms in args.scenarios:
+                    if args.rounds > 1:
+                        log(f"round {round_number}/{args.rounds}: {name}, {workers} workers")
+                    load_at_start = [round(value, 2) for value in os.getloadavg()]
+                    entry = run_one(workers, think_ms, round_number)
+                    entry["round"] = round_number
+                    entry["load_average_at_start"] = load_at_start
+                    report["runs"].append(entry)
     finally:
         for name, process in reversed(list(services.processes)):
             # Fast shutdown for PostgreSQL (SIGINT): SIGTERM would wait for its clients.
@@ -1762,6 +1880,8 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
             shutil.rmtree(root, ignore_errors=True)
         else:
             log(f"kept {root}")
+    if args.rounds > 1:
+        report["summary"] = summarize_rounds(report["runs"])
     report["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     report["targets"] = evaluate_targets(report["runs"])
     return report
@@ -1886,6 +2006,19 @@ def human_report(report: dict[str, Any]) -> str:
     lines.append("")
     for key, entry in report.get("targets", {}).items():
         lines.append(f"targets {key}: {entry}")
+    for entry in report.get("summary", []):
+        if "server_cpu_ms_per_cycle" not in entry:
+            lines.append(f"summary {entry['system']} {entry['workers']} workers: no cycles")
+            continue
+        cycles, cpu = entry["cycles_per_s"], entry["server_cpu_ms_per_cycle"]
+        line = (
+            f"summary {entry['system']} {entry['workers']} workers {think_label(entry)} "
+            f"(rounds {entry['rounds']}): cycles/s {cycles['median']} ({cycles['min']}-"
+            f"{cycles['max']}), server CPU ms/cycle {cpu['median']} ({cpu['min']}-{cpu['max']})"
+        )
+        if "cpu_per_cycle_ratio_to_lepus_medians" in entry:
+            line += f", CPU ratio to Lepus {entry['cpu_per_cycle_ratio_to_lepus_medians']}x"
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -1939,6 +2072,13 @@ def main() -> None:
     parser.add_argument("--judgments", type=int, default=3)
     parser.add_argument("--gunicorn-workers", type=int, default=3)
     parser.add_argument("--gunicorn-threads", type=int, default=4)
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="with --compare: run every system's scenarios this many times, alternating the "
+        "systems (A, B, A, B, ...); the report's `summary` holds median (min, max) per figure",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (debug)")
     parser.add_argument(
         "--celery-worker",

@@ -113,6 +113,9 @@ DATABASES = {
         conn_health_checks=True,
     )
 }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # Django's backend without the health-check ping of a connection used a moment ago.
+    DATABASES["default"]["ENGINE"] = "common.postgresql"
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # The demo's web server and Celery worker share one SQLite file: wait for locks instead of
     # failing at once, and let readers proceed during writes.
@@ -278,9 +281,7 @@ SPECTACULAR_SETTINGS = {
 # --- Cache (throttling state) -------------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL", "") or ""
 if REDIS_URL:
-    CACHES = {
-        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
-    }
+    CACHES = {"default": {"BACKEND": "common.cache.RedisCache", "LOCATION": REDIS_URL}}
 else:
     CACHES = {
         "default": {

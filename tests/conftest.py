@@ -59,6 +59,15 @@ def _broker_reachable_again() -> None:
     common.tasks._broker_down_until = 0.0
 
 
+@pytest.fixture(autouse=True)
+def _no_quality_mark_remembered() -> None:
+    """The quality debounce's memory of marks held (annotation.quality.debouncing) is per process;
+    a mark an earlier test set must not silence this test's first submission."""
+    from annotation.quality import debouncing
+
+    debouncing._held_until.clear()
+
+
 @pytest.fixture
 def curator(db) -> User:  # type: ignore[no-untyped-def]
     user = User.objects.create_user("curator", "curator@example.org", "curator-password-1")

@@ -211,6 +211,7 @@ def _claim(*, participation: Participation, campaign: Campaign, now: datetime) -
                 ParticipationStatus.ACTIVE.value,
                 AssignmentStatus.LIVE.value,
             ],
+            prepared=True,
         )
         if row is None:
             return None
@@ -266,6 +267,7 @@ def _claim(*, participation: Participation, campaign: Campaign, now: datetime) -
             (_NEXT_CLIP_WITH_REFERENCES if with_references else _NEXT_CLIP)
             + sql.lock_clause(of="cc", skip_locked=True),
             [campaign.pk, ClipStatus.READY.value, participation.pk],
+            prepared=True,
         )
         if row is None:
             return None
@@ -283,7 +285,9 @@ def _claim(*, participation: Participation, campaign: Campaign, now: datetime) -
         # The UPDATE re-checks `slots_taken < quota` on each row it locks, so it never overfills
         # even if something else moved a counter meanwhile.
         if combined:
-            offered = sql.fetchall(_TAKE_SLOTS_AND_COUNT, [campaign.pk, clip_id, campaign_clip_id])
+            offered = sql.fetchall(
+                _TAKE_SLOTS_AND_COUNT, [campaign.pk, clip_id, campaign_clip_id], prepared=True
+            )
         else:
             offered = sql.fetchall(_TAKE_SLOTS, [campaign.pk, clip_id])
             if offered:
@@ -308,7 +312,8 @@ def _claim(*, participation: Participation, campaign: Campaign, now: datetime) -
             sql.db_json(Assignment, "result", {}),
         ]
         if combined:
-            pairs = ", ".join(["(%s, %s)"] * len(offered))
+            # Typed: a prepared statement infers no type for a bare VALUES parameter.
+            pairs = ", ".join(["(%s::bigint, %s::integer)"] * len(offered))
             (assignment_id,) = sql.fetchone(  # type: ignore[misc]
                 f"WITH lease AS ({_NEW_LEASE_INSERT} RETURNING id) {_ITEMS_INSERT}"
                 f" SELECT lease.id, item.candidate, item.position FROM lease"
@@ -322,6 +327,7 @@ def _claim(*, participation: Participation, campaign: Campaign, now: datetime) -
                         for value in (candidate_id, index)
                     ],
                 ],
+                prepared=True,
             )
         else:
             (assignment_id,) = sql.fetchone(_NEW_LEASE, lease)  # type: ignore[misc]

@@ -5,7 +5,10 @@ select_related, Exists), which was most of a next → submit cycle; a prepared S
 tenth of that. The statements are plain SQL that PostgreSQL and SQLite (3.35+, the demo) both run;
 only the row-locking clauses differ and come from `lock_clause`. On PostgreSQL, steps that
 follow each other are folded into one statement with data-modifying CTEs (`combined_statements`),
-which halves the round trips of a cycle.
+which halves the round trips of a cycle, and the statements of the hot path are prepared once per
+database session (`PREPARE` / `EXECUTE`, see `_execute`): PostgreSQL then skips parsing and
+planning them on every request, which was most of its CPU per statement (EXPLAIN ANALYZE of the
+claim query: 0.24 ms planning, 0.07 ms execution).
 """
 
 from __future__ import annotations
@@ -96,22 +99,84 @@ def py_json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str | bytes) else value
 
 
-def fetchone(sql: str, params: list[Any] | tuple[Any, ...]) -> tuple[Any, ...] | None:
+def fetchone(
+    sql: str, params: list[Any] | tuple[Any, ...], *, prepared: bool = False
+) -> tuple[Any, ...] | None:
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        _execute(cursor, sql, params, prepared=prepared)
         return cursor.fetchone()
 
 
-def fetchall(sql: str, params: list[Any] | tuple[Any, ...]) -> list[tuple[Any, ...]]:
+def fetchall(
+    sql: str, params: list[Any] | tuple[Any, ...], *, prepared: bool = False
+) -> list[tuple[Any, ...]]:
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        _execute(cursor, sql, params, prepared=prepared)
         return list(cursor.fetchall())
 
 
-def execute(sql: str, params: list[Any] | tuple[Any, ...]) -> int:
+def execute(sql: str, params: list[Any] | tuple[Any, ...], *, prepared: bool = False) -> int:
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        _execute(cursor, sql, params, prepared=prepared)
         return int(cursor.rowcount)
+
+
+# --- Prepared statements (PostgreSQL) ----------------------------------------------------------
+
+
+@dataclass
+class _SessionStatements:
+    """The statements prepared on one database session (one psycopg2 connection)."""
+
+    session: Any
+    names: dict[str, str] = dataclasses.field(default_factory=dict)
+    attempts: int = 0
+
+
+@functools.cache
+def _numbered(sql: str) -> tuple[str, int]:
+    """`sql` with its `%s` placeholders numbered `$1, $2, ...` (PREPARE's syntax), and how many."""
+    parts = sql.split("%s")
+    if any("%" in part for part in parts):
+        raise ValueError("a prepared statement may hold no % other than its placeholders")
+    return "".join(
+        part + (f"${index}" if index < len(parts) else "")
+        for index, part in enumerate(parts, start=1)
+    ), len(parts) - 1
+
+
+def _execute(cursor: Any, sql: str, params: Any, *, prepared: bool) -> None:
+    """Run `sql`; with `prepared` on PostgreSQL as a statement prepared once per session.
+
+    The first use on a session sends `PREPARE name AS ...; EXECUTE name (...)` in one round trip
+    and remembers the name only once that succeeded. PREPARE is not undone by a rollback, so a
+    failed first use (say a unique violation of the EXECUTE part) may or may not have left the
+    statement behind: the next attempt prepares it under a fresh name instead of guessing. A new
+    connection (CONN_MAX_AGE, a reconnect after a failure) starts with nothing prepared.
+    PostgreSQL re-plans a prepared statement by itself when a table it reads changes (ANALYZE,
+    ALTER); a migration that changes the columns a statement returns makes it fail until the web
+    processes reconnect, as it would with any server-side prepared statement.
+    """
+    if not (prepared and combined_statements()):
+        cursor.execute(sql, params)
+        return
+    session = connection.connection
+    statements: _SessionStatements | None = getattr(connection, "_lepus_prepared", None)
+    if statements is None or statements.session is not session:
+        statements = _SessionStatements(session=session)
+        connection._lepus_prepared = statements  # type: ignore[attr-defined]
+    arguments = f" ({', '.join(['%s'] * len(params))})" if params else ""
+    name = statements.names.get(sql)
+    if name is not None:
+        cursor.execute(f"EXECUTE {name}{arguments}", params)
+        return
+    text, count = _numbered(sql)
+    if count != len(params):
+        raise ValueError(f"{count} placeholders, {len(params)} parameters")
+    statements.attempts += 1
+    name = f"lepus_hot_{statements.attempts}"
+    cursor.execute(f"PREPARE {name} AS {text}; EXECUTE {name}{arguments}", params)
+    statements.names[sql] = name
 
 
 def instance(model: type[Model], values: dict[str, Any]) -> Any:

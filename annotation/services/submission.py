@@ -272,7 +272,7 @@ def assignment_submit(
     *, participation: Participation, assignment_id: int, body: Any, now: datetime | None = None
 ) -> SubmitOutcome:
     """Store the worker's ratings of one assignment (see the module docstring)."""
-    rows = sql.fetchall(_ASSIGNMENT_WITH_ITEMS, [assignment_id, participation.pk])
+    rows = sql.fetchall(_ASSIGNMENT_WITH_ITEMS, [assignment_id, participation.pk], prepared=True)
     if not rows:
         repeat = repeats.repeat_for_submit(
             participation_id=participation.pk, repeat_id=assignment_id
@@ -456,6 +456,7 @@ def _store_combined(
             AssignmentStatus.LIVE.value,
             *[value for row in judgment_rows for value in row],
         ],
+        prepared=True,
     )
     if inserted != len(judgment_rows):
         raise _SlowPath()

@@ -238,7 +238,7 @@ def participation_by_token(*, token: str) -> Participation | None:
     in the same query (one indexed lookup per request; other fields load lazily if touched)."""
     if not token or len(token) > 200:
         return None
-    row = crowd_sql.fetchone(_AUTH_SQL, [token_hash(token)])
+    row = crowd_sql.fetchone(_AUTH_SQL, [token_hash(token)], prepared=True)
     if row is None:
         return None
     participation_values = dict(zip(_PARTICIPATION_COLUMNS, row, strict=False))

@@ -48,3 +48,57 @@ def test_a_row_type_with_a_field_that_is_no_column_is_refused():
 
     with pytest.raises(TypeError, match="is not a column"):
         crowd_sql.row_columns(Wrong)
+
+
+# --- prepared statements (PostgreSQL) -----------------------------------------------------------
+
+needs_postgresql = pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="server-side prepared statements are PostgreSQL's"
+)
+
+
+def _prepared_names() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT name FROM pg_prepared_statements WHERE name LIKE 'lepus_hot_%%'")
+        return sorted(name for (name,) in cursor.fetchall())
+
+
+def test_placeholders_are_numbered_for_prepare_and_a_stray_percent_is_refused():
+    assert crowd_sql._numbered("SELECT %s + %s WHERE a = %s") == ("SELECT $1 + $2 WHERE a = $3", 3)
+    assert crowd_sql._numbered("SELECT 1") == ("SELECT 1", 0)
+    with pytest.raises(ValueError, match="no %"):
+        crowd_sql._numbered("SELECT %s WHERE b LIKE 'x%'")
+
+
+@needs_postgresql
+@pytest.mark.django_db
+def test_a_statement_is_prepared_once_per_session_and_then_executed_by_name():
+    statement = "SELECT %s::integer + %s::integer"
+    before = _prepared_names()
+    assert crowd_sql.fetchone(statement, [1, 2], prepared=True) == (3,)
+    names = _prepared_names()
+    assert len(names) == len(before) + 1
+    assert crowd_sql.fetchone(statement, [5, 6], prepared=True) == (11,)
+    assert crowd_sql.fetchall(statement, [1, 1], prepared=True) == [(2,)]
+    assert _prepared_names() == names  # executed by name, not prepared again
+    # Without `prepared` the same text is sent as it is.
+    assert crowd_sql.fetchone(statement, [2, 2]) == (4,)
+    assert _prepared_names() == names
+
+
+@needs_postgresql
+@pytest.mark.django_db(transaction=True)
+def test_a_failed_first_use_prepares_again_under_a_fresh_name_and_a_new_session_starts_empty():
+    from django.db import DataError, transaction
+
+    statement = "SELECT 10 / %s::integer"
+    connection.close()  # a session of its own: nothing prepared yet
+    with pytest.raises(DataError), transaction.atomic():
+        crowd_sql.fetchone(statement, [0], prepared=True)  # PREPARE ran, EXECUTE failed
+    assert crowd_sql.fetchone(statement, [5], prepared=True) == (2,)
+    assert crowd_sql.fetchone(statement, [2], prepared=True) == (5,)
+    assert len(_prepared_names()) == 2  # the uncertain first name is never reused
+
+    connection.close()
+    assert crowd_sql.fetchone(statement, [10], prepared=True) == (1,)
+    assert len(_prepared_names()) == 1  # the new session prepared it once

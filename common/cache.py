@@ -1,0 +1,46 @@
+"""Django's Redis cache with one client object per connection pool instead of one per call.
+
+Django's `RedisCacheClient.get_client` builds a new `redis.Redis` around the pool on every cache
+call, and redis-py's constructor fills a case-insensitive table of ~200 response callbacks each
+time: measured in-process on the worker API (bench/crowd_hot_path.py, cProfile with CPU time),
+that was the largest single item of a `next` → `submit` cycle, about a quarter of the web
+process's CPU, for three cache calls per cycle (two throttle counters, the quality debounce mark).
+A `redis.Redis` is safe to share between threads (each command takes a connection from the pool),
+and Django keeps one cache object per thread anyway, so keeping the client is safe.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.cache.backends.redis import RedisCache as DjangoRedisCache
+from django.core.cache.backends.redis import RedisCacheClient
+
+
+class ReusedClientRedisCacheClient(RedisCacheClient):
+    def __init__(self, servers: Any, **options: Any) -> None:
+        super().__init__(servers, **options)
+        self._clients: dict[int, Any] = {}
+
+    def get_client(self, key: Any = None, *, write: bool = False) -> Any:
+        this: Any = self  # Django's private attributes are not in its type stubs
+        index = this._get_connection_pool_index(write)
+        client = self._clients.get(index)
+        if client is None:
+            # One client per server (writes go to the first, reads to a random replica).
+            if index not in this._pools:
+                this._pools[index] = this._pool_class.from_url(
+                    this._servers[index], **this._pool_options
+                )
+            client = self._clients.setdefault(
+                index, this._client(connection_pool=this._pools[index])
+            )
+        return client
+
+
+class RedisCache(DjangoRedisCache):
+    """`django.core.cache.backends.redis.RedisCache`, reusing its redis-py clients."""
+
+    def __init__(self, server: Any, params: dict[str, Any]) -> None:
+        super().__init__(server, params)
+        self._class = ReusedClientRedisCacheClient
