@@ -544,7 +544,21 @@ def latency_tables(crowd: Crowd) -> dict[str, Any]:
             entry[kind] = summary([ms for t, ms, _ in rows if low <= t < high])
         entry["cycles"] = sum(1 for t in crowd.ack_times if low <= t < high)
         per_minute.append(entry)
-    return {"overall": overall, "per_minute": per_minute}
+    # Per 10 s window, to set beside the monitor's series (CPU, load average of the machine).
+    windows = []
+    for index in range(int(crowd.duration // 10) + 1):
+        low, high = index * 10.0, (index + 1) * 10.0
+        window: dict[str, Any] = {"t_end": high}
+        for kind in ("next", "submit"):
+            values = [ms for t, ms, _ in crowd.samples[kind] if low <= t < high]
+            window[kind] = [
+                len(values),
+                lw.percentile(values, 0.50),
+                lw.percentile(values, 0.95),
+                lw.percentile(values, 0.99),
+            ]
+        windows.append(window)
+    return {"overall": overall, "per_minute": per_minute, "per_10s": windows}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -763,6 +777,7 @@ def run_step(
         else None,
         "latency": latencies["overall"],
         "latency_per_minute": latencies["per_minute"],
+        "latency_per_10s": latencies["per_10s"],
         "errors": errors,
         "errors_total": sum(errors.values()),
         "error_examples": crowd.error_examples,
