@@ -27,6 +27,7 @@ import argparse
 import gc
 import json
 import os
+import statistics
 
 # Like torchrun: one OpenMP thread in this process (the engine's workers do the CPU work).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -931,40 +932,65 @@ def section_phase2_train(
                 with torch.no_grad():
                     for p in trainable:
                         p.data = p.data.to(dtype)
-            runs = [
-                (setting, k) for setting in args.phase2_compile.split(",")
-                for k in range(args.phase2_runs)
-            ]  # fmt: skip
-            for compile_setting, run in runs:
+            # Without --phase2-variants: each compile setting --phase2-runs times (the first run
+            # of a compiled setting pays the compile). With it: one warm-up run (compiled as the
+            # last --phase2-compile setting), then the variants alternated, --phase2-runs rounds.
+            variants = [v for v in args.phase2_variants.split(",") if v]
+            runs: list[tuple[str, int, str]] = (
+                [(setting, k, "") for setting in args.phase2_compile.split(",")
+                 for k in range(args.phase2_runs)]
+                if not variants
+                else [(args.phase2_compile.split(",")[-1], 0, "warmup")]
+                + [(args.phase2_compile.split(",")[-1], k, v)
+                   for k in range(args.phase2_runs) for v in variants]
+            )  # fmt: skip
+            for compile_setting, run, variant in runs:
                 run_config = config.replace(phase2_compile=compile_setting)
                 graphs_before = counters["stats"]["unique_graphs"]
                 times: list[float] = []
+                skip_guards = variant.endswith("skipguards")
 
-                def on_step(done: int, total: int, loss: float, times: list = times) -> None:
+                def on_step(
+                    done: int,
+                    total: int,
+                    loss: float,
+                    times: list = times,
+                    skip: bool = skip_guards,
+                ) -> None:
                     times.append(time.perf_counter())
+                    if skip and done == 2:  # every graph compiled by now
+                        torch.compiler.set_stance("default", skip_guard_eval_unsafe=True)
 
                 sync(device)
                 start = time.perf_counter()
-                result = train_phase2(
-                    backbone=backbone,
-                    head=run_head,
-                    loader=ExampleLoader(store, frames=backbone.vision.num_frames, lazy=True),
-                    records=records,
-                    config=run_config,
-                    on_step=on_step,
-                    engine=engine,
-                    # under torchrun: each rank its share of every batch, gradients all-reduced
-                    dist=Distributed.current(),
-                )
+                try:
+                    result = train_phase2(
+                        backbone=backbone,
+                        head=run_head,
+                        loader=ExampleLoader(store, frames=backbone.vision.num_frames, lazy=True),
+                        records=records,
+                        config=run_config,
+                        on_step=on_step,
+                        engine=engine,
+                        # under torchrun: each rank its share of every batch, gradients
+                        # all-reduced
+                        dist=Distributed.current(),
+                        overlap_host=not variant.startswith("sync"),
+                    )
+                finally:
+                    if skip_guards:
+                        torch.compiler.set_stance("default")
                 sync(device)
                 total = time.perf_counter() - start
                 report = rate_report(len(records), total, out["flops_per_sample"], world)
                 if times:  # the step callback runs on the main process only
-                    skip = min(4, len(times) - 2)
+                    # Steps 5 .. n-1: the last callback is left out, since with losses read one
+                    # step late (overlap_host) it comes right after the one before it.
+                    skip = min(4, len(times) - 3)
                     steady = (
-                        (len(times) - 1 - skip)
+                        (len(times) - 2 - skip)
                         * config.phase2_batch_size
-                        / (times[-1] - times[skip])
+                        / (times[-2] - times[skip])
                     )  # samples/s of all processes together
                     report["steady_samples_per_s"] = steady
                     report["steady_tflops_per_s"] = steady * out["flops_per_sample"] / 1e12
@@ -977,15 +1003,38 @@ def section_phase2_train(
                 report["lora_adapter_dtype"] = dtype_name
                 report["lora_parameter_dtypes"] = sorted({str(p.dtype) for p in trainable})
                 report["phase2_compile"] = compile_setting
+                report["variant"] = variant or None
                 report["compiled_layers"] = fused.compiled_decoder_layers(language_model)
                 # graphs dynamo compiled during this run (0 when an earlier run's fit)
                 report["compiled_graphs"] = counters["stats"]["unique_graphs"] - graphs_before
-                key = f"train_phase2_{dtype_name}_{compile_setting}" + (f"_run{run}" if run else "")
+                key = (
+                    f"train_phase2_{dtype_name}_{compile_setting}"
+                    + (f"_{variant}" if variant else "")
+                    + (f"_run{run}" if run else "")
+                )
                 out[key] = report
                 log("phase2_train", key, json.dumps(report))
                 # the next run (eager, or another dtype) starts from uncompiled layers (a repeat
                 # of a compiled run compiles again, from dynamo's cache)
                 fused.uncompile_decoder_layers(language_model)
+            for variant in variants:
+                rates = [
+                    r["steady_samples_per_s"] for k, r in out.items()
+                    if isinstance(r, dict) and r.get("variant") == variant
+                    and r.get("lora_adapter_dtype") == dtype_name and "steady_samples_per_s" in r
+                ]  # fmt: skip
+                if rates:
+                    out[f"summary_{dtype_name}_{variant}"] = {
+                        "steady_samples_per_s_median": statistics.median(rates),
+                        "min": min(rates),
+                        "max": max(rates),
+                        "runs": rates,
+                    }
+                    log(
+                        "phase2_summary",
+                        variant,
+                        json.dumps(out[f"summary_{dtype_name}_{variant}"]),
+                    )
             if args.phase2_profile_steps and world == 1:
                 # One more run (not timed) under torch.profiler over a few steady steps.
                 profiled = Phase2Profile(
@@ -1214,6 +1263,13 @@ def main() -> None:
     )
     parser.add_argument(
         "--phase2-profile-start", type=int, default=10, help="profile after this step"
+    )
+    parser.add_argument(
+        "--phase2-variants",
+        default="",
+        help="phase2_train: comma list alternated after a warm-up run: overlap (losses read "
+        "one step late, the default), sync (read at each step's end), *_skipguards (dynamo "
+        "evaluates only differentiating guards after step 2)",
     )
     parser.add_argument(
         "--raw", default="", help="also write the results through bench/provenance.py as NAME"
