@@ -47,9 +47,9 @@ for stage in ${STAGES//,/ }; do
     grep -a "phase2_train\|Error\|error" "$OUT/phase2_1gpu_log.txt" | cut -c1-500
     grep -a "phase2_profile" "$OUT/phase2_1gpu_log.txt" | cut -c1-2500 ;;
   p2scale)
-    CUDA_VISIBLE_DEVICES=0 timeout 200 python3 bench/gpu_rigel.py --out /tmp/p2 $P2 --workers ${P2_WORKERS:-15} \
+    CUDA_VISIBLE_DEVICES=0 timeout ${P2_LIMIT1:-200} python3 bench/gpu_rigel.py --out /tmp/p2 $P2 --workers ${P2_WORKERS:-15} \
       --phase2-batch 16 --raw "phase2_pass2_1gpu_b16${TAG:-}" >"$OUT/phase2_1gpu_b16_log.txt" 2>&1
-    timeout 220 torchrun --nproc_per_node 2 bench/gpu_rigel.py --out /tmp/p2 $P2 --workers ${P2_WORKERS:-15} \
+    timeout ${P2_LIMIT2:-220} torchrun --nproc_per_node 2 bench/gpu_rigel.py --out /tmp/p2 $P2 --workers ${P2_WORKERS:-15} \
       --phase2-batch 16 --raw "phase2_pass2_2gpu_b16${TAG:-}" >"$OUT/phase2_2gpu_b16_log.txt" 2>&1
     grep -ah "phase2_train\|Error\|error" "$OUT"/phase2_*_log.txt | cut -c1-500 ;;
   esac
