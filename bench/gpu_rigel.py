@@ -27,6 +27,7 @@ import argparse
 import gc
 import json
 import os
+import statistics
 
 # Like torchrun: one OpenMP thread in this process (the engine's workers do the CPU work).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -931,40 +932,65 @@ def section_phase2_train(
                 with torch.no_grad():
                     for p in trainable:
                         p.data = p.data.to(dtype)
-            runs = [
-                (setting, k) for setting in args.phase2_compile.split(",")
-                for k in range(args.phase2_runs)
-            ]  # fmt: skip
-            for compile_setting, run in runs:
+            # Without --phase2-variants: each compile setting --phase2-runs times (the first run
+            # of a compiled setting pays the compile). With it: one warm-up run (compiled as the
+            # last --phase2-compile setting), then the variants alternated, --phase2-runs rounds.
+            variants = [v for v in args.phase2_variants.split(",") if v]
+            runs: list[tuple[str, int, str]] = (
+                [(setting, k, "") for setting in args.phase2_compile.split(",")
+                 for k in range(args.phase2_runs)]
+                if not variants
+                else [(args.phase2_compile.split(",")[-1], 0, "warmup")]
+                + [(args.phase2_compile.split(",")[-1], k, v)
+                   for k in range(args.phase2_runs) for v in variants]
+            )  # fmt: skip
+            for compile_setting, run, variant in runs:
                 run_config = config.replace(phase2_compile=compile_setting)
                 graphs_before = counters["stats"]["unique_graphs"]
                 times: list[float] = []
+                skip_guards = variant.endswith("skipguards")
 
-                def on_step(done: int, total: int, loss: float, times: list = times) -> None:
+                def on_step(
+                    done: int,
+                    total: int,
+                    loss: float,
+                    times: list = times,
+                    skip: bool = skip_guards,
+                ) -> None:
                     times.append(time.perf_counter())
+                    if skip and done == 2:  # every graph compiled by now
+                        torch.compiler.set_stance("default", skip_guard_eval_unsafe=True)
 
                 sync(device)
                 start = time.perf_counter()
-                result = train_phase2(
-                    backbone=backbone,
-                    head=run_head,
-                    loader=ExampleLoader(store, frames=backbone.vision.num_frames, lazy=True),
-                    records=records,
-                    config=run_config,
-                    on_step=on_step,
-                    engine=engine,
-                    # under torchrun: each rank its share of every batch, gradients all-reduced
-                    dist=Distributed.current(),
-                )
+                try:
+                    result = train_phase2(
+                        backbone=backbone,
+                        head=run_head,
+                        loader=ExampleLoader(store, frames=backbone.vision.num_frames, lazy=True),
+                        records=records,
+                        config=run_config,
+                        on_step=on_step,
+                        engine=engine,
+                        # under torchrun: each rank its share of every batch, gradients
+                        # all-reduced
+                        dist=Distributed.current(),
+                        overlap_host=not variant.startswith("sync"),
+                    )
+                finally:
+                    if skip_guards:
+                        torch.compiler.set_stance("default")
                 sync(device)
                 total = time.perf_counter() - start
                 report = rate_report(len(records), total, out["flops_per_sample"], world)
                 if times:  # the step callback runs on the main process only
-                    skip = min(4, len(times) - 2)
+                    # Steps 5 .. n-1: the last callback is left out, since with losses read one
+                    # step late (overlap_host) it comes right after the one before it.
+                    skip = min(4, len(times) - 3)
                     steady = (
-                        (len(times) - 1 - skip)
+                        (len(times) - 2 - skip)
                         * config.phase2_batch_size
-                        / (times[-1] - times[skip])
+                        / (times[-2] - times[skip])
                     )  # samples/s of all processes together
                     report["steady_samples_per_s"] = steady
                     report["steady_tflops_per_s"] = steady * out["flops_per_sample"] / 1e12
@@ -977,14 +1003,61 @@ def section_phase2_train(
                 report["lora_adapter_dtype"] = dtype_name
                 report["lora_parameter_dtypes"] = sorted({str(p.dtype) for p in trainable})
                 report["phase2_compile"] = compile_setting
+                report["variant"] = variant or None
                 report["compiled_layers"] = fused.compiled_decoder_layers(language_model)
                 # graphs dynamo compiled during this run (0 when an earlier run's fit)
                 report["compiled_graphs"] = counters["stats"]["unique_graphs"] - graphs_before
-                key = f"train_phase2_{dtype_name}_{compile_setting}" + (f"_run{run}" if run else "")
+                key = (
+                    f"train_phase2_{dtype_name}_{compile_setting}"
+                    + (f"_{variant}" if variant else "")
+                    + (f"_run{run}" if run else "")
+                )
                 out[key] = report
                 log("phase2_train", key, json.dumps(report))
                 # the next run (eager, or another dtype) starts from uncompiled layers (a repeat
                 # of a compiled run compiles again, from dynamo's cache)
+                fused.uncompile_decoder_layers(language_model)
+            for variant in variants:
+                rates = [
+                    r["steady_samples_per_s"] for k, r in out.items()
+                    if isinstance(r, dict) and r.get("variant") == variant
+                    and r.get("lora_adapter_dtype") == dtype_name and "steady_samples_per_s" in r
+                ]  # fmt: skip
+                if rates:
+                    out[f"summary_{dtype_name}_{variant}"] = {
+                        "steady_samples_per_s_median": statistics.median(rates),
+                        "min": min(rates),
+                        "max": max(rates),
+                        "runs": rates,
+                    }
+                    log(
+                        "phase2_summary",
+                        variant,
+                        json.dumps(out[f"summary_{dtype_name}_{variant}"]),
+                    )
+            if args.phase2_profile_steps and world == 1:
+                # One more run (not timed) under torch.profiler over a few steady steps.
+                profiled = Phase2Profile(
+                    device, args.phase2_profile_start, args.phase2_profile_steps
+                )
+                run_config = config.replace(phase2_compile=args.phase2_compile.split(",")[-1])
+                try:
+                    train_phase2(
+                        backbone=backbone,
+                        head=run_head,
+                        loader=ExampleLoader(store, frames=backbone.vision.num_frames, lazy=True),
+                        records=records,
+                        config=run_config,
+                        on_step=profiled.on_step,
+                        engine=engine,
+                        dist=Distributed.current(),
+                    )
+                finally:
+                    profiled.stop()
+                out[f"profile_{dtype_name}"] = profiled.summary(
+                    config.phase2_batch_size, out["flops_per_sample"]
+                )
+                log("phase2_profile", json.dumps(out[f"profile_{dtype_name}"])[:3000])
                 fused.uncompile_decoder_layers(language_model)
     finally:
         # leave the backbone without LoRA (and uncompiled) for the sections after this one
@@ -992,6 +1065,122 @@ def section_phase2_train(
         backbone.model = peft_model.unload()
         backbone.extra.pop("peft_model", None)
     return out
+
+
+class Phase2Profile:
+    """torch.profiler over steps ``start`` + 1 .. ``start`` + ``steps`` of a Phase 2 run (through
+    the step callback), and a summary of where those steps' wall time went: GPU kernel time and
+    the GPU's idle gaps, the host's waits (stream synchronisations, scalar read-backs, the
+    DataLoader's ``__next__``, i.e. waiting on the decoding workers), the top kernels and the top
+    host operations. The trace itself goes to ``$OUT/phase2_trace.json.gz`` when ``OUT`` is set."""
+
+    def __init__(self, device: torch.device, start: int, steps: int):
+        self.device = device
+        self.start_step = start
+        self.steps = steps
+        self.prof: Any = None
+        self.times: list[float] = []
+
+    def on_step(self, done: int, total: int, loss: float) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        if done == self.start_step:
+            sync(self.device)
+            self.prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+            self.prof.start()
+            self.times.append(time.perf_counter())
+        elif self.prof is not None and len(self.times) <= self.steps:
+            self.times.append(time.perf_counter())
+            if len(self.times) == self.steps + 1:
+                self.stop()
+
+    def stop(self) -> None:
+        if self.prof is not None and not getattr(self, "stopped", False):
+            sync(self.device)
+            self.prof.stop()
+            self.stopped = True
+
+    def summary(self, batch: int, flops_per_sample: float) -> dict[str, Any]:
+        if self.prof is None or len(self.times) < 2:
+            return {"error": "the run ended before the profiled steps"}
+        steps = len(self.times) - 1
+        wall = self.times[-1] - self.times[0]
+        gpu: list[tuple[int, int]] = []
+        kernels: dict[str, list[float]] = {}
+        for event in self.prof.profiler.kineto_results.events():
+            if event.device_type() != torch.autograd.DeviceType.CUDA:
+                continue
+            begin, length = event.start_ns(), event.duration_ns()
+            gpu.append((begin, begin + length))
+            row = kernels.setdefault(event.name()[:100], [0, 0.0])
+            row[0] += 1
+            row[1] += length / 1e6
+        gpu.sort()
+        busy, gaps, cursor = 0, [], None
+        for begin, end in gpu:
+            if cursor is None or begin > cursor:
+                if cursor is not None:
+                    gaps.append((begin - cursor) / 1e6)
+                busy += end - begin
+                cursor = end
+            elif end > cursor:
+                busy += end - cursor
+                cursor = end
+        span = (gpu[-1][1] - gpu[0][0]) / 1e6 if gpu else 0.0
+        averages = self.prof.key_averages()
+        host = sorted(averages, key=lambda e: e.self_cpu_time_total, reverse=True)
+        watch = (
+            "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpyAsync",
+            "aten::item", "aten::_local_scalar_dense", "aten::nonzero", "cudaLaunchKernel",
+            "cuLaunchKernel", "cuLaunchKernelEx", "Optimizer.step", "aten::copy_",
+            "autograd::engine::evaluate_function", "CompiledFunction", "CompiledFunctionBackward",
+        )  # fmt: skip
+        waits = {
+            e.key: {"count": e.count, "cpu_ms_total": e.cpu_time_total / 1000,
+                    "self_cpu_ms": e.self_cpu_time_total / 1000}
+            for e in averages
+            if e.key in watch or "DataLoader" in e.key or e.key.startswith("enumerate(")
+        }  # fmt: skip
+        out = {
+            "steps": steps,
+            "wall_ms_per_step": 1000 * wall / steps,
+            "samples_per_s_while_profiled": steps * batch / wall,
+            "gpu_busy_ms_per_step": busy / 1e6 / steps,
+            "gpu_busy_fraction_of_wall": busy / 1e9 / wall,
+            "gpu_span_ms": span,
+            "gpu_idle_gaps_ms_per_step": sum(gaps) / steps,
+            "gpu_gaps_over_1ms": sorted(gaps, reverse=True)[:20],
+            "gpu_gaps_count": len(gaps),
+            "gpu_bound_samples_per_s": steps * batch / (busy / 1e9) if busy else None,
+            "gpu_tflops_while_busy": steps * batch * flops_per_sample / (busy / 1e9) / 1e12
+            if busy else None,
+            "host_waits": waits,
+            "top_kernels": [
+                {"kernel": k, "calls": v[0], "ms_per_step": v[1] / steps}
+                for k, v in sorted(kernels.items(), key=lambda kv: -kv[1][1])[:25]
+            ],
+            "top_host_ops": [
+                {"op": e.key[:100], "count": e.count, "self_cpu_ms_per_step":
+                 e.self_cpu_time_total / 1000 / steps, "cpu_ms_per_step":
+                 e.cpu_time_total / 1000 / steps}
+                for e in host[:25]
+            ],
+        }  # fmt: skip
+        folder = os.environ.get("OUT")
+        if folder:
+            import gzip
+            import shutil as _shutil
+            import tempfile
+
+            with tempfile.TemporaryDirectory() as tmp:
+                trace = Path(tmp) / "trace.json"
+                self.prof.export_chrome_trace(str(trace))
+                target = Path(folder) / "phase2_trace.json.gz"
+                with trace.open("rb") as src, gzip.open(target, "wb", compresslevel=6) as dst:
+                    _shutil.copyfileobj(src, dst)
+                out["trace_file"] = target.name
+                out["trace_bytes"] = target.stat().st_size
+        return out
 
 
 def _time_steps(step: Any, device: torch.device, warmup: int, steps: int) -> float:
@@ -1067,6 +1256,22 @@ def main() -> None:
         "--phase2-runs", type=int, default=1, help="phase2_train: runs of each compile setting"
     )
     parser.add_argument(
+        "--phase2-profile-steps",
+        type=int,
+        default=0,
+        help="phase2_train, one GPU: one more run, these steps under torch.profiler",
+    )
+    parser.add_argument(
+        "--phase2-profile-start", type=int, default=10, help="profile after this step"
+    )
+    parser.add_argument(
+        "--phase2-variants",
+        default="",
+        help="phase2_train: comma list alternated after a warm-up run: overlap (losses read "
+        "one step late, the default), sync (read at each step's end), *_skipguards (dynamo "
+        "evaluates only differentiating guards after step 2)",
+    )
+    parser.add_argument(
         "--raw", default="", help="also write the results through bench/provenance.py as NAME"
     )
     parser.add_argument("--tag", default="")
@@ -1107,7 +1312,12 @@ def main() -> None:
     suffix = f"{args.tag}" + (f"_world{world}" if world > 1 else "")
     sections = args.sections.split(",")
 
-    results: dict[str, Any] = {"argv": sys.argv[1:], "world_size": world}
+    results: dict[str, Any] = {
+        "argv": sys.argv[1:],
+        "world_size": world,
+        # the code that ran, where it differs from the checkout provenance records (sync_device.sh)
+        "code_revision": os.environ.get("LEPUS_CODE_REVISION"),
+    }
     path = out_dir / f"results{suffix}.json"
     if args.resume and path.exists():
         results = json.loads(path.read_text())

@@ -155,7 +155,11 @@ def main() -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     device = torch.device("cpu" if args.smoke else "cuda")
     torch._dynamo.config.recompile_limit = 64
-    out: dict[str, Any] = {"args": vars(args)}
+    out: dict[str, Any] = {
+        "args": vars(args),
+        # the code that ran, where it differs from the checkout provenance records
+        "code_revision": os.environ.get("LEPUS_CODE_REVISION"),
+    }
     clips = g.make_clips(Path(args.clips), args.n_clips, 448, 5.0, 24)
     # Decoding first, before this process makes its CUDA context: FFmpeg's NVDEC decoder shares
     # the device's primary context and refuses one that torch has already made with other flags

@@ -13,5 +13,7 @@ cp "$SRC/bench/gpu_rigel.py" "$SRC/bench/provenance.py" "$SRC/bench/make_vatex_c
 cp "$SRC/requirements.txt" "$DST/"  # provenance.py records its pins
 cp "$SRC"/bench/gpu/*.py "$SRC"/bench/gpu/*.sh "$DST/bench/gpu/"
 cp "$SRC/data/vatex_eval/vid_cans_score_dict.json" "$DST/data/vatex_eval/"
+# the code that runs there (the raw files' own git fields name the lead's checkout)
+(cd "$SRC" && echo "$(git rev-parse --abbrev-ref HEAD) $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo -dirty)") >"$DST/CODE_REVISION"
 find "$DST" -name __pycache__ -prune -exec rm -rf {} +
 du -sh /work/main/.device

@@ -16,6 +16,7 @@ from training_bridge.rigel.inputs import RigelExample, build_batch
 from training_bridge.rigel.losses import phase2_loss
 from training_bridge.rigel.phase2 import (
     apply_lora,
+    deserialise_checkpoint,
     head_score_logits,
     lora_state,
     train_phase2,
@@ -113,6 +114,49 @@ def test_train_phase2_changes_only_lora_and_resumes_from_a_checkpoint(tmp_path):
     for name, tensor in final.items():
         torch.testing.assert_close(again[name], tensor, rtol=1e-4, atol=1e-6)
     assert resumed.mean_loss == pytest.approx(result.mean_loss, rel=1e-4)
+
+
+def test_losses_read_one_step_late_change_nothing_but_the_callbacks_timing(tmp_path):
+    store = LocalStore(tmp_path)
+    write_release(store, "releases/9", clips={"train": 2, "validation": 1}, seed=9)
+    records = read_release(store, "releases/9")["train"]
+    config = RigelConfig(
+        backbone="tiny",
+        **tiny_settings(phase2_batch_size=2, phase2_micro_batch_size=1),
+        lora_dropout=0.0,
+    )
+    runs = {}
+    for overlap in (False, True):
+        torch.manual_seed(0)
+        backbone = load_backbone("tiny", device="cpu")
+        head = build_head(backbone.hidden_size, seed=0)
+        apply_lora(backbone, config)
+        calls: list[tuple[int, float]] = []  # (step, loss) of each callback, in order
+        checkpoints: dict[int, bytes] = {}
+        result = train_phase2(
+            backbone=backbone,
+            head=head,
+            loader=ExampleLoader(store, frames=4),
+            records=records,
+            config=config,
+            on_step=lambda done, total, loss, calls=calls: calls.append((done, loss)),
+            on_checkpoint=lambda step, data, c=checkpoints: c.__setitem__(step, data),
+            overlap_host=overlap,
+        )
+        runs[overlap] = (result, calls, checkpoints, lora_state(backbone.extra["peft_model"]))
+    (plain, plain_calls, plain_ckpt, plain_lora), (late, late_calls, late_ckpt, late_lora) = (
+        runs[False],
+        runs[True],
+    )
+    assert [c[0] for c in late_calls] == [1, 2, 3, 4] == [c[0] for c in plain_calls]
+    assert [c[1] for c in late_calls] == [c[1] for c in plain_calls]
+    assert late.history == plain.history and late.mean_loss == plain.mean_loss
+    assert sorted(late_ckpt) == sorted(plain_ckpt) == [1, 2, 3]
+    for step in plain_ckpt:  # a checkpoint holds the history up to its own step
+        history = deserialise_checkpoint(late_ckpt[step])["history"]
+        assert [point["step"] for point in history] == list(range(1, step + 1))
+    for name, tensor in plain_lora.items():
+        assert torch.equal(late_lora[name], tensor)
 
 
 def test_lora_weights_follow_the_backbone_dtype_unless_set():

@@ -99,3 +99,10 @@ class Distributed:
             tensor = tensor.cuda()
         torch.distributed.all_reduce(tensor)
         return float(tensor.item())
+
+    def all_reduce_sum_tensor(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Sum a tensor over ranks in place, on its device (no read-back to the host: the
+        collective is queued on the stream like any kernel)."""
+        if self.enabled:
+            torch.distributed.all_reduce(tensor)
+        return tensor

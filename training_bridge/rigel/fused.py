@@ -3,6 +3,8 @@
 - ``linear_patch_embed``: the vision patch embedding is a Conv3d whose stride equals its kernel,
   i.e. one matrix product over the flattened patches; run it as ``F.linear`` (cuDNN's 3-D
   convolution is a slow way to do a GEMM).
+- ``deepstack_without_sync``: the DeepStack additions without boolean indexing (no host
+  synchronisation), exactly the same sums.
 - ``fuse_elementwise``: the RMSNorm (fp32 upcast, square, mean, rsqrt, scale), SiLU-gate product
   and the rotary embeddings of text and vision run as single kernels compiled by
   ``torch.compile`` (same arithmetic, fewer passes over memory).
@@ -11,7 +13,7 @@
   engine (``compile_layers``) forward only. One compiled graph serves every layer ("regional
   compilation").
 
-The first two patch the transformers classes/functions in place (process wide) and keep the numbers
+The first three patch the transformers classes/functions in place (process wide) and keep the numbers
 within rounding of the original; ``restore()`` undoes them. The third changes the given model's
 layers only; ``uncompile_decoder_layers`` undoes it. No Django import.
 """
@@ -43,6 +45,31 @@ def linear_patch_embed() -> None:
         return F.linear(flat, weight.reshape(weight.shape[0], -1), self.proj.bias)
 
     cls.forward = forward
+
+
+def deepstack_without_sync() -> None:
+    """The language model's DeepStack step (adding the vision tower's intermediate features to
+    the video tokens' hidden states in its first layers) without boolean indexing: transformers
+    reads ``hidden[mask]`` and writes ``hidden[mask] = ...``, two ``nonzero`` calls that each wait
+    for the GPU to drain its queue. Here the features are scattered into a zero tensor of the
+    hidden states' shape (``masked_scatter``, no read-back) and added: the same sums at the video
+    tokens, ``x + 0`` (exactly ``x``) elsewhere; gradients flow to both as before."""
+    m = _module()
+    cls = m.Qwen3VLTextModel
+    _ORIGINAL.setdefault("deepstack", cls._deepstack_process)
+
+    def _deepstack_process(
+        self: Any,
+        hidden_states: torch.Tensor,
+        visual_pos_masks: torch.Tensor,
+        visual_embeds: torch.Tensor,
+    ) -> torch.Tensor:
+        mask = visual_pos_masks.to(hidden_states.device).unsqueeze(-1)
+        visual_embeds = visual_embeds.to(hidden_states.device, hidden_states.dtype)
+        added = torch.zeros_like(hidden_states).masked_scatter(mask, visual_embeds)
+        return hidden_states + added
+
+    cls._deepstack_process = _deepstack_process
 
 
 def fuse_elementwise(dynamic: bool = True) -> None:
@@ -98,6 +125,8 @@ def fuse_elementwise(dynamic: bool = True) -> None:
 
 def restore() -> None:
     m = _module()
+    if "deepstack" in _ORIGINAL:
+        m.Qwen3VLTextModel._deepstack_process = _ORIGINAL.pop("deepstack")
     if "patch_embed" in _ORIGINAL:
         m.Qwen3VLVisionPatchEmbed.forward = _ORIGINAL.pop("patch_embed")
     if "rms_forward" in _ORIGINAL:

@@ -211,9 +211,13 @@ def train_phase2(
     log: Callable[[str], None] | None = None,
     engine: Any | None = None,
     vision_cache_clips: int = 2048,
+    overlap_host: bool = True,
 ) -> Phase2Result:
     """Train LoRA adapters (already injected with `apply_lora`) for `config.phase2_epochs`;
-    through `engine` when given (see the module docstring)."""
+    through `engine` when given (see the module docstring). ``overlap_host`` reads each step's
+    loss back one step late (on CUDA through pinned memory and an event), so the host keeps
+    queueing work while the GPU runs; the step callback then comes one step late (False: at the
+    end of each step, for comparisons)."""
     from training_bridge.rigel.inputs import build_batch
 
     dist = dist or Distributed()
@@ -269,12 +273,32 @@ def train_phase2(
     fast = None
     if engine is not None and schedule:
         fast = _EngineMicroBatches(engine, loader, records, plan, vision_cache_clips)
+    # Losses are read back to the host one step late (``overlap_host``): each step's summed loss
+    # is copied to pinned memory behind an event, and read once the next step's work is queued,
+    # so the host never waits for the GPU to drain its queue (the losses, history, callbacks and
+    # checkpoints are the same, the callbacks only come one step later).
+    on_cuda = backbone.device.type == "cuda"
+    pending: list[tuple[int, int, int, torch.Tensor, Any]] = []
+
+    def settle(keep: int) -> None:
+        nonlocal loss_total
+        while len(pending) > keep:
+            done, epoch, size, host_loss, event = pending.pop(0)
+            if event is not None:
+                event.synchronize()
+            step_loss = float(host_loss)
+            loss_total += step_loss * size
+            history.append({"step": done, "epoch": epoch + 1, "loss": step_loss})
+            if dist.is_main and on_step:
+                on_step(done, total_steps, step_loss)
+
     for step, epoch, batch_positions, micros in schedule:
         optimizer.zero_grad(set_to_none=True)
-        step_loss = 0.0
+        step_losses: list[torch.Tensor] = []
         for positions in micros:
             micro = [records[i] for i in positions]
-            targets = torch.tensor([r.class_index for r in micro], device=backbone.device)
+            targets = torch.tensor([r.class_index for r in micro])
+            targets = targets.to(backbone.device, non_blocking=on_cuda)
             if fast is not None:
                 logits = fast.logits(backbone, head)
             else:
@@ -289,16 +313,28 @@ def train_phase2(
             # over micro-batches and processes is the global batch's mean.
             loss = phase2_loss(logits, targets) * (len(micro) / len(batch_positions))
             loss.backward()
-            step_loss += float(loss.detach())
+            step_losses.append(loss.detach().float().reshape(1))
         dist.all_reduce_gradients(parameters)
         optimizer.step()
-        step_loss = dist.all_reduce_sum(step_loss)
-        loss_total += step_loss * len(batch_positions)
+        step_loss_t = dist.all_reduce_sum_tensor(
+            torch.cat(step_losses).sum() if step_losses else torch.zeros((), device=backbone.device)
+        )
         done = step + 1
-        history.append({"step": done, "epoch": epoch + 1, "loss": step_loss})
-        if dist.is_main and on_step:
-            on_step(done, total_steps, step_loss)
+        if overlap_host:
+            if on_cuda:
+                host_loss = torch.empty((), dtype=torch.float32, pin_memory=True)
+                host_loss.copy_(step_loss_t, non_blocking=True)
+                event: Any = torch.cuda.Event()
+                event.record()
+            else:
+                host_loss, event = step_loss_t.detach().clone(), None
+            pending.append((done, epoch, len(batch_positions), host_loss, event))
+            settle(keep=1)
+        else:
+            pending.append((done, epoch, len(batch_positions), step_loss_t.cpu(), None))
+            settle(keep=0)
         if on_checkpoint and (done % config.phase2_checkpoint_every == 0) and done < total_steps:
+            settle(keep=0)
             if dist.is_main:
                 on_checkpoint(
                     done,
@@ -313,6 +349,7 @@ def train_phase2(
                     ),
                 )
             dist.barrier()
+    settle(keep=0)
     model.eval()
     samples = min(count * config.phase2_epochs, total_steps * global_batch)
     return Phase2Result(

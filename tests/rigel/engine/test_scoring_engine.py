@@ -230,3 +230,23 @@ def test_engine_compile_setting_is_validated_and_follows_the_device() -> None:
         RigelConfig(engine_compile="yes")
     config = RigelConfig(engine_compile="on")
     assert RigelConfig.from_dict(config.to_dict()) == config
+
+
+def test_deepstack_without_sync_adds_exactly_what_boolean_indexing_adds(tiny) -> None:  # type: ignore[no-untyped-def]
+    language_model = tiny.model.model.language_model
+    torch.manual_seed(5)
+    hidden = torch.randn(3, 11, tiny.hidden_size, dtype=torch.bfloat16, requires_grad=True)
+    mask = torch.rand(3, 11) < 0.4
+    embeds = torch.randn(int(mask.sum()), tiny.hidden_size, dtype=torch.bfloat16)
+    original = language_model._deepstack_process(hidden, mask, embeds)
+    original.float().pow(2).sum().backward()
+    expected_grad = hidden.grad.clone()
+    hidden.grad = None
+    fused.deepstack_without_sync()
+    patched = language_model._deepstack_process(hidden, mask, embeds)
+    patched.float().pow(2).sum().backward()
+    assert torch.equal(patched, original)
+    assert torch.equal(hidden.grad, expected_grad)
+    assert not torch.equal(patched[mask], hidden[mask])  # the features were added
+    fused.restore()
+    assert torch.equal(language_model._deepstack_process(hidden, mask, embeds), original)

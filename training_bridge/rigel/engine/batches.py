@@ -53,21 +53,27 @@ class PreparedBatch:
         for g in range(len(self.groups)):
             picked = [(new, where[row][1]) for new, row in enumerate(rows) if where[row][0] == g]
             if picked:
-                index = torch.tensor([k for _, k in picked], device=self.frames[g].device)
+                # index tensors reach the device without a blocking copy (no host sync)
+                index = torch.tensor([k for _, k in picked]).to(
+                    self.frames[g].device, non_blocking=True
+                )
                 frames.append(self.frames[g].index_select(0, index))
                 groups.append([new for new, _ in picked])
                 sizes.append(self.sizes[g])
         index = torch.tensor(rows, dtype=torch.long)
-        on = self.input_ids.device
+
+        def on(device: torch.device) -> torch.Tensor:
+            return index.to(device, non_blocking=True)
+
         return PreparedBatch(
             frames=frames,
             groups=groups,
             sizes=sizes,
-            input_ids=self.input_ids.index_select(0, index.to(on)),
-            positions=self.positions.index_select(1, index.to(on)),
-            lengths=self.lengths.index_select(0, index.to(self.lengths.device)),
-            grids=self.grids.index_select(0, index.to(self.grids.device)),
-            indices=self.indices.index_select(0, index.to(self.indices.device)),
+            input_ids=self.input_ids.index_select(0, on(self.input_ids.device)),
+            positions=self.positions.index_select(1, on(self.positions.device)),
+            lengths=self.lengths.index_select(0, on(self.lengths.device)),
+            grids=self.grids.index_select(0, on(self.grids.device)),
+            indices=self.indices.index_select(0, on(self.indices.device)),
         )
 
     def pin_memory(self) -> PreparedBatch:

@@ -99,6 +99,7 @@ class ScoringEngine:
         fp8: bool = False,
         fp8_parts: Sequence[str] = ("language",),
         cuda_graphs: bool = False,
+        sync_free_deepstack: bool = True,
     ):
         self.backbone = backbone
         self.head = head
@@ -113,9 +114,11 @@ class ScoringEngine:
         self.mp_context = mp_context
         self.share_prefix = share_prefix
         self.group_loader_batch = max(1, group_loader_batch)
-        if linear_patch_embed or fuse_elementwise:
+        if linear_patch_embed or fuse_elementwise or sync_free_deepstack:
             from .. import fused
 
+            if sync_free_deepstack:
+                fused.deepstack_without_sync()
             if linear_patch_embed:
                 fused.linear_patch_embed()
             if fuse_elementwise:
@@ -473,7 +476,7 @@ class ScoringEngine:
                 for k, row in enumerate(group):
                     per_row[row] = values[k]
             pixel_values = torch.cat([per_row[r] for r in range(len(per_row))], dim=0)
-        return pixel_values, batch.grids.to(self.device)
+        return pixel_values, batch.grids.to(self.device, non_blocking=True)
 
     def vision_features(
         self, pixel_values: torch.Tensor, grid_thw: torch.Tensor, grids_cpu: torch.Tensor
