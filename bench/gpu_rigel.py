@@ -976,6 +976,7 @@ def section_phase2_train(
                         # all-reduced
                         dist=Distributed.current(),
                         overlap_host=not variant.startswith("sync"),
+                        vision_lookahead=1 if "look1" in variant else 8,
                     )
                 finally:
                     if skip_guards:
@@ -1269,7 +1270,8 @@ def main() -> None:
         default="",
         help="phase2_train: comma list alternated after a warm-up run: overlap (losses read "
         "one step late, the default), sync (read at each step's end), *_skipguards (dynamo "
-        "evaluates only differentiating guards after step 2)",
+        "evaluates only differentiating guards after step 2), *_look1 (the vision tower per "
+        "micro-batch instead of 8 micro-batches ahead)",
     )
     parser.add_argument(
         "--raw", default="", help="also write the results through bench/provenance.py as NAME"

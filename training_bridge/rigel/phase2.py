@@ -131,7 +131,13 @@ def head_score_logits(
 
 class _EngineMicroBatches:
     """The run's micro-batches, prepared by the engine's workers in the order the loop takes them,
-    and their five score logits through the language model (with LoRA) and the head."""
+    and their five score logits through the language model (with LoRA) and the head.
+
+    The frozen vision tower runs once per clip (``VisionCache``), and for the clips first seen in
+    the next ``lookahead`` micro-batches together: one call of the tower (its ~700 eager kernel
+    launches and its host synchronisations) serves several steps instead of one call per step.
+    The features are the same per clip (the tower treats clips independently; only the GEMMs'
+    row counts change)."""
 
     def __init__(
         self,
@@ -140,7 +146,10 @@ class _EngineMicroBatches:
         records: Sequence[ReleaseRecord],
         plan: Sequence[Sequence[int]],
         cache_clips: int,
+        lookahead: int = 8,
     ):
+        from collections import deque
+
         from training_bridge.rigel.engine import VisionCache
 
         self.engine = engine
@@ -155,11 +164,41 @@ class _EngineMicroBatches:
             sampler.append(list(range(start, start + len(micro))))
             start += len(micro)
         self.batches = iter(engine.prepared_batches(examples, batch_sampler=sampler))
-        self.cache = VisionCache(cache_clips)
+        # the window must fit in the cache, or a clip could be evicted before its step
+        self.lookahead = max(1, min(lookahead, cache_clips // max(1, max(map(len, plan)))))
+        self.cache = VisionCache(max(cache_clips, 1))
+        self.ahead: Any = deque()
+
+    def _fill(self) -> None:
+        from training_bridge.rigel.engine.batches import merge_batches
+
+        while len(self.ahead) < self.lookahead:
+            batch = next(self.batches, None)
+            if batch is None:
+                break
+            batch = batch.to(self.engine.device)
+            self.ahead.append((batch, [self.keys[int(i)] for i in batch.indices]))
+        first_keys = self.ahead[0][1]
+        if all(key in self.cache for key in first_keys):
+            return
+        # The clips not yet cached in the whole window, through the tower in one call.
+        parts, wanted = [], []
+        seen: set[Any] = set()
+        for batch, keys in self.ahead:
+            rows = []
+            for row, key in enumerate(keys):
+                if key not in self.cache and key not in seen:
+                    seen.add(key)
+                    rows.append(row)
+                    wanted.append(key)
+            if rows:
+                parts.append(batch.select(rows))
+        sub = merge_batches(parts, self.engine.backbone.pad_token_id)
+        self.engine.cached_vision_features(sub, wanted, self.cache)
 
     def logits(self, backbone: Any, head: ScoringHead | None) -> torch.Tensor:
-        batch = next(self.batches).to(self.engine.device)
-        keys = [self.keys[int(i)] for i in batch.indices]
+        self._fill()
+        batch, keys = self.ahead.popleft()
         embeds, deepstack = self.engine.cached_vision_features(batch, keys, self.cache)
         hidden = self.engine.language_hidden(batch, embeds, deepstack)
         if head is None:
@@ -212,12 +251,14 @@ def train_phase2(
     engine: Any | None = None,
     vision_cache_clips: int = 2048,
     overlap_host: bool = True,
+    vision_lookahead: int = 8,
 ) -> Phase2Result:
     """Train LoRA adapters (already injected with `apply_lora`) for `config.phase2_epochs`;
     through `engine` when given (see the module docstring). ``overlap_host`` reads each step's
     loss back one step late (on CUDA through pinned memory and an event), so the host keeps
     queueing work while the GPU runs; the step callback then comes one step late (False: at the
-    end of each step, for comparisons)."""
+    end of each step, for comparisons). With the engine, the vision tower runs for the new clips
+    of the next ``vision_lookahead`` micro-batches at once (1: each micro-batch's own)."""
     from training_bridge.rigel.inputs import build_batch
 
     dist = dist or Distributed()
@@ -272,7 +313,9 @@ def train_phase2(
         compile_decoder_layers(backbone.model.model.language_model)
     fast = None
     if engine is not None and schedule:
-        fast = _EngineMicroBatches(engine, loader, records, plan, vision_cache_clips)
+        fast = _EngineMicroBatches(
+            engine, loader, records, plan, vision_cache_clips, vision_lookahead
+        )
     # Losses are read back to the host one step late (``overlap_host``): each step's summed loss
     # is copied to pinned memory behind an event, and read once the next step's work is queued,
     # so the host never waits for the GPU to drain its queue (the losses, history, callbacks and

@@ -50,4 +50,6 @@ def test_engine_phase2_matches_the_plain_step(tmp_path, monkeypatch, lazy: bool)
     assert plain.steps == 3  # 12 samples at a global batch of 4
     # The frozen vision tower ran once per clip (3 clips), not once per sample (12).
     assert sum(vision_rows) == 3
+    # ... in one call: the new clips of the next micro-batches go through it together
+    assert len(vision_rows) == 1
     assert_same_phase2_training(plain, plain_lora, fast, fast_lora)
