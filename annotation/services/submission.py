@@ -48,6 +48,10 @@ MAX_CLIENT_MS = 7 * 24 * 3600 * 1000
 TIMING_KEYS = ("active_ms", "video_played_ms")
 
 
+# The largest id a bigint primary key can hold.
+BIGINT_MAX = 2**63 - 1
+
+
 class AssignmentNotFound(Exception):
     """Unknown assignment, or another worker's."""
 
@@ -272,6 +276,9 @@ def assignment_submit(
     *, participation: Participation, assignment_id: int, body: Any, now: datetime | None = None
 ) -> SubmitOutcome:
     """Store the worker's ratings of one assignment (see the module docstring)."""
+    if not 0 < assignment_id <= BIGINT_MAX:
+        # No row has such an id; the prepared statement's bigint parameter would refuse it.
+        raise AssignmentNotFound(assignment_id)
     rows = sql.fetchall(_ASSIGNMENT_WITH_ITEMS, [assignment_id, participation.pk], prepared=True)
     if not rows:
         repeat = repeats.repeat_for_submit(
