@@ -116,6 +116,11 @@ DATABASES = {
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # Django's backend without the health-check ping of a connection used a moment ago.
     DATABASES["default"]["ENGINE"] = "common.postgresql"
+# The worker hot path's statements are prepared once per database session (PREPARE / EXECUTE,
+# annotation/services/crowd_sql.py). A pooler in transaction mode (PgBouncer's pool_mode =
+# transaction) hands each transaction any server connection, where a statement prepared on
+# another does not exist: turn this off behind one.
+LEPUS_DB_PREPARED_STATEMENTS = env_bool("LEPUS_DB_PREPARED_STATEMENTS", True)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # The demo's web server and Celery worker share one SQLite file: wait for locks instead of
     # failing at once, and let readers proceed during writes.

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
+from django.conf import settings
 from django.db import connection
 from django.db.models import Field, Model
 from django.utils.dateparse import parse_datetime
@@ -156,8 +157,10 @@ def _execute(cursor: Any, sql: str, params: Any, *, prepared: bool) -> None:
     PostgreSQL re-plans a prepared statement by itself when a table it reads changes (ANALYZE,
     ALTER); a migration that changes the columns a statement returns makes it fail until the web
     processes reconnect, as it would with any server-side prepared statement.
+    `LEPUS_DB_PREPARED_STATEMENTS` off (behind a pooler in transaction mode) runs every statement
+    as it is.
     """
-    if not (prepared and combined_statements()):
+    if not (prepared and combined_statements() and settings.LEPUS_DB_PREPARED_STATEMENTS):
         cursor.execute(sql, params)
         return
     session = connection.connection

@@ -87,6 +87,17 @@ def test_a_statement_is_prepared_once_per_session_and_then_executed_by_name():
 
 
 @needs_postgresql
+@pytest.mark.django_db
+def test_behind_a_transaction_pooler_nothing_is_prepared(settings):
+    settings.LEPUS_DB_PREPARED_STATEMENTS = False
+    statement = "SELECT %s::integer * %s::integer"
+    before = _prepared_names()
+    assert crowd_sql.fetchone(statement, [3, 4], prepared=True) == (12,)
+    assert crowd_sql.fetchall(statement, [2, 5], prepared=True) == [(10,)]
+    assert _prepared_names() == before
+
+
+@needs_postgresql
 @pytest.mark.django_db(transaction=True)
 def test_a_failed_first_use_prepares_again_under_a_fresh_name_and_a_new_session_starts_empty():
     from django.db import DataError, transaction
