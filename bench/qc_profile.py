@@ -6,8 +6,9 @@ CPU of its PostgreSQL backend (read from /proc: the server runs on this machine)
     python bench/qc_profile.py --warm          # no reset: a warm run
     python bench/qc_profile.py --top 40 --statements 25
 
-Exploratory (not a recorded benchmark): prints the slowest statements, the cProfile functions by
-cumulative time and the phases, and writes the profile to /tmp/qc_profile.pstats.
+A profile, not a headline: prints the slowest statements, the cProfile functions by cumulative
+time and the phases, writes the profile to /tmp/qc_profile.pstats and the figures (with the
+slowest statements) as a raw file under bench/results/ (bench/provenance.py).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from provenance import cpu_seconds_of  # noqa: E402
+from provenance import cpu_seconds_of, write_raw  # noqa: E402
 from worlds import bench_database_url, run_child, setup_django  # noqa: E402
 
 STATEMENTS: list[dict[str, Any]] = []
@@ -89,9 +90,14 @@ def main() -> None:
     profile.enable()
     summary = qc_campaign_full(campaign=campaign)
     profile.disable()
+    wall, cpu, server = (
+        time.perf_counter() - wall,
+        time.process_time() - cpu,
+        cpu_seconds_of(backend) - server,
+    )
     print(
-        f"wall {time.perf_counter() - wall:.2f} s, process CPU {time.process_time() - cpu:.2f} s, "
-        f"backend CPU {cpu_seconds_of(backend) - server:.2f} s (+ {sum(readers):.2f} s in "
+        f"wall {wall:.2f} s, process CPU {cpu:.2f} s, "
+        f"backend CPU {server:.2f} s (+ {sum(readers):.2f} s in "
         f"{len(readers)} parallel reader(s)); load {load:.2f} -> "
         f"{os.getloadavg()[0]:.2f}; {summary['candidates_updated']} candidates written, "
         f"{summary['judgments_newly_excluded']} judgments excluded"
@@ -104,6 +110,24 @@ def main() -> None:
             f"  {row['wall']:6.3f} wall {row['process']:6.3f} proc {row['backend']:6.3f} pg  "
             f"{row['sql']}"
         )
+    slowest = sorted(STATEMENTS, key=lambda row: -row["wall"])[: options.statements]
+    write_raw(
+        "qc_profile",
+        {
+            "run": "warm" if options.warm else "cold",
+            "wall_seconds": round(wall, 3),
+            "process_cpu_seconds": round(cpu, 3),
+            "backend_cpu_seconds": round(server, 3),
+            "reader_backends_cpu_seconds": [round(value, 3) for value in readers],
+            "phases": summary["timings"],
+            "candidates_updated": summary["candidates_updated"],
+            "judgments_newly_excluded": summary["judgments_newly_excluded"],
+            "statements": {"count": len(STATEMENTS), **total},
+            "slowest_statements": slowest,
+        },
+        database=database_url,
+        notes="one profiled run (cProfile inflates the process CPU); a profile, not a headline",
+    )
     profile.dump_stats("/tmp/qc_profile.pstats")
     pstats.Stats(profile).sort_stats("cumulative").print_stats(options.top)
     pstats.Stats(profile).sort_stats("tottime").print_stats(options.top)
