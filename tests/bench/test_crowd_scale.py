@@ -179,3 +179,5 @@ def test_percentiles_per_minute_and_window() -> None:
     assert tables["per_minute"][0]["next"]["p95_ms"] == 56.0
     assert [minute["cycles"] for minute in tables["per_minute"]] == [1, 2]
     assert tables["per_10s"][6]["next"] == [10, 64.0, 69.0, 69.0]
+    # join_over 1 s: "after the joins" starts at 11 s.
+    assert tables["after_joins"]["next"]["count"] == 59
