@@ -535,6 +535,12 @@ def summary(values: list[float]) -> dict[str, Any]:
 
 def latency_tables(crowd: Crowd) -> dict[str, Any]:
     overall = {kind: summary([ms for _, ms, _ in rows]) for kind, rows in crowd.samples.items()}
+    # After the arrivals (from join_over + 10 s on): the steady crowd without the join surge.
+    settled = crowd.join_over + 10
+    after_joins = {
+        kind: summary([ms for t, ms, _ in crowd.samples[kind] if t >= settled])
+        for kind in ("next", "submit")
+    }
     minutes = int(crowd.duration // 60) + 1
     per_minute = []
     for minute in range(minutes):
@@ -558,7 +564,12 @@ def latency_tables(crowd: Crowd) -> dict[str, Any]:
                 lw.percentile(values, 0.99),
             ]
         windows.append(window)
-    return {"overall": overall, "per_minute": per_minute, "per_10s": windows}
+    return {
+        "overall": overall,
+        "after_joins": after_joins,
+        "per_minute": per_minute,
+        "per_10s": windows,
+    }
 
 
 # --------------------------------------------------------------------------------------------------
@@ -776,6 +787,7 @@ def run_step(
         if steady
         else None,
         "latency": latencies["overall"],
+        "latency_after_joins": latencies["after_joins"],
         "latency_per_minute": latencies["per_minute"],
         "latency_per_10s": latencies["per_10s"],
         "errors": errors,
