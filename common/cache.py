@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.cache import caches
 from django.core.cache.backends.redis import RedisCache as DjangoRedisCache
 from django.core.cache.backends.redis import RedisCacheClient
 
@@ -44,3 +45,14 @@ class RedisCache(DjangoRedisCache):
     def __init__(self, server: Any, params: dict[str, Any]) -> None:
         super().__init__(server, params)
         self._class = ReusedClientRedisCacheClient
+
+
+def redis_writer(key: str) -> tuple[Any, str] | None:
+    """(redis-py client for writes, the full Redis key) of `key` in the default cache when that
+    cache is Redis, for commands Django's cache API has no word for (a Lua script, SET NX GET);
+    None for any other cache backend."""
+    backend = caches["default"]
+    if not isinstance(backend, DjangoRedisCache):
+        return None
+    redis_key = backend.make_and_validate_key(key)
+    return backend._cache.get_client(redis_key, write=True), redis_key

@@ -29,12 +29,13 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.backends import ModelBackend
-from django.core.cache import cache, caches
-from django.core.cache.backends.redis import RedisCache
+from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from redis.exceptions import NoScriptError
 from rest_framework.throttling import BaseThrottle
+
+from common.cache import redis_writer
 
 logger = logging.getLogger(__name__)
 
@@ -60,10 +61,9 @@ def counter_hit(key: str, window: float) -> tuple[int, float]:
     until the window ends). Raises when the cache is unreachable (callers choose fail-open or
     fail-closed)."""
     window_ms = max(1, int(window * 1000))
-    backend = caches["default"]
-    if isinstance(backend, RedisCache):
-        redis_key = backend.make_and_validate_key(key)
-        client = backend._cache.get_client(redis_key, write=True)  # Django's redis client
+    redis = redis_writer(key)
+    if redis is not None:
+        client, redis_key = redis
         try:
             count, ttl_ms = client.evalsha(_COUNTER_SCRIPT_SHA, 1, redis_key, window_ms)
         except NoScriptError:  # first use on this server (or after SCRIPT FLUSH / a restart)

@@ -32,9 +32,10 @@ import math
 import time
 
 from django.conf import settings
-from django.core.cache import cache, caches
-from django.core.cache.backends.redis import RedisCache
+from django.core.cache import cache
 from django.db import transaction
+
+from common.cache import redis_writer
 
 logger = logging.getLogger(__name__)
 
@@ -87,10 +88,9 @@ def catch_up_publish(*, campaign_id: int, window: float) -> bool:
 def _mark(key: str, *, seconds: int, now: float) -> tuple[bool, float | None]:
     """Set the mark `key` for `seconds` unless it is set: (set by this call, when the mark that
     was already there expires, if known)."""
-    backend = caches["default"]
-    if isinstance(backend, RedisCache):
-        redis_key = backend.make_and_validate_key(key)
-        client = backend._cache.get_client(redis_key, write=True)
+    redis = redis_writer(key)
+    if redis is not None:
+        client, redis_key = redis
         expires_ms = int((now + seconds) * 1000)
         previous = client.set(redis_key, expires_ms, px=seconds * 1000, nx=True, get=True)
         if previous is None:
