@@ -34,6 +34,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -67,28 +68,34 @@ def load_vatex_eval(limit_clips: int | None) -> dict[str, Any]:
     }
 
 
-def make_clip(path: Path, number: int, size: int, seconds: float, fps: int) -> None:
+def make_clip(
+    path: Path, number: int, size: int, seconds: float, fps: int, keyframes: Sequence[int] = ()
+) -> None:
     """One synthetic H.264 MP4 (testsrc2 with moving noise, a hue per clip, 2 s GOPs): with the
     ffmpeg binary where there is one, else through PyAV's own FFmpeg (the GPU hosts have no ffmpeg
-    binary); the same filters and encoder settings either way."""
+    binary); the same filters and encoder settings either way. ``keyframes``: frame numbers that
+    are also made keyframes (e.g. the frames the scoring engine samples)."""
     if path.exists():
         return
     if shutil.which("ffmpeg") is None:
-        _make_clip_pyav(path, number, size, seconds, fps)
+        _make_clip_pyav(path, number, size, seconds, fps, keyframes)
         return
+    forced = ["-force_key_frames", "expr:" + "+".join(f"eq(n,{n})" for n in keyframes)]
     subprocess.run(
         [
             "ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i",
             f"testsrc2=size={size}x{size}:rate={fps}:duration={seconds}",
             "-vf", f"noise=alls=6:allf=t,hue=h={number % 360}", "-pix_fmt", "yuv420p",
             "-c:v", "libx264", "-preset", "veryfast", "-crf", "23", "-g", str(2 * fps),
-            "-movflags", "+faststart", "-threads", "1", str(path),
+            "-movflags", "+faststart", "-threads", "1", *(forced if keyframes else []), str(path),
         ],
         check=True,
     )  # fmt: skip
 
 
-def _make_clip_pyav(path: Path, number: int, size: int, seconds: float, fps: int) -> None:
+def _make_clip_pyav(
+    path: Path, number: int, size: int, seconds: float, fps: int, keyframes: Sequence[int] = ()
+) -> None:
     import av
 
     graph = av.filter.Graph()
@@ -110,7 +117,8 @@ def _make_clip_pyav(path: Path, number: int, size: int, seconds: float, fps: int
             options={"preset": "veryfast", "crf": "23", "g": str(2 * fps), "threads": "1"},
         )
         stream.width, stream.height, stream.pix_fmt = size, size, "yuv420p"
-        while True:
+        wanted = set(keyframes)
+        for n in itertools.count():
             try:
                 frame = chain[-1].pull()
             except (av.error.EOFError, av.error.BlockingIOError):
@@ -118,7 +126,9 @@ def _make_clip_pyav(path: Path, number: int, size: int, seconds: float, fps: int
             # testsrc2 marks every frame as an I picture and libx264 obeys a frame's type: without
             # this reset every frame became a keyframe (all-intra, 2.7x the ffmpeg binary's bytes
             # and 3.3x its decoding time); the ffmpeg binary resets it the same way
-            frame.pict_type = av.video.frame.PictureType.NONE
+            frame.pict_type = (
+                av.video.frame.PictureType.I if n in wanted else av.video.frame.PictureType.NONE
+            )
             out.mux(stream.encode(frame))
         out.mux(stream.encode())
     partial.replace(path)

@@ -8,7 +8,13 @@ route on top of it, one engine after the other in one process:
 - ``bf16``: the default (the baseline);
 - ``fp8``: `ScoringEngine(fp8=True)` (FP8 linears in the language model and the vision tower);
 - ``bf16_graphs`` / ``fp8_graphs``: the same with `cuda_graphs=True` (each decoder layer replayed
-  as a CUDA graph).
+  as a CUDA graph);
+- ``..._cv`` (e.g. ``bf16_cv``, ``fp8_cv``): the same with `compile_vision=True` (each vision block
+  one compiled graph, so the tower's element-wise work and FP8 scaling are fused).
+
+``--keyframe-clips DIR``: the same clips made with keyframes also at the 8 sampled frames
+(`make_vatex_clips.py --keyframes-at-samples 8`); their decoding cost, CPU pipeline and end to end
+are measured beside the plain clips'.
 
 For each route: the first forward (compile), the GPU alone on prepared batches (``--reps``
 timings of the same batches; median, min, max), a kernel profile of one batch, and end to end
@@ -145,10 +151,11 @@ def main() -> None:
         "--routes",
         default="bf16,fp8,fp8_lm,bf16_graphs,fp8_graphs",
         help="bf16, fp8 (language model and vision tower), fp8_lm (language model only); "
-        "_graphs: with CUDA graphs",
+        "_graphs: with CUDA graphs; _cv: vision blocks compiled",
     )
+    parser.add_argument("--keyframe-clips", default="", help="clips keyframed at the samples")
     parser.add_argument("--decoders", default="av,av_cuda")
-    parser.add_argument("--e2e-runs", type=int, default=3)
+    parser.add_argument("--e2e-runs", type=int, default=3, help="0: no CPU/end-to-end stage")
     parser.add_argument("--name", default="scoring_limits")
     parser.add_argument("--smoke", action="store_true", help="tiny model on CPU (a dry run)")
     args = parser.parse_args()
@@ -165,6 +172,9 @@ def main() -> None:
     # the device's primary context and refuses one that torch has already made with other flags
     # (the engine's decoding workers never touch CUDA through torch).
     out["decode_one_clip"] = {d: decode_cost(clips[:24], d) for d in args.decoders.split(",")}
+    keyframe_clips = sorted(Path(args.keyframe_clips).glob("*.mp4")) if args.keyframe_clips else []
+    if keyframe_clips:
+        out["decode_one_clip"]["av@keyframes"] = decode_cost(keyframe_clips[:24], "av")
     g.log("decode", json.dumps(out["decode_one_clip"]))
     out["env"] = g.section_env(device)
     if device.type == "cuda":
@@ -189,13 +199,20 @@ def main() -> None:
     backbone = load_backbone("tiny" if args.smoke else "qwen3-vl-2b-random", device=device, seed=0)
     head = g.ScoreHead(backbone.hidden_size).to(device)
     examples = g.make_examples(clips, max(args.samples, args.cpu_samples), 9)
+    # the same samples (references, candidates, clip numbers) on the keyframed clips
+    keyframe_examples = (
+        g.make_examples(keyframe_clips[: len(clips)], max(args.samples, args.cpu_samples), 9)
+        if keyframe_clips
+        else []
+    )
 
     def engine_for(route: str) -> ScoringEngine:
         return ScoringEngine(
             backbone, head, batch_size=args.batch, num_workers=args.workers, loader_batch=8,
             prefetch_factor=4, compile_layers=True, fuse_elementwise=True,
-            fp8=route.startswith("fp8"), cuda_graphs=route.endswith("_graphs"),
+            fp8=route.startswith("fp8"), cuda_graphs="_graphs" in route,
             fp8_parts=("language",) if route.startswith("fp8_lm") else PARTS,
+            compile_vision=route.endswith("_cv"),
         )  # fmt: skip
 
     save()
@@ -288,14 +305,19 @@ def main() -> None:
     out["best_gpu_route"] = gpu_best
     out["cpu_pipeline"] = {}
     out["end_to_end"] = {}
-    for decoder in args.decoders.split(","):
+    inputs = [(d, d, examples) for d in args.decoders.split(",")]  # (label, decoder, samples)
+    if keyframe_examples:
+        inputs.insert(0, ("av@keyframes", "av", keyframe_examples))
+    if args.e2e_runs == 0:  # the routes only (a later call measures end to end)
+        inputs = []
+    for label, decoder, items in inputs:
         os.environ[DECODER_ENV] = decoder
         engine = engine_for(gpu_best)  # compiled again from dynamo's cache
         # NVDEC in the workers needs its own CUDA context: workers that are not forked from this
         # process (CUDA does not survive fork).
         engine.mp_context = "forkserver" if decoder == "av_cuda" else "fork"
 
-        def cpu_rate(engine: ScoringEngine = engine) -> dict[str, Any]:
+        def cpu_rate(engine: ScoringEngine = engine, examples: list = items) -> dict[str, Any]:
             sum(len(b.indices) for b in engine.prepared_batches(examples[: args.batch]))
             start = time.perf_counter()
             count = sum(
@@ -304,27 +326,27 @@ def main() -> None:
             seconds = time.perf_counter() - start
             return {"samples": count, "ms_per_sample": 1000 * seconds / count}
 
-        out["cpu_pipeline"][decoder] = attempt(f"cpu.{decoder}", cpu_rate)
-        g.log("cpu", decoder, json.dumps(out["cpu_pipeline"][decoder]))
+        out["cpu_pipeline"][label] = attempt(f"cpu.{label}", cpu_rate)
+        g.log("cpu", label, json.dumps(out["cpu_pipeline"][label]))
         save()
-        if out["cpu_pipeline"][decoder] is None:
+        if out["cpu_pipeline"][label] is None:
             engine.close()
             continue
         engine.forward_batch(prepared[0])
         runs = []
         for k in range(args.e2e_runs):
             rep = attempt(
-                f"e2e.{decoder}",
-                lambda e=engine, k=k: _e2e(e, examples, args, device, flops, warm=k == 0)[0],
+                f"e2e.{label}",
+                lambda e=engine, k=k, x=items: _e2e(e, x, args, device, flops, warm=k == 0)[0],
             )
             if rep is None:
                 break
             runs.append(rep)
-            g.log("e2e", gpu_best, decoder, json.dumps(rep))
+            g.log("e2e", gpu_best, label, json.dumps(rep))
             save()
         if runs:
             ms = [r["ms_per_sample"] for r in runs]
-            out["end_to_end"][decoder] = {
+            out["end_to_end"][label] = {
                 "route": gpu_best,
                 "ms_per_sample": spread(ms),
                 "after_first_batch_ms_per_sample": spread(

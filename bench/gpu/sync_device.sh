@@ -1,9 +1,12 @@
 #!/bin/bash
 # Copy what the GPU run needs from this worktree into the lead's checkout's ignored .device/
 # folder (the device machine receives that checkout; name .device in `carry`).
+# LEPUS_DEVICE_DIR names another ignored folder (two sessions preparing calls side by side);
+# LEPUS_DEVICE_DATA=0 leaves out the VATEX-EVAL judgments (3.8 MB; only rigel_vatex_eval needs them).
 set -eu
 SRC="$(cd "$(dirname "$0")/../.." && pwd)"
-DST=/work/main/.device/lepus
+DEVICE_DIR=${LEPUS_DEVICE_DIR:-/work/main/.device}
+DST=$DEVICE_DIR/lepus
 rm -rf "$DST"
 mkdir -p "$DST/training_bridge" "$DST/bench/gpu" "$DST/data/vatex_eval"
 cp -r "$SRC/training_bridge/rigel" "$DST/training_bridge/"
@@ -12,8 +15,8 @@ cp "$SRC/bench/gpu_rigel.py" "$SRC/bench/provenance.py" "$SRC/bench/make_vatex_c
   "$SRC/bench/rigel_vatex_eval.py" "$DST/bench/"
 cp "$SRC/requirements.txt" "$DST/"  # provenance.py records its pins
 cp "$SRC"/bench/gpu/*.py "$SRC"/bench/gpu/*.sh "$DST/bench/gpu/"
-cp "$SRC/data/vatex_eval/vid_cans_score_dict.json" "$DST/data/vatex_eval/"
+[ "${LEPUS_DEVICE_DATA:-1}" = 0 ] || cp "$SRC/data/vatex_eval/vid_cans_score_dict.json" "$DST/data/vatex_eval/"
 # the code that runs there (the raw files' own git fields name the lead's checkout)
 (cd "$SRC" && echo "$(git rev-parse --abbrev-ref HEAD) $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo -dirty)") >"$DST/CODE_REVISION"
 find "$DST" -name __pycache__ -prune -exec rm -rf {} +
-du -sh /work/main/.device
+du -sh "$DEVICE_DIR"

@@ -250,3 +250,37 @@ def test_deepstack_without_sync_adds_exactly_what_boolean_indexing_adds(tiny) ->
     assert not torch.equal(patched[mask], hidden[mask])  # the features were added
     fused.restore()
     assert torch.equal(language_model._deepstack_process(hidden, mask, embeds), original)
+
+
+@pytest.mark.slow  # inductor builds its C++ kernels on first use
+def test_compiled_vision_blocks_give_the_eager_numbers_with_one_graph(tiny) -> None:  # type: ignore[no-untyped-def]
+    """`compile_vision`: with a uniform group size each vision block runs as one compiled graph
+    (one graph for every block, no graph break) and the engine's numbers are the eager ones;
+    batches whose clips have groups of several sizes run transformers' blocks; `close()`
+    restores the blocks."""
+    from torch._dynamo.utils import counters
+
+    from training_bridge.rigel.engine.attention import compiled_vision_blocks
+
+    examples = _examples()  # 64x64 and 64x96 clips: uniform batches and a mixed one
+    head = Head(tiny.hidden_size)
+    options = {"batch_size": 2, "loader_batch": 1, "num_workers": 0, "share_prefix": False}
+    eager = ScoringEngine(tiny, head, **options).run(examples)
+    torch._dynamo.reset()
+    counters.clear()
+    try:
+        engine = ScoringEngine(tiny, head, compile_vision=True, **options)
+        blocks = len(tiny.model.model.visual.blocks)
+        assert compiled_vision_blocks(tiny.model) == blocks
+        compiled = engine.run(examples)
+        assert counters["stats"]["unique_graphs"] == 1  # both blocks, every uniform batch
+        assert not counters["graph_break"]
+        for name in ("hidden", "score_logits", "scores"):
+            assert np.abs(getattr(compiled, name) - getattr(eager, name)).max() < 1e-4, name
+        graphs = counters["stats"]["unique_graphs"]
+        engine.run(examples)  # the same shapes again: nothing new to compile
+        assert counters["stats"]["unique_graphs"] == graphs
+        engine.close()
+        assert compiled_vision_blocks(tiny.model) == 0
+    finally:
+        torch._dynamo.reset()

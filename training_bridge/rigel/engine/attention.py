@@ -6,6 +6,12 @@ batch dimension of a single ``scaled_dot_product_attention`` call instead of one
 The engine sets the group size for the duration of a vision forward (:func:`vision_chunk_length`);
 otherwise it is read off ``cu_seq_lens_q``.
 
+:func:`compile_vision_blocks` goes one step further for the scoring engine
+(``ScoringEngine(compile_vision=True)``): while the group size is set, each vision block (LayerNorm,
+QKV, rotary, attention, projection, residuals, MLP) runs as one graph compiled by
+``torch.compile``, one graph serving every block, so its element-wise work (and FP8's activation
+scaling, where the tower's linears are FP8) is fused instead of run as separate eager kernels.
+
 No Django import.
 """
 
@@ -13,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -87,3 +94,80 @@ def enable_fast_vision_attention(model: Any) -> None:
 
     AttentionInterface.register(VISION_ATTENTION, _uniform_chunk_attention)
     model.model.visual.config._attn_implementation = VISION_ATTENTION
+
+
+def _block_body(
+    block: Any, hidden_states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, chunk: int
+) -> torch.Tensor:
+    """One Qwen3-VL vision block over packed chunks of ``chunk`` tokens: transformers'
+    ``Qwen3VLVisionBlock.forward`` with :func:`_uniform_chunk_attention`, written as one function
+    of tensors so that it compiles whole (the same operations in the same order)."""
+    from transformers.models.qwen3_vl import modeling_qwen3_vl
+
+    attn = block.attn
+    total = hidden_states.shape[0]
+    qkv = attn.qkv(block.norm1(hidden_states)).reshape(total, 3, attn.num_heads, -1)
+    query, key, value = qkv.permute(1, 0, 2, 3).unbind(0)  # (total, heads, dim) each
+    query, key = modeling_qwen3_vl.apply_rotary_pos_emb_vision(query, key, cos, sin)
+    n = total // chunk
+
+    def split(t: torch.Tensor) -> torch.Tensor:  # (chunks, heads, chunk, dim)
+        return t.reshape(n, chunk, attn.num_heads, -1).transpose(1, 2)
+
+    out = F.scaled_dot_product_attention(split(query), split(key), split(value), scale=attn.scaling)
+    hidden_states = hidden_states + attn.proj(out.transpose(1, 2).reshape(total, -1))
+    return hidden_states + block.mlp(block.norm2(hidden_states))
+
+
+_COMPILED_BODY: list[Any] = []
+
+
+def _compiled_body() -> Any:
+    if not _COMPILED_BODY:
+        _COMPILED_BODY.append(torch.compile(_block_body, dynamic=True, fullgraph=True))
+    return _COMPILED_BODY[0]
+
+
+def _fast_block_forward(
+    self: Any,
+    hidden_states: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+    **kwargs: Any,
+) -> torch.Tensor:
+    chunk = _CHUNK_LENGTH.get()
+    if chunk is None or position_embeddings is None or hidden_states.shape[0] % chunk:
+        # groups of several sizes (or no size set): transformers' block, unchanged
+        return type(self).forward(
+            self,
+            hidden_states,
+            cu_seqlens=cu_seqlens,
+            position_embeddings=position_embeddings,
+            **kwargs,
+        )
+    cos, sin = position_embeddings
+    return _compiled_body()(self, hidden_states, cos, sin, chunk)
+
+
+def compile_vision_blocks(model: Any) -> int:
+    """Run each block of ``model``'s vision tower through one compiled graph whenever the engine
+    has set a uniform group size (:func:`vision_chunk_length`); returns how many blocks are set
+    up so. Idempotent; :func:`uncompile_vision_blocks` undoes it."""
+    blocks = model.model.visual.blocks
+    for block in blocks:
+        if "forward" not in block.__dict__:
+            block.forward = types.MethodType(_fast_block_forward, block)
+    return len(blocks)
+
+
+def uncompile_vision_blocks(model: Any) -> int:
+    """Undo :func:`compile_vision_blocks`; returns how many blocks were compiled."""
+    undone = 0
+    for block in model.model.visual.blocks:
+        if block.__dict__.pop("forward", None) is not None:
+            undone += 1
+    return undone
+
+
+def compiled_vision_blocks(model: Any) -> int:
+    return sum("forward" in block.__dict__ for block in model.model.visual.blocks)

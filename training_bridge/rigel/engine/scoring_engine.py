@@ -26,7 +26,12 @@ from ..backbone import Backbone
 from ..inputs import RigelExample
 from ..scoring import normalised_score
 from ..video import normalize, patchify, resize_uint8
-from .attention import enable_fast_vision_attention, vision_chunk_length
+from .attention import (
+    compile_vision_blocks,
+    enable_fast_vision_attention,
+    uncompile_vision_blocks,
+    vision_chunk_length,
+)
 from .batches import PreparedBatch, collate_samples, merge_batches
 from .loading import ExampleDataset, multiprocessing_context, worker_environment, worker_init
 from .prefix import (
@@ -100,6 +105,7 @@ class ScoringEngine:
         fp8_parts: Sequence[str] = ("language",),
         cuda_graphs: bool = False,
         sync_free_deepstack: bool = True,
+        compile_vision: bool = False,
     ):
         self.backbone = backbone
         self.head = head
@@ -151,6 +157,13 @@ class ScoringEngine:
         self.compile_layers = compile_layers
         if compile_layers:
             self._compile()
+        # Each vision block compiled whole (attention.compile_vision_blocks): the tower's
+        # LayerNorms, GELU, residual adds and, with FP8 there, the activations' scaling fused
+        # into few kernels instead of ~700 eager launches a batch. Needs fast_vision (the
+        # uniform-group attention it compiles); groups of mixed sizes run eagerly as before.
+        self.compile_vision = compile_vision and fast_vision
+        if self.compile_vision:
+            compile_vision_blocks(model)
         lm_head = model.lm_head.weight
         self.score_rows = lm_head[backbone.score_token_ids].detach()  # (5, H)
         if isinstance(head, torch.nn.Module):
@@ -240,6 +253,9 @@ class ScoringEngine:
         if self.compile_layers:
             fused.uncompile_decoder_layers(self.backbone.model.model.language_model)
             self.compile_layers = False
+        if self.compile_vision:
+            uncompile_vision_blocks(self.backbone.model)
+            self.compile_vision = False
         if self.fuse_elementwise:
             fused.restore()
             self.fuse_elementwise = False
