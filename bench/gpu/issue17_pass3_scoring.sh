@@ -38,8 +38,12 @@ PY
     ;;
   nvdec)
     timeout "${NVDEC_LIMIT:-120}" python3 bench/gpu/nvdec_probe.py --clips /tmp/clips \
-      --threads 1,4,8,16 >"$OUT/nvdec_log.txt" 2>&1
+      --threads ${NVDEC_THREADS:-1,4,8,16} >"$OUT/nvdec_log.txt" 2>&1
     tail -c 3000 "$OUT/nvdec_log.txt" ;;
+  nvdeck)  # the keyframed clips
+    timeout "${NVDEC_LIMIT:-120}" python3 bench/gpu/nvdec_probe.py --clips /tmp/kclips \
+      --threads ${NVDEC_THREADS:-1,4,8,16} --name nvdec_probe_keyframed >"$OUT/nvdeck_log.txt" 2>&1
+    tail -c 3000 "$OUT/nvdeck_log.txt" ;;
   routes)
     timeout "${SCORING_LIMIT:-400}" python3 bench/gpu/scoring_limits.py --clips /tmp/clips \
       --keyframe-clips /tmp/kclips --workers 15 --decoders av --e2e-runs 0 \

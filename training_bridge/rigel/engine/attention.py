@@ -97,18 +97,23 @@ def enable_fast_vision_attention(model: Any) -> None:
 
 
 def _block_body(
-    block: Any, hidden_states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, chunk: int
+    block: Any,
+    hidden_states: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    chunk: int,
+    rotary: Any,
 ) -> torch.Tensor:
     """One Qwen3-VL vision block over packed chunks of ``chunk`` tokens: transformers'
     ``Qwen3VLVisionBlock.forward`` with :func:`_uniform_chunk_attention`, written as one function
-    of tensors so that it compiles whole (the same operations in the same order)."""
-    from transformers.models.qwen3_vl import modeling_qwen3_vl
-
+    of tensors so that it compiles whole (the same operations in the same order). ``rotary`` is
+    transformers' ``apply_rotary_pos_emb_vision`` as it stands (fused or not), looked up outside
+    (Dynamo does not trace transformers' lazy module imports)."""
     attn = block.attn
     total = hidden_states.shape[0]
     qkv = attn.qkv(block.norm1(hidden_states)).reshape(total, 3, attn.num_heads, -1)
     query, key, value = qkv.permute(1, 0, 2, 3).unbind(0)  # (total, heads, dim) each
-    query, key = modeling_qwen3_vl.apply_rotary_pos_emb_vision(query, key, cos, sin)
+    query, key = rotary(query, key, cos, sin)
     n = total // chunk
 
     def split(t: torch.Tensor) -> torch.Tensor:  # (chunks, heads, chunk, dim)
@@ -145,8 +150,11 @@ def _fast_block_forward(
             position_embeddings=position_embeddings,
             **kwargs,
         )
+    from transformers.models.qwen3_vl import modeling_qwen3_vl
+
     cos, sin = position_embeddings
-    return _compiled_body()(self, hidden_states, cos, sin, chunk)
+    rotary = modeling_qwen3_vl.apply_rotary_pos_emb_vision
+    return _compiled_body()(self, hidden_states, cos, sin, chunk, rotary)
 
 
 def compile_vision_blocks(model: Any) -> int:
