@@ -1036,8 +1036,10 @@ def section_phase2_train(
                         variant,
                         json.dumps(out[f"summary_{dtype_name}_{variant}"]),
                     )
-            if args.phase2_profile_steps and world == 1:
-                # One more run (not timed) under torch.profiler over a few steady steps.
+            if args.phase2_profile_steps:
+                # One more run (not timed) under torch.profiler over a few steady steps; under
+                # torchrun every rank trains (the collectives need them all) and rank 0, the
+                # one that gets the step callback, profiles.
                 profiled = Phase2Profile(
                     device, args.phase2_profile_start, args.phase2_profile_steps
                 )
@@ -1260,7 +1262,7 @@ def main() -> None:
         "--phase2-profile-steps",
         type=int,
         default=0,
-        help="phase2_train, one GPU: one more run, these steps under torch.profiler",
+        help="phase2_train: one more run, these steps under torch.profiler (rank 0)",
     )
     parser.add_argument(
         "--phase2-profile-start", type=int, default=10, help="profile after this step"

@@ -4,10 +4,15 @@
 # worktree) and the wheels in .whl/; carry [".device", ".whl"]:
 #   STAGES=scoring,p2one bash .device/lepus/bench/gpu/issue17_pass2.sh   # call A / B, one GPU
 #   STAGES=p2scale       bash .device/lepus/bench/gpu/issue17_pass2.sh   # call C, two GPUs
+# Third pass (two GPUs with the vision tower ahead, rank 0 profiled, then one GPU at batch 8):
+#   STAGES=p2scale,p2one P2_WORKERS=12 P2_PROFILE1=0 P2_PROFILE2=6 \
+#     P2_EXTRA="--phase2-variants overlap" TAG=_pass3 bash .device/lepus/bench/gpu/issue17_pass2.sh
 # Stages: scoring (bench/gpu/scoring_limits.py; SCORING_EXTRA, SCORING_LIMIT), p2one (Phase 2 on
 # one GPU, 3 runs + a profiled run; P2_EXTRA, P2_LIMIT), p2scale (Phase 2 at an effective batch
-# of 16: one GPU, then two under torchrun; P2_EXTRA). Raw files (bench/provenance.py) and logs
-# land in $OUT.
+# of 16: one GPU, then two under torchrun; P2_EXTRA). P2_WORKERS: decoding processes per
+# process (15 by default); P2_PROFILE1 / P2_PROFILE2: steps profiled in p2one (6 by default) /
+# in the torchrun run (0 by default; rank 0's). Raw files (bench/provenance.py) and logs land in
+# $OUT.
 set -u
 cd "$(dirname "$0")/../.."
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false
@@ -42,7 +47,8 @@ for stage in ${STAGES//,/ }; do
     grep -a "^\[rank" "$OUT/scoring_log.txt" | grep -v "kernels" | cut -c1-600 ;;
   p2one)
     CUDA_VISIBLE_DEVICES=0 timeout "${P2_LIMIT:-220}" python3 bench/gpu_rigel.py --out /tmp/p2 $P2 \
-      --workers 15 --phase2-batch 8 --phase2-profile-steps 6 --raw "phase2_pass2_1gpu_b8${TAG:-}" \
+      --workers ${P2_WORKERS:-15} --phase2-batch 8 --phase2-profile-steps ${P2_PROFILE1:-6} \
+      --raw "phase2_pass2_1gpu_b8${TAG:-}" \
       >"$OUT/phase2_1gpu_log.txt" 2>&1
     grep -a "phase2_train\|Error\|error" "$OUT/phase2_1gpu_log.txt" | cut -c1-500
     grep -a "phase2_profile" "$OUT/phase2_1gpu_log.txt" | cut -c1-2500 ;;
@@ -50,8 +56,10 @@ for stage in ${STAGES//,/ }; do
     CUDA_VISIBLE_DEVICES=0 timeout ${P2_LIMIT1:-200} python3 bench/gpu_rigel.py --out /tmp/p2 $P2 --workers ${P2_WORKERS:-15} \
       --phase2-batch 16 --raw "phase2_pass2_1gpu_b16${TAG:-}" >"$OUT/phase2_1gpu_b16_log.txt" 2>&1
     timeout ${P2_LIMIT2:-220} torchrun --nproc_per_node 2 bench/gpu_rigel.py --out /tmp/p2 $P2 --workers ${P2_WORKERS:-15} \
-      --phase2-batch 16 --raw "phase2_pass2_2gpu_b16${TAG:-}" >"$OUT/phase2_2gpu_b16_log.txt" 2>&1
-    grep -ah "phase2_train\|Error\|error" "$OUT"/phase2_*_log.txt | cut -c1-500 ;;
+      --phase2-batch 16 --phase2-profile-steps ${P2_PROFILE2:-0} --raw "phase2_pass2_2gpu_b16${TAG:-}" \
+      >"$OUT/phase2_2gpu_b16_log.txt" 2>&1
+    grep -ah "phase2_train\|Error\|error" "$OUT"/phase2_*_log.txt | cut -c1-500
+    grep -ah "phase2_profile" "$OUT"/phase2_2gpu_b16_log.txt | cut -c1-2500 ;;
   esac
 done
 uptime
