@@ -89,3 +89,31 @@ def test_teacher_pass_and_phase2_under_torchrun_match_one_process(tmp_path: Path
     assert reported["phase2"]["mean_loss"] == pytest.approx(
         results["phase2"]["mean_loss"], rel=1e-4
     )
+
+
+@pytest.mark.parametrize("dtypes", [("bf16",) * 3, ("bf16", "fp32", "bf16")])
+def test_flat_gradient_buffers_give_what_per_gradient_conversions_give(dtypes) -> None:  # type: ignore[no-untyped-def]
+    """The all-reduce's flat buffer: one concatenation and one conversion each way where the
+    gradients share a dtype, bit-identical to converting each gradient on its own (the earlier
+    code); the gradients come back in their shapes and dtypes."""
+    import torch
+
+    from training_bridge.rigel.distributed import flat_gradient_sum_buffers
+
+    names = {"bf16": torch.bfloat16, "fp32": torch.float32}
+    torch.manual_seed(3)
+    shapes = [(8, 16), (16,), (4, 2, 3)]
+    grads = [torch.randn(s).to(names[d]) for s, d in zip(shapes, dtypes, strict=True)]
+    flat, back = flat_gradient_sum_buffers(grads)
+    assert flat.dtype == torch.float32
+    expected_flat = torch.cat([g.reshape(-1).float() for g in grads])
+    assert torch.equal(flat, expected_flat)
+    summed = flat * 3 + 0.1  # what an all-reduce over ranks might leave
+    got = back(summed)
+    offset = 0
+    for g, out in zip(grads, got, strict=True):
+        count = g.numel()
+        expected = summed[offset : offset + count].view_as(g).to(g.dtype)
+        offset += count
+        assert out.dtype == g.dtype and out.shape == g.shape
+        assert torch.equal(out, expected)
