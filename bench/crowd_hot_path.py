@@ -36,6 +36,7 @@ import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
+from wsgiref.util import setup_testing_defaults
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
@@ -85,30 +86,21 @@ class Wsgi:
         self, method: str, path: str, body: Any = None, token: str | None = None
     ) -> tuple[int, Any]:
         data = b"" if body is None else json.dumps(body).encode()
-        environ = {
+        environ: dict[str, Any] = {
             "REQUEST_METHOD": method,
             "PATH_INFO": path,
-            "SCRIPT_NAME": "",
-            "QUERY_STRING": "",
-            "SERVER_NAME": "127.0.0.1",
-            "SERVER_PORT": "8000",
-            "SERVER_PROTOCOL": "HTTP/1.1",
             "REMOTE_ADDR": "127.0.0.1",
-            "HTTP_HOST": "127.0.0.1",
             "HTTP_ACCEPT": "application/json",
             "CONTENT_LENGTH": str(len(data)),
             "wsgi.input": io.BytesIO(data),
-            "wsgi.errors": sys.stderr,
-            "wsgi.url_scheme": "http",
-            "wsgi.version": (1, 0),
             "wsgi.multithread": True,
             "wsgi.multiprocess": True,
-            "wsgi.run_once": False,
         }
         if data:
             environ["CONTENT_TYPE"] = "application/json"
         if token:
             environ["HTTP_AUTHORIZATION"] = f"Worker {token}"
+        setup_testing_defaults(environ)  # the rest of a WSGI environ (host 127.0.0.1)
         status: list[str] = []
 
         def start_response(line: str, headers: list[Any], exc_info: Any = None) -> None:

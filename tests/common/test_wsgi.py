@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import io
 import json
-import sys
 from collections.abc import Iterator
 from typing import Any
+from wsgiref.util import setup_testing_defaults
 
 import pytest
 from django.core import signals
@@ -39,29 +39,19 @@ def call(
     app: Any, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
 ) -> tuple[str, dict[str, str], bytes]:
     data = b"" if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
-    environ = {
+    environ: dict[str, Any] = {
         "REQUEST_METHOD": method,
         "PATH_INFO": path,
-        "SCRIPT_NAME": "",
-        "QUERY_STRING": "",
-        "SERVER_NAME": "testserver",
-        "SERVER_PORT": "80",
-        "SERVER_PROTOCOL": "HTTP/1.1",
-        "REMOTE_ADDR": "127.0.0.1",
         "HTTP_HOST": "testserver",
+        "REMOTE_ADDR": "127.0.0.1",
         "CONTENT_LENGTH": str(len(data)),
         "CONTENT_TYPE": "application/json",
         "wsgi.input": io.BytesIO(data),
-        "wsgi.errors": sys.stderr,
-        "wsgi.url_scheme": "http",
-        "wsgi.version": (1, 0),
-        "wsgi.multithread": True,
-        "wsgi.multiprocess": True,
-        "wsgi.run_once": False,
         **{
             f"HTTP_{key.upper().replace('-', '_')}": value for key, value in (headers or {}).items()
         },
     }
+    setup_testing_defaults(environ)  # the rest of a WSGI environ
     answer: dict[str, Any] = {}
 
     def start_response(status: str, response_headers: list[tuple[str, str]], exc_info: Any = None):  # type: ignore[no-untyped-def]
