@@ -26,6 +26,7 @@ from annotation.services.campaigns import (
     ARGUMENT_FIELDS,
     CAMPAIGN_FIELDS,
     FROZEN_ONCE_RATED,
+    KEPT_WHEN_ABSENT,
     OPTION_FIELDS,
     RETEST_GAP_MAX,
     RETEST_SHARE_MAX,
@@ -54,19 +55,11 @@ class CampaignAdminForm(forms.ModelForm):
         model = Campaign
         fields = list(CAMPAIGN_FIELDS)
 
-    def clean_erasure_mode(self) -> str:
-        return self.cleaned_data.get("erasure_mode") or self.instance.erasure_mode
-
-    def clean_retest_share(self) -> float:
-        value = self.cleaned_data.get("retest_share")
-        return self.instance.retest_share if value is None else value
-
-    def clean_retest_min_gap(self) -> int:
-        value = self.cleaned_data.get("retest_min_gap")
-        return self.instance.retest_min_gap if value is None else value
-
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
+        for name in KEPT_WHEN_ABSENT:
+            if cleaned.get(name) in (None, ""):
+                cleaned[name] = getattr(self.instance, name)
         if self.instance.pk and campaign_has_crowd_judgments(campaign=self.instance):
             for name in FROZEN_ONCE_RATED:
                 if name in self.changed_data:

@@ -97,6 +97,9 @@ FROZEN_ONCE_RATED = ("questions", "reference_free", "overall_question_key")
 # Test-retest bounds (the model's check constraints hold the same numbers): at most every other
 # clip a repeat, and a gap a session can reach.
 RETEST_SHARE_MAX = 0.5
+# Settings a campaign form's post may leave out (older forms, scripts): the campaign keeps its own,
+# a new campaign gets the model's default. Both campaign forms (the page and the admin) follow it.
+KEPT_WHEN_ABSENT = ("erasure_mode", "retest_share", "retest_min_gap")
 RETEST_GAP_MAX = 1000
 # Where a worker is sent back to the crowd platform: after finishing, and when screened out.
 RETURN_URL_FIELDS = ("redirect_url", "screen_out_redirect_url")

@@ -17,6 +17,7 @@ from annotation.figures import campaigns_csv, campaigns_with_figures
 from annotation.models import Campaign, CampaignStatus, ErasureMode
 from annotation.questions import default_questions, overall_only_questions
 from annotation.services.campaigns import (
+    KEPT_WHEN_ABSENT,
     OPTION_FIELDS,
     RETEST_GAP_MAX,
     RETEST_SHARE_MAX,
@@ -164,9 +165,7 @@ class CampaignSettingsForm(forms.Form):
 
     def options(self) -> dict[str, Any]:
         options = {name: self.cleaned_data[name] for name in _FORM_OPTION_FIELDS}
-        # Settings a post may leave out (older forms, scripts): the campaign keeps its own, a new
-        # campaign the model's default.
-        for name in ("erasure_mode", "retest_share", "retest_min_gap"):
+        for name in KEPT_WHEN_ABSENT:
             if options.get(name) in (None, ""):
                 options.pop(name, None)
         return options

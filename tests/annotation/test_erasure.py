@@ -502,7 +502,7 @@ def test_a_form_post_without_the_setting_keeps_the_campaigns_erasure_mode():
     )
     admin_form = CampaignAdminForm(instance=campaign)
     admin_form.cleaned_data = {"erasure_mode": ""}
-    assert admin_form.clean_erasure_mode() == ErasureMode.PSEUDONYMISE
+    assert admin_form.clean()["erasure_mode"] == ErasureMode.PSEUDONYMISE
     admin_form.cleaned_data = {"erasure_mode": ErasureMode.DELETE}
-    assert admin_form.clean_erasure_mode() == ErasureMode.DELETE
+    assert admin_form.clean()["erasure_mode"] == ErasureMode.DELETE
     assert CampaignSettingsForm.base_fields["erasure_mode"].required is False
