@@ -505,4 +505,11 @@ def test_a_form_post_without_the_setting_keeps_the_campaigns_erasure_mode():
     assert admin_form.clean()["erasure_mode"] == ErasureMode.PSEUDONYMISE
     admin_form.cleaned_data = {"erasure_mode": ErasureMode.DELETE}
     assert admin_form.clean()["erasure_mode"] == ErasureMode.DELETE
+    # the other settings a post may leave out, the same way
+    admin_form.cleaned_data = {"retest_share": None, "retest_min_gap": ""}
+    kept = admin_form.clean()
+    assert (kept["retest_share"], kept["retest_min_gap"]) == (
+        campaign.retest_share,
+        campaign.retest_min_gap,
+    )
     assert CampaignSettingsForm.base_fields["erasure_mode"].required is False
