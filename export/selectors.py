@@ -6,6 +6,7 @@ import json
 import os
 from typing import Any
 
+from django.core.cache import cache
 from django.db import connection
 from django.db.models import QuerySet
 
@@ -247,11 +248,22 @@ def _examples(sql: str, parameters: list[Any]) -> list[dict[str, Any]]:
     ]
 
 
+LICENCE_ROWS_CACHE_SECONDS = 24 * 3600
+
+
 def release_licence_rows(*, release: Release) -> list[dict[str, str]]:
     """The licence of each source of a published release, as its manifest records them (empty
-    for releases built before the manifest listed them, or while storage is unreachable)."""
-    if not release.is_published or "manifest.json" not in (release.files or {}):
+    for releases built before the manifest listed them, or while storage is unreachable).
+
+    A published manifest never changes (its sha256 is in ``release.files``), so what was read
+    once is cached under that hash: the release page does not fetch it from storage per view."""
+    sha = (release.files or {}).get("manifest.json")
+    if not release.is_published or not sha:
         return []
+    key = f"lepus:release-licences:{release.pk}:{sha}"
+    cached = cache.get(key)
+    if isinstance(cached, list):
+        return cached
     try:
         manifest = json.loads(storage.read_bytes(f"{release.storage_prefix}/manifest.json"))
     except (OSError, ValueError, storage.StorageUnavailable):
@@ -261,4 +273,6 @@ def release_licence_rows(*, release: Release) -> list[dict[str, str]]:
             return []
         raise
     rows = manifest.get("licenses")
-    return rows if isinstance(rows, list) else []
+    rows = rows if isinstance(rows, list) else []
+    cache.set(key, rows, LICENCE_ROWS_CACHE_SECONDS)
+    return rows

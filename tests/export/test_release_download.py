@@ -129,3 +129,30 @@ def test_the_release_page_names_reasons_and_licences_for_people(db, curator_clie
     assert '<tr data-license="cc-by-4.0"><td>judgments collected with Lepus' in page
     assert 'data-field="judgments-license">CC BY 4.0 (attribution)</dd>' in page
     assert f'href="{reverse("export:download", args=[release.pk])}"' in page
+
+
+def test_the_release_page_reads_the_manifests_licences_from_storage_once(
+    db, curator_client, monkeypatch
+):
+    """A published manifest never changes: its licences are read from storage on the first view
+    and cached under the manifest's sha256, not fetched again on every view."""
+    from django.core.cache import cache
+
+    data = build_campaign(slug="once", clips=4, workers=3)
+    release = build(campaigns=[data.campaign], seed=2)
+    cache.delete(f"lepus:release-licences:{release.pk}:{release.files['manifest.json']}")
+    reads: list[str] = []
+    original = storage.read_bytes
+
+    def counting(key: str) -> bytes:
+        reads.append(key)
+        return original(key)
+
+    monkeypatch.setattr(storage, "read_bytes", counting)
+    url = reverse("export:detail", args=[release.pk])
+    for _ in range(3):
+        page = curator_client.get(url).content.decode()
+        assert '<tr data-license="cc-by-4.0"><td>judgments collected with Lepus' in page
+    assert [key for key in reads if key.endswith("manifest.json")] == [
+        f"{release.storage_prefix}/manifest.json"
+    ]
