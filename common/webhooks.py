@@ -24,6 +24,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import requests
+import requests.adapters
+import urllib3
+import urllib3.connection
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
@@ -270,27 +273,84 @@ class Attempt:
     error: str
 
 
+def _refuse_private_peer(sock: socket.socket) -> None:
+    """After connecting, before a byte is sent: the address actually connected to must be
+    public. The name was checked when resolved (`check_target`), but the HTTP client resolves it
+    again, and a DNS answer that changes in between (DNS rebinding: public first, then
+    127.0.0.1) would otherwise reach an internal service."""
+    if settings.LEPUS_WEBHOOK_ALLOW_PRIVATE:
+        return
+    address = str(sock.getpeername()[0])
+    if _address_refused(address):
+        sock.close()
+        raise WebhookTargetRefused(f"connected to a non-public address {address}; not sent")
+
+
+class _PublicHTTPConnection(urllib3.connection.HTTPConnection):
+    def _new_conn(self) -> socket.socket:
+        sock = super()._new_conn()
+        _refuse_private_peer(sock)
+        return sock
+
+
+class _PublicHTTPSConnection(urllib3.connection.HTTPSConnection):
+    def _new_conn(self) -> socket.socket:
+        sock = super()._new_conn()
+        _refuse_private_peer(sock)
+        return sock
+
+
+class _PublicHTTPPool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _PublicHTTPConnection
+
+
+class _PublicHTTPSPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _PublicHTTPSConnection
+
+
+class _PublicOnlyAdapter(requests.adapters.HTTPAdapter):
+    """requests' adapter whose connections check the address they reached (above)."""
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {
+            "http": _PublicHTTPPool,
+            "https": _PublicHTTPSPool,
+        }
+
+
+def _session() -> requests.Session:
+    session = requests.Session()
+    session.trust_env = False  # no proxy from the environment: the peer checked is the target
+    adapter = _PublicOnlyAdapter()
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
+
+
 def post(endpoint: WebhookEndpoint, event: WebhookEvent) -> Attempt:
-    """One signed POST; redirects are not followed (a 3xx is a failure), targets re-checked."""
+    """One signed POST; redirects are not followed (a 3xx is a failure), targets re-checked when
+    resolved and again at the address connected to."""
     body = body_for(event)
     stamp = int(time.time())
     started = time.monotonic()
     try:
         check_target(endpoint.url)
-        response = requests.post(
-            endpoint.url,
-            data=body,
-            headers={
-                "Content-Type": "application/json",
-                "User-Agent": "Lepus-Webhooks/1",
-                ID_HEADER: str(event.id),
-                EVENT_HEADER: event.event,
-                TIMESTAMP_HEADER: str(stamp),
-                SIGNATURE_HEADER: signature_header(endpoint, stamp, body),
-            },
-            timeout=settings.LEPUS_WEBHOOK_TIMEOUT,
-            allow_redirects=False,
-        )
+        with _session() as session:
+            response = session.post(
+                endpoint.url,
+                data=body,
+                headers={
+                    "Content-Type": "application/json",
+                    "User-Agent": "Lepus-Webhooks/1",
+                    ID_HEADER: str(event.id),
+                    EVENT_HEADER: event.event,
+                    TIMESTAMP_HEADER: str(stamp),
+                    SIGNATURE_HEADER: signature_header(endpoint, stamp, body),
+                },
+                timeout=settings.LEPUS_WEBHOOK_TIMEOUT,
+                allow_redirects=False,
+            )
     except (requests.RequestException, WebhookTargetRefused) as error:
         elapsed = int((time.monotonic() - started) * 1000)
         return Attempt(False, None, elapsed, f"{type(error).__name__}: {error}"[:500])

@@ -413,3 +413,37 @@ def test_rotating_an_endpoint_deleted_meanwhile_is_a_404_not_a_500(settings, cur
     client = Client()
     client.force_login(curator)
     assert client.post(f"/api/v1/webhooks/{endpoint.pk}/rotate/").status_code == 404
+
+
+@pytest.mark.django_db
+def test_a_name_that_resolves_elsewhere_at_send_time_is_not_sent_to(  # type: ignore[no-untyped-def]
+    receiver: Receiver, settings, monkeypatch
+) -> None:
+    """DNS rebinding: the name is public when checked and points at loopback when the HTTP client
+    resolves it again. The connection's own peer address is checked before anything is sent, so
+    the internal receiver gets nothing and the attempt fails with the reason."""
+    import socket
+
+    settings.LEPUS_WEBHOOK_ALLOW_PRIVATE = False
+    settings.LEPUS_WEBHOOK_RESOLVE = "dns"
+    port = receiver.server.server_address[1]
+    real_getaddrinfo = socket.getaddrinfo
+
+    def rebinding(host, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if host == "hooks.rebind.example":  # the client's own resolution: loopback
+            return real_getaddrinfo("127.0.0.1", *args, **kwargs)
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    monkeypatch.setattr(webhooks, "resolve", lambda host, port: ["93.184.215.14"])  # checked
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    endpoint = webhooks.register_endpoint(f"http://hooks.rebind.example:{port}/hook")
+    event = webhooks.emit("release.built", {"release_id": 1})
+    assert event is not None
+    attempt = webhooks.post(endpoint, event)
+    assert not attempt.ok and attempt.response_code is None
+    assert "non-public address 127.0.0.1" in attempt.error
+    assert receiver.received == []
+    # The same receiver, allowed as a private target, does get it: the check is what stopped it.
+    settings.LEPUS_WEBHOOK_ALLOW_PRIVATE = True
+    assert webhooks.post(endpoint, event).ok
+    assert len(receiver.received) == 1
