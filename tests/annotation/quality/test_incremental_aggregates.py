@@ -43,9 +43,7 @@ def _submit(participation: Participation, items, rng: random.Random, *, extreme:
     `extreme`, that rating everywhere (1 from one worker and 5 from another: review queue)."""
     for item in items:
         truth = 1 + item.pk % 5
-        values = {
-            key: extreme or min(5, max(1, truth + rng.choice((-1, 0, 1)))) for key in KEYS
-        }
+        values = {key: extreme or min(5, max(1, truth + rng.choice((-1, 0, 1)))) for key in KEYS}
         quality_judge(participation, item, values, server_ms=rng.randint(15_000, 30_000))
     Participation.objects.filter(pk=participation.pk).update(
         assignments_submitted=F("assignments_submitted") + 1,
@@ -70,9 +68,7 @@ def _state(campaign) -> dict[str, Any]:  # type: ignore[no-untyped-def]
         "workers": sorted(
             Participation.objects.filter(campaign=campaign).values_list("id", "status")
         ),
-        "kept": sorted(
-            Judgment.objects.filter(campaign=campaign).values_list("id", "is_excluded")
-        ),
+        "kept": sorted(Judgment.objects.filter(campaign=campaign).values_list("id", "is_excluded")),
     }
 
 
