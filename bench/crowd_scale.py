@@ -630,68 +630,51 @@ def create_campaign(env: dict[str, str], slug: str, args: argparse.Namespace) ->
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def server_options(args: argparse.Namespace, port: int) -> lw.ServerOptions:
+    """This benchmark's choices: 120 s time-out, gunicorn's keep-alive, backlog and worker
+    connections unless given, `--celery-concurrency` Celery children."""
+    return lw.ServerOptions(
+        port=port,
+        gunicorn_workers=args.gunicorn_workers,
+        gunicorn_threads=args.gunicorn_threads,
+        timeout=120,
+        keep_alive=args.keep_alive,
+        backlog=args.backlog,
+        worker_connections=args.worker_connections,
+        celery_concurrency=args.celery_concurrency,
+    )
+
+
 def start_gunicorn(
     bench: lw.Bench, env: dict[str, str], args: argparse.Namespace
-) -> tuple[int, int, list[str]]:
+) -> tuple[int, int, dict[str, list[str]]]:
+    """gunicorn started; returns its port, its pid and every command of `lw.server_commands`."""
     port = lw.free_port()
-    command = [
-        str(Path(lw.lepus_python()).parent / "gunicorn"),
-        "config.wsgi:application",
-        "--bind",
-        f"127.0.0.1:{port}",
-        "--workers",
-        str(args.gunicorn_workers),
-        "--worker-class",
-        "gthread",
-        "--threads",
-        str(args.gunicorn_threads),
-        "--timeout",
-        "120",
-        "--log-level",
-        "warning",
-    ]
-    if args.keep_alive is not None:
-        command += ["--keep-alive", str(args.keep_alive)]
-    if args.worker_connections is not None:
-        command += ["--worker-connections", str(args.worker_connections)]
-    if args.backlog is not None:
-        command += ["--backlog", str(args.backlog)]
+    commands = lw.server_commands(server_options(args, port))
     process = bench.services.start(
-        "lepus-gunicorn", command, env=env, log_path=bench.root / "gunicorn.log", cwd=REPO_ROOT
+        "lepus-gunicorn",
+        commands["gunicorn"],
+        env=env,
+        log_path=bench.root / "gunicorn.log",
+        cwd=REPO_ROOT,
     )
     base_url = f"http://127.0.0.1:{port}"
     lw.wait_for(lambda: lw.http_ok(base_url, "/healthz"), timeout=60, what="gunicorn")
-    return port, process.pid, command[1:]
+    return port, process.pid, commands
 
 
-def start_celery(bench: lw.Bench, env: dict[str, str], args: argparse.Namespace) -> dict[str, int]:
-    celery = str(Path(lw.lepus_python()).parent / "celery")
+def start_celery(
+    bench: lw.Bench, env: dict[str, str], commands: dict[str, list[str]]
+) -> dict[str, int]:
     worker = bench.services.start(
         "lepus-celery",
-        [
-            celery,
-            "-A",
-            "config",
-            "worker",
-            "-Q",
-            "default",
-            "--concurrency",
-            str(args.celery_concurrency),
-            "--without-gossip",
-            "--without-mingle",
-            "--loglevel",
-            "WARNING",
-        ],
+        commands["celery"],
         env=env,
         log_path=bench.root / "celery.log",
         cwd=REPO_ROOT,
     )
     beat = bench.services.start(
-        "lepus-beat",
-        [celery, "-A", "config", "beat", "--loglevel", "WARNING", "--pidfile="],
-        env=env,
-        log_path=bench.root / "beat.log",
-        cwd=REPO_ROOT,
+        "lepus-beat", commands["beat"], env=env, log_path=bench.root / "beat.log", cwd=REPO_ROOT
     )
     return {"celery": worker.pid, "beat": beat.pid}
 
@@ -919,11 +902,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             check=True,
             capture_output=True,
         )
-        port, web_pid, gunicorn_args = start_gunicorn(bench, env, args)
-        pids = start_celery(bench, env, args)
+        port, web_pid, commands = start_gunicorn(bench, env, args)
+        pids = start_celery(bench, env, commands)
         report["setup_s"] = round(time.monotonic() - setup_started, 1)
         report["server"] = {
-            "gunicorn": gunicorn_args,
+            "gunicorn": commands["gunicorn"][1:],
             "celery": f"celery -A config worker -Q default --concurrency {args.celery_concurrency}"
             " + celery beat",
             "postgresql": "private cluster, unix socket, max_connections=300, defaults otherwise",

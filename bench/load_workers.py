@@ -1246,12 +1246,57 @@ def setup_lepus(bench: Bench, args: argparse.Namespace) -> dict[str, str]:
     return env
 
 
-def start_celery_worker(bench: Bench, env: dict[str, str]) -> int:
-    """One Celery worker (prefork, one child) on the default queue, as a deployment would run."""
-    celery = str(Path(lepus_python()).parent / "celery")
-    process = bench.services.start(
-        "lepus-celery",
-        [
+@dataclass(frozen=True)
+class ServerOptions:
+    """What the benchmarks that run Lepus's production processes choose for them; None leaves
+    gunicorn's default (keep-alive 2 s, backlog 2048, 1000 worker connections)."""
+
+    port: int
+    gunicorn_workers: int
+    gunicorn_threads: int
+    timeout: int
+    keep_alive: int | None = None
+    backlog: int | None = None
+    worker_connections: int | None = None
+    celery_concurrency: int = 1
+
+
+def gunicorn_options(options: ServerOptions) -> list[str]:
+    """gunicorn's arguments after the application: gthread workers on loopback (Label Studio's
+    server gets the same, so a comparison is between the applications, not their web servers)."""
+    arguments = [
+        "--bind",
+        f"127.0.0.1:{options.port}",
+        "--workers",
+        str(options.gunicorn_workers),
+        "--worker-class",
+        "gthread",
+        "--threads",
+        str(options.gunicorn_threads),
+    ]
+    for flag, value in (
+        ("--backlog", options.backlog),
+        ("--keep-alive", options.keep_alive),
+        ("--worker-connections", options.worker_connections),
+    ):
+        if value is not None:
+            arguments += [flag, str(value)]
+    return [*arguments, "--timeout", str(options.timeout), "--log-level", "warning"]
+
+
+def server_commands(options: ServerOptions) -> dict[str, list[str]]:
+    """The command lines of Lepus's production processes (docs/deployment.md), shared by this
+    script and `crowd_scale.py`: gunicorn, a Celery worker (prefork) on the default queue and
+    celery beat."""
+    bin_dir = Path(lepus_python()).parent
+    celery = str(bin_dir / "celery")
+    return {
+        "gunicorn": [
+            str(bin_dir / "gunicorn"),
+            "config.wsgi:application",
+            *gunicorn_options(options),
+        ],
+        "celery": [
             celery,
             "-A",
             "config",
@@ -1259,12 +1304,35 @@ def start_celery_worker(bench: Bench, env: dict[str, str]) -> int:
             "-Q",
             "default",
             "--concurrency",
-            "1",
+            str(options.celery_concurrency),
             "--without-gossip",
             "--without-mingle",
             "--loglevel",
             "WARNING",
         ],
+        "beat": [celery, "-A", "config", "beat", "--loglevel", "WARNING", "--pidfile="],
+    }
+
+
+def lepus_server_options(args: argparse.Namespace, port: int) -> ServerOptions:
+    """This script's choices: 60 s time-out, 75 s keep-alive (the closed loop reuses its
+    connections), backlog 2048, one Celery child."""
+    return ServerOptions(
+        port=port,
+        gunicorn_workers=args.gunicorn_workers,
+        gunicorn_threads=args.gunicorn_threads,
+        timeout=60,
+        keep_alive=75,
+        backlog=2048,
+        celery_concurrency=1,
+    )
+
+
+def start_celery_worker(bench: Bench, env: dict[str, str], command: list[str]) -> int:
+    """One Celery worker on the default queue, as a deployment would run (`server_commands`)."""
+    process = bench.services.start(
+        "lepus-celery",
+        command,
         env=env,
         log_path=bench.root / "lepus-celery.log",
         cwd=REPO_ROOT,
@@ -1312,39 +1380,22 @@ def create_lepus_campaign(env: dict[str, str], slug: str, judgments: int) -> dic
     return json.loads(created.stdout.strip().splitlines()[-1])
 
 
-def start_lepus(bench: Bench, env: dict[str, str], args: argparse.Namespace) -> tuple[str, int]:
+def start_lepus(
+    bench: Bench, env: dict[str, str], args: argparse.Namespace
+) -> tuple[str, int, dict[str, list[str]]]:
+    """gunicorn started; returns its URL, its pid and every command of `server_commands`."""
     port = free_port()
-    gunicorn = str(Path(lepus_python()).parent / "gunicorn")
-    command = [
-        gunicorn,
-        "config.wsgi:application",
-        "--bind",
-        f"127.0.0.1:{port}",
-        "--workers",
-        str(args.gunicorn_workers),
-        "--worker-class",
-        "gthread",
-        "--threads",
-        str(args.gunicorn_threads),
-        "--backlog",
-        "2048",
-        "--keep-alive",
-        "75",
-        "--timeout",
-        "60",
-        "--log-level",
-        "warning",
-    ]
+    commands = server_commands(lepus_server_options(args, port))
     process = bench.services.start(
         "lepus-gunicorn",
-        command,
+        commands["gunicorn"],
         env=env,
         log_path=bench.root / "lepus-gunicorn.log",
         cwd=REPO_ROOT,
     )
     base_url = f"http://127.0.0.1:{port}"
     wait_for(lambda: http_ok(base_url, "/api/v1/worker/me"), timeout=60, what="Lepus gunicorn")
-    return base_url, process.pid
+    return base_url, process.pid, commands
 
 
 # --- Label Studio --------------------------------------------------------------------------------
@@ -1459,22 +1510,7 @@ def start_label_studio(
             "core.wsgi:application",
             "--pythonpath",
             label_studio_package_dir(),
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--workers",
-            str(args.gunicorn_workers),
-            "--worker-class",
-            "gthread",
-            "--threads",
-            str(args.gunicorn_threads),
-            "--backlog",
-            "2048",
-            "--keep-alive",
-            "75",
-            "--timeout",
-            "60",
-            "--log-level",
-            "warning",
+            *gunicorn_options(lepus_server_options(args, port)),
         ]
     process = bench.services.start(
         f"label-studio-{config}",
@@ -1646,8 +1682,8 @@ def lepus_runner(
 ) -> Callable[[int, float, int], dict[str, Any]]:
     """Set Lepus up and start it (gunicorn, a Celery worker); returns what runs one scenario."""
     env = setup_lepus(bench, args)
-    base_url, web_pid = start_lepus(bench, env, args)
-    celery_pid = start_celery_worker(bench, env) if args.celery_worker else 0
+    base_url, web_pid, commands = start_lepus(bench, env, args)
+    celery_pid = start_celery_worker(bench, env, commands["celery"]) if args.celery_worker else 0
     config = f"{gunicorn_config}, PostgreSQL {postgres_bin().parent.name} (private "
     config += "cluster, unix socket), Redis (unix socket) for cache/throttle and broker"
     if args.celery_worker:

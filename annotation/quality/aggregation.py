@@ -327,6 +327,23 @@ def _row_values(
     }
 
 
+def stale_positions(data: CampaignSlice) -> NDArray[np.int64]:
+    """Positions of the candidates of `data` whose judgments changed since their aggregates were
+    stored: the judgments read (all, kept) differ from the counts the last aggregation wrote.
+
+    Only aggregation writes those counts (a submission does not), so a candidate that gained a
+    judgment, or had one excluded, re-included or erased, differs until it is aggregated again,
+    whatever happened in between (a failed pass, a broker outage); the sweep's
+    `stale_aggregate_candidates` asks the same question of the whole campaign in SQL."""
+    items = len(data.candidates)
+    judgments = data.judgments
+    total = np.bincount(judgments.item, minlength=items)
+    kept = np.bincount(judgments.item[~judgments.excluded], minlength=items)
+    return np.flatnonzero((total != data.stored_total) | (kept != data.stored_kept)).astype(
+        np.int64
+    )
+
+
 def aggregation_recompute(
     *, campaign: Campaign, candidate_ids: Iterable[int] | None = None, detect_review: bool = True
 ) -> int:

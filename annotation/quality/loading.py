@@ -2,7 +2,10 @@
 
 A `CampaignSlice` holds the candidates, clips, judgments and participations QC needs, as NumPy
 columns. The whole campaign is read for a full recompute; after a submission only the candidates
-the submitting worker rated are read (with every judgment on them, for the leave-one-out mean).
+the submitting worker rated are read (with every judgment on them, for the leave-one-out mean),
+without what only aggregation needs (expert resolutions, review items); `campaign_slice_subset`
+then cuts out the few candidates whose aggregates must be brought up to date and reads those for
+them alone.
 """
 
 from __future__ import annotations
@@ -74,6 +77,10 @@ class CampaignSlice:
     resolutions: dict[int, dict[str, float]]
     # item index -> (review item id, status)
     review_items: dict[int, tuple[int, str]]
+    # The judgment counts stored on each candidate by the last aggregation (see
+    # `annotation.quality.aggregation.stale_positions`).
+    stored_total: NDArray[np.int64]
+    stored_kept: NDArray[np.int64]
 
 
 def id_filter(column: str, ids: Sequence[int]) -> tuple[str, list[Any]]:
@@ -109,8 +116,11 @@ def campaign_slice_load(
     campaign: Campaign,
     candidate_ids: Iterable[int] | None = None,
     extra_participation_ids: Iterable[int] = (),
+    for_aggregation: bool = True,
 ) -> CampaignSlice:
-    """Read the candidates (all, or `candidate_ids`) with every judgment on them."""
+    """Read the candidates (all, or `candidate_ids`) with every judgment on them. Without
+    `for_aggregation` the slice has what worker statistics need: no expert resolutions and no
+    review items (`campaign_slice_subset` reads them for the candidates to aggregate)."""
     question_keys = campaign.question_keys
     subset = None if candidate_ids is None else sorted({int(value) for value in candidate_ids})
     # Started first: on a large campaign its two halves are read by other connections while
@@ -124,7 +134,8 @@ def campaign_slice_load(
         where += f" AND {clause}"
         params += clause_params
     candidate_rows = fetch_columns(
-        f"SELECT cc.id, cc.clip_id, cc.quota, cc.slots_taken, cc.is_control, cc.dropped "
+        f"SELECT cc.id, cc.clip_id, cc.quota, cc.slots_taken, cc.is_control, cc.dropped, "
+        f"cc.judgments_total, cc.kept_judgments "
         f"FROM {candidate_table} cc WHERE {where} ORDER BY cc.id",
         params,
         [
@@ -134,6 +145,8 @@ def campaign_slice_load(
             ("slots_taken", "int4"),
             ("is_control", "bool"),
             ("dropped", "bool"),
+            ("judgments_total", "int8"),
+            ("kept_judgments", "int8"),
         ],
     )
     ids = candidate_rows["id"].astype(np.int64)
@@ -145,7 +158,8 @@ def campaign_slice_load(
     expected_high = np.zeros((len(ids), question_count), dtype=np.int8)
     controls = CampaignCandidate.objects.filter(campaign=campaign, is_control=True)
     if subset is not None:
-        controls = controls.filter(id__in=subset)
+        # The slice's controls only (a short list), not the thousands of candidates of a slice.
+        controls = controls.filter(id__in=ids[candidate_rows["is_control"]].tolist())
     for candidate_id, spec in controls.values_list("id", "candidate__control_spec"):
         position = int(np.searchsorted(ids, candidate_id))
         if position < len(ids) and ids[position] == candidate_id:
@@ -154,29 +168,9 @@ def campaign_slice_load(
             expected_high[position] = highs
 
     resolutions: dict[int, dict[str, float]] = {}
-    resolved = CampaignCandidate.objects.filter(campaign=campaign).exclude(resolution={})
-    if subset is not None:
-        resolved = resolved.filter(id__in=subset)
-    for candidate_id, resolution in resolved.values_list("id", "resolution"):
-        values = (resolution or {}).get("values") or {}
-        position = int(np.searchsorted(ids, candidate_id))
-        if values and position < len(ids) and ids[position] == candidate_id:
-            resolutions[position] = {
-                key: float(value) for key, value in values.items() if value is not None
-            }
-
     review_items: dict[int, tuple[int, str]] = {}
-    reviews = ReviewItem.objects.filter(campaign=campaign)
-    if subset is not None:
-        reviews = reviews.filter(campaign_candidate_id__in=subset)
-    review_rows = list(reviews.values_list("id", "campaign_candidate_id", "status"))
-    if review_rows:
-        positions = _positions(ids, [row[1] for row in review_rows])
-        for (review_id, _candidate_id, status), position in zip(
-            review_rows, positions.tolist(), strict=True
-        ):
-            if position >= 0:
-                review_items[position] = (review_id, status)
+    if for_aggregation:
+        resolutions, review_items = _review_inputs_load(campaign, ids, whole=subset is None)
 
     judgments = _judgments_columns(judgments_pending(), question_keys, ids)
     participation_ids = np.unique(
@@ -214,7 +208,85 @@ def campaign_slice_load(
         slots_taken=candidate_rows["slots_taken"].astype(np.int64),
         resolutions=resolutions,
         review_items=review_items,
+        stored_total=candidate_rows["judgments_total"].astype(np.int64),
+        stored_kept=candidate_rows["kept_judgments"].astype(np.int64),
     )
+
+
+def campaign_slice_subset(data: CampaignSlice, positions: NDArray[np.int64]) -> CampaignSlice:
+    """The candidates of `data` at `positions` (sorted) with their judgments, ready for
+    aggregation: their expert resolutions and review items are read here (a slice read
+    without `for_aggregation` has none). Workers and clips stay those of `data`."""
+    chosen = np.asarray(positions, dtype=np.int64)
+    candidates = data.candidates
+    ids = candidates.ids[chosen]
+    remap = np.full(len(candidates), -1, dtype=np.int64)
+    remap[chosen] = np.arange(len(chosen), dtype=np.int64)
+    judgments = data.judgments
+    rows = remap[judgments.item] >= 0
+    resolutions, review_items = _review_inputs_load(data.campaign, ids, whole=False)
+    return CampaignSlice(
+        campaign=data.campaign,
+        question_keys=data.question_keys,
+        candidates=CandidateColumns(
+            ids=ids,
+            clip=candidates.clip[chosen],
+            quota=candidates.quota[chosen],
+            is_control=candidates.is_control[chosen],
+            expected_low=candidates.expected_low[chosen],
+            expected_high=candidates.expected_high[chosen],
+        ),
+        clip_ids=data.clip_ids,
+        clip_seconds=data.clip_seconds,
+        judgments=JudgmentColumns(
+            ids=judgments.ids[rows],
+            item=remap[judgments.item[rows]],
+            worker=judgments.worker[rows],
+            server_ms=judgments.server_ms[rows],
+            excluded=judgments.excluded[rows],
+            imported=judgments.imported[rows],
+            values=judgments.values[rows],
+        ),
+        workers=data.workers,
+        dropped=data.dropped[chosen],
+        slots_taken=data.slots_taken[chosen],
+        resolutions=resolutions,
+        review_items=review_items,
+        stored_total=data.stored_total[chosen],
+        stored_kept=data.stored_kept[chosen],
+    )
+
+
+def _review_inputs_load(
+    campaign: Campaign, ids: NDArray[np.int64], *, whole: bool
+) -> tuple[dict[int, dict[str, float]], dict[int, tuple[int, str]]]:
+    """Expert resolutions and review items of the candidates `ids` (sorted; `whole`: they are
+    every candidate of the campaign), keyed by position in `ids`."""
+    resolutions: dict[int, dict[str, float]] = {}
+    resolved = CampaignCandidate.objects.filter(campaign=campaign).exclude(resolution={})
+    if not whole:
+        resolved = resolved.filter(id__in=ids.tolist())
+    for candidate_id, resolution in resolved.values_list("id", "resolution"):
+        values = (resolution or {}).get("values") or {}
+        position = int(np.searchsorted(ids, candidate_id))
+        if values and position < len(ids) and ids[position] == candidate_id:
+            resolutions[position] = {
+                key: float(value) for key, value in values.items() if value is not None
+            }
+
+    review_items: dict[int, tuple[int, str]] = {}
+    reviews = ReviewItem.objects.filter(campaign=campaign)
+    if not whole:
+        reviews = reviews.filter(campaign_candidate_id__in=ids.tolist())
+    review_rows = list(reviews.values_list("id", "campaign_candidate_id", "status"))
+    if review_rows:
+        found = _positions(ids, [row[1] for row in review_rows])
+        for (review_id, _candidate_id, status), position in zip(
+            review_rows, found.tolist(), strict=True
+        ):
+            if position >= 0:
+                review_items[position] = (review_id, status)
+    return resolutions, review_items
 
 
 def _positions(sorted_ids: NDArray[np.int64], wanted: Sequence[int]) -> NDArray[np.int64]:
