@@ -210,5 +210,5 @@ log "all up in ${STARTUP_SECONDS}s: web http://127.0.0.1:$WEB1_PORT and http://1
   --web-pid "${WEB_PIDS[0]}" --web-pid "${WEB_PIDS[1]}" --db-pid "$PG_PID" \
   --db-dsn "host=127.0.0.1 port=$PG_PORT dbname=lepus user=postgres" \
   --redis-port "$REDIS_PORT" \
-  --curator curator --curator-password "$CURATOR_PASSWORD" \
+  --curator curator --curator-password="$CURATOR_PASSWORD" \
   --run-dir "$RUN_DIR" --logs "$LOGS" --startup-seconds "$STARTUP_SECONDS" "$@"
