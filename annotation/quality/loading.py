@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, TypeVar
 
 import numpy as np
 from django.core.cache import cache
@@ -228,25 +228,10 @@ def campaign_slice_subset(data: CampaignSlice, positions: NDArray[np.int64]) -> 
     return CampaignSlice(
         campaign=data.campaign,
         question_keys=data.question_keys,
-        candidates=CandidateColumns(
-            ids=ids,
-            clip=candidates.clip[chosen],
-            quota=candidates.quota[chosen],
-            is_control=candidates.is_control[chosen],
-            expected_low=candidates.expected_low[chosen],
-            expected_high=candidates.expected_high[chosen],
-        ),
+        candidates=_rows(candidates, chosen),
         clip_ids=data.clip_ids,
         clip_seconds=data.clip_seconds,
-        judgments=JudgmentColumns(
-            ids=judgments.ids[rows],
-            item=remap[judgments.item[rows]],
-            worker=judgments.worker[rows],
-            server_ms=judgments.server_ms[rows],
-            excluded=judgments.excluded[rows],
-            imported=judgments.imported[rows],
-            values=judgments.values[rows],
-        ),
+        judgments=replace(_rows(judgments, rows), item=remap[judgments.item[rows]]),
         workers=data.workers,
         dropped=data.dropped[chosen],
         slots_taken=data.slots_taken[chosen],
@@ -255,6 +240,14 @@ def campaign_slice_subset(data: CampaignSlice, positions: NDArray[np.int64]) -> 
         stored_total=data.stored_total[chosen],
         stored_kept=data.stored_kept[chosen],
     )
+
+
+Columns = TypeVar("Columns", CandidateColumns, JudgmentColumns)
+
+
+def _rows(columns: Columns, index: NDArray[Any]) -> Columns:
+    """The rows `index` (positions or a mask) of every column of `columns`."""
+    return type(columns)(**{f.name: getattr(columns, f.name)[index] for f in fields(columns)})
 
 
 def _review_inputs_load(
