@@ -286,18 +286,21 @@ def _refuse_private_peer(sock: socket.socket) -> None:
         raise WebhookTargetRefused(f"connected to a non-public address {address}; not sent")
 
 
-class _PublicHTTPConnection(urllib3.connection.HTTPConnection):
+class _PublicPeer:
+    """Mixed into urllib3's connection classes: each new socket passes `_refuse_private_peer`."""
+
     def _new_conn(self) -> socket.socket:
-        sock = super()._new_conn()
+        sock: socket.socket = super()._new_conn()  # type: ignore[misc]
         _refuse_private_peer(sock)
         return sock
 
 
-class _PublicHTTPSConnection(urllib3.connection.HTTPSConnection):
-    def _new_conn(self) -> socket.socket:
-        sock = super()._new_conn()
-        _refuse_private_peer(sock)
-        return sock
+class _PublicHTTPConnection(_PublicPeer, urllib3.connection.HTTPConnection):
+    pass
+
+
+class _PublicHTTPSConnection(_PublicPeer, urllib3.connection.HTTPSConnection):
+    pass
 
 
 class _PublicHTTPPool(urllib3.HTTPConnectionPool):
