@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import types
 from collections.abc import Iterator
 from typing import Any
@@ -124,13 +125,9 @@ def _block_body(
     return hidden_states + block.mlp(block.norm2(hidden_states))
 
 
-_COMPILED_BODY: list[Any] = []
-
-
+@functools.cache
 def _compiled_body() -> Any:
-    if not _COMPILED_BODY:
-        _COMPILED_BODY.append(torch.compile(_block_body, dynamic=True, fullgraph=True))
-    return _COMPILED_BODY[0]
+    return torch.compile(_block_body, dynamic=True, fullgraph=True)
 
 
 def _fast_block_forward(
