@@ -5,9 +5,9 @@ The page (`annotation.views.preview`) is the worker's template and script; only 
 talks to differ. They answer like the worker API (join, next, submit, me; same bodies, same
 validation of a submission) but never create a worker, participation, assignment or judgment and
 never touch a slot counter: `next` reads the campaign's servable clips in order and builds an
-`Offer` that no assignment stands behind; `submit` runs the real `submission_clean` and answers without a
-write. The only state is how many clips this preview has passed, kept in the cache (not the
-database) for an hour under a random id carried by the token.
+`Offer` that no assignment stands behind; `submit` runs the real `submission_clean` and answers
+without a write. The only state is how many clips this preview has passed, kept in the cache (not
+the database) for an hour under a random id carried by the token.
 
 The token is a signed, time-limited capability (Django's signing, salted): the page is opened by a
 logged-in curator, but the script sends no cookie (`credentials: "omit"`, so the page also works
