@@ -350,13 +350,11 @@ class AssignmentNextApi(_WorkerApi):
     )
     def post(self, request: Request) -> Response:
         participation = cast(Participation, request.auth)
-        assignment = assignment_claim_next(participation=participation)
-        if assignment is None:
+        offer = assignment_claim_next(participation=participation)
+        if offer is None:
             return Response(status=status.HTTP_204_NO_CONTENT)
         try:
-            payload = assignment_offer_payload(
-                assignment=assignment, campaign=participation.campaign
-            )
+            payload = assignment_offer_payload(offer=offer, campaign=participation.campaign)
         except StorageUnavailable:
             return Response(
                 {"detail": "Media storage is unreachable; please retry in a moment."},
