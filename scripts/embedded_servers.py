@@ -361,7 +361,7 @@ def supervisor_pid(state_dir: Path) -> int | None:
         pid = int(path.read_text().strip())
     except (OSError, ValueError):
         return None
-    return pid if _process_start_time(pid) is not None else None
+    return pid if _watched_process_alive(pid, _process_start_time(pid)) else None
 
 
 def supervise(
