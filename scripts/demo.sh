@@ -34,11 +34,19 @@ LOG_DIR="$LEPUS_VAR_DIR/logs"
 mkdir -p "$LOG_DIR"
 
 pids=()
+# The web server's and the worker's pids, for the database's supervisor to stop where this shell
+# is killed outright (SIGKILL runs no trap).
+remember() {
+  pids+=("$1")
+  printf '%s\n' "${pids[@]}" >"$LEPUS_VAR_DIR/demo.pids"
+}
+: >"$LEPUS_VAR_DIR/demo.pids"
 embedded_database=0
 cleanup() {
   trap '' INT TERM HUP
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
+  : >"$LEPUS_VAR_DIR/demo.pids"
   if ((embedded_database)); then
     echo "==> Stopping the private PostgreSQL"
     $PY scripts/embedded_servers.py stop --state-dir "$LEPUS_VAR_DIR" || true
@@ -69,7 +77,8 @@ if [[ -n "${DATABASE_URL:-}" ]]; then
   echo "==> Using the PostgreSQL of DATABASE_URL"
 else
   echo "==> Starting a private PostgreSQL (data: $LEPUS_VAR_DIR/pgdata)"
-  servers="$($PY scripts/embedded_servers.py start --state-dir "$LEPUS_VAR_DIR" --watch-pid $$ --database lepus)" \
+  servers="$($PY scripts/embedded_servers.py start --state-dir "$LEPUS_VAR_DIR" --watch-pid $$ \
+    --database lepus --companions-file "$LEPUS_VAR_DIR/demo.pids")" \
     || fail "Starting the private PostgreSQL" "$LEPUS_VAR_DIR/embedded-servers.log"
   embedded_database=1
   while IFS= read -r assignment; do export "${assignment?}"; done <<<"$servers"
@@ -82,7 +91,7 @@ echo "==> Starting a Celery worker (filesystem broker, log: $LOG_DIR/celery.log)
 $CELERY -A config worker -Q default,training --beat --concurrency=2 --loglevel=INFO \
   --schedule "$LEPUS_VAR_DIR/celerybeat-schedule" \
   > >(tee "$LOG_DIR/celery.log" | errors_to_terminal "worker") 2>&1 &
-pids+=($!)
+remember "$!"
 
 echo "==> Seeding demo data (drawn scenes and their crowd campaign, a VATEX-EVAL slice, curator)"
 $PY manage.py seed_demo --json >"$LEPUS_VAR_DIR/seed.json" 2> >(tee "$LOG_DIR/seed.log" >&2) \
@@ -94,7 +103,7 @@ CAMPAIGN="$($PY -c "import json,sys; print(json.load(open(sys.argv[1]))['campaig
 echo "==> Starting the web server on http://127.0.0.1:$PORT"
 $PY manage.py runserver "127.0.0.1:$PORT" --noreload \
   > >(tee "$LOG_DIR/web.log" | errors_to_terminal "web") 2>&1 &
-pids+=($!)
+remember "$!"
 web_up=0
 for _ in $(seq 1 60); do
   curl -fs -o /dev/null "http://127.0.0.1:$PORT/healthz" 2>/dev/null && { web_up=1; break; }

@@ -354,6 +354,26 @@ def _watched_process_alive(pid: int, started: float | None) -> bool:
         return False
 
 
+def _stop_companions(companions_file: Path, *, timeout: float = 20.0) -> None:
+    """SIGTERM to each pid the file lists, then SIGKILL to any still running after timeout."""
+    import psutil
+
+    try:
+        pids = [int(line) for line in companions_file.read_text().split() if line.isdigit()]
+    except OSError:
+        return
+    processes = []
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            process = psutil.Process(pid)
+            process.terminate()
+            processes.append(process)
+    _, still_running = psutil.wait_procs(processes, timeout=timeout)
+    for process in still_running:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+
+
 def supervisor_pid(state_dir: Path) -> int | None:
     """The pid of a live supervisor for state_dir, if any."""
     path = state_dir / SUPERVISOR_PID_FILE
@@ -372,8 +392,11 @@ def supervise(
     redis: bool,
     throwaway: bool,
     database: str,
+    companions_file: Path | None = None,
 ) -> int:
-    """Start the servers, report them on stdout as one JSON line, wait, and stop them."""
+    """Start the servers, report them on stdout as one JSON line, wait, and stop them. Where the
+    watched process vanished, first stop the processes companions_file lists (one pid a line: the
+    demo's web server and worker, which its shell can no longer stop)."""
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, _raise_stop)
     watched_started = _process_start_time(watch_pid)
@@ -404,6 +427,8 @@ def supervise(
         while _watched_process_alive(watch_pid, watched_started):
             time.sleep(WATCH_INTERVAL_SECONDS)
         print(f"watched process {watch_pid} is gone: stopping", file=sys.stderr)
+        if companions_file is not None:
+            _stop_companions(companions_file)
         return 0
     except _StopRequested as stop:
         print(f"{stop}: stopping", file=sys.stderr)
@@ -433,6 +458,7 @@ def start(
     redis: bool = False,
     throwaway: bool = False,
     database: str = "lepus",
+    companions_file: Path | None = None,
     timeout: float = 120.0,
 ) -> dict[str, str]:
     """Start a supervisor for state_dir and return the environment that points at its servers
@@ -453,6 +479,7 @@ def start(
         *([] if postgres else ["--no-postgres"]),
         *(["--redis"] if redis else []),
         *(["--throwaway"] if throwaway else []),
+        *(["--companions-file", str(companions_file.resolve())] if companions_file else []),
     ]
     log_path = state_dir / SUPERVISOR_LOG_FILE
     with open(log_path, "ab") as log:
@@ -507,6 +534,7 @@ def main(argv: list[str] | None = None) -> int:
         command.add_argument("--no-postgres", dest="postgres", action="store_false")
         command.add_argument("--redis", action="store_true")
         command.add_argument("--throwaway", action="store_true")
+        command.add_argument("--companions-file", type=Path)
     commands.add_parser("stop").add_argument("--state-dir", type=Path, required=True)
     arguments = parser.parse_args(argv)
 
@@ -521,6 +549,7 @@ def main(argv: list[str] | None = None) -> int:
             redis=arguments.redis,
             throwaway=arguments.throwaway,
             database=arguments.database,
+            companions_file=arguments.companions_file,
         )
     try:
         environment = start(
@@ -530,6 +559,7 @@ def main(argv: list[str] | None = None) -> int:
             redis=arguments.redis,
             throwaway=arguments.throwaway,
             database=arguments.database,
+            companions_file=arguments.companions_file,
         )
     except EmbeddedServerError as error:
         print(f"ERROR: {error}", file=sys.stderr)

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import psutil
 import psycopg2
 import pytest
 
@@ -65,8 +66,24 @@ def sleeper() -> Iterator[subprocess.Popen[bytes]]:
 
 def test_the_servers_answer_and_stop_when_the_watched_process_dies(state_root, sleeper):
     state_dir = state_root / "servers"
+    # A process the watched one started (the demo's web server), listed for the supervisor; not
+    # this process's child (the shell that started it exits), as the demo's outlive their shell.
+    companion = int(
+        subprocess.run(
+            ["sh", "-c", "sleep 600 >/dev/null 2>&1 & echo $!"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    companions_file = state_root / "demo.pids"
+    companions_file.write_text(f"{companion}\n")
     environment = embedded_servers.start(
-        state_dir, watch_pid=sleeper.pid, redis=True, throwaway=True
+        state_dir,
+        watch_pid=sleeper.pid,
+        redis=True,
+        throwaway=True,
+        companions_file=companions_file,
     )
 
     assert sorted(environment) == ["CELERY_BROKER_URL", "DATABASE_URL"]
@@ -86,6 +103,7 @@ def test_the_servers_answer_and_stop_when_the_watched_process_dies(state_root, s
         timeout=60,
         message="the servers stopped and the throwaway state removed",
     )
+    wait_until(lambda: not psutil.pid_exists(companion), timeout=10, message="the companion gone")
 
 
 def test_stop_stops_the_server_and_a_second_start_reuses_its_data(state_root):
@@ -94,6 +112,7 @@ def test_stop_stops_the_server_and_a_second_start_reuses_its_data(state_root):
     _query(first, "CREATE TABLE kept (value text); INSERT INTO kept VALUES ('from the first run')")
 
     assert embedded_servers.stop(state_dir) is True
+    # stop() returns once the server is down (the demo's cleanup relies on it).
     assert _down(first)
     assert not (state_dir / "pgdata" / "postmaster.pid").exists()
     assert not (state_dir / embedded_servers.SUPERVISOR_PID_FILE).exists()
