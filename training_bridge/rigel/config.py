@@ -145,10 +145,12 @@ class RigelConfig:
     lora_rank: int = 8
     lora_alpha: int = 16
     lora_dropout: float = 0.05
-    # Dtype of the LoRA weights (and so of their optimiser state): "auto" = float32 with a float32
-    # backbone (CPU by default), else bfloat16 (CUDA: Phase 2 "bf16 on GPU"; 26-32.5 against
-    # 21.8-23.7 samples/s with peft's fp32 adapters on an H200, docs/benchmarks.md; a float16
-    # backbone also gets bfloat16 adapters); or "float32"/"bfloat16".
+    # Dtype of the LoRA weights (and so of their optimiser state): "auto" = float32 always, the
+    # master copy (ours: issue 26 found bf16 adapters and Adam state on GPU taking 84-86 % of the
+    # fp32 update, so CPU and GPU runs differed). With a bf16 / fp16 backbone Phase 2 runs its
+    # forward under autocast, so the matmuls (LoRA's included) stay in that dtype while the 1.6M
+    # adapter weights and Adam's moments are float32 (`phase2.adapter_autocast`). "bfloat16"
+    # keeps the old bf16 adapters (benchmarks only); "float32" is the same as "auto".
     lora_dtype: str = "auto"
     # Phase 2 compiles the language model's decoder layers for training (forward and backward, the
     # graphs of the first two layers serve all; `fused.compile_decoder_layers`): 46 against 25
@@ -249,9 +251,8 @@ class RigelConfig:
 
     @property
     def lora_dtype_name(self) -> str:
-        if self.lora_dtype != "auto":
-            return self.lora_dtype
-        return "float32" if self.torch_dtype_name == "float32" else "bfloat16"
+        """The adapters' dtype: float32 (fp32 master weights) unless "bfloat16" is asked for."""
+        return "float32" if self.lora_dtype == "auto" else self.lora_dtype
 
     def uses_engine(self, device_type: str) -> bool:
         return self.engine == "on" or (self.engine == "auto" and device_type == "cuda")
