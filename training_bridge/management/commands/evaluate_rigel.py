@@ -9,7 +9,14 @@ the paper's protocols, beside the standard metrics (see `services.rigel_benchmar
         --foil-file foils.jsonl
 
 Values are x100 (correlations) and % (FOIL accuracy). It fails, naming how many, when a benchmark
-clip is in a run's train or validation split.
+clip is in a run's train or validation split. A run is scored only under the protocols of the
+setting it was trained in (`train --reference-free` for the reference-free row); a protocol that no
+given run was trained for fails the command unless --allow-protocol-mismatch, which scores it anyway
+and labels it (`protocol_mismatch` in --json, [MISMATCH] in the table). Without --protocol: the
+protocols of the runs' own settings.
+
+    python manage.py evaluate_rigel --runs FREE,BASED --campaign vatex-eval \
+        --protocol reference-free,1-ref,all-refs --json     # Table 2: each row by its own model
 """
 
 from __future__ import annotations
@@ -66,7 +73,14 @@ class Command(LepusCommand):
             "--protocol",
             action="append",
             help=f"{', '.join(PROTOCOL_CHOICES)}; repeat or separate by commas "
-            "(default: reference-free,1-ref,all-refs).",
+            "(default: the protocols of the runs' own settings: reference-free for a "
+            "reference-free run, 1-ref,all-refs for a reference-based one).",
+        )
+        parser.add_argument(
+            "--allow-protocol-mismatch",
+            action="store_true",
+            help="Score every run under every protocol, also those of the setting it was not "
+            "trained in; the output labels each such row (protocol_mismatch in --json).",
         )
         parser.add_argument(
             "--correlation",
@@ -110,7 +124,7 @@ class Command(LepusCommand):
                 raise CommandError(f"no FOIL file at {path}")
             foil_lines = path.read_text(encoding="utf-8").splitlines()
         try:
-            protocols = parse_protocols(options["protocol"])
+            protocols = parse_protocols(options["protocol"]) if options["protocol"] else []
             if foil_lines is not None and "foil" not in protocols:
                 raise RigelEvaluationError("--foil-file needs --protocol foil")
             runs = runs_for([options["run"]] if options["run"] else _ids(options["runs"]))
@@ -132,6 +146,7 @@ class Command(LepusCommand):
                     foil_seed=options["foil_seed"],
                     foil_lines=foil_lines,
                     progress=progress,
+                    allow_protocol_mismatch=options["allow_protocol_mismatch"],
                 )
             finally:
                 bar.close()
