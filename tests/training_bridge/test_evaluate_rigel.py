@@ -390,3 +390,52 @@ def test_without_a_protocol_each_run_gets_those_of_its_own_setting(published_rel
         )
         assert result["protocol_order"] == expected
         assert result["protocol_mismatch"] == []
+
+
+def test_the_preset_is_set_by_train_and_checked_by_evaluate_rigel_and_score(
+    published_release, tmp_path
+):
+    from training_bridge.models import TrainingRun
+    from training_bridge.rigel.config import PRESETS
+    from training_bridge.services import rigel_benchmark
+
+    out = io.StringIO()
+    call_command(
+        "train", "--release", str(published_release.pk), "--backbone", "tiny",
+        "--preset", "paper-budget", "--set", "phase1_epochs=2", "--json",
+        stdout=out, stderr=io.StringIO(),
+    )  # fmt: skip
+    created = TrainingRun.objects.get(pk=json.loads(out.getvalue())["run"])
+    stored = created.hyperparameters
+    assert (stored["frames"], stored["frame_pixels"], stored["phase1_epochs"]) == (2, 9216, 2)
+
+    campaign = benchmark_campaign(12)
+    budget = finished_run(published_release, hyperparameters=dict(PRESETS["paper-budget"]))
+    plain = finished_run(published_release)
+    original = rigel_benchmark._scorer_for
+    rigel_benchmark._scorer_for = lambda _run: StandInScorer()  # type: ignore[assignment]
+    try:
+        out = io.StringIO()
+        call_command(
+            "evaluate_rigel", "--run", str(budget.pk), "--campaign", campaign.slug,
+            "--preset", "paper-budget", "--metrics", "bleu4", "--json",
+            stdout=out, stderr=io.StringIO(),
+        )  # fmt: skip
+        assert [entry["preset"] for entry in json.loads(out.getvalue())["runs"]] == ["paper-budget"]
+        with pytest.raises(
+            CommandError, match=rf"--preset paper-budget: run {plain.pk} \(default\)"
+        ):
+            call_command(
+                "evaluate_rigel", "--runs", f"{budget.pk},{plain.pk}", "--campaign",
+                campaign.slug, "--preset", "paper-budget", "--json",
+                stdout=io.StringIO(), stderr=io.StringIO(),
+            )  # fmt: skip
+    finally:
+        rigel_benchmark._scorer_for = original  # type: ignore[assignment]
+    triples = tmp_path / "triples.jsonl"
+    triples.write_text(json.dumps({"video": "nowhere", "references": ["a"], "candidate": "b"}))
+    with pytest.raises(CommandError, match=rf"run {budget.pk} \(paper-budget\) trained with"):
+        call_command(
+            "score", "--run", str(budget.pk), "--input", str(triples), "--preset", "default",
+            stdout=io.StringIO(), stderr=io.StringIO(),
+        )  # fmt: skip

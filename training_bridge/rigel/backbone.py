@@ -96,6 +96,26 @@ class VisionSettings:
         return self.patch_size * self.merge_size
 
 
+def with_frame_budget(vision: VisionSettings, *, frames: int, frame_pixels: int) -> VisionSettings:
+    """The vision settings for `frames` frames of at most `frame_pixels` pixels each (0: the
+    settings unchanged, i.e. the checkpoint's own budget). The processor's ``smart_resize`` keeps
+    t * h * w under max_pixels over all frames (t rounded up to the temporal patch), so the budget
+    is per frame times that t, uncapped."""
+    import dataclasses
+
+    settings = dataclasses.replace(vision, num_frames=frames)
+    if not frame_pixels:
+        return settings
+    temporal = vision.temporal_patch_size
+    grouped = frames + (-frames % temporal)
+    return dataclasses.replace(
+        settings,
+        max_pixels=frame_pixels * grouped,
+        min_pixels=min(vision.min_pixels, frame_pixels),
+        cap_pixels_per_frame=False,
+    )
+
+
 # Qwen3-VL-2B-Instruct's video_preprocessor_config.json: 448 px x 8 frames stay 448 px (784 tokens).
 QWEN3_VL_HUB_VIDEO = VisionSettings()
 # The issue's benchmark workload: transformers' class defaults for Qwen3VLVideoProcessor

@@ -343,6 +343,13 @@ def _scorer_for(run: TrainingRun) -> Any:
     return ProtocolScorer(model, config, loader)
 
 
+def _run_preset(run: TrainingRun) -> str:
+    from training_bridge.rigel.config import preset_name
+    from training_bridge.services.runs import training_run_config
+
+    return preset_name(training_run_config(run=run))
+
+
 def rigel_benchmark_evaluate(
     *,
     runs: Sequence[TrainingRun],
@@ -409,6 +416,7 @@ def rigel_benchmark_evaluate(
                 "release": run.release_id,
                 "trained_reference_free": run.reference_free,
                 "trained_setting": run_setting(run),
+                "preset": _run_preset(run),
                 "backbone": run.backbone,
             }
             for run in runs

@@ -29,6 +29,7 @@ from django.core.management.base import CommandError, CommandParser
 from annotation.models import Campaign
 from common.management.base import LepusCommand
 from training_bridge.metrics.plugins import METRIC_NAMES, TABLE_METRICS
+from training_bridge.rigel.config import PRESETS, preset_name
 from training_bridge.services.rigel_benchmark import (
     CORRELATIONS,
     PROTOCOL_CHOICES,
@@ -45,6 +46,23 @@ def _ids(value: str) -> list[int]:
         return [int(part) for part in value.split(",") if part.strip()]
     except ValueError:
         raise CommandError(f"--runs expects ids separated by commas, not {value!r}")
+
+
+def check_preset(runs: list[Any], preset: str) -> None:
+    """Refuse runs trained with another visual-input preset than `preset` (a run scores with the
+    frames and resolution it was trained on; scoring it at others would be another model)."""
+    from training_bridge.services.runs import training_run_config
+
+    other = [
+        f"run {run.pk} ({preset_name(training_run_config(run=run))})"
+        for run in runs
+        if preset_name(training_run_config(run=run)) != preset
+    ]
+    if other:
+        raise CommandError(
+            f"--preset {preset}: {', '.join(other)} trained with another preset; train one with "
+            f"`manage.py train --preset {preset}`"
+        )
 
 
 def _settings(pairs: list[str]) -> dict[str, str]:
@@ -75,6 +93,13 @@ class Command(LepusCommand):
             help=f"{', '.join(PROTOCOL_CHOICES)}; repeat or separate by commas "
             "(default: the protocols of the runs' own settings: reference-free for a "
             "reference-free run, 1-ref,all-refs for a reference-based one).",
+        )
+        parser.add_argument(
+            "--preset",
+            choices=sorted(PRESETS),
+            default=None,
+            help="Check that every run was trained with this visual-input preset (default or "
+            "paper-budget; a run scores with the frames and resolution it was trained on).",
         )
         parser.add_argument(
             "--allow-protocol-mismatch",
@@ -128,6 +153,8 @@ class Command(LepusCommand):
             if foil_lines is not None and "foil" not in protocols:
                 raise RigelEvaluationError("--foil-file needs --protocol foil")
             runs = runs_for([options["run"]] if options["run"] else _ids(options["runs"]))
+            if options["preset"]:
+                check_preset(runs, options["preset"])
             bar = self.progress_bar(total=1000, description="evaluate_rigel")
 
             def progress(fraction: float, message: str) -> None:
