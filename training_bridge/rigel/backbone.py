@@ -296,6 +296,13 @@ def qwen3_vl_2b_config() -> Any:
     max positions 262144. Vision: 24 blocks of hidden 1024, 16 heads, MLP 4096, gelu_pytorch_tanh,
     patch 16, temporal patch 2, merge 2, 2304 position embeddings, DeepStack after blocks 5, 11,
     17, output 2048. Token ids: image 151655, video 151656, vision start/end 151652/151653.
+
+    Source: the checkpoint's config.json (huggingface.co/Qwen/Qwen3-VL-2B-Instruct, file
+    config.json); transformers' own `Qwen3VLConfig()` defaults are the 4B's
+    (configuration_qwen3_vl.py documents checkpoint Qwen/Qwen3-VL-4B-Instruct: text hidden 2560,
+    36 layers), so they cannot stand in. A public printout of a 2B Qwen3-VL config with these text
+    and vision sizes: github.com/xorbitsai/inference issue #4592 (Qwen3-VL-Embedding-2B).
+    `tests/rigel/test_paper_defaults.py` checks the paper's 1.61M LoRA parameters on it.
     """
     from transformers import Qwen3VLConfig
 

@@ -113,7 +113,7 @@ PAPER_GFLOPS_PER_INFERENCE = 770.0
 #   Qwen3-VL also makes of a still image, T = 1) at 96 x 96 = 9,216 pixels per frame: 64 x 96
 #   (4:3 source) or 64 x 128 (16:9) after the processor's rounding, 6 or 8 video tokens. With our
 #   reference-free prompt (about 250 tokens, which alone cost about 695 GFLOPs at Qwen3-VL-2B's
-#   2.8 GFLOPs a token) that is 751 / 762 GFLOPs per inference by the same counter
+#   2.8 GFLOPs a token) that is 765 / 776 GFLOPs per inference by the same counter
 #   (tests/rigel/test_presets.py): the paper's 770 GFLOPs leave room for a tiny picture only,
 #   so the paper's prompt must be far shorter than ours (about 270 tokens in all fit in 770
 #   GFLOPs). Our 1-ref and 9-ref prompts exceed 770 GFLOPs on text alone.
