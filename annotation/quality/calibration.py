@@ -365,20 +365,18 @@ def identified_parameters(table: RatingTable, *, thresholds: int) -> int:
     connected campaign has items + raters + thresholds - 2."""
     if len(table) == 0:
         return 0
-    rated_items = np.unique(table.item)
-    rated_raters = np.unique(table.rater)
+    # Graph nodes: the rated items, then the rated raters (positions by a running count).
+    item_rated = np.bincount(table.item, minlength=table.items) > 0
+    rater_rated = np.bincount(table.rater, minlength=table.raters) > 0
+    item_node = np.cumsum(item_rated) - 1
+    rater_node = int(item_rated.sum()) + np.cumsum(rater_rated) - 1
+    nodes = int(item_rated.sum() + rater_rated.sum())
     graph = coo_matrix(
-        (
-            np.ones(len(table)),
-            (
-                np.searchsorted(rated_items, table.item),
-                len(rated_items) + np.searchsorted(rated_raters, table.rater),
-            ),
-        ),
-        shape=(len(rated_items) + len(rated_raters),) * 2,
+        (np.ones(len(table)), (item_node[table.item], rater_node[table.rater])),
+        shape=(nodes, nodes),
     )
     parts, _ = connected_components(graph, directed=False)
-    return int(len(rated_items) + len(rated_raters) + thresholds - parts - 1)
+    return nodes + thresholds - int(parts) - 1
 
 
 def calibration_fit(
