@@ -29,8 +29,8 @@ scale). The fit is a maximum a posteriori estimate:
   curvature (about 0.2 x judgments + prior precision), which makes items with 3 judgments and
   raters with 300 equally easy for it. BLAS is held to one thread during the fit (threadpoolctl):
   on a busy machine a multi-threaded BLAS spins its threads on every call of a level-1 routine
-  (a 10,000-rating fit took 11.4 s with two BLAS threads under a load average of 12 on 2 cores,
-  0.24 s with one); the objective's own dot products avoid BLAS altogether (`_dot`). A
+  (a 10,000-rating fit took 11.4 s with a multi-threaded BLAS under a load average of 12 on 2
+  cores, 0.24 s with one); the objective's own dot products avoid BLAS altogether (`_dot`). A
   hand-written L-BFGS stood here before; at 1,000,000 judgments it was 1.02x as fast as scipy's
   (median of 3 alternated runs: 9.70 s against 9.88 s wall, 2.7 s against 2.9 s CPU, under a load
   average of about 10 on 2 cores), far from the 1.5x that would have justified keeping it
