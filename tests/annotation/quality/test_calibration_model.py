@@ -287,3 +287,28 @@ def test_two_unconnected_groups_of_raters_leave_one_more_direction_free():
     rank = int((eigenvalues > 1e-6 * eigenvalues.max()).sum())
     assert rank == 8 + 4 + 4 - 3
     assert fit.statistics["parameters"] == 13
+
+
+def test_standard_errors_on_a_three_point_scale_with_an_unrated_item_and_rater():
+    simulation = ratings_simulate(
+        items=20, raters=4, severity_sd=0.7, thresholds=(-1.0, 1.0), seed=2
+    )
+    rated = simulation.table
+    table = RatingTable(
+        item=rated.item, rater=rated.rater, value=rated.value, items=21, raters=5, categories=3
+    )
+    settings = CalibrationSettings()
+    fit = calibration_fit(table, settings=settings)
+    assert np.isnan(fit.quality_se[20]) and np.isnan(fit.severity_se[4])
+    point = np.concatenate(
+        [np.nan_to_num(fit.quality), np.nan_to_num(fit.severity), fit.thresholds]
+    )
+    covariance = np.linalg.inv(
+        numerical_hessian(lambda x: negative_log_posterior(x, table, settings), point)
+    )
+    average = np.zeros(len(point))
+    average[21:25] = 1.0 / 4  # the four raters with ratings
+    rows = np.eye(len(point))[:20] - average
+    expected = np.sqrt(np.einsum("ij,jk,ik->i", rows, covariance, rows))
+    np.testing.assert_allclose(fit.quality_se[:20], expected, rtol=1e-5)
+    assert fit.statistics["parameters"] == 20 + 4 + 2 - 2
