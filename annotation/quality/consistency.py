@@ -9,8 +9,9 @@ their per-question kappas.
 The campaign's figures summarise the *within-worker* kappas: their mean and median over the
 workers with enough pairs, per question and overall (`worker_kappa_mean`, `worker_kappa_median`).
 A kappa of the tables pooled across workers (`pooled_kappa`) is kept beside them, labelled as
-pooled: pooling adds the differences *between* workers to the marginals, which kappa then counts
-as chance, so it is not an average worker's consistency (two workers who each use their own end
+pooled: pooling measures chance against the crowd's marginals, so the differences *between*
+workers (one keeps to the low end, another to the high end) count as reproduced ratings, and it
+is not an average worker's consistency (two workers who each use their own end
 of the scale and reproduce nothing within it have kappa 0 each and 0.9 pooled:
 tests/annotation/quality/test_retest_consistency.py).
 

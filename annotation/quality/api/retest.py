@@ -28,8 +28,9 @@ class RetestQuestionSerializer(serializers.Serializer):
     workers_with_kappa = serializers.IntegerField()
     pooled_kappa = serializers.FloatField(
         allow_null=True,
-        help_text="Kappa of the tables pooled across workers: counts the differences between "
-        "workers as chance, so it is not an average worker's consistency.",
+        help_text="Kappa of the tables pooled across workers: chance is taken from the crowd's "
+        "marginals, so differences between workers count as reproduced ratings; not an average "
+        "worker's consistency.",
     )
     exact_agreement = serializers.FloatField(allow_null=True)
 
