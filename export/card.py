@@ -157,7 +157,9 @@ def card_context(facts: ReleaseFacts) -> dict[str, Any]:
             f"{entry['retest_share']:.0%}",
             str(entry["retest_min_gap"]),
             str(fit["pairs"]),
-            _fixed(fit["kappa"], 3),
+            _fixed(fit["worker_kappa_mean"], 3),
+            _fixed(fit["worker_kappa_median"], 3),
+            _fixed(fit["pooled_kappa"], 3),
             _fixed(fit["exact_agreement"], 3),
         )
         for entry in facts.retest
@@ -170,7 +172,9 @@ def card_context(facts: ReleaseFacts) -> dict[str, Any]:
             str(entry["workers_with_pairs"]),
             str(entry["workers_with_enough_pairs"]),
             str(entry["min_pairs"]),
-            _fixed(entry["kappa"], 3),
+            _fixed(entry["worker_kappa_mean"], 3),
+            _fixed(entry["worker_kappa_median"], 3),
+            _fixed(entry["pooled_kappa"], 3),
         )
         for entry in facts.retest
     ]

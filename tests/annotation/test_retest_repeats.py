@@ -254,13 +254,19 @@ def test_repeats_are_served_apart_measured_and_change_no_count_payment_aggregate
     assert manifest(release_off)["retest"] == []
     assert [entry["campaign"] for entry in facts] == ["retest-on"]
     assert facts[0]["pairs"] == figures["pairs"] == CANDIDATES * repeats.count()
-    assert facts[0]["kappa"] == figures["kappa"]
+    for name in ("worker_kappa_mean", "worker_kappa_median", "workers_with_kappa", "pooled_kappa"):
+        assert facts[0][name] == figures[name]
     card = read_file(release_on, "README.md").decode()
     assert "## Test–retest consistency (intra-rater)" in card
+
+    def fixed(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.3f}"
+
     for row in figures["questions"]:
         assert (
-            f"| retest-on | {row['key']} | 25% | {GAP} | {row['pairs']} | {row['kappa']:.3f} |"
-            in card
+            f"| retest-on | {row['key']} | 25% | {GAP} | {row['pairs']} | "
+            f"{fixed(row['worker_kappa_mean'])} | {fixed(row['worker_kappa_median'])} | "
+            f"{fixed(row['pooled_kappa'])} |" in card
         )
     assert (
         "No campaign of this release served test–retest repeats."
