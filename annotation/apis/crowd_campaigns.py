@@ -16,8 +16,10 @@ from rest_framework.views import APIView
 from annotation.apis.figures import CampaignFiguresSerializer
 from annotation.figures import campaigns_with_figures
 from annotation.models import Campaign, CampaignStatus, ErasureMode
+from annotation.questions import Rubric
 from annotation.services.campaigns import (
     CAMPAIGN_FIELDS,
+    CHOSEN_RUBRICS,
     RETEST_GAP_MAX,
     RETEST_SHARE_MAX,
     SLUG_HELP,
@@ -84,6 +86,14 @@ class CampaignOptionsSerializer(serializers.Serializer):
     instructions = serializers.CharField(required=False, allow_blank=True)
     status = serializers.ChoiceField(choices=CampaignStatus.choices, required=False)
     questions = QuestionInputSerializer(many=True, required=False)
+    rubric = serializers.ChoiceField(
+        choices=[(value, Rubric(value).label) for value in CHOSEN_RUBRICS],
+        required=False,
+        help_text="Whose words describe each question's levels: per_criterion (the default; "
+        "Lepus's own wording for each question), paper (the Rigel paper's Appendix C holistic "
+        "rubric, the same for every question) or custom (each question gives its levels). "
+        "Frozen once workers have submitted judgments.",
+    )
     overall_question_key = serializers.CharField(required=False, allow_blank=True)
     judgments_per_candidate = serializers.IntegerField(min_value=1, max_value=100, required=False)
     reference_free = serializers.BooleanField(required=False)
