@@ -77,9 +77,34 @@
     return answer.status === 403 && answer.body && answer.body.state === "screened_out";
   }
 
+  // Quality control runs on the server after each submit and lands within seconds (the pass a
+  // submit triggers, or the one every 10 s), so a worker it excludes may already hold the next
+  // clip. The page asks when the ratings unlock and every CHECK_MS for the first CHECKS checks of
+  // a clip, so the screen-out comes before the worker rates a clip that was taken back.
+  var CHECK_MS = 10000, CHECKS = 3;
+  var checkTimer = null, checksLeft = 0;
+
+  function checkStillIn() {
+    if (!current) { return; }
+    api("GET", config.urls.me).then(function (answer) {
+      if (current && isScreenOut(answer)) { screenOut(answer.body); }
+    }, function () { /* offline: the submit will tell */ });
+  }
+
+  function watchForScreenOut() {
+    clearInterval(checkTimer);
+    checksLeft = CHECKS;
+    checkTimer = setInterval(function () {
+      checksLeft -= 1;
+      if (checksLeft <= 0) { clearInterval(checkTimer); }
+      if (!document.hidden) { checkStillIn(); }
+    }, CHECK_MS);
+  }
+
   function screenOut(body) {
     busy = false;
     current = null;
+    clearInterval(checkTimer);
     clearTimeout(unlockTimer);
     el.video.pause();
     el.consent.hidden = true;
@@ -228,6 +253,7 @@
     setLocked(true);
     showProgress();
     keepPlayerClear();
+    watchForScreenOut();
     el.play.focus({ preventScroll: true });
   }
 
@@ -362,6 +388,7 @@
     setLocked(false);
     el.hint.classList.add("unlocked");
     el.hint.textContent = "Ratings unlocked: rate every caption below, then press Submit.";
+    checkStillIn();
   }
 
   el.video.addEventListener("ended", function () {
@@ -511,8 +538,10 @@
 
   function finish() {
     current = null;
+    clearInterval(checkTimer);
     el.task.hidden = true;
     patiently(function () { return api("GET", config.urls.me); }).then(function (answer) {
+      if (isScreenOut(answer)) { return screenOut(answer.body); }
       var me = answer.body || {};
       el.done.hidden = false;
       el.done.focus();
