@@ -60,15 +60,15 @@ def markdown_text(text: str) -> str:
 
 # What each rubric means, for the card's "Rating guide" section (annotation.questions).
 RUBRIC_NOTES = {
-    Rubric.PAPER: "the Rigel paper's rubric (Appendix C): one holistic description per level "
-    "(objects, relationships, accuracy and grammar together), shown to workers under every "
-    "question. Vid-Lepus was collected with it.",
-    Rubric.PER_CRITERION: "per-criterion levels: each question has level descriptions about what "
-    "it alone asks (e.g. fluency judges the language only). The wording is Lepus's own, not the "
-    "Rigel paper's.",
-    Rubric.CUSTOM: "custom levels that the campaign's curator wrote for each question.",
-    Rubric.IMPORTED: "imported judgments, rated under their source's own instructions (no Lepus "
-    "rubric was shown).",
+    Rubric.PAPER: "one description per level for all questions together (objects, "
+    "relationships, accuracy and grammar), shown to workers under every question, as in the Rigel "
+    "paper's Appendix C; Vid-Lepus was collected with it.",
+    Rubric.PER_CRITERION: "each question has its own level descriptions, about what it alone "
+    "asks (e.g. fluency judges the language only); the wording is Lepus's own, not the Rigel "
+    "paper's.",
+    Rubric.CUSTOM: "levels that the campaign's curator wrote for each question.",
+    Rubric.IMPORTED: "judgments imported from a file, rated under their source's own "
+    "instructions (no Lepus rubric was shown).",
 }
 RUBRIC_NAMES = {
     Rubric.PAPER: "the Rigel paper's (Appendix C, holistic)",
@@ -91,7 +91,7 @@ def rubric_rows(campaigns: list[dict[str, Any]]) -> tuple[list[tuple[str, ...]],
     ]
     used = {campaign["rubric"] for campaign in campaigns}
     notes = [
-        f"{RUBRIC_NAMES[rubric].capitalize()}: {RUBRIC_NOTES[rubric]}"
+        f"{RUBRIC_NAMES[rubric][0].upper()}{RUBRIC_NAMES[rubric][1:]}: {RUBRIC_NOTES[rubric]}"
         for rubric in Rubric
         if rubric in used
     ]
