@@ -73,6 +73,10 @@ INTEGER_MAX = 2**31 - 1
 BIG_INTEGER_MAX = 2**63 - 1
 
 
+# The rubrics a curator may choose (the campaign's read-only field also shows `imported`).
+RUBRIC_INPUT_CHOICES = [(value, Rubric(value).label) for value in CHOSEN_RUBRICS]
+
+
 class QuestionInputSerializer(serializers.Serializer):
     key = serializers.CharField()
     label = serializers.CharField(required=False)  # type: ignore[assignment]
@@ -87,7 +91,7 @@ class CampaignOptionsSerializer(serializers.Serializer):
     status = serializers.ChoiceField(choices=CampaignStatus.choices, required=False)
     questions = QuestionInputSerializer(many=True, required=False)
     rubric = serializers.ChoiceField(
-        choices=[(value, Rubric(value).label) for value in CHOSEN_RUBRICS],
+        choices=RUBRIC_INPUT_CHOICES,
         required=False,
         help_text="Whose words describe each question's levels: per_criterion (the default; "
         "Lepus's own wording for each question), paper (the Rigel paper's Appendix C holistic "
