@@ -206,3 +206,46 @@ def test_the_migration_keeps_the_papers_rubric_for_existing_campaigns():
         MigrationExecutor(connection).migrate(
             MigrationExecutor(connection).loader.graph.leaf_nodes()
         )
+
+
+NEW_CAMPAIGN_FORM = {
+    "name": "From the page",
+    "status": "active",
+    "question_preset": "paper",
+    "judgments_per_candidate": "2",
+    "lease_seconds": "600",
+    "min_seconds_on_clip": "0",
+    "pay_per_assignment": "0",
+    "currency": "GBP",
+}
+
+
+def test_the_campaign_pages_choose_the_rubric_and_edit_the_questions_without_its_levels(
+    curator_client,
+):
+    clips_with_candidates(clips=1)
+    default = curator_client.post(
+        "/dashboard/campaigns/new/", {**NEW_CAMPAIGN_FORM, "slug": "default-rubric"}
+    )
+    paper = curator_client.post(
+        "/dashboard/campaigns/new/", {**NEW_CAMPAIGN_FORM, "slug": "paper", "rubric": "paper"}
+    )
+    assert (default.status_code, paper.status_code) == (302, 302)
+    assert dict(Campaign.objects.values_list("slug", "rubric")) == {
+        "default-rubric": "per_criterion",
+        "paper": "paper",
+    }
+    assert [q["levels"] for q in Campaign.objects.get(slug="paper").questions] == [PAPER_LEVELS] * 3
+
+    # The edit page: the rubric chosen, the questions without levels (the rubric gives them).
+    page = curator_client.get("/dashboard/campaigns/paper/edit/")
+    initial = page.context["form"].initial
+    assert initial["rubric"] == "paper"
+    assert "levels" not in initial["questions_json"]
+    data = {name: value for name, value in initial.items() if value is not None}
+    data.update({"rubric": "per_criterion", "redirect_url": ""})
+    response = curator_client.post("/dashboard/campaigns/paper/edit/", data)
+    assert response.status_code == 302
+    campaign = Campaign.objects.get(slug="paper")
+    assert campaign.rubric == "per_criterion"
+    assert campaign.questions[2]["levels"] == PER_CRITERION_LEVELS["fluency"]
