@@ -78,7 +78,7 @@ RUBRIC_NAMES = {
 }
 
 
-def rubric_rows(campaigns: list[dict[str, Any]]) -> tuple[list[tuple[str, ...]], list[str]]:
+def rubric_rows(campaigns: list[dict[str, Any]]) -> tuple[list[tuple[str, str, str]], list[str]]:
     """(campaign, rubric, questions) per campaign, and the note of each rubric used, in the
     order of the rubric choices."""
     rows = [

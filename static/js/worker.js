@@ -79,8 +79,9 @@
 
   // Quality control runs on the server after each submit and lands within seconds (the pass a
   // submit triggers, or the one every 10 s), so a worker it excludes may already hold the next
-  // clip. The page asks when the ratings unlock and every CHECK_MS for the first CHECKS checks of
-  // a clip, so the screen-out comes before the worker rates a clip that was taken back.
+  // clip. The page asks when the ratings unlock, every CHECK_MS for the first CHECKS checks of a
+  // clip, and when the worker comes back to the tab, so the screen-out comes before the worker
+  // rates a clip that was taken back.
   var CHECK_MS = 10000, CHECKS = 3;
   var checkTimer = null, checksLeft = 0;
 
@@ -132,7 +133,9 @@
   function now() { return window.performance ? performance.now() : Date.now(); }
   document.addEventListener("visibilitychange", function () {
     if (!current) { return; }
-    if (document.hidden) { activeMs += now() - visibleSince; } else { visibleSince = now(); }
+    if (document.hidden) { activeMs += now() - visibleSince; return; }
+    visibleSince = now();
+    checkStillIn();  // back from another tab: quality control may have decided meanwhile
   });
   function activeSoFar() {
     return Math.round(activeMs + (document.hidden ? 0 : now() - visibleSince));
