@@ -355,8 +355,8 @@ class AssignmentNextApi(_WorkerApi):
     )
     def post(self, request: Request) -> Response:
         participation = cast(Participation, request.auth)
-        assignment = assignment_claim_next(participation=participation)
-        if assignment is None:
+        offer = assignment_claim_next(participation=participation)
+        if offer is None:
             # Quality control may have excluded the worker after the authentication read the
             # participation (the claim re-checks the status under its lock and hands out
             # nothing): the screen-out, never "nothing left" (the page would end normally).
@@ -364,9 +364,7 @@ class AssignmentNextApi(_WorkerApi):
                 raise ScreenedOut(screen_out_payload(participation=participation))
             return Response(status=status.HTTP_204_NO_CONTENT)
         try:
-            payload = assignment_offer_payload(
-                assignment=assignment, campaign=participation.campaign
-            )
+            payload = assignment_offer_payload(offer=offer, campaign=participation.campaign)
         except StorageUnavailable:
             return Response(
                 {"detail": "Media storage is unreachable; please retry in a moment."},

@@ -42,7 +42,6 @@ from annotation.models import (
     JudgmentSource,
 )
 from annotation.questions import Rubric, default_questions, rubric_levels
-from common.db import is_postgresql
 from datasets_app.models import CandidateCaption, Clip, ClipStatus
 
 SLUG_PATTERN = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,98}[a-z0-9])?$")
@@ -407,8 +406,6 @@ def planner_statistics_refresh() -> None:
     Right after a bulk insert (a new campaign, a fresh import) the statistics can be stale enough
     for the planner to scan every clip for every claim (a nested loop over a "1-row" estimate),
     which made `next` take >100 ms on 1,000 clips until autovacuum caught up."""
-    if not is_postgresql():
-        return
     with connection.cursor() as cursor:
         cursor.execute(
             f"ANALYZE {CampaignClip._meta.db_table}, {CampaignCandidate._meta.db_table}, "

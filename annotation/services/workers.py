@@ -222,7 +222,6 @@ _PARTICIPATION_COLUMNS = (
     "last_seen_at",
     "token_renewed_at",
 )
-_PARTICIPATION_DATETIMES = ("joined_at", "last_seen_at", "token_renewed_at")
 _AUTH_SQL = (
     "SELECT "
     + ", ".join(f"p.{column}" for column in _PARTICIPATION_COLUMNS)
@@ -242,14 +241,9 @@ def participation_by_token(*, token: str) -> Participation | None:
     if row is None:
         return None
     participation_values = dict(zip(_PARTICIPATION_COLUMNS, row, strict=False))
-    for column in _PARTICIPATION_DATETIMES:
-        if participation_values[column] is not None:
-            participation_values[column] = crowd_sql.py_datetime(participation_values[column])
     campaign_values = dict(zip(_CAMPAIGN_COLUMNS, row[len(_PARTICIPATION_COLUMNS) :], strict=True))
     campaign_values["id"] = participation_values["campaign_id"]
     campaign_values["questions"] = crowd_sql.py_json(campaign_values["questions"])
-    campaign_values["is_imported"] = bool(campaign_values["is_imported"])
-    campaign_values["reference_free"] = bool(campaign_values["reference_free"])
     participation: Participation = crowd_sql.instance(Participation, participation_values)
     participation.campaign = crowd_sql.instance(Campaign, campaign_values)
     return participation
