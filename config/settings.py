@@ -280,6 +280,8 @@ SPECTACULAR_SETTINGS = {
         "CampaignStatusEnum": "annotation.models.CampaignStatus",
         "AblationEnum": "training_bridge.models.TrainingAblation",
         "AblationInputEnum": "training_bridge.apis.ABLATION_INPUT_CHOICES",
+        "RubricEnum": "annotation.questions.Rubric",
+        "RubricInputEnum": "annotation.apis.crowd_campaigns.RUBRIC_INPUT_CHOICES",
     },
 }
 

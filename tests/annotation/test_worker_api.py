@@ -251,11 +251,16 @@ def test_next_returns_the_contract_shape(campaign, worker_a):
         "relevance",
         "fluency",
     ]
+    # A new campaign's per-criterion rubric: each question's own level descriptions.
     assert body["questions"][0]["levels"][0] == {
         "value": 1,
         "label": "Bad",
-        "description": "Minimal description, fundamentally unrelated to the video, or frequent "
-        "errors that make it incomprehensible.",
+        "description": "Says almost nothing about what happens in the clip.",
+    }
+    assert body["questions"][2]["levels"][0] == {
+        "value": 1,
+        "label": "Bad",
+        "description": "Broken or incomprehensible text.",
     }
 
 
