@@ -92,6 +92,9 @@ def test_the_workers_table_and_the_judgments_table_are_read_whole(
         # Sorted by a column with a long header: its arrow widens it.
         "workers": f"/dashboard/campaigns/{SLUG}/workers/?sort=agreement&order=desc",
         "candidate": f"/dashboard/datasets/candidates/{wide_world['item'].pk}/",
+        # The data browser's lists of the same rows.
+        "judgments": f"/dashboard/datasets/judgments/?campaign={SLUG}",
+        "browse-workers": f"/dashboard/datasets/workers/?campaign={SLUG}",
     }
     problems: list[str] = []
     for width in VIEWPORTS:
