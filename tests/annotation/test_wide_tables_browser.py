@@ -57,14 +57,15 @@ def wide_world(curator) -> dict[str, Any]:
     for index, participation in enumerate(participations):
         uniform = index == len(participations) - 1
         for item in items:
+            server_ms = generator.randint(14_000, 60_000)
             judgment = quality_judge(
                 participation,
                 item,
                 {key: 3 if uniform else generator.randint(1, 5) for key in KEYS},
-                server_ms=generator.randint(14_000, 60_000),
+                server_ms=server_ms,
             )
             judgment.reason = REASON
-            judgment.client_active_ms = judgment.server_ms - 1_000
+            judgment.client_active_ms = server_ms - 1_000
             judgment.client_video_played_ms = 10_000
             judgment.save(update_fields=["reason", "client_active_ms", "client_video_played_ms"])
     qc_campaign_full(campaign=campaign)
