@@ -29,6 +29,9 @@ export CELERY_BROKER_URL="filesystem://"
 export LEPUS_S3_BUCKET=""
 export DJANGO_ALLOWED_HOSTS="localhost,127.0.0.1,[::1]"
 export PYTHONUNBUFFERED=1
+# A receiver inside the demo itself, so a webhook delivery can be watched arriving on its page
+# (docs/webhooks.md, "Trying webhooks in the demo"); refused by the settings when DEBUG is off.
+export LEPUS_DEMO_WEBHOOK_RECEIVER="http://127.0.0.1:$PORT"
 mkdir -p "$LEPUS_VAR_DIR"
 LOG_DIR="$LEPUS_VAR_DIR/logs"
 mkdir -p "$LOG_DIR"
