@@ -20,7 +20,6 @@ from annotation.models import AgreementSnapshot, Campaign, CampaignCandidate, Ju
 from annotation.quality.krippendorff import alpha_from_coincidence, coincidence_from_counts
 from annotation.quality.loading import id_filter
 from annotation.services.columns import json_number
-from common.db import is_postgresql
 
 VALUES = (1, 2, 3, 4, 5)
 CHUNK_ROWS = 20_000
@@ -58,12 +57,11 @@ def agreement_for_items(
     coincidence = np.zeros((len(VALUES), len(VALUES)))
     pairable_items = 0
     ratings = 0
-    # A server-side cursor needs a transaction on PostgreSQL; reads only.
+    # A server-side cursor needs a transaction; reads only.
     with transaction.atomic(), connection.chunked_cursor() as cursor:
-        if is_postgresql():
-            # Plan for the whole result, not for the first rows (the default for cursors).
-            with connection.cursor() as settings_cursor:
-                settings_cursor.execute("SET LOCAL cursor_tuple_fraction = 1.0")
+        # Plan for the whole result, not for the first rows (the default for cursors).
+        with connection.cursor() as settings_cursor:
+            settings_cursor.execute("SET LOCAL cursor_tuple_fraction = 1.0")
         cursor.execute(sql, params)
         while True:
             rows = cursor.fetchmany(CHUNK_ROWS)
