@@ -1,4 +1,4 @@
-"""Bulk inserts of many rows given as plain dicts: COPY on PostgreSQL, executemany elsewhere.
+"""Bulk inserts of many rows given as plain dicts, through COPY.
 
 The one COPY writer of the code base (imports, judgments, benchmarks' data sets): `rows_insert`
 prepares each column's default once and only the given values per row, and `copy_text` is the one
@@ -19,8 +19,6 @@ from uuid import UUID
 from django.db import DEFAULT_DB_ALIAS, connections, models
 from django.db.models import NOT_PROVIDED
 from django.utils import timezone
-
-from common.db import is_postgresql
 
 # (stage, done, total): a command turns these into progress bars on stderr.
 ProgressCallback = Callable[[str, int, int], None]
@@ -68,9 +66,9 @@ def rows_insert(
 
     Django's bulk_create builds a model instance per row and prepares every field of every row;
     for the 54,000 judgments of VATEX-EVAL that is most of the import time. Here the defaults are
-    prepared once per column and only the given values per row; PostgreSQL loads them with COPY
-    (`_rows_copy`), other backends get executemany. COPY fires the same constraints and foreign-key
-    triggers as INSERT, so the database still checks every row.
+    prepared once per column and only the given values per row, and the rows are loaded with COPY
+    (`_rows_copy`). COPY fires the same constraints and foreign-key triggers as INSERT, so the
+    database still checks every row.
     """
     total = len(rows)
     _report(progress, stage, 0, total)
@@ -109,8 +107,8 @@ def rows_insert(
         else:
             default = model_field.get_default()
         constants[model_field.attname] = model_field.get_db_prep_save(default, database)
-    # Plain numbers, texts and booleans go to the driver (or COPY's text) as they are; anything
-    # else (JSON, dates) through the field's own preparation.
+    # Plain numbers, texts and booleans go to COPY's text as they are; anything else (JSON,
+    # dates) through the field's own preparation.
     preparers: dict[str, Any] = {}
     for model_field in fields:
         if model_field.attname not in given:
@@ -120,8 +118,7 @@ def rows_insert(
         if internal in _DRIVER_NATIVE_TYPES:
             preparers[model_field.attname] = None
         elif internal == "JSONField":
-            # A JSON text, which the column's json/jsonb input parses (INSERT's literal or COPY's
-            # field alike).
+            # A JSON text, which the column's json/jsonb input parses as COPY's field.
             preparers[model_field.attname] = _json_text_preparer(model_field)
         else:
             preparers[model_field.attname] = model_field.get_db_prep_save
@@ -129,42 +126,17 @@ def rows_insert(
     table = quote(meta.db_table)
     column_names = {model_field.attname: quote(str(model_field.column)) for model_field in fields}
     with database.cursor() as cursor:
-        if is_postgresql(database):
-            _rows_copy(
-                cursor,
-                database,
-                table=table,
-                column_names=column_names,
-                preparers=preparers,
-                constants=constants,
-                rows=rows,
-                stage=stage,
-                progress=progress,
-            )
-            return
-        order = [model_field.attname for model_field in fields]
-        columns = ", ".join(column_names[name] for name in order)
-        head = f"INSERT INTO {table} ({columns}) VALUES "
-        placeholders = "(" + ", ".join(["%s"] * len(order)) + ")"
-        plan = [
-            (name, name in preparers, preparers.get(name), constants.get(name)) for name in order
-        ]
-
-        def prepared(row: dict[str, Any]) -> tuple[Any, ...]:
-            values = []
-            for name, is_given, preparer, constant in plan:
-                if not is_given:
-                    values.append(constant)
-                elif preparer is None:
-                    values.append(row[name])
-                else:
-                    values.append(preparer(row[name], database))
-            return tuple(values)
-
-        for start in range(0, total, BULK_BATCH_SIZE):
-            page = [prepared(row) for row in rows[start : start + BULK_BATCH_SIZE]]
-            cursor.executemany(head + placeholders, page)
-            _report(progress, stage, min(total, start + BULK_BATCH_SIZE), total)
+        _rows_copy(
+            cursor,
+            database,
+            table=table,
+            column_names=column_names,
+            preparers=preparers,
+            constants=constants,
+            rows=rows,
+            stage=stage,
+            progress=progress,
+        )
 
 
 def _rows_copy(

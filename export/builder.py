@@ -25,7 +25,7 @@ from annotation.quality.consistency import retest_release_facts
 from export.card import write_card
 from export.manifest import write_manifest
 from export.models import SPLIT_NAMES, Release
-from export.reads import release_reads
+from export.reads import ReleaseReads
 from export.records import RecordSchema, pseudonym
 from export.release_facts import ReleaseFacts, excluded_workers, release_counts
 from export.release_files import ProgressCallback, write_split_files
@@ -109,7 +109,7 @@ def build_release_files(*, release: Release, root: Path, progress: ProgressCallb
     # an uncalibrated release keep their format (and no loader meets an all-null column).
     calibration = calibration_release_facts(campaign_ids=campaign_ids)
 
-    with release_reads(tag=f"{release.pk}_{release.attempts}", campaign_ids=campaign_ids) as reads:
+    with ReleaseReads(tag=f"{release.pk}_{release.attempts}", campaign_ids=campaign_ids) as reads:
         progress(0.01, "selecting the finalised candidates")
         selection = reads.select_items()
         timer.done("selection")

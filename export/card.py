@@ -19,7 +19,7 @@ from django.template.loader import render_to_string
 
 from annotation.questions import Rubric
 from export.licences import CODE_LICENSE
-from export.reads.protocol import exclusion_label
+from export.reads.reasons import exclusion_label
 from export.records import sha256_file
 from export.release_facts import ReleaseFacts
 from export.statistics import SCORE_BINS

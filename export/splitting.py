@@ -1,5 +1,5 @@
-"""How clips are assigned to splits: the rule both builders (PostgreSQL's SQL and the portable
-Python one) implement, with exact integer arithmetic so they agree to the clip.
+"""How clips are assigned to splits: the rule the release reads implement in SQL
+(`export.reads.sql_selection.assign_splits`), with exact integer arithmetic.
 
 Within each score stratum, clips are ordered by md5("<seed>:<clip id>") (then by row id, which only
 matters for md5 collisions) and laid end to end by their number of candidates; a clip goes to the
@@ -10,9 +10,8 @@ upwards while a band has fewer clips than it takes to give the smallest split ab
 
 from __future__ import annotations
 
-import hashlib
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from fractions import Fraction
 
 # train / validation / test: the default of every door (service, command, form, API). The test split
@@ -24,10 +23,6 @@ METHOD = (
     "strata merged), clips ordered by md5('<seed>:<clip id>') and assigned by the midpoint of "
     "their cumulative candidate count"
 )
-
-
-def clip_band(class_sum: int, candidates: int) -> int:
-    return min(max(class_sum // candidates, SCORE_BANDS[0]), SCORE_BANDS[-1])
 
 
 def strata_of(band_sizes: dict[int, int], ratios: Sequence[float]) -> dict[int, int]:
@@ -59,18 +54,6 @@ def cumulative_bounds(ratios: Sequence[float]) -> list[Fraction]:
     ]
 
 
-def split_of(before: int, candidates: int, total: int, bounds: Sequence[Fraction]) -> int:
-    """The split whose share holds the clip's midpoint (before + candidates / 2) / total."""
-    for index, bound in enumerate(bounds):
-        if (2 * before + candidates) * bound.denominator < 2 * total * bound.numerator:
-            return index
-    return len(bounds)
-
-
-def shuffle_key(seed: int, vatex_id: str) -> str:
-    return hashlib.md5(f"{seed}:{vatex_id}".encode()).hexdigest()
-
-
 def describe(band_sizes: dict[int, int], strata: dict[int, int]) -> dict[str, object]:
     return {
         "method": METHOD,
@@ -80,32 +63,3 @@ def describe(band_sizes: dict[int, int], strata: dict[int, int]) -> dict[str, ob
             for number in sorted(set(strata.values()))
         ],
     }
-
-
-def assign(
-    clips: Iterable[tuple[int, str, int, int]], *, seed: int, ratios: Sequence[float]
-) -> tuple[dict[int, int], dict[str, object]]:
-    """clip pk -> split for (clip pk, clip id, candidates, sum of training classes) rows."""
-    rows = [
-        (pk, vatex_id, candidates, clip_band(class_sum, candidates))
-        for pk, vatex_id, candidates, class_sum in clips
-    ]
-    band_sizes: dict[int, int] = {}
-    for *_, band in rows:
-        band_sizes[band] = band_sizes.get(band, 0) + 1
-    strata = strata_of(band_sizes, ratios)
-    bounds = cumulative_bounds(ratios)
-    by_stratum: dict[int, list[tuple[str, int, int]]] = {}
-    for pk, vatex_id, candidates, band in rows:
-        by_stratum.setdefault(strata[band], []).append(
-            (shuffle_key(seed, vatex_id), pk, candidates)
-        )
-    assignment: dict[int, int] = {}
-    for members in by_stratum.values():
-        members.sort()
-        total = sum(candidates for _, _, candidates in members)
-        before = 0
-        for _, pk, candidates in members:
-            assignment[pk] = split_of(before, candidates, total, bounds)
-            before += candidates
-    return assignment, describe(band_sizes, strata)

@@ -16,7 +16,7 @@ from common.permissions import curator_required
 from export.download import release_zip_folder, release_zip_stream
 from export.forms import ReleaseForm
 from export.models import Release
-from export.reads.protocol import exclusion_label
+from export.reads.reasons import exclusion_label
 from export.selectors import (
     release_builds,
     release_compare,

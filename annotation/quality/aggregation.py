@@ -37,7 +37,6 @@ from annotation.quality.loading import CampaignSlice, campaign_slice_load
 from annotation.quality.review_queue import current_review_state, review_items_sync
 from annotation.services.columns import copy_to_temp_table
 from common import webhooks
-from common.db import is_postgresql
 
 # The `CampaignCandidate` columns aggregation writes (the API's aggregate rows show the same).
 AGGREGATE_FIELDS: tuple[str, ...] = (
@@ -182,9 +181,7 @@ def aggregates_store(
     if len(data.candidates) == 0:
         return Stored(0, [])
     now = timezone.now()
-    if is_postgresql():
-        return _store_postgresql(data, aggregates, review_state, now)
-    return _store_generic(data, aggregates, review_state, now)
+    return _aggregates_update(data, aggregates, review_state, now)
 
 
 REVIEW_STATE_CODES = {
@@ -195,7 +192,7 @@ REVIEW_STATE_CODES = {
 }
 
 
-def _store_postgresql(
+def _aggregates_update(
     data: CampaignSlice, aggregates: Aggregates, review_state: NDArray[Any], now: Any
 ) -> Stored:
     """One binary COPY into a temporary table, then one UPDATE ... FROM it that writes only the
@@ -268,63 +265,6 @@ def _store_postgresql(
         cursor.execute(sql, params)
         changed, finalised = cursor.fetchone()
     return Stored(int(changed), [int(value) for value in finalised])
-
-
-def _store_generic(
-    data: CampaignSlice, aggregates: Aggregates, review_state: NDArray[Any], now: Any
-) -> Stored:
-    current = {
-        row.pk: row
-        for row in CampaignCandidate.objects.filter(id__in=data.candidates.ids.tolist()).only(
-            "id", *AGGREGATE_FIELDS
-        )
-    }
-    changed: list[CampaignCandidate] = []
-    finalised_ids: list[int] = []
-    for position, candidate_id in enumerate(data.candidates.ids.tolist()):
-        row = current.get(candidate_id)
-        if row is None:
-            continue
-        values = _row_values(data, aggregates, review_state, position)
-        finalised = values["is_finalised"]
-        values["finalised_at"] = (
-            None if not finalised else (row.finalised_at if row.is_finalised else now)
-        )
-        if finalised and not row.is_finalised:
-            finalised_ids.append(candidate_id)
-        if any(getattr(row, name) != value for name, value in values.items()):
-            for name, value in values.items():
-                setattr(row, name, value)
-            changed.append(row)
-    if changed:
-        CampaignCandidate.objects.bulk_update(changed, list(AGGREGATE_FIELDS), batch_size=500)
-    return Stored(len(changed), sorted(finalised_ids))
-
-
-def _row_values(
-    data: CampaignSlice, aggregates: Aggregates, review_state: NDArray[Any], position: int
-) -> dict[str, Any]:
-    def number(value: float) -> float | None:
-        return None if math.isnan(value) else float(value)
-
-    means = {
-        key: float(aggregates.means[position, index])
-        for index, key in enumerate(data.question_keys)
-        if not math.isnan(aggregates.means[position, index])
-    }
-    training_class = aggregates.training_class[position]
-    rating_range = aggregates.rating_range[position]
-    return {
-        "judgments_total": int(aggregates.judgments_total[position]),
-        "kept_judgments": int(aggregates.kept_judgments[position]),
-        "means": means,
-        "overall": number(aggregates.overall[position]),
-        "normalized": number(aggregates.normalized[position]),
-        "training_class": None if math.isnan(training_class) else int(training_class),
-        "rating_range": None if math.isnan(rating_range) else int(rating_range),
-        "is_finalised": bool(aggregates.is_finalised[position]),
-        "review_state": str(review_state[position]),
-    }
 
 
 def stale_positions(data: CampaignSlice) -> NDArray[np.int64]:

@@ -24,7 +24,6 @@ from annotation.quality.krippendorff import (
 )
 from annotation.quality.loading import id_filter
 from annotation.services.columns import json_number
-from common.db import is_postgresql
 
 VALUES = (1, 2, 3, 4, 5)
 CHUNK_ROWS = 20_000
@@ -62,12 +61,11 @@ def agreement_for_items(
     coincidences = CoincidenceSum(len(VALUES))
     pairable_items = 0
     ratings = 0
-    # A server-side cursor needs a transaction on PostgreSQL; reads only.
+    # A server-side cursor needs a transaction; reads only.
     with transaction.atomic(), connection.chunked_cursor() as cursor:
-        if is_postgresql():
-            # Plan for the whole result, not for the first rows (the default for cursors).
-            with connection.cursor() as settings_cursor:
-                settings_cursor.execute("SET LOCAL cursor_tuple_fraction = 1.0")
+        # Plan for the whole result, not for the first rows (the default for cursors).
+        with connection.cursor() as settings_cursor:
+            settings_cursor.execute("SET LOCAL cursor_tuple_fraction = 1.0")
         cursor.execute(sql, params)
         while True:
             rows = cursor.fetchmany(CHUNK_ROWS)

@@ -5,12 +5,12 @@
   queues one (the calibration then sees the judgments QC kept).
 - `calibration_run_execute(run_id=...)` claims and runs it with the `common.jobs` lifecycle.
 - `calibration_campaign(campaign=...)` is the computation: the kept judgments of the campaign's
-  non-control candidates are read as columns (one COPY on PostgreSQL), the model of
+  non-control candidates are read as columns (one COPY), the model of
   `annotation.quality.calibration` is fitted per question, and the results replace the campaign's
   previous ones: a `WorkerSeverity` per worker and question, a `CandidateCalibration` per rated
-  candidate (written with one COPY into a temporary table and one INSERT ... SELECT on
-  PostgreSQL). An expert's resolution of a question wins over the model, as it wins over the
-  raw mean in aggregation.
+  candidate (written with one COPY into a temporary table and one INSERT ... SELECT). An
+  expert's resolution of a question wins over the model, as it wins over the raw mean in
+  aggregation.
 """
 
 from __future__ import annotations
@@ -50,7 +50,6 @@ from annotation.services.columns import (
     fetch_columns,
     json_number,
 )
-from common.db import is_postgresql
 from common.jobs import job_execute
 from common.models import JobStatus
 
@@ -177,10 +176,6 @@ def calibration_campaign(
     }
 
 
-def _finite(value: float) -> float | None:
-    return float(value) if math.isfinite(value) else None
-
-
 def _severities_store(
     *,
     campaign: Campaign,
@@ -214,26 +209,6 @@ def _severities_store(
         "infit": np.concatenate(infit),
         "outfit": np.concatenate(outfit),
     }
-    if not is_postgresql():
-        WorkerSeverity.objects.filter(participation__campaign=campaign).delete()
-        WorkerSeverity.objects.bulk_create(
-            [
-                WorkerSeverity(
-                    participation_id=int(columns["id"][row]),
-                    question_key=key_names[int(columns["key"][row])],
-                    severity=float(columns["severity"][row]),
-                    standard_error=float(columns["error"][row]),
-                    judgments=int(columns["judgments"][row]),
-                    infit=_finite(columns["infit"][row]),
-                    outfit=_finite(columns["outfit"][row]),
-                    run=run,
-                    computed_at=now,
-                )
-                for row in range(len(columns["id"]))
-            ],
-            batch_size=2000,
-        )
-        return len(columns["id"])
     copy_to_temp_table(
         "calibration_severities",
         [
@@ -326,74 +301,48 @@ def _candidates_store(
     columns = candidate_scores(data=data, fits=fits, overall_key=campaign.overall_question_key)
     keys = data.question_keys
     now = timezone.now()
-    if is_postgresql():
-        temp: list[tuple[str, Any, Any]] = [("id", "int8", data.candidate_ids)]
-        temp.append(("overall", "float8", columns["overall"]))
-        for index, key in enumerate(keys):
-            temp += [
-                (f"s{index}", "float8", columns[f"score:{key}"]),
-                (f"e{index}", "float8", columns[f"se:{key}"]),
-                (f"q{index}", "float8", columns[f"quality:{key}"]),
-            ]
-        copy_to_temp_table("calibration_scores", temp)
+    temp: list[tuple[str, Any, Any]] = [("id", "int8", data.candidate_ids)]
+    temp.append(("overall", "float8", columns["overall"]))
+    for index, key in enumerate(keys):
+        temp += [
+            (f"s{index}", "float8", columns[f"score:{key}"]),
+            (f"e{index}", "float8", columns[f"se:{key}"]),
+            (f"q{index}", "float8", columns[f"quality:{key}"]),
+        ]
+    copy_to_temp_table("calibration_scores", temp)
 
-        def json_object(prefix: str) -> str:
-            if not keys:
-                return "'{}'::jsonb"
-            pairs = ", ".join(
-                f"%s::text, NULLIF(t.{prefix}{index}, 'NaN')" for index in range(len(keys))
-            )
-            return f"jsonb_strip_nulls(jsonb_build_object({pairs}))"
-
-        table = CandidateCalibration._meta.db_table
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"DELETE FROM {table} cal WHERE cal.campaign_id = %s AND NOT EXISTS "
-                f"(SELECT 1 FROM calibration_scores t WHERE t.id = cal.campaign_candidate_id)",
-                [campaign.pk],
-            )
-            # Only rows whose values change are written (none of the columns written is
-            # indexed, so PostgreSQL updates them in place); an unchanged re-run writes nothing.
-            cursor.execute(
-                f"INSERT INTO {table} AS cal (campaign_id, campaign_candidate_id, scores, "
-                f"standard_errors, quality, overall, run_id, computed_at) "
-                f"SELECT %s, t.id, {json_object('s')}, {json_object('e')}, {json_object('q')}, "
-                f"NULLIF(t.overall, 'NaN'), %s, %s FROM calibration_scores t "
-                f"ON CONFLICT (campaign_candidate_id) DO UPDATE SET scores = EXCLUDED.scores, "
-                f"standard_errors = EXCLUDED.standard_errors, quality = EXCLUDED.quality, "
-                f"overall = EXCLUDED.overall, run_id = EXCLUDED.run_id, "
-                f"computed_at = EXCLUDED.computed_at "
-                f"WHERE (cal.scores, cal.standard_errors, cal.quality, cal.overall) IS DISTINCT "
-                f"FROM (EXCLUDED.scores, EXCLUDED.standard_errors, EXCLUDED.quality, "
-                f"EXCLUDED.overall)",
-                [campaign.pk, *keys, *keys, *keys, run.pk if run else None, now],
-            )
-        return len(data.candidate_ids)
-
-    CandidateCalibration.objects.filter(campaign=campaign).delete()
-
-    def pick(prefix: str, position: int) -> dict[str, float]:
-        return {
-            key: float(columns[f"{prefix}:{key}"][position])
-            for key in keys
-            if not math.isnan(columns[f"{prefix}:{key}"][position])
-        }
-
-    rows = [
-        CandidateCalibration(
-            campaign=campaign,
-            campaign_candidate_id=candidate_id,
-            scores=pick("score", position),
-            standard_errors=pick("se", position),
-            quality=pick("quality", position),
-            overall=_finite(columns["overall"][position]),
-            run=run,
-            computed_at=now,
+    def json_object(prefix: str) -> str:
+        if not keys:
+            return "'{}'::jsonb"
+        pairs = ", ".join(
+            f"%s::text, NULLIF(t.{prefix}{index}, 'NaN')" for index in range(len(keys))
         )
-        for position, candidate_id in enumerate(data.candidate_ids.tolist())
-    ]
-    CandidateCalibration.objects.bulk_create(rows, batch_size=2000)
-    return len(rows)
+        return f"jsonb_strip_nulls(jsonb_build_object({pairs}))"
+
+    table = CandidateCalibration._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"DELETE FROM {table} cal WHERE cal.campaign_id = %s AND NOT EXISTS "
+            f"(SELECT 1 FROM calibration_scores t WHERE t.id = cal.campaign_candidate_id)",
+            [campaign.pk],
+        )
+        # Only rows whose values change are written (none of the columns written is
+        # indexed, so PostgreSQL updates them in place); an unchanged re-run writes nothing.
+        cursor.execute(
+            f"INSERT INTO {table} AS cal (campaign_id, campaign_candidate_id, scores, "
+            f"standard_errors, quality, overall, run_id, computed_at) "
+            f"SELECT %s, t.id, {json_object('s')}, {json_object('e')}, {json_object('q')}, "
+            f"NULLIF(t.overall, 'NaN'), %s, %s FROM calibration_scores t "
+            f"ON CONFLICT (campaign_candidate_id) DO UPDATE SET scores = EXCLUDED.scores, "
+            f"standard_errors = EXCLUDED.standard_errors, quality = EXCLUDED.quality, "
+            f"overall = EXCLUDED.overall, run_id = EXCLUDED.run_id, "
+            f"computed_at = EXCLUDED.computed_at "
+            f"WHERE (cal.scores, cal.standard_errors, cal.quality, cal.overall) IS DISTINCT "
+            f"FROM (EXCLUDED.scores, EXCLUDED.standard_errors, EXCLUDED.quality, "
+            f"EXCLUDED.overall)",
+            [campaign.pk, *keys, *keys, *keys, run.pk if run else None, now],
+        )
+    return len(data.candidate_ids)
 
 
 # ----------------------------------------------------------------------------------------------

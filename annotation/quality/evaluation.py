@@ -29,7 +29,6 @@ from annotation.quality.rules import (
     worker_statistics,
 )
 from annotation.services.columns import copy_to_temp_table, json_text, pg_array
-from common.db import is_postgresql
 
 AGREEMENT_RULE = "low_agreement"
 
@@ -128,44 +127,20 @@ def worker_stats_store(
     indices: Iterable[int],
     computed_at: Any = None,
 ) -> int:
-    """Upsert `WorkerQCStats` rows for the given worker indices: on PostgreSQL one binary COPY
-    into a temporary table and one INSERT ... ON CONFLICT (a full run writes 10,000 workers),
-    elsewhere `bulk_create` per 2,000. `computed_at` should be when the data was read (a judgment
-    stored after it stays stale)."""
+    """Upsert `WorkerQCStats` rows for the given worker indices: one binary COPY into a temporary
+    table and one INSERT ... ON CONFLICT (a full run writes 10,000 workers). `computed_at` should
+    be when the data was read (a judgment stored after it stays stale)."""
     now = computed_at or timezone.now()
     positions = [int(index) for index in indices]
     if not positions:
         return 0
     rows = [statistics.row(index) for index in positions]
     participation_ids = [int(data.workers.ids[index]) for index in positions]
-    if is_postgresql():
-        _stats_store_postgresql(participation_ids, rows, [flags.get(i, []) for i in positions], now)
-        return len(rows)
-    WorkerQCStats.objects.bulk_create(
-        [
-            WorkerQCStats(
-                participation_id=participation_id,
-                **row_values,
-                flags=flags.get(index, []),
-                computed_at=now,
-            )
-            for participation_id, index, row_values in zip(
-                participation_ids, positions, (_stat_values(row) for row in rows), strict=True
-            )
-        ],
-        batch_size=2000,
-        update_conflicts=True,
-        unique_fields=["participation"],
-        update_fields=[*STAT_FIELDS, "flags", "computed_at"],
-    )
+    _stats_upsert(participation_ids, rows, [flags.get(i, []) for i in positions], now)
     return len(rows)
 
 
-def _stat_values(row: dict[str, Any]) -> dict[str, Any]:
-    return {name: row[name] for name in STAT_FIELDS}
-
-
-def _stats_store_postgresql(
+def _stats_upsert(
     participation_ids: list[int],
     rows: list[dict[str, Any]],
     worker_flags: list[list[dict[str, Any]]],

@@ -27,7 +27,7 @@ judgment-level functions leave the recompute to their caller, which folds it int
 from __future__ import annotations
 
 import logging
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,7 +52,6 @@ from annotation.quality.rules import RULE_LABELS
 from annotation.services.assignment import participation_leases_release
 from annotation.services.columns import json_text, pg_array
 from common import webhooks
-from common.db import is_postgresql
 
 logger = logging.getLogger(__name__)
 
@@ -93,82 +92,52 @@ def _lock_slots(
     *, campaign: Campaign, candidate_ids: Iterable[int]
 ) -> dict[int, tuple[int, int, int]]:
     """Lock the clips, then the candidates (id order); {candidate id: (clip, slots, quota)}.
-    On PostgreSQL the ids travel as one array parameter (a QC run frees tens of thousands)."""
+    The ids travel as one array parameter (a QC run frees tens of thousands)."""
     ids = sorted(set(candidate_ids))
     if not ids:
         return {}
-    if is_postgresql():
-        candidate_table = CampaignCandidate._meta.db_table
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT id FROM {CampaignClip._meta.db_table} WHERE campaign_id = %s AND clip_id "
-                f"IN (SELECT clip_id FROM {candidate_table} WHERE id = ANY(%s::bigint[])) "
-                f"ORDER BY id FOR UPDATE",
-                [campaign.pk, pg_array(ids, "int8")],
-            )
-            cursor.execute(
-                f"SELECT id, clip_id, slots_taken, quota FROM {candidate_table} "
-                f"WHERE id = ANY(%s::bigint[]) ORDER BY id FOR UPDATE",
-                [pg_array(ids, "int8")],
-            )
-            return {row[0]: (row[1], row[2], row[3]) for row in cursor.fetchall()}
-    clip_ids = sorted(
-        set(CampaignCandidate.objects.filter(id__in=ids).values_list("clip_id", flat=True))
-    )
-    list(
-        CampaignClip.objects.select_for_update()
-        .filter(campaign=campaign, clip_id__in=clip_ids)
-        .order_by("id")
-        .values_list("id", flat=True)
-    )
-    rows = (
-        CampaignCandidate.objects.select_for_update()
-        .filter(id__in=ids)
-        .order_by("id")
-        .values_list("id", "clip_id", "slots_taken", "quota")
-    )
-    return {row[0]: (row[1], row[2], row[3]) for row in rows}
+    candidate_table = CampaignCandidate._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id FROM {CampaignClip._meta.db_table} WHERE campaign_id = %s AND clip_id "
+            f"IN (SELECT clip_id FROM {candidate_table} WHERE id = ANY(%s::bigint[])) "
+            f"ORDER BY id FOR UPDATE",
+            [campaign.pk, pg_array(ids, "int8")],
+        )
+        cursor.execute(
+            f"SELECT id, clip_id, slots_taken, quota FROM {candidate_table} "
+            f"WHERE id = ANY(%s::bigint[]) ORDER BY id FOR UPDATE",
+            [pg_array(ids, "int8")],
+        )
+        return {row[0]: (row[1], row[2], row[3]) for row in cursor.fetchall()}
 
 
 def _apply_slot_changes(*, campaign: Campaign, changes: dict[int, tuple[int, int]]) -> None:
     """`changes` = {candidate id: (clip id, delta of slots_taken)}; the clip moves opposite."""
-    by_delta: dict[int, list[int]] = defaultdict(list)
+    candidates: list[tuple[int, int]] = []
     clip_delta: Counter[int] = Counter()
     for candidate_id, (clip_id, delta) in changes.items():
         if delta:
-            by_delta[delta].append(candidate_id)
+            candidates.append((candidate_id, delta))
             clip_delta[clip_id] += delta
-    if is_postgresql():
-        # One statement per table, the deltas as arrays (the rows are locked by `_lock_slots`).
-        candidates = [(key, delta) for delta, ids in by_delta.items() for key in ids]
-        clips = [(key, delta) for key, delta in clip_delta.items() if delta]
-        with connection.cursor() as cursor:
-            if candidates:
-                cursor.execute(
-                    f"UPDATE {CampaignCandidate._meta.db_table} AS x "
-                    f"SET slots_taken = x.slots_taken + d.delta "
-                    f"FROM unnest(%s::bigint[], %s::int[]) AS d(id, delta) WHERE x.id = d.id",
-                    _key_delta_arrays(candidates),
-                )
-            if clips:
-                cursor.execute(
-                    f"UPDATE {CampaignClip._meta.db_table} AS x "
-                    f"SET open_slots = x.open_slots - d.delta "
-                    f"FROM unnest(%s::bigint[], %s::int[]) AS d(clip_id, delta) "
-                    f"WHERE x.campaign_id = %s AND x.clip_id = d.clip_id",
-                    [*_key_delta_arrays(clips), campaign.pk],
-                )
-        return
-    for delta, ids in by_delta.items():
-        CampaignCandidate.objects.filter(id__in=ids).update(slots_taken=F("slots_taken") + delta)
-    by_clip_delta: dict[int, list[int]] = defaultdict(list)
-    for clip_id, delta in clip_delta.items():
-        if delta:
-            by_clip_delta[delta].append(clip_id)
-    for delta, clip_ids in by_clip_delta.items():
-        CampaignClip.objects.filter(campaign=campaign, clip_id__in=clip_ids).update(
-            open_slots=F("open_slots") - delta
-        )
+    # One statement per table, the deltas as arrays (the rows are locked by `_lock_slots`).
+    clips = [(key, delta) for key, delta in clip_delta.items() if delta]
+    with connection.cursor() as cursor:
+        if candidates:
+            cursor.execute(
+                f"UPDATE {CampaignCandidate._meta.db_table} AS x "
+                f"SET slots_taken = x.slots_taken + d.delta "
+                f"FROM unnest(%s::bigint[], %s::int[]) AS d(id, delta) WHERE x.id = d.id",
+                _key_delta_arrays(candidates),
+            )
+        if clips:
+            cursor.execute(
+                f"UPDATE {CampaignClip._meta.db_table} AS x "
+                f"SET open_slots = x.open_slots - d.delta "
+                f"FROM unnest(%s::bigint[], %s::int[]) AS d(clip_id, delta) "
+                f"WHERE x.campaign_id = %s AND x.clip_id = d.clip_id",
+                [*_key_delta_arrays(clips), campaign.pk],
+            )
 
 
 def _key_delta_arrays(pairs: list[tuple[int, int]]) -> list[str]:
@@ -228,22 +197,9 @@ def _exclude_for_workers(
 ) -> list[tuple[int, int]]:
     """Flip every kept judgment of these workers to excluded, each worker with its own
     excluded_by / reason / detail; returns (candidate id, participation id) per judgment.
-    One UPDATE on PostgreSQL whatever the number of workers."""
+    One UPDATE whatever the number of workers."""
     if not rows:
         return []
-    if not is_postgresql():
-        flipped: list[tuple[int, int]] = []
-        for participation_id, excluded_by, reason, detail in rows:
-            candidates = _exclude_rows(
-                where="participation_id = %s",
-                params=[participation_id],
-                excluded_by=excluded_by,
-                reason=reason,
-                detail=detail,
-                now=now,
-            )
-            flipped += [(candidate, participation_id) for candidate in candidates]
-        return flipped
     table = Judgment._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(

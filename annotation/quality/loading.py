@@ -34,7 +34,6 @@ from annotation.models import (
 )
 from annotation.quality.rules import CandidateColumns, JudgmentColumns
 from annotation.services.columns import fetch_columns, json_number
-from common.db import is_postgresql
 from datasets_app.models import Clip
 
 CAMPAIGN_MEDIAN_CACHE_SECONDS = 60
@@ -84,12 +83,8 @@ class CampaignSlice:
 
 
 def id_filter(column: str, ids: Sequence[int]) -> tuple[str, list[Any]]:
-    """`column IN ids` as SQL and parameters, portable across PostgreSQL and SQLite."""
-    if is_postgresql():
-        return f"{column} = ANY(%s::bigint[])", [list(map(int, ids))]
-    if not ids:
-        return "1 = 0", []
-    return f"{column} IN ({', '.join(['%s'] * len(ids))})", [int(value) for value in ids]
+    """`column IN ids` as SQL and parameters: the ids travel as one array parameter."""
+    return f"{column} = ANY(%s::bigint[])", [list(map(int, ids))]
 
 
 def _table(model: Any) -> str:
@@ -380,7 +375,7 @@ def _judgments_read(
 
 def _parallel_read_middle(subset: list[int] | None) -> int | None:
     """The page at which to split a parallel read of the judgment table, None for one read."""
-    if subset is not None or not is_postgresql() or connection.in_atomic_block:
+    if subset is not None or connection.in_atomic_block:
         return None
     with connection.cursor() as cursor:
         cursor.execute("SELECT relpages FROM pg_class WHERE oid = %s::regclass", [_table(Judgment)])

@@ -23,7 +23,6 @@ from numpy.typing import NDArray
 from annotation.models import Campaign, ReviewItem, ReviewState, ReviewStatus
 from annotation.quality.loading import CampaignSlice
 from annotation.services.columns import copy_to_temp_table
-from common.db import is_postgresql
 
 
 def current_review_state(data: CampaignSlice) -> NDArray[Any]:
@@ -95,32 +94,16 @@ def _insert_items(
     now: Any,
 ) -> None:
     chosen = np.asarray(positions, dtype=np.int64)
-    if is_postgresql():
-        _review_temp_table(ids[chosen], ranges[chosen], priority[chosen])
-        table = ReviewItem._meta.db_table
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"INSERT INTO {table} (campaign_candidate_id, campaign_id, status, rating_range, "
-                f"priority, created_at) "
-                f"SELECT t.id, %s, %s, t.range, t.priority, %s FROM qc_review AS t "
-                f"ON CONFLICT (campaign_candidate_id) DO NOTHING",
-                [campaign.pk, ReviewStatus.OPEN, now],
-            )
-        return
-    ReviewItem.objects.bulk_create(
-        [
-            ReviewItem(
-                campaign=campaign,
-                campaign_candidate_id=int(ids[position]),
-                status=ReviewStatus.OPEN,
-                rating_range=int(ranges[position]),
-                priority=float(priority[position]),
-                created_at=now,
-            )
-            for position in positions
-        ],
-        ignore_conflicts=True,
-    )
+    _review_temp_table(ids[chosen], ranges[chosen], priority[chosen])
+    table = ReviewItem._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (campaign_candidate_id, campaign_id, status, rating_range, "
+            f"priority, created_at) "
+            f"SELECT t.id, %s, %s, t.range, t.priority, %s FROM qc_review AS t "
+            f"ON CONFLICT (campaign_candidate_id) DO NOTHING",
+            [campaign.pk, ReviewStatus.OPEN, now],
+        )
 
 
 def _review_temp_table(
@@ -143,21 +126,14 @@ def _update_items(
     positions: list[int],
 ) -> None:
     chosen = np.asarray(positions, dtype=np.int64)
-    if is_postgresql():
-        _review_temp_table(ids[chosen], ranges[chosen], priority[chosen])
-        table = ReviewItem._meta.db_table
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {table} AS r SET rating_range = t.range, priority = t.priority "
-                f"FROM qc_review AS t "
-                f"WHERE r.campaign_candidate_id = t.id AND r.status IN (%s, %s) "
-                f"AND (r.rating_range IS DISTINCT FROM t.range "
-                f"OR r.priority IS DISTINCT FROM t.priority)",
-                [ReviewStatus.OPEN, ReviewStatus.CLAIMED],
-            )
-        return
-    for position in positions:
-        ReviewItem.objects.filter(
-            campaign_candidate_id=int(ids[position]),
-            status__in=(ReviewStatus.OPEN, ReviewStatus.CLAIMED),
-        ).update(rating_range=int(ranges[position]), priority=float(priority[position]))
+    _review_temp_table(ids[chosen], ranges[chosen], priority[chosen])
+    table = ReviewItem._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} AS r SET rating_range = t.range, priority = t.priority "
+            f"FROM qc_review AS t "
+            f"WHERE r.campaign_candidate_id = t.id AND r.status IN (%s, %s) "
+            f"AND (r.rating_range IS DISTINCT FROM t.range "
+            f"OR r.priority IS DISTINCT FROM t.priority)",
+            [ReviewStatus.OPEN, ReviewStatus.CLAIMED],
+        )

@@ -7,7 +7,6 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from export.reads.protocol import campaign_rubric
 from export.reads.sql_snapshot import (
     T_AUDIT,
     T_BATCH,
@@ -21,6 +20,28 @@ from export.reads.sql_snapshot import (
     T_WORKER,
     ReleaseSnapshot,
 )
+
+
+
+# annotation.questions.Rubric.IMPORTED: judgments rated under their source's own instructions.
+IMPORTED_RUBRIC = "imported"
+
+
+def campaign_rubric(*, rubric: str, questions: list[dict[str, Any]]) -> dict[str, Any]:
+    """A campaign's rubric for the manifest: its name and, per question, the levels its workers
+    read (best first); none for imported judgments, whose raters read their source's instructions."""
+    levels = {
+        question["key"]: [
+            {
+                "value": int(level["value"]),
+                "label": level.get("label", ""),
+                "description": level.get("description", ""),
+            }
+            for level in sorted(question.get("levels") or [], key=lambda level: -level["value"])
+        ]
+        for question in questions
+    }
+    return {"rubric": rubric, "levels": {} if rubric == IMPORTED_RUBRIC else levels}
 
 
 def question_keys(snapshot: ReleaseSnapshot) -> tuple[list[str], list[dict[str, Any]]]:

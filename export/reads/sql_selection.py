@@ -9,7 +9,7 @@ from typing import Any
 
 from datasets_app.models import CandidateKind
 from export import splitting
-from export.reads.protocol import EXCLUSION_REASONS
+from export.reads.reasons import EXCLUSION_REASONS
 from export.reads.sql_snapshot import (
     T_CALIBRATION,
     T_CAMPAIGN,

@@ -8,7 +8,7 @@ from django.db import connection
 
 from common.postgresql import base as backend
 
-pytestmark = [pytest.mark.django_db]
+pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture

@@ -28,7 +28,6 @@ from django.db import connection
 # (stage, done, total): the bulk writer's progress callback, which a command turns into progress
 # bars on stderr.
 from common.bulk import ProgressCallback as ProgressCallback
-from common.db import is_postgresql
 
 # Clip ids become storage keys (`clips/<id>/video.mp4`) and file names (`<id>.mp4`), so only
 # characters that are safe in both; no dots, so `<id>.<ext>` splits unambiguously.
@@ -531,11 +530,9 @@ def detect_tabular_format(source: ImportSource, explicit: str | None) -> str:
 
 
 def lock_imports() -> None:
-    """Serialise imports (PostgreSQL advisory lock held until the transaction ends). SQLite
-    serialises writers by itself (the demo opens transactions IMMEDIATE)."""
-    if is_postgresql():
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [IMPORT_ADVISORY_LOCK])
+    """Serialise imports (an advisory lock held until the transaction ends)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [IMPORT_ADVISORY_LOCK])
 
 
 def chunked(items: list[Any], size: int = 1000) -> Iterator[list[Any]]:

@@ -9,7 +9,6 @@ from django.db import connection, transaction
 
 from annotation.models import Judgment
 from annotation.quality import loading
-from common.db import is_postgresql
 from tests.annotation.quality.factories import (
     quality_crowd_campaign,
     quality_judge,
@@ -21,8 +20,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def spread_campaign():
-    if not is_postgresql():
-        pytest.skip("the parallel read is PostgreSQL only")
     campaign = quality_crowd_campaign(slug="halves", clips=24, candidates_per_clip=3, quota=4)
     workers = [quality_worker(campaign, f"w{index}") for index in range(4)]
     for number, item in enumerate(campaign.items.order_by("id")):
