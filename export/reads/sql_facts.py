@@ -21,8 +21,6 @@ from export.reads.sql_snapshot import (
     ReleaseSnapshot,
 )
 
-
-
 # annotation.questions.Rubric.IMPORTED: judgments rated under their source's own instructions.
 IMPORTED_RUBRIC = "imported"
 
