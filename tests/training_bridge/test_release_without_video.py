@@ -14,6 +14,7 @@ from django.core.exceptions import ValidationError
 from django.core.management import call_command
 from django.test import Client
 
+from annotation.models import CampaignCandidate
 from datasets_app.models import Clip, ClipStatus
 from tests.export.builders import build_campaign
 from tests.export.helpers import build, jsonl_records
@@ -163,3 +164,23 @@ def test_the_coverage_counts_each_split_from_the_release_records():
         split: len(_rows(release, split, video=True)) for split in ("train", "validation")
     }
     assert coverage.refusal(release_id=release.pk) == ""
+
+
+def test_a_release_with_no_candidates_in_its_train_split_is_refused(curator):
+    imported = build_campaign(slug="imported", clips=4, candidates_per_clip=(2, 3), seed=12)
+    # As the VATEX-EVAL slice before its QC run: judgments, but none kept yet.
+    CampaignCandidate.objects.filter(campaign=imported.campaign).update(
+        is_finalised=False, kept_judgments=0
+    )
+    release = build(campaigns=[imported.campaign], seed=3, ratios=[0.6, 0.4])
+
+    with pytest.raises(ValidationError) as refused:
+        training_run_create(release=release, backbone="tiny")
+
+    assert release.counts["splits"]["train"]["candidates"] == 0
+    assert refused.value.messages == [
+        f"release {release.pk} has no candidates in its train split: every candidate of its "
+        "campaigns was left out (see the release's page: below quota, under review, ...). Build "
+        "a release once its campaigns have finalised candidates."
+    ]
+    assert not TrainingRun.objects.exists()

@@ -121,6 +121,8 @@ class ReleaseVideoCoverage:
 
     candidates: dict[str, int]
     with_video: dict[str, int]
+    # The build's own count per split (`Release.counts`; absent for a release not built here).
+    built: dict[str, int] | None = None
 
     @property
     def left_out(self) -> int:
@@ -130,6 +132,13 @@ class ReleaseVideoCoverage:
         """Why no run can start on the release ("" when one can): a required split whose
         candidates all sit on clips without video."""
         for split in REQUIRED_SPLITS:
+            if self.built is not None and not self.built.get(split, 0):
+                return (
+                    f"release {release_id} has no candidates in its {split} split: every "
+                    "candidate of its campaigns was left out (see the release's page: below "
+                    "quota, under review, ...). Build a release once its campaigns have "
+                    "finalised candidates."
+                )
             if self.candidates.get(split, 0) and not self.with_video.get(split, 0):
                 return (
                     f"release {release_id} has no clip with a video in its {split} split: "
@@ -166,9 +175,13 @@ def training_release_video_coverage(*, release: Any) -> ReleaseVideoCoverage:
         )
         .order_by("split")
     )
+    splits = (release.counts or {}).get("splits")
     return ReleaseVideoCoverage(
         candidates={SPLIT_NAMES[row["split"]]: row["candidates"] for row in rows},
         with_video={SPLIT_NAMES[row["split"]]: row["with_video"] for row in rows},
+        built={name: int(split.get("candidates", 0)) for name, split in splits.items()}
+        if isinstance(splits, dict)
+        else None,
     )
 
 
