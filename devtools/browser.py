@@ -34,7 +34,11 @@ _OVERFLOW_SCRIPT = """() => {
   };
   const elements = [];
   for (const element of document.body.querySelectorAll("*")) {
-    const right = element.getBoundingClientRect().right + window.scrollX;
+    const box = element.getBoundingClientRect();
+    // Content spilling out of a box that does not scroll it (a <pre> of long lines) counts too.
+    const spills = element.scrollWidth > element.clientWidth + 1
+      && getComputedStyle(element).overflowX === "visible";
+    const right = (spills ? box.left + element.scrollWidth : box.right) + window.scrollX;
     const parent = element.parentElement;
     const parentRight = parent ? parent.getBoundingClientRect().right + window.scrollX : 0;
     if (right > viewport + 0.5 && parentRight <= viewport + 0.5) {
