@@ -32,6 +32,13 @@ _OVERFLOW_SCRIPT = """() => {
     else if (element.classList.length) { name += "." + [...element.classList].join("."); }
     return name;
   };
+  // Inside a box that scrolls or clips (a card's table), nothing widens the page.
+  const contained = (element) => {
+    for (let box = element.parentElement; box && box !== document.body; box = box.parentElement) {
+      if (getComputedStyle(box).overflowX !== "visible") { return true; }
+    }
+    return false;
+  };
   const elements = [];
   for (const element of document.body.querySelectorAll("*")) {
     const box = element.getBoundingClientRect();
@@ -41,7 +48,7 @@ _OVERFLOW_SCRIPT = """() => {
     const right = (spills ? box.left + element.scrollWidth : box.right) + window.scrollX;
     const parent = element.parentElement;
     const parentRight = parent ? parent.getBoundingClientRect().right + window.scrollX : 0;
-    if (right > viewport + 0.5 && parentRight <= viewport + 0.5) {
+    if (right > viewport + 0.5 && parentRight <= viewport + 0.5 && !contained(element)) {
       elements.push(describe(element) + " (" + Math.round(right) + " px)");
       if (elements.length >= 5) { break; }
     }

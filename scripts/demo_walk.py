@@ -264,9 +264,9 @@ def rate_as(base_url: str, campaign: str, worker: str, *, disagree: bool) -> dic
         if status != 200:
             return {"worker": worker, "submitted": submitted, "error": f"next: {status} {offer}"}
         keys = [question["key"] for question in offer["questions"]]
-        ratings = []
+        ratings: list[dict[str, Any]] = []
         for candidate in offer["candidates"]:
-            values = KIND_RATINGS.get(kinds.get(candidate["text"], ""), (3, 3, 3))
+            values: tuple[int, ...] = KIND_RATINGS.get(kinds.get(candidate["text"], ""), (3, 3, 3))
             if disagree and submitted == 0 and not ratings:
                 values = tuple(6 - value for value in values)
             ratings.append(
@@ -473,11 +473,10 @@ def walk(args: argparse.Namespace, walker: Walker, report: dict[str, Any]) -> No
         wide.click("form[action$='/releases/new/'] button[type=submit]")
         wide.wait_for_url(re.compile(r".*/dashboard/releases/\d+/$"))
         path = urlparse(wide.url).path
+        release_url = walker.url(path)
         wait_for(
             f"release {path}",
-            lambda path=path: (
-                status_of(wide, walker.url(path)) in ("succeeded", "failed", "cancelled")
-            ),
+            lambda: status_of(wide, release_url) in ("succeeded", "failed", "cancelled"),  # noqa: B023
             timeout=300,
         )
         status = status_of(wide, walker.url(path))
@@ -668,7 +667,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.screenshots.mkdir(parents=True, exist_ok=True)
 
-    from playwright.sync_api import sync_playwright
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        parser.error(
+            "the walk drives Chromium through Playwright, which requirements.txt does not list: "
+            "pip install playwright (the version requirements-dev.txt pins)"
+        )
 
     report: dict[str, Any] = {"base_url": args.base_url}
     started = time.monotonic()

@@ -93,13 +93,13 @@ def test_a_release_mixing_clips_without_video_trains_on_those_with_video():
     }
     assert run.evaluation["splits"]["validation"]["n"] == len(kept["validation"])
     sentence = (
-        "left out "
+        "Left out "
         + ", ".join(
             f"{len(rows)} of {len(rows) + len(kept[split])} candidates "
             f"({len({row['clip_id'] for row in rows})} clips) of {split}"
             for split, rows in left.items()
         )
-        + ": their clips have no video"
+        + ": their clips have no video."
     )
     assert sentence in run.evaluation["notes"]
 

@@ -182,7 +182,7 @@ class TrainingRelease:
             f"({entry.clips} clips) of {entry.split}"
             for entry in self.left_out
         ]
-        return "left out " + ", ".join(parts) + ": their clips have no video"
+        return "Left out " + ", ".join(parts) + ": their clips have no video."
 
     def left_out_dict(self) -> dict[str, dict[str, int]]:
         return {
