@@ -379,8 +379,16 @@ def walk(args: argparse.Namespace, walker: Walker, report: dict[str, Any]) -> No
         answer = page.goto(walker.url(worker_url))
         walker.check("worker:entry", page, width, status=answer.status if answer else 0)
         page.click("#start")
-        page.wait_for_selector("#task:not([hidden])", timeout=30_000)
-        page.wait_for_selector("#candidates fieldset, #candidates .candidate", timeout=30_000)
+        # A clip to rate, or (the campaign done, e.g. on a second walk) the end screen.
+        page.wait_for_function(
+            """() => {
+              const task = document.querySelector("#task");
+              const done = document.querySelector("#done");
+              return (task && !task.hidden && document.querySelector("#candidates").children.length)
+                || (done && !done.hidden);
+            }""",
+            timeout=60_000,
+        )
         walker.check("worker:entry", page, width)
         answer = page.goto(walker.url(f"/w/{campaign}/erase/"))
         walker.check("worker:erase", page, width, status=answer.status if answer else 0)
@@ -683,10 +691,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         walker = Walker(browser, args.base_url, args.screenshots)
         try:
-            walk(args, walker, report)
-            webhooks(walker, report, args.webhook_url)
-        except Exception as error:  # the walk stops; what it saw so far is still reported
-            walker.problems.append(f"the walk stopped: {type(error).__name__}: {error}")
+            for part in (
+                lambda: walk(args, walker, report),
+                lambda: webhooks(walker, report, args.webhook_url),
+            ):
+                try:
+                    part()
+                except Exception as error:  # this part stops; the next still runs
+                    walker.problems.append(f"the walk stopped: {type(error).__name__}: {error}")
         finally:
             browser.close()
     opened = {visit.route for visit in walker.visits}
