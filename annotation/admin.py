@@ -22,6 +22,7 @@ from annotation.models import (
     WorkerExclusion,
     WorkerQCStats,
 )
+from annotation.questions import Rubric
 from annotation.services.campaigns import (
     ARGUMENT_FIELDS,
     CAMPAIGN_FIELDS,
@@ -50,6 +51,7 @@ class CampaignAdminForm(forms.ModelForm):
     erasure_mode = forms.ChoiceField(choices=ErasureMode.choices, required=False)
     retest_share = forms.FloatField(min_value=0, max_value=RETEST_SHARE_MAX, required=False)
     retest_min_gap = forms.IntegerField(min_value=1, max_value=RETEST_GAP_MAX, required=False)
+    rubric = forms.ChoiceField(choices=Rubric.choices, required=False)
 
     class Meta:
         model = Campaign
@@ -66,7 +68,9 @@ class CampaignAdminForm(forms.ModelForm):
                     self.add_error(name, "Cannot change once workers have submitted judgments.")
         if "questions" in self.changed_data and cleaned.get("questions") is not None:
             try:
-                cleaned["questions"] = questions_clean(cleaned["questions"])
+                cleaned["questions"] = questions_clean(
+                    cleaned["questions"], rubric=cleaned.get("rubric") or self.instance.rubric
+                )
             except CampaignInvalid as invalid:
                 self.add_error("questions", str(invalid))
         return cleaned

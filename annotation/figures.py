@@ -15,7 +15,9 @@ Selectors, one per figure group:
 - `campaign_figures` / `campaigns_figures`: candidates, slots, judgments and completeness;
 - `campaign_completion_estimate`: the estimated completion date, or why there is none;
 - `campaign_agreement_figures`: the latest measured Krippendorff's alpha per question, or why
-  there is none.
+  there is none;
+- `candidates_with_judgment_counts`: a candidate's judgments and kept judgments (the data
+  browser's candidate list and clip page; the candidate page counts the judgments it lists).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from datetime import date, timedelta
 from typing import Any
 
 from django.db import connection
+from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from annotation.models import (
@@ -219,6 +223,31 @@ def campaigns_csv(campaigns: Iterable[Campaign]) -> str:
             ]
         )
     return buffer.getvalue()
+
+
+# ----------------------------------------------------------------------------------------------
+# Per candidate
+# ----------------------------------------------------------------------------------------------
+
+
+def candidates_with_judgment_counts(
+    items: QuerySet[CampaignCandidate],
+) -> QuerySet[CampaignCandidate]:
+    """`items` each annotated with `judgment_count` (kept or excluded) and `kept_count`, counted
+    from the judgments, never from the aggregate columns `judgments_total`/`kept_judgments`
+    (QC's, which an imported campaign only gets at its first run: the browser showed "0 (0)"
+    for a candidate whose page listed 3 judgments). Correlated subqueries, which PostgreSQL
+    evaluates for the rows a page returns only (through the judgment's candidate index)."""
+    judgments = Judgment.objects.filter(campaign_candidate=OuterRef("pk")).order_by()
+
+    def counted(rows: QuerySet[Judgment]) -> Coalesce:
+        count = rows.values("campaign_candidate").annotate(n=Count("pk")).values("n")
+        return Coalesce(Subquery(count, output_field=IntegerField()), 0)
+
+    return items.annotate(
+        judgment_count=counted(judgments),
+        kept_count=counted(judgments.filter(is_excluded=False)),
+    )
 
 
 # ----------------------------------------------------------------------------------------------

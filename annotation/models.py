@@ -12,6 +12,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
+from annotation.questions import Rubric
 from common.models import Job
 from datasets_app.models import CandidateCaption, Clip
 
@@ -33,6 +34,8 @@ class Campaign(models.Model):
 
     `questions` is a list of {"key", "label", "help", "levels": [{"value", "label", "description"}]};
     see `annotation.questions.default_questions()` for the three criteria of the Rigel paper.
+    `rubric` says whose words describe the levels (`annotation.questions.Rubric`); the levels in
+    `questions` are always that rubric's (`annotation.services.campaigns.questions_clean`).
     """
 
     slug = models.SlugField(max_length=100, unique=True)
@@ -43,6 +46,14 @@ class Campaign(models.Model):
         max_length=10, choices=CampaignStatus.choices, default=CampaignStatus.ACTIVE, db_index=True
     )
     questions = models.JSONField(default=list)
+    # Campaigns made before the choice existed keep the paper's rubric (migration 0014), imported
+    # ones are marked imported; new campaigns describe each question's levels on their own.
+    rubric = models.CharField(
+        max_length=20,
+        choices=Rubric.choices,
+        default=Rubric.PER_CRITERION,
+        db_default=Rubric.PER_CRITERION,
+    )
     # Key of an explicit overall question; empty means "overall = mean of the questions".
     overall_question_key = models.CharField(max_length=50, blank=True, default="")
     judgments_per_candidate = models.PositiveSmallIntegerField(default=3)

@@ -16,6 +16,15 @@ recovered it. Each measured run is a fresh child process (its peak RSS is the ru
 run (no stored calibration: everything inserted), then `--runs` warm runs (a re-run on the same
 judgments: the fit is deterministic, nothing changes, nothing is written); the report gives the
 median of the warm runs with their min and max, and every run's figures.
+
+    python bench/calibration_scale.py --optimizers        # the optimiser comparison (no database)
+
+`--optimizers` times the fit's optimiser alone on 1,000,000 simulated judgments (333,333 items x
+3 ratings, 10,000 raters, `annotation.quality.calibration_simulation`): scipy's L-BFGS-B as the
+module runs it (BLAS held to one thread) against the hand-written L-BFGS it replaced (kept below,
+`handwritten_lbfgs`, as it was in the module), in `--runs` rounds whose order alternates, each on
+a fresh objective from the same start; then the exact Laplace covariance step at that size. The
+raw file holds every run, the medians, the load average around each run and the versions.
 """
 
 from __future__ import annotations
@@ -198,6 +207,202 @@ def measured_run() -> dict[str, Any]:
     }
 
 
+# ------------------------------------------------------------------------------------------------
+# --optimizers: scipy's L-BFGS-B against the hand-written L-BFGS the module used before.
+# ------------------------------------------------------------------------------------------------
+
+
+def handwritten_lbfgs(
+    function: Any,
+    start: Any,
+    *,
+    max_iterations: int,
+    relative_tolerance: float,
+    gradient_tolerance: float,
+    memory: int = 10,
+) -> dict[str, Any]:
+    """The L-BFGS (two-loop recursion, backtracking Armijo line search) that
+    annotation/quality/calibration.py carried until the optimiser comparison, unchanged in what it
+    computes; kept here so the comparison can be re-run."""
+    import numpy as np
+
+    from annotation.quality.calibration import _dot
+
+    def two_loop(gradient: Any, steps: list[Any], changes: list[Any]) -> Any:
+        q = gradient.copy()
+        if not steps:
+            return q
+        alphas = []
+        rhos = [1.0 / _dot(y, s) for s, y in zip(steps, changes, strict=True)]
+        for s, y, rho in zip(reversed(steps), reversed(changes), reversed(rhos), strict=True):
+            alpha = rho * _dot(s, q)
+            q -= alpha * y
+            alphas.append(alpha)
+        q *= _dot(steps[-1], changes[-1]) / _dot(changes[-1], changes[-1])
+        for s, y, rho, alpha in zip(steps, changes, rhos, reversed(alphas), strict=True):
+            q += (alpha - rho * _dot(y, q)) * s
+        return q
+
+    x = np.array(start, dtype=np.float64)
+    value, gradient = function(x)
+    steps: list[Any] = []
+    changes: list[Any] = []
+    message, converged, iteration = "iteration limit reached", False, 0
+    for iteration in range(1, max_iterations + 1):
+        direction = -two_loop(gradient, steps, changes)
+        slope = _dot(gradient, direction)
+        if slope >= 0:
+            steps.clear()
+            changes.clear()
+            direction = -gradient
+            slope = -_dot(gradient, gradient)
+        step = 1.0
+        while True:
+            candidate = x + step * direction
+            new_value, new_gradient = function(candidate)
+            if np.isfinite(new_value) and new_value <= value + 1e-4 * step * slope:
+                break
+            step *= 0.5
+            if step < 1e-12:
+                return {
+                    "x": x,
+                    "value": value,
+                    "iterations": iteration,
+                    "converged": False,
+                    "message": "line search failed",
+                }
+        s_step = candidate - x
+        y_change = new_gradient - gradient
+        if _dot(s_step, y_change) > 1e-12 * _dot(y_change, y_change):
+            steps.append(s_step)
+            changes.append(y_change)
+            if len(steps) > memory:
+                steps.pop(0)
+                changes.pop(0)
+        decrease = value - new_value
+        x, value, gradient = candidate, new_value, new_gradient
+        if float(np.abs(gradient).max()) <= gradient_tolerance:
+            converged, message = True, "gradient below tolerance"
+            break
+        if decrease <= relative_tolerance * max(abs(value), 1.0):
+            converged, message = True, "relative decrease below tolerance"
+            break
+    return {
+        "x": x,
+        "value": value,
+        "iterations": iteration,
+        "converged": converged,
+        "message": message,
+    }
+
+
+def _timed_optimiser(name: str, table: Any, settings: Any) -> tuple[dict[str, Any], Any]:
+    import os
+
+    import numpy as np
+
+    from annotation.quality.calibration import _initial, _Objective, objective_minimize
+
+    objective = _Objective(table, settings)
+    start = _initial(table, objective)
+    load_before = [round(value, 2) for value in os.getloadavg()]
+    wall, cpu = time.perf_counter(), time.process_time()
+    if name == "scipy_lbfgsb":
+        result = objective_minimize(objective, start, settings)
+        x, value, iterations = result.x, result.value, result.iterations
+        converged, message = result.converged, result.message
+    else:
+        outcome = handwritten_lbfgs(
+            objective,
+            start,
+            max_iterations=settings.max_iterations,
+            relative_tolerance=settings.relative_tolerance,
+            gradient_tolerance=settings.gradient_tolerance,
+        )
+        x, value, iterations = outcome["x"], outcome["value"], outcome["iterations"]
+        converged, message = outcome["converged"], outcome["message"]
+    figures = {
+        "optimizer": name,
+        "seconds": round(time.perf_counter() - wall, 3),
+        "cpu_seconds": round(time.process_time() - cpu, 3),
+        "objective": round(float(value), 4),
+        "iterations": int(iterations),
+        "evaluations": objective.evaluations,
+        "converged": bool(converged),
+        "message": message,
+        "load_average_before": load_before,
+        "load_average_after": [round(value, 2) for value in os.getloadavg()],
+    }
+    return figures, np.asarray(x) / objective.scale
+
+
+def optimizer_comparison(*, judgments: int, workers: int, runs: int) -> dict[str, Any]:
+    import os
+    from importlib import metadata
+
+    import numpy as np
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from annotation.quality.calibration import CalibrationSettings, calibration_fit
+    from annotation.quality.calibration_simulation import ratings_simulate
+
+    simulation = ratings_simulate(
+        items=judgments // 3, raters=workers, severity_sd=0.8, thresholds=THRESHOLDS, seed=17
+    )
+    table, settings = simulation.table, CalibrationSettings()
+    order = ["handwritten_lbfgs", "scipy_lbfgsb"]
+    measured: dict[str, list[dict[str, Any]]] = {name: [] for name in order}
+    solutions: dict[str, Any] = {}
+    for round_index in range(runs):
+        for name in order if round_index % 2 == 0 else order[::-1]:
+            figures, solution = _timed_optimiser(name, table, settings)
+            figures["round"] = round_index
+            measured[name].append(figures)
+            solutions[name] = solution
+    medians = {name: statistics.median(run["seconds"] for run in measured[name]) for name in order}
+    # The whole fit (optimiser, exact Laplace covariance, fit statistics) as the job runs it.
+    fits = []
+    for _ in range(runs):
+        load_before = [round(value, 2) for value in os.getloadavg()]
+        wall = time.perf_counter()
+        fit = calibration_fit(table, settings=settings)
+        fits.append(
+            {
+                "seconds": round(time.perf_counter() - wall, 3),
+                "optimizer_iterations": fit.statistics["iterations"],
+                "load_average_before": load_before,
+                "load_average_after": [round(value, 2) for value in os.getloadavg()],
+            }
+        )
+    with threadpool_limits(limits=1, user_api="blas"):
+        pinned = threadpool_info()
+    return {
+        "judgments": len(table),
+        "items": table.items,
+        "raters": table.raters,
+        "variables": table.items + table.raters + table.categories - 1,
+        "runs_each": runs,
+        "order": "alternated: handwritten first in even rounds, scipy first in odd rounds",
+        "runs": measured,
+        "median_seconds": medians,
+        "handwritten_speedup": round(medians["scipy_lbfgsb"] / medians["handwritten_lbfgs"], 3),
+        "keep_handwritten_threshold": 1.5,
+        "solutions_max_abs_difference": round(
+            float(np.abs(solutions["scipy_lbfgsb"] - solutions["handwritten_lbfgs"]).max()), 6
+        ),
+        "full_fit_runs": fits,
+        "full_fit_median_seconds": statistics.median(fit["seconds"] for fit in fits),
+        "blas_during_fit": [
+            {key: entry.get(key) for key in ("internal_api", "num_threads", "version", "filepath")}
+            for entry in pinned
+        ],
+        "library_versions": {
+            name: metadata.version(name) for name in ("numpy", "scipy", "threadpoolctl")
+        },
+        "cpu_count": os.cpu_count(),
+    }
+
+
 def _child(database_url: str, mode: str, *extra: str) -> dict[str, Any]:
     return run_child(__file__, database_url, mode, *extra)
 
@@ -211,7 +416,24 @@ def main() -> None:
     parser.add_argument("--output", default=None, help="Also write the JSON report here.")
     parser.add_argument("--database-url", default=None)
     parser.add_argument("--child", choices=["run", "load", "count", "clear"], default=None)
+    parser.add_argument(
+        "--optimizers",
+        action="store_true",
+        help="Compare scipy's L-BFGS-B with the hand-written L-BFGS on simulated judgments "
+        "(no database); writes bench/results/calibration_optimizers_*.json.",
+    )
     options = parser.parse_args()
+    if options.optimizers:
+        report = optimizer_comparison(
+            judgments=options.judgments, workers=options.workers, runs=options.runs
+        )
+        path = write_raw("calibration_optimizers", report)
+        text = json.dumps(report, sort_keys=True, indent=2)
+        if options.output:
+            Path(options.output).write_text(text + "\n", encoding="utf-8")
+        print(text)
+        print(f"raw file: {path}", file=sys.stderr)
+        return
     database_url = options.database_url or bench_database_url("calbench", "calibration_scale.py")
 
     if options.child:

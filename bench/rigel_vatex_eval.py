@@ -12,6 +12,10 @@ correlations are recorded but mean nothing. The path is the one `evaluate_rigel`
 
     python bench/rigel_vatex_eval.py --out bench/results/rigel_vatex_eval          # GPU
     python bench/rigel_vatex_eval.py --smoke --out /tmp/rigel_vatex_eval_smoke     # CPU, tiny
+    # the two visual-input presets (training_bridge.rigel.config.PRESETS), one after the other
+    python bench/rigel_vatex_eval.py --preset default --out bench/results/rigel_vatex_eval_default
+    python bench/rigel_vatex_eval.py --preset paper-budget \
+        --out bench/results/rigel_vatex_eval_paper_budget
 
 Writes <out>/rigel_vatex_eval[_smoke].json: commit, command, date, machine, versions, setup times
 and, per protocol, seconds, samples/s, ms/sample and the engine's statistics; the total scoring
@@ -22,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import dataclasses
 import json
 import os
 
@@ -201,6 +204,13 @@ def main() -> None:
     parser.add_argument("--compile", default="auto", choices=("auto", "on", "off"))
     parser.add_argument("--chunk", type=int, default=3000, help="candidates per engine.run call")
     parser.add_argument("--protocols", default="reference-free,1-ref,all-refs")
+    parser.add_argument(
+        "--preset",
+        default=None,
+        choices=("default", "paper-budget"),
+        help="visual input of training_bridge.rigel.config.PRESETS (none: 8 frames, the "
+        "benchmark backbone's own pixel budget)",
+    )
     args = parser.parse_args()
 
     import torch
@@ -242,16 +252,23 @@ def main() -> None:
     backbone = load_backbone(backbone_name, device=device, seed=0)
     head = build_head(backbone.hidden_size, seed=0).to(device)
     model = TrainedRigel(backbone=backbone, head=head, reference_free=False)
+    from training_bridge.rigel.backbone import with_frame_budget
+    from training_bridge.rigel.config import PRESETS
+
+    visual = dict(PRESETS[args.preset]) if args.preset else {}
     config = RigelConfig(
         backbone=backbone_name,
         device=str(device),
-        frames=8 if not args.smoke else 4,
+        frames=visual.get("frames", 8 if not args.smoke else 4),
+        frame_pixels=visual.get("frame_pixels", 0),
         eval_batch_size=args.batch if not args.smoke else 4,
         engine="on",
         engine_workers=args.workers if not args.smoke else 0,
         engine_compile=args.compile if not args.smoke else "off",
     )
-    backbone.vision = dataclasses.replace(backbone.vision, num_frames=config.frames)
+    backbone.vision = with_frame_budget(
+        backbone.vision, frames=config.frames, frame_pixels=config.frame_pixels
+    )
     load_seconds = time.perf_counter() - t0
     store = LocalStore(clip_dir)
     scorer = ProtocolScorer(
@@ -284,6 +301,8 @@ def main() -> None:
             "video": f"synthetic H.264 {size}x{size}, {seconds} s at {fps} fps, one file per clip",
             "backbone": backbone_name + " (random weights)",
             "frames": config.frames,
+            "preset": args.preset,
+            "frame_pixels": config.frame_pixels,
             "batch": config.eval_batch_size,
             "chunk": args.chunk,
             "engine_compile": config.engine_compile,

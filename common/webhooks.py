@@ -52,6 +52,9 @@ SIGNATURE_HEADER = "Lepus-Signature"
 TIMESTAMP_HEADER = "Lepus-Timestamp"
 ID_HEADER = "Lepus-Webhook-Id"
 EVENT_HEADER = "Lepus-Event"
+# The demo's own receiver (`annotation.webhooks.views.demo_receiver_deliver`), at this path of the
+# origin `LEPUS_DEMO_WEBHOOK_RECEIVER` names.
+DEMO_RECEIVER_PATH = "/dashboard/webhooks/demo-receiver/deliver/"
 
 
 class WebhookTargetRefused(ValueError):
@@ -136,11 +139,28 @@ def resolve(host: str, port: int) -> list[str]:
     return [str(info[4][0]) for info in infos]
 
 
+def demo_receiver_url() -> str | None:
+    """The demo receiver's URL, or None when `LEPUS_DEMO_WEBHOOK_RECEIVER` is not set."""
+    origin = settings.LEPUS_DEMO_WEBHOOK_RECEIVER
+    return f"{origin}{DEMO_RECEIVER_PATH}" if origin else None
+
+
+def is_demo_receiver(url: str) -> bool:
+    """Whether `url` is exactly the demo receiver (the one loopback target the demo allows:
+    its origin is a loopback literal or localhost, fixed by the demo's settings, never by a
+    curator; any other port, path or query on loopback is refused as ever)."""
+    expected = demo_receiver_url()
+    return expected is not None and url == expected
+
+
 def check_target(url: str) -> None:
-    """Raise `WebhookTargetRefused` unless every address `url`'s host resolves to is public."""
+    """Raise `WebhookTargetRefused` unless every address `url`'s host resolves to is public (or
+    `url` is the demo receiver)."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise WebhookTargetRefused(f"not an http(s) URL: {url}")
+    if is_demo_receiver(url):
+        return
     offline = settings.LEPUS_WEBHOOK_RESOLVE == "offline"
     if settings.LEPUS_WEBHOOK_ALLOW_PRIVATE and not offline:
         return
@@ -322,10 +342,12 @@ class _PublicOnlyAdapter(requests.adapters.HTTPAdapter):
         }
 
 
-def _session() -> requests.Session:
+def _session(*, demo_receiver: bool = False) -> requests.Session:
     session = requests.Session()
     session.trust_env = False  # no proxy from the environment: the peer checked is the target
-    adapter = _PublicOnlyAdapter()
+    # The demo receiver's origin is loopback by its settings' check; every other target goes
+    # through the adapter that refuses a non-public peer.
+    adapter = requests.adapters.HTTPAdapter() if demo_receiver else _PublicOnlyAdapter()
     session.mount("http://", adapter)
     session.mount("https://", adapter)
     return session
@@ -339,7 +361,7 @@ def post(endpoint: WebhookEndpoint, event: WebhookEvent) -> Attempt:
     started = time.monotonic()
     try:
         check_target(endpoint.url)
-        with _session() as session:
+        with _session(demo_receiver=is_demo_receiver(endpoint.url)) as session:
             response = session.post(
                 endpoint.url,
                 data=body,

@@ -7,6 +7,7 @@ the secure ones and a missing secret key is an error.
 
 from __future__ import annotations
 
+import re
 import secrets
 from pathlib import Path
 
@@ -280,6 +281,8 @@ SPECTACULAR_SETTINGS = {
         "CampaignStatusEnum": "annotation.models.CampaignStatus",
         "AblationEnum": "training_bridge.models.TrainingAblation",
         "AblationInputEnum": "training_bridge.apis.ABLATION_INPUT_CHOICES",
+        "RubricEnum": "annotation.questions.Rubric",
+        "RubricInputEnum": "annotation.apis.crowd_campaigns.RUBRIC_INPUT_CHOICES",
     },
 }
 
@@ -353,6 +356,20 @@ LEPUS_WEBHOOK_ALLOW_PRIVATE = env_bool("LEPUS_WEBHOOK_ALLOW_PRIVATE", False)
 LEPUS_WEBHOOK_RESOLVE = env_str("LEPUS_WEBHOOK_RESOLVE", "dns") or "dns"
 if LEPUS_WEBHOOK_RESOLVE not in ("dns", "offline"):
     raise ImproperlyConfiguredEnv("LEPUS_WEBHOOK_RESOLVE must be 'dns' or 'offline'")
+# The demo's own webhook receiver (docs/webhooks.md): the demo's origin on loopback, e.g.
+# http://127.0.0.1:8000; deliveries to exactly its receiver path are allowed to that loopback
+# address. Empty (the default): no receiver, every loopback target refused. DEBUG only.
+LEPUS_DEMO_WEBHOOK_RECEIVER = (env_str("LEPUS_DEMO_WEBHOOK_RECEIVER", "") or "").rstrip("/")
+if LEPUS_DEMO_WEBHOOK_RECEIVER and not DEBUG:
+    raise ImproperlyConfiguredEnv(
+        "LEPUS_DEMO_WEBHOOK_RECEIVER is for the demo: DJANGO_DEBUG is off"
+    )
+if LEPUS_DEMO_WEBHOOK_RECEIVER and not re.fullmatch(
+    r"http://(127\.0\.0\.1|localhost|\[::1\]):\d{1,5}", LEPUS_DEMO_WEBHOOK_RECEIVER
+):
+    raise ImproperlyConfiguredEnv(
+        "LEPUS_DEMO_WEBHOOK_RECEIVER must be the demo's loopback origin, e.g. http://127.0.0.1:8000"
+    )
 
 # --- Training -----------------------------------------------------------------------------------
 LEPUS_DEFAULT_BACKBONE = env_str("LEPUS_DEFAULT_BACKBONE", "Qwen/Qwen3-VL-2B-Instruct")

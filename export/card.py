@@ -17,6 +17,7 @@ from typing import Any
 from django.conf import settings
 from django.template.loader import render_to_string
 
+from annotation.questions import Rubric
 from export.licences import CODE_LICENSE
 from export.reads.protocol import exclusion_label
 from export.records import sha256_file
@@ -55,6 +56,46 @@ def markdown_text(text: str) -> str:
         )
         escaped.append("\\" + char if char in MARKDOWN_ESCAPED and not intraword else char)
     return "".join(escaped)
+
+
+# What each rubric means, for the card's "Rating guide" section (annotation.questions).
+RUBRIC_NOTES = {
+    Rubric.PAPER: "one description per level for all questions together (objects, "
+    "relationships, accuracy and grammar), shown to workers under every question, as in the Rigel "
+    "paper's Appendix C; Vid-Lepus was collected with it.",
+    Rubric.PER_CRITERION: "each question has its own level descriptions, about what it alone "
+    "asks (e.g. fluency judges the language only); the wording is Lepus's own, not the Rigel "
+    "paper's.",
+    Rubric.CUSTOM: "levels that the campaign's curator wrote for each question.",
+    Rubric.IMPORTED: "judgments imported from a file, rated under their source's own "
+    "instructions (no Lepus rubric was shown).",
+}
+RUBRIC_NAMES = {
+    Rubric.PAPER: "the Rigel paper's (Appendix C, holistic)",
+    Rubric.PER_CRITERION: "per-criterion (Lepus's own wording)",
+    Rubric.CUSTOM: "custom",
+    Rubric.IMPORTED: "imported (the source's own)",
+}
+
+
+def rubric_rows(campaigns: list[dict[str, Any]]) -> tuple[list[tuple[str, str, str]], list[str]]:
+    """(campaign, rubric, questions) per campaign, and the note of each rubric used, in the
+    order of the rubric choices."""
+    rows = [
+        (
+            f"`{campaign['slug']}`",
+            RUBRIC_NAMES[Rubric(campaign["rubric"])],
+            ", ".join(campaign["questions"]),
+        )
+        for campaign in campaigns
+    ]
+    used = {campaign["rubric"] for campaign in campaigns}
+    notes = [
+        f"{RUBRIC_NAMES[rubric][0].upper()}{RUBRIC_NAMES[rubric][1:]}: {RUBRIC_NOTES[rubric]}"
+        for rubric in Rubric
+        if rubric in used
+    ]
+    return rows, notes
 
 
 def write_card(*, facts: ReleaseFacts, root: Path) -> dict[str, str]:
@@ -157,7 +198,9 @@ def card_context(facts: ReleaseFacts) -> dict[str, Any]:
             f"{entry['retest_share']:.0%}",
             str(entry["retest_min_gap"]),
             str(fit["pairs"]),
-            _fixed(fit["kappa"], 3),
+            _fixed(fit["worker_kappa_mean"], 3),
+            _fixed(fit["worker_kappa_median"], 3),
+            _fixed(fit["pooled_kappa"], 3),
             _fixed(fit["exact_agreement"], 3),
         )
         for entry in facts.retest
@@ -170,11 +213,16 @@ def card_context(facts: ReleaseFacts) -> dict[str, Any]:
             str(entry["workers_with_pairs"]),
             str(entry["workers_with_enough_pairs"]),
             str(entry["min_pairs"]),
-            _fixed(entry["kappa"], 3),
+            _fixed(entry["worker_kappa_mean"], 3),
+            _fixed(entry["worker_kappa_median"], 3),
+            _fixed(entry["pooled_kappa"], 3),
         )
         for entry in facts.retest
     ]
+    campaign_rubric_rows, rubric_notes = rubric_rows(facts.campaigns)
     return {
+        "rubric_rows": campaign_rubric_rows,
+        "rubric_notes": rubric_notes,
         "retest_rows": retest_rows,
         "retest_campaigns": retest_campaigns,
         "calibration_rows": calibration_rows,

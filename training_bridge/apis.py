@@ -353,7 +353,9 @@ class RigelEvaluationCreateSerializer(serializers.Serializer):
     protocols = serializers.ListField(
         child=serializers.ChoiceField(choices=list(PROTOCOL_CHOICES)),
         required=False,
-        help_text="Default: reference-free, 1-ref, all-refs.",
+        help_text="Default: the protocols of the runs' own settings (reference-free for a "
+        "reference-free run, 1-ref and all-refs for a reference-based one). A protocol that no "
+        "given run was trained for is refused (400).",
     )
     correlation = serializers.ChoiceField(choices=list(CORRELATIONS), default="emscore")
     metrics = serializers.ListField(

@@ -23,7 +23,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from annotation.auth import IsWorker, WorkerTokenAuthentication
+from annotation.auth import IsWorker, ScreenedOut, WorkerTokenAuthentication
 from annotation.models import Campaign, Participation
 from annotation.services.assignment import (
     assignment_claim_next,
@@ -37,7 +37,12 @@ from annotation.services.submission import (
     SubmissionTooEarly,
     assignment_submit,
 )
-from annotation.services.workers import JoinRefused, worker_join
+from annotation.services.workers import (
+    JoinRefused,
+    participation_excluded,
+    screen_out_payload,
+    worker_join,
+)
 from common.api import ErrorSerializer, FailOpenSimpleRateThrottle, FieldErrorsSerializer
 from common.storage import StorageUnavailable
 
@@ -350,13 +355,16 @@ class AssignmentNextApi(_WorkerApi):
     )
     def post(self, request: Request) -> Response:
         participation = cast(Participation, request.auth)
-        assignment = assignment_claim_next(participation=participation)
-        if assignment is None:
+        offer = assignment_claim_next(participation=participation)
+        if offer is None:
+            # Quality control may have excluded the worker after the authentication read the
+            # participation (the claim re-checks the status under its lock and hands out
+            # nothing): the screen-out, never "nothing left" (the page would end normally).
+            if participation_excluded(participation_id=participation.pk):
+                raise ScreenedOut(screen_out_payload(participation=participation))
             return Response(status=status.HTTP_204_NO_CONTENT)
         try:
-            payload = assignment_offer_payload(
-                assignment=assignment, campaign=participation.campaign
-            )
+            payload = assignment_offer_payload(offer=offer, campaign=participation.campaign)
         except StorageUnavailable:
             return Response(
                 {"detail": "Media storage is unreachable; please retry in a moment."},

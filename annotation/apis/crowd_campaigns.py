@@ -16,8 +16,10 @@ from rest_framework.views import APIView
 from annotation.apis.figures import CampaignFiguresSerializer
 from annotation.figures import campaigns_with_figures
 from annotation.models import Campaign, CampaignStatus, ErasureMode
+from annotation.questions import Rubric
 from annotation.services.campaigns import (
     CAMPAIGN_FIELDS,
+    CHOSEN_RUBRICS,
     RETEST_GAP_MAX,
     RETEST_SHARE_MAX,
     SLUG_HELP,
@@ -71,6 +73,10 @@ INTEGER_MAX = 2**31 - 1
 BIG_INTEGER_MAX = 2**63 - 1
 
 
+# The rubrics a curator may choose (the campaign's read-only field also shows `imported`).
+RUBRIC_INPUT_CHOICES = [(value, Rubric(value).label) for value in CHOSEN_RUBRICS]
+
+
 class QuestionInputSerializer(serializers.Serializer):
     key = serializers.CharField()
     label = serializers.CharField(required=False)  # type: ignore[assignment]
@@ -84,6 +90,14 @@ class CampaignOptionsSerializer(serializers.Serializer):
     instructions = serializers.CharField(required=False, allow_blank=True)
     status = serializers.ChoiceField(choices=CampaignStatus.choices, required=False)
     questions = QuestionInputSerializer(many=True, required=False)
+    rubric = serializers.ChoiceField(
+        choices=RUBRIC_INPUT_CHOICES,
+        required=False,
+        help_text="Whose words describe each question's levels: per_criterion (the default; "
+        "Lepus's own wording for each question), paper (the Rigel paper's Appendix C holistic "
+        "rubric, the same for every question) or custom (each question gives its levels). "
+        "Frozen once workers have submitted judgments.",
+    )
     overall_question_key = serializers.CharField(required=False, allow_blank=True)
     judgments_per_candidate = serializers.IntegerField(min_value=1, max_value=100, required=False)
     reference_free = serializers.BooleanField(required=False)

@@ -26,6 +26,7 @@ from django.db.models import (
 from django.db.models.functions import Coalesce
 
 from annotation.browse.pagination import Page, Sort, keyset_page
+from annotation.figures import candidates_with_judgment_counts
 from annotation.models import (
     AuditEntry,
     CampaignCandidate,
@@ -119,6 +120,7 @@ def candidates_page(
         sort_overall=Coalesce("overall", Value(-1.0), output_field=FloatField()),
         sort_range=Coalesce("rating_range", Value(-1), output_field=IntegerField()),
     )
+    items = candidates_with_judgment_counts(items)
     return keyset_page(items, sort=sort, descending=descending, after=after, size=size)
 
 
@@ -221,7 +223,7 @@ def clip_detail(*, clip_id: int) -> dict[str, Any]:
         .order_by("position", "pk")
     )
     items: dict[int, list[CampaignCandidate]] = {}
-    for item in (
+    for item in candidates_with_judgment_counts(
         CampaignCandidate.objects.filter(clip=clip).select_related("campaign").order_by("pk")
     ):
         items.setdefault(item.candidate_id, []).append(item)

@@ -16,7 +16,7 @@ from django.db import IntegrityError, transaction
 
 from annotation.imports.writers import JudgmentSpec, judgment_rows_write
 from annotation.models import Campaign, CampaignStatus
-from annotation.questions import level_values, with_levels
+from annotation.questions import Rubric, level_values, with_levels
 from annotation.services.campaigns import QUESTION_KEY_PATTERN
 from datasets_app.models import ImportBatch, ImportKind
 from datasets_app.services.imports.base import (
@@ -336,7 +336,8 @@ def _judgments_campaign(
         per_candidate[spec.candidate_external_id] += 1
     quota = max(1, min(100, max(per_candidate.values())))
     questions = with_levels(
-        [{"key": key, "label": key.replace("_", " ").capitalize(), "help": ""} for key in keys]
+        [{"key": key, "label": key.replace("_", " ").capitalize(), "help": ""} for key in keys],
+        Rubric.IMPORTED,
     )
     try:
         with transaction.atomic():
@@ -346,6 +347,7 @@ def _judgments_campaign(
                     "name": slug,
                     "description": f"Judgments imported from {Path(source.name).name}.",
                     "questions": questions,
+                    "rubric": Rubric.IMPORTED,
                     "overall_question_key": "overall" if "overall" in keys else "",
                     "judgments_per_candidate": quota,
                     "is_imported": True,

@@ -13,7 +13,7 @@ from django.db import IntegrityError, transaction
 
 from annotation.imports.writers import JudgmentSpec, judgment_rows_write
 from annotation.models import Campaign, CampaignStatus
-from annotation.questions import overall_only_questions
+from annotation.questions import Rubric, overall_only_questions
 from datasets_app.models import ImportBatch, ImportKind
 from datasets_app.services.imports.base import (
     Counts,
@@ -261,7 +261,8 @@ def _vatex_eval_campaign(*, source: ImportSource, user: User | None) -> tuple[Ca
                     "description": "Human judgments of the VATEX-EVAL benchmark (Shi et al., "
                     "EMScore, CVPR 2022; MIT licence): one overall rating 1–5 per candidate from "
                     "each of three anonymous rater slots. Imported, not collected here.",
-                    "questions": overall_only_questions(),
+                    "questions": overall_only_questions(Rubric.IMPORTED),
+                    "rubric": Rubric.IMPORTED,
                     "overall_question_key": "overall",
                     "judgments_per_candidate": VATEX_EVAL_RATER_SLOTS,
                     "is_imported": True,

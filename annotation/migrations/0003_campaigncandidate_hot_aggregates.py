@@ -8,16 +8,6 @@ from django.db import migrations, models
 TABLE = "annotation_campaigncandidate"
 
 
-def fillfactor_set(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(f"ALTER TABLE {TABLE} SET (fillfactor = 50)")
-
-
-def fillfactor_reset(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(f"ALTER TABLE {TABLE} RESET (fillfactor)")
-
-
 class Migration(migrations.Migration):
 
     dependencies = [
@@ -34,5 +24,8 @@ class Migration(migrations.Migration):
             name="is_finalised",
             field=models.BooleanField(default=False),
         ),
-        migrations.RunPython(fillfactor_set, fillfactor_reset),
+        migrations.RunSQL(
+            f"ALTER TABLE {TABLE} SET (fillfactor = 50)",
+            reverse_sql=f"ALTER TABLE {TABLE} RESET (fillfactor)",
+        ),
     ]

@@ -14,21 +14,14 @@ from django.db import migrations
 TABLE = "annotation_campaigncandidate"
 
 
-def fillfactor_set(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(f"ALTER TABLE {TABLE} SET (fillfactor = 30)")
-
-
-def fillfactor_back(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(f"ALTER TABLE {TABLE} SET (fillfactor = 50)")
-
-
 class Migration(migrations.Migration):
     dependencies = [
         ("annotation", "0011_data_browser_sort_indexes"),
     ]
 
     operations = [
-        migrations.RunPython(fillfactor_set, fillfactor_back),
+        migrations.RunSQL(
+            f"ALTER TABLE {TABLE} SET (fillfactor = 30)",
+            reverse_sql=f"ALTER TABLE {TABLE} SET (fillfactor = 50)",
+        ),
     ]

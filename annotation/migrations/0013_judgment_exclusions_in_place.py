@@ -15,16 +15,6 @@ from django.db import migrations, models
 TABLE = "annotation_judgment"
 
 
-def fillfactor_set(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(f"ALTER TABLE {TABLE} SET (fillfactor = 85)")
-
-
-def fillfactor_back(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(f"ALTER TABLE {TABLE} RESET (fillfactor)")
-
-
 class Migration(migrations.Migration):
     dependencies = [
         ("annotation", "0012_campaigncandidate_fillfactor_room_for_first_aggregates"),
@@ -36,5 +26,8 @@ class Migration(migrations.Migration):
             name="is_excluded",
             field=models.BooleanField(default=False),
         ),
-        migrations.RunPython(fillfactor_set, fillfactor_back),
+        migrations.RunSQL(
+            f"ALTER TABLE {TABLE} SET (fillfactor = 85)",
+            reverse_sql=f"ALTER TABLE {TABLE} RESET (fillfactor)",
+        ),
     ]

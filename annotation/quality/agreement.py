@@ -17,7 +17,11 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from annotation.models import AgreementSnapshot, Campaign, CampaignCandidate, Judgment
-from annotation.quality.krippendorff import alpha_from_coincidence, coincidence_from_counts
+from annotation.quality.krippendorff import (
+    CoincidenceSum,
+    alpha_from_coincidence,
+    coincidence_from_counts,
+)
 from annotation.quality.loading import id_filter
 from annotation.services.columns import json_number
 from common.db import is_postgresql
@@ -55,7 +59,7 @@ def agreement_for_items(
         f"FROM {Judgment._meta.db_table} j WHERE {clause}{kept}"
         f") s WHERE s.v BETWEEN 1 AND 5 GROUP BY s.item HAVING COUNT(*) >= 2"
     )
-    coincidence = np.zeros((len(VALUES), len(VALUES)))
+    coincidences = CoincidenceSum(len(VALUES))
     pairable_items = 0
     ratings = 0
     # A server-side cursor needs a transaction on PostgreSQL; reads only.
@@ -70,10 +74,10 @@ def agreement_for_items(
             if not rows:
                 break
             table = np.asarray(rows, dtype=np.float64)
-            coincidence += coincidence_from_counts(table)
+            coincidences.add(table)
             pairable_items += len(table)
             ratings += int(table.sum())
-    alpha = alpha_from_coincidence(coincidence, level="ordinal", values=list(VALUES))
+    alpha = alpha_from_coincidence(coincidences.matrix(), level="ordinal", values=list(VALUES))
     return {
         "alpha": None if alpha is None else float(alpha),
         "items": pairable_items,

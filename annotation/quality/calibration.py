@@ -1,4 +1,4 @@
-"""Rater-severity calibration: a many-facet ordinal (cumulative-logit) model, fitted with NumPy.
+"""Rater-severity calibration: a cumulative-logit (graded-response) facets model, fitted with NumPy.
 
 The model, per campaign and per criterion (question), for judgment n of item i by rater j with
 rating y in 1..K:
@@ -6,8 +6,10 @@ rating y in 1..K:
     P(y <= k) = logistic(tau_k - (theta_i - beta_j)),    k = 1..K-1,   tau_1 < ... < tau_{K-1}
 
 theta_i is the item's quality, beta_j the rater's severity (a harsh rater has beta > 0 and gives
-lower ratings to the same item) and tau the thresholds every rater shares: the many-facet Rasch
-model (Linacre) in its cumulative-logit form, a graded-response model with a rater facet.
+lower ratings to the same item) and tau the thresholds every rater shares: a graded-response
+(cumulative-logit) model with a rater facet. It is *not* the many-facet Rasch model of Linacre,
+which is an adjacent-category (partial-credit / rating-scale) model: log P(y = k) / P(y = k-1)
+is linear there, log P(y <= k) / P(y > k) here.
 
 Why written here: no maintained Python library fits it at this size. crowd-kit (1.4.2) aggregates
 *categorical* labels (Dawid-Skene, MACE, GLAD: a rating of 4 is as far from 5 as from 1);
@@ -23,22 +25,32 @@ scale). The fit is a maximum a posteriori estimate:
   with them, which leaves the likelihood unchanged), so theta is the quality "as an average rater
   would see it";
 - the log-likelihood and its gradient are vectorised over judgments (np.bincount onto items and
-  raters); L-BFGS (scipy) runs on variables scaled by an estimate of their curvature (about
-  0.2 x judgments + prior precision), which makes items with 3 judgments and raters with 300
-  equally easy for it;
-- uncertainty: the Laplace approximation (inverse observed information at the optimum). The
-  full inverse is out of reach at 340,000 parameters, so each rater's variance is the inverse of
-  its diagonal Schur complement, H_jj - sum_i H_ij^2 / H_ii: the information about the rater
-  once the items it rated are estimated too (and symmetrically for items). It neglects
-  rater-rater covariances (small once raters share many items) and threshold uncertainty.
+  raters); scipy's L-BFGS-B (no bounds) runs on variables scaled by an estimate of their
+  curvature (about 0.2 x judgments + prior precision), which makes items with 3 judgments and
+  raters with 300 equally easy for it. BLAS is held to one thread during the fit (threadpoolctl):
+  on a busy machine a multi-threaded BLAS spins its threads on every call of a level-1 routine
+  (a 10,000-rating fit took 11.4 s with a multi-threaded BLAS under a load average of 12 on 2
+  cores, 0.24 s with one); the objective's own dot products avoid BLAS altogether (`_dot`). A
+  hand-written L-BFGS stood here before; at 1,000,000 judgments it was 1.02x as fast as scipy's
+  (median of 3 alternated runs: 9.70 s against 9.88 s wall, 2.7 s against 2.9 s CPU, under a load
+  average of about 10 on 2 cores), far from the 1.5x that would have justified keeping it
+  (bench/calibration_scale.py --optimizers, bench/results/calibration_optimizers_2026-11-27T164659Z_f572df2.json);
+- uncertainty: the Laplace approximation, exactly: the inverse of the Hessian of the negative log
+  posterior over all parameters (items, severities and thresholds), through the Schur complement
+  of its diagonal item block (`annotation.quality.calibration_covariance`). The standard errors
+  are those of the reported, centred estimates (theta_i - mean(beta), beta_j - mean(beta)) and
+  of the calibrated score (with the thresholds' uncertainty).
 
 The calibrated score of an item is the expected rating of an average rater (beta = 0) on the
 1..K scale: E = K - sum_k logistic(tau_k - theta), comparable with the raw mean.
 
-Fit statistics follow Rasch practice: per rater the outfit (mean squared standardised residual)
+Fit statistics borrow Rasch practice: per rater the outfit (mean squared standardised residual)
 and infit (information-weighted) mean squares, about 1 for a rater the model fits; overall the
 log-likelihood, deviance, AIC/BIC and the rater separation reliability (share of the observed
-variance of severities that is not estimation noise).
+variance of severities that is not estimation noise). AIC and BIC count the parameters the
+likelihood identifies: items + raters + (K - 1) thresholds, less one free direction per connected
+part of the item-rater graph (its items and raters shifted together) and one more for the
+thresholds and every item shifted together. The priors pin those directions, not the data.
 
 No Django here: `annotation.quality.calibration_job` reads the database and stores the results.
 """
@@ -51,13 +63,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import scipy.optimize
 from numpy.typing import NDArray
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
 from scipy.special import expit
+from threadpoolctl import threadpool_limits
+
+from annotation.quality.calibration_covariance import laplace_errors
 
 # |theta - beta| beyond this is clipped inside the likelihood (exp stays finite; a rating model
 # never needs more than a few logits past its outermost threshold).
 ETA_LIMIT = 30.0
-MODEL_NAME = "many-facet cumulative-logit (graded response) model with rater severity"
+MODEL_NAME = "cumulative-logit (graded-response) facets model: item quality, rater severity, shared thresholds"
 
 
 @dataclass(frozen=True)
@@ -68,7 +86,7 @@ class CalibrationSettings:
     severity_prior_sd: float = 2.0
     threshold_prior_sd: float = 5.0
     max_iterations: int = 400
-    # L-BFGS stops when the objective changes by less than this relative amount per step.
+    # L-BFGS-B stops when the objective changes by less than this relative amount per step.
     relative_tolerance: float = 1e-9
     gradient_tolerance: float = 1e-5
 
@@ -261,98 +279,45 @@ class OptimizerResult:
     gradient_max: float
 
 
-def lbfgs_minimize(
-    function: Any,
-    start: NDArray[np.float64],
-    *,
-    max_iterations: int,
-    relative_tolerance: float,
-    gradient_tolerance: float,
-    memory: int = 10,
+def objective_minimize(
+    objective: Any, start: NDArray[np.float64], settings: CalibrationSettings
 ) -> OptimizerResult:
-    """L-BFGS (two-loop recursion) with a backtracking Armijo line search.
+    """scipy's L-BFGS-B without bounds (memory 10), BLAS on one thread.
 
-    Written out rather than scipy's L-BFGS-B: its bound-constrained Fortran/C core spent 90% of
-    the fit's time in its own bookkeeping at 20,000 variables (measured with cProfile: 6.7 s of
-    7.5 s), while this loop is a few vector operations per step. The variables are pre-scaled
-    by their curvature, so a unit step is the natural first trial.
-    """
-    x = np.array(start, dtype=np.float64)
-    value, gradient = function(x)
-    steps: list[NDArray[np.float64]] = []
-    changes: list[NDArray[np.float64]] = []
-    message = "iteration limit reached"
-    converged = False
-    iteration = 0
-    for iteration in range(1, max_iterations + 1):
-        direction = -_two_loop(gradient, steps, changes)
-        slope = _dot(gradient, direction)
-        if slope >= 0:  # not a descent direction: forget the history
-            steps.clear()
-            changes.clear()
-            direction = -gradient
-            slope = -_dot(gradient, gradient)
-        step = 1.0
-        while True:
-            candidate = x + step * direction
-            new_value, new_gradient = function(candidate)
-            if np.isfinite(new_value) and new_value <= value + 1e-4 * step * slope:
-                break
-            step *= 0.5
-            if step < 1e-12:
-                return OptimizerResult(
-                    x, value, iteration, False, "line search failed", _max_abs(gradient)
-                )
-        s = candidate - x
-        y = new_gradient - gradient
-        if _dot(s, y) > 1e-12 * _dot(y, y):
-            steps.append(s)
-            changes.append(y)
-            if len(steps) > memory:
-                steps.pop(0)
-                changes.pop(0)
-        decrease = value - new_value
-        x, value, gradient = candidate, new_value, new_gradient
-        if _max_abs(gradient) <= gradient_tolerance:
-            converged, message = True, "gradient below tolerance"
-            break
-        if decrease <= relative_tolerance * max(abs(value), 1.0):
-            converged, message = True, "relative decrease below tolerance"
-            break
-    return OptimizerResult(x, value, iteration, converged, message, _max_abs(gradient))
+    ftol is scipy's relative decrease test, (f_k - f_k+1) / max(|f_k|, |f_k+1|, 1) <= ftol, and
+    gtol the largest projected gradient component, both on the curvature-scaled variables."""
+    with threadpool_limits(limits=1, user_api="blas"):
+        result = scipy.optimize.minimize(
+            objective,
+            np.asarray(start, dtype=np.float64),
+            jac=True,
+            method="L-BFGS-B",
+            options={
+                "maxiter": settings.max_iterations,
+                "maxcor": 10,
+                "ftol": settings.relative_tolerance,
+                "gtol": settings.gradient_tolerance,
+            },
+        )
+    gradient = np.asarray(result.jac, dtype=np.float64)
+    return OptimizerResult(
+        x=np.asarray(result.x, dtype=np.float64),
+        value=float(result.fun),
+        iterations=int(result.nit),
+        converged=bool(result.success),
+        message=str(result.message),
+        gradient_max=_max_abs(gradient),
+    )
 
 
 def _dot(left: NDArray[np.float64], right: NDArray[np.float64]) -> float:
-    """A dot product without BLAS: on a busy machine a multi-threaded BLAS spins its threads on
-    every call, which made a 10,000-rating fit 40x slower (11.4 s against 0.24 s with one BLAS
-    thread, measured under a load average of 12 on 2 cores)."""
+    """A dot product without BLAS (see the module docstring: BLAS threads spin on a busy
+    machine; the optimiser's own BLAS calls are held to one thread)."""
     return float(np.einsum("i,i->", left, right))
 
 
 def _max_abs(values: NDArray[np.float64]) -> float:
     return float(np.abs(values).max()) if values.size else 0.0
-
-
-def _two_loop(
-    gradient: NDArray[np.float64],
-    steps: list[NDArray[np.float64]],
-    changes: list[NDArray[np.float64]],
-) -> NDArray[np.float64]:
-    """The L-BFGS product H^-1 gradient from the last (step, gradient change) pairs."""
-    q = gradient.copy()
-    if not steps:
-        return q
-    alphas = []
-    rhos = [1.0 / _dot(y, s) for s, y in zip(steps, changes, strict=True)]
-    for s, y, rho in zip(reversed(steps), reversed(changes), reversed(rhos), strict=True):
-        alpha = rho * _dot(s, q)
-        q -= alpha * y
-        alphas.append(alpha)
-    q *= _dot(steps[-1], changes[-1]) / _dot(changes[-1], changes[-1])
-    for s, y, rho, alpha in zip(steps, changes, rhos, reversed(alphas), strict=True):
-        beta = rho * _dot(y, q)
-        q += (alpha - beta) * s
-    return q
 
 
 def _initial(table: RatingTable, objective: _Objective) -> NDArray[np.float64]:
@@ -393,14 +358,26 @@ def expected_rating(eta: NDArray[np.float64], tau: NDArray[np.float64]) -> NDArr
     return result
 
 
-def _expected_rating_slope(
-    eta: NDArray[np.float64], tau: NDArray[np.float64]
-) -> NDArray[np.float64]:
-    slope = np.zeros(eta.shape)
-    for threshold in tau:
-        p = expit(threshold - eta)
-        slope += p * (1.0 - p)
-    return slope
+def identified_parameters(table: RatingTable, *, thresholds: int) -> int:
+    """Parameters the likelihood identifies (for AIC/BIC): rated items + rated raters +
+    thresholds, less the directions it leaves free. Each connected part of the item-rater graph
+    can shift its items and raters together (eta = theta - beta unchanged), and every item can
+    shift together with every threshold (tau - eta unchanged): parts + 1 directions, so a
+    connected campaign has items + raters + thresholds - 2."""
+    if len(table) == 0:
+        return 0
+    # Graph nodes: the rated items, then the rated raters (positions by a running count).
+    item_rated = np.bincount(table.item, minlength=table.items) > 0
+    rater_rated = np.bincount(table.rater, minlength=table.raters) > 0
+    item_node = np.cumsum(item_rated) - 1
+    rater_node = int(item_rated.sum()) + np.cumsum(rater_rated) - 1
+    nodes = int(item_rated.sum() + rater_rated.sum())
+    graph = coo_matrix(
+        (np.ones(len(table)), (item_node[table.item], rater_node[table.rater])),
+        shape=(nodes, nodes),
+    )
+    parts, _ = connected_components(graph, directed=False)
+    return nodes + thresholds - int(parts) - 1
 
 
 def calibration_fit(
@@ -424,13 +401,7 @@ def calibration_fit(
     items, raters = table.items, table.raters
     item_ratings = np.bincount(table.item, minlength=items).astype(np.int64)
     rater_ratings = np.bincount(table.rater, minlength=raters).astype(np.int64)
-    result = lbfgs_minimize(
-        objective,
-        _initial(table, objective),
-        max_iterations=settings.max_iterations,
-        relative_tolerance=settings.relative_tolerance,
-        gradient_tolerance=settings.gradient_tolerance,
-    )
+    result = objective_minimize(objective, _initial(table, objective), settings)
     x = result.x / objective.scale
     theta, beta, tau = (part.copy() for part in objective.unpack(x))
     rated_raters = rater_ratings > 0
@@ -440,29 +411,23 @@ def calibration_fit(
     theta -= shift
 
     eta = theta[table.item] - beta[table.rater]
-    edges = np.concatenate([[-np.inf], tau, [np.inf]])
-    upper = edges[table.value] - eta
-    lower = edges[table.value - 1] - eta
-    s_upper, s_lower = expit(upper), expit(lower)
-    # Observed information of eta per judgment: -d2 log P / d eta2.
-    weight = s_upper * (1.0 - s_upper) + s_lower * (1.0 - s_lower)
-    item_information = (
-        np.bincount(table.item, weights=weight, minlength=items) + settings.quality_prior_sd**-2
-    )
-    rater_information = (
-        np.bincount(table.rater, weights=weight, minlength=raters) + settings.severity_prior_sd**-2
-    )
-    rater_schur = rater_information - np.bincount(
-        table.rater, weights=weight**2 / item_information[table.item], minlength=raters
-    )
-    item_schur = item_information - np.bincount(
-        table.item, weights=weight**2 / rater_information[table.rater], minlength=items
-    )
-    severity_se = 1.0 / np.sqrt(rater_schur)
-    quality_se = 1.0 / np.sqrt(item_schur)
-
+    with threadpool_limits(limits=1, user_api="blas"):
+        errors = laplace_errors(
+            item=table.item,
+            rater=table.rater,
+            value=table.value,
+            items=items,
+            raters=raters,
+            theta=theta,
+            beta=beta,
+            tau=tau,
+            quality_prior_sd=settings.quality_prior_sd,
+            severity_prior_sd=settings.severity_prior_sd,
+            threshold_prior_sd=settings.threshold_prior_sd,
+        )
+    quality_se, severity_se = errors.quality_se, errors.severity_se
     calibrated = expected_rating(theta, tau)
-    calibrated_se = _expected_rating_slope(theta, tau) * quality_se
+    calibrated_se = errors.calibrated_se
 
     # Residual fit statistics per rater (Rasch infit / outfit mean squares).
     probabilities = _category_probabilities(eta, tau)
@@ -491,7 +456,7 @@ def calibration_fit(
 
     observed = probabilities[np.arange(len(table)), table.value - 1]
     loglik = float(np.log(np.clip(observed, 1e-300, None)).sum())
-    parameters = int(rated_items.sum() + max(int(rated_raters.sum()) - 1, 0) + len(tau))
+    parameters = identified_parameters(table, thresholds=len(tau))
     statistics = _fit_statistics(
         table=table,
         loglik=loglik,

@@ -3,8 +3,17 @@
 A pair is a worker's first rating of a candidate (`Judgment`) and their second, unannounced one
 (`RepeatJudgment`, see `annotation.services.repeats`), per question. Ratings are mapped to their
 rank among the question's levels (1..K) and measured with quadratic-weighted Cohen's kappa
-(`annotation.quality.retest`) per worker × question, and pooled over the workers per question for
-the campaign. A worker's single figure is the mean of their per-question kappas.
+(`annotation.quality.retest`) per worker × question. A worker's single figure is the mean of
+their per-question kappas.
+
+The campaign's figures summarise the *within-worker* kappas: their mean and median over the
+workers with enough pairs, per question and overall (`worker_kappa_mean`, `worker_kappa_median`).
+A kappa of the tables pooled across workers (`pooled_kappa`) is kept beside them, labelled as
+pooled: pooling measures chance against the crowd's marginals, so the differences *between*
+workers (one keeps to the low end, another to the high end) count as reproduced ratings, and it
+is not an average worker's consistency (two workers who each use their own end
+of the scale and reproduce nothing within it have kappa 0 each and 0.9 pooled:
+tests/annotation/quality/test_retest_consistency.py).
 
 A worker with fewer repeated candidates than the `inconsistent_retest` rule's `min_pairs` gets no
 kappa shown (None, `enough_pairs` false): a kappa over three pairs is noise. The same threshold
@@ -141,9 +150,21 @@ def retest_min_pairs(*, campaign: Campaign) -> int:
     return int(qc_rules_merge(campaign.qc_rules)[RULE]["min_pairs"])
 
 
+def within_worker_summary(kappas: NDArray[np.float64], enough: NDArray[np.bool_]) -> dict[str, Any]:
+    """Mean and median of the workers' own kappas (those with enough pairs and a defined kappa),
+    with how many workers they summarise."""
+    values = kappas[enough & ~np.isnan(kappas)]
+    return {
+        "worker_kappa_mean": _number(float(values.mean())) if values.size else None,
+        "worker_kappa_median": _number(float(np.median(values))) if values.size else None,
+        "workers_with_kappa": int(values.size),
+    }
+
+
 def campaign_retest(*, campaign: Campaign) -> dict[str, Any]:
-    """The campaign's test-retest figures: settings, how many repeats and pairs, per-question
-    consistency pooled over the workers, and per worker (kappa only with enough pairs)."""
+    """The campaign's test-retest figures: settings, how many repeats and pairs, per question the
+    mean and median of the workers' own kappas (and the pooled kappa, labelled), and per worker
+    (kappa only with enough pairs)."""
     labels = {
         question["key"]: question.get("label") or question["key"] for question in campaign.questions
     }
@@ -158,6 +179,7 @@ def campaign_retest(*, campaign: Campaign) -> dict[str, Any]:
         .annotate(count=Count("id"))
         .values_list("status", "count")
     )
+    enough_pairs = figures.pairs >= min_pairs
     questions = []
     for key in pairs.question_keys:
         question = figures.by_question[key]
@@ -166,11 +188,12 @@ def campaign_retest(*, campaign: Campaign) -> dict[str, Any]:
                 "key": key,
                 "label": labels.get(key, key),
                 "pairs": question.pooled_pairs,
-                "kappa": _number(question.pooled_kappa),
+                **within_worker_summary(question.kappa, enough_pairs),
+                "pooled_kappa": _number(question.pooled_kappa),
                 "exact_agreement": _number(question.pooled_exact_agreement),
             }
         )
-    defined = [row["kappa"] for row in questions if row["kappa"] is not None]
+    pooled = [row["pooled_kappa"] for row in questions if row["pooled_kappa"] is not None]
     people = {
         pk: (platform, external_id)
         for pk, platform, external_id in Participation.objects.filter(
@@ -221,7 +244,10 @@ def campaign_retest(*, campaign: Campaign) -> dict[str, Any]:
         "pairs": int(len(pairs.worker)),
         "workers_with_pairs": len(workers),
         "workers_with_enough_pairs": sum(1 for row in workers if row["enough_pairs"]),
-        "kappa": round(sum(defined) / len(defined), 4) if defined else None,
+        # Over the workers: each worker's own kappa (the mean of their per-question kappas).
+        **within_worker_summary(figures.kappa, enough_pairs),
+        # Labelled pooled: the mean over the questions of the kappa of the pooled tables.
+        "pooled_kappa": round(sum(pooled) / len(pooled), 4) if pooled else None,
         "questions": questions,
         "workers": workers,
     }
@@ -254,11 +280,17 @@ def retest_release_facts(*, campaign_ids: list[int]) -> list[dict[str, Any]]:
                 "workers_with_pairs": figures["workers_with_pairs"],
                 "workers_with_enough_pairs": figures["workers_with_enough_pairs"],
                 "min_pairs": figures["min_pairs"],
-                "kappa": figures["kappa"],
+                "worker_kappa_mean": figures["worker_kappa_mean"],
+                "worker_kappa_median": figures["worker_kappa_median"],
+                "workers_with_kappa": figures["workers_with_kappa"],
+                "pooled_kappa": figures["pooled_kappa"],
                 "questions": {
                     row["key"]: {
                         "pairs": row["pairs"],
-                        "kappa": row["kappa"],
+                        "worker_kappa_mean": row["worker_kappa_mean"],
+                        "worker_kappa_median": row["worker_kappa_median"],
+                        "workers_with_kappa": row["workers_with_kappa"],
+                        "pooled_kappa": row["pooled_kappa"],
                         "exact_agreement": row["exact_agreement"],
                     }
                     for row in figures["questions"]

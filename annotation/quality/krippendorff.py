@@ -2,8 +2,8 @@
 
 Memory grows with the number of items and values, never with the number of raters: a campaign
 with 10,000 workers costs the same as one with three. Coincidence matrices of disjoint item sets
-add up, so large tables can be streamed in chunks (`coincidence_from_counts` then
-`alpha_from_coincidence`).
+add up, so large tables can be streamed in chunks (`CoincidenceSum.add` per chunk, then
+`alpha_from_coincidence` of its `matrix()`), exactly: the result does not depend on the chunks.
 """
 
 from __future__ import annotations
@@ -16,25 +16,56 @@ from numpy.typing import NDArray
 Level = Literal["nominal", "ordinal", "interval"]
 
 
+class CoincidenceSum:
+    """The coincidence matrix of item × value count tables added up exactly: the same matrix,
+    bit for bit, whatever the order of the items and however they are split into chunks.
+
+    An item rated m times adds (n nᵀ − diag n) / (m − 1). Summed in floating point item by item,
+    the result depends on the order (a campaign's alpha read through SQL and the same alpha from
+    QC's columns differed in the last bits). Here the integer part is summed exactly per m and
+    divided once, in increasing m (as `export.statistics.accumulate_coincidence` does).
+    """
+
+    def __init__(self, values: int) -> None:
+        self.values = values
+        self._by_ratings: dict[int, NDArray[np.int64]] = {}
+
+    def add(self, counts: NDArray[np.floating] | NDArray[np.integer]) -> None:
+        """Add a (items × values) table of how many raters gave each value; items with fewer
+        than two ratings are not pairable and are ignored."""
+        raw = np.asarray(counts)
+        if raw.ndim != 2 or raw.shape[1] != self.values:
+            raise ValueError(f"counts must be a 2-D items × {self.values} table")
+        table = np.rint(raw).astype(np.int64)
+        if raw.size and not np.array_equal(raw, table):
+            raise ValueError("counts must be whole numbers")
+        ratings = table.sum(axis=1)
+        for m in np.unique(ratings[ratings >= 2]).tolist():
+            chosen = table[ratings == m]
+            exact = chosen.T @ chosen - np.diag(chosen.sum(axis=0))
+            if m in self._by_ratings:
+                self._by_ratings[m] += exact
+            else:
+                self._by_ratings[m] = exact
+
+    def matrix(self) -> NDArray[np.float64]:
+        coincidence = np.zeros((self.values, self.values), dtype=np.float64)
+        for m in sorted(self._by_ratings):
+            coincidence += self._by_ratings[m].astype(np.float64) / float(m - 1)
+        return coincidence
+
+
 def coincidence_from_counts(
     counts: NDArray[np.floating] | NDArray[np.integer],
 ) -> NDArray[np.float64]:
-    """The V × V coincidence matrix of a (items × V) table of how many raters gave each value.
-
-    Items with fewer than two ratings are not pairable and are ignored.
-    """
-    table = np.asarray(counts, dtype=np.float64)
+    """The V × V coincidence matrix of a (items × V) table of how many raters gave each value
+    (whole numbers). Items with fewer than two ratings are not pairable and are ignored."""
+    table = np.asarray(counts)
     if table.ndim != 2:
         raise ValueError("counts must be a 2-D items × values table")
-    pairable = table.sum(axis=1)
-    keep = pairable >= 2
-    table, pairable = table[keep], pairable[keep]
-    if table.size == 0:
-        return np.zeros((counts.shape[1], counts.shape[1]))
-    weighted = table / (pairable - 1.0)[:, None]
-    coincidence = weighted.T @ table
-    coincidence[np.diag_indices_from(coincidence)] -= weighted.sum(axis=0)
-    return coincidence
+    coincidences = CoincidenceSum(table.shape[1])
+    coincidences.add(table)
+    return coincidences.matrix()
 
 
 def _distance(

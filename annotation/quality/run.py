@@ -73,7 +73,7 @@ def qc_campaign_full(
     data = campaign_slice_load(campaign=campaign)
     lap("load")
     report(0.3, "worker statistics and rules")
-    alpha_before = _alphas(data)
+    alpha_before = _alphas(data, kept_only=False)
     statistics, flags, decisions = workers_evaluate(data, rules=rules, campaign_median=None)
     campaign_median_remember(
         campaign=campaign,
@@ -93,7 +93,7 @@ def qc_campaign_full(
     worker_stats_store(data, statistics, flags, indices=range(len(data.workers)))
     lap("store_statistics")
     report(0.65, "agreement")
-    alpha_after = _alphas(data)
+    alpha_after = _alphas(data, kept_only=True)
     figures = {
         key: {
             "alpha_all": alpha_before[key]["alpha"],
@@ -144,14 +144,20 @@ def qc_campaign_full(
     return summary
 
 
-def _alphas(data: CampaignSlice) -> dict[str, dict[str, Any]]:
+def _alphas(data: CampaignSlice, *, kept_only: bool) -> dict[str, dict[str, Any]]:
+    """Alpha per question over the campaign's judgments (controls left out): every judgment
+    (before QC, docs/figures.md) or the kept ones (after QC). Before QC is every judgment, not
+    the judgments kept when this run started: those already lack what earlier runs, the passes
+    after submissions and curators excluded, and this run's "before" read 0.998 beside the
+    agreement API's 0.861 on the same data."""
     judgments = data.judgments
-    usable = ~data.candidates.is_control[judgments.item]
-    kept = usable & ~judgments.excluded
+    chosen = ~data.candidates.is_control[judgments.item]
+    if kept_only:
+        chosen &= ~judgments.excluded
     result = {}
     for index, key in enumerate(data.question_keys):
         result[key] = alpha_from_columns(
-            judgments.item[kept], judgments.values[kept, index], items=len(data.candidates)
+            judgments.item[chosen], judgments.values[chosen, index], items=len(data.candidates)
         )
     return result
 

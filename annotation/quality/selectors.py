@@ -339,6 +339,8 @@ def review_item_detail(*, item: ReviewItem) -> dict[str, Any]:
         "clip": clip,
         "references": references,
         "judgments": judgments,
+        # Counted from the judgments listed, not QC's aggregate columns (stale until it runs).
+        "judgments_kept": sum(1 for judgment in judgments if not judgment["is_excluded"]),
         "audit": list(
             AuditEntry.objects.filter(review_item=item)
             .select_related("actor", "undoes")

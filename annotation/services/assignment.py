@@ -24,6 +24,7 @@ slot counters (QC exclusions) should call `campaign_candidate_slots_release`, wh
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
@@ -46,9 +47,10 @@ from annotation.models import (
 )
 from annotation.questions import RUBRIC_LEVELS
 from annotation.services import crowd_sql as sql
-from annotation.services import repeats
+from annotation.services import offers, repeats
+from annotation.services.offers import Offer
 from common import storage
-from datasets_app.models import Clip, ClipStatus
+from datasets_app.models import ClipStatus
 
 # How many clips one claim may find already full (counter drift repaired on the way) or lose to a
 # constraint race before it gives up and answers "nothing for you now".
@@ -92,15 +94,11 @@ def participation_live_assignment(*, participation: Participation) -> Assignment
 
 def assignment_claim_next(
     *, participation: Participation, now: datetime | None = None
-) -> Assignment | None:
-    """The worker's next assignment: its live unexpired lease if it has one, else one new clip with
-    the campaign's candidates of that clip that still need judgments; None when nothing is left
-    for this worker (or it may not receive work).
-
-    The returned assignment carries `offered_candidates` ([(campaign candidate id, text)] in the
-    order to show) and a loaded `clip`, so `assignment_offer_payload` needs no further query for
-    them.
-    """
+) -> Offer | None:
+    """The worker's next offer: its live unexpired lease (or repeat) if it has one, else one new
+    clip with the campaign's candidates of that clip that still need judgments; None when nothing
+    is left for this worker (or it may not receive work). The offer holds everything
+    `assignment_offer_payload` shows."""
     campaign = participation.campaign
     if campaign.status != CampaignStatus.ACTIVE or campaign.is_imported:
         return None
@@ -114,135 +112,96 @@ def assignment_claim_next(
     return None
 
 
-# The hot path in SQL (see crowd_sql for why); the comments name the step of the claim. Each
-# step has a portable form (one statement per step) and, on PostgreSQL, steps are combined.
-_LOCK_PARTICIPATION = (
-    f"UPDATE {sql.T_PARTICIPATION} SET last_seen_at = %s WHERE id = %s AND status = %s"
-    " RETURNING assignments_submitted"
-)
+# The hot path in SQL (see crowd_sql for why); the comments name the step of the claim.
 _LIVE_COLUMNS = (
     "a.id, a.campaign_id, a.clip_id, a.issued_at, a.expires_at,"
     " cl.video_key, cl.poster_key, cl.duration"
 )
-_LIVE_LEASE = (
-    f"SELECT {_LIVE_COLUMNS}"
-    f" FROM {sql.T_ASSIGNMENT} a JOIN {sql.T_CLIP} cl ON cl.id = a.clip_id"
-    " WHERE a.participation_id = %s AND a.status = %s"
-)
 # Steps 1 + 2 in one statement: lock the participation and read its live lease.
 _LOCK_AND_LIVE = (
-    f"WITH p AS ({_LOCK_PARTICIPATION.replace('RETURNING ', 'RETURNING id, ')})"
+    f"WITH p AS (UPDATE {sql.T_PARTICIPATION} SET last_seen_at = %s WHERE id = %s AND status = %s"
+    " RETURNING id, assignments_submitted)"
     f" SELECT p.assignments_submitted, {_LIVE_COLUMNS} FROM p"
     f" LEFT JOIN {sql.T_ASSIGNMENT} a ON a.participation_id = p.id AND a.status = %s"
     f" LEFT JOIN {sql.T_CLIP} cl ON cl.id = a.clip_id"
 )
+# Step 3, with the clip's references in the same statement unless the campaign is reference-free.
+# Rows other transactions are claiming right now are skipped rather than waited for.
+_NEXT_CLIP_COLUMNS = "SELECT cc.id, cc.clip_id, cl.video_key, cl.poster_key, cl.duration"
 _NEXT_CLIP_FROM = (
     f" FROM {sql.T_CAMPAIGN_CLIP} cc JOIN {sql.T_CLIP} cl ON cl.id = cc.clip_id"
     " WHERE cc.campaign_id = %s AND cc.open_slots > 0 AND cl.status = %s AND cl.video_key <> ''"
     f" AND NOT EXISTS (SELECT 1 FROM {sql.T_ASSIGNMENT} seen"
     " WHERE seen.participation_id = %s AND seen.clip_id = cc.clip_id)"
-    " ORDER BY cc.open_slots, cc.id LIMIT 1"
+    " ORDER BY cc.open_slots, cc.id LIMIT 1 FOR UPDATE OF cc SKIP LOCKED"
 )
-_NEXT_CLIP = "SELECT cc.id, cc.clip_id, cl.video_key, cl.poster_key, cl.duration" + _NEXT_CLIP_FROM
-# Step 3 with the clip's references in the same statement (PostgreSQL).
+_NEXT_CLIP = _NEXT_CLIP_COLUMNS + _NEXT_CLIP_FROM
 _NEXT_CLIP_WITH_REFERENCES = (
-    "SELECT cc.id, cc.clip_id, cl.video_key, cl.poster_key, cl.duration,"
-    f" (SELECT json_agg(r.text ORDER BY r.position) FROM {sql.T_REFERENCE} r"
+    _NEXT_CLIP_COLUMNS + f", (SELECT json_agg(r.text ORDER BY r.position) FROM {sql.T_REFERENCE} r"
     " WHERE r.clip_id = cc.clip_id AND r.language = 'en')" + _NEXT_CLIP_FROM
 )
-_TAKE_SLOTS_SET = (
-    f"UPDATE {sql.T_CANDIDATE} SET slots_taken = slots_taken + 1"
-    " WHERE campaign_id = %s AND clip_id = %s AND slots_taken < quota"
-)
-_TAKE_SLOTS = (
-    _TAKE_SLOTS_SET + f" RETURNING id, (SELECT text FROM {sql.T_CAPTION} WHERE id = candidate_id)"
-)
-_CLIP_SLOTS_TAKEN = f"UPDATE {sql.T_CAMPAIGN_CLIP} SET open_slots = open_slots - %s WHERE id = %s"
 # Step 4 in one statement: the candidates' slots and the clip counter by what was taken.
 _TAKE_SLOTS_AND_COUNT = (
-    f"WITH taken AS ({_TAKE_SLOTS_SET} RETURNING id, candidate_id),"
+    f"WITH taken AS (UPDATE {sql.T_CANDIDATE} SET slots_taken = slots_taken + 1"
+    " WHERE campaign_id = %s AND clip_id = %s AND slots_taken < quota"
+    " RETURNING id, candidate_id),"
     f" counted AS (UPDATE {sql.T_CAMPAIGN_CLIP}"
     " SET open_slots = open_slots - (SELECT count(*) FROM taken)"
     " WHERE id = %s AND EXISTS (SELECT 1 FROM taken))"
     f" SELECT taken.id, cap.text FROM taken JOIN {sql.T_CAPTION} cap ON cap.id = taken.candidate_id"
 )
-_NEW_LEASE_INSERT = (
-    f"INSERT INTO {sql.T_ASSIGNMENT} (campaign_id, participation_id, clip_id, status, issued_at,"
-    " expires_at, submission_digest, result) VALUES (%s, %s, %s, %s, %s, %s, '', %s)"
-)
-_NEW_LEASE = _NEW_LEASE_INSERT + " RETURNING id"
-_ITEMS_INSERT = f"INSERT INTO {sql.T_ITEM} (assignment_id, campaign_candidate_id, position)"
 _OFFERED = (
     "SELECT i.campaign_candidate_id, cap.text"
     f" FROM {sql.T_ITEM} i JOIN {sql.T_CANDIDATE} cc ON cc.id = i.campaign_candidate_id"
     f" JOIN {sql.T_CAPTION} cap ON cap.id = cc.candidate_id"
     " WHERE i.assignment_id = %s ORDER BY i.position"
 )
-_REFERENCES = (
-    f"SELECT text FROM {sql.T_REFERENCE} WHERE clip_id = %s AND language = 'en' ORDER BY position"
-)
 
 
-def _clip_instance(clip_id: int, video_key: str, poster_key: str, duration: Any) -> Clip:
-    return sql.instance(
-        Clip,
-        {
-            "id": clip_id,
-            "video_key": video_key,
-            "poster_key": poster_key,
-            "duration": duration,
-            "status": ClipStatus.READY,
-        },
+@functools.cache
+def _new_lease(candidates: int) -> str:
+    """Step 5 in one statement: the lease and one item per offered candidate. The item values are
+    typed: a prepared statement infers no type for a bare VALUES parameter."""
+    pairs = ", ".join(["(%s::bigint, %s::integer)"] * candidates)
+    return (
+        f"WITH lease AS (INSERT INTO {sql.T_ASSIGNMENT} (campaign_id, participation_id, clip_id,"
+        " status, issued_at, expires_at, submission_digest, result)"
+        " VALUES (%s, %s, %s, %s, %s, %s, '', %s) RETURNING id)"
+        f" INSERT INTO {sql.T_ITEM} (assignment_id, campaign_candidate_id, position)"
+        " SELECT lease.id, item.candidate, item.position FROM lease"
+        f" CROSS JOIN (VALUES {pairs}) AS item (candidate, position)"
+        " RETURNING assignment_id"
     )
 
 
-def _claim(*, participation: Participation, campaign: Campaign, now: datetime) -> Assignment | None:
-    combined = sql.combined_statements()
+def _claim(*, participation: Participation, campaign: Campaign, now: datetime) -> Offer | None:
     # 1. Lock the participation (serialises one worker's concurrent requests; re-checks status).
     # 2. Read its live lease. No row lock is needed on it: a submit of the same worker waits for
     # the participation lock, and the sweeper only expires leases whose time is up (handled below
     # under a lock).
-    if combined:
-        row = sql.fetchone(
-            _LOCK_AND_LIVE,
-            [
-                sql.db_datetime(now),
-                participation.pk,
-                ParticipationStatus.ACTIVE.value,
-                AssignmentStatus.LIVE.value,
-            ],
-            prepared=True,
-        )
-        if row is None:
-            return None
-        done, live = row[0], (row[1:] if row[1] is not None else None)
-    else:
-        locked = sql.fetchone(
-            _LOCK_PARTICIPATION,
-            [sql.db_datetime(now), participation.pk, ParticipationStatus.ACTIVE.value],
-        )
-        if locked is None:
-            return None
-        (done,) = locked
-        live = sql.fetchone(_LIVE_LEASE, [participation.pk, AssignmentStatus.LIVE.value])
-    if live is not None:
-        live_id, campaign_id, clip_id, issued_at, expires_at, video_key, poster_key, duration = live
-        expires_at = sql.py_datetime(expires_at)
+    row = sql.fetchone(
+        _LOCK_AND_LIVE,
+        [now, participation.pk, ParticipationStatus.ACTIVE.value, AssignmentStatus.LIVE.value],
+        prepared=True,
+    )
+    if row is None:
+        return None
+    done, live_id, campaign_id, clip_id, issued_at, expires_at, video_key, poster_key, duration = (
+        row
+    )
+    if live_id is not None:
         if expires_at > now:
-            assignment: Assignment = sql.instance(
-                Assignment,
-                {
-                    "id": live_id,
-                    "campaign_id": campaign_id,
-                    "participation_id": participation.pk,
-                    "clip_id": clip_id,
-                    "status": AssignmentStatus.LIVE.value,
-                    "issued_at": sql.py_datetime(issued_at),
-                    "expires_at": expires_at,
-                },
+            return Offer(
+                assignment_id=live_id,
+                clip_id=clip_id,
+                video_key=video_key,
+                poster_key=poster_key,
+                duration=duration,
+                issued_at=issued_at,
+                expires_at=expires_at,
+                candidates=tuple(sql.fetchall(_OFFERED, [live_id])),
+                references=offers.clip_references(campaign=campaign, clip_id=clip_id),
             )
-            assignment.clip = _clip_instance(clip_id, video_key, poster_key, duration)
-            return assignment
         if (
             Assignment.objects.select_for_update()
             .filter(pk=live_id, status=AssignmentStatus.LIVE)
@@ -251,7 +210,9 @@ def _claim(*, participation: Participation, campaign: Campaign, now: datetime) -
             _expire_locked(assignment_id=live_id, campaign_id=campaign_id, clip_id=clip_id)
     retest = bool(campaign.retest_share)
     if retest:
-        live_repeat = repeats.repeat_live_claim(participation=participation, now=now)
+        live_repeat = repeats.repeat_live_claim(
+            participation=participation, campaign=campaign, now=now
+        )
         if live_repeat is not None:
             return live_repeat
 
@@ -259,13 +220,11 @@ def _claim(*, participation: Participation, campaign: Campaign, now: datetime) -
     if maximum is not None and done >= maximum:
         return None
 
-    with_references = combined and not campaign.reference_free
+    with_references = not campaign.reference_free
     for _clip_attempt in range(_CLAIM_ATTEMPTS):
-        # 3. The most nearly complete clip this worker has not seen; rows other transactions are
-        # claiming right now are skipped rather than waited for.
+        # 3. The most nearly complete clip this worker has not seen.
         row = sql.fetchone(
-            (_NEXT_CLIP_WITH_REFERENCES if with_references else _NEXT_CLIP)
-            + sql.lock_clause(of="cc", skip_locked=True),
+            _NEXT_CLIP_WITH_REFERENCES if with_references else _NEXT_CLIP,
             [campaign.pk, ClipStatus.READY.value, participation.pk],
             prepared=True,
         )
@@ -284,14 +243,9 @@ def _claim(*, participation: Participation, campaign: Campaign, now: datetime) -
         # 4. One slot on each of its candidates that still has one free, and the clip counter.
         # The UPDATE re-checks `slots_taken < quota` on each row it locks, so it never overfills
         # even if something else moved a counter meanwhile.
-        if combined:
-            offered = sql.fetchall(
-                _TAKE_SLOTS_AND_COUNT, [campaign.pk, clip_id, campaign_clip_id], prepared=True
-            )
-        else:
-            offered = sql.fetchall(_TAKE_SLOTS, [campaign.pk, clip_id])
-            if offered:
-                sql.execute(_CLIP_SLOTS_TAKEN, [len(offered), campaign_clip_id])
+        offered = sql.fetchall(
+            _TAKE_SLOTS_AND_COUNT, [campaign.pk, clip_id, campaign_clip_id], prepared=True
+        )
         if not offered:
             # The clip counter had drifted (e.g. a quota edit raced); repair it and move on.
             _campaign_clip_recount(campaign_clip_id=campaign_clip_id)
@@ -299,64 +253,38 @@ def _claim(*, participation: Participation, campaign: Campaign, now: datetime) -
 
         # 5. The lease and its items. Candidates are shown in a fresh random order (no position
         # bias, and control items sit anywhere).
-        offered = [(candidate_id, text) for candidate_id, text in offered]
-        _shuffle(offered)
+        candidates = [(candidate_id, text) for candidate_id, text in offered]
+        _shuffle(candidates)
         expires_at = now + timedelta(seconds=campaign.lease_seconds)
-        lease = [
-            campaign.pk,
-            participation.pk,
-            clip_id,
-            AssignmentStatus.LIVE.value,
-            sql.db_datetime(now),
-            sql.db_datetime(expires_at),
-            sql.db_json(Assignment, "result", {}),
-        ]
-        if combined:
-            # Typed: a prepared statement infers no type for a bare VALUES parameter.
-            pairs = ", ".join(["(%s::bigint, %s::integer)"] * len(offered))
-            (assignment_id,) = sql.fetchone(  # type: ignore[misc]
-                f"WITH lease AS ({_NEW_LEASE_INSERT} RETURNING id) {_ITEMS_INSERT}"
-                f" SELECT lease.id, item.candidate, item.position FROM lease"
-                f" CROSS JOIN (VALUES {pairs}) AS item (candidate, position)"
-                " RETURNING assignment_id",
-                [
-                    *lease,
-                    *[
-                        value
-                        for index, (candidate_id, _text) in enumerate(offered)
-                        for value in (candidate_id, index)
-                    ],
-                ],
-                prepared=True,
-            )
-        else:
-            (assignment_id,) = sql.fetchone(_NEW_LEASE, lease)  # type: ignore[misc]
-            triples = ", ".join(["(%s, %s, %s)"] * len(offered))
-            sql.execute(
-                f"{_ITEMS_INSERT} VALUES {triples}",
-                [
+        (assignment_id,) = sql.fetchone(  # type: ignore[misc]
+            _new_lease(len(candidates)),
+            [
+                campaign.pk,
+                participation.pk,
+                clip_id,
+                AssignmentStatus.LIVE.value,
+                now,
+                expires_at,
+                sql.db_json(Assignment, "result", {}),
+                *[
                     value
-                    for index, (candidate_id, _text) in enumerate(offered)
-                    for value in (assignment_id, candidate_id, index)
+                    for index, (candidate_id, _text) in enumerate(candidates)
+                    for value in (candidate_id, index)
                 ],
-            )
-        assignment = sql.instance(
-            Assignment,
-            {
-                "id": assignment_id,
-                "campaign_id": campaign.pk,
-                "participation_id": participation.pk,
-                "clip_id": clip_id,
-                "status": AssignmentStatus.LIVE.value,
-                "issued_at": now,
-                "expires_at": expires_at,
-            },
+            ],
+            prepared=True,
         )
-        assignment.clip = _clip_instance(clip_id, video_key, poster_key, duration)
-        assignment.offered_candidates = offered  # type: ignore[attr-defined]
-        if with_references:
-            assignment.offered_references = sql.py_json(row[5]) or []  # type: ignore[attr-defined]
-        return assignment
+        return Offer(
+            assignment_id=assignment_id,
+            clip_id=clip_id,
+            video_key=video_key,
+            poster_key=poster_key,
+            duration=duration,
+            issued_at=now,
+            expires_at=expires_at,
+            candidates=tuple(candidates),
+            references=tuple(sql.py_json(row[5]) or ()) if with_references else (),
+        )
     return None
 
 
@@ -400,31 +328,26 @@ def questions_payload(*, campaign: Campaign) -> list[dict[str, Any]]:
     return questions
 
 
-def assignment_offer_payload(*, assignment: Assignment, campaign: Campaign) -> dict[str, Any]:
-    """The body of `POST /api/v1/worker/assignments/next` for this assignment.
+def assignment_offer_payload(*, offer: Offer, campaign: Campaign) -> dict[str, Any]:
+    """The body of `POST /api/v1/worker/assignments/next` for this offer.
 
     Never says which candidates are control items. Media URLs are short-lived (see
     `common.storage.media_url`)."""
-    offered = getattr(assignment, "offered_candidates", None)
-    if offered is None:
-        offered = sql.fetchall(_OFFERED, [assignment.pk])
-    clip = assignment.clip
     payload: dict[str, Any] = {
-        "assignment_id": assignment.pk,
-        "expires_at": _iso(assignment.expires_at),
+        "assignment_id": offer.assignment_id,
+        "expires_at": _iso(offer.expires_at),
         "clip": {
-            "id": clip.pk,
-            "video_url": storage.media_url(clip.video_key),
-            "poster_url": storage.media_url(clip.poster_key) if clip.poster_key else None,
-            "duration": clip.duration,
+            "id": offer.clip_id,
+            "video_url": storage.media_url(offer.video_key),
+            "poster_url": storage.media_url(offer.poster_key) if offer.poster_key else None,
+            "duration": offer.duration,
         },
     }
     if not campaign.reference_free:
-        references = getattr(assignment, "offered_references", None)
-        if references is None:
-            references = [text for (text,) in sql.fetchall(_REFERENCES, [clip.pk])]
-        payload["references"] = references
-    payload["candidates"] = [{"id": candidate_id, "text": text} for candidate_id, text in offered]
+        payload["references"] = list(offer.references)
+    payload["candidates"] = [
+        {"id": candidate_id, "text": text} for candidate_id, text in offer.candidates
+    ]
     payload["questions"] = questions_payload(campaign=campaign)
     return payload
 

@@ -41,8 +41,7 @@ from annotation.models import (
     Judgment,
     JudgmentSource,
 )
-from annotation.questions import RUBRIC_LEVELS, default_questions
-from common.db import is_postgresql
+from annotation.questions import Rubric, default_questions, rubric_levels
 from datasets_app.models import CandidateCaption, Clip, ClipStatus
 
 SLUG_PATTERN = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,98}[a-z0-9])?$")
@@ -62,6 +61,7 @@ CAMPAIGN_FIELDS = (
     "instructions",
     "status",
     "questions",
+    "rubric",
     "overall_question_key",
     "judgments_per_candidate",
     "reference_free",
@@ -91,7 +91,9 @@ ARGUMENT_FIELDS = ("slug", "name", "questions", "judgments_per_candidate", "refe
 # Campaign settings a curator may set at creation and change later (beside name and questions).
 OPTION_FIELDS = tuple(name for name in CAMPAIGN_FIELDS if name not in ARGUMENT_FIELDS)
 # Settings that change what a judgment means: frozen once crowd judgments exist.
-FROZEN_ONCE_RATED = ("questions", "reference_free", "overall_question_key")
+FROZEN_ONCE_RATED = ("questions", "rubric", "reference_free", "overall_question_key")
+# The rubrics a curator may choose; `imported` belongs to imported campaigns alone.
+CHOSEN_RUBRICS = (Rubric.PER_CRITERION, Rubric.PAPER, Rubric.CUSTOM)
 
 
 # Test-retest bounds (the model's check constraints hold the same numbers): at most every other
@@ -99,7 +101,7 @@ FROZEN_ONCE_RATED = ("questions", "reference_free", "overall_question_key")
 RETEST_SHARE_MAX = 0.5
 # Settings a campaign form's post may leave out (older forms, scripts): the campaign keeps its own,
 # a new campaign gets the model's default. Both campaign forms (the page and the admin) follow it.
-KEPT_WHEN_ABSENT = ("erasure_mode", "retest_share", "retest_min_gap")
+KEPT_WHEN_ABSENT = ("erasure_mode", "retest_share", "retest_min_gap", "rubric")
 RETEST_GAP_MAX = 1000
 # Where a worker is sent back to the crowd platform: after finishing, and when screened out.
 RETURN_URL_FIELDS = ("redirect_url", "screen_out_redirect_url")
@@ -130,8 +132,10 @@ class CampaignInvalid(Exception):
 # --- validation --------------------------------------------------------------------------------
 
 
-def questions_clean(questions: Any) -> list[dict[str, Any]]:
-    """Validate rating questions; a question without levels gets the five rubric levels."""
+def questions_clean(questions: Any, *, rubric: str = Rubric.PER_CRITERION) -> list[dict[str, Any]]:
+    """Validate rating questions. The rubric sets the levels (`annotation.questions`): the paper's
+    and the per-criterion rubric give every question theirs (levels given with a question must be
+    those), a custom rubric takes the levels each question gives."""
     if not isinstance(questions, list) or not questions:
         raise CampaignInvalid({"questions": ["Give a non-empty list of questions."]})
     if len(questions) > 10:
@@ -156,28 +160,57 @@ def questions_clean(questions: Any) -> list[dict[str, Any]]:
         help_text = question.get("help", "")
         if not isinstance(help_text, str) or len(help_text) > 1000:
             raise CampaignInvalid({f"{where}.help": ["A text of at most 1000 characters."]})
-        levels = question.get("levels") or [dict(level) for level in RUBRIC_LEVELS]
-        if not isinstance(levels, list) or not 2 <= len(levels) <= 11:
-            raise CampaignInvalid({f"{where}.levels": ["Give between 2 and 11 levels."]})
-        clean_levels: list[dict[str, Any]] = []
-        values: set[int] = set()
-        for level in levels:
-            value = level.get("value") if isinstance(level, dict) else None
-            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 100:
-                raise CampaignInvalid({f"{where}.levels": ["Each level needs an integer value."]})
-            if value in values:
-                raise CampaignInvalid({f"{where}.levels": [f"Level {value} appears twice."]})
-            values.add(value)
-            clean_levels.append(
-                {
-                    "value": value,
-                    "label": str(level.get("label", ""))[:100],
-                    "description": str(level.get("description", ""))[:1000],
-                }
+        clean_levels = _levels_clean(question.get("levels"), where=where)
+        given = rubric_levels(rubric, key) if rubric != Rubric.CUSTOM else None
+        if rubric == Rubric.CUSTOM and clean_levels is None:
+            raise CampaignInvalid(
+                {f"{where}.levels": ["With the custom rubric every question gives its levels."]}
             )
-        clean_levels.sort(key=lambda level: -int(level["value"]))
+        if given is not None:
+            if clean_levels is not None and clean_levels != given:
+                raise CampaignInvalid(
+                    {
+                        f"{where}.levels": [
+                            "These levels are not the rubric's: leave them out (the rubric "
+                            "gives them) or choose the custom rubric."
+                        ]
+                    }
+                )
+            clean_levels = given
+        assert clean_levels is not None
         cleaned.append({"key": key, "label": label, "help": help_text, "levels": clean_levels})
     return cleaned
+
+
+def _levels_clean(levels: Any, *, where: str) -> list[dict[str, Any]] | None:
+    """A question's levels, validated and best first; None when it gives none."""
+    if not levels:
+        return None
+    if not isinstance(levels, list) or not 2 <= len(levels) <= 11:
+        raise CampaignInvalid({f"{where}.levels": ["Give between 2 and 11 levels."]})
+    clean_levels: list[dict[str, Any]] = []
+    values: set[int] = set()
+    for level in levels:
+        value = level.get("value") if isinstance(level, dict) else None
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 100:
+            raise CampaignInvalid({f"{where}.levels": ["Each level needs an integer value."]})
+        if value in values:
+            raise CampaignInvalid({f"{where}.levels": [f"Level {value} appears twice."]})
+        values.add(value)
+        clean_levels.append(
+            {
+                "value": value,
+                "label": str(level.get("label", ""))[:100],
+                "description": str(level.get("description", ""))[:1000],
+            }
+        )
+    clean_levels.sort(key=lambda level: -int(level["value"]))
+    return clean_levels
+
+
+def questions_without_levels(questions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The questions as a curator edits them under a rubric that sets the levels."""
+    return [{key: value for key, value in q.items() if key != "levels"} for q in questions]
 
 
 def _options_clean(options: dict[str, Any]) -> dict[str, Any]:
@@ -238,6 +271,8 @@ def _options_clean(options: dict[str, Any]) -> dict[str, Any]:
         if hit and not re.fullmatch(r"[0-9A-Z]{20,64}", hit):
             errors["mturk_hit_id"] = ["An MTurk HIT id: 20 to 64 letters and digits."]
         clean["mturk_hit_id"] = hit
+    if "rubric" in clean and clean["rubric"] not in CHOSEN_RUBRICS:
+        errors["rubric"] = [f"One of {', '.join(CHOSEN_RUBRICS)}."]
     if "erasure_mode" in clean and clean["erasure_mode"] not in ErasureMode.values:
         errors["erasure_mode"] = [f"One of {', '.join(ErasureMode.values)}."]
     if errors:
@@ -323,8 +358,11 @@ def campaign_create(
         raise CampaignInvalid({"name": ["A name of 1 to 200 characters."]})
     if not isinstance(judgments_per_candidate, int) or not 1 <= judgments_per_candidate <= 100:
         raise CampaignInvalid({"judgments_per_candidate": ["Between 1 and 100."]})
-    clean_questions = questions_clean(questions) if questions is not None else default_questions()
     clean_options = _options_clean(options)
+    rubric = clean_options.setdefault("rubric", Rubric.PER_CRITERION)
+    clean_questions = questions_clean(
+        questions if questions is not None else default_questions(rubric), rubric=rubric
+    )
     overall_key = clean_options.get("overall_question_key", "")
     if overall_key and overall_key not in {question["key"] for question in clean_questions}:
         raise CampaignInvalid({"overall_question_key": ["Not one of the question keys."]})
@@ -368,8 +406,6 @@ def planner_statistics_refresh() -> None:
     Right after a bulk insert (a new campaign, a fresh import) the statistics can be stale enough
     for the planner to scan every clip for every claim (a nested loop over a "1-row" estimate),
     which made `next` take >100 ms on 1,000 clips until autovacuum caught up."""
-    if not is_postgresql():
-        return
     with connection.cursor() as cursor:
         cursor.execute(
             f"ANALYZE {CampaignClip._meta.db_table}, {CampaignCandidate._meta.db_table}, "
@@ -492,8 +528,18 @@ def campaign_update(*, campaign: Campaign, **changes: Any) -> Campaign:
     errors: dict[str, list[str]] = {}
     if "slug" in changes and changes.pop("slug") != campaign.slug:
         errors["slug"] = ["The slug cannot change (worker links and invites use it)."]
-    if "questions" in changes:
-        changes["questions"] = questions_clean(changes["questions"])
+    if changes.get("rubric") == campaign.rubric:
+        del changes["rubric"]  # unchanged (an imported campaign's form posts its own back)
+    rubric = changes.get("rubric", campaign.rubric)
+    if "questions" in changes or rubric != campaign.rubric:
+        # A new rubric gives the questions its levels (a custom one keeps the levels they have).
+        questions = changes.get("questions", campaign.questions)
+        if "questions" not in changes and rubric != Rubric.CUSTOM:
+            questions = questions_without_levels(questions)
+        try:
+            changes["questions"] = questions_clean(questions, rubric=rubric)
+        except CampaignInvalid as invalid:
+            errors.update(invalid.errors)
     frozen = [
         name
         for name in FROZEN_ONCE_RATED

@@ -4,12 +4,11 @@ QC works on whole campaigns (up to millions of judgments), so it never loads mod
 it reads the few columns it needs straight into NumPy arrays and writes results back with one
 statement per table.
 
-- On PostgreSQL, reads use `COPY (query) TO STDOUT WITH BINARY`: every selected column is cast to
-  a fixed-width type and made non-null, so each row has the same length and the whole stream is
-  viewed as a NumPy structured array without parsing text. Writes pass NumPy columns as array
-  literals to `UPDATE ... FROM unnest(...)` / `INSERT ... SELECT FROM unnest(...)`.
-- On any other database (the SQLite demo) the same queries run through the DB-API cursor and
-  writes fall back to per-row statements (fine for demo sizes).
+- Reads use `COPY (query) TO STDOUT WITH BINARY`: every selected column is cast to a fixed-width
+  type and made non-null, so each row has the same length and the whole stream is viewed as a
+  NumPy structured array without parsing text.
+- Writes pass NumPy columns as array literals to `UPDATE ... FROM unnest(...)` /
+  `INSERT ... SELECT FROM unnest(...)`, or fill a temporary table with one binary COPY.
 """
 
 from __future__ import annotations
@@ -22,8 +21,6 @@ from typing import Any, Literal
 import numpy as np
 from django.db import connection
 from numpy.typing import NDArray
-
-from common.db import is_postgresql
 
 ColumnKind = Literal["int2", "int4", "int8", "float8", "bool"]
 
@@ -51,31 +48,13 @@ def json_number(column: str, key: str) -> str:
     """
     if not key.replace("_", "").replace("-", "").isalnum():
         raise ValueError(f"unsafe JSON key: {key!r}")
-    if is_postgresql():
-        return f"(({column}->>'{key}')::float8)"
-    return f"CAST(json_extract({column}, '$.{key}') AS REAL)"
+    return f"(({column}->>'{key}')::float8)"
 
 
 def fetch_columns(
     sql: str, params: Sequence[Any], columns: Sequence[tuple[str, ColumnKind]]
 ) -> dict[str, NDArray[Any]]:
     """Run `sql` (selecting exactly `columns`, in order, none of them NULL) into NumPy arrays."""
-    if is_postgresql():
-        return _fetch_columns_copy(sql, params, columns)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, list(params))
-        rows = cursor.fetchall()
-    result: dict[str, NDArray[Any]] = {}
-    for index, (name, kind) in enumerate(columns):
-        result[name] = np.fromiter(
-            (row[index] for row in rows), dtype=_NATIVE_DTYPES[kind], count=len(rows)
-        )
-    return result
-
-
-def _fetch_columns_copy(
-    sql: str, params: Sequence[Any], columns: Sequence[tuple[str, ColumnKind]]
-) -> dict[str, NDArray[Any]]:
     casts = ", ".join(f"c{index}::{kind}" for index, (_, kind) in enumerate(columns))
     aliases = ", ".join(f"c{index}" for index in range(len(columns)))
     connection.ensure_connection()
@@ -157,8 +136,8 @@ def copy_to_temp_table(
     by NumPy — no per-value Python formatting, so 300,000 rows take milliseconds to encode.
 
     Columns must be fixed-width and non-null: encode "no value" as NaN (float8) or a sentinel
-    integer and turn it into NULL in the statement that reads the table (NULLIF). PostgreSQL only;
-    call inside a transaction.
+    integer and turn it into NULL in the statement that reads the table (NULLIF). Call inside a
+    transaction.
     """
     if not columns:
         raise ValueError("no columns")

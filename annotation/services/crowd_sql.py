@@ -2,13 +2,11 @@
 
 Why SQL here: building an ORM query costs 1–4 ms of CPU per statement (compiling joins,
 select_related, Exists), which was most of a next → submit cycle; a prepared SQL string costs a
-tenth of that. The statements are plain SQL that PostgreSQL and SQLite (3.35+, the demo) both run;
-only the row-locking clauses differ and come from `lock_clause`. On PostgreSQL, steps that
-follow each other are folded into one statement with data-modifying CTEs (`combined_statements`),
-which halves the round trips of a cycle, and the statements of the hot path are prepared once per
-database session (`PREPARE` / `EXECUTE`, see `_execute`): PostgreSQL then skips parsing and
-planning them on every request, which was most of its CPU per statement (EXPLAIN ANALYZE of the
-claim query: 0.24 ms planning, 0.07 ms execution).
+tenth of that. Steps that follow each other are folded into one statement with data-modifying
+CTEs, which halves the round trips of a cycle, and the statements of the hot path are prepared
+once per database session (`PREPARE` / `EXECUTE`, see `_execute`): PostgreSQL then skips parsing
+and planning them on every request, which was most of its CPU per statement (EXPLAIN ANALYZE of
+the claim query: 0.24 ms planning, 0.07 ms execution).
 """
 
 from __future__ import annotations
@@ -18,13 +16,11 @@ import functools
 import json
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from django.conf import settings
 from django.db import connection
 from django.db.models import Field, Model
-from django.utils.dateparse import parse_datetime
 
 from annotation.models import (
     Assignment,
@@ -35,7 +31,6 @@ from annotation.models import (
     Judgment,
     Participation,
 )
-from common.db import is_postgresql
 from datasets_app.models import CandidateCaption, Clip, ReferenceCaption
 
 # Table names, from the models (so a db_table change cannot silently break the SQL).
@@ -51,45 +46,6 @@ T_CLIP = Clip._meta.db_table
 T_REFERENCE = ReferenceCaption._meta.db_table
 
 
-# Tests flip this to run the portable statements (the SQLite path) on PostgreSQL too.
-FORCE_PORTABLE = False
-
-
-def combined_statements() -> bool:
-    """Whether several hot-path steps may run as one statement with data-modifying CTEs
-    (PostgreSQL); otherwise each step is its own portable statement (SQLite)."""
-    return is_postgresql() and not FORCE_PORTABLE
-
-
-def lock_clause(*, of: str | None = None, skip_locked: bool = False) -> str:
-    """`FOR UPDATE [OF alias] [SKIP LOCKED]` where the database has row locks (not SQLite, whose
-    write transactions are serialised as a whole)."""
-    features = connection.features
-    if not features.has_select_for_update:
-        return ""
-    clause = " FOR UPDATE"
-    if of and features.has_select_for_update_of:
-        clause += f" OF {of}"
-    if skip_locked and features.has_select_for_update_skip_locked:
-        clause += " SKIP LOCKED"
-    return clause
-
-
-def db_datetime(value: datetime) -> Any:
-    return connection.ops.adapt_datetimefield_value(value)
-
-
-def py_datetime(value: Any) -> datetime:
-    if isinstance(value, str):
-        parsed = parse_datetime(value)
-        if parsed is None:
-            raise ValueError(f"not a datetime: {value!r}")
-        value = parsed
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value
-
-
 def db_json(model: type[Model], field_name: str, value: Any) -> Any:
     field = model._meta.get_field(field_name)
     assert isinstance(field, Field)
@@ -97,6 +53,7 @@ def db_json(model: type[Model], field_name: str, value: Any) -> Any:
 
 
 def py_json(value: Any) -> Any:
+    """A JSON value read by a raw cursor: Django leaves jsonb as text for its fields to parse."""
     return json.loads(value) if isinstance(value, str | bytes) else value
 
 
@@ -122,7 +79,7 @@ def execute(sql: str, params: list[Any] | tuple[Any, ...], *, prepared: bool = F
         return int(cursor.rowcount)
 
 
-# --- Prepared statements (PostgreSQL) ----------------------------------------------------------
+# --- Prepared statements ------------------------------------------------------------------------
 
 
 @dataclass
@@ -147,7 +104,7 @@ def _numbered(sql: str) -> tuple[str, int]:
 
 
 def _execute(cursor: Any, sql: str, params: Any, *, prepared: bool) -> None:
-    """Run `sql`; with `prepared` on PostgreSQL as a statement prepared once per session.
+    """Run `sql`; with `prepared` as a statement prepared once per session.
 
     The first use on a session sends `PREPARE name AS ...; EXECUTE name (...)` in one round trip
     and remembers the name only once that succeeded. PREPARE is not undone by a rollback, so a
@@ -160,7 +117,7 @@ def _execute(cursor: Any, sql: str, params: Any, *, prepared: bool) -> None:
     `LEPUS_DB_PREPARED_STATEMENTS` off (behind a pooler in transaction mode) runs every statement
     as it is.
     """
-    if not (prepared and combined_statements() and settings.LEPUS_DB_PREPARED_STATEMENTS):
+    if not (prepared and settings.LEPUS_DB_PREPARED_STATEMENTS):
         cursor.execute(sql, params)
         return
     session = connection.connection
@@ -196,7 +153,7 @@ class JudgmentRow:
     """A judgment as the submit path inserts it. The field names are the model's column names, so
     the INSERT's column list, its type casts and each row's values all come from this one type
     (`row_columns`, `row_casts`, `row_values`) and cannot drift apart. Values are ready for the
-    database (`db_json`, `db_datetime`); columns not listed take NULL."""
+    database (`db_json` for JSON); columns not listed take NULL."""
 
     model: ClassVar[type[Model]] = Judgment
 
@@ -246,8 +203,8 @@ def row_placeholders(row_type: type[Any]) -> str:
 
 @functools.cache
 def row_casts(row_type: type[Any]) -> str:
-    """`(%s::bigint, %s::jsonb, ...)`: one row of parameters typed as their columns (PostgreSQL),
-    for rows selected from a VALUES list, whose untyped literals would not convert."""
+    """`(%s::bigint, %s::jsonb, ...)`: one row of parameters typed as their columns, for rows
+    selected from a VALUES list, whose untyped literals would not convert."""
     casts = []
     for field in _row_fields(row_type):
         column_type = field.db_type(connection) or "text"

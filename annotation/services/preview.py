@@ -4,10 +4,10 @@ it, and nothing is stored.
 The page (`annotation.views.preview`) is the worker's template and script; only the four URLs it
 talks to differ. They answer like the worker API (join, next, submit, me; same bodies, same
 validation of a submission) but never create a worker, participation, assignment or judgment and
-never touch a slot counter: `next` reads the campaign's servable clips in order and builds the
-offer from an unsaved Assignment; `submit` runs the real `submission_clean` and answers without a
-write. The only state is how many clips this preview has passed, kept in the cache (not the
-database) for an hour under a random id carried by the token.
+never touch a slot counter: `next` reads the campaign's servable clips in order and builds an
+`Offer` that no assignment stands behind; `submit` runs the real `submission_clean` and answers
+without a write. The only state is how many clips this preview has passed, kept in the cache (not
+the database) for an hour under a random id carried by the token.
 
 The token is a signed, time-limited capability (Django's signing, salted): the page is opened by a
 logged-in curator, but the script sends no cookie (`credentials: "omit"`, so the page also works
@@ -27,8 +27,9 @@ from django.core import signing
 from django.core.cache import cache
 from django.utils import timezone
 
-from annotation.models import Assignment, Campaign, CampaignCandidate, CampaignClip
+from annotation.models import Campaign, CampaignCandidate, CampaignClip
 from annotation.services.assignment import assignment_offer_payload
+from annotation.services.offers import Offer, clip_references
 from annotation.services.submission import submission_clean
 from common.permissions import is_curator
 from datasets_app.models import ClipStatus
@@ -101,15 +102,20 @@ def _offer(session: PreviewSession, number: int) -> dict[str, Any] | None:
     if not items:
         return None
     campaign = session.campaign
-    # Never saved: the payload builder only reads its fields (and the clip's references).
-    assignment = Assignment(
-        pk=number,
-        campaign=campaign,
-        clip=items[0].clip,
-        expires_at=timezone.now() + timedelta(seconds=campaign.lease_seconds),
+    clip = items[0].clip
+    now = timezone.now()
+    offer = Offer(
+        assignment_id=number,
+        clip_id=clip.pk,
+        video_key=clip.video_key,
+        poster_key=clip.poster_key,
+        duration=clip.duration,
+        issued_at=now,
+        expires_at=now + timedelta(seconds=campaign.lease_seconds),
+        candidates=tuple((item.pk, item.candidate.text) for item in items),
+        references=clip_references(campaign=campaign, clip_id=clip.pk),
     )
-    assignment.offered_candidates = [(item.pk, item.candidate.text) for item in items]  # type: ignore[attr-defined]
-    return assignment_offer_payload(assignment=assignment, campaign=campaign)
+    return assignment_offer_payload(offer=offer, campaign=campaign)
 
 
 def preview_next(*, session: PreviewSession) -> dict[str, Any] | None:

@@ -38,7 +38,7 @@ from annotation.models import (
     RepeatJudgment,
 )
 from annotation.services import crowd_sql as sql
-from common.db import is_postgresql
+from annotation.services.offers import Offer, clip_references
 from datasets_app.models import Clip
 
 _random = random.SystemRandom()
@@ -50,14 +50,8 @@ _random = random.SystemRandom()
 def _lease_id_next() -> int:
     """The next id of the assignment id sequence, so repeats and assignments share one id space
     (the worker API's `assignment_id`) and a repeat's id gives nothing away."""
-    if is_postgresql():
-        row = sql.fetchone("SELECT nextval(pg_get_serial_sequence(%s, 'id'))", [sql.T_ASSIGNMENT])
-    else:  # SQLite (the demo): AUTOINCREMENT keeps its counter in sqlite_sequence.
-        row = sql.fetchone(
-            "UPDATE sqlite_sequence SET seq = seq + 1 WHERE name = %s RETURNING seq",
-            [sql.T_ASSIGNMENT],
-        )
-    assert row is not None, "an assignment exists before any repeat"
+    row = sql.fetchone("SELECT nextval(pg_get_serial_sequence(%s, 'id'))", [sql.T_ASSIGNMENT])
+    assert row is not None
     return int(row[0])
 
 
@@ -67,51 +61,48 @@ def _lease_id_next() -> int:
 def _offer(
     *,
     repeat_id: int,
-    campaign_id: int,
+    campaign: Campaign,
     participation_id: int,
     clip_id: int,
     issued_at: datetime,
     expires_at: datetime,
     candidate_ids: list[int],
-) -> Assignment:
-    """The repeat as the assignment instance `assignment_offer_payload` renders."""
+) -> Offer:
+    """The repeat as the offer `assignment_offer_payload` renders."""
     texts = dict(
         Judgment.objects.filter(
             participation_id=participation_id, campaign_candidate_id__in=candidate_ids
         ).values_list("campaign_candidate_id", "campaign_candidate__candidate__text")
     )
-    offer: Assignment = sql.instance(
-        Assignment,
-        {
-            "id": repeat_id,
-            "campaign_id": campaign_id,
-            "participation_id": participation_id,
-            "clip_id": clip_id,
-            "status": AssignmentStatus.LIVE.value,
-            "issued_at": issued_at,
-            "expires_at": expires_at,
-        },
+    video_key, poster_key, duration = Clip.objects.values_list(
+        "video_key", "poster_key", "duration"
+    ).get(pk=clip_id)
+    return Offer(
+        assignment_id=repeat_id,
+        clip_id=clip_id,
+        video_key=video_key,
+        poster_key=poster_key,
+        duration=duration,
+        issued_at=issued_at,
+        expires_at=expires_at,
+        candidates=tuple((candidate_id, texts[candidate_id]) for candidate_id in candidate_ids),
+        references=clip_references(campaign=campaign, clip_id=clip_id),
     )
-    offer.clip = Clip.objects.only("id", "video_key", "poster_key", "duration", "status").get(
-        pk=clip_id
-    )
-    offer.offered_candidates = [  # type: ignore[attr-defined]
-        (candidate_id, texts[candidate_id]) for candidate_id in candidate_ids
-    ]
-    return offer
 
 
-def repeat_live_claim(*, participation: Participation, now: datetime) -> Assignment | None:
+def repeat_live_claim(
+    *, participation: Participation, campaign: Campaign, now: datetime
+) -> Offer | None:
     """The worker's live repeat if its lease still runs (a reload gets the same one back); a
     repeat whose lease ran out is marked expired here (it holds no slot to return)."""
     live = (
         Repeat.objects.filter(participation_id=participation.pk, status=AssignmentStatus.LIVE)
-        .values_list("id", "campaign_id", "clip_id", "issued_at", "expires_at", "candidate_ids")
+        .values_list("id", "clip_id", "issued_at", "expires_at", "candidate_ids")
         .first()
     )
     if live is None:
         return None
-    repeat_id, campaign_id, clip_id, issued_at, expires_at, candidate_ids = live
+    repeat_id, clip_id, issued_at, expires_at, candidate_ids = live
     if expires_at <= now:
         Repeat.objects.filter(pk=repeat_id, status=AssignmentStatus.LIVE).update(
             status=AssignmentStatus.EXPIRED
@@ -119,7 +110,7 @@ def repeat_live_claim(*, participation: Participation, now: datetime) -> Assignm
         return None
     return _offer(
         repeat_id=repeat_id,
-        campaign_id=campaign_id,
+        campaign=campaign,
         participation_id=participation.pk,
         clip_id=clip_id,
         issued_at=issued_at,
@@ -148,7 +139,7 @@ def repeat_clip_choose(
 
 def repeat_claim(
     *, participation: Participation, campaign: Campaign, submitted: int, now: datetime
-) -> Assignment | None:
+) -> Offer | None:
     """A new repeat for the worker if one is due and a clip qualifies, else None (the caller then
     serves a fresh clip). The caller holds the participation lock and has no live lease."""
     served = Repeat.objects.filter(participation_id=participation.pk).values_list(
@@ -201,7 +192,7 @@ def repeat_claim(
     )
     return _offer(
         repeat_id=repeat.pk,
-        campaign_id=campaign.pk,
+        campaign=campaign,
         participation_id=participation.pk,
         clip_id=clip_id,
         issued_at=now,
@@ -280,6 +271,6 @@ def repeat_touch_participation(*, participation_id: int, now: datetime, excluded
     return bool(
         sql.execute(
             f"UPDATE {sql.T_PARTICIPATION} SET last_seen_at = %s WHERE id = %s AND status <> %s",
-            [sql.db_datetime(now), participation_id, excluded],
+            [now, participation_id, excluded],
         )
     )

@@ -17,6 +17,7 @@ once for all of them).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -254,9 +255,9 @@ _MARK_SUBMITTED = (
 )
 _JUDGMENT_COLUMNS = sql.row_columns(sql.JudgmentRow)
 
-# PostgreSQL: the whole usual case in one statement. Each step is gated on the previous one, which
-# also keeps the lock order (participation, then assignment); the judgments go in only when the
-# lease was live and the worker may submit. Anything else inserts nothing and takes the slow path.
+# The whole usual case in one statement. Each step is gated on the previous one, which also keeps
+# the lock order (participation, then assignment); the judgments go in only when the lease was
+# live and the worker may submit. Anything else inserts nothing and takes the slow path.
 _SUBMIT_COMBINED = (
     f"WITH p AS ({_COUNT_SUBMISSION} RETURNING id),"
     f" a AS ({_MARK_SUBMITTED} AND EXISTS (SELECT 1 FROM p) RETURNING id)"
@@ -297,7 +298,6 @@ def assignment_submit(
         return _replay(stored_digest=stored_digest, stored_result=stored_result, digest=digest)
 
     now = now or timezone.now()
-    issued_at = sql.py_datetime(issued_at)
     _refuse_too_early(campaign=participation.campaign, issued_at=issued_at, now=now)
     arguments = {
         "participation": participation,
@@ -309,12 +309,8 @@ def assignment_submit(
         "now": now,
     }
     try:
-        if sql.combined_statements():
-            try:
-                with transaction.atomic():
-                    return _store_combined(**arguments)
-            except _SlowPath:
-                pass
+        with contextlib.suppress(_SlowPath), transaction.atomic():
+            return _store_combined(**arguments)
         with transaction.atomic():
             return _store(**arguments)
     except IntegrityError:
@@ -386,7 +382,7 @@ def _store(
         _COUNT_SUBMISSION,
         [
             clean.active_ms or 0,
-            sql.db_datetime(now),
+            now,
             participation.pk,
             ParticipationStatus.EXCLUDED.value,
         ],
@@ -402,8 +398,9 @@ def _store(
         digest=digest,
         now=now,
     )
-    # The usual case in one statement: a live lease becomes submitted (the row lock it takes
-    # serialises concurrent repeats of the same submit).
+    # The slow path (the one-statement attempt did not apply): usually the lease has expired or a
+    # concurrent submit got there first, but its state may have moved since that attempt, so the
+    # live case is tried first. The row lock the UPDATE takes serialises concurrent submits.
     if not sql.execute(_MARK_SUBMITTED, [*mark, AssignmentStatus.LIVE.value]):
         assignment = Assignment.objects.select_for_update().get(pk=assignment_id)
         if assignment.status == AssignmentStatus.SUBMITTED:
@@ -456,7 +453,7 @@ def _store_combined(
         ),
         [
             clean.active_ms or 0,
-            sql.db_datetime(now),
+            now,
             participation.pk,
             ParticipationStatus.EXCLUDED.value,
             *mark,
@@ -488,7 +485,7 @@ def _rows(
     result = _result(assignment_id=assignment_id, count=count, now=now)
     mark = [
         AssignmentStatus.SUBMITTED.value,
-        sql.db_datetime(now),
+        now,
         digest,
         sql.db_json(Assignment, "result", result),
         server_ms,
@@ -496,7 +493,7 @@ def _rows(
         clean.video_played_ms,
         assignment_id,
     ]
-    created_at = sql.db_datetime(now)
+    created_at = now
     empty_detail = sql.db_json(Judgment, "exclusion_detail", {})
     judgment_rows = [
         sql.row_values(

@@ -222,7 +222,6 @@ _PARTICIPATION_COLUMNS = (
     "last_seen_at",
     "token_renewed_at",
 )
-_PARTICIPATION_DATETIMES = ("joined_at", "last_seen_at", "token_renewed_at")
 _AUTH_SQL = (
     "SELECT "
     + ", ".join(f"p.{column}" for column in _PARTICIPATION_COLUMNS)
@@ -242,14 +241,9 @@ def participation_by_token(*, token: str) -> Participation | None:
     if row is None:
         return None
     participation_values = dict(zip(_PARTICIPATION_COLUMNS, row, strict=False))
-    for column in _PARTICIPATION_DATETIMES:
-        if participation_values[column] is not None:
-            participation_values[column] = crowd_sql.py_datetime(participation_values[column])
     campaign_values = dict(zip(_CAMPAIGN_COLUMNS, row[len(_PARTICIPATION_COLUMNS) :], strict=True))
     campaign_values["id"] = participation_values["campaign_id"]
     campaign_values["questions"] = crowd_sql.py_json(campaign_values["questions"])
-    campaign_values["is_imported"] = bool(campaign_values["is_imported"])
-    campaign_values["reference_free"] = bool(campaign_values["reference_free"])
     participation: Participation = crowd_sql.instance(Participation, participation_values)
     participation.campaign = crowd_sql.instance(Campaign, campaign_values)
     return participation
@@ -261,11 +255,16 @@ SCREEN_OUT_DETAIL = (
     "Based on your answers so far, this study has no further clips for you. Thank you for your "
     "time."
 )
-# What to do now, per platform (Prolific: with or without a screen-out code or link to go back with).
-SCREEN_OUT_PROLIFIC_WITH_CODE = (
-    "Please return to Prolific with this screen-out code (or the link below), so that your "
-    "submission is recorded as screened out."
+# What to do now, per platform. On Prolific it names only what the page shows: the campaign's
+# screen-out code, its link, both or neither.
+_RECORDED = "so that your submission is recorded as screened out."
+SCREEN_OUT_PROLIFIC_WITH_CODE_AND_LINK = (
+    f"Please return to Prolific with this screen-out code or the link below, {_RECORDED}"
 )
+SCREEN_OUT_PROLIFIC_WITH_CODE = (
+    f"Please return to Prolific and enter this screen-out code, {_RECORDED}"
+)
+SCREEN_OUT_PROLIFIC_WITH_LINK = f"Please return to Prolific with the link below, {_RECORDED}"
 SCREEN_OUT_PROLIFIC = "Please return to Prolific and return your submission there."
 SCREEN_OUT_MTURK = "Please return this HIT on MTurk (the Return button): do not submit it."
 SCREEN_OUT_INVITE = "You can close this page now."
@@ -284,7 +283,12 @@ def screen_out_payload(*, participation: Participation) -> dict[str, Any]:
         code = redirect = None  # an MTurk worker returns the HIT; no code is ever submitted
         instruction = SCREEN_OUT_MTURK
     elif platform == Platform.PROLIFIC:
-        instruction = SCREEN_OUT_PROLIFIC_WITH_CODE if (code or redirect) else SCREEN_OUT_PROLIFIC
+        instruction = {
+            (True, True): SCREEN_OUT_PROLIFIC_WITH_CODE_AND_LINK,
+            (True, False): SCREEN_OUT_PROLIFIC_WITH_CODE,
+            (False, True): SCREEN_OUT_PROLIFIC_WITH_LINK,
+            (False, False): SCREEN_OUT_PROLIFIC,
+        }[(code is not None, redirect is not None)]
     else:
         instruction = SCREEN_OUT_INVITE
     return {
@@ -295,6 +299,13 @@ def screen_out_payload(*, participation: Participation) -> dict[str, Any]:
         "redirect_url": redirect,
         "instruction": instruction,
     }
+
+
+def participation_excluded(*, participation_id: int) -> bool:
+    """Whether the participation is excluded now (read fresh, not from the request's copy)."""
+    return Participation.objects.filter(
+        pk=participation_id, status=ParticipationStatus.EXCLUDED
+    ).exists()
 
 
 def screen_out_for_entry(

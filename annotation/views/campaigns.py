@@ -15,8 +15,9 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from annotation.figures import campaigns_csv, campaigns_with_figures
 from annotation.models import Campaign, CampaignStatus, ErasureMode
-from annotation.questions import default_questions, overall_only_questions
+from annotation.questions import DEFAULT_QUESTIONS, OVERALL_ONLY_QUESTIONS, Rubric
 from annotation.services.campaigns import (
+    CHOSEN_RUBRICS,
     KEPT_WHEN_ABSENT,
     OPTION_FIELDS,
     RETEST_GAP_MAX,
@@ -26,6 +27,7 @@ from annotation.services.campaigns import (
     campaign_has_crowd_judgments,
     campaign_update,
     campaigns_with_counts,
+    questions_without_levels,
 )
 from annotation.services.payments import (
     payments_full_csv,
@@ -49,10 +51,11 @@ def campaign_detail_url(slug: str) -> str:
 # --- forms -------------------------------------------------------------------------------------
 
 QUESTION_PRESETS = [
-    ("paper", "Descriptiveness, relevance, fluency (Rigel paper, 1–5 with its rubric)"),
-    ("overall", "One overall rating (1–5 with the rubric)"),
+    ("paper", "Descriptiveness, relevance, fluency (the Rigel paper's three criteria, 1–5)"),
+    ("overall", "One overall rating (1–5)"),
     ("custom", "Custom (JSON below)"),
 ]
+RUBRIC_CHOICES = [(value, Rubric(value).label) for value in CHOSEN_RUBRICS]
 
 
 class CampaignSettingsForm(forms.Form):
@@ -67,13 +70,23 @@ class CampaignSettingsForm(forms.Form):
     )
     status = forms.ChoiceField(choices=CampaignStatus.choices, initial=CampaignStatus.ACTIVE)
     question_preset = forms.ChoiceField(choices=QUESTION_PRESETS, initial="paper")
+    rubric = forms.ChoiceField(
+        choices=RUBRIC_CHOICES,
+        initial=Rubric.PER_CRITERION,
+        required=False,  # absent from a form post: the campaign keeps its rubric
+        label="Rating guide (rubric)",
+        help_text="What workers read under each question. Per-criterion: level descriptions "
+        "written for each question (Lepus's own wording). The paper's: Appendix C's one holistic "
+        "rubric, shown for every question (how Vid-Lepus was collected). Custom: the levels in "
+        "the JSON below. The release card names the rubric.",
+    )
     questions_json = forms.CharField(
         required=False,
         label="Custom questions (JSON)",
         widget=forms.Textarea(attrs={"rows": 6, "spellcheck": "false"}),
-        help_text='[{"key": "relevance", "label": "Relevance", "help": "...", "levels": '
-        '[{"value": 1, "label": "Bad", "description": "..."}, ...]}] — levels default to the '
-        "rubric.",
+        help_text='[{"key": "relevance", "label": "Relevance", "help": "..."}] — the rubric gives '
+        'the levels; with the custom rubric add "levels": [{"value": 1, "label": "Bad", '
+        '"description": "..."}, ...] to each question.',
     )
     judgments_per_candidate = forms.IntegerField(min_value=1, max_value=100, initial=3)
     reference_free = forms.BooleanField(
@@ -149,10 +162,10 @@ class CampaignSettingsForm(forms.Form):
     def questions(self) -> list[dict[str, Any]]:
         preset = self.cleaned_data["question_preset"]
         if preset == "overall":
-            return overall_only_questions()
+            return [dict(question) for question in OVERALL_ONLY_QUESTIONS]
         if preset == "custom":
             return self.cleaned_data["questions_parsed"]
-        return default_questions()
+        return [dict(question) for question in DEFAULT_QUESTIONS]
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
@@ -286,10 +299,20 @@ def campaign_edit(request: HttpRequest, slug: str) -> HttpResponse:
         )
     }
     initial["question_preset"] = "custom"
-    initial["questions_json"] = json.dumps(campaign.questions, indent=2, ensure_ascii=False)
+    # Under a rubric that gives the levels, the curator edits the questions alone.
+    shown = campaign.questions
+    if campaign.rubric != Rubric.CUSTOM:
+        shown = questions_without_levels(shown)
+    initial["questions_json"] = json.dumps(shown, indent=2, ensure_ascii=False)
+    initial["rubric"] = campaign.rubric
     form = CampaignSettingsForm(request.POST or None, initial=initial)
+    if campaign.rubric not in CHOSEN_RUBRICS:  # an imported campaign: not a curator's choice
+        rubric_field = form.fields["rubric"]
+        assert isinstance(rubric_field, forms.ChoiceField)
+        rubric_field.choices = Rubric.choices
+        rubric_field.disabled = True
     if rated:
-        for name in ("question_preset", "questions_json", "reference_free"):
+        for name in ("question_preset", "rubric", "questions_json", "reference_free"):
             form.fields[name].disabled = True
             form.fields[name].help_text = "Fixed: workers have submitted judgments already."
     if request.method == "POST" and form.is_valid():

@@ -19,7 +19,6 @@ from django.views.decorators.http import require_GET, require_POST
 
 from annotation.auth import KEYWORD
 from annotation.models import Campaign
-from annotation.questions import RUBRIC_LEVELS
 from annotation.services.preview import (
     PreviewRefused,
     PreviewSession,
@@ -30,7 +29,7 @@ from annotation.services.preview import (
     preview_token_issue,
 )
 from annotation.services.submission import SubmissionInvalid
-from annotation.views.worker import _page, _questions_for_page
+from annotation.views.worker import _page, _questions_for_page, rating_guide
 from common.permissions import curator_required
 
 MAX_BODY_BYTES = 256 * 1024
@@ -51,7 +50,7 @@ def campaign_preview(request: HttpRequest, slug: str) -> HttpResponse:
     context: dict[str, Any] = {
         "campaign": campaign,
         "questions": questions,
-        "rubric_levels": sorted(RUBRIC_LEVELS, key=lambda level: -level["value"]),
+        **rating_guide(questions),
         "preview": False,
         "curator_preview": True,
         "config": {

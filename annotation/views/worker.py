@@ -18,7 +18,7 @@ from django.views.decorators.clickjacking import xframe_options_exempt
 from django.views.decorators.http import require_GET
 
 from annotation.models import Campaign, CampaignStatus
-from annotation.questions import RUBRIC_LEVELS
+from annotation.questions import RUBRIC_LEVELS, shared_levels
 from annotation.services.workers import (
     JoinRefused,
     external_id_normalize,
@@ -85,6 +85,19 @@ def _questions_for_page(campaign: Campaign) -> list[dict[str, Any]]:
     return questions
 
 
+def rating_guide(questions: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the page shows of the rubric: one guide when every question has the same levels (the
+    paper's holistic rubric), else each question's own levels under it. Best level first."""
+    shared = shared_levels(questions)
+    return {
+        "shared_levels": sorted(shared, key=lambda level: -level["value"]) if shared else None,
+        "guide_questions": [
+            {**question, "levels": sorted(question["levels"], key=lambda level: -level["value"])}
+            for question in questions
+        ],
+    }
+
+
 def _page(
     request: HttpRequest, template: str, context: dict[str, Any], status: int
 ) -> HttpResponse:
@@ -148,7 +161,7 @@ def worker_entry(request: HttpRequest, slug: str) -> HttpResponse:
     context.update(
         {
             "questions": questions,
-            "rubric_levels": sorted(RUBRIC_LEVELS, key=lambda level: -level["value"]),
+            **rating_guide(questions),
             "preview": preview,
             "config": {
                 "slug": campaign.slug,

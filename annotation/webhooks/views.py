@@ -1,5 +1,6 @@
 """Curator pages of webhooks: list and register endpoints (global or per campaign), an endpoint's
-delivery log with a redeliver button, and secret rotation."""
+delivery log with a redeliver button, and secret rotation; with `LEPUS_DEMO_WEBHOOK_RECEIVER`
+(the demo), a receiver that records what it is sent and a page that shows it."""
 
 from __future__ import annotations
 
@@ -8,20 +9,24 @@ from typing import Any
 from django import forms
 from django.contrib import messages
 from django.core.exceptions import ValidationError
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
 from annotation.models import Campaign
 from annotation.webhooks.services import (
     campaign_slugs,
     delivery_redeliver,
+    demo_receiver_deliveries,
+    demo_receiver_endpoints,
+    demo_receiver_record,
     endpoint_register,
     endpoint_rotate,
 )
 from common.models import WebhookDelivery, WebhookEndpoint
 from common.permissions import curator_required
-from common.webhooks import EVENTS
+from common.webhooks import EVENTS, demo_receiver_url
 
 
 class EndpointForm(forms.Form):
@@ -46,7 +51,10 @@ def _list(request: HttpRequest, form: EndpointForm, status: int = 200) -> HttpRe
     slugs = campaign_slugs({e.campaign_id for e in endpoints if e.campaign_id})
     rows = [(e, slugs.get(e.campaign_id) if e.campaign_id else None) for e in endpoints]
     return render(
-        request, "annotation/webhooks/list.html", {"rows": rows, "form": form}, status=status
+        request,
+        "annotation/webhooks/list.html",
+        {"rows": rows, "form": form, "demo_receiver_url": demo_receiver_url()},
+        status=status,
     )
 
 
@@ -109,3 +117,35 @@ def webhook_redeliver_page(request: HttpRequest, delivery_id: int) -> HttpRespon
     delivery_redeliver(delivery)
     messages.success(request, f"Delivery {delivery.pk} is queued again.")
     return redirect("webhooks:detail", endpoint_id=delivery.endpoint_id)
+
+
+def _demo_receiver_or_404() -> str:
+    url = demo_receiver_url()
+    if url is None:
+        raise Http404("No demo receiver here (LEPUS_DEMO_WEBHOOK_RECEIVER is not set).")
+    return url
+
+
+@csrf_exempt  # Lepus's own worker posts here, signed; there is no session to forge
+@require_POST
+def demo_receiver_deliver(request: HttpRequest) -> HttpResponse:
+    """The demo receiver: records the delivery and answers 200, as a real receiver would."""
+    _demo_receiver_or_404()
+    record = demo_receiver_record(headers=request.headers, body=request.body)
+    return JsonResponse({"received": record["id"], "signature_valid": record["signature_valid"]})
+
+
+@require_GET
+@curator_required
+def demo_receiver_page(request: HttpRequest) -> HttpResponse:
+    url = _demo_receiver_or_404()
+    return render(
+        request,
+        "annotation/webhooks/demo_receiver.html",
+        {
+            "receiver_url": url,
+            "endpoints": demo_receiver_endpoints(),
+            "deliveries": demo_receiver_deliveries(),
+            "events": EVENTS,
+        },
+    )

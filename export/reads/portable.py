@@ -44,7 +44,7 @@ from datasets_app.models import (
 )
 from export import splitting
 from export.models import ReleaseRecord
-from export.reads.protocol import EXCLUSION_REASONS
+from export.reads.protocol import EXCLUSION_REASONS, campaign_rubric
 from export.records import FLOAT_LIMIT, RecordSchema, canonical_line
 from export.statistics import RATING_VALUES, accumulate_coincidence
 
@@ -219,6 +219,7 @@ class PortableReleaseReads:
                     "judgments_per_candidate": campaign.judgments_per_candidate,
                     "reference_free": campaign.reference_free,
                     "is_imported": campaign.is_imported,
+                    **campaign_rubric(rubric=campaign.rubric, questions=campaign.questions),
                     "quality_control": {
                         "qc_rules": campaign.qc_rules,
                         "review_range_threshold": campaign.review_range_threshold,

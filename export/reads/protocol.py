@@ -44,6 +44,27 @@ def exclusion_label(reason: str) -> str:
     return EXCLUSION_LABELS.get(reason, reason.replace("_", " "))
 
 
+# annotation.questions.Rubric.IMPORTED: judgments rated under their source's own instructions.
+IMPORTED_RUBRIC = "imported"
+
+
+def campaign_rubric(*, rubric: str, questions: list[dict[str, Any]]) -> dict[str, Any]:
+    """A campaign's rubric for the manifest: its name and, per question, the levels its workers
+    read (best first); none for imported judgments, whose raters read their source's instructions."""
+    levels = {
+        question["key"]: [
+            {
+                "value": int(level["value"]),
+                "label": level.get("label", ""),
+                "description": level.get("description", ""),
+            }
+            for level in sorted(question.get("levels") or [], key=lambda level: -level["value"])
+        ]
+        for question in questions
+    }
+    return {"rubric": rubric, "levels": {} if rubric == IMPORTED_RUBRIC else levels}
+
+
 class LineCursor(Protocol):
     """(JSONL line, CSV line) of one split as UTF-8 bytes without newline, in file order."""
 

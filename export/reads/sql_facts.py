@@ -7,6 +7,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from export.reads.protocol import campaign_rubric
 from export.reads.sql_snapshot import (
     T_AUDIT,
     T_BATCH,
@@ -30,7 +31,7 @@ def question_keys(snapshot: ReleaseSnapshot) -> tuple[list[str], list[dict[str, 
             SELECT slug, name, questions::text, overall_question_key, judgments_per_candidate,
                    reference_free, control_rate, control_settings::text, qc_rules::text,
                    review_range_threshold, min_seconds_on_clip, reason_required_at_or_below,
-                   is_imported
+                   is_imported, rubric
             FROM {T_CAMPAIGN} WHERE id = ANY(%s) ORDER BY slug COLLATE "C"
             """,
             [snapshot.campaign_ids],
@@ -52,8 +53,10 @@ def question_keys(snapshot: ReleaseSnapshot) -> tuple[list[str], list[dict[str, 
         min_seconds,
         reason_at_or_below,
         is_imported,
+        rubric,
     ) in rows:
-        campaign_keys = [question["key"] for question in json.loads(questions)]
+        campaign_questions = json.loads(questions)
+        campaign_keys = [question["key"] for question in campaign_questions]
         keys.update(campaign_keys)
         described.append(
             {
@@ -64,6 +67,7 @@ def question_keys(snapshot: ReleaseSnapshot) -> tuple[list[str], list[dict[str, 
                 "judgments_per_candidate": quota,
                 "reference_free": reference_free,
                 "is_imported": is_imported,
+                **campaign_rubric(rubric=rubric, questions=campaign_questions),
                 "quality_control": {
                     "qc_rules": json.loads(qc_rules),
                     "review_range_threshold": review_threshold,

@@ -77,9 +77,35 @@
     return answer.status === 403 && answer.body && answer.body.state === "screened_out";
   }
 
+  // Quality control runs on the server after each submit and lands within seconds (the pass a
+  // submit triggers, or the one every 10 s), so a worker it excludes may already hold the next
+  // clip. The page asks when the ratings unlock, every CHECK_MS for the first CHECKS checks of a
+  // clip, and when the worker comes back to the tab, so the screen-out comes before the worker
+  // rates a clip that was taken back.
+  var CHECK_MS = 10000, CHECKS = 3;
+  var checkTimer = null, checksLeft = 0;
+
+  function checkStillIn() {
+    if (!current) { return; }
+    api("GET", config.urls.me).then(function (answer) {
+      if (current && isScreenOut(answer)) { screenOut(answer.body); }
+    }, function () { /* offline: the submit will tell */ });
+  }
+
+  function watchForScreenOut() {
+    clearInterval(checkTimer);
+    checksLeft = CHECKS;
+    checkTimer = setInterval(function () {
+      checksLeft -= 1;
+      if (checksLeft <= 0) { clearInterval(checkTimer); }
+      if (!document.hidden) { checkStillIn(); }
+    }, CHECK_MS);
+  }
+
   function screenOut(body) {
     busy = false;
     current = null;
+    clearInterval(checkTimer);
     clearTimeout(unlockTimer);
     el.video.pause();
     el.consent.hidden = true;
@@ -107,7 +133,9 @@
   function now() { return window.performance ? performance.now() : Date.now(); }
   document.addEventListener("visibilitychange", function () {
     if (!current) { return; }
-    if (document.hidden) { activeMs += now() - visibleSince; } else { visibleSince = now(); }
+    if (document.hidden) { activeMs += now() - visibleSince; return; }
+    visibleSince = now();
+    checkStillIn();  // back from another tab: quality control may have decided meanwhile
   });
   function activeSoFar() {
     return Math.round(activeMs + (document.hidden ? 0 : now() - visibleSince));
@@ -228,6 +256,7 @@
     setLocked(true);
     showProgress();
     keepPlayerClear();
+    watchForScreenOut();
     el.play.focus({ preventScroll: true });
   }
 
@@ -362,6 +391,7 @@
     setLocked(false);
     el.hint.classList.add("unlocked");
     el.hint.textContent = "Ratings unlocked: rate every caption below, then press Submit.";
+    checkStillIn();
   }
 
   el.video.addEventListener("ended", function () {
@@ -511,8 +541,10 @@
 
   function finish() {
     current = null;
+    clearInterval(checkTimer);
     el.task.hidden = true;
     patiently(function () { return api("GET", config.urls.me); }).then(function (answer) {
+      if (isScreenOut(answer)) { return screenOut(answer.body); }
       var me = answer.body || {};
       el.done.hidden = false;
       el.done.focus();

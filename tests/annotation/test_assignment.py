@@ -26,7 +26,7 @@ from annotation.services.assignment import (
 )
 from annotation.services.campaigns import campaign_create, campaign_items_add
 from annotation.tasks import expire_leases
-from datasets_app.models import CandidateKind, ClipStatus, ControlType
+from datasets_app.models import CandidateKind, Clip, ClipStatus, ControlType
 from tests.annotation.crowd_factories import crowd_campaign, crowd_join, ready_clip
 from tests.factories import CandidateFactory, ClipFactory
 
@@ -47,17 +47,20 @@ def test_claim_gives_one_clip_with_all_its_candidates_and_takes_one_slot_each():
     campaign = crowd_campaign(clips=2, candidates_per_clip=3, judgments_per_candidate=3)
     _token, participation = crowd_join(campaign, "worker-a")
 
-    assignment = assignment_claim_next(participation=participation)
+    offer = assignment_claim_next(participation=participation)
 
-    assert assignment is not None
-    assert assignment.status == AssignmentStatus.LIVE
-    item_ids = set(
-        AssignmentItem.objects.filter(assignment=assignment).values_list(
-            "campaign_candidate_id", flat=True
-        )
+    assert offer is not None
+    assert Assignment.objects.get(pk=offer.assignment_id).status == AssignmentStatus.LIVE
+    stored_order = list(
+        AssignmentItem.objects.filter(assignment_id=offer.assignment_id)
+        .order_by("position")
+        .values_list("campaign_candidate_id", flat=True)
     )
+    # The offer shows the candidates in the order the lease stored them.
+    assert [candidate_id for candidate_id, _text in offer.candidates] == stored_order
+    item_ids = set(stored_order)
     clip_items = set(
-        CampaignCandidate.objects.filter(campaign=campaign, clip_id=assignment.clip_id).values_list(
+        CampaignCandidate.objects.filter(campaign=campaign, clip_id=offer.clip_id).values_list(
             "id", flat=True
         )
     )
@@ -65,8 +68,8 @@ def test_claim_gives_one_clip_with_all_its_candidates_and_takes_one_slot_each():
     slots = _slots(campaign)
     assert {pk: slots[pk] for pk in item_ids} == {pk: 1 for pk in item_ids}
     assert sum(slots.values()) == 3
-    assert _open_slots(campaign)[assignment.clip_id] == 6
-    lease = (assignment.expires_at - assignment.issued_at).total_seconds()
+    assert _open_slots(campaign)[offer.clip_id] == 6
+    lease = (offer.expires_at - offer.issued_at).total_seconds()
     assert lease == campaign.lease_seconds
 
 
@@ -94,11 +97,12 @@ def test_a_reload_gets_the_same_live_assignment_and_burns_nothing():
 
     again = assignment_claim_next(participation=participation)
 
-    assert again.pk == first.pk
+    assert again.assignment_id == first.assignment_id
+    assert again == first  # the same clip, candidates in the same order, references and lease
     assert _slots(campaign) == slots_before
     assert Assignment.objects.filter(participation=participation).count() == 1
-    payload = assignment_offer_payload(assignment=again, campaign=campaign)
-    fresh_payload = assignment_offer_payload(assignment=first, campaign=campaign)
+    payload = assignment_offer_payload(offer=again, campaign=campaign)
+    fresh_payload = assignment_offer_payload(offer=first, campaign=campaign)
     assert [c["id"] for c in payload["candidates"]] == [
         c["id"] for c in fresh_payload["candidates"]
     ]
@@ -109,9 +113,9 @@ def test_no_worker_gets_a_clip_twice_and_none_is_answered_when_done():
     _t, participation = crowd_join(campaign, "worker-a")
     seen = []
     for _ in range(3):
-        assignment = assignment_claim_next(participation=participation)
-        seen.append(assignment.clip_id)
-        Assignment.objects.filter(pk=assignment.pk).update(status=AssignmentStatus.SUBMITTED)
+        offer = assignment_claim_next(participation=participation)
+        seen.append(offer.clip_id)
+        Assignment.objects.filter(pk=offer.assignment_id).update(status=AssignmentStatus.SUBMITTED)
 
     assert len(set(seen)) == 3
     assert assignment_claim_next(participation=participation) is None
@@ -139,16 +143,16 @@ def test_only_candidates_with_a_free_slot_are_offered():
     CampaignClip.objects.filter(campaign=campaign).update(open_slots=4)
     _t, participation = crowd_join(campaign, "worker-a")
 
-    assignment = assignment_claim_next(participation=participation)
+    offer = assignment_claim_next(participation=participation)
 
     offered = set(
-        AssignmentItem.objects.filter(assignment=assignment).values_list(
+        AssignmentItem.objects.filter(assignment_id=offer.assignment_id).values_list(
             "campaign_candidate_id", flat=True
         )
     )
     assert full.pk not in offered
     assert len(offered) == 2
-    assert _open_slots(campaign)[assignment.clip_id] == 2
+    assert _open_slots(campaign)[offer.clip_id] == 2
 
 
 def test_clips_without_a_servable_video_are_never_served():
@@ -177,12 +181,13 @@ def test_expired_leases_return_their_slots_and_the_clip_goes_to_someone_else():
     _t, second = crowd_join(campaign, "worker-b")
     lapsed = assignment_claim_next(participation=first)
     assert assignment_claim_next(participation=second) is None
-    Assignment.objects.filter(pk=lapsed.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    Assignment.objects.filter(pk=lapsed.assignment_id).update(
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
 
     assert assignments_expire() == 1
 
-    lapsed.refresh_from_db()
-    assert lapsed.status == AssignmentStatus.EXPIRED
+    assert Assignment.objects.get(pk=lapsed.assignment_id).status == AssignmentStatus.EXPIRED
     assert set(_slots(campaign).values()) == {0}
     assert _open_slots(campaign) == {lapsed.clip_id: 2}
     assert assignments_expire() == 0
@@ -196,22 +201,26 @@ def test_expire_leases_task_calls_the_service():
     campaign = crowd_campaign(clips=1)
     _t, participation = crowd_join(campaign, "worker-a")
     lapsed = assignment_claim_next(participation=participation)
-    Assignment.objects.filter(pk=lapsed.pk).update(expires_at=timezone.now() - timedelta(1))
+    Assignment.objects.filter(pk=lapsed.assignment_id).update(
+        expires_at=timezone.now() - timedelta(1)
+    )
 
     assert expire_leases.apply().get() == 1
-    assert Assignment.objects.get(pk=lapsed.pk).status == AssignmentStatus.EXPIRED
+    assert Assignment.objects.get(pk=lapsed.assignment_id).status == AssignmentStatus.EXPIRED
 
 
 def test_a_worker_coming_back_after_its_lease_lapsed_gets_a_new_clip_and_slots_return():
     campaign = crowd_campaign(clips=2, candidates_per_clip=2, judgments_per_candidate=1)
     _t, participation = crowd_join(campaign, "worker-a")
     lapsed = assignment_claim_next(participation=participation)
-    Assignment.objects.filter(pk=lapsed.pk).update(expires_at=timezone.now() - timedelta(1))
+    Assignment.objects.filter(pk=lapsed.assignment_id).update(
+        expires_at=timezone.now() - timedelta(1)
+    )
 
     fresh = assignment_claim_next(participation=participation)
 
     assert fresh.clip_id != lapsed.clip_id
-    assert Assignment.objects.get(pk=lapsed.pk).status == AssignmentStatus.EXPIRED
+    assert Assignment.objects.get(pk=lapsed.assignment_id).status == AssignmentStatus.EXPIRED
     assert _open_slots(campaign) == {lapsed.clip_id: 2, fresh.clip_id: 0}
 
 
@@ -241,7 +250,7 @@ def test_max_assignments_per_worker_is_honoured():
     campaign = crowd_campaign(clips=3, max_assignments_per_worker=1)
     _t, participation = crowd_join(campaign, "worker-a")
     first = assignment_claim_next(participation=participation)
-    Assignment.objects.filter(pk=first.pk).update(status=AssignmentStatus.SUBMITTED)
+    Assignment.objects.filter(pk=first.assignment_id).update(status=AssignmentStatus.SUBMITTED)
     participation.__class__.objects.filter(pk=participation.pk).update(assignments_submitted=1)
 
     assert assignment_claim_next(participation=participation) is None
@@ -263,7 +272,7 @@ def test_control_items_flow_through_the_engine_without_a_flag():
     _t, participation = crowd_join(campaign, "worker-a")
 
     payload = assignment_offer_payload(
-        assignment=assignment_claim_next(participation=participation), campaign=campaign
+        offer=assignment_claim_next(participation=participation), campaign=campaign
     )
 
     assert control_item.pk in {candidate["id"] for candidate in payload["candidates"]}
@@ -274,10 +283,11 @@ def test_control_items_flow_through_the_engine_without_a_flag():
 def test_payload_shape_and_reference_free_condition():
     campaign = crowd_campaign(clips=1, candidates_per_clip=2)
     _t, participation = crowd_join(campaign, "worker-a")
-    assignment = assignment_claim_next(participation=participation)
+    offer = assignment_claim_next(participation=participation)
 
-    payload = assignment_offer_payload(assignment=assignment, campaign=campaign)
+    payload = assignment_offer_payload(offer=offer, campaign=campaign)
 
+    clip = Clip.objects.get(pk=offer.clip_id)
     assert list(payload) == [
         "assignment_id",
         "expires_at",
@@ -287,8 +297,8 @@ def test_payload_shape_and_reference_free_condition():
         "questions",
     ]
     assert payload["references"] == [
-        f"reference 0 of {assignment.clip.vatex_id}",
-        f"reference 1 of {assignment.clip.vatex_id}",
+        f"reference 0 of {clip.vatex_id}",
+        f"reference 1 of {clip.vatex_id}",
     ]
     assert [question["key"] for question in payload["questions"]] == [
         "descriptiveness",
@@ -300,7 +310,7 @@ def test_payload_shape_and_reference_free_condition():
 
     campaign.reference_free = True
     campaign.save()
-    assert "references" not in assignment_offer_payload(assignment=assignment, campaign=campaign)
+    assert "references" not in assignment_offer_payload(offer=offer, campaign=campaign)
 
 
 def test_claiming_a_new_assignment_takes_a_bounded_number_of_queries(
@@ -311,27 +321,27 @@ def test_claiming_a_new_assignment_takes_a_bounded_number_of_queries(
 
     # 9 statements and, inside the test's transaction, a savepoint pair (BEGIN/COMMIT in a request).
     with django_assert_max_num_queries(11):
-        assignment = assignment_claim_next(participation=participation)
-        assignment_offer_payload(assignment=assignment, campaign=campaign)
+        offer = assignment_claim_next(participation=participation)
+        assignment_offer_payload(offer=offer, campaign=campaign)
     with django_assert_max_num_queries(7):  # the live one again (reload)
         again = assignment_claim_next(participation=participation)
-        assignment_offer_payload(assignment=again, campaign=campaign)
+        assignment_offer_payload(offer=again, campaign=campaign)
 
 
 def test_slot_release_and_take_keep_the_clip_counter_in_step():
     campaign = crowd_campaign(clips=1, candidates_per_clip=2, judgments_per_candidate=1)
     _t, participation = crowd_join(campaign, "worker-a")
-    assignment = assignment_claim_next(participation=participation)
+    offer = assignment_claim_next(participation=participation)
     items = list(
-        AssignmentItem.objects.filter(assignment=assignment).values_list(
+        AssignmentItem.objects.filter(assignment_id=offer.assignment_id).values_list(
             "campaign_candidate_id", flat=True
         )
     )
 
     assert campaign_candidate_slots_release(campaign_candidate_ids=items[:1]) == 1
-    assert _open_slots(campaign) == {assignment.clip_id: 1}
+    assert _open_slots(campaign) == {offer.clip_id: 1}
     assert campaign_candidate_slots_take(campaign_candidate_ids=items) == [items[0]]
-    assert _open_slots(campaign) == {assignment.clip_id: 0}
+    assert _open_slots(campaign) == {offer.clip_id: 0}
     assert set(_slots(campaign).values()) == {1}
 
 
@@ -341,12 +351,12 @@ def test_database_refuses_over_quota_and_repeated_clips_as_the_last_line():
     with pytest.raises(IntegrityError), transaction.atomic():
         CampaignCandidate.objects.filter(pk=item.pk).update(slots_taken=2)
     _t, participation = crowd_join(campaign, "worker-a")
-    assignment = assignment_claim_next(participation=participation)
+    offer = assignment_claim_next(participation=participation)
     with pytest.raises(IntegrityError), transaction.atomic():
         Assignment.objects.create(
             campaign=campaign,
             participation=participation,
-            clip_id=assignment.clip_id,
+            clip_id=offer.clip_id,
             status=AssignmentStatus.EXPIRED,
             expires_at=timezone.now(),
         )

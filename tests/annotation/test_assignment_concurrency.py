@@ -61,17 +61,17 @@ def test_guarantees_hold_with_36_concurrent_workers():
             start.wait()
             idle = 0
             while idle < 10:
-                assignment = assignment_claim_next(participation=participation)
-                if assignment is None:
+                offer = assignment_claim_next(participation=participation)
+                if offer is None:
                     idle += 1
                     threading.Event().wait(0.05)  # leases may still expire and free slots
                     continue
                 idle = 0
-                payload = assignment_offer_payload(assignment=assignment, campaign=campaign)
-                if assignment.pk not in seen_assignments:
-                    seen_assignments.add(assignment.pk)
+                payload = assignment_offer_payload(offer=offer, campaign=campaign)
+                if offer.assignment_id not in seen_assignments:
+                    seen_assignments.add(offer.assignment_id)
                     with lock:
-                        offered_clips[participation.pk].append(assignment.clip_id)
+                        offered_clips[participation.pk].append(offer.clip_id)
                 value = rng.randint(1, 5)
                 body = {
                     "ratings": all_candidate_ratings(payload, value=value),
@@ -80,26 +80,26 @@ def test_guarantees_hold_with_36_concurrent_workers():
                 roll = rng.random()
                 if roll < 0.15:
                     # Abandon: the lease lapses; this thread (or the sweeper) expires it.
-                    Assignment.objects.filter(pk=assignment.pk).update(
+                    Assignment.objects.filter(pk=offer.assignment_id).update(
                         expires_at=timezone.now() - timedelta(seconds=1)
                     )
                     assignments_expire()
                     continue
                 if roll < 0.30:
                     # Lapse, then submit late: accepted only if the slots are still free.
-                    Assignment.objects.filter(pk=assignment.pk).update(
+                    Assignment.objects.filter(pk=offer.assignment_id).update(
                         expires_at=timezone.now() - timedelta(seconds=1)
                     )
                     if rng.random() < 0.5:
                         assignments_expire()
                 try:
                     outcome = assignment_submit(
-                        participation=participation, assignment_id=assignment.pk, body=body
+                        participation=participation, assignment_id=offer.assignment_id, body=body
                     )
                 except SubmissionRefused as refused:
                     assert refused.status == 409, refused.message
                     with lock:
-                        refused_late.append(assignment.pk)
+                        refused_late.append(offer.assignment_id)
                     continue
                 assert outcome.created
                 values = {
@@ -109,10 +109,10 @@ def test_guarantees_hold_with_36_concurrent_workers():
                     for rating in body["ratings"]
                 }
                 with lock:
-                    accepted[assignment.pk] = values
+                    accepted[offer.assignment_id] = values
                 if rng.random() < 0.2:  # a client retry of the same submission
                     again = assignment_submit(
-                        participation=participation, assignment_id=assignment.pk, body=body
+                        participation=participation, assignment_id=offer.assignment_id, body=body
                     )
                     assert not again.created
                     with lock:

@@ -29,9 +29,8 @@ def test_placeholders_casts_and_values_follow_the_row_types_fields():
     assert crowd_sql.row_placeholders(crowd_sql.JudgmentRow).count("%s") == count
     casts = crowd_sql.row_casts(crowd_sql.JudgmentRow)
     assert casts.count("%s::") == count
-    if connection.vendor == "postgresql":
-        assert casts.startswith("(%s::bigint, %s::bigint, %s::bigint, %s::bigint, %s::jsonb,")
-        assert "%s::varchar," in casts and "(" not in casts[1:]
+    assert casts.startswith("(%s::bigint, %s::bigint, %s::bigint, %s::bigint, %s::jsonb,")
+    assert "%s::varchar," in casts and "(" not in casts[1:]
     values = {
         field.name: index for index, field in enumerate(dataclasses.fields(crowd_sql.JudgmentRow))
     }
@@ -52,10 +51,6 @@ def test_a_row_type_with_a_field_that_is_no_column_is_refused():
 
 # --- prepared statements (PostgreSQL) -----------------------------------------------------------
 
-needs_postgresql = pytest.mark.skipif(
-    connection.vendor != "postgresql", reason="server-side prepared statements are PostgreSQL's"
-)
-
 
 def _prepared_names() -> list[str]:
     with connection.cursor() as cursor:
@@ -70,7 +65,6 @@ def test_placeholders_are_numbered_for_prepare_and_a_stray_percent_is_refused():
         crowd_sql._numbered("SELECT %s WHERE b LIKE 'x%'")
 
 
-@needs_postgresql
 @pytest.mark.django_db
 def test_a_statement_is_prepared_once_per_session_and_then_executed_by_name():
     statement = "SELECT %s::integer + %s::integer"
@@ -86,7 +80,6 @@ def test_a_statement_is_prepared_once_per_session_and_then_executed_by_name():
     assert _prepared_names() == names
 
 
-@needs_postgresql
 @pytest.mark.django_db
 def test_behind_a_transaction_pooler_nothing_is_prepared(settings):
     settings.LEPUS_DB_PREPARED_STATEMENTS = False
@@ -97,7 +90,6 @@ def test_behind_a_transaction_pooler_nothing_is_prepared(settings):
     assert _prepared_names() == before
 
 
-@needs_postgresql
 @pytest.mark.django_db(transaction=True)
 def test_a_failed_first_use_prepares_again_under_a_fresh_name_and_a_new_session_starts_empty():
     from django.db import DataError, transaction

@@ -254,13 +254,19 @@ def test_repeats_are_served_apart_measured_and_change_no_count_payment_aggregate
     assert manifest(release_off)["retest"] == []
     assert [entry["campaign"] for entry in facts] == ["retest-on"]
     assert facts[0]["pairs"] == figures["pairs"] == CANDIDATES * repeats.count()
-    assert facts[0]["kappa"] == figures["kappa"]
+    for name in ("worker_kappa_mean", "worker_kappa_median", "workers_with_kappa", "pooled_kappa"):
+        assert facts[0][name] == figures[name]
     card = read_file(release_on, "README.md").decode()
     assert "## Test–retest consistency (intra-rater)" in card
+
+    def fixed(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.3f}"
+
     for row in figures["questions"]:
         assert (
-            f"| retest-on | {row['key']} | 25% | {GAP} | {row['pairs']} | {row['kappa']:.3f} |"
-            in card
+            f"| retest-on | {row['key']} | 25% | {GAP} | {row['pairs']} | "
+            f"{fixed(row['worker_kappa_mean'])} | {fixed(row['worker_kappa_median'])} | "
+            f"{fixed(row['pooled_kappa'])} |" in card
         )
     assert (
         "No campaign of this release served test–retest repeats."
@@ -364,19 +370,19 @@ def test_a_repeat_is_a_lease_like_any_other_reload_expiry_late_submit_and_strang
     first_clips = []
     for minute in range(2):
         offer = assignment_claim_next(participation=participation, now=start)
-        payload = assignment_offer_payload(assignment=offer, campaign=campaign)
+        payload = assignment_offer_payload(offer=offer, campaign=campaign)
         first_clips.append((payload["clip"]["id"], {c["id"] for c in payload["candidates"]}))
         assignment_submit(
             participation=participation,
-            assignment_id=offer.pk,
+            assignment_id=offer.assignment_id,
             body=_ratings([c["id"] for c in payload["candidates"]]),
             now=start + timedelta(minutes=minute),
         )
     now = start + timedelta(minutes=3)
     repeat = assignment_claim_next(participation=participation, now=now)
-    payload = assignment_offer_payload(assignment=repeat, campaign=campaign)
+    payload = assignment_offer_payload(offer=repeat, campaign=campaign)
     # Due after two clips at 0.5; gap 1 and "never the last clip" leave only the first clip.
-    assert Repeat.objects.filter(pk=repeat.pk).exists()
+    assert Repeat.objects.filter(pk=repeat.assignment_id).exists()
     assert (payload["clip"]["id"], {c["id"] for c in payload["candidates"]}) == first_clips[0]
     assert set(payload) == {
         "assignment_id",
@@ -387,32 +393,42 @@ def test_a_repeat_is_a_lease_like_any_other_reload_expiry_late_submit_and_strang
         "questions",
     }
     # A reload hands the same lease back; /me names it.
-    assert assignment_claim_next(participation=participation, now=now).pk == repeat.pk
-    assert participation_progress(participation=participation)["live_assignment_id"] == repeat.pk
+    assert (
+        assignment_claim_next(participation=participation, now=now).assignment_id
+        == repeat.assignment_id
+    )
+    assert (
+        participation_progress(participation=participation)["live_assignment_id"]
+        == repeat.assignment_id
+    )
     # Another worker cannot submit it; a body for other candidates is refused; nothing stored.
     with pytest.raises(AssignmentNotFound):
-        assignment_submit(participation=stranger, assignment_id=repeat.pk, body=_ratings([1]))
+        assignment_submit(
+            participation=stranger, assignment_id=repeat.assignment_id, body=_ratings([1])
+        )
     with pytest.raises(SubmissionInvalid):
-        assignment_submit(participation=participation, assignment_id=repeat.pk, body=_ratings([1]))
+        assignment_submit(
+            participation=participation, assignment_id=repeat.assignment_id, body=_ratings([1])
+        )
     assert not RepeatJudgment.objects.exists()
 
     # The lease runs out: the next claim marks it expired and serves a fresh clip (one repeat was
     # due, one was served), taking slots as usual.
     later = now + timedelta(seconds=campaign.lease_seconds + 1)
     fresh = assignment_claim_next(participation=participation, now=later)
-    assert Repeat.objects.get(pk=repeat.pk).status == "expired"
-    assert Assignment.objects.filter(pk=fresh.pk, participation=participation).exists()
+    assert Repeat.objects.get(pk=repeat.assignment_id).status == "expired"
+    assert Assignment.objects.filter(pk=fresh.assignment_id, participation=participation).exists()
     # A late submit of the expired repeat is still stored (it holds no slot that could be gone),
     # and moves no counter.
     outcome = assignment_submit(
         participation=participation,
-        assignment_id=repeat.pk,
+        assignment_id=repeat.assignment_id,
         body=_ratings([c["id"] for c in payload["candidates"]], value=4),
         now=later,
     )
-    assert outcome.created and outcome.result["assignment_id"] == repeat.pk
+    assert outcome.created and outcome.result["assignment_id"] == repeat.assignment_id
     assert outcome.result["judgments"] == CANDIDATES
-    assert RepeatJudgment.objects.filter(repeat_id=repeat.pk).count() == CANDIDATES
+    assert RepeatJudgment.objects.filter(repeat_id=repeat.assignment_id).count() == CANDIDATES
     participation.refresh_from_db()
     assert participation.assignments_submitted == 2
     assert Judgment.objects.filter(participation=participation).count() == 2 * CANDIDATES

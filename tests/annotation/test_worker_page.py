@@ -54,6 +54,7 @@ def test_prolific_entry_renders_consent_rubric_and_the_join_body(client, campaig
         "/static/js/worker.js",
         "#",
         "/w/pilot/erase/",  # the end screen's erase link (docs/privacy.md)
+        "/w/pilot/erase/",  # the same on the screen-out
     ]  # no CDN: everything the page loads is ours
     config = config_of(response)
     assert config["join"] == {

@@ -121,7 +121,9 @@ def test_a_new_prolific_worker_rates_with_the_keyboard_and_gets_the_code(
 
     # Consent and instructions with the rubric, then start, all from the keyboard.
     assert page_a.get_by_role("heading", name="Caption quality pilot").is_visible()
-    assert page_a.get_by_role("row", name="4 — Good").is_visible()
+    # Each question's own rating guide (the per-criterion rubric): three tables.
+    assert page_a.get_by_role("row", name="4 — Good").count() == 3
+    assert page_a.get_by_role("row", name="4 — Good").first.is_visible()
     start = page_a.get_by_role("button", name="I agree — start")
     tab_to(page_a, start)
     page_a.keyboard.press("Enter")

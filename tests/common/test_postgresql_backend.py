@@ -8,10 +8,7 @@ from django.db import connection
 
 from common.postgresql import base as backend
 
-pytestmark = [
-    pytest.mark.django_db,
-    pytest.mark.skipif(connection.vendor != "postgresql", reason="the PostgreSQL backend"),
-]
+pytestmark = [pytest.mark.django_db]
 
 
 @pytest.fixture

@@ -556,7 +556,9 @@ def test_ratings_outside_a_custom_questions_levels_are_refused(world):
             ],
         }
     ]
-    campaign = crowd_campaign(clips=1, candidates_per_clip=2, slug="levels", questions=questions)
+    campaign = crowd_campaign(
+        clips=1, candidates_per_clip=2, slug="levels", questions=questions, rubric="custom"
+    )
     token, _participation = crowd_join(campaign, "level-worker")
     client = worker_client(token)
     offer = client.post(NEXT).json()

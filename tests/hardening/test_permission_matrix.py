@@ -835,6 +835,20 @@ ROUTES: dict[str, list[Case]] = {
             json=False,
         ),
     ],
+    # The demo's webhook receiver: off (404) unless LEPUS_DEMO_WEBHOOK_RECEIVER is set, as here;
+    # tests/annotation/test_webhook_demo_receiver.py covers it switched on.
+    "webhooks:demo-receiver": [
+        C("GET", url("webhooks:demo-receiver"), curator_page(404), note="off: 404"),
+    ],
+    "webhooks:demo-receiver-deliver": [
+        C(
+            "POST",
+            url("webhooks:demo-receiver-deliver"),
+            _everyone(404),
+            lambda w: {},
+            note="off: 404 to everyone (signed deliveries, no session, when on)",
+        ),
+    ],
     "export:create": [
         C(
             "POST",

@@ -124,8 +124,8 @@ def fuzz_world(transactional_db, curator: User, settings) -> FuzzWorld:  # type:
 
     crowd = crowd_campaign(slug="fuzz", clips=3, candidates_per_clip=2, judgments_per_candidate=2)
     worker_token, participation = crowd_join(crowd, "fuzz-worker")
-    assignment = assignment_claim_next(participation=participation)
-    assert assignment is not None
+    offer = assignment_claim_next(participation=participation)
+    assert offer is not None
     other_token, other = crowd_join(crowd, "fuzz-other-worker")
     assignment_claim_next(participation=other)
 
@@ -168,7 +168,7 @@ def fuzz_world(transactional_db, curator: User, settings) -> FuzzWorld:  # type:
         session_cookie=client.cookies["sessionid"].value,
         worker_token=worker_token,
         erased_worker_token=other_token,
-        assignment_id=assignment.pk,
+        assignment_id=offer.assignment_id,
         fixed=[
             (r"/(review|audit)/\{", {"slug": "fuzz-review"}),
             (r"/quality/runs/\{run_id\}", {"slug": "fuzz-release", "run_id": qc_run.pk}),

@@ -150,7 +150,12 @@ def test_l_clipscore_uses_the_l_clip_checkpoint(checkpoints, items) -> None:  # 
 
 
 def hand_idf(reference: Reference, corpus: list[str]) -> dict[int, float]:
-    documents = [set(reference.token_ids(text)) for text in corpus]
+    # As EMScore's get_idf_dict over clip.tokenize's 77-wide contexts: a caption shorter than the
+    # context also holds the padding id 0.
+    documents = [
+        set(ids) | ({0} if len(ids) < 77 else set())
+        for ids in (reference.token_ids(text) for text in corpus)
+    ]
     frequency = Counter(token for document in documents for token in document)
     idf = {token: math.log((len(corpus) + 1) / (count + 1)) for token, count in frequency.items()}
     end = reference.tokenizer.eos_token_id
@@ -171,13 +176,19 @@ def hand_matching(
 
 
 def hand_emscore(
-    reference: Reference, items: list[MetricItem], *, with_references: bool, idf: bool
+    reference: Reference,
+    items: list[MetricItem],
+    *,
+    with_references: bool,
+    idf: bool,
+    corpus: list[str] | None = None,
 ) -> list[float]:
-    corpus = (
-        [ref for item in items for ref in item.references]
-        if with_references
-        else [item.candidate for item in items]
-    )
+    if corpus is None:
+        corpus = (
+            [ref for item in items for ref in item.references]
+            if with_references
+            else [item.candidate for item in items]
+        )
     table = hand_idf(reference, corpus) if idf else {}
     unseen = math.log(len(corpus) + 1)
 
@@ -216,6 +227,94 @@ def test_emscore_equals_the_hand_computation(checkpoints, items, reference, idf:
     assert scores["emscore_ref"] == pytest.approx(
         hand_emscore(reference, items, with_references=True, idf=idf), abs=1e-5
     )
+
+
+IDF_CORPUS = [
+    "a man is playing a guitar",
+    "a woman cooks dinner in a kitchen",
+    "a dog runs across a park",
+    "two children play with a ball",
+    "a cat sleeps",
+]
+
+
+def test_emscore_with_an_idf_corpus_file_equals_the_hand_computation(
+    checkpoints, items, reference, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    """The IDF taken from a file of captions (the authors' VATEX-EVAL protocol takes it from the
+    VATEX training captions), for candidate and reference tokens alike, reference-free or not."""
+    corpus_file = tmp_path / "corpus.txt"
+    corpus_file.write_text("\n".join(IDF_CORPUS) + "\n\n", encoding="utf-8")
+    settings = {"clip_model": str(checkpoints["clip"]), "emscore_idf_corpus": str(corpus_file)}
+    scores = scores_of(["emscore", "emscore_ref"], settings, items)
+    for name, with_references in (("emscore", False), ("emscore_ref", True)):
+        expected = hand_emscore(
+            reference, items, with_references=with_references, idf=True, corpus=IDF_CORPUS
+        )
+        assert scores[name] == pytest.approx(expected, abs=1e-5)
+        batch = hand_emscore(reference, items, with_references=with_references, idf=True)
+        assert not np.allclose(expected, batch, atol=1e-4)  # the corpus changes the scores
+
+
+def test_idf_weights_follow_emscore_s_formula_on_a_tiny_corpus() -> None:
+    """By hand, N = 3 documents of ids (start 10, end 99), context 77 (all are shorter, so each
+    also holds the padding id 0), the last one 77 ids long when `full` (then it holds no 0):
+    idf = ln((N + 1) / (df + 1)); the end token gets the mean of every idf, its own included."""
+    from training_bridge.metrics.clip import idf_weights
+
+    documents = [[10, 5, 7, 99], [10, 5, 99], [10, 8, 8, 99]]
+    weights = idf_weights(documents, 99)
+    ln = np.log
+    expected = {
+        10: ln(4 / 4),  # in all three
+        5: ln(4 / 3),  # in two
+        7: ln(4 / 2),
+        8: ln(4 / 2),  # twice in one document: df 1
+        0: ln(4 / 4),  # the padding of all three contexts
+    }
+    expected[99] = (sum(expected.values()) + ln(4 / 4)) / 6  # mean over the 6 ids, 99's own 0
+    assert weights == pytest.approx(expected, abs=1e-15)
+    assert set(weights) == set(expected)
+
+    full = [[10, *([5] * 75), 99], [10, 7, 99]]  # the first fills the 77-id context
+    weights = idf_weights(full, 99)
+    assert weights[0] == pytest.approx(ln(3 / 2), abs=1e-15)  # only the short one is padded
+    no_padding = idf_weights(documents, 99, context_length=None)
+    assert 0 not in no_padding
+    assert no_padding[99] == pytest.approx((ln(4 / 3) + 2 * ln(4 / 2)) / 5, abs=1e-15)
+
+
+def test_idf_corpus_files_in_each_documented_format(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from training_bridge.metrics.clip import read_caption_corpus
+
+    (tmp_path / "lines.txt").write_text("a dog runs\n\n  a cat sleeps \n", encoding="utf-8")
+    (tmp_path / "list.json").write_text(json.dumps(["a dog runs", "a cat sleeps"]))
+    (tmp_path / "emscore.json").write_text(
+        json.dumps({"v1": ["a dog runs"], "v2": ["a cat sleeps"]})
+    )
+    (tmp_path / "vatex.json").write_text(
+        json.dumps(
+            [
+                {"videoID": "v1", "enCap": ["a dog runs"], "chCap": ["狗在跑"]},
+                {"videoID": "v2", "enCap": ["a cat sleeps"], "chCap": ["猫在睡"]},
+            ]
+        )
+    )
+    for name in ("lines.txt", "list.json", "emscore.json", "vatex.json"):
+        assert read_caption_corpus(tmp_path / name) == ["a dog runs", "a cat sleeps"], name
+    (tmp_path / "empty.txt").write_text("\n\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="holds no caption"):
+        read_caption_corpus(tmp_path / "empty.txt")
+    (tmp_path / "bad.json").write_text(json.dumps({"v1": "not a list"}))
+    with pytest.raises(ValueError, match="expected a list of captions"):
+        read_caption_corpus(tmp_path / "bad.json")
+    with pytest.raises(ValueError, match=r"emscore_idf_corpus=.*: no such file"):
+        parse_settings({"emscore_idf_corpus": str(tmp_path / "missing.txt")})
+    assert parse_settings(
+        {"emscore_idf_corpus": str(tmp_path / "list.json")}
+    ).emscore_idf_corpus == str(tmp_path / "list.json")
 
 
 def test_the_token_embedding_at_end_of_text_is_clip_s_caption_embedding(

@@ -159,10 +159,13 @@ def test_losses_read_one_step_late_change_nothing_but_the_callbacks_timing(tmp_p
         assert torch.equal(late_lora[name], tensor)
 
 
-def test_lora_weights_follow_the_backbone_dtype_unless_set():
+def test_lora_weights_are_float32_master_weights_unless_set():
     cpu = RigelConfig(backbone="tiny")
     assert cpu.lora_dtype_name == "float32"
-    assert RigelConfig(backbone="tiny", device="cuda").lora_dtype_name == "bfloat16"
+    assert RigelConfig(backbone="tiny", device="cuda").lora_dtype_name == "float32"
+    assert RigelConfig(backbone="tiny", device="cuda", lora_dtype="bfloat16").lora_dtype_name == (
+        "bfloat16"
+    )
     assert RigelConfig(backbone="tiny", device="cuda", lora_dtype="float32").lora_dtype_name == (
         "float32"
     )

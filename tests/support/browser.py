@@ -64,3 +64,21 @@ def assert_fits_viewport(page: Any) -> None:
     rule is `devtools.browser.viewport_overflow`, which the demo walk applies too."""
     problem = viewport_overflow(page)
     assert not problem, problem
+
+
+def assert_no_sideways_scroll(page: Any) -> None:
+    """No part of the page scrolls sideways inside its box: every table, card and wrapper shows
+    its whole width (a table that fits the screen only by scrolling inside its card is cut off
+    at the card's edge for whoever does not think to scroll it)."""
+    clipped = page.evaluate(
+        """() => Array.from(document.querySelectorAll('main *'))
+            .filter((element) => {
+              const overflow = getComputedStyle(element).overflowX;
+              return (overflow === 'auto' || overflow === 'scroll')
+                && element.scrollWidth > element.clientWidth + 1;
+            })
+            .map((element) => `${element.tagName.toLowerCase()}`
+              + `${element.className ? '.' + String(element.className).split(' ').join('.') : ''}`
+              + ` shows ${element.clientWidth} of ${element.scrollWidth} px`)"""
+    )
+    assert not clipped, "; ".join(clipped)

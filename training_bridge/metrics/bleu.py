@@ -13,7 +13,9 @@ Inputs are tokenised captions (tokens joined by single spaces, e.g. the output o
 
 Sentence-level smoothing (`smoothing=`):
 
-- "coco" (default; what the correlation tables of EMScore, PAC-S and the COCO toolkit use): every
+- "coco" (default; pycocoevalcap's per-image scores, which PAC-S's correlation script uses —
+  aimagelab/pacscore, compute_correlations.py through evaluation/__init__.py; for the EMScore and
+  Rigel tables no readable text says which smoothing they used, see docs/metrics.md): every
   precision is (matches + 1e-15) / (candidate n-grams + 1e-9), and the length ratio is
   (c + 1e-15) / (r + 1e-9). A candidate without a single 4-gram match therefore gets a BLEU-4 of
   about 1e-15^(1/4) * ... ≈ 1e-4 to 1e-6 instead of an undefined log(0): tiny but still *ordered* by

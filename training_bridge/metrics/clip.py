@@ -26,23 +26,36 @@ Formulas (c caption, v video, r reference; cos of normalised vectors):
   EMScore(c, R, v) = (EMScore(c, v) + EMScore(c, R)) / 2, where EMScore(c, R) takes, over the
   references, the best P, R, F (each separately) of the token-to-token matching (R weighted by the
   reference's idf) and the best coarse cos(c_EOT, r_EOT), then (coarse + F) / 2.
-  IDF (`idf=True`, default): idf(t) = ln((N + 1) / (df(t) + 1)) over the N references of the
-  scored batch (one per candidate and reference, as EMScore's scorer flattens them) for the
-  reference-based EMScore, over the N candidates for the reference-free one; a token never seen
-  gets ln(N + 1); the end-of-text token gets the mean idf of the tokens seen (as EMScore's scorer
-  sets it). Captions are tokenised without a prompt, as EMScore does.
-  Differences from EMScore's code, on purpose: frames are the clip's sampled frames (EMScore embeds
-  every decoded frame); max over frames/tokens ignores padding (EMScore's batched code multiplies
+  IDF (`idf=True`, default), EMScore's formula (`emscore/utils.py`, `get_idf_dict`, and
+  `emscore/scorer.py` of ShiYaya/emscore): over a corpus of N captions, each tokenised as CLIP's
+  `clip.tokenize` does into a 77-wide context padded with token id 0, df(t) counts the captions
+  whose padded token set holds t — so every caption shorter than the context also "holds" id 0
+  (which is also the vocabulary's "!") — and idf(t) = ln((N + 1) / (df(t) + 1)); a token never
+  seen gets ln(N + 1); the end-of-text token's idf is then replaced by the mean of every idf in
+  the table (padding id, start- and end-of-text included). The corpus:
+  - `idf_corpus` given (a file of captions, `read_caption_corpus`): that corpus for both the
+    candidate's and the references' tokens, reference-free or not — the authors' VATEX-EVAL run
+    (VATEX-EVAL-demo.py) takes it from the VATEX *training* captions;
+  - otherwise the scored batch, as EMScorer.score does with `idf=True`: its N references (one per
+    candidate and reference, as the scorer flattens them) for the reference-based EMScore, its N
+    candidates for the reference-free one.
+  Captions are tokenised without a prompt, as EMScore does.
+  Differences from EMScore's code, on purpose: frames are the clip's sampled frames (EMScore's
+  VATEX-EVAL run embeds every decoded frame and keeps 10 at int(linspace(0, T - 1, 10)); ours
+  round the linspace); max over frames/tokens ignores padding (EMScore's batched code multiplies
   padded similarities by 0, so a row of negative similarities can max out at 0); P + R = 0 gives
-  F = 0 instead of NaN; token df counts the tokens of each text, not the tokenizer's zero padding.
+  F = 0 instead of NaN; a caption past 77 tokens is truncated (clip.tokenize raises).
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -115,16 +128,74 @@ def greedy_matching(
     return Matching(precision, recall, 2 * precision * recall / total if total != 0 else 0.0)
 
 
-def idf_weights(documents: Sequence[Sequence[int]], end_token: int | None) -> dict[int, float]:
-    """{token id: ln((N+1)/(df+1))} over the documents; the end token gets the mean of the values."""
+# EMScore tokenises with clip.tokenize: a context of 77 ids, padded with id 0.
+EMSCORE_CONTEXT = 77
+EMSCORE_PADDING_TOKEN = 0
+
+
+def idf_weights(
+    documents: Sequence[Sequence[int]],
+    end_token: int | None,
+    *,
+    context_length: int | None = EMSCORE_CONTEXT,
+    padding_token: int = EMSCORE_PADDING_TOKEN,
+) -> dict[int, float]:
+    """{token id: ln((N+1)/(df+1))} over the documents, EMScore's way: a document shorter than
+    `context_length` also holds `padding_token` (its padded context does); then the end token
+    gets the mean of all the values. `context_length=None`: no padding counted."""
     count = len(documents)
     frequency: Counter[int] = Counter()
     for document in documents:
-        frequency.update(set(document))
+        tokens = set(document)
+        if context_length is not None and len(document) < context_length:
+            tokens.add(padding_token)
+        frequency.update(tokens)
     weights = {token: math.log((count + 1) / (seen + 1)) for token, seen in frequency.items()}
     if end_token is not None and weights:
         weights[end_token] = sum(weights.values()) / len(weights)
     return weights
+
+
+def read_caption_corpus(path: str | os.PathLike[str]) -> list[str]:
+    """The captions of an IDF corpus file, in file order:
+
+    - `.json`: a list of captions; or {id: [captions]} (the `vatex_train_en_annotations.json` the
+      EMScore authors' VATEX-EVAL script reads); or a list of {"enCap": [captions], ...} (VATEX's
+      own `vatex_training_v1.0.json`: its English captions);
+    - anything else: UTF-8 text, one caption per non-empty line.
+
+    Raises ValueError on a file it cannot read as one of these, or one without captions."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as error:
+        raise ValueError(f"cannot read the IDF corpus {file}: {error}") from error
+    captions: list[str] = []
+    if file.suffix.lower() == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"the IDF corpus {file} is not valid JSON: {error}") from error
+        groups: list[Any]
+        if isinstance(data, dict):
+            groups = list(data.values())
+        elif isinstance(data, list) and all(isinstance(entry, dict) for entry in data):
+            groups = [entry.get("enCap") for entry in data]
+        else:
+            groups = [data]
+        for group in groups:
+            if not isinstance(group, list) or not all(isinstance(c, str) for c in group):
+                raise ValueError(
+                    f"the IDF corpus {file}: expected a list of captions, {{id: [captions]}} or "
+                    'VATEX\'s [{"enCap": [captions]}]'
+                )
+            captions.extend(group)
+    else:
+        captions = [line.strip() for line in text.splitlines()]
+    captions = [caption for caption in captions if caption.strip()]
+    if not captions:
+        raise ValueError(f"the IDF corpus {file} holds no caption")
+    return captions
 
 
 # ------------------------------------------------------------------------------------------------
@@ -222,6 +293,9 @@ class ClipEncoder:
         _, tokenizer, _ = self._load()
         encoded = tokenizer(list(texts), truncation=True, max_length=self._text_limit())
         return [list(ids) for ids in encoded["input_ids"]]
+
+    def context_length(self) -> int:
+        return self._text_limit()
 
     def end_token_id(self) -> int | None:
         _, tokenizer, _ = self._load()
@@ -354,22 +428,38 @@ class EMScore(_ClipMetric):
     """EMScore(X, V) (`with_references=False`) or EMScore(X, X*, V)."""
 
     idf: bool = True
+    # A file of captions to take the IDF from (`read_caption_corpus`); None: the scored batch.
+    idf_corpus: str | None = None
+    _corpus_table: tuple[dict[int, float], float] | None = field(default=None, init=False)
 
     def score(self, items: Sequence[MetricItem]) -> list[float]:
         return [parts.score for parts in self.parts(items)]
 
+    def idf_table(self, corpus: Sequence[str]) -> tuple[dict[int, float], float]:
+        """EMScore's idf over `corpus` and the idf of a token it never saw."""
+        table = idf_weights(
+            self.encoder.token_ids(corpus),
+            self.encoder.end_token_id(),
+            context_length=self.encoder.context_length(),
+        )
+        return table, math.log(len(corpus) + 1)
+
     def token_weights(self, items: Sequence[MetricItem]) -> Callable[[np.ndarray], np.ndarray]:
-        """Weights of a text's tokens: idf over this batch's corpus (see the module docstring),
-        or all 1 without idf."""
+        """Weights of a text's tokens: idf over the corpus file, else over this batch's corpus
+        (see the module docstring), or all 1 without idf."""
         if not self.idf:
             return lambda ids: np.ones(len(ids))
-        corpus = (
-            [ref for item in items for ref in item.references]
-            if self.with_references
-            else [item.candidate for item in items]
-        )
-        table = idf_weights(self.encoder.token_ids(corpus), self.encoder.end_token_id())
-        unseen = math.log(len(corpus) + 1)
+        if self.idf_corpus is not None:
+            if self._corpus_table is None:  # tokenised once per metric object
+                self._corpus_table = self.idf_table(read_caption_corpus(self.idf_corpus))
+            table, unseen = self._corpus_table
+        else:
+            corpus = (
+                [ref for item in items for ref in item.references]
+                if self.with_references
+                else [item.candidate for item in items]
+            )
+            table, unseen = self.idf_table(corpus)
         return lambda ids: np.array([table.get(int(token), unseen) for token in ids])
 
     def parts(self, items: Sequence[MetricItem]) -> list[EMScoreParts]:

@@ -34,6 +34,7 @@ Hugging Face cache. Settings (environment fallback in brackets):
 | `lclip_model` [`LEPUS_LCLIP_MODEL`] | the L-CLIP checkpoint for L-CLIPScore (same format) |
 | `clip_prompt` | text put before every caption for CLIP-S/RefCLIP-S/L-CLIPScore (default "A photo depicts"; empty: none) |
 | `emscore_idf` | "true" (default) or "false": IDF weights of EMScore's fine-grained precision |
+| `emscore_idf_corpus` | a file of captions to take EMScore's IDF from (`clip.read_caption_corpus`: text, one a line, or JSON); default: the scored batch |
 | `device`, `batch_size` | where and how many texts/frames at a time the encoders run (default cpu, 64) |
 | `meteor_jar` [`LEPUS_METEOR_JAR`] | METEOR 1.5 jar (see meteor.py) |
 | `frames` | frames sampled per clip by whoever builds the items (default 8; not read here) |
@@ -81,6 +82,7 @@ SETTING_KEYS = (
     "lclip_model",
     "clip_prompt",
     "emscore_idf",
+    "emscore_idf_corpus",
     "device",
     "batch_size",
     "meteor_jar",
@@ -168,6 +170,7 @@ class Settings:
     lclip_model: str | None = None
     clip_prompt: str = DEFAULT_CLIP_PROMPT
     emscore_idf: bool = True
+    emscore_idf_corpus: str | None = None
     device: str = "cpu"
     batch_size: int = 64
     meteor_jar: str | None = None
@@ -207,11 +210,15 @@ def parse_settings(settings: Mapping[str, Any] | None = None) -> Settings:
     if idf not in ("true", "false", "1", "0", "yes", "no"):
         raise ValueError(f"emscore_idf must be true or false, not {raw['emscore_idf']!r}")
     prompt = raw.get("clip_prompt")
+    corpus = text("emscore_idf_corpus")
+    if corpus is not None and not Path(corpus).expanduser().is_file():
+        raise ValueError(f"emscore_idf_corpus={corpus}: no such file")
     return Settings(
         clip_model=text("clip_model", "LEPUS_CLIP_MODEL"),
         lclip_model=text("lclip_model", "LEPUS_LCLIP_MODEL"),
         clip_prompt=DEFAULT_CLIP_PROMPT if prompt is None else str(prompt).strip(),
         emscore_idf=idf in ("true", "1", "yes"),
+        emscore_idf_corpus=None if corpus is None else str(Path(corpus).expanduser()),
         device=text("device") or "cpu",
         batch_size=positive("batch_size", 64),
         meteor_jar=text("meteor_jar"),
@@ -298,7 +305,13 @@ def _learned_metric(name: str, encoder: Any, settings: Settings) -> CaptionMetri
         return ClipScore(name, encoder, with_references=False, prompt=settings.clip_prompt)
     if name in ("refclipscore", "reflclipscore"):
         return ClipScore(name, encoder, with_references=True, prompt=settings.clip_prompt)
-    return EMScore(name, encoder, with_references=name == "emscore_ref", idf=settings.emscore_idf)
+    return EMScore(
+        name,
+        encoder,
+        with_references=name == "emscore_ref",
+        idf=settings.emscore_idf,
+        idf_corpus=settings.emscore_idf_corpus,
+    )
 
 
 def missing_inputs_reason(metric: CaptionMetric, items: Sequence[MetricItem]) -> str | None:

@@ -96,6 +96,26 @@ class VisionSettings:
         return self.patch_size * self.merge_size
 
 
+def with_frame_budget(vision: VisionSettings, *, frames: int, frame_pixels: int) -> VisionSettings:
+    """The vision settings for `frames` frames of at most `frame_pixels` pixels each (0: the
+    settings unchanged, i.e. the checkpoint's own budget). The processor's ``smart_resize`` keeps
+    t * h * w under max_pixels over all frames (t rounded up to the temporal patch), so the budget
+    is per frame times that t, uncapped."""
+    import dataclasses
+
+    settings = dataclasses.replace(vision, num_frames=frames)
+    if not frame_pixels:
+        return settings
+    temporal = vision.temporal_patch_size
+    grouped = frames + (-frames % temporal)
+    return dataclasses.replace(
+        settings,
+        max_pixels=frame_pixels * grouped,
+        min_pixels=min(vision.min_pixels, frame_pixels),
+        cap_pixels_per_frame=False,
+    )
+
+
 # Qwen3-VL-2B-Instruct's video_preprocessor_config.json: 448 px x 8 frames stay 448 px (784 tokens).
 QWEN3_VL_HUB_VIDEO = VisionSettings()
 # The issue's benchmark workload: transformers' class defaults for Qwen3VLVideoProcessor
@@ -276,6 +296,13 @@ def qwen3_vl_2b_config() -> Any:
     max positions 262144. Vision: 24 blocks of hidden 1024, 16 heads, MLP 4096, gelu_pytorch_tanh,
     patch 16, temporal patch 2, merge 2, 2304 position embeddings, DeepStack after blocks 5, 11,
     17, output 2048. Token ids: image 151655, video 151656, vision start/end 151652/151653.
+
+    Source: the checkpoint's config.json (huggingface.co/Qwen/Qwen3-VL-2B-Instruct, file
+    config.json); transformers' own `Qwen3VLConfig()` defaults are the 4B's
+    (configuration_qwen3_vl.py documents checkpoint Qwen/Qwen3-VL-4B-Instruct: text hidden 2560,
+    36 layers), so they cannot stand in. A public printout of a 2B Qwen3-VL config with these text
+    and vision sizes: github.com/xorbitsai/inference issue #4592 (Qwen3-VL-Embedding-2B).
+    `tests/rigel/test_paper_defaults.py` checks the paper's 1.61M LoRA parameters on it.
     """
     from transformers import Qwen3VLConfig
 

@@ -6,8 +6,9 @@ The protocols differ only in the references the prompt carries:
 - ``1-ref``: the clip's first reference;
 - ``all-refs``: every reference of the clip (nine on VATEX-EVAL: the paper's "9-ref").
 
-A run is scored under any protocol whatever setting it was trained in (the paper reports one model
-in both settings); the Django side notes a mismatch. On CUDA the scores come from
+The scorer itself takes either prompt setting; which run may be scored under which protocol is the
+caller's rule (the Django side scores each protocol with runs trained in its setting, as the paper
+gives each setting its own prompt, and refuses or labels a mismatch). On CUDA the scores come from
 ``ScoringEngine`` (through its public constructor and ``run``), one engine per prompt setting, fed
 in chunks so that progress can be reported; on CPU from the model's own batched forward.
 

@@ -1,5 +1,11 @@
 """Settings of one Rigel training run (paper Section 3, Appendix D), as a plain dataclass.
 
+Every default says where it comes from: *paper* (the place in the Rigel paper, seed 000, with the
+line of /work/shared/seeds/000_c090a1d314290d2f.txt; our copy lost the numbers inside formulas and
+some table cells, so the learning rates, Adam's betas, the distillation temperature, the frame count
+and the prompts of Appendix G are not readable there), or *ours* (with the reason). docs/training.md
+carries the same table.
+
 The Django side stores `RigelConfig.to_dict()` on the run row and rebuilds the config with
 `RigelConfig.from_dict`, so a run can be re-executed (or resumed) with exactly the settings it
 started with. Unknown keys are refused, so a typo in an API request does not silently fall back to a
@@ -93,75 +99,139 @@ class Ablation:
         return "kl" if ablation == cls.KL_LOSS else "emd"
 
 
+# The paper's one cost figure: "required an average of 770 GFLOPs per inference" (Appendix D, line
+# 239 of the seed text), for the whole Phase 2 model (backbone + head) per scored sample.
+PAPER_GFLOPS_PER_INFERENCE = 770.0
+
+# Named presets of the visual input (`train --preset NAME`; `evaluate_rigel` and `score` check
+# that a run was trained with the one they name). Each is a set of RigelConfig values.
+# - "default" (ours): 8 frames at the checkpoint's own pixel budget (Qwen3-VL-2B-Instruct's
+#   video_preprocessor_config.json: 448 px frames stay 448 px, 784 video tokens); with our
+#   9-reference prompt about 4.1 TFLOP per sample by `engine.flops.forward_flops`
+#   (docs/benchmarks.md, 944 tokens with 484 video tokens).
+# - "paper-budget" (ours, reconciling the paper's 770 GFLOPs): one temporal group (2 frames, what
+#   Qwen3-VL also makes of a still image, T = 1) at 96 x 96 = 9,216 pixels per frame: 64 x 96
+#   (4:3 source) or 64 x 128 (16:9) after the processor's rounding, 6 or 8 video tokens. With our
+#   reference-free prompt (about 250 tokens, which alone cost about 695 GFLOPs at Qwen3-VL-2B's
+#   2.8 GFLOPs a token) that is 765 / 776 GFLOPs per inference by the same counter
+#   (tests/rigel/test_presets.py): the paper's 770 GFLOPs leave room for a tiny picture only,
+#   so the paper's prompt must be far shorter than ours (about 270 tokens in all fit in 770
+#   GFLOPs). Our 1-ref and 9-ref prompts exceed 770 GFLOPs on text alone.
+PRESETS: dict[str, dict[str, int]] = {
+    "default": {"frames": 8, "frame_pixels": 0},
+    "paper-budget": {"frames": 2, "frame_pixels": 96 * 96},
+}
+
+
+def preset_name(config: RigelConfig) -> str:
+    """The preset whose values the config has, or "custom"."""
+    for name, values in PRESETS.items():
+        if all(getattr(config, key) == value for key, value in values.items()):
+            return name
+    return "custom"
+
+
 @dataclass
 class RigelConfig:
-    """Everything that decides what a run computes. Defaults are the paper's (Appendix D)."""
+    """Everything that decides what a run computes; each default marked *paper* (where) or *ours*
+    (why), see the module docstring."""
 
+    # paper: Qwen3-VL-2B is the backbone of every reported row (Section 5.3, line 136; Table 3).
     backbone: str = "Qwen/Qwen3-VL-2B-Instruct"  # local dir, HF cache name, or "tiny"
-    device: str = "cpu"  # "cpu", "cuda", "cuda:1"
-    dtype: str = "auto"  # "auto" = bfloat16 on CUDA, float32 on CPU; or "float32"/"bfloat16"
-    frames: int = 8  # frames per clip fed to the backbone
-    reference_free: bool = False  # prompts without references (the paper's reference-free setting)
+    # ours: CPU runs anywhere; a GPU is asked for per run ("cpu", "cuda", "cuda:1").
+    device: str = "cpu"
+    # ours: "auto" = bfloat16 on CUDA, float32 on CPU (the paper names no precision); or
+    # "float32"/"bfloat16".
+    dtype: str = "auto"
+    # ours: the paper gives T frames per clip (Section 3, line 36) but its value is not in our
+    # copy; 8 is Qwen3-VL's usual small-clip setting. See PRESETS.
+    frames: int = 8
+    # ours: pixels per frame (the budget the processor resizes each frame to, keeping its aspect
+    # ratio, in multiples of 32 px); 0 = the checkpoint's own processor budget. See PRESETS.
+    frame_pixels: int = 0
+    # ours: reference-based is the default protocol; the paper trains and reports both settings,
+    # each with its own prompt (Section 3, line 36; Table 2), so each has its own run
+    # (`train --reference-free`).
+    reference_free: bool = False
+    # paper: the full method, row (v) of Table 3 (line 109).
     ablation: str = Ablation.FULL
+    # ours: any fixed seed (the paper gives none).
     seed: int = 0
 
     # Inference path of the teacher pass and of scoring: "auto" = the fast `ScoringEngine` on CUDA
     # (worker-process decoding, right padding, batched vision attention) and the plain
     # `build_batch` forward on CPU; "on" / "off" force one. `engine_workers` < 0: the engine's
-    # default number of decoding processes (cores - 1).
+    # default number of decoding processes (cores - 1). ours (speed only; same numbers).
     engine: str = "auto"
     engine_workers: int = -1
     # The engine's per-sample path runs the language model's decoder layers compiled
     # (`ScoringEngine(compile_layers=True)`): "auto" = on CUDA for a teacher pass of at least
     # ENGINE_COMPILE_MIN_SAMPLES samples per process; "on" / "off" force it (scoring included).
+    # ours (speed only).
     engine_compile: str = "auto"
     # FP8 matrix products in the engine's linears (`ScoringEngine(fp8=True)`, engine/fp8.py).
-    # Off: FP8's scores have not yet matched bf16's (docs/benchmarks.md, issue 17).
+    # Off: FP8's scores have not yet matched bf16's (docs/benchmarks.md, issue 17). ours.
     engine_fp8: bool = False
 
     # Teacher pass
-    teacher_batch_size: int = 8
-    teacher_shard_size: int = 256  # samples per cached shard (the teacher's checkpoint unit)
+    teacher_batch_size: int = 8  # ours: fits a CPU; GPU runs raise it (same numbers)
+    teacher_shard_size: int = 256  # ours: samples per cached shard (the checkpoint unit)
 
     # Phase 1: head distillation on the cached teacher outputs
+    # ours: the paper has a temperature T (Section 3.1, Eq. 1, lines 39-44) whose value is not in
+    # our copy; 2.0 is a common distillation choice.
     temperature: float = 2.0
+    # ours: Table 4's learning-rate cells are empty in our copy (lines 208-216).
     phase1_learning_rate: float = 1e-3
-    phase1_weight_decay: float = 0.01
-    phase1_batch_size: int = 64
-    phase1_epochs: int = 50
+    phase1_weight_decay: float = 0.01  # paper: Table 4, weight decay 0.01 (line 214)
+    phase1_batch_size: int = 64  # paper: Table 4, batch size 64 (line 213)
+    phase1_epochs: int = 50  # paper: Table 4, epoch 50 (line 210)
+    # paper: early stopping on validation Kendall tau after five epochs without gain (Appendix D,
+    # line 239).
     phase1_patience: int = 5
+    # ours: the head's width and dropout are not given (only its 2.63M parameters, line 239).
     head_dropout: float = 0.1
 
-    # Phase 2: LoRA on the language model against the one-hot human class. The optimiser is the
-    # paper's (Table 4): Adam with weight decay 0.01 (L2, added to the gradient); "adamw" is the
-    # decoupled variant this repository used before.
+    # Phase 2: LoRA on the language model against the one-hot human class.
+    # paper: Table 4, Adam with weight decay 0.01 (lines 211, 214; L2 added to the gradient);
+    # "adamw" is the decoupled variant this repository used before.
     phase2_optimizer: str = "adam"
+    # ours: Table 4's learning-rate cell is empty in our copy.
     phase2_learning_rate: float = 1e-4
-    phase2_weight_decay: float = 0.01
-    phase2_batch_size: int = 8  # effective batch (micro batch x accumulation x processes)
-    phase2_micro_batch_size: int = 8
+    phase2_weight_decay: float = 0.01  # paper: Table 4 (line 214)
+    # paper: Table 4, batch size 8 (line 213); the effective batch (micro batch x accumulation x
+    # processes).
+    phase2_batch_size: int = 8
+    phase2_micro_batch_size: int = 8  # ours: memory only (same numbers by accumulation)
+    # paper: Table 4, "1 (image) / 1 (video)" (line 210) and "trained for one epoch" (line 239);
+    # this repository has no image half, so the video epoch.
     phase2_epochs: int = 1
-    phase2_checkpoint_every: int = 50  # optimiser steps between Phase 2 checkpoints
-    lora_rank: int = 8
-    lora_alpha: int = 16
-    lora_dropout: float = 0.05
-    # Dtype of the LoRA weights (and so of their optimiser state): "auto" = float32 with a float32
-    # backbone (CPU by default), else bfloat16 (CUDA: Phase 2 "bf16 on GPU"; 26-32.5 against
-    # 21.8-23.7 samples/s with peft's fp32 adapters on an H200, docs/benchmarks.md; a float16
-    # backbone also gets bfloat16 adapters); or "float32"/"bfloat16".
+    phase2_checkpoint_every: int = 50  # ours: optimiser steps between Phase 2 checkpoints
+    lora_rank: int = 8  # paper: Table 4, LoRA rank 8 (line 215)
+    lora_alpha: int = 16  # paper: Table 4, LoRA alpha 16 (line 216)
+    lora_dropout: float = 0.05  # ours: not given in the paper; PEFT examples' usual value
+    # Dtype of the LoRA weights (and so of their optimiser state): "auto" = float32 always, the
+    # master copy (ours: issue 26 found bf16 adapters and Adam state on GPU taking 84-86 % of the
+    # fp32 update, so CPU and GPU runs differed). With a bf16 / fp16 backbone Phase 2 runs its
+    # forward under autocast, so the matmuls (LoRA's included) stay in that dtype while the 1.6M
+    # adapter weights and Adam's moments are float32 (`phase2.adapter_autocast`). "bfloat16"
+    # keeps the old bf16 adapters (benchmarks only); "float32" is the same as "auto".
     lora_dtype: str = "auto"
     # Phase 2 compiles the language model's decoder layers for training (forward and backward, the
     # graphs of the first two layers serve all; `fused.compile_decoder_layers`): 46 against 25
     # samples/s on an H100, after 60-90 s of compiling (docs/benchmarks.md). "auto" = on CUDA when
     # the process trains on at least PHASE2_COMPILE_MIN_SAMPLES samples (fewer: the compile costs
     # more than it saves), never on CPU (inductor's C++ kernels take minutes); or "on" / "off".
+    # ours (speed only).
     phase2_compile: str = "auto"
+    # paper, by count: Appendix D's "1.61M trainable parameters" (line 239) is rank 8 on q_proj
+    # and v_proj of Qwen3-VL-2B's 28 layers (1,605,632); the paper does not name the modules.
     lora_targets: tuple[str, ...] = field(default_factory=lambda: DEFAULT_LORA_TARGETS)
 
     # Evaluation / scoring
-    eval_batch_size: int = 16
-    # Standard metrics computed beside Rigel on the same candidates (METEOR needs Java and costs a
-    # JVM start with its paraphrase tables: about 12 s of CPU and 1.2 GB).
+    eval_batch_size: int = 16  # ours: memory only
+    # ours: standard metrics computed beside Rigel on the same candidates (METEOR needs Java and
+    # costs a JVM start with its paraphrase tables: about 12 s of CPU and 1.2 GB).
     standard_metrics: tuple[str, ...] = field(default_factory=lambda: STANDARD_METRICS)
 
     def __post_init__(self) -> None:
@@ -214,6 +284,8 @@ class RigelConfig:
         ):
             if int(getattr(self, name)) < 1:
                 problems.append(f"{name} must be at least 1")
+        if int(self.frame_pixels) < 0:
+            problems.append("frame_pixels must not be negative (0: the processor's own budget)")
         if self.temperature <= 0:
             problems.append("temperature must be positive")
         for name in ("phase1_learning_rate", "phase2_learning_rate"):
@@ -249,9 +321,8 @@ class RigelConfig:
 
     @property
     def lora_dtype_name(self) -> str:
-        if self.lora_dtype != "auto":
-            return self.lora_dtype
-        return "float32" if self.torch_dtype_name == "float32" else "bfloat16"
+        """The adapters' dtype: float32 (fp32 master weights) unless "bfloat16" is asked for."""
+        return "float32" if self.lora_dtype == "auto" else self.lora_dtype
 
     def uses_engine(self, device_type: str) -> bool:
         return self.engine == "on" or (self.engine == "auto" and device_type == "cuda")

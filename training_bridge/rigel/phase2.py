@@ -30,6 +30,7 @@ raise `fused.LayerCompileError`, a failed backward compile torch's own error fro
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import tempfile
@@ -63,7 +64,8 @@ class Phase2Result:
 
 def apply_lora(backbone: Any, config: RigelConfig) -> Any:
     """Inject LoRA adapters into the language model (in place), their weights in
-    `config.lora_dtype_name`; returns the PeftModel."""
+    `config.lora_dtype_name` (float32 master weights by default, whatever the backbone's dtype:
+    the forward runs under :func:`adapter_autocast`); returns the PeftModel."""
     from peft import LoraConfig, get_peft_model
 
     lora = LoraConfig(
@@ -116,12 +118,28 @@ def save_adapter(peft_model: Any) -> dict[str, bytes]:
         return {path.name: path.read_bytes() for path in Path(folder).iterdir() if path.is_file()}
 
 
+def adapter_autocast(backbone: Any) -> contextlib.AbstractContextManager[Any]:
+    """The context of a forward through a backbone that carries LoRA adapters.
+
+    The adapters are float32 master weights (with their Adam state) whatever the backbone's
+    dtype; on a bf16 / fp16 backbone the forward runs under autocast to that dtype, so every
+    matmul, the adapters' included, stays a bf16 product (autocast casts the float32 adapter
+    weights for the product, and their gradients come back float32). A float32 backbone, or one
+    without adapters, needs nothing."""
+    dtype = backbone.dtype
+    if dtype == torch.float32 or "peft_model" not in backbone.extra:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=backbone.device.type, dtype=dtype)
+
+
 def head_score_logits(
     backbone: Any, head: ScoringHead | None, batch: dict[str, torch.Tensor]
 ) -> torch.Tensor:
     """Five score logits for a batch: through the scoring head, or (head None: the LM-head
-    ablation) through the LM head's rows of "1".."5"."""
-    outputs = backbone.model.model(**batch, use_cache=False)
+    ablation) through the LM head's rows of "1".."5". The backbone runs under
+    :func:`adapter_autocast`; the head (float32) outside it."""
+    with adapter_autocast(backbone):
+        outputs = backbone.model.model(**batch, use_cache=False)
     hidden = outputs.last_hidden_state[:, -1]
     if head is None:
         return score_token_logits(backbone, hidden)
@@ -200,7 +218,8 @@ class _EngineMicroBatches:
         self._fill()
         batch, keys = self.ahead.popleft()
         embeds, deepstack = self.engine.cached_vision_features(batch, keys, self.cache)
-        hidden = self.engine.language_hidden(batch, embeds, deepstack)
+        with adapter_autocast(backbone):
+            hidden = self.engine.language_hidden(batch, embeds, deepstack)
         if head is None:
             return score_token_logits(backbone, hidden)
         head_parameter = next(head.parameters())

@@ -16,7 +16,6 @@ store, for a run whose prefix is `training/runs/<id>`:
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
@@ -107,12 +106,14 @@ def _training_release(*, spec: RunSpec, store: Store, reporter: Reporter) -> Tra
 
 
 def load_backbone_for(config: RigelConfig, dist: Distributed) -> Any:
-    from training_bridge.rigel.backbone import load_backbone
+    from training_bridge.rigel.backbone import load_backbone, with_frame_budget
 
     backbone = load_backbone(
         config.backbone, device=dist.device_for(config.device), dtype=config.torch_dtype_name
     )
-    backbone.vision = dataclasses.replace(backbone.vision, num_frames=config.frames)
+    backbone.vision = with_frame_budget(
+        backbone.vision, frames=config.frames, frame_pixels=config.frame_pixels
+    )
     return backbone
 
 
@@ -211,7 +212,11 @@ def step_teacher(
     release = _training_release(spec=spec, store=store, reporter=reporter)
     backbone = load_backbone_for(config, dist)
     fingerprint = backbone_fingerprint(backbone)
-    version = prompt_version(reference_free=config.reference_free, frames=config.frames)
+    version = prompt_version(
+        reference_free=config.reference_free,
+        frames=config.frames,
+        frame_pixels=config.frame_pixels,
+    )
     prefix = cache_prefix(release_key=spec.release_key, fingerprint=fingerprint, version=version)
     total = sum(len(release[split]) for split in TEACHER_SPLITS)
     engine = make_engine(

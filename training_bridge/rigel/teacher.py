@@ -56,8 +56,9 @@ def backbone_fingerprint(backbone: Any) -> str:
     return digest.hexdigest()[:16]
 
 
-def prompt_version(*, reference_free: bool, frames: int) -> str:
-    """Digest of the prompt wording (any edit gives a new cache), the setting and frame count."""
+def prompt_version(*, reference_free: bool, frames: int, frame_pixels: int = 0) -> str:
+    """Digest of the prompt wording (any edit gives a new cache), the setting, the frame count and
+    the per-frame pixel budget (named only when set, so the default's caches keep their keys)."""
     from training_bridge.rigel import prompts
 
     sample = prompts.prompt_text(
@@ -67,7 +68,8 @@ def prompt_version(*, reference_free: bool, frames: int) -> str:
     )
     declared = str(getattr(prompts, "PROMPT_VERSION", ""))
     digest = hashlib.sha256((declared + "\n" + sample).encode()).hexdigest()[:10]
-    return f"p{digest}-{'free' if reference_free else 'ref'}-f{frames}"
+    budget = f"-px{frame_pixels}" if frame_pixels else ""
+    return f"p{digest}-{'free' if reference_free else 'ref'}-f{frames}{budget}"
 
 
 def cache_prefix(*, release_key: str, fingerprint: str, version: str) -> str:

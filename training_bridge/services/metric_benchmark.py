@@ -13,9 +13,15 @@ The overall value of one judgment is its answer to the campaign's `overall_quest
 mean of its answers to the campaign's questions.
 
 Video: each candidate carries its clip's sampled frames (`Clip.frames_key`, else frames decoded
-from `Clip.video_key`; the `frames` setting, default 8, uniformly) for the metrics that look at the
-video (CLIP-S, EMScore...); they are read only when such a metric runs. A clip with neither has
-no video, and those metrics are reported unavailable for the set.
+from `Clip.video_key`; the `frames` setting, uniformly — by default 10 under the emscore protocol,
+as the EMScore authors' VATEX-EVAL run, else 8) for the metrics that look at the video (CLIP-S,
+EMScore...); they are read only when such a metric runs. A clip with neither has no video, and
+those metrics are reported unavailable for the set.
+
+Under the emscore protocol the EMScore rows also say where their IDF came from (`idf`) and how
+many frames they saw (`frames`): the authors take the IDF from the VATEX training captions, which
+the user supplies (`emscore_idf_corpus`); without it the row says loudly that it used the scored
+batch instead, which is not the published protocol.
 
 Rater columns (for `--protocol emscore`) are the campaign's imported rater slots
 (`Platform.IMPORTED` workers, e.g. `vatex-eval:slot-1..3`), ordered by their external id; every
@@ -33,7 +39,12 @@ from django.db.models import QuerySet
 
 from annotation.models import Campaign, CampaignCandidate, Judgment, Platform
 from datasets_app.models import Clip, ReferenceCaption
-from training_bridge.metrics.benchmark import BenchmarkSet, Protocol, correlation_table
+from training_bridge.metrics.benchmark import (
+    PROTOCOL_FRAMES,
+    BenchmarkSet,
+    Protocol,
+    correlation_table,
+)
 from training_bridge.metrics.plugins import TABLE_METRICS, Video, parse_settings
 
 
@@ -317,9 +328,10 @@ def metric_benchmark_compute(
     that cannot run keeps its row with the reason."""
     with_raters = protocol == "emscore"
     try:
-        frames = parse_settings(settings).frames
+        parsed = parse_settings(settings)
     except ValueError as error:
         raise MetricBenchmarkError(str(error)) from error
+    frames = parsed.frames if "frames" in (settings or {}) else PROTOCOL_FRAMES[protocol]
     if release_id is not None:
         benchmark = release_benchmark_set(
             release_id=release_id,
@@ -343,7 +355,25 @@ def metric_benchmark_compute(
         reference_count=reference_count,
         protocol=protocol,
         metrics=metrics,
-        settings=settings,
+        settings={**(settings or {}), "frames": str(frames)},
         progress=progress,
     )
+    if protocol == "emscore":
+        for name in ("emscore", "emscore_ref"):
+            if name in table and not table[name].get("unavailable"):
+                table[name].update(emscore_protocol_notes(parsed.emscore_idf_corpus, frames))
     return table, benchmark
+
+
+EMSCORE_BATCH_IDF_WARNING = (
+    "batch: WARNING, IDF from the scored captions, not the VATEX training captions of the "
+    "EMScore authors' VATEX-EVAL protocol (give --emscore-idf-corpus PATH)"
+)
+
+
+def emscore_protocol_notes(corpus: str | None, frames: int) -> dict[str, str | int]:
+    """What an EMScore row under the emscore protocol says about its IDF and frames."""
+    return {
+        "idf": f"corpus: {corpus}" if corpus else EMSCORE_BATCH_IDF_WARNING,
+        "frames": frames,
+    }

@@ -12,6 +12,14 @@ VATEX-EVAL) the way the paper reports them (Table 2), with the standard metrics 
   from a user's FOIL file, for each run and each standard metric, reference-free and
   reference-based (the clip's other references).
 
+A model per protocol: a run is scored only under the protocols of the setting it was trained in
+(reference-free runs under ``reference-free`` and FOIL's reference-free setting, reference-based
+runs under ``1-ref``, ``all-refs`` and FOIL's reference-based setting), as the paper gives each
+setting its own prompt and model (Section 3: R empty in the reference-free setting; Appendix G, one
+prompt per setting). A protocol that no given run was trained for is refused, naming the runs and
+the way out (`train --reference-free`); ``allow_protocol_mismatch`` scores every run under every
+protocol anyway and labels each mismatched row, note and the result (``protocol_mismatch``).
+
 Leakage is refused: a benchmark clip in a run's train or validation split (the data it was trained
 and selected on) fails the evaluation, naming how many. torch is imported only inside the
 functions that score (web processes create jobs; a `training` worker runs them).
@@ -125,6 +133,89 @@ def runs_for(run_ids: Sequence[int]) -> list[TrainingRun]:
 
 def run_label(run: TrainingRun) -> str:
     return f"Rigel run {run.pk} ({run.ablation})"
+
+
+REFERENCE_BASED = "reference-based"
+
+
+def run_setting(run: TrainingRun) -> str:
+    """The prompt setting a run was trained in (teacher pass, Phase 1 and Phase 2 alike)."""
+    return REFERENCE_FREE if run.reference_free else REFERENCE_BASED
+
+
+def protocol_setting(protocol: str) -> str:
+    """The prompt setting a protocol (or FOIL setting) scores with."""
+    return REFERENCE_FREE if protocol == REFERENCE_FREE else REFERENCE_BASED
+
+
+def foil_key(setting: str) -> str:
+    """FOIL's setting as the protocol plan names it ("foil reference-free")."""
+    return f"foil {setting}"
+
+
+def default_protocols(runs: Sequence[TrainingRun]) -> list[str]:
+    """The correlation protocols of the runs' own settings, in the table's order."""
+    settings = {run_setting(run) for run in runs}
+    return [name for name in PROTOCOLS if protocol_setting(name) in settings]
+
+
+@dataclass
+class ProtocolPlan:
+    """Which run is scored under which protocol (and FOIL setting)."""
+
+    scored: dict[str, list[int]]  # protocol or FOIL setting -> run ids scored under it
+    mismatches: list[dict[str, Any]]  # scored although trained in the other setting
+    skipped: list[dict[str, Any]]  # not scored: trained in the other setting
+
+    def runs_for(self, name: str) -> list[int]:
+        return self.scored.get(name, [])
+
+
+def protocol_plan(
+    runs: Sequence[TrainingRun], protocols: Sequence[str], *, allow_mismatch: bool = False
+) -> ProtocolPlan:
+    """Pair each run with the protocols of its own setting; refuse a correlation protocol that no
+    run was trained for, unless `allow_mismatch` (then every run is scored under every protocol
+    and the mismatched pairs are listed)."""
+    # (name in the plan, prompt setting): the correlation protocols, then FOIL's two settings
+    names = [(name, protocol_setting(name)) for name in protocols if name != FOIL]
+    if FOIL in protocols:
+        names += [(foil_key(setting), setting) for setting in FOIL_SETTINGS]
+    scored: dict[str, list[int]] = {}
+    mismatches: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
+    for name, setting in names:
+        for run in runs:
+            trained = run_setting(run)
+            pair = {"run": run.pk, "trained": trained, "protocol": name}
+            if trained == setting:
+                scored.setdefault(name, []).append(run.pk)
+            elif allow_mismatch:
+                scored.setdefault(name, []).append(run.pk)
+                mismatches.append(pair)
+            else:
+                skipped.append(pair)
+    # FOIL scores each run in its own setting: every run serves one of the two
+    unserved = [name for name, _ in names if name in PROTOCOLS and not scored.get(name)]
+    if unserved:
+        trained = ", ".join(f"run {run.pk} {run_setting(run)}" for run in runs)
+        raise RigelEvaluationError(
+            "protocol mismatch: no run was trained in the setting of "
+            + ", ".join(f"{name} ({protocol_setting(name)})" for name in unserved)
+            + f" ({trained}). The paper scores each setting with a model trained on its own "
+            "prompt: train one with `manage.py train --reference-free` (or without it for 1-ref "
+            "and all-refs) and evaluate that run, or score these runs anyway with `manage.py "
+            "evaluate_rigel --allow-protocol-mismatch` (its output then labels every mismatched "
+            "row)."
+        )
+    return ProtocolPlan(scored=scored, mismatches=mismatches, skipped=skipped)
+
+
+def mismatch_text(pair: Mapping[str, Any]) -> str:
+    return (
+        f"PROTOCOL MISMATCH: run {pair['run']} was trained {pair['trained']} and is scored here "
+        f"under {pair['protocol']}; not comparable with the paper's row for this protocol"
+    )
 
 
 @dataclass
@@ -252,11 +343,18 @@ def _scorer_for(run: TrainingRun) -> Any:
     return ProtocolScorer(model, config, loader)
 
 
+def _run_preset(run: TrainingRun) -> str:
+    from training_bridge.rigel.config import preset_name
+    from training_bridge.services.runs import training_run_config
+
+    return preset_name(training_run_config(run=run))
+
+
 def rigel_benchmark_evaluate(
     *,
     runs: Sequence[TrainingRun],
     campaign: Campaign,
-    protocols: Sequence[str],
+    protocols: Sequence[str] | None,
     correlation: str = "emscore",
     metrics: Sequence[str] = TABLE_METRICS,
     settings: Mapping[str, str] | None = None,
@@ -264,16 +362,20 @@ def rigel_benchmark_evaluate(
     foil_lines: Sequence[str] | None = None,
     progress: Progress | None = None,
     scorer_factory: Callable[[TrainingRun], Any] | None = None,
+    allow_protocol_mismatch: bool = False,
 ) -> dict[str, Any]:
-    """The evaluation table (JSON-safe); see the module docstring."""
+    """The evaluation table (JSON-safe); see the module docstring. `protocols` None or empty:
+    those of the runs' own settings."""
     from training_bridge.rigel.foil import FoilFormatError, generate_foils, parse_foil_file
 
     started = time.perf_counter()
     report = progress or (lambda fraction, message: None)
     if correlation not in CORRELATIONS:
         raise RigelEvaluationError(f"correlation must be one of {', '.join(CORRELATIONS)}")
-    protocols = parse_protocols(list(protocols))
+    protocols = parse_protocols(list(protocols)) if protocols else default_protocols(runs)
     correlating = [name for name in protocols if name != FOIL]
+    # Before any work: a protocol no run was trained for is refused here.
+    plan = protocol_plan(runs, protocols, allow_mismatch=allow_protocol_mismatch)
     frames = parse_settings(settings).frames
     data = campaign_data(
         campaign=campaign, correlation=correlation, need_benchmark=bool(correlating), frames=frames
@@ -313,12 +415,20 @@ def rigel_benchmark_evaluate(
                 "ablation": run.ablation,
                 "release": run.release_id,
                 "trained_reference_free": run.reference_free,
+                "trained_setting": run_setting(run),
+                "preset": _run_preset(run),
                 "backbone": run.backbone,
             }
             for run in runs
         ],
         "labels": labels,
         "leakage": leakage,
+        # Which run each protocol was scored with; a mismatched pair is only ever scored when
+        # asked for, and then listed here (and flagged on its row and in its block's notes).
+        "protocol_runs": plan.scored,
+        "protocol_mismatch_allowed": bool(allow_protocol_mismatch),
+        "protocol_mismatch": plan.mismatches,
+        "protocol_skipped": plan.skipped,
     }
     benchmark = data.benchmark
     if benchmark is not None:
@@ -355,9 +465,16 @@ def rigel_benchmark_evaluate(
             )
 
     # Rigel, run by run (one model in memory at a time).
-    work = len(runs) * (
-        (len(benchmark.candidates) * len(correlating) if benchmark is not None else 0)
-        + (4 * len(foil_set.pairs) if foil_set is not None else 0)
+    def run_protocols(run_pk: int) -> list[str]:
+        return [name for name in correlating if run_pk in plan.runs_for(name)]
+
+    def run_foil_settings(run_pk: int) -> list[str]:
+        return [name for name in FOIL_SETTINGS if run_pk in plan.runs_for(foil_key(name))]
+
+    work = sum(
+        (len(benchmark.candidates) * len(run_protocols(run.pk)) if benchmark is not None else 0)
+        + (2 * len(foil_set.pairs) * len(run_foil_settings(run.pk)) if foil_set is not None else 0)
+        for run in runs
     )
     base = [0]  # samples of the earlier runs and parts, for the progress bar
     foil_scores: dict[str, dict[str, dict[str, list[float]]]] = {
@@ -373,8 +490,9 @@ def rigel_benchmark_evaluate(
                 (base[0] + done) / max(1, work), f"run {run_pk}: {base[0] + done}/{work} samples"
             )
 
+        mine = run_protocols(run.pk)
         try:
-            if benchmark is not None and correlating:
+            if benchmark is not None and mine:
                 from training_bridge.rigel.benchmark import score_protocols
 
                 scores = score_protocols(
@@ -382,29 +500,33 @@ def rigel_benchmark_evaluate(
                     clips=data.clips,
                     candidates=benchmark.candidates,
                     references=benchmark.references,
-                    protocols=correlating,
+                    protocols=mine,
                     progress=on_progress,
                 )
-                for name in correlating:
+                for name in mine:
                     result["protocols"][name]["rows"][key] = correlation_row(
                         scores[name],
                         benchmark,
                         protocol="emscore" if correlation == "emscore" else "default",
                     )
-                base[0] += len(benchmark.candidates) * len(correlating)
+                base[0] += len(benchmark.candidates) * len(mine)
             if foil_set is not None:
-                _score_foils(scorer, data, foil_set, key, foil_scores, on_progress)
-                base[0] += 4 * len(foil_set.pairs)
+                foil_settings = run_foil_settings(run.pk)
+                _score_foils(scorer, data, foil_set, key, foil_scores, on_progress, foil_settings)
+                base[0] += 2 * len(foil_set.pairs) * len(foil_settings)
         finally:
             scorer.close()
-        trained_free = run.reference_free
-        for name in correlating:
-            if (name == REFERENCE_FREE) != trained_free:
-                result["protocols"][name]["notes"].append(
-                    f"run {run.pk} was trained "
-                    f"{'reference-free' if trained_free else 'reference-based'} and is scored "
-                    f"here with the {'reference-free' if name == REFERENCE_FREE else 'reference-based'} prompt"
-                )
+    for pair in plan.mismatches:
+        if pair["protocol"] in result["protocols"]:
+            block = result["protocols"][pair["protocol"]]
+            block["rows"][f"run:{pair['run']}"]["protocol_mismatch"] = pair["trained"]
+            block["notes"].append(mismatch_text(pair))
+    for pair in plan.skipped:
+        if pair["protocol"] in result["protocols"]:
+            result["protocols"][pair["protocol"]]["notes"].append(
+                f"run {pair['run']} was trained {pair['trained']}: not scored under "
+                f"{pair['protocol']} (each protocol is scored with a run trained in its setting)"
+            )
     for name in correlating:
         block = result["protocols"][name]
         block["rows"].update(block.pop("standard", {}))
@@ -413,7 +535,7 @@ def rigel_benchmark_evaluate(
     result["protocol_order"] = list(result["protocols"])
 
     if foil_set is not None:
-        result["foil"] = _foil_result(foil_set, foil_scores, metrics, settings, data)
+        result["foil"] = _foil_result(foil_set, foil_scores, metrics, settings, data, plan)
     result["seconds"] = round(time.perf_counter() - started, 3)
     report(1.0, "finished")
     return result
@@ -426,13 +548,14 @@ def _score_foils(
     key: str,
     foil_scores: dict[str, dict[str, dict[str, list[float]]]],
     on_progress: Callable[[int, int], None],
+    foil_settings: Sequence[str] = FOIL_SETTINGS,
 ) -> None:
     from training_bridge.rigel.benchmark import benchmark_record
 
     pairs = foil_set.pairs
-    total = 4 * len(pairs)
+    total = 2 * len(pairs) * len(foil_settings)
     step = 0
-    for setting in FOIL_SETTINGS:
+    for setting in foil_settings:
         free = setting == REFERENCE_FREE
         chosen = pairs if free else [pair for pair in pairs if pair.references]
         for which in ("caption", "foil"):
@@ -457,6 +580,7 @@ def _foil_result(
     metrics: Sequence[str],
     settings: Mapping[str, str] | None,
     data: CampaignData,
+    plan: ProtocolPlan,
 ) -> dict[str, Any]:
     from training_bridge.rigel.foil import foil_accuracy
 
@@ -495,6 +619,15 @@ def _foil_result(
             else:
                 values = scores[metric]
                 rows[metric] = {"accuracy": foil_accuracy(values[:count], values[count:])}
+        for pair in plan.mismatches:
+            if pair["protocol"] == foil_key(setting):
+                rows[f"run:{pair['run']}"]["protocol_mismatch"] = pair["trained"]
+                notes.append(mismatch_text(pair))
+        for pair in plan.skipped:
+            if pair["protocol"] == foil_key(setting):
+                notes.append(
+                    f"run {pair['run']} was trained {pair['trained']}: not scored in this setting"
+                )
         if not free and len(chosen) < len(pairs):
             notes.append(
                 f"{len(pairs) - len(chosen)} pair(s) without another reference are scored "
@@ -540,7 +673,8 @@ def rigel_evaluation_create(
     checked here; the leakage check needs the releases' files and runs in the job."""
     try:
         runs = runs_for(run_ids)
-        names = parse_protocols(protocols)
+        names = parse_protocols(protocols) if protocols else default_protocols(runs)
+        protocol_plan(runs, names)  # the job scores no run under another setting's protocol
     except RigelEvaluationError as error:
         raise ValidationError(str(error)) from error
     if correlation not in CORRELATIONS:
@@ -649,10 +783,13 @@ def result_tables(result: dict[str, Any]) -> list[dict[str, Any]]:
         rows = []
         for name in block.get("order") or list(block.get("rows", {})):
             row = block["rows"][name]
+            label = labels.get(name, name)
+            if row.get("protocol_mismatch"):
+                label += f" [MISMATCH: trained {row['protocol_mismatch']}]"
             rows.append(
                 {
                     "key": name,
-                    "label": labels.get(name, name),
+                    "label": label,
                     "values": [row.get(key) for key, _ in STATISTIC_LABELS],
                     "unavailable": row.get("unavailable"),
                 }
@@ -707,6 +844,12 @@ def result_text(result: dict[str, Any]) -> str:
             else ""
         )
     ]
+    if result.get("protocol_mismatch"):
+        lines.append(
+            f"PROTOCOL MISMATCH ALLOWED: {len(result['protocol_mismatch'])} run/protocol pair(s) "
+            "scored with a run trained in the other setting (marked [MISMATCH]); those rows are "
+            "not comparable with the paper's"
+        )
     header = f"{'metric':<34}" + "".join(f"{label:>8}" for _, label in STATISTIC_LABELS)
     for table in result_tables(result):
         lines += ["", f"[{table['protocol']}]  (x100)", header]

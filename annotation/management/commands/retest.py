@@ -18,8 +18,10 @@ def _format(value: float | None) -> str:
 class Command(LepusCommand):
     help = (
         "Test-retest consistency of a campaign: repeats served, repeat pairs, and "
-        "quadratic-weighted kappa between first and second ratings per question (pooled over "
-        "the workers) and per worker (only with at least min_pairs pairs). With --json prints "
+        "quadratic-weighted kappa between first and second ratings per worker (only with at "
+        "least min_pairs pairs), summarised per question and for the campaign by the mean and "
+        "median over the workers (the kappa of the pooled tables beside it, labelled pooled). "
+        "With --json prints "
         "the same object as GET /api/v1/campaigns/<slug>/quality/retest."
     )
 
@@ -35,11 +37,15 @@ class Command(LepusCommand):
         lines = [
             f"repeat share {figures['retest_share']:.0%}, gap {figures['retest_min_gap']} clips; "
             f"{figures['repeats_submitted']} of {figures['repeats_served']} repeats rated, "
-            f"{figures['pairs']} pairs, campaign kappa {_format(figures['kappa'])}"
+            f"{figures['pairs']} pairs; workers' own kappa: mean "
+            f"{_format(figures['worker_kappa_mean'])}, median "
+            f"{_format(figures['worker_kappa_median'])} over {figures['workers_with_kappa']} "
+            f"worker(s); pooled across workers {_format(figures['pooled_kappa'])}"
         ]
         lines += [
-            f"{row['key']}: kappa {_format(row['kappa'])} over {row['pairs']} pairs, exact "
-            f"agreement {_format(row['exact_agreement'])}"
+            f"{row['key']}: workers' kappa mean {_format(row['worker_kappa_mean'])}, median "
+            f"{_format(row['worker_kappa_median'])}; pooled {_format(row['pooled_kappa'])} over "
+            f"{row['pairs']} pairs, exact agreement {_format(row['exact_agreement'])}"
             for row in figures["questions"]
         ]
         lines += [

@@ -20,8 +20,17 @@ class RetestQuestionSerializer(serializers.Serializer):
     key = serializers.CharField()
     label = serializers.CharField()  # type: ignore[assignment]
     pairs = serializers.IntegerField(help_text="Repeat pairs with both ratings of this question.")
-    kappa = serializers.FloatField(
-        allow_null=True, help_text="Quadratic-weighted kappa pooled over the workers."
+    worker_kappa_mean = serializers.FloatField(
+        allow_null=True,
+        help_text="Mean over the workers with enough pairs of their own kappa on this question.",
+    )
+    worker_kappa_median = serializers.FloatField(allow_null=True)
+    workers_with_kappa = serializers.IntegerField()
+    pooled_kappa = serializers.FloatField(
+        allow_null=True,
+        help_text="Kappa of the tables pooled across workers: chance is taken from the crowd's "
+        "marginals, so differences between workers count as reproduced ratings; not an average "
+        "worker's consistency.",
     )
     exact_agreement = serializers.FloatField(allow_null=True)
 
@@ -59,7 +68,16 @@ class RetestSerializer(serializers.Serializer):
     pairs = serializers.IntegerField()
     workers_with_pairs = serializers.IntegerField()
     workers_with_enough_pairs = serializers.IntegerField()
-    kappa = serializers.FloatField(allow_null=True, help_text="Mean of the per-question kappas.")
+    worker_kappa_mean = serializers.FloatField(
+        allow_null=True,
+        help_text="Mean over the workers with enough pairs of their own kappa (itself the mean "
+        "of their per-question kappas).",
+    )
+    worker_kappa_median = serializers.FloatField(allow_null=True)
+    workers_with_kappa = serializers.IntegerField()
+    pooled_kappa = serializers.FloatField(
+        allow_null=True, help_text="Mean over the questions of the pooled kappa."
+    )
     questions = RetestQuestionSerializer(many=True)
     workers = RetestWorkerSerializer(many=True)
 
@@ -71,7 +89,8 @@ class RetestApi(APIView):
         operation_id="quality_retest",
         description="Test-retest (intra-rater) consistency: how well each worker reproduced their "
         "own ratings on unannounced repeats, as quadratic-weighted Cohen's kappa per question "
-        "and worker, pooled per question for the campaign.",
+        "and worker, summarised for the campaign by the mean and median of the workers' own "
+        "kappas (a pooled kappa beside them, labelled).",
     )
     def get(self, request: Request, slug: str) -> Response:
         campaign = campaign_or_404(slug)

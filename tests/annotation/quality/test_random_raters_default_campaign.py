@@ -7,6 +7,13 @@ two planted random raters who each rate 30 or 36 candidates (five or six clips o
 and then stop, as a worker who leaves the study would (unless excluded before). Only the low-agreement rule can tell the
 random raters apart here; it excludes once a worker has 24 candidates compared with other raters
 in 4 clips (docs/quality.md).
+
+The seed decides the whole crowd: `SimulatedWorker` rates a lease's candidates in id order, not in
+the engine's random display order (which no seed reaches). Before that, a run was a fresh draw:
+with the same seed, 1 run in 20 excluded `honest-00` too (the round robin gives it the same first
+clips as both random raters, so on those candidates two of its three co-raters answer at random
+and it is the outlier, while `random-1` happened to pass its first check), the "3 of ~115 runs"
+failure.
 """
 
 from __future__ import annotations

@@ -96,11 +96,22 @@ def test_the_retest_panels_show_the_apis_figures_at_desktop_and_phone_width(
             in summary
         )
         assert f"{figures['pairs']} repeated candidates from 3 worker(s)" in summary
-        assert page.get_by_test_id("retest-kappa").inner_text() == _format(figures["kappa"])
+        kappa = page.get_by_test_id("retest-kappa").inner_text()
+        assert kappa == _format(figures["worker_kappa_mean"])
+        median = page.get_by_test_id("retest-kappa-median").inner_text()
+        assert median == _format(figures["worker_kappa_median"])
+        pooled = page.get_by_test_id("retest-kappa-pooled").inner_text()
+        assert pooled == _format(figures["pooled_kappa"])
         question_rows = page.get_by_test_id("retest-questions").locator("tbody tr")
         for index, row in enumerate(figures["questions"]):
             cells = question_rows.nth(index).locator("td").all_inner_texts()
-            assert cells[:3] == [row["label"], str(row["pairs"]), _format(row["kappa"])]
+            assert cells[:5] == [
+                row["label"],
+                str(row["pairs"]),
+                _format(row["worker_kappa_mean"]),
+                _format(row["worker_kappa_median"]),
+                _format(row["pooled_kappa"]),
+            ]
         worker_rows = page.get_by_test_id("retest-workers").locator("tbody tr")
         assert worker_rows.count() == 3
         for index, row in enumerate(figures["workers"]):

@@ -72,3 +72,45 @@ def test_ratings_outside_the_scale_are_refused():
         repeat_consistency(
             worker=np.array([0]), first=np.array([6]), second=np.array([1]), workers=1
         )
+
+
+def test_the_campaign_summary_averages_workers_and_labels_the_pooled_kappa_apart():
+    """Two workers, each reproducing nothing within the end of the scale they use: worker 0 rates
+    1 or 2, worker 1 rates 4 or 5, and each gets every combination once. By hand (K = 5, weights
+    (i - j)² / 16): within each worker observed and expected disagreement are both 1/32, kappa 0.
+    Pooled, observed disagreement is 4 pairs x 1/8 x 1/16 = 1/32, and expected over the uniform
+    marginals on {1, 2, 4, 5} is 80 / 16 / 16 = 5/16 (the squared differences of the 16 ordered
+    pairs sum to 80), so the pooled kappa is 1 - (1/32) / (5/16) = 0.9: the difference between
+    the workers counted as consistency."""
+    from annotation.quality.consistency import within_worker_summary
+
+    worker = np.array([0, 0, 0, 0, 1, 1, 1, 1])
+    first = np.array([1, 2, 1, 2, 4, 5, 4, 5])
+    second = np.array([1, 2, 2, 1, 4, 5, 5, 4])
+    result = repeat_consistency(worker=worker, first=first, second=second, workers=2)
+    assert result.kappa.tolist() == pytest.approx([0.0, 0.0], abs=1e-12)
+    assert result.pooled_kappa == pytest.approx(0.9, abs=1e-12)
+    summary = within_worker_summary(result.kappa, np.array([True, True]))
+    assert summary == {
+        "worker_kappa_mean": 0.0,
+        "worker_kappa_median": 0.0,
+        "workers_with_kappa": 2,
+    }
+
+
+def test_the_summary_leaves_out_workers_without_enough_pairs_or_without_a_kappa():
+    from annotation.quality.consistency import within_worker_summary
+
+    kappas = np.array([0.2, 0.5, np.nan, 0.9, 0.6])
+    enough = np.array([True, True, True, False, True])
+    # 0.9 has too few pairs, NaN is undefined: mean of 0.2, 0.5, 0.6 = 0.4333, median 0.5.
+    assert within_worker_summary(kappas, enough) == {
+        "worker_kappa_mean": 0.4333,
+        "worker_kappa_median": 0.5,
+        "workers_with_kappa": 3,
+    }
+    assert within_worker_summary(kappas, np.zeros(5, dtype=bool)) == {
+        "worker_kappa_mean": None,
+        "worker_kappa_median": None,
+        "workers_with_kappa": 0,
+    }

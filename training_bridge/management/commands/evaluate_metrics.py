@@ -3,7 +3,8 @@
 L-CLIPScore) with the human scores of a campaign or a release, without training anything.
 
     python manage.py evaluate_metrics --campaign vatex-eval --refs 1 --protocol emscore --json \
-        --set clip_model=/models/clip-vit-base-patch32
+        --set clip_model=/models/clip-vit-base-patch32 \
+        --emscore-idf-corpus /data/vatex/vatex_training_v1.0.json
     -> {"bleu1": {"kendall_b": 12.2, "kendall_c": ..., "spearman": ..., "pearson": ...}, ...}
 
 Values are x100. A metric that cannot run here (METEOR without Java, a learned metric without its
@@ -102,6 +103,14 @@ class Command(LepusCommand):
             "clip_prompt=..., emscore_idf=true|false, device=cpu|cuda, batch_size=N, frames=N, "
             "meteor_jar=PATH. Weights are never downloaded (see docs/metrics.md).",
         )
+        parser.add_argument(
+            "--emscore-idf-corpus",
+            metavar="PATH",
+            help="A file of captions EMScore takes its IDF from (text, one caption a line, or "
+            "JSON: a list, {id: [captions]} or VATEX's vatex_training_v1.0.json). The EMScore "
+            "authors' VATEX-EVAL protocol uses the VATEX training captions; without this the IDF "
+            "comes from the scored batch (said loudly under --protocol emscore).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         campaign = None
@@ -115,6 +124,17 @@ class Command(LepusCommand):
         reference_count = _reference_count(str(options["refs"]))
         metrics = _metric_list(options["metrics"])
         settings = _settings(options["settings"])
+        if options["emscore_idf_corpus"]:
+            settings["emscore_idf_corpus"] = options["emscore_idf_corpus"]
+        emscore_rows = {"emscore", "emscore_ref"} & set(metrics)
+        if protocol == "emscore" and emscore_rows and not settings.get("emscore_idf_corpus"):
+            self.stderr.write(
+                self.style.WARNING(
+                    "WARNING: EMScore's IDF falls back to the scored batch: the EMScore authors' "
+                    "VATEX-EVAL protocol takes it from the VATEX training captions, which this "
+                    "repository does not ship; give --emscore-idf-corpus PATH to reproduce it."
+                )
+            )
         self.note(
             f"scoring {', '.join(metrics)} with {options['refs']} reference(s), "
             f"protocol {protocol} ..."
@@ -146,5 +166,7 @@ def _human_table(table: dict[str, dict[str, Any]], *, candidates: int) -> str:
             "      n/a" if row[key] is None else f"{row[key]:>10.2f}" for key in CORRELATION_KEYS
         ]
         lines.append(f"{metric:<{width}} " + " ".join(cells))
+        if row.get("idf"):
+            lines.append(f"{'':<{width}} IDF {row['idf']}; {row['frames']} frames per clip")
     lines.append(f"({candidates} candidates; values x100)")
     return "\n".join(lines)

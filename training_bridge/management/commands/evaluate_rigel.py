@@ -9,7 +9,14 @@ the paper's protocols, beside the standard metrics (see `services.rigel_benchmar
         --foil-file foils.jsonl
 
 Values are x100 (correlations) and % (FOIL accuracy). It fails, naming how many, when a benchmark
-clip is in a run's train or validation split.
+clip is in a run's train or validation split. A run is scored only under the protocols of the
+setting it was trained in (`train --reference-free` for the reference-free row); a protocol that no
+given run was trained for fails the command unless --allow-protocol-mismatch, which scores it anyway
+and labels it (`protocol_mismatch` in --json, [MISMATCH] in the table). Without --protocol: the
+protocols of the runs' own settings.
+
+    python manage.py evaluate_rigel --runs FREE,BASED --campaign vatex-eval \
+        --protocol reference-free,1-ref,all-refs --json     # Table 2: each row by its own model
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from django.core.management.base import CommandError, CommandParser
 from annotation.models import Campaign
 from common.management.base import LepusCommand
 from training_bridge.metrics.plugins import METRIC_NAMES, TABLE_METRICS
+from training_bridge.rigel.config import PRESETS, preset_name
 from training_bridge.services.rigel_benchmark import (
     CORRELATIONS,
     PROTOCOL_CHOICES,
@@ -38,6 +46,23 @@ def _ids(value: str) -> list[int]:
         return [int(part) for part in value.split(",") if part.strip()]
     except ValueError:
         raise CommandError(f"--runs expects ids separated by commas, not {value!r}")
+
+
+def check_preset(runs: list[Any], preset: str) -> None:
+    """Refuse runs trained with another visual-input preset than `preset` (a run scores with the
+    frames and resolution it was trained on; scoring it at others would be another model)."""
+    from training_bridge.services.runs import training_run_config
+
+    other = [
+        f"run {run.pk} ({preset_name(training_run_config(run=run))})"
+        for run in runs
+        if preset_name(training_run_config(run=run)) != preset
+    ]
+    if other:
+        raise CommandError(
+            f"--preset {preset}: {', '.join(other)} trained with another preset; train one with "
+            f"`manage.py train --preset {preset}`"
+        )
 
 
 def _settings(pairs: list[str]) -> dict[str, str]:
@@ -66,7 +91,21 @@ class Command(LepusCommand):
             "--protocol",
             action="append",
             help=f"{', '.join(PROTOCOL_CHOICES)}; repeat or separate by commas "
-            "(default: reference-free,1-ref,all-refs).",
+            "(default: the protocols of the runs' own settings: reference-free for a "
+            "reference-free run, 1-ref,all-refs for a reference-based one).",
+        )
+        parser.add_argument(
+            "--preset",
+            choices=sorted(PRESETS),
+            default=None,
+            help="Check that every run was trained with this visual-input preset (default or "
+            "paper-budget; a run scores with the frames and resolution it was trained on).",
+        )
+        parser.add_argument(
+            "--allow-protocol-mismatch",
+            action="store_true",
+            help="Score every run under every protocol, also those of the setting it was not "
+            "trained in; the output labels each such row (protocol_mismatch in --json).",
         )
         parser.add_argument(
             "--correlation",
@@ -110,10 +149,12 @@ class Command(LepusCommand):
                 raise CommandError(f"no FOIL file at {path}")
             foil_lines = path.read_text(encoding="utf-8").splitlines()
         try:
-            protocols = parse_protocols(options["protocol"])
+            protocols = parse_protocols(options["protocol"]) if options["protocol"] else []
             if foil_lines is not None and "foil" not in protocols:
                 raise RigelEvaluationError("--foil-file needs --protocol foil")
             runs = runs_for([options["run"]] if options["run"] else _ids(options["runs"]))
+            if options["preset"]:
+                check_preset(runs, options["preset"])
             bar = self.progress_bar(total=1000, description="evaluate_rigel")
 
             def progress(fraction: float, message: str) -> None:
@@ -132,6 +173,7 @@ class Command(LepusCommand):
                     foil_seed=options["foil_seed"],
                     foil_lines=foil_lines,
                     progress=progress,
+                    allow_protocol_mismatch=options["allow_protocol_mismatch"],
                 )
             finally:
                 bar.close()

@@ -21,7 +21,9 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError, CommandParser
 
 from common.management.base import LepusCommand
+from training_bridge.management.commands.evaluate_rigel import check_preset
 from training_bridge.models import TrainingRun
+from training_bridge.rigel.config import PRESETS
 from training_bridge.services.scoring import score_examples, score_input_examples
 
 MAX_LINES = 100_000
@@ -34,6 +36,13 @@ class Command(LepusCommand):
         super().add_arguments(parser)
         parser.add_argument("--run", type=int, required=True)
         parser.add_argument("--input", required=True, help="JSONL file of triples.")
+        parser.add_argument(
+            "--preset",
+            choices=sorted(PRESETS),
+            default=None,
+            help="Check that the run was trained with this visual-input preset (it scores with "
+            "the frames and resolution it was trained on).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         run = TrainingRun.objects.select_related("release").filter(pk=options["run"]).first()
@@ -43,6 +52,8 @@ class Command(LepusCommand):
             raise CommandError(
                 f"training run {run.pk} is {run.status}; only a succeeded run scores"
             )
+        if options["preset"]:
+            check_preset([run], options["preset"])
         lines = read_lines(Path(options["input"]))
         try:
             examples = score_input_examples(run=run, lines=lines)

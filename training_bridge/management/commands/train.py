@@ -1,4 +1,5 @@
-"""manage.py train --release ID [--backbone PATH|tiny] [--device cpu|cuda] [--wait] --json
+"""manage.py train --release ID [--backbone PATH|tiny] [--device cpu|cuda] [--reference-free]
+    [--preset default|paper-budget] [--wait] --json
 
 Starts a Rigel training run on a published release (on the `training` queue) and prints
 {"run": id, "status": ..., "metrics": {...}}. With --wait it returns once the run has finished;
@@ -16,7 +17,7 @@ from django.core.management.base import CommandError, CommandParser
 
 from common.management.base import LepusCommand
 from training_bridge.models import STEP_NAMES, TrainingAblation, TrainingRun, TrainingTrigger
-from training_bridge.rigel.config import Ablation
+from training_bridge.rigel.config import PRESETS, Ablation
 from training_bridge.services import training_run_create, training_run_execute_step
 
 
@@ -76,7 +77,20 @@ class Command(LepusCommand):
             help="full, or one switch of the paper's Tables 3 and 5: lm-head, no-phase2, "
             "random-head, kl-loss (the run differs from the full method only there).",
         )
-        parser.add_argument("--reference-free", action="store_true")
+        parser.add_argument(
+            "--reference-free",
+            action="store_true",
+            help="Train the whole method (teacher pass, Phase 1, Phase 2) on the reference-free "
+            "prompt: the run for the paper's reference-free rows (Table 2, Tables 3 and 5).",
+        )
+        parser.add_argument(
+            "--preset",
+            choices=sorted(PRESETS),
+            default=None,
+            help="Visual input: default (8 frames at the checkpoint's pixel budget) or "
+            "paper-budget (2 frames at 96x96 pixels: about the paper's 770 GFLOPs per inference "
+            "with the reference-free prompt; docs/training.md). --set frames=... still wins.",
+        )
         parser.add_argument("--processes", type=int, default=1, help="torchrun processes (GPUs).")
         parser.add_argument("--name", default="")
         parser.add_argument(
@@ -107,7 +121,10 @@ class Command(LepusCommand):
                 device=options["device"],
                 ablation=Ablation.canonical(options["ablation"]),
                 reference_free=options["reference_free"],
-                hyperparameters=parse_settings(options["set"]),
+                hyperparameters={
+                    **(PRESETS[options["preset"]] if options["preset"] else {}),
+                    **parse_settings(options["set"]),
+                },
                 processes=options["processes"],
                 name=options["name"],
                 trigger=TrainingTrigger.COMMAND,
