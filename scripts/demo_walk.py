@@ -12,7 +12,9 @@ uploads the demo scenes again on the import page; builds two releases on the rel
 imported VATEX-EVAL slice alone, then it with the rated scenes), waits for them, opens and verifies
 them (each file of the zip against the sha256 the page and `manifest.json` list); tries to train
 on the first (refused: its clips have no video) and trains the tiny model on the second until the
-run finishes; opens the run, the comparison of runs and an evaluation; registers a webhook.
+run finishes; opens the run, the comparison of runs and an evaluation. First of all it registers
+the demo's own webhook receiver from its page (or `--webhook-url` through the form), and at the end
+checks on that page that the releases' and the run's events arrived, signed.
 
 Every page must answer without a 4xx/5xx (itself or any of its subresources), log no console
 error, and fit the screen (`devtools.browser.viewport_overflow`). A screenshot of each page at each
@@ -30,6 +32,7 @@ import contextlib
 import hashlib
 import io
 import json
+import os
 import re
 import sys
 import threading
@@ -85,6 +88,7 @@ WALKED_ROUTES: dict[str, str] = {
     "training_bridge:evaluation-detail": "/dashboard/training/evaluations/{id}/",
     "webhooks:list": "/dashboard/webhooks/",
     "webhooks:detail": "/dashboard/webhooks/{id}/",
+    "webhooks:demo-receiver": "/dashboard/webhooks/demo-receiver/",
 }
 # Pages a curator or worker can open that this walk leaves out, and why.
 NOT_WALKED: dict[str, str] = {
@@ -99,6 +103,7 @@ NOT_WALKED: dict[str, str] = {
 DEMO_WORKER_PARAMETERS = (
     "?PROLIFIC_PID=5f0c0ffee0ddba11c0ffee01&STUDY_ID=demo-study&SESSION_ID=demo-session-1"
 )
+DEMO_RECEIVER = "/dashboard/webhooks/demo-receiver/"
 SCENES_FILE = REPOSITORY / "data" / "demo_scenes" / "scenes.jsonl"
 # What a careful rater gives each kind of demo caption (descriptiveness, relevance, fluency): the
 # scenes' captions are exact or wrong in a known way (datasets_app/demo_scenes.py).
@@ -394,6 +399,9 @@ def walk(args: argparse.Namespace, walker: Walker, report: dict[str, Any]) -> No
         walker.check("worker:erase", page, width, status=answer.status if answer else 0)
         page.context.close()
 
+    # A webhook endpoint first, so that the releases and the run below send it their events.
+    webhooks(walker, report, args.webhook_url)
+
     # Three workers rate the campaign; QC from the campaign page.
     report["ratings"] = rate_campaign(base, campaign)
     for result in report["ratings"]:
@@ -636,15 +644,32 @@ def verify_release(walker: Walker, path: str) -> dict[str, Any]:
 
 
 def webhooks(walker: Walker, report: dict[str, Any], url: str) -> None:
-    """The webhook pages, and an endpoint registered through the form (`url`: one the demo's
-    settings accept, e.g. its local receiver) and its page."""
+    """The webhook pages, and an endpoint registered through them: the demo's own receiver when
+    the demo has one (its page registers it in one click), else `url` through the form."""
     walker.open("webhooks:list", "/dashboard/webhooks/")
     page = walker.wide()
-    page.goto(walker.url("/dashboard/webhooks/"))
-    page.fill("#id_url", url)
-    page.fill("#id_description", "demo walk")
-    page.click("form[action$='/webhooks/new/'] button[type=submit]")
-    page.wait_for_load_state("networkidle")
+    receiver = page.context.request.get(walker.url(DEMO_RECEIVER)).status == 200
+    report["demo_receiver"] = receiver
+    if receiver:
+        walker.open("webhooks:demo-receiver", DEMO_RECEIVER)
+        page.goto(walker.url(DEMO_RECEIVER))
+        register = page.locator("form[action$='/webhooks/new/'] button[type=submit]")
+        if register.count():
+            register.click()
+            page.wait_for_load_state("networkidle")
+        else:  # registered by an earlier walk
+            page.goto(
+                walker.url(page.locator("a[data-endpoint]").first.get_attribute("href") or "")
+            )
+    elif url:
+        page.goto(walker.url("/dashboard/webhooks/"))
+        page.fill("#id_url", url)
+        page.fill("#id_description", "demo walk")
+        page.click("form[action$='/webhooks/new/'] button[type=submit]")
+        page.wait_for_load_state("networkidle")
+    else:
+        walker.problems.append("the demo has no webhook receiver and no --webhook-url was given")
+        return
     detail = urlparse(page.url).path
     if re.fullmatch(r"/dashboard/webhooks/\d+/", detail):
         walker.open("webhooks:detail", detail)
@@ -656,20 +681,41 @@ def webhooks(walker: Walker, report: dict[str, Any], url: str) -> None:
         )
 
 
+def webhook_deliveries(walker: Walker, report: dict[str, Any]) -> None:
+    """After the walk's releases and run: what the demo's receiver got (each signed)."""
+    if not report.get("demo_receiver"):
+        return
+    walker.open("webhooks:demo-receiver", DEMO_RECEIVER)
+    page = walker.wide()
+    events = page.locator("li[data-received] [data-field=event]").all_inner_texts()
+    signatures = page.locator("li[data-received] [data-field=signature]").all_inner_texts()
+    report["deliveries_received"] = {"events": sorted(set(events)), "count": len(events)}
+    if not events:
+        walker.problems.append(f"{DEMO_RECEIVER}: no webhook delivery arrived during the walk")
+    if any(signature.strip() != "valid" for signature in signatures):
+        walker.problems.append(f"{DEMO_RECEIVER}: a delivery whose signature does not verify")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--base-url", default="http://127.0.0.1:8000")
     parser.add_argument("--username", default="curator")
     parser.add_argument("--password", required=True)
     parser.add_argument("--campaign", default="demo", help="Slug of the demo's crowd campaign.")
-    parser.add_argument("--screenshots", type=Path, required=True, help="Folder for the PNGs.")
+    parser.add_argument(
+        "--screenshots",
+        type=Path,
+        default=Path(os.environ.get("LEPUS_VAR_DIR") or REPOSITORY / "var" / "demo") / "walk",
+        help="Folder for the PNGs (default: walk/ in the demo's var directory).",
+    )
     parser.add_argument(
         "--training-timeout", type=float, default=1500, help="Seconds (default 1500)."
     )
     parser.add_argument(
         "--webhook-url",
-        default="https://hooks.example.org/lepus-demo-walk",
-        help="The endpoint to register on the webhooks page (one the demo's settings accept).",
+        default="",
+        help="Without the demo's own webhook receiver: an endpoint to register through the "
+        "webhooks page (one the server's settings accept).",
     )
     parser.add_argument("--json", action="store_true", help="Print the report as JSON.")
     args = parser.parse_args(argv)
@@ -693,7 +739,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for part in (
                 lambda: walk(args, walker, report),
-                lambda: webhooks(walker, report, args.webhook_url),
+                lambda: webhook_deliveries(walker, report),
             ):
                 try:
                     part()
