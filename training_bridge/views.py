@@ -20,6 +20,7 @@ from training_bridge.charts import line_chart
 from training_bridge.forms import TrainingRunForm
 from training_bridge.models import RigelEvaluation, TrainingRun, TrainingTrigger
 from training_bridge.services import (
+    training_release_video_coverage,
     training_run_cancel,
     training_run_create,
     training_run_resume,
@@ -74,7 +75,8 @@ def run_start(request: HttpRequest) -> HttpResponse:
         except ValidationError as error:
             form.add_error(None, "; ".join(error.messages))
         else:
-            messages.success(request, f"Training run {run.pk} queued.")
+            coverage = training_release_video_coverage(release=run.release)
+            messages.success(request, f"Training run {run.pk} queued. {coverage.summary()}".strip())
             return redirect("training_bridge:run-detail", run_id=run.pk)
     # Invalid, or a large backbone not yet confirmed: the form again, saying what it needs.
     return _run_list_page(request, form, status=400)

@@ -7,15 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
+from devtools.browser import CHROMIUM, CHROMIUM_ARGS, VIEWPORTS, viewport_overflow
 
 
 @contextmanager
@@ -49,11 +41,6 @@ def chromium_browser() -> Iterator[Any]:
             os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
 
 
-# The two widths every changed page is checked at (a laptop and a phone), and where the
-# screenshots a person looks at are saved.
-VIEWPORTS = {"wide": (1280, 800), "phone": (390, 844)}
-
-
 def page_at(browser: Any, width: str, **context_options: Any) -> Any:
     """A new page in its own context at one of `VIEWPORTS`."""
     viewport_width, viewport_height = VIEWPORTS[width]
@@ -73,10 +60,10 @@ def log_in(page: Any, url: str, *, username: str, password: str) -> None:
 
 
 def assert_fits_viewport(page: Any) -> None:
-    """Nothing makes the page wider than the screen (wide tables scroll inside their card)."""
-    width = page.evaluate("document.documentElement.scrollWidth")
-    viewport = page.evaluate("window.innerWidth")
-    assert width <= viewport, f"the page is {width} px wide in a {viewport} px viewport"
+    """Nothing makes the page wider than the screen (wide tables scroll inside their card); the
+    rule is `devtools.browser.viewport_overflow`, which the demo walk applies too."""
+    problem = viewport_overflow(page)
+    assert not problem, problem
 
 
 def assert_no_sideways_scroll(page: Any) -> None:

@@ -131,3 +131,27 @@ def test_two_racing_checks_request_one_release(settings, no_leftover_builds):
     assert errors == []
     assert sorted(outcomes) == ["build_release", "waiting_for_release"]
     assert len(scheduled_releases()) == 1
+
+
+@pytest.mark.django_db
+def test_a_scheduled_release_with_nothing_to_train_on_is_let_go_with_the_reason(settings):
+    """A published scheduled release whose build left its train split empty: no run, the reason
+    in the outcome, and the schedule waits for the next release instead of retrying this one."""
+    from export.models import Release
+
+    release = Release.objects.create(
+        name="scheduled-empty", status=JobStatus.SUCCEEDED, ratios=[0.8, 0.2],
+        counts={"splits": {"train": {"clips": 0, "candidates": 0},
+                           "validation": {"clips": 0, "candidates": 0}}},
+    )  # fmt: skip
+    RetrainingState.objects.create(singleton=1, pending_release=release)
+
+    outcome = retraining_check()
+
+    assert outcome["action"] == "run_refused"
+    assert outcome["reason"].startswith(
+        f"release {release.pk} has no candidates in its train split"
+    )
+    assert not TrainingRun.objects.exists()
+    state = RetrainingState.objects.get()
+    assert (state.pending_release, state.last_outcome) == (None, "run_refused")

@@ -148,6 +148,89 @@ def read_release(store: Store, prefix: str) -> dict[str, list[ReleaseRecord]]:
     return {split: read_split(store, prefix, split) for split in splits}
 
 
+@dataclass(frozen=True)
+class LeftOut:
+    """The candidates of one split that training leaves out because their clip has no video."""
+
+    split: str
+    candidates: int
+    clips: int
+    kept: int
+
+
+@dataclass(frozen=True)
+class TrainingRelease:
+    """The splits of a release as training sees them: only candidates whose clip has frames or a
+    video (a release may mix clips without one, e.g. an imported VATEX-EVAL slice, whose scores
+    are useful to a benchmark but give a video model nothing to look at)."""
+
+    splits: dict[str, list[ReleaseRecord]]
+    left_out: list[LeftOut]
+
+    def __getitem__(self, split: str) -> list[ReleaseRecord]:
+        return self.splits[split]
+
+    def __contains__(self, split: object) -> bool:
+        return split in self.splits
+
+    def describe_left_out(self) -> str:
+        """One sentence for the run's log ("" when nothing was left out)."""
+        if not self.left_out:
+            return ""
+        parts = [
+            f"{entry.candidates} of {entry.candidates + entry.kept} candidates "
+            f"({entry.clips} clips) of {entry.split}"
+            for entry in self.left_out
+        ]
+        return "Left out " + ", ".join(parts) + ": their clips have no video."
+
+    def left_out_dict(self) -> dict[str, dict[str, int]]:
+        return {
+            entry.split: {"candidates": entry.candidates, "clips": entry.clips}
+            for entry in self.left_out
+        }
+
+
+def has_media(record: ReleaseRecord) -> bool:
+    return bool(record.frames_key or record.video_key)
+
+
+def read_training_release(store: Store, prefix: str) -> TrainingRelease:
+    """`read_release` less the candidates whose clip has neither frames nor a video. Refuses a
+    release left with no candidate in a required split (train, validation), naming why; an
+    optional split (test) left empty is dropped, as if the release had none."""
+    splits: dict[str, list[ReleaseRecord]] = {}
+    left_out: list[LeftOut] = []
+    for split, records in read_release(store, prefix).items():
+        kept = [record for record in records if has_media(record)]
+        dropped = [record for record in records if not has_media(record)]
+        if dropped:
+            left_out.append(
+                LeftOut(
+                    split=split,
+                    candidates=len(dropped),
+                    clips=len({record.clip_id for record in dropped}),
+                    kept=len(kept),
+                )
+            )
+        if kept or split in REQUIRED_SPLITS:
+            splits[split] = kept
+    for split in REQUIRED_SPLITS:
+        if not splits[split]:
+            dropped_count = next(
+                (entry.candidates for entry in left_out if entry.split == split), 0
+            )
+            raise ReleaseFormatError(
+                f"release at {prefix} has no candidate with a video in its {split} split"
+                + (
+                    f": the clips of its {dropped_count} candidates have no video"
+                    if dropped_count
+                    else ""
+                )
+            )
+    return TrainingRelease(splits=splits, left_out=left_out)
+
+
 def frame_keys(store: Store, record: ReleaseRecord) -> list[str]:
     """The sampled JPEG frames of a record's clip (`<frames_key>/000.jpg`, ...), in order."""
     if not record.frames_key:

@@ -25,7 +25,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from training_bridge.rigel.config import Ablation, RigelConfig
-from training_bridge.rigel.data import ExampleLoader, ReleaseRecord, read_release
+from training_bridge.rigel.data import (
+    ExampleLoader,
+    ReleaseRecord,
+    TrainingRelease,
+    read_training_release,
+)
 from training_bridge.rigel.distributed import Distributed
 from training_bridge.rigel.store import Store
 
@@ -90,6 +95,14 @@ class RunSpec:
 
     def checkpoint_key(self, phase: str, step: int) -> str:
         return f"{self.run_prefix}/checkpoints/{phase}-step-{step:06d}.pt"
+
+
+def _training_release(*, spec: RunSpec, store: Store, reporter: Reporter) -> TrainingRelease:
+    """The release's candidates whose clips have a video; the others are named in the log."""
+    release = read_training_release(store, spec.release_prefix)
+    if release.left_out:
+        reporter.log(release.describe_left_out())
+    return release
 
 
 def load_backbone_for(config: RigelConfig, dist: Distributed) -> Any:
@@ -196,7 +209,7 @@ def step_teacher(
     if not Ablation.runs_teacher(config.ablation):
         reporter.log(f"teacher pass skipped (ablation {config.ablation})")
         return {"skipped": True}
-    release = read_release(store, spec.release_prefix)
+    release = _training_release(spec=spec, store=store, reporter=reporter)
     backbone = load_backbone_for(config, dist)
     fingerprint = backbone_fingerprint(backbone)
     version = prompt_version(
@@ -255,6 +268,7 @@ def step_teacher(
         "computed": computed,
         "reused": reused,
         "samples": {split: len(release[split]) for split in TEACHER_SPLITS},
+        "left_out": release.left_out_dict(),
         "hidden_size": backbone.hidden_size,
     }
 
@@ -284,7 +298,7 @@ def step_phase1(
     teacher = results.get("teacher") or {}
     if "cache_prefix" not in teacher:
         raise RuntimeError("phase 1 needs the teacher pass's cache")
-    release = read_release(store, spec.release_prefix)
+    release = _training_release(spec=spec, store=store, reporter=reporter)
     train = load_split(store, teacher["cache_prefix"], "train")
     validation = load_split(store, teacher["cache_prefix"], "validation")
     human = np.asarray(_human_in_order(release["validation"], validation.candidate_ids))
@@ -352,7 +366,7 @@ def step_phase2(
     if not Ablation.runs_phase2(config.ablation):
         reporter.log(f"phase 2 skipped (ablation {config.ablation})")
         return {"skipped": True}
-    release = read_release(store, spec.release_prefix)
+    release = _training_release(spec=spec, store=store, reporter=reporter)
     backbone = load_backbone_for(config, dist)
     head = None
     head_key = spec.artifact("head.safetensors")
@@ -494,7 +508,7 @@ def step_evaluate(
     from training_bridge.rigel.evaluate import evaluate_split, table_markdown
 
     config = spec.config
-    release = read_release(store, spec.release_prefix)
+    release = _training_release(spec=spec, store=store, reporter=reporter)
     splits = [split for split in (RESULT_SPLIT, SELECTION_SPLIT) if split in release]
     model = load_run_model(spec=spec, store=store, results=results)
     loader = ExampleLoader(store, frames=config.frames, lazy=model.engine is not None)
@@ -506,7 +520,8 @@ def step_evaluate(
         "ablation": config.ablation,
         "result_split": RESULT_SPLIT if has_test else None,
         "selection_split": SELECTION_SPLIT,
-        "notes": [] if has_test else [NO_TEST_NOTE],
+        "notes": ([] if has_test else [NO_TEST_NOTE])
+        + ([release.describe_left_out()] if release.left_out else []),
     }
     metrics: dict[str, Any] = {}
     for split in splits:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from training_bridge.services.retraining import retraining_check
 from training_bridge.services.runs import (
     training_config_build,
+    training_release_video_coverage,
     training_run_cancel,
     training_run_create,
     training_run_execute_step,
@@ -24,6 +25,7 @@ __all__ = [
     "score_request_create",
     "score_request_execute",
     "training_config_build",
+    "training_release_video_coverage",
     "training_run_cancel",
     "training_run_create",
     "training_run_execute_step",

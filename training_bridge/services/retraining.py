@@ -13,6 +13,7 @@ import logging
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
@@ -55,10 +56,16 @@ def retraining_check(*, dry_run: bool = False) -> dict[str, Any]:
             if pending.status == JobStatus.SUCCEEDED:
                 outcome.update(action="start_run", release=pending.pk)
                 if not dry_run:
-                    run = _start_run(release=pending)
-                    state.last_run = run
+                    try:
+                        run = _start_run(release=pending)
+                    except ValidationError as refused:
+                        # Nothing to train on (e.g. no clip with a video): say why, and wait
+                        # for the next release rather than refusing this one at every beat.
+                        outcome.update(action="run_refused", reason="; ".join(refused.messages))
+                    else:
+                        state.last_run = run
+                        outcome["run"] = run.pk
                     state.pending_release = None
-                    outcome["run"] = run.pk
             elif pending.status in (JobStatus.FAILED, JobStatus.CANCELLED):
                 outcome.update(action="release_failed", release=pending.pk)
                 if not dry_run:

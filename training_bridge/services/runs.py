@@ -24,6 +24,7 @@ import sys
 import tempfile
 import traceback
 from collections import deque
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,85 @@ def _release_is_published(release: Any) -> bool:
     return getattr(release, "status", None) == JobStatus.SUCCEEDED
 
 
+REQUIRED_SPLITS = ("train", "validation")  # rigel.data's (kept torch-free and Django-free there)
+
+
+@dataclass(frozen=True)
+class ReleaseVideoCoverage:
+    """How many of a release's candidates per split sit on a clip with a video (or sampled frames):
+    the only ones a video model can train on. A release may mix clips without one (an imported
+    VATEX-EVAL slice has scores but no videos); training leaves those out
+    (`rigel.data.read_training_release`), and this says so before the job starts.
+
+    Read from the release's records and their clips' current keys: a clip given a video after the
+    build still has none in the release's files, which the run's first step then reports."""
+
+    candidates: dict[str, int]
+    with_video: dict[str, int]
+    # The build's own count per split (`Release.counts`; absent for a release not built here).
+    built: dict[str, int] | None = None
+
+    @property
+    def left_out(self) -> int:
+        return sum(self.candidates.values()) - sum(self.with_video.values())
+
+    def refusal(self, *, release_id: int) -> str:
+        """Why no run can start on the release ("" when one can): a required split whose
+        candidates all sit on clips without video."""
+        for split in REQUIRED_SPLITS:
+            if self.built is not None and not self.built.get(split, 0):
+                return (
+                    f"release {release_id} has no candidates in its {split} split: every "
+                    "candidate of its campaigns was left out (see the release's page: below "
+                    "quota, under review, ...). Build a release once its campaigns have "
+                    "finalised candidates."
+                )
+            if self.candidates.get(split, 0) and not self.with_video.get(split, 0):
+                return (
+                    f"release {release_id} has no clip with a video in its {split} split: "
+                    f"its {self.candidates[split]} {split} candidates are all on clips without "
+                    "video (e.g. the imported VATEX-EVAL slice, which has scores but no videos), "
+                    "and a video model cannot train on them. Build a release that includes a "
+                    "campaign whose clips have videos."
+                )
+        return ""
+
+    def summary(self) -> str:
+        """What the run trains on, when some candidates are left out ("" when none are)."""
+        if not self.left_out:
+            return ""
+        kept = sum(self.with_video.values())
+        return (
+            f"It trains on the {kept} candidates whose clips have a video; "
+            f"{self.left_out} candidates on clips without video are left out."
+        )
+
+
+def training_release_video_coverage(*, release: Any) -> ReleaseVideoCoverage:
+    from django.db.models import Count, Q
+
+    from export.models import SPLIT_NAMES, ReleaseRecord
+
+    has_video = ~Q(clip__video_key="") | ~Q(clip__frames_key="")
+    rows = (
+        ReleaseRecord.objects.filter(release_id=release.pk)
+        .values("split")
+        .annotate(
+            candidates=Count("campaign_candidate_id"),
+            with_video=Count("campaign_candidate_id", filter=has_video),
+        )
+        .order_by("split")
+    )
+    splits = (release.counts or {}).get("splits")
+    return ReleaseVideoCoverage(
+        candidates={SPLIT_NAMES[row["split"]]: row["candidates"] for row in rows},
+        with_video={SPLIT_NAMES[row["split"]]: row["with_video"] for row in rows},
+        built={name: int(split.get("candidates", 0)) for name, split in splits.items()}
+        if isinstance(splits, dict)
+        else None,
+    )
+
+
 @transaction.atomic
 def training_run_create(
     *,
@@ -123,6 +203,9 @@ def training_run_create(
     """Record a run on a published release and (after commit) publish its chain."""
     if not _release_is_published(release):
         raise ValidationError("training needs a release whose build succeeded")
+    refusal = training_release_video_coverage(release=release).refusal(release_id=release.pk)
+    if refusal:
+        raise ValidationError(refusal)
     # Without a choice: the configured backbone where a GPU is offered, the tiny one on a CPU-only
     # machine (services.machine), so a default run never reaches for 2 B weights it cannot use.
     backbone = str(backbone or training_default_backbone()).strip()
