@@ -63,14 +63,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import scipy.optimize
 from numpy.typing import NDArray
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
 from scipy.special import expit
-from threadpoolctl import threadpool_limits
-
-from annotation.quality.calibration_covariance import laplace_errors
 
 # |theta - beta| beyond this is clipped inside the likelihood (exp stays finite; a rating model
 # never needs more than a few logits past its outermost threshold).
@@ -286,6 +280,11 @@ def objective_minimize(
 
     ftol is scipy's relative decrease test, (f_k - f_k+1) / max(|f_k|, |f_k+1|, 1) <= ftol, and
     gtol the largest projected gradient component, both on the curvature-scaled variables."""
+    # Imported here: scipy.optimize costs every process that loads this module (web processes
+    # and release builds among them) about 140 ms and 24 MiB, and only a fit needs it.
+    import scipy.optimize
+    from threadpoolctl import threadpool_limits
+
     with threadpool_limits(limits=1, user_api="blas"):
         result = scipy.optimize.minimize(
             objective,
@@ -366,6 +365,9 @@ def identified_parameters(table: RatingTable, *, thresholds: int) -> int:
     connected campaign has items + raters + thresholds - 2."""
     if len(table) == 0:
         return 0
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
     # Graph nodes: the rated items, then the rated raters (positions by a running count).
     item_rated = np.bincount(table.item, minlength=table.items) > 0
     rater_rated = np.bincount(table.rater, minlength=table.raters) > 0
@@ -411,6 +413,10 @@ def calibration_fit(
     theta -= shift
 
     eta = theta[table.item] - beta[table.rater]
+    from threadpoolctl import threadpool_limits
+
+    from annotation.quality.calibration_covariance import laplace_errors
+
     with threadpool_limits(limits=1, user_api="blas"):
         errors = laplace_errors(
             item=table.item,
