@@ -88,6 +88,9 @@ TOKEN_ONLY_ROUTES = (
     "annotation:preview-join",
     "annotation:preview-next",
     "annotation:preview-submit",
+    # The demo's webhook receiver takes signed deliveries from Lepus's own worker, never a session
+    # (csrf_exempt; off, 404, unless the demo's setting is on).
+    "webhooks:demo-receiver-deliver",
 )
 
 
