@@ -184,3 +184,30 @@ def test_a_release_with_no_candidates_in_its_train_split_is_refused(curator):
         "a release once its campaigns have finalised candidates."
     ]
     assert not TrainingRun.objects.exists()
+
+
+def test_a_step_whose_figures_hold_nan_is_recorded_with_null_in_their_place(curator):
+    """The demo's tiny run ended its evaluation with CIDEr's Kendall tau NaN (every candidate
+    scored the same): PostgreSQL's JSON has no NaN, and the run failed at its last step."""
+    from training_bridge.services.runs import _record_step
+
+    release = _mixed_release()
+    run = training_run_create(release=release, backbone="tiny", device="cpu", start=False)
+    run.status = "running"
+    run.save(update_fields=["status"])
+    result = {
+        "metrics": {"kendall_b": float("nan"), "pearson": 0.25},
+        "table": {"cider": {"kendall_b": np.float64("nan"), "spearman": float("inf")}},
+    }
+
+    class Silent:
+        def log(self, message: str) -> None:
+            pass
+
+    _record_step(run=run, step="evaluate", result=result, log_key="log.txt", reporter=Silent())  # type: ignore[arg-type]
+
+    run.refresh_from_db()
+    assert run.status == "succeeded"
+    assert run.metrics == {"kendall_b": None, "pearson": 0.25}
+    assert run.evaluation == {"cider": {"kendall_b": None, "spearman": None}}
+    assert run.step_results["evaluate"]["metrics"] == {"kendall_b": None, "pearson": 0.25}

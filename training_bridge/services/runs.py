@@ -35,7 +35,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from common import webhooks
-from common.jobs import JobCancelled, job_claim, job_finish, job_requeue
+from common.jobs import JobCancelled, job_claim, job_finish, job_requeue, json_safe
 from common.models import JobStatus
 from training_bridge.models import STEP_NAMES, TrainingRun, TrainingTrigger
 from training_bridge.rigel.config import HYPERPARAMETER_NAMES, RigelConfig
@@ -378,6 +378,9 @@ def _record_step(
 ) -> None:
     from training_bridge.rigel.pipeline import artifact_keys
 
+    # A correlation over constant scores is NaN (e.g. CIDEr on a tiny validation split), which
+    # PostgreSQL's JSON refuses: it is stored as null, as every other job's figures are.
+    result = json_safe(result)
     results = {**(run.step_results or {}), step: result}
     completed = [*(run.completed_steps or []), step]
     artifacts = artifact_keys(results)
