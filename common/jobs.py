@@ -60,14 +60,18 @@ def job_progress(*, job: Job, fraction: float, message: str = "") -> None:
 
 
 def job_finish(*, job: Job, status: str, error: str = "", **fields: object) -> bool:
-    """End a running job; extra fields are written in the same UPDATE. False if it was not running."""
+    """End a running job; extra fields are written in the same UPDATE (dicts and lists, the JSON
+    fields' values, made JSON-safe: PostgreSQL's JSON has no NaN). False if it was not running."""
     now = timezone.now()
     values: dict[str, object] = {
         "status": status,
         "finished_at": now,
         "heartbeat_at": now,
         "error": error[:20000],
-        **fields,
+        **{
+            name: json_safe(value) if isinstance(value, (dict, list)) else value
+            for name, value in fields.items()
+        },
     }
     if status == JobStatus.SUCCEEDED:
         values["progress"] = 1.0
