@@ -4,7 +4,10 @@ var/demo/logs/."""
 
 from __future__ import annotations
 
+import re
 import subprocess
+
+import pytest
 
 from tests.support.plain import REPO_ROOT
 
@@ -41,3 +44,15 @@ def test_the_demo_terminal_shows_only_error_records_of_the_logs():
         "web: [2026-11-27 16:20:04,000: ERROR/ForkPoolWorker-1] Task x raised",
         "web: ValueError: boom",
     ]
+
+
+@pytest.mark.django_db
+def test_every_page_the_demo_banner_names_opens_for_the_curator(curator_client):
+    """The banner once advertised the Django admin, which the curator (no staff flag) cannot use:
+    each dashboard URL the banner prints must answer the curator with 200."""
+    script = (REPO_ROOT / "scripts" / "demo.sh").read_text()
+    banner = script[script.index("Lepus demo is running.") : script.index("Press Ctrl-C to stop.")]
+    paths = re.findall(r"http://127\.0\.0\.1:\$PORT(/[^\s]*)", banner)
+    assert "/dashboard/" in paths and "/admin/" not in paths, paths
+    for path in paths:
+        assert curator_client.get(path).status_code == 200, path
