@@ -18,8 +18,9 @@ correlations are recorded but mean nothing. The path is the one `evaluate_rigel`
         --out bench/results/rigel_vatex_eval_paper_budget
 
 Writes <out>/rigel_vatex_eval[_smoke].json: commit, command, date, machine, versions, setup times
-and, per protocol, seconds, samples/s, ms/sample and the engine's statistics; the total scoring
-time and whether it is under 300 s.
+and, per protocol, seconds, samples/s, ms/sample and the engine's statistics (tokens, video tokens,
+patches, shared-prefix counts; tokens per sample and matmul FLOPs per sample from them, see
+`workload_counts`); the total scoring time and whether it is under 300 s.
 """
 
 from __future__ import annotations
@@ -135,6 +136,97 @@ def _make_clip_pyav(
             out.mux(stream.encode(frame))
         out.mux(stream.encode())
     partial.replace(path)
+
+
+class CountingEngine:
+    """The engine `ProtocolScorer` would make, with its per-run statistics added up in ``totals``
+    (shared by the engines of both prompt settings; the caller takes differences per protocol)."""
+
+    COUNTS = (
+        "tokens", "video_tokens", "patches", "shared_samples", "shared_clips", "prefix_tokens",
+        "suffix_tokens", "batches",
+    )  # fmt: skip
+
+    def __init__(self, engine: Any, totals: dict[str, int]) -> None:
+        self.engine = engine
+        self.totals = totals
+
+    def run(self, examples: Sequence[Any]) -> Any:
+        output = self.engine.run(examples)
+        self.totals["samples"] = self.totals.get("samples", 0) + len(examples)
+        for key in self.COUNTS:
+            self.totals[key] = self.totals.get(key, 0) + int(output.stats.get(key, 0))
+        return output
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+def workload_counts(
+    counts: dict[str, int], model_config: Any, frames: int, temporal_patch: int
+) -> dict[str, Any]:
+    """Tokens and matmul FLOPs per sample (`engine.flops`, 2 per multiply-add) from one protocol's
+    engine statistics. ``executed``: what the engine ran (a clip's shared prefix once for all its
+    candidates); ``per_inference``: one candidate scored alone (its clip's prefix + its own
+    suffix: the paper's "per inference"). Exact for the linear layers and the vision tower; the
+    attention terms use the mean prefix and suffix lengths, and a clip's prefix counts once per
+    candidate in ``per_inference`` assuming each clip has the same number of candidates (6 in
+    VATEX-EVAL)."""
+    from training_bridge.rigel.engine.flops import forward_flops
+
+    samples = counts.get("samples", 0)
+    if not samples:
+        return {}
+    shared_samples, shared_clips = counts["shared_samples"], counts["shared_clips"]
+    single = samples - shared_samples
+    single_tokens = counts["tokens"] - counts["prefix_tokens"] - counts["suffix_tokens"]
+    visual_inputs = shared_clips + single  # one vision-tower pass each
+    patches_per_input = counts["patches"] / visual_inputs if visual_inputs else 0.0
+    groups = max(1, frames // max(1, temporal_patch))
+    chunk = patches_per_input / groups  # patches per temporal group (vision attention span)
+    prefix = counts["prefix_tokens"] / shared_clips if shared_clips else 0.0
+    suffix = counts["suffix_tokens"] / shared_samples if shared_samples else 0.0
+    single_len = single_tokens / single if single else 0.0
+    full_tokens = (shared_samples * (prefix + suffix) + single_tokens) / samples
+
+    def total(seq_len: float, patches: float) -> dict[str, float]:
+        return forward_flops(model_config, seq_len=seq_len, patches=patches, chunk=chunk)
+
+    per_inference = {
+        key: (shared_samples * value + single * total(single_len, patches_per_input)[key]) / samples
+        for key, value in total(prefix + suffix, patches_per_input).items()
+    }
+    # executed: each shared clip's prefix (with its vision pass) once, every suffix attending to
+    # its prefix and causally to itself; the single-path samples in full
+    text = model_config.text_config
+    per_token_lm = forward_flops(model_config, seq_len=1.0, patches=0.0, chunk=1.0)["lm_linear"]
+    q_width = text.num_attention_heads * text.head_dim
+    pairs = shared_clips * prefix * (prefix + 1) / 2 + shared_samples * (
+        suffix * prefix + suffix * (suffix + 1) / 2
+    )
+    vision = total(0.0, patches_per_input)
+    executed = {
+        "lm_linear": per_token_lm * counts["tokens"],
+        "lm_attention": 4 * q_width * text.num_hidden_layers * pairs
+        + single * total(single_len, 0.0)["lm_attention"],
+    }
+    for key in ("vision_linear", "vision_attention", "mergers"):
+        executed[key] = visual_inputs * vision[key]
+    executed = {key: value / samples for key, value in executed.items()}
+    executed["total"] = sum(executed.values())
+    return {
+        "engine_counts": dict(counts),
+        "tokens_per_sample_executed": counts["tokens"] / samples,
+        "tokens_per_sample_full": full_tokens,
+        "video_tokens_per_visual_input": counts["video_tokens"] / visual_inputs
+        if visual_inputs
+        else 0.0,
+        "patches_per_visual_input": patches_per_input,
+        "mean_prefix_tokens": prefix,
+        "mean_suffix_tokens": suffix,
+        "flops_per_sample_executed": executed,
+        "flops_per_sample_per_inference": per_inference,
+    }
 
 
 def versions() -> dict[str, Any]:
@@ -271,8 +363,22 @@ def main() -> None:
     )
     load_seconds = time.perf_counter() - t0
     store = LocalStore(clip_dir)
+    totals: dict[str, int] = {}
+
+    def counting_engine(engine_config: RigelConfig, samples: int) -> Any:
+        from training_bridge.rigel.pipeline import make_engine
+
+        engine = make_engine(
+            backbone, engine_config, head=head, batch_size=config.eval_batch_size, samples=samples
+        )
+        return CountingEngine(engine, totals) if engine is not None else None
+
     scorer = ProtocolScorer(
-        model, config, ExampleLoader(store, frames=config.frames, lazy=True), chunk_size=args.chunk
+        model,
+        config,
+        ExampleLoader(store, frames=config.frames, lazy=True),
+        chunk_size=args.chunk,
+        engine_factory=counting_engine,
     )
     clips = [
         BenchmarkClip(clip_id=c, video_key=files[c], duration=seconds) for c in data["clip_ids"]
@@ -317,6 +423,7 @@ def main() -> None:
     scoring_started = time.perf_counter()
     try:
         for protocol in protocols:
+            before = dict(totals)
             t0 = time.perf_counter()
             scores = score_protocols(
                 scorer,
@@ -340,6 +447,15 @@ def main() -> None:
                     scores, benchmark, protocol="emscore"
                 ),
             }
+            counts = {key: totals.get(key, 0) - before.get(key, 0) for key in totals}
+            report["protocols"][protocol].update(
+                workload_counts(
+                    counts,
+                    backbone.model.config,
+                    config.frames,
+                    getattr(backbone.model.config.vision_config, "temporal_patch_size", 2),
+                )
+            )
             print(protocol, json.dumps(report["protocols"][protocol]), flush=True)
     finally:
         scorer.close()

@@ -10,6 +10,8 @@ DST=$DEVICE_DIR/lepus
 rm -rf "$DST"
 mkdir -p "$DST/training_bridge" "$DST/bench/gpu" "$DST/data/vatex_eval"
 cp -r "$SRC/training_bridge/rigel" "$DST/training_bridge/"
+# rigel_vatex_eval.py scores through training_bridge.metrics.benchmark (correlation_row)
+cp -r "$SRC/training_bridge/metrics" "$DST/training_bridge/"
 : > "$DST/training_bridge/__init__.py"
 cp "$SRC/bench/gpu_rigel.py" "$SRC/bench/provenance.py" "$SRC/bench/make_vatex_clips.py" \
   "$SRC/bench/rigel_vatex_eval.py" "$DST/bench/"
