@@ -268,6 +268,24 @@ def redis_answers_ping(port: int) -> bool:
         return False
 
 
+def redis_server_command(port: int, *options: str) -> list[str]:
+    """`redis-server` in the foreground on 127.0.0.1:`port`, persisting nothing, plus `options`."""
+    return [
+        str(redis_server_binary()),
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--daemonize",
+        "no",
+        *options,
+    ]
+
+
 class Redis:
     """A `redis-server` child on a free loopback port, persisting nothing."""
 
@@ -282,21 +300,7 @@ class Redis:
         # The log (not the terminal) holds what it says; a failed start shows it.
         log = open(self.directory / "redis.log", "wb")  # noqa: SIM115 - owned by the child
         self.process = subprocess.Popen(
-            [
-                str(redis_server_binary()),
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(self.directory),
-                "--daemonize",
-                "no",
-            ],
+            redis_server_command(self.port, "--dir", str(self.directory)),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -154,21 +154,7 @@ class PrivateRedis:
 
     def start(self) -> PrivateRedis:
         self.process = subprocess.Popen(
-            [
-                str(embedded_servers.redis_server_binary()),
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--daemonize",
-                "no",
-                "--loglevel",
-                "warning",
-            ],
+            embedded_servers.redis_server_command(self.port, "--loglevel", "warning"),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
