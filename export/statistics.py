@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from annotation.quality.krippendorff import alpha_from_coincidence
+from annotation.quality.krippendorff import CoincidenceSum, alpha_from_coincidence
 from export.records import WORD_SPLIT_PATTERN
 
 RATING_VALUES = (1, 2, 3, 4, 5)
@@ -134,33 +134,19 @@ def accumulate_coincidence(
 ) -> dict[str, dict[str, Any]]:
     """Alpha per question from batches of (items × questions × 5) count tables, accumulated as
     exact integer sums per number of ratings m: independent of batching and order."""
-    width = len(RATING_VALUES)
-    products: list[dict[int, np.ndarray]] = [{} for _ in question_keys]
-    diagonals: list[dict[int, np.ndarray]] = [{} for _ in question_keys]
+    sums = [CoincidenceSum(len(RATING_VALUES)) for _ in question_keys]
     items = [0] * len(question_keys)
     ratings = [0] * len(question_keys)
     for table in tables:
-        for index in range(len(question_keys)):
+        for index, total in enumerate(sums):
             counts_table = table[:, index, :]
             per_item = counts_table.sum(axis=1)
             ratings[index] += int(per_item.sum())
-            for m in np.unique(per_item[per_item >= 2]).tolist():
-                chosen = counts_table[per_item == m]
-                items[index] += len(chosen)
-                product = chosen.T @ chosen
-                diagonal = chosen.sum(axis=0)
-                if m in products[index]:
-                    products[index][m] += product
-                    diagonals[index][m] += diagonal
-                else:
-                    products[index][m] = product
-                    diagonals[index][m] = diagonal
+            items[index] += int((per_item >= 2).sum())
+            total.add(counts_table)
     result: dict[str, dict[str, Any]] = {}
     for index, key in enumerate(question_keys):
-        coincidence = np.zeros((width, width), dtype=np.float64)
-        for m in sorted(products[index]):
-            exact = products[index][m] - np.diag(diagonals[index][m])
-            coincidence += exact.astype(np.float64) / float(m - 1)
+        coincidence = sums[index].matrix()
         alpha = alpha_from_coincidence(
             coincidence, level="ordinal", values=[float(value) for value in RATING_VALUES]
         )

@@ -23,7 +23,7 @@ class CoincidenceSum:
     An item rated m times adds (n nᵀ − diag n) / (m − 1). Summed in floating point item by item,
     the result depends on the order (a campaign's alpha read through SQL and the same alpha from
     QC's columns differed in the last bits). Here the integer part is summed exactly per m and
-    divided once, in increasing m (as `export.statistics.accumulate_coincidence` does).
+    divided once, in increasing m. The release statistics (`export.statistics`) use it too.
     """
 
     def __init__(self, values: int) -> None:
