@@ -262,6 +262,9 @@ def rate_as(base_url: str, campaign: str, worker: str, *, disagree: bool) -> dic
         return {"worker": worker, "error": f"join answered {status}: {joined}"}
     token = joined["worker_token"]
     submitted = 0
+    # A candidate rated 3 everywhere cannot be disagreed with by 3 points: the disagreeing worker
+    # waits for the first one with a value off the middle (candidates come in a random order).
+    disagreed = not disagree
     while True:
         status, offer = _api(base_url, "POST", "/api/v1/worker/assignments/next", token=token)
         if status == 204:
@@ -272,8 +275,9 @@ def rate_as(base_url: str, campaign: str, worker: str, *, disagree: bool) -> dic
         ratings: list[dict[str, Any]] = []
         for candidate in offer["candidates"]:
             values: tuple[int, ...] = KIND_RATINGS.get(kinds.get(candidate["text"], ""), (3, 3, 3))
-            if disagree and submitted == 0 and not ratings:
-                values = tuple(6 - value for value in values)
+            if not disagreed and any(value != 3 for value in values):
+                values = tuple(1 if value >= 3 else 5 for value in values)
+                disagreed = True
             ratings.append(
                 {"candidate_id": candidate["id"], **dict(zip(keys, values, strict=False))}
             )
