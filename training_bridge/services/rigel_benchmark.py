@@ -49,6 +49,7 @@ from common.models import JobStatus
 from common.tasks import enqueue
 from datasets_app.models import Clip, ReferenceCaption
 from training_bridge.metrics.benchmark import (
+    PROTOCOL_FRAMES,
     BenchmarkSet,
     correlation_row,
     correlation_table,
@@ -77,6 +78,7 @@ from training_bridge.services.metric_benchmark import (
     MetricBenchmarkError,
     _clip_videos,
     campaign_benchmark_set,
+    emscore_protocol_notes,
 )
 
 logger = logging.getLogger(__name__)
@@ -410,7 +412,14 @@ def rigel_benchmark_evaluate(
     check_foil_inputs(protocols, has_file=foil_lines is not None, error=RigelEvaluationError)
     # Before any work: a protocol no run was trained for is refused here.
     plan = protocol_plan(runs, protocols, allow_mismatch=allow_protocol_mismatch)
-    frames = parse_settings(settings).frames
+    # The standard metrics see the frames evaluate_metrics gives them under the same protocol
+    # (10 under the EMScore authors' protocol, as they ran it; `--set frames=N` overrides).
+    frames = (
+        parse_settings(settings).frames
+        if "frames" in (settings or {})
+        else PROTOCOL_FRAMES["emscore" if correlation == "emscore" else "default"]
+    )
+    settings = {**(settings or {}), "frames": str(frames)}
     data = campaign_data(
         campaign=campaign, correlation=correlation, need_benchmark=bool(correlating), frames=frames
     )
@@ -496,6 +505,15 @@ def rigel_benchmark_evaluate(
                 metrics=metrics,
                 settings=settings,
             )
+            if correlation == "emscore":
+                for metric in ("emscore", "emscore_ref"):
+                    row = block["standard"].get(metric)
+                    if row is not None and not row.get("unavailable"):
+                        row.update(
+                            emscore_protocol_notes(
+                                parse_settings(settings).emscore_idf_corpus, frames
+                            )
+                        )
 
     # Rigel, run by run (one model in memory at a time).
     def run_protocols(run_pk: int) -> list[str]:
