@@ -44,6 +44,9 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+# imported before anything runs: provenance takes the start load average and time at import
+from provenance import write_raw
 
 from training_bridge.rigel.backbone import load_backbone
 from training_bridge.rigel.distributed import Distributed
@@ -78,16 +81,48 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+VATEX_EVAL = (
+    Path(__file__).resolve().parents[1] / "data" / "vatex_eval" / "vid_cans_score_dict.json"
+)
+SYNTHETIC_CAPTIONS = False  # set by --synthetic-captions; the raw file says so
+
+
+def input_files() -> dict[str, Any]:
+    """The inputs a figure depends on, with checksums (the raw file records them): the VATEX-EVAL
+    captions the examples and the local tokenizer are made from."""
+    import hashlib
+
+    if not VATEX_EVAL.exists():
+        return {"vatex_eval": None, "synthetic_captions": SYNTHETIC_CAPTIONS}
+    data = VATEX_EVAL.read_bytes()
+    rows = json.loads(data)
+    return {
+        "vatex_eval": {
+            "path": str(VATEX_EVAL.relative_to(VATEX_EVAL.parents[2])),
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "bytes": len(data),
+            "rows": len(rows),
+            "candidates": sum(len(row.get("cands", [])) for row in rows.values()),
+        },
+        "synthetic_captions": SYNTHETIC_CAPTIONS,
+    }
+
+
 def caption_pool() -> list[str]:
-    path = Path(__file__).resolve().parents[1] / "data" / "vatex_eval" / "vid_cans_score_dict.json"
-    pool: list[str] = []
-    if path.exists():
-        for row in json.loads(path.read_text()).values():
-            pool.extend(row.get("cands", []))
-    if not pool:
-        pool = [
+    """The VATEX-EVAL candidates; without the file the benchmark stops (it would measure other
+    captions and another tokenizer), unless --synthetic-captions asks for stand-ins."""
+    if SYNTHETIC_CAPTIONS:
+        return [
             f"a person does thing number {i} in a bright room with friends ." for i in range(500)
         ]
+    if not VATEX_EVAL.exists():
+        raise SystemExit(
+            f"missing input: {VATEX_EVAL} (the real captions; copy data/vatex_eval/ with the "
+            "code, or pass --synthetic-captions to measure stand-ins, which the raw file records)"
+        )
+    pool: list[str] = []
+    for row in json.loads(VATEX_EVAL.read_text()).values():
+        pool.extend(row.get("cands", []))
     return pool
 
 
@@ -390,8 +425,8 @@ def make_vatex_examples(clips: list[Path], n_clips: int, refs: int = 9) -> list[
     """The real data's structure: VATEX-EVAL rows in order, each with its own 9 references and
     its 6 candidates, the row's video being one of the MP4 files (row r -> file r mod count).
     Rows are distinct groups (their references differ), so every row's clip is decoded once."""
-    path = Path(__file__).resolve().parents[1] / "data" / "vatex_eval" / "vid_cans_score_dict.json"
-    rows = list(json.loads(path.read_text()).values())[:n_clips]
+    caption_pool()  # stops on a missing file
+    rows = list(json.loads(VATEX_EVAL.read_text()).values())[:n_clips]
     examples = []
     for r, row in enumerate(rows):
         references = row["refs"][0] if isinstance(row["refs"][0], list) else row["refs"]
@@ -1279,6 +1314,12 @@ def main() -> None:
         "--raw", default="", help="also write the results through bench/provenance.py as NAME"
     )
     parser.add_argument("--tag", default="")
+    parser.add_argument(
+        "--synthetic-captions",
+        action="store_true",
+        help="stand-in captions instead of VATEX-EVAL's (the raw file says so); without it a "
+        "missing data/vatex_eval file stops the benchmark",
+    )
     args = parser.parse_args()
     phase2_dtypes = args.phase2_train_dtypes.split(",")
     if "default" in phase2_dtypes[1:] or len(set(phase2_dtypes)) != len(phase2_dtypes):
@@ -1316,8 +1357,13 @@ def main() -> None:
     suffix = f"{args.tag}" + (f"_world{world}" if world > 1 else "")
     sections = args.sections.split(",")
 
+    global SYNTHETIC_CAPTIONS
+    SYNTHETIC_CAPTIONS = bool(args.synthetic_captions)
+    if not SYNTHETIC_CAPTIONS:
+        caption_pool()  # a missing input stops the run before any measurement
     results: dict[str, Any] = {
         "argv": sys.argv[1:],
+        "inputs": input_files(),
         "world_size": world,
         # the code that ran, where it differs from the checkout provenance records (sync_device.sh)
         "code_revision": os.environ.get("LEPUS_CODE_REVISION"),
@@ -1403,8 +1449,6 @@ def main() -> None:
 
     faulthandler.cancel_dump_traceback_later()
     if args.raw and rank == 0:
-        from provenance import write_raw
-
         write_raw(args.raw, results)
     if world > 1:
         torch.distributed.destroy_process_group()

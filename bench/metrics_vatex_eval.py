@@ -20,8 +20,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-
+# imported before anything runs: provenance takes the start load average and time at import
 import numpy as np  # noqa: E402
+from provenance import write_raw  # noqa: E402
 
 from training_bridge.metrics.bleu import bleu_scores  # noqa: E402
 from training_bridge.metrics.cider import cider_scores  # noqa: E402
@@ -102,8 +103,6 @@ def main() -> None:
         if scorer is not None:
             scorer.close()
     print(json.dumps(report, indent=1))
-    from provenance import write_raw
-
     write_raw("metrics_vatex_eval", report)
 
 

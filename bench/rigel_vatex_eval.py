@@ -47,6 +47,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+# imported before anything runs: provenance takes the start load average and time at import
+from provenance import write_raw  # noqa: E402
 
 VATEX_EVAL = ROOT / "data" / "vatex_eval" / "vid_cans_score_dict.json"
 TARGET_SECONDS = 300.0
@@ -466,8 +469,6 @@ def main() -> None:
     report["wall_seconds"] = round(time.perf_counter() - started, 3)
     path = out_dir / f"rigel_vatex_eval{'_smoke' if args.smoke else ''}.json"
     path.write_text(json.dumps(report, indent=2, sort_keys=True))
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from provenance import write_raw
 
     write_raw(f"rigel_vatex_eval{'_smoke' if args.smoke else ''}", report)
     print(f"wrote {path}: {total:.1f} s for {report['workload']['samples']} samples", flush=True)

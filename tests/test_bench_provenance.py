@@ -63,6 +63,20 @@ def test_every_benchmark_script_writes_a_raw_file_through_provenance():
         )
 
 
+def test_every_benchmark_imports_provenance_before_it_measures():
+    """provenance takes the start time and load average when it is imported: a script that
+    imports it only to write its file records the end of the run as its start (issue 29)."""
+    late = []
+    for path in _benchmark_scripts():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for inner in ast.walk(node):
+                    if isinstance(inner, ast.ImportFrom) and inner.module == "provenance":
+                        late.append(f"{path.relative_to(REPO).as_posix()}:{inner.lineno}")
+    assert late == [], f"provenance imported inside a function (its start is the end): {late}"
+
+
 def test_write_raw_records_commit_command_machine_versions_and_every_figure(tmp_path):
     figures = {"seconds": [1.5, 1.25, 1.75], "nested": {"ok": True}}
     path = provenance.write_raw(

@@ -345,6 +345,16 @@ class FoilPairSerializer(serializers.Serializer):
     )
 
 
+class FoilParagraphSerializer(serializers.Serializer):
+    video = serializers.CharField(max_length=200)
+    benchmark = serializers.CharField(
+        max_length=100,
+        required=False,
+        help_text='"activitynet-foil" for a paragraph of the converted official files.',
+    )
+    segments = serializers.ListField(child=FoilPairSerializer(), min_length=1, max_length=200)
+
+
 class RigelEvaluationCreateSerializer(serializers.Serializer):
     runs = serializers.ListField(
         child=serializers.IntegerField(min_value=1), min_length=1, max_length=8
@@ -365,7 +375,15 @@ class RigelEvaluationCreateSerializer(serializers.Serializer):
     )
     foil_seed = serializers.IntegerField(default=0)
     foil_pairs = FoilPairSerializer(
-        many=True, required=False, help_text="User FOIL pairs instead of generated foils."
+        many=True,
+        required=False,
+        help_text="The foil protocol's pairs (the noun-swap protocol generates its own).",
+    )
+    foil_paragraphs = FoilParagraphSerializer(
+        many=True,
+        required=False,
+        help_text="The foil protocol's paragraphs (ActivityNet-FOIL as convert_activitynet_foil "
+        "writes them: each sentence on its segment clip); not with foil_pairs.",
     )
 
 
@@ -414,10 +432,11 @@ class RigelEvaluationListApi(APIView):
         if campaign is None:
             raise ValidationError({"campaign": ["no such campaign"]})
         foil_file = None
-        if data.get("foil_pairs"):
-            foil_file = "".join(
-                json.dumps(dict(pair), sort_keys=True) + "\n" for pair in data["foil_pairs"]
-            ).encode()
+        if data.get("foil_pairs") and data.get("foil_paragraphs"):
+            raise ValidationError({"foil_paragraphs": ["give foil_pairs or foil_paragraphs"]})
+        lines = data.get("foil_pairs") or data.get("foil_paragraphs")
+        if lines:
+            foil_file = "".join(json.dumps(line, sort_keys=True) + "\n" for line in lines).encode()
         try:
             evaluation = rigel_evaluation_create(
                 run_ids=data["runs"],

@@ -209,6 +209,18 @@ def _benchmark_campaigns() -> Any:
     return Campaign.objects.order_by("-is_imported", "slug")[:200]
 
 
+def _uploaded_foil_file(request: HttpRequest) -> bytes | None:
+    """The form's FOIL file, if one was chosen (refused above the service's size limit)."""
+    from training_bridge.services.rigel_benchmark import FOIL_MAX_BYTES
+
+    upload = request.FILES.get("foil_file")
+    if upload is None:
+        return None
+    if upload.size is not None and upload.size > FOIL_MAX_BYTES:
+        raise ValidationError(f"the FOIL file is larger than {FOIL_MAX_BYTES} bytes")
+    return upload.read(FOIL_MAX_BYTES + 1)
+
+
 @require_POST
 @curator_required
 def evaluation_start(request: HttpRequest) -> HttpResponse:
@@ -233,6 +245,7 @@ def evaluation_start(request: HttpRequest) -> HttpResponse:
             protocols=request.POST.getlist("protocol") or None,
             correlation=request.POST.get("correlation", "emscore"),
             foil_seed=int(request.POST.get("foil_seed") or 0),
+            foil_file=_uploaded_foil_file(request),
             created_by=request.user,
         )
     except (ValidationError, ValueError) as error:

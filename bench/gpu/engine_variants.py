@@ -30,8 +30,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
+# imported before anything runs: provenance takes the start load average and time at import
 import gpu_rigel as g
+from provenance import write_raw
 
 from training_bridge.rigel.backbone import load_backbone
 from training_bridge.rigel.engine import ScoringEngine
@@ -163,7 +164,6 @@ def main() -> None:
             fused.uncompile_decoder_layers(backbone.model.model.language_model)
     save()
     # The provenance record (commit, command, machine, GPU, versions) beside the working file.
-    from provenance import write_raw
 
     write_raw("engine_variants", out)
 

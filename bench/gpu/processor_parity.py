@@ -26,6 +26,9 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# imported before anything runs: provenance takes the start load average and time at import
+from provenance import write_raw
 
 from training_bridge.rigel import prompts
 from training_bridge.rigel.backbone import (
@@ -255,8 +258,6 @@ def main() -> None:
             Path(args.write_fixtures) / "qwen3vl_processor_fixtures.npz", **fixtures
         )
     Path(args.out).write_text(json.dumps(report, indent=2))
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from provenance import write_raw
 
     write_raw("processor_parity", report)
 

@@ -2,7 +2,8 @@
 # Copy what the GPU run needs from this worktree into the lead's checkout's ignored .device/
 # folder (the device machine receives that checkout; name .device in `carry`).
 # LEPUS_DEVICE_DIR names another ignored folder (two sessions preparing calls side by side);
-# LEPUS_DEVICE_DATA=0 leaves out the VATEX-EVAL judgments (3.8 MB; only rigel_vatex_eval needs them).
+# The VATEX-EVAL file always travels: the benchmarks' captions and the local tokenizer come from it
+# (without it they stop, issue 29).
 set -eu
 SRC="$(cd "$(dirname "$0")/../.." && pwd)"
 DEVICE_DIR=${LEPUS_DEVICE_DIR:-/work/main/.device}
@@ -17,7 +18,7 @@ cp "$SRC/bench/gpu_rigel.py" "$SRC/bench/provenance.py" "$SRC/bench/make_vatex_c
   "$SRC/bench/rigel_vatex_eval.py" "$DST/bench/"
 cp "$SRC/requirements.txt" "$DST/"  # provenance.py records its pins
 cp "$SRC"/bench/gpu/*.py "$SRC"/bench/gpu/*.sh "$DST/bench/gpu/"
-[ "${LEPUS_DEVICE_DATA:-1}" = 0 ] || cp "$SRC/data/vatex_eval/vid_cans_score_dict.json" "$DST/data/vatex_eval/"
+cp "$SRC/data/vatex_eval/vid_cans_score_dict.json" "$SRC/data/vatex_eval/NOTICE.md" "$DST/data/vatex_eval/"
 # the code that runs there (the raw files' own git fields name the lead's checkout)
 (cd "$SRC" && echo "$(git rev-parse --abbrev-ref HEAD) $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo -dirty)") >"$DST/CODE_REVISION"
 find "$DST" -name __pycache__ -prune -exec rm -rf {} +

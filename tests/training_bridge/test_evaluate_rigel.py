@@ -189,7 +189,7 @@ def test_leakage_is_refused_and_the_count_named(published_release):
         rigel_benchmark_evaluate(
             runs=[run],
             campaign=campaign,
-            protocols=["foil"],
+            protocols=["noun-swap"],
             scorer_factory=lambda _run: StandInScorer(),
         )
     message = str(caught.value)
@@ -198,7 +198,7 @@ def test_leakage_is_refused_and_the_count_named(published_release):
     with pytest.raises(CommandError, match="5 of the"):
         call_command(
             "evaluate_rigel", "--run", str(run.pk), "--campaign", campaign.slug,
-            "--protocol", "foil", "--json", stdout=io.StringIO(), stderr=io.StringIO(),
+            "--protocol", "noun-swap", "--json", stdout=io.StringIO(), stderr=io.StringIO(),
         )  # fmt: skip
 
 
@@ -233,7 +233,9 @@ def test_foil_accuracy_of_a_user_file_for_rigel_and_the_standard_metrics(
         scorer_factory=lambda _run: StandInScorer(),
     )
     foil = result["foil"]
-    assert (foil["source"], foil["pairs"]) == ("file", 3)
+    assert (foil["source"], foil["pairs"], foil["benchmark"]) == ("file", 3, "pairs")
+    # a user's pairs are not ActivityNet-FOIL: no published figure beside them
+    assert all(block["published"] is None for block in foil["settings"].values())
     # Reference-based: pair 1 right, pair 2 wrong, pair 3 a tie (wrong). Reference-free the
     # stand-in sees no reference word: pair 1 ties (4 words each), pair 2 and 3 as above.
     # Each setting is scored by the run trained in it, the other run is named in a note.
@@ -271,7 +273,7 @@ def test_generated_foils_through_the_command(published_release):
             out = io.StringIO()
             call_command(
                 "evaluate_rigel", "--run", str(run.pk), "--campaign", campaign.slug,
-                "--protocol", "foil", "--foil-seed", "7", "--metrics", "bleu4", "--json",
+                "--protocol", "noun-swap", "--foil-seed", "7", "--metrics", "bleu4", "--json",
                 stdout=out, stderr=io.StringIO(),
             )  # fmt: skip
             outputs.append(json.loads(out.getvalue()))
@@ -281,6 +283,10 @@ def test_generated_foils_through_the_command(published_release):
     assert first["foil"]["swaps"] == second["foil"]["swaps"]  # deterministic
     swaps = first["foil"]["swaps"]
     assert first["foil"]["seed"] == 7 and len(swaps) == first["foil"]["pairs"] >= 1
+    # our own benchmark, labelled so, with no published figure anywhere in the output
+    assert first["foil"]["benchmark"] == "noun-swap"
+    assert "our own benchmark" in first["foil"]["benchmark_label"]
+    assert "96.2" not in json.dumps(first) and "97.1" not in json.dumps(first)
     for swap in swaps:
         references = list(
             ReferenceCaption.objects.filter(clip__vatex_id=swap["clip_id"])

@@ -62,7 +62,7 @@ def test_a_trained_run_is_evaluated_by_the_job_the_api_the_page_and_the_command(
         response = curator_client.post(
             "/api/v1/training/evaluations",
             {"runs": [free.pk, run.pk], "campaign": campaign.slug,
-             "protocols": [*PROTOCOLS, "foil"], "metrics": ["bleu4"]},
+             "protocols": [*PROTOCOLS, "noun-swap"], "metrics": ["bleu4"]},
             content_type="application/json",
         )  # fmt: skip
     assert response.status_code == 201, response.content

@@ -215,12 +215,12 @@ def test_the_run_page_starts_a_benchmark_evaluation_job(
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         response = curator_client.post(
             "/dashboard/training/evaluations/start/",
-            {"run": str(run.pk), "campaign": "bench", "protocol": ["1-ref", "foil"]},
+            {"run": str(run.pk), "campaign": "bench", "protocol": ["1-ref", "noun-swap"]},
         )
     evaluation = RigelEvaluation.objects.get()
     assert response.status_code == 302
     assert response["Location"] == f"/dashboard/training/evaluations/{evaluation.pk}/"
-    assert (evaluation.runs, evaluation.protocols) == ([run.pk], ["1-ref", "foil"])
+    assert (evaluation.runs, evaluation.protocols) == ([run.pk], ["1-ref", "noun-swap"])
     assert len(callbacks) == 1  # enqueued on the training queue after commit
     detail = curator_client.get(response["Location"]).content.decode()
     assert 'id="evaluation-status"' in detail and "bench" in detail

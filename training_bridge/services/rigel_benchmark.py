@@ -8,9 +8,14 @@ VATEX-EVAL) the way the paper reports them (Table 2), with the standard metrics 
   with ``correlation="emscore"`` (the default) the per-rater protocol of the EMScore paper (scores
   rounded to 4 decimals, Kendall tau_b / tau_c, Spearman and Pearson against each imported rater
   slot, averaged), with ``"default"`` against each candidate's aggregate score.
-- ``foil``: accuracy on (caption, foil) pairs (`rigel.foil`), generated from the campaign or read
-  from a user's FOIL file, for each run and each standard metric, reference-free and
-  reference-based (the clip's other references).
+- ``foil``: ActivityNet-FOIL as published (`rigel.foil`): a user's FOIL file, normally the
+  paragraph file `convert_activitynet_foil` writes (each sentence scored on its segment clip, a
+  paragraph's score the mean of its sentences', a video right when its correct paragraph scores
+  strictly higher), or plain pairs; for each run and each standard metric, reference-free and
+  reference-based. The paper's ActivityNet-FOIL accuracies stand beside a converted
+  ActivityNet-FOIL file only.
+- ``noun-swap``: Lepus's own benchmark, foils generated from the campaign's references (one noun
+  swapped), scored the same way pair by pair, with no published figure beside it.
 
 A model per protocol: a run is scored only under the protocols of the setting it was trained in
 (reference-free runs under ``reference-free`` and FOIL's reference-free setting, reference-based
@@ -44,6 +49,7 @@ from common.models import JobStatus
 from common.tasks import enqueue
 from datasets_app.models import Clip, ReferenceCaption
 from training_bridge.metrics.benchmark import (
+    PROTOCOL_FRAMES,
     BenchmarkSet,
     correlation_row,
     correlation_table,
@@ -67,15 +73,28 @@ from training_bridge.rigel.benchmark import (
     REFERENCE_FREE,
     BenchmarkClip,
 )
+from training_bridge.rigel.foil import ACTIVITYNET_FOIL, NOUN_SWAP
 from training_bridge.services.metric_benchmark import (
     MetricBenchmarkError,
     _clip_videos,
     campaign_benchmark_set,
+    emscore_protocol_notes,
 )
 
 logger = logging.getLogger(__name__)
 
-PROTOCOL_CHOICES = (*PROTOCOLS, FOIL)
+PROTOCOL_CHOICES = (*PROTOCOLS, FOIL, NOUN_SWAP)
+FOIL_PROTOCOLS = (FOIL, NOUN_SWAP)  # the two foil benchmarks; one of them per evaluation
+FOIL_BENCHMARK_LABELS = {
+    ACTIVITYNET_FOIL: "ActivityNet-FOIL (paragraph protocol, as published)",
+    NOUN_SWAP: "Lepus noun-swap foils (our own benchmark; no published figure)",
+    "pairs": "FOIL pairs of a user's file",
+    "paragraphs": "FOIL paragraphs of a user's file",
+}
+PAPER_FOIL_SOURCE = (
+    "Rigel paper (seed 000), Table 2, ActivityNet-FOIL column, 'Ours' (Qwen3-VL-2B); the target, "
+    "not a figure this repository reproduced"
+)
 CORRELATIONS = ("emscore", "default")
 FOIL_SETTINGS = (REFERENCE_FREE, "reference-based")
 VATEX_EVAL_SLUG = "vatex-eval"
@@ -108,6 +127,22 @@ def parse_protocols(values: Sequence[str] | str | None) -> list[str]:
             f"known: {', '.join(PROTOCOL_CHOICES)}"
         )
     return [name for name in PROTOCOL_CHOICES if name in names]
+
+
+def check_foil_inputs(protocols: Sequence[str], *, has_file: bool, error: type[Exception]) -> None:
+    """One foil benchmark per evaluation; `foil` (ActivityNet-FOIL as published) scores a file,
+    `noun-swap` generates its own pairs."""
+    if FOIL in protocols and NOUN_SWAP in protocols:
+        raise error("choose one foil benchmark per evaluation: foil or noun-swap")
+    if FOIL in protocols and not has_file:
+        raise error(
+            "the foil protocol scores ActivityNet-FOIL as published and needs its file: convert "
+            "the official files with `manage.py convert_activitynet_foil` and pass "
+            "activitynet_foil.jsonl (or a file of your own pairs); foils generated from the "
+            "campaign are the noun-swap protocol"
+        )
+    if has_file and FOIL not in protocols:
+        raise error("a FOIL file needs the foil protocol")
 
 
 def runs_for(run_ids: Sequence[int]) -> list[TrainingRun]:
@@ -178,8 +213,8 @@ def protocol_plan(
     run was trained for, unless `allow_mismatch` (then every run is scored under every protocol
     and the mismatched pairs are listed)."""
     # (name in the plan, prompt setting): the correlation protocols, then FOIL's two settings
-    names = [(name, protocol_setting(name)) for name in protocols if name != FOIL]
-    if FOIL in protocols:
+    names = [(name, protocol_setting(name)) for name in protocols if name not in FOIL_PROTOCOLS]
+    if any(name in FOIL_PROTOCOLS for name in protocols):
         names += [(foil_key(setting), setting) for setting in FOIL_SETTINGS]
     scored: dict[str, list[int]] = {}
     mismatches: list[dict[str, Any]] = []
@@ -373,15 +408,23 @@ def rigel_benchmark_evaluate(
     if correlation not in CORRELATIONS:
         raise RigelEvaluationError(f"correlation must be one of {', '.join(CORRELATIONS)}")
     protocols = parse_protocols(list(protocols)) if protocols else default_protocols(runs)
-    correlating = [name for name in protocols if name != FOIL]
+    correlating = [name for name in protocols if name not in FOIL_PROTOCOLS]
+    check_foil_inputs(protocols, has_file=foil_lines is not None, error=RigelEvaluationError)
     # Before any work: a protocol no run was trained for is refused here.
     plan = protocol_plan(runs, protocols, allow_mismatch=allow_protocol_mismatch)
-    frames = parse_settings(settings).frames
+    # The standard metrics see the frames evaluate_metrics gives them under the same protocol
+    # (10 under the EMScore authors' protocol, as they ran it; `--set frames=N` overrides).
+    frames = (
+        parse_settings(settings).frames
+        if "frames" in (settings or {})
+        else PROTOCOL_FRAMES["emscore" if correlation == "emscore" else "default"]
+    )
+    settings = {**(settings or {}), "frames": str(frames)}
     data = campaign_data(
         campaign=campaign, correlation=correlation, need_benchmark=bool(correlating), frames=frames
     )
     foil_set = None
-    if FOIL in protocols:
+    if any(name in FOIL_PROTOCOLS for name in protocols):
         try:
             foil_set = (
                 parse_foil_file(foil_lines, clip_references=data.clip_references)
@@ -444,7 +487,6 @@ def rigel_benchmark_evaluate(
                 for name, (tau, rho) in PAPER_VATEX_EVAL.items()
                 if name in correlating
             },
-            "activitynet_foil_accuracy": PAPER_FOIL_ACCURACY,
         }
 
     # The other metrics (lexical and learned plug-ins): the same table code as evaluate_metrics;
@@ -463,6 +505,15 @@ def rigel_benchmark_evaluate(
                 metrics=metrics,
                 settings=settings,
             )
+            if correlation == "emscore":
+                for metric in ("emscore", "emscore_ref"):
+                    row = block["standard"].get(metric)
+                    if row is not None and not row.get("unavailable"):
+                        row.update(
+                            emscore_protocol_notes(
+                                parse_settings(settings).emscore_idf_corpus, frames
+                            )
+                        )
 
     # Rigel, run by run (one model in memory at a time).
     def run_protocols(run_pk: int) -> list[str]:
@@ -557,7 +608,7 @@ def _score_foils(
     step = 0
     for setting in foil_settings:
         free = setting == REFERENCE_FREE
-        chosen = pairs if free else [pair for pair in pairs if pair.references]
+        chosen, _ = foil_units(foil_set, free=free)
         for which in ("caption", "foil"):
             records = [
                 benchmark_record(
@@ -574,6 +625,35 @@ def _score_foils(
             on_progress(step, total)
 
 
+def foil_units(foil_set: Any, *, free: bool) -> tuple[list[Any], list[Any]]:
+    """The pairs a FOIL setting scores, and its paragraphs re-indexed over them. Reference-free:
+    every pair. Reference-based: the pairs with a reference, and of a paragraph benchmark the
+    videos all of whose sentences have one (a paragraph is scored whole or not at all)."""
+    from training_bridge.rigel.foil import Paragraph
+
+    if free:
+        return list(foil_set.pairs), list(foil_set.paragraphs)
+    if not foil_set.paragraphs:
+        return [pair for pair in foil_set.pairs if pair.references], []
+    chosen: list[Any] = []
+    paragraphs = []
+    for paragraph in foil_set.paragraphs:
+        sentences = foil_set.pairs[paragraph.first : paragraph.last]
+        if all(pair.references for pair in sentences):
+            paragraphs.append(Paragraph(paragraph.video, len(chosen), len(chosen) + len(sentences)))
+            chosen.extend(sentences)
+    return chosen, paragraphs
+
+
+def foil_set_accuracy(captions: Any, foils: Any, paragraphs: Sequence[Any]) -> float | None:
+    """Per video for a paragraph benchmark, per pair otherwise (`rigel.foil`)."""
+    from training_bridge.rigel.foil import foil_accuracy, paragraph_accuracy
+
+    if paragraphs:
+        return paragraph_accuracy(captions, foils, paragraphs)
+    return foil_accuracy(captions, foils)
+
+
 def _foil_result(
     foil_set: Any,
     foil_scores: dict[str, dict[str, dict[str, list[float]]]],
@@ -582,10 +662,7 @@ def _foil_result(
     data: CampaignData,
     plan: ProtocolPlan,
 ) -> dict[str, Any]:
-    from training_bridge.rigel.foil import foil_accuracy
-
     pairs = foil_set.pairs
-    with_references = [pair for pair in pairs if pair.references]
     videos = _clip_videos(
         [data.clip_pks[pair.clip_id] for pair in pairs], frames=parse_settings(settings).frames
     )
@@ -594,10 +671,11 @@ def _foil_result(
     table: dict[str, Any] = {}
     for setting in FOIL_SETTINGS:
         free = setting == REFERENCE_FREE
-        chosen = pairs if free else with_references
+        chosen, paragraphs = foil_units(foil_set, free=free)
         captions, foils = foil_scores[setting]["caption"], foil_scores[setting]["foil"]
         rows: dict[str, Any] = {
-            name: {"accuracy": foil_accuracy(captions[name], foils[name])} for name in captions
+            name: {"accuracy": foil_set_accuracy(captions[name], foils[name], paragraphs)}
+            for name in captions
         }
         notes = []
         # captions and foils in one call (one METEOR start; CIDEr's document frequencies are
@@ -618,7 +696,9 @@ def _foil_result(
                 rows[metric] = {"accuracy": None, "unavailable": why or "no pair to score"}
             else:
                 values = scores[metric]
-                rows[metric] = {"accuracy": foil_accuracy(values[:count], values[count:])}
+                rows[metric] = {
+                    "accuracy": foil_set_accuracy(values[:count], values[count:], paragraphs)
+                }
         for pair in plan.mismatches:
             if pair["protocol"] == foil_key(setting):
                 rows[f"run:{pair['run']}"]["protocol_mismatch"] = pair["trained"]
@@ -630,22 +710,45 @@ def _foil_result(
                 )
         if not free and len(chosen) < len(pairs):
             notes.append(
-                f"{len(pairs) - len(chosen)} pair(s) without another reference are scored "
+                f"{len(foil_set.paragraphs) - len(paragraphs)} video(s) with a sentence without "
+                "a reference are scored reference-free only"
+                if foil_set.paragraphs
+                else f"{len(pairs) - len(chosen)} pair(s) without another reference are scored "
                 "reference-free only"
             )
+        if paragraphs:
+            notes.append(
+                f"{len(paragraphs)} videos: each sentence scored on its segment, a paragraph's "
+                "score the mean of its sentences', a video right when its correct paragraph "
+                "scores strictly higher than its foil paragraph"
+            )
         table[setting] = {
+            "videos": len(paragraphs) if paragraphs else None,
+            "published": (
+                {"accuracy": PAPER_FOIL_ACCURACY[setting], "source": PAPER_FOIL_SOURCE}
+                if foil_set.benchmark == ACTIVITYNET_FOIL
+                else None
+            ),
             "pairs": len(chosen),
             "rows": rows,
             "order": list(rows),
             "notes": notes,
         }
     return {
+        "benchmark": foil_set.benchmark,
+        "benchmark_label": FOIL_BENCHMARK_LABELS.get(foil_set.benchmark, foil_set.benchmark),
         "source": foil_set.source,
         "seed": foil_set.seed,
         "pairs": len(pairs),
+        "videos": len(foil_set.paragraphs) or None,
         "skipped_clips": foil_set.skipped,
         "corpus_nouns": foil_set.corpus_nouns,
-        "rule": "right when the correct caption scores strictly higher than its foil",
+        "rule": (
+            "a video is right when its correct paragraph (the mean of its sentences' scores) "
+            "scores strictly higher than its foil paragraph"
+            if foil_set.paragraphs
+            else "right when the correct caption scores strictly higher than its foil"
+        ),
         "settings": table,
         "swaps": [pair.swap() for pair in pairs],
     }
@@ -685,8 +788,7 @@ def rigel_evaluation_create(
     unknown = [name for name in chosen_metrics if name not in METRIC_NAMES]
     if unknown:
         raise ValidationError(f"unknown metric(s) {', '.join(unknown)}")
-    if foil_file is not None and FOIL not in names:
-        raise ValidationError("a FOIL file needs the foil protocol")
+    check_foil_inputs(names, has_file=foil_file is not None, error=ValidationError)
     if foil_file is not None and len(foil_file) > FOIL_MAX_BYTES:
         raise ValidationError(f"the FOIL file is larger than {FOIL_MAX_BYTES} bytes")
     evaluation = RigelEvaluation.objects.create(
@@ -826,6 +928,19 @@ def foil_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
             row = foil["settings"].get(setting, {}).get("rows", {}).get(name, {})
             cells.append(row.get("accuracy"))
         rows.append({"key": name, "label": labels.get(name, name), "values": cells})
+    published = [
+        (foil["settings"].get(setting, {}).get("published") or {}).get("accuracy")
+        for setting in FOIL_SETTINGS
+    ]
+    if any(value is not None for value in published):
+        rows.append(
+            {
+                "key": "paper",
+                "label": "Rigel paper, Table 2 (published)",
+                "values": published,
+                "published": True,
+            }
+        )
     return rows
 
 
@@ -863,7 +978,9 @@ def result_text(result: dict[str, Any]) -> str:
     if foil:
         lines += [
             "",
-            f"[foil]  accuracy %, {foil['pairs']} pairs ({foil['source']}"
+            f"[{foil.get('benchmark_label', 'foil')}]  accuracy %, "
+            + (f"{foil['videos']} videos, " if foil.get("videos") else "")
+            + f"{foil['pairs']} pairs ({foil['source']}"
             + (f", seed {foil['seed']}" if foil.get("seed") is not None else "")
             + ")",
             f"{'metric':<34}" + "".join(f"{s:>16}" for s in FOIL_SETTINGS),

@@ -4,9 +4,10 @@ the paper's protocols, beside the standard metrics (see `services.rigel_benchmar
     python manage.py evaluate_rigel --run 7 --campaign vatex-eval \
         --protocol reference-free,1-ref,all-refs --json
     python manage.py evaluate_rigel --runs 7,8,9,10,11 --campaign vatex-eval --protocol 1-ref
-    python manage.py evaluate_rigel --run 7 --campaign vatex-eval --protocol foil [--foil-seed 0]
-    python manage.py evaluate_rigel --run 7 --campaign my-clips --protocol foil \
-        --foil-file foils.jsonl
+    python manage.py evaluate_rigel --runs FREE,BASED --campaign anet-foil --protocol foil \
+        --foil-file activitynet_foil.jsonl     # ActivityNet-FOIL (convert_activitynet_foil)
+    python manage.py evaluate_rigel --run 7 --campaign vatex-eval --protocol noun-swap \
+        [--foil-seed 0]                        # our own benchmark: foils generated from references
 
 Values are x100 (correlations) and % (FOIL accuracy). It fails, naming how many, when a benchmark
 clip is in a run's train or validation split. A run is scored only under the protocols of the
@@ -34,6 +35,7 @@ from training_bridge.services.rigel_benchmark import (
     CORRELATIONS,
     PROTOCOL_CHOICES,
     RigelEvaluationError,
+    check_foil_inputs,
     parse_protocols,
     result_text,
     rigel_benchmark_evaluate,
@@ -127,11 +129,13 @@ class Command(LepusCommand):
             metavar="KEY=VALUE",
             help="A metric plug-in setting, e.g. --set clip_model=/models/clip (as evaluate_metrics).",
         )
-        parser.add_argument("--foil-seed", type=int, default=0, help="Seed of the foil swaps.")
+        parser.add_argument(
+            "--foil-seed", type=int, default=0, help="Seed of the noun-swap protocol's swaps."
+        )
         parser.add_argument(
             "--foil-file",
-            help="A FOIL file (JSON Lines: clip, caption, foil[, references]) instead of "
-            "generated foils.",
+            help="The foil protocol's file: the paragraphs convert_activitynet_foil writes, or "
+            "JSON Lines of your own pairs (clip, caption, foil[, references]).",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -150,8 +154,9 @@ class Command(LepusCommand):
             foil_lines = path.read_text(encoding="utf-8").splitlines()
         try:
             protocols = parse_protocols(options["protocol"]) if options["protocol"] else []
-            if foil_lines is not None and "foil" not in protocols:
-                raise RigelEvaluationError("--foil-file needs --protocol foil")
+            check_foil_inputs(
+                protocols, has_file=foil_lines is not None, error=RigelEvaluationError
+            )
             runs = runs_for([options["run"]] if options["run"] else _ids(options["runs"]))
             if options["preset"]:
                 check_preset(runs, options["preset"])
