@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import hashlib
 import json
 import os
 
@@ -401,6 +402,12 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": machine(device),
         "versions": versions(),
+        "inputs": {
+            "vatex_eval": {
+                "path": str(VATEX_EVAL.relative_to(ROOT)),
+                "sha256": hashlib.sha256(VATEX_EVAL.read_bytes()).hexdigest(),
+            }
+        },
         "workload": {
             "candidates": len(data["candidates"]),
             "clips": len(clip_order),

@@ -164,6 +164,8 @@ def main() -> None:
     torch._dynamo.config.recompile_limit = 64
     out: dict[str, Any] = {
         "args": vars(args),
+        # the captions and the tokenizer's corpus, with their checksum (stops when missing)
+        "inputs": g.input_files(),
         # the code that ran, where it differs from the checkout provenance records
         "code_revision": os.environ.get("LEPUS_CODE_REVISION"),
     }
