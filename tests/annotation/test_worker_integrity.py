@@ -555,6 +555,18 @@ def test_a_good_login_clears_the_username_failures(curator, settings):
     assert codes == [200, 200, 302, 200, 200, 302]
 
 
+def test_the_lockout_fails_closed_while_its_store_is_unreachable(curator, monkeypatch):
+    def unreachable(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise ConnectionError("cache down")
+
+    monkeypatch.setattr(cache, "get_many", unreachable)
+    refused = _login(Client(), "curator", "curator-password-1")
+
+    assert refused.status_code == 503
+    assert "Retry-After" not in refused
+    assert b"Logging in is temporarily unavailable." in refused.content
+
+
 # --- Content-Security-Policy --------------------------------------------------------------------
 
 
