@@ -1,7 +1,10 @@
-"""The API's request parser (a module of its own: DRF imports it while loading its settings).
+"""The one JSON parser of request bodies (a module of its own: DRF imports it while loading its
+settings).
 
-Every API view reads JSON through `JSONParser` below, so what it refuses is refused everywhere
-with a 400 before any view code runs:
+Every API view reads JSON through `JSONParser` below, and every other view that reads JSON from a
+request (the preview's join and submit, the demo webhook receiver, the campaign form's custom
+questions, the data browser's cursors) through `json_parse`, the same checks, so what they refuse
+is refused everywhere with a 400 before any view code runs:
 
 - nesting deeper than `MAX_JSON_DEPTH` (checked by a linear scan of the text *before* decoding:
   Python's decoder recurses once per level, and 100,000 levels raised a RecursionError, a 500);
@@ -25,32 +28,49 @@ MAX_JSON_DEPTH = 32
 _SIGNIFICANT = re.compile(r'[\[\]{}"\\]')
 
 
+class JSONInvalid(ValueError):
+    """A JSON text `json_parse` refuses; the message says why, `detail` is the API's 400 detail."""
+
+    @property
+    def detail(self) -> str:
+        return f"JSON parse error - {self}"
+
+
+def json_parse(raw: bytes | str, *, encoding: str = "utf-8", strict: bool = True) -> Any:
+    """Decode one JSON text with the checks of the module docstring; raises `JSONInvalid`
+    (never RecursionError, never another exception) for anything it refuses."""
+    try:
+        text = raw.decode(encoding) if isinstance(raw, bytes) else str(raw)
+    except (UnicodeDecodeError, LookupError) as error:
+        raise JSONInvalid(str(error))
+    if json_too_deep(text, MAX_JSON_DEPTH):
+        raise JSONInvalid(f"nested deeper than {MAX_JSON_DEPTH} levels.")
+    try:
+        data = json.loads(
+            text,
+            parse_constant=json.strict_constant if strict else None,
+            parse_float=_finite_float,
+        )
+    except RecursionError:  # the scan above makes this unreachable; never a 500 anyway
+        raise JSONInvalid("nested too deeply.")
+    except ValueError as error:
+        raise JSONInvalid(str(error))
+    problem = _unstorable_text(data)
+    if problem:
+        raise JSONInvalid(problem)
+    return data
+
+
 class JSONParser(parsers.JSONParser):
-    """DRF's JSON parser with the checks of the module docstring."""
+    """DRF's JSON parser through `json_parse`."""
 
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
         encoding = parsers.get_encoding(parser_context or {})  # type: ignore[attr-defined]
         raw = stream.read() if stream is not None else b""
         try:
-            text = raw.decode(encoding) if isinstance(raw, bytes) else str(raw)
-        except UnicodeDecodeError as error:
-            raise ParseError(f"JSON parse error - {error}")
-        if json_too_deep(text, MAX_JSON_DEPTH):
-            raise ParseError(f"JSON parse error - nested deeper than {MAX_JSON_DEPTH} levels.")
-        try:
-            data = json.loads(
-                text,
-                parse_constant=json.strict_constant if self.strict else None,
-                parse_float=_finite_float,
-            )
-        except RecursionError:  # the scan above makes this unreachable; never a 500 anyway
-            raise ParseError("JSON parse error - nested too deeply.")
-        except ValueError as error:
-            raise ParseError(f"JSON parse error - {error}")
-        problem = _unstorable_text(data)
-        if problem:
-            raise ParseError(f"JSON parse error - {problem}")
-        return data
+            return json_parse(raw, encoding=encoding, strict=self.strict)
+        except JSONInvalid as error:
+            raise ParseError(error.detail)
 
 
 def json_too_deep(text: str, limit: int) -> bool:

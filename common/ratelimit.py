@@ -9,13 +9,23 @@ concurrency those read-modify-writes overwrite each other and let several times 
 through.) Other caches use `add` + `incr`, atomic within the local-memory cache of one process;
 the database cache is not atomic: deployments with several web processes use Redis.
 
-Login lockout (`LoginLockoutBackend`, `LoginView`): failed curator logins are counted per username
-and per client address; after `LEPUS_LOGIN_MAX_FAILURES` failures of one username (or
-`LEPUS_LOGIN_MAX_FAILURES_PER_ADDRESS` from one address) within `LEPUS_LOGIN_LOCKOUT_SECONDS`,
-every login of that username (address) is refused — the right password included — for
-`LEPUS_LOGIN_LOCKOUT_SECONDS`. The lockout fails closed: when the cache cannot be reached no one
-can log in (sessions already open keep working), because a lockout that disappears with Redis is
-exactly what a password-guesser would wait for.
+Login lockout (`LoginLockoutBackend`, `LoginView`), built so that nobody can lock the owner out:
+
+- after `LEPUS_LOGIN_MAX_FAILURES` failures of one username from one client address within
+  `LEPUS_LOGIN_LOCKOUT_SECONDS`, that (username, address) pair is refused — the right password
+  included — for `LEPUS_LOGIN_LOCKOUT_SECONDS`; the same username from another address is not;
+- after `LEPUS_LOGIN_MAX_FAILURES_PER_ADDRESS` failures from one address (any usernames), that
+  address is refused likewise;
+- a per-username slow-down against guessing from many addresses: once a username has
+  `LEPUS_LOGIN_SLOWDOWN_AFTER` failures (all addresses together) in the window, an address that
+  has already failed it must wait after the username's last failure (1 s, doubling per failure, at
+  most `LEPUS_LOGIN_SLOWDOWN_MAX_SECONDS`); an address that has not failed it is never held back,
+  so the owner's right password from their own address always gets through.
+
+A refused attempt is not checked and not counted. A right password clears only its own pair's
+count. The lockout fails closed: when the cache cannot be reached no one can log in (sessions
+already open keep working), because a lockout that disappears with Redis is exactly what a
+password-guesser would wait for.
 """
 
 from __future__ import annotations
@@ -24,7 +34,8 @@ import hashlib
 import logging
 import math
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NoReturn
 
 from django.conf import settings
 from django.contrib.auth import views as auth_views
@@ -98,13 +109,35 @@ def _client_address(request: HttpRequest | None) -> str | None:
     return str(BaseThrottle().get_ident(request))  # type: ignore[arg-type]
 
 
-def _lock_keys(username: str, address: str | None) -> list[tuple[str, int]]:
-    """(key prefix, failure limit) for the username and the address of a login attempt."""
-    name = hashlib.sha256(username.strip().casefold().encode("utf-8")).hexdigest()[:32]
-    keys = [(f"login:user:{name}", settings.LEPUS_LOGIN_MAX_FAILURES)]
-    if address:
-        keys.append((f"login:addr:{address}", settings.LEPUS_LOGIN_MAX_FAILURES_PER_ADDRESS))
-    return keys
+@dataclass(frozen=True)
+class _LoginKeys:
+    """The cache keys of one login attempt: the username alone, the (username, address) pair and
+    the address alone (no address: a login without a request, e.g. `authenticate()` in a shell)."""
+
+    user: str
+    pair: str | None
+    address: str | None
+
+    @classmethod
+    def of(cls, username: str, address: str | None) -> _LoginKeys:
+        name = hashlib.sha256(username.strip().casefold().encode("utf-8")).hexdigest()[:32]
+        if not address:
+            return cls(user=f"login:user:{name}", pair=None, address=None)
+        return cls(
+            user=f"login:user:{name}",
+            pair=f"login:pair:{name}:{address}",
+            address=f"login:addr:{address}",
+        )
+
+
+def login_slowdown_seconds(user_failures: int) -> float:
+    """How long after a username's last failure an address that failed it must wait: nothing
+    below `LEPUS_LOGIN_SLOWDOWN_AFTER` failures of the username (all addresses together), then
+    1 s doubling with each failure, at most `LEPUS_LOGIN_SLOWDOWN_MAX_SECONDS`."""
+    excess = user_failures - settings.LEPUS_LOGIN_SLOWDOWN_AFTER
+    if excess < 0:
+        return 0.0
+    return float(min(settings.LEPUS_LOGIN_SLOWDOWN_MAX_SECONDS, 2 ** min(excess, 30)))
 
 
 class LoginLocked(PermissionDenied):
@@ -125,26 +158,25 @@ class LoginLockoutBackend(ModelBackend):
         if username is None:
             username = kwargs.get(self._username_field(), "")
         username = username or ""
-        keys = _lock_keys(username, _client_address(request))
+        keys = _LoginKeys.of(username, _client_address(request))
         try:
-            locked = cache.get_many([f"{prefix}:locked" for prefix, _limit in keys])
+            refusal = _refusal(keys)
         except Exception as error:
-            logger.warning("login lockout store unavailable, refusing the login: %s", error)
-            _flag(request, "unavailable")
-            raise LoginLocked("lockout store unavailable")
-        if locked:
-            _flag(request, "locked")
+            _unavailable(request, error)
+        if refusal is not None:
+            reason, retry_after = refusal
+            _flag(request, reason, retry_after)
             raise LoginLocked("too many failed logins")
         user = super().authenticate(request, username=username, password=password, **kwargs)
         try:
             if user is None:
-                self._failure(keys)
-            else:
-                cache.delete(f"{keys[0][0]}:failures")
+                _failure(keys)
+            elif keys.pair is not None:
+                # The owner's right password clears only this address's count: the username's
+                # slow-down stays for the addresses that keep failing it.
+                cache.delete(f"{keys.pair}:failures")
         except Exception as error:
-            logger.warning("login lockout store unavailable, refusing the login: %s", error)
-            _flag(request, "unavailable")
-            raise LoginLocked("lockout store unavailable")
+            _unavailable(request, error)
         return user
 
     def _username_field(self) -> str:
@@ -152,33 +184,77 @@ class LoginLockoutBackend(ModelBackend):
 
         return str(get_user_model().USERNAME_FIELD)
 
-    def _failure(self, keys: list[tuple[str, int]]) -> None:
-        seconds = settings.LEPUS_LOGIN_LOCKOUT_SECONDS
-        for prefix, limit in keys:
-            failures, _left = counter_hit(f"{prefix}:failures", seconds)
-            if failures >= limit:
-                cache.set(f"{prefix}:locked", 1, timeout=seconds)
-                logger.warning("login locked for %s after %d failures", prefix, failures)
+
+def _refusal(keys: _LoginKeys) -> tuple[str, float] | None:
+    """("locked" | "slow", seconds to wait) when this attempt is refused without checking the
+    password; None when the password may be checked."""
+    if keys.pair is None or keys.address is None:
+        return None
+    names = [f"{keys.pair}:locked", f"{keys.address}:locked", f"{keys.pair}:failures"]
+    names.append(f"{keys.user}:retry_at")
+    found = cache.get_many(names)
+    if f"{keys.pair}:locked" in found or f"{keys.address}:locked" in found:
+        return "locked", float(settings.LEPUS_LOGIN_LOCKOUT_SECONDS)
+    # The slow-down holds back only addresses that already failed this username: an address that
+    # has not failed it (the owner's, as a rule) is never refused by it.
+    if int(found.get(f"{keys.pair}:failures") or 0) > 0:
+        wait = float(found.get(f"{keys.user}:retry_at") or 0.0) - time.time()
+        if wait > 0:
+            return "slow", wait
+    return None
 
 
-def _flag(request: HttpRequest | None, reason: str) -> None:
+def _failure(keys: _LoginKeys) -> None:
+    seconds = settings.LEPUS_LOGIN_LOCKOUT_SECONDS
+    user_failures, _left = counter_hit(f"{keys.user}:failures", seconds)
+    slowdown = login_slowdown_seconds(user_failures)
+    if slowdown:
+        cache.set(f"{keys.user}:retry_at", time.time() + slowdown, timeout=seconds)
+    limits = [(keys.pair, settings.LEPUS_LOGIN_MAX_FAILURES)]
+    limits.append((keys.address, settings.LEPUS_LOGIN_MAX_FAILURES_PER_ADDRESS))
+    for prefix, limit in limits:
+        if prefix is None:
+            continue
+        failures, _left = counter_hit(f"{prefix}:failures", seconds)
+        if failures >= limit:
+            cache.set(f"{prefix}:locked", 1, timeout=seconds)
+            logger.warning("login locked for %s after %d failures", prefix, failures)
+
+
+def _unavailable(request: HttpRequest | None, error: Exception) -> NoReturn:
+    logger.warning("login lockout store unavailable, refusing the login: %s", error)
+    _flag(request, "unavailable", 0.0)
+    raise LoginLocked("lockout store unavailable")
+
+
+def _flag(request: HttpRequest | None, reason: str, retry_after: float) -> None:
     if request is not None:
-        request.lepus_login_refused = reason  # type: ignore[attr-defined]
+        request.lepus_login_refused = (reason, retry_after)  # type: ignore[attr-defined]
 
 
 class LoginView(auth_views.LoginView):
-    """Django's login page; a locked-out attempt answers 429 (503 while the lockout store is
-    unreachable) with a message saying so instead of "wrong password"."""
+    """Django's login page; a refused attempt answers 429 with a Retry-After (503 while the
+    lockout store is unreachable) and a message saying so instead of "wrong password"."""
 
     def form_invalid(self, form: Any) -> HttpResponse:
-        reason = getattr(self.request, "lepus_login_refused", None)
-        if reason is None:
+        refused = getattr(self.request, "lepus_login_refused", None)
+        if refused is None:
             return super().form_invalid(form)
-        minutes = math.ceil(settings.LEPUS_LOGIN_LOCKOUT_SECONDS / 60)
-        message = (
-            f"Too many failed log-in attempts. Try again in {minutes} minutes."
-            if reason == "locked"
-            else "Logging in is temporarily unavailable. Please try again in a moment."
-        )
+        reason, retry_after = refused
+        seconds = max(1, math.ceil(retry_after))
+        if reason == "locked":
+            message = (
+                "Too many failed log-in attempts from this address. "
+                f"Try again in {math.ceil(seconds / 60)} minutes."
+            )
+        elif reason == "slow":
+            message = (
+                f"Too many failed log-in attempts for this account. Try again in {seconds} seconds."
+            )
+        else:
+            message = "Logging in is temporarily unavailable. Please try again in a moment."
         context = self.get_context_data(form=form, refusal=message)
-        return self.render_to_response(context, status=429 if reason == "locked" else 503)
+        response = self.render_to_response(context, status=503 if reason == "unavailable" else 429)
+        if reason != "unavailable":
+            response["Retry-After"] = str(seconds)
+        return response

@@ -158,14 +158,20 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 # Django's model backend behind the curator login lockout (common.ratelimit): after
-# LEPUS_LOGIN_MAX_FAILURES failed logins of one username, or LEPUS_LOGIN_MAX_FAILURES_PER_ADDRESS
-# from one client address, within LEPUS_LOGIN_LOCKOUT_SECONDS, logins are refused for that long.
+# LEPUS_LOGIN_MAX_FAILURES failed logins of one username from one client address, or
+# LEPUS_LOGIN_MAX_FAILURES_PER_ADDRESS from one address, within LEPUS_LOGIN_LOCKOUT_SECONDS, that
+# (username, address) pair or that address is refused for that long. After
+# LEPUS_LOGIN_SLOWDOWN_AFTER failures of one username from all addresses, the addresses that failed
+# it wait 1 s, doubling per failure, at most LEPUS_LOGIN_SLOWDOWN_MAX_SECONDS, between attempts;
+# an address that has not failed is never held back.
 AUTHENTICATION_BACKENDS = ["common.ratelimit.LoginLockoutBackend"]
 LEPUS_LOGIN_MAX_FAILURES = env_int("LEPUS_LOGIN_MAX_FAILURES", 5, minimum=1)
 LEPUS_LOGIN_MAX_FAILURES_PER_ADDRESS = env_int(
     "LEPUS_LOGIN_MAX_FAILURES_PER_ADDRESS", 20, minimum=1
 )
 LEPUS_LOGIN_LOCKOUT_SECONDS = env_int("LEPUS_LOGIN_LOCKOUT_SECONDS", 900, minimum=1)
+LEPUS_LOGIN_SLOWDOWN_AFTER = env_int("LEPUS_LOGIN_SLOWDOWN_AFTER", 10, minimum=1)
+LEPUS_LOGIN_SLOWDOWN_MAX_SECONDS = env_int("LEPUS_LOGIN_SLOWDOWN_MAX_SECONDS", 60, minimum=1)
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/dashboard/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"

@@ -94,10 +94,6 @@ WALKED_ROUTES: dict[str, str] = {
 NOT_WALKED: dict[str, str] = {
     "password_change": "Django's own form, not linked from the navigation",
     "password_change_done": "Django's own page, not linked from the navigation",
-    "password_reset": "Django's reset-by-mail flow; the demo sends no mail",
-    "password_reset_done": "Django's reset-by-mail flow; the demo sends no mail",
-    "password_reset_confirm": "Django's reset-by-mail flow; the demo sends no mail",
-    "password_reset_complete": "Django's reset-by-mail flow; the demo sends no mail",
 }
 
 DEMO_WORKER_PARAMETERS = (

@@ -20,6 +20,8 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db.models import Q, QuerySet
 
+from common.parsers import JSONInvalid, json_parse
+
 PAGE_SIZES = (25, 50, 100)
 DEFAULT_PAGE_SIZE = 50
 MAX_CURSOR_CHARS = 600
@@ -58,8 +60,8 @@ def cursor_decode(cursor: str) -> tuple[Any, int]:
         raise CursorInvalid("The cursor is too long.")
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        value, pk = json.loads(raw)
-    except (binascii.Error, ValueError, TypeError) as error:
+        value, pk = json_parse(raw)
+    except (binascii.Error, JSONInvalid, ValueError, TypeError) as error:
         raise CursorInvalid("The cursor is not valid.") from error
     if not isinstance(pk, int) or isinstance(pk, bool) or isinstance(value, (list, dict)):
         raise CursorInvalid("The cursor is not valid.")

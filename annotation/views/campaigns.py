@@ -36,6 +36,7 @@ from annotation.services.payments import (
     payments_total,
 )
 from annotation.services.workers import invite_create, invite_url_path
+from common.parsers import JSONInvalid, json_parse
 from common.permissions import curator_required
 from datasets_app.models import CaptioningSystem, ImportBatch
 
@@ -171,9 +172,9 @@ class CampaignSettingsForm(forms.Form):
         cleaned = super().clean() or {}
         if cleaned.get("question_preset") == "custom":
             try:
-                cleaned["questions_parsed"] = json.loads(cleaned.get("questions_json") or "")
-            except ValueError:
-                self.add_error("questions_json", "Not valid JSON.")
+                cleaned["questions_parsed"] = json_parse(cleaned.get("questions_json") or "")
+            except JSONInvalid as invalid:
+                self.add_error("questions_json", f"Not valid JSON: {invalid}")
         return cleaned
 
     def options(self) -> dict[str, Any]:

@@ -6,7 +6,6 @@ API. They answer with the worker API's bodies and status codes; see
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +29,7 @@ from annotation.services.preview import (
 )
 from annotation.services.submission import SubmissionInvalid
 from annotation.views.worker import _page, _questions_for_page, rating_guide
+from common.parsers import JSONInvalid, json_parse
 from common.permissions import curator_required
 
 MAX_BODY_BYTES = 256 * 1024
@@ -108,7 +108,10 @@ def preview_join(request: HttpRequest, slug: str) -> JsonResponse:
     if len(request.body) > MAX_BODY_BYTES:
         return _error(413, "The request body is too large.")
     try:
-        body = json.loads(request.body or b"{}")
+        body = json_parse(request.body or b"{}")
+    except JSONInvalid as invalid:
+        return _error(400, invalid.detail)
+    try:
         token = body["preview_token"]
         if not isinstance(token, str):
             raise TypeError(token)
@@ -133,9 +136,9 @@ def _submit(request: HttpRequest, session: PreviewSession, kwargs: dict[str, Any
     if len(request.body) > MAX_BODY_BYTES:
         return _error(413, "The request body is too large.")
     try:
-        body = json.loads(request.body or b"null")
-    except ValueError:
-        return JsonResponse({"non_field_errors": ["Expected a JSON object."]}, status=400)
+        body = json_parse(request.body or b"null")
+    except JSONInvalid as invalid:
+        return _error(400, invalid.detail)
     try:
         result = preview_submit(session=session, number=kwargs["assignment_id"], body=body)
     except SubmissionInvalid as invalid:

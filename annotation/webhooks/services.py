@@ -17,6 +17,7 @@ from django.utils import timezone
 from annotation.models import Campaign
 from common import webhooks
 from common.models import WebhookDelivery, WebhookEndpoint
+from common.parsers import JSONInvalid, json_parse
 
 
 def endpoint_register(
@@ -85,8 +86,8 @@ def demo_receiver_record(*, headers: Mapping[str, str], body: bytes) -> dict[str
         if secret
     ]
     try:
-        payload: Any = json.loads(body)
-    except ValueError:
+        payload: Any = json_parse(body)
+    except JSONInvalid:  # recorded as text, as a real receiver would log what it could not read
         payload = body.decode("utf-8", "replace")[:2000]
     record = {
         "received_at": timezone.now().isoformat(timespec="seconds"),

@@ -6,6 +6,7 @@ tests/hardening/test_crowd_integrity.py replays the findings against a real guni
 from __future__ import annotations
 
 import json
+import time
 from datetime import timedelta
 
 import pytest
@@ -29,7 +30,7 @@ from annotation.services.workers import (
     worker_token_expires_at,
 )
 from common.parsers import MAX_JSON_DEPTH, json_too_deep
-from common.ratelimit import counter_hit
+from common.ratelimit import counter_hit, login_slowdown_seconds
 from tests.annotation.crowd_factories import all_candidate_ratings, crowd_campaign
 
 pytestmark = pytest.mark.django_db
@@ -471,19 +472,62 @@ def _login(client: Client, username: str, password: str, address: str = "127.0.0
     )
 
 
-def test_the_login_locks_a_username_after_the_configured_failures(curator, settings):
+def test_the_login_locks_a_username_from_one_address_after_the_configured_failures(
+    curator, settings
+):
     cache.clear()
     settings.LEPUS_LOGIN_MAX_FAILURES = 3
     client = Client()
     wrong = [_login(client, "curator", f"guess-{n}").status_code for n in range(3)]
-    locked = _login(client, "curator", "curator-password-1", address="10.0.0.9")
+    locked = _login(client, "curator", "curator-password-1")
+    elsewhere = _login(Client(), "curator", "curator-password-1", address="10.0.0.9")
     cache.clear()
 
     assert wrong == [200, 200, 200]
     assert locked.status_code == 429
-    assert b"Too many failed log-in attempts. Try again in 15 minutes." in locked.content
+    assert locked["Retry-After"] == "900"
+    assert (
+        b"Too many failed log-in attempts from this address. Try again in 15 minutes."
+        in locked.content
+    )
     assert "_auth_user_id" not in client.session
-    assert Client().login(username="curator", password="curator-password-1")
+    # Issue 25: the failures of one address never lock the owner out from another.
+    assert elsewhere.status_code == 302
+
+
+def test_the_slowdown_holds_back_only_the_addresses_that_failed(curator, settings):
+    """Guesses from many addresses slow the username down for those addresses; an address that
+    has not failed it is never refused, and the wait doubles per failure up to the maximum."""
+    cache.clear()
+    settings.LEPUS_LOGIN_SLOWDOWN_AFTER = 2
+    settings.LEPUS_LOGIN_SLOWDOWN_MAX_SECONDS = 4
+    guessers = [f"198.51.100.{n}" for n in range(4)]
+    wrong = [_login(Client(), "curator", "guess", address=a).status_code for a in guessers]
+    again = _login(Client(), "curator", "guess", address=guessers[0])
+    right_from_a_guesser = _login(Client(), "curator", "curator-password-1", address=guessers[1])
+    right_from_elsewhere = _login(Client(), "curator", "curator-password-1", address="10.0.0.7")
+    cache.clear()
+
+    assert wrong == [200, 200, 200, 200]
+    assert again.status_code == 429
+    assert 1 <= int(again["Retry-After"]) <= 4
+    assert b"Too many failed log-in attempts for this account." in again.content
+    assert right_from_a_guesser.status_code == 429
+    assert right_from_elsewhere.status_code == 302
+    assert [login_slowdown_seconds(n) for n in range(1, 7)] == [0.0, 1.0, 2.0, 4.0, 4.0, 4.0]
+
+
+def test_after_the_slowdown_a_failed_address_may_try_again(curator, settings):
+    cache.clear()
+    settings.LEPUS_LOGIN_SLOWDOWN_AFTER = 1
+    settings.LEPUS_LOGIN_SLOWDOWN_MAX_SECONDS = 1
+    first = _login(Client(), "curator", "guess", address="198.51.100.9")
+    held = _login(Client(), "curator", "curator-password-1", address="198.51.100.9")
+    time.sleep(1.1)
+    later = _login(Client(), "curator", "curator-password-1", address="198.51.100.9")
+    cache.clear()
+
+    assert (first.status_code, held.status_code, later.status_code) == (200, 429, 302)
 
 
 def test_the_login_locks_an_address_after_the_configured_failures(curator, settings):
@@ -509,6 +553,18 @@ def test_a_good_login_clears_the_username_failures(curator, settings):
         codes.append(_login(Client(), "curator", "curator-password-1").status_code)
     cache.clear()
     assert codes == [200, 200, 302, 200, 200, 302]
+
+
+def test_the_lockout_fails_closed_while_its_store_is_unreachable(curator, monkeypatch):
+    def unreachable(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise ConnectionError("cache down")
+
+    monkeypatch.setattr(cache, "get_many", unreachable)
+    refused = _login(Client(), "curator", "curator-password-1")
+
+    assert refused.status_code == 503
+    assert "Retry-After" not in refused
+    assert b"Logging in is temporarily unavailable." in refused.content
 
 
 # --- Content-Security-Policy --------------------------------------------------------------------

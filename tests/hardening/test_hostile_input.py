@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -596,7 +597,7 @@ def test_ratings_outside_a_custom_questions_levels_are_refused(world):
 # --- deployment checks --------------------------------------------------------------------------
 
 
-def _check_deploy(**overrides: str) -> subprocess.CompletedProcess[str]:
+def _check_deploy(**overrides: str | None) -> subprocess.CompletedProcess[str]:
     environment = {
         "PATH": os.environ["PATH"],
         "HOME": os.environ.get("HOME", "/tmp"),
@@ -606,8 +607,14 @@ def _check_deploy(**overrides: str) -> subprocess.CompletedProcess[str]:
         "DJANGO_ALLOWED_HOSTS": "lepus.example.org",
         "DATABASE_URL": settings.DATABASE_URL,
         "LEPUS_VAR_DIR": str(Path(settings.VAR_DIR) / "check-deploy"),
+        # A production deployment's shared services (lepus.W001-W003, W008); nothing connects.
+        "REDIS_URL": "redis://cache.example.org:6379/1",
+        "CELERY_BROKER_URL": "amqp://broker.example.org:5672//",
+        "LEPUS_S3_BUCKET": "lepus-media",
+        "LEPUS_RELEASE_PSEUDONYM_SECRET": secrets.token_urlsafe(48),
         **overrides,
     }
+    environment = {name: value for name, value in environment.items() if value is not None}
     return subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
         cwd=REPO_ROOT,
@@ -630,3 +637,12 @@ def test_check_deploy_catches_an_insecure_configuration():
     assert result.returncode == 1
     for check in ("security.W008", "security.W012", "security.W016"):
         assert check in result.stderr, result.stderr
+
+
+def test_check_deploy_warns_when_the_throttles_count_per_process():
+    """Issue 25: with REDIS_URL unset the throttles and the login lockout count per process, and
+    `check --deploy` said nothing; now lepus.W001 fails the check (and only it)."""
+    result = _check_deploy(REDIS_URL=None)
+    assert result.returncode == 1
+    assert re.findall(r"\((\w+\.\w+)\)", result.stderr) == ["lepus.W001"], result.stderr
+    assert "REDIS_URL is not set" in result.stderr

@@ -158,33 +158,6 @@ ROUTES: dict[str, list[Case]] = {
         C("POST", url("password_change"), logged_in_page(200), lambda w: {}, json=False),
     ],
     "password_change_done": [C("GET", url("password_change_done"), logged_in_page(200))],
-    "password_reset": [
-        C("GET", url("password_reset"), _everyone(200)),
-        C(
-            "POST",
-            url("password_reset"),
-            _everyone(302),
-            lambda w: {"email": "x@example.org"},
-            json=False,
-        ),
-    ],
-    "password_reset_done": [C("GET", url("password_reset_done"), _everyone(200))],
-    "password_reset_confirm": [
-        C(
-            "GET",
-            url("password_reset_confirm", lambda w: {"uidb64": "MQ", "token": "x-y"}),
-            _everyone(200),
-            note="an invalid link: the 'link is invalid' page",
-        ),
-        C(
-            "POST",
-            url("password_reset_confirm", lambda w: {"uidb64": "MQ", "token": "x-y"}),
-            _everyone(200),
-            lambda w: {},
-            json=False,
-        ),
-    ],
-    "password_reset_complete": [C("GET", url("password_reset_complete"), _everyone(200))],
     # Signed media: the signature is the capability, whoever holds the URL.
     "signed-media": [
         C("GET", media_path, _everyone(200), note="valid signature"),
@@ -954,8 +927,6 @@ ANY_METHOD = {
     # Django's own form views treat PUT like POST; they are Django's, not ours.
     "login": "django.contrib.auth",
     "password_change": "django.contrib.auth",
-    "password_reset": "django.contrib.auth",
-    "password_reset_confirm": "django.contrib.auth",
 }
 
 

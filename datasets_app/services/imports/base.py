@@ -348,6 +348,15 @@ def _json_error(source: ImportSource, error: json.JSONDecodeError) -> ImportReje
     return source.reject_at_offset(error.pos, f"invalid JSON: {error.msg}", field="(JSON syntax)")
 
 
+# Python's decoder recurses once per level of nesting: a value nested some thousand levels deep
+# raises RecursionError, which becomes this rejection (no import format nests more than a few).
+TOO_DEEP = "invalid JSON: nested too deeply"
+
+
+def _too_deep(source: ImportSource, offset: int) -> ImportRejected:
+    return source.reject_at_offset(offset, TOO_DEEP, field="(JSON syntax)")
+
+
 def _skip_whitespace(text: str, index: int) -> int:
     match = _WHITESPACE.match(text, index)
     return match.end() if match else index
@@ -384,6 +393,8 @@ def iter_json_object_entries(source: ImportSource) -> Iterator[tuple[str, Any, i
             value, index = _decoder.raw_decode(text, index)
         except json.JSONDecodeError as error:
             raise _json_error(source, error)
+        except RecursionError:
+            raise _too_deep(source, index)
         if key in seen:
             raise source.reject_at_offset(key_offset, f"the key {key!r} appears twice", field=key)
         seen.add(key)
@@ -417,6 +428,8 @@ def iter_json_array_items(source: ImportSource) -> Iterator[tuple[int, Any, int]
             value, index = _decoder.raw_decode(text, index)
         except json.JSONDecodeError as error:
             raise _json_error(source, error)
+        except RecursionError:
+            raise _too_deep(source, start)
         yield position, value, start
         position += 1
         index = _skip_whitespace(text, index)
@@ -453,6 +466,8 @@ def iter_jsonl_objects(source: ImportSource) -> Iterator[tuple[int, dict[str, An
                 column=error.colno,
                 field="(JSON syntax)",
             )
+        except RecursionError:
+            raise source.reject(TOO_DEEP, line=line_number, field="(JSON syntax)")
         if not isinstance(value, dict):
             raise source.reject(
                 f"expected one JSON object per line, got {_type_name(value)}",

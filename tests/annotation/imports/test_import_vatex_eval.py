@@ -312,6 +312,19 @@ def test_non_utf8_bytes_are_refused_naming_the_field(tmp_path, seeded):
     assert table_snapshot() == seeded
 
 
+def test_a_value_nested_120000_deep_is_refused_naming_its_line(tmp_path, seeded):
+    """Python's decoder recursed once per level: a RecursionError, not a refusal (issue 25)."""
+    entries = vatex_eval_entries(3, start=2)
+    path = write_vatex_eval(tmp_path / "deep.json", entries)
+    lines = path.read_text().split("\n")
+    lines[2] = lines[2].replace('"cands": [', '"cands": [' + "[" * 120_000 + "]" * 120_000 + ",", 1)
+    path.write_text("\n".join(lines))
+    message, payload = _import_error(path)
+    assert (payload["line"], payload["field"]) == (3, "(JSON syntax)")
+    assert "invalid JSON: nested too deeply" in message
+    assert table_snapshot() == seeded
+
+
 def test_invalid_json_names_line_and_column(tmp_path, seeded):
     entries = vatex_eval_entries(4, start=2)
     path = write_vatex_eval(tmp_path / "broken.json", entries)
