@@ -251,6 +251,10 @@ def backup_create(*, directory: Path, progress: BackupProgress | None = None) ->
     directory = Path(directory)
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
         raise BackupError(f"{directory} is not an empty folder; a backup needs a new one")
+    if not storage.uses_s3() and directory.resolve().is_relative_to(
+        Path(storage.storage_root()).resolve()
+    ):
+        raise BackupError(f"{directory} is inside the storage it would copy; choose another folder")
     directory.mkdir(parents=True, exist_ok=True)
     created_at = timezone.now()
 

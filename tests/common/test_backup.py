@@ -337,13 +337,17 @@ def public_tables() -> int:
 
 
 @pytest.mark.django_db
-def test_backup_wants_a_new_or_empty_folder(tmp_path):
+def test_backup_wants_a_new_or_empty_folder(tmp_path, settings):  # type: ignore[no-untyped-def]
     used = tmp_path / "used"
     used.mkdir()
     (used / "old.txt").write_text("something")
     with pytest.raises(CommandError, match="is not an empty folder"):
         run_command("backup", str(used))
     assert sorted(path.name for path in used.iterdir()) == ["old.txt"]
+    inside = Path(settings.MEDIA_ROOT) / "backups" / "today"
+    with pytest.raises(CommandError, match="is inside the storage it would copy"):
+        run_command("backup", str(inside))
+    assert not inside.exists()
 
 
 @pytest.mark.django_db
