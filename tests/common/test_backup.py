@@ -363,3 +363,41 @@ def test_the_pg_dump_chosen_is_the_oldest_that_can_read_the_server():
     assert newer_than_needed == []
     with pytest.raises(BackupError, match=r"no pg_restore of PostgreSQL 99 or newer .*found: /"):
         postgres_tool("pg_restore", at_least=99)
+
+
+def test_a_column_and_a_table_no_code_lists_are_carried(  # type: ignore[no-untyped-def]
+    tmp_path, curator, empty_database, settings
+):
+    """The dump is of the whole database: what another change adds (a column, a table) comes
+    along without a line here."""
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE auth_user ADD COLUMN backup_probe text DEFAULT 'carried'")
+        cursor.execute("CREATE TABLE backup_probe_extra (id serial PRIMARY KEY, note text)")
+        cursor.execute("INSERT INTO backup_probe_extra (note) VALUES ('one'), ('two')")
+    try:
+        backup = tmp_path / "backup"
+        made = run_command("backup", str(backup))
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER TABLE auth_user DROP COLUMN backup_probe")
+            cursor.execute("DROP TABLE backup_probe_extra")
+    tables = json.loads((backup / "manifest.json").read_text())["database"]["tables"]
+    assert tables["public.backup_probe_extra"] == 2
+    assert made["database"]["tables"] == len(tables)
+
+    emptied = tmp_path / "emptied"
+    emptied.mkdir()
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "default": {**settings.STORAGES["default"], "OPTIONS": {"location": str(emptied)}},
+    }
+    with using_database(empty_database):
+        run_command("restore", str(backup))
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT username, backup_probe FROM auth_user")
+            assert cursor.fetchall() == [("curator", "carried")]
+            cursor.execute("SELECT note FROM backup_probe_extra ORDER BY id")
+            assert cursor.fetchall() == [("one",), ("two",)]
+            # The serial's sequence came along too: the next row continues after the restored ones.
+            cursor.execute("INSERT INTO backup_probe_extra (note) VALUES ('three') RETURNING id")
+            assert cursor.fetchone()[0] == 3
