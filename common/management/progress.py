@@ -19,8 +19,7 @@ class PhaseBars:
         bar = self.bars.get(phase)
         if bar is None:
             bar = self.bars[phase] = self.command.progress_bar(total=total, description=phase)
-        bar.n = done
-        bar.refresh()
+        bar.update(done - bar.n)  # tqdm redraws at most every `mininterval` seconds
 
     def __enter__(self) -> PhaseBars:
         return self
