@@ -134,6 +134,38 @@ def list_keys(prefix: str) -> list[str]:
     return sorted(found)
 
 
+def every_key() -> Iterator[str]:
+    """Every object in the storage (below `LEPUS_S3_PREFIX` on S3), as keys relative to its root.
+
+    S3 is listed flat, a thousand keys a request (walking "directories" would cost a request per
+    folder); the local disk is walked in sorted order."""
+    storage = get_storage()
+    if uses_s3():
+        location = str(getattr(storage, "location", "") or "").strip("/")
+        prefix = f"{location}/" if location else ""
+        for summary in storage.bucket.objects.filter(Prefix=prefix):  # type: ignore[attr-defined]
+            key = summary.key[len(prefix) :]
+            if key and not key.endswith("/"):
+                yield key
+        return
+    root = Path(storage.path(""))
+    if not root.is_dir():
+        return
+    for folder, directories, files in os.walk(root):
+        directories.sort()
+        relative = Path(folder).relative_to(root).as_posix()
+        for name in sorted(files):
+            yield name if relative == "." else f"{relative}/{name}"
+
+
+def storage_root() -> str:
+    """Where the storage keeps its objects, for humans: s3://bucket/prefix or a local folder."""
+    if uses_s3():
+        location = str(getattr(get_storage(), "location", "") or "").strip("/")
+        return f"s3://{settings.LEPUS_S3_BUCKET}/{location}".rstrip("/")
+    return str(Path(get_storage().path("")))
+
+
 def delete_prefix(prefix: str) -> int:
     keys = list_keys(prefix)
     storage = get_storage()

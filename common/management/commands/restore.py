@@ -1,0 +1,67 @@
+"""Restore a backup written by `manage.py backup` into an empty database and an empty storage
+(docs/deployment.md, "Backup and restore").
+
+    python manage.py restore /srv/backups/2026-11-27 --json
+        ->  {"database": {"rows": ...}, "objects": {"count": ...}, "migrations_pending": [...]}
+
+Every file is checked against the manifest before anything is written; a non-empty database or
+storage, or a file that does not match, is refused (exit status 1, the file named).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import CommandError, CommandParser
+
+from common.backup import BackupError, restore_run
+from common.management.base import LepusCommand
+from common.management.progress import PhaseBars
+
+
+class Command(LepusCommand):
+    help = (
+        "Restore a backup folder into the configured database and storage, both empty; every "
+        "file's sha256 is checked first."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        super().add_arguments(parser)
+        parser.add_argument("directory", type=Path, help="A folder written by `backup`.")
+        parser.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="Only check the files and that the database and storage are empty.",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        with PhaseBars(self) as bars:
+            try:
+                result = restore_run(
+                    directory=options["directory"],
+                    dry_run=bool(options["dry_run"]),
+                    progress=bars.update,
+                )
+            except BackupError as error:
+                raise CommandError(str(error))
+        database, objects = result["database"], result["objects"]
+        if result["dry_run"]:
+            human = (
+                f"dry run: {result['verified_files']} files match the manifest; database "
+                f"{result['database_name']!r} and storage {result['storage']} are empty; "
+                "nothing was restored"
+            )
+        else:
+            pending = result["migrations_pending"]
+            human = (
+                f"restored {database['rows']} rows in {database['tables']} tables and "
+                f"{objects['count']} objects into {result['database_name']!r} and "
+                f"{result['storage']}"
+                + (
+                    f"; this code has {len(pending)} newer migrations: run `manage.py migrate`"
+                    if pending
+                    else ""
+                )
+            )
+        self.emit(result, human=human)
