@@ -2,63 +2,24 @@
 through an allow-list of demuxers. Before, an HLS playlist uploaded as `clip.mp4` made ffprobe
 open the local file the playlist names.
 
-The proof that the named file is not opened needs no strace: it is a FIFO. Opening a FIFO blocks
-until both ends are open, so a thread that opens its writing end returns only once a reader (the
-ffprobe that follows the playlist) opened the other end. After the probe the test opens the
-reading end itself, which releases the thread, and the flag it set before that says whether
-anything else had.
+The proof that the named file is not opened needs no strace: it is a FIFO watched by
+`tests.support.hostile_files.FifoWatch`, which notes whether anything opened it for reading.
 """
 
 from __future__ import annotations
 
-import os
-import threading
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
 from common import media
-
-
-class FifoWatch:
-    """A FIFO at `path` and a thread that notes whether anyone opened it for reading."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        os.mkfifo(path)
-        self.opened_by_another = threading.Event()
-        self.released = False
-        self.thread = threading.Thread(target=self._wait_for_a_reader, daemon=True)
-        self.thread.start()
-
-    def _wait_for_a_reader(self) -> None:
-        descriptor = os.open(self.path, os.O_WRONLY)  # blocks until a reader opens the FIFO
-        if not self.released:
-            self.opened_by_another.set()
-        os.close(descriptor)  # the reader sees the end of the file at once
-
-    def release(self) -> None:
-        """Open the reading end ourselves so the thread ends; returns once it has."""
-        self.released = True
-        descriptor = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
-        self.thread.join(10)
-        os.close(descriptor)
-        assert not self.thread.is_alive()
-
-
-def _playlist(path: Path, segment: Path) -> Path:
-    path.write_text(
-        f"#EXTM3U\n#EXT-X-TARGETDURATION:10\n#EXTINF:10,\n{segment}\n#EXT-X-ENDLIST\n",
-        encoding="utf-8",
-    )
-    return path
+from tests.support.hostile_files import FifoWatch, hls_playlist
 
 
 @pytest.mark.parametrize("name", ["clip.mp4", "clip.m3u8", "concat:clip.mp4"])
 def test_a_playlist_named_as_a_video_is_refused_without_opening_what_it_names(tmp_path, name):
     watch = FifoWatch(tmp_path / "secret.ts")
-    playlist = _playlist(tmp_path / name, watch.path)
+    playlist = hls_playlist(tmp_path / name, watch.path)
 
     try:
         with pytest.raises(media.MediaError) as caught:
@@ -100,7 +61,7 @@ def test_the_transcode_forces_the_probed_demuxer_and_refuses_any_other(tmp_path)
     assert media.probe(tmp_path / "out.mp4").demuxer == "mov"
 
     watch = FifoWatch(tmp_path / "secret.ts")
-    playlist = _playlist(tmp_path / "clip.mp4", watch.path)
+    playlist = hls_playlist(tmp_path / "clip.mp4", watch.path)
     try:
         # A MediaInfo that says "hls" is refused before ffmpeg runs; one that lies ("mov") makes
         # ffmpeg parse the playlist as an MP4, which fails without following it.

@@ -26,27 +26,9 @@ from datasets_app.services.imports.archives import (
     ArchiveLimits,
     archive_unpack,
 )
+from tests.support.hostile_files import directory_bomb
 
 DEFAULT_MEMBERS = 20000  # LEPUS_ARCHIVE_MAX_MEMBERS's default (config/settings.py)
-
-
-def directory_bomb(path: Path, *, entries: int, block: int = 10_000) -> Path:
-    """A tar.gz of `entries` directory entries, written fast: one gzip member of `block` folder
-    headers repeated (gzip allows concatenated members; tar allows repeated folder names)."""
-    headers = b"".join(_directory_header(f"folder{index:05d}/") for index in range(block))
-    member = gzip.compress(headers, compresslevel=9)
-    with open(path, "wb") as handle:
-        for _ in range(entries // block):
-            handle.write(member)
-        handle.write(gzip.compress(bytes(1024)))  # the two zero blocks that end a tar
-    return path
-
-
-def _directory_header(name: str) -> bytes:
-    info = tarfile.TarInfo(name)
-    info.type = tarfile.DIRTYPE
-    info.mode = 0o755
-    return info.tobuf(format=tarfile.USTAR_FORMAT)
 
 
 def _limits(**overrides: float) -> ArchiveLimits:
