@@ -49,6 +49,7 @@ from annotation.models import (
     ReviewItem,
     ReviewStatus,
 )
+from common.spreadsheet import spreadsheet_safe
 
 # The days of crowd work the completion estimate takes its pace from.
 PACE_DAYS = 7
@@ -205,7 +206,8 @@ CSV_COLUMNS = ("slug", "name", "status", "imported", "clips", "workers", *FIGURE
 
 def campaigns_csv(campaigns: Iterable[Campaign]) -> str:
     """The campaign list as CSV: one row per campaign, its figures under their API names.
-    `campaigns` carry `clip_count` and `participation_count` (`campaigns_with_counts`)."""
+    `campaigns` carry `clip_count` and `participation_count` (`campaigns_with_counts`). Text cells
+    are spreadsheet-safe (`common.spreadsheet`); figures are numbers and stay as they are."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
@@ -213,8 +215,8 @@ def campaigns_csv(campaigns: Iterable[Campaign]) -> str:
         values = campaign.figures.as_dict()  # type: ignore[attr-defined]
         writer.writerow(
             [
-                campaign.slug,
-                campaign.name,
+                spreadsheet_safe(campaign.slug),
+                spreadsheet_safe(campaign.name),
                 campaign.status,
                 "yes" if campaign.is_imported else "no",
                 campaign.clip_count,  # type: ignore[attr-defined]

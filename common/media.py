@@ -9,6 +9,12 @@ index (moov) comes before its media data (mdat).
 Every ffmpeg/ffprobe run has a timeout (settings.LEPUS_FFMPEG_TIMEOUT unless given) and can call a
 `heartbeat` while it waits, so a long transcode keeps its job row alive. Failures raise MediaError
 with the last lines ffmpeg printed. Nothing here touches the database or storage.
+
+A media file comes from an upload, so ffprobe and ffmpeg read it as one local file and nothing
+else: the file protocol only (`-protocol_whitelist file`, the path given as `file:<path>`) and a
+demuxer from MEDIA_DEMUXERS only (`-format_whitelist`), so an HLS or DASH playlist, a concat script
+or an image sequence named `.mp4` is refused instead of opening the files it names. The transcode
+then forces (`-f`) the demuxer that the probe found.
 """
 
 from __future__ import annotations
@@ -32,6 +38,11 @@ Heartbeat = Callable[[], None]
 HEARTBEAT_SECONDS = 10.0
 # Test patterns of lavfi that need no input and no font.
 SYNTHETIC_PATTERNS = ("testsrc2", "smptebars", "testsrc", "rgbtestsrc", "smptehdbars", "yuvtestsrc")
+# The demuxers (ffmpeg's names) an uploaded video may be read with: the containers of
+# datasets_app.services.video.VIDEO_EXTENSIONS (mov: .mp4/.mov/.m4v/.3gp; matroska: .mkv/.webm;
+# asf: .wmv; ogg: .ogv; mpeg/mpegvideo: .mpg; mpegts: .ts), none of which opens another file.
+MEDIA_DEMUXERS = ("mov", "matroska", "avi", "flv", "mpeg", "mpegvideo", "mpegts", "ogg", "asf")
+_REFUSED_DEMUXER = re.compile(r"\[([\w-]+) @ 0x[0-9a-f]+\] Format not on whitelist")
 
 
 class MediaError(RuntimeError):
@@ -52,6 +63,26 @@ class MediaInfo:
     frame_rate: float | None
     sample_aspect_ratio: float
     rotation: int
+
+    @property
+    def demuxer(self) -> str:
+        """ffmpeg's name for the demuxer that read the file ("mov" for "mov,mp4,m4a,...")."""
+        return self.format_name.split(",", 1)[0]
+
+
+def _input_options(*, demuxer: str | None = None) -> dict[str, str]:
+    """Input options of ffmpeg for a file of unknown origin: see the module's docstring."""
+    options = {"protocol_whitelist": "file", "format_whitelist": ",".join(MEDIA_DEMUXERS)}
+    if demuxer is not None:
+        if demuxer not in MEDIA_DEMUXERS:
+            raise MediaError(f"the {demuxer or 'unknown'} format is not one Lepus reads")
+        options["f"] = demuxer
+    return options
+
+
+def _file_url(path: str | Path) -> str:
+    # "file:" keeps a name such as "concat:a|b" or "subfile:..." from choosing a protocol.
+    return f"file:{Path(path).resolve()}"
 
 
 def _timeout(timeout: float | None) -> float:
@@ -92,6 +123,12 @@ def _run(args: list[str], *, timeout: float, heartbeat: Heartbeat | None, what: 
             if heartbeat is not None:
                 heartbeat()
     if process.returncode != 0:
+        refused = _REFUSED_DEMUXER.search(stderr.decode("utf-8", "replace"))
+        if refused:
+            raise MediaError(
+                f"{what} refused the file: it is read by ffmpeg's {refused.group(1)} demuxer, "
+                f"which is not on the allow-list ({', '.join(MEDIA_DEMUXERS)})"
+            )
         raise MediaError(f"{what} failed: {_last_lines(stderr)}")
     return stdout
 
@@ -120,7 +157,10 @@ def _fraction(text: str | None) -> float | None:
 
 def probe(path: str | Path, *, timeout: float | None = None) -> MediaInfo:
     """Streams and duration of a media file (ffprobe; ffmpeg-python's probe has no timeout)."""
-    args = ["ffprobe", "-v", "error", "-show_format", "-show_streams", "-of", "json", str(path)]
+    args = ["ffprobe", "-v", "error"]
+    for name, value in _input_options().items():
+        args += [f"-{name}", value]
+    args += ["-show_format", "-show_streams", "-of", "json", _file_url(path)]
     output = _run(args, timeout=_timeout(timeout), heartbeat=None, what="ffprobe")
     try:
         data = json.loads(output.decode("utf-8", "replace"))
@@ -179,13 +219,13 @@ def transcode(
     clip has the same shape."""
     if not source_info.has_video:
         raise MediaError("the source has no video stream")
-    input_options: dict[str, Any] = {}
+    input_options: dict[str, Any] = _input_options(demuxer=source_info.demuxer)
     if start is not None and start > 0:
         input_options["ss"] = f"{start:.3f}"  # before -i: fast seek, then exact decode
     length = duration if duration is not None else source_info.duration
     if duration is not None:
         input_options["t"] = f"{duration:.3f}"
-    stream = ffmpeg.input(str(source), **input_options)
+    stream = ffmpeg.input(_file_url(source), **input_options)
     video = stream.video
     if abs(source_info.sample_aspect_ratio - 1.0) > 0.01:
         # Anamorphic pixels: make them square first so the picture keeps its shape.
@@ -228,9 +268,9 @@ def extract_poster(
     heartbeat: Heartbeat | None = None,
 ) -> None:
     """One JPEG frame at `at_seconds`."""
-    stream = ffmpeg.input(str(video), ss=f"{max(0.0, at_seconds):.3f}").video.output(
-        str(output), vframes=1, **{"q:v": 3}
-    )
+    stream = ffmpeg.input(
+        _file_url(video), ss=f"{max(0.0, at_seconds):.3f}", **_input_options()
+    ).video.output(str(output), vframes=1, **{"q:v": 3})
     _run_graph(stream, timeout=timeout, heartbeat=heartbeat, what="ffmpeg (poster)")
     if not Path(output).is_file() or Path(output).stat().st_size == 0:
         raise MediaError(f"ffmpeg wrote no poster frame at {at_seconds:.2f} s")
@@ -255,7 +295,7 @@ def extract_frames(
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / f"{index:03d}.jpg" for index in range(count)]
     outputs = [
-        ffmpeg.input(str(video), ss=f"{instant:.3f}").video.output(
+        ffmpeg.input(_file_url(video), ss=f"{instant:.3f}", **_input_options()).video.output(
             str(path), vframes=1, **{"q:v": 3}
         )
         for instant, path in zip(frame_times(duration=duration, count=count), paths, strict=True)

@@ -58,7 +58,7 @@ DEMO_RECEIVER_PATH = "/dashboard/webhooks/demo-receiver/deliver/"
 
 
 class WebhookTargetRefused(ValueError):
-    """The URL points at a private, link-local, loopback or otherwise internal address."""
+    """The URL points at an address that is not globally routable (`is_public_address`)."""
 
 
 def new_secret() -> str:
@@ -107,18 +107,28 @@ def rotate_secret(endpoint: WebhookEndpoint, *, overlap_seconds: float | None = 
     return endpoint.secret
 
 
-def _address_refused(address: str) -> bool:
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses a 6to4 or Teredo address carries (a relay delivers to them)."""
+    embedded = [ip.sixtofour] if ip.sixtofour is not None else []
+    if ip.teredo is not None:
+        embedded.extend(ip.teredo)  # (server, client)
+    return embedded
+
+
+def is_public_address(address: str) -> bool:
+    """Whether a webhook may be sent to `address`: globally routable by the standard library's own
+    properties, not by a list of ranges kept here. `is_global` (which already leaves out private,
+    shared 100.64.0.0/10, loopback, link-local, documentation and benchmark space) and neither
+    multicast nor reserved (which `is_global` lets through in places); an IPv4-mapped address is
+    judged as the IPv4 address it is, and a 6to4 or Teredo address only passes when the IPv4
+    addresses it embeds pass too (2002:7f00:1:: is 127.0.0.1 through a 6to4 relay)."""
     ip = ipaddress.ip_address(address)
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
-    return (
-        ip.is_private
-        or ip.is_loopback
-        or ip.is_link_local
-        or ip.is_multicast
-        or ip.is_reserved
-        or ip.is_unspecified
-    )
+    judged: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = [ip]
+    if isinstance(ip, ipaddress.IPv6Address):
+        judged.extend(_embedded_ipv4(ip))
+    return all(one.is_global and not one.is_multicast and not one.is_reserved for one in judged)
 
 
 def resolve(host: str, port: int) -> list[str]:
@@ -154,8 +164,8 @@ def is_demo_receiver(url: str) -> bool:
 
 
 def check_target(url: str) -> None:
-    """Raise `WebhookTargetRefused` unless every address `url`'s host resolves to is public (or
-    `url` is the demo receiver)."""
+    """Raise `WebhookTargetRefused` unless every address `url`'s host resolves to is public
+    (`is_public_address`), or `url` is the demo receiver."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise WebhookTargetRefused(f"not an http(s) URL: {url}")
@@ -169,7 +179,7 @@ def check_target(url: str) -> None:
     addresses = resolve(parts.hostname, parts.port or 443)
     if settings.LEPUS_WEBHOOK_ALLOW_PRIVATE:
         return
-    if any(_address_refused(address) for address in addresses):
+    if not all(is_public_address(address) for address in addresses):
         raise WebhookTargetRefused(f"{parts.hostname} resolves to a non-public address")
 
 
@@ -301,7 +311,7 @@ def _refuse_private_peer(sock: socket.socket) -> None:
     if settings.LEPUS_WEBHOOK_ALLOW_PRIVATE:
         return
     address = str(sock.getpeername()[0])
-    if _address_refused(address):
+    if not is_public_address(address):
         sock.close()
         raise WebhookTargetRefused(f"connected to a non-public address {address}; not sent")
 

@@ -236,12 +236,15 @@ FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
 LEPUS_MAX_IMPORT_BYTES = env_int("LEPUS_MAX_IMPORT_BYTES", 512 * 1024 * 1024, minimum=1024)
 # Files uploaded on the import page (/dashboard/datasets/imports/): the request is refused before
 # its body is read when it declares more; video archives unpack to at most
-# LEPUS_ARCHIVE_MAX_UNPACKED_BYTES in at most LEPUS_ARCHIVE_MAX_MEMBERS files (zip bombs stop there).
+# LEPUS_ARCHIVE_MAX_UNPACKED_BYTES in at most LEPUS_ARCHIVE_MAX_MEMBERS entries (folders count;
+# zip bombs stop there).
 LEPUS_MAX_UPLOAD_BYTES = env_int("LEPUS_MAX_UPLOAD_BYTES", 2 * 1024 * 1024 * 1024, minimum=1024)
 LEPUS_ARCHIVE_MAX_MEMBERS = env_int("LEPUS_ARCHIVE_MAX_MEMBERS", 20000, minimum=1)
 LEPUS_ARCHIVE_MAX_UNPACKED_BYTES = env_int(
     "LEPUS_ARCHIVE_MAX_UNPACKED_BYTES", 8 * 1024 * 1024 * 1024, minimum=1024
 )
+# Wall-clock seconds one archive may take to unpack (every entry counts toward the members limit).
+LEPUS_ARCHIVE_MAX_SECONDS = env_int("LEPUS_ARCHIVE_MAX_SECONDS", 900, minimum=1)
 LEPUS_MAX_CAPTION_CHARS = env_int("LEPUS_MAX_CAPTION_CHARS", 2000, minimum=10)
 LEPUS_MAX_REASON_CHARS = env_int("LEPUS_MAX_REASON_CHARS", 2000, minimum=10)
 

@@ -25,6 +25,8 @@ from typing import IO, Any
 
 import pyarrow as pa
 
+from common.spreadsheet import FORMULA_STARTS, NEUTRALISING_PREFIX
+
 # Words for the card's statistics: after Unicode lowercasing, maximal runs of Unicode letters
 # (RE2's \p{L}; in Python `[^\W\d_]+` is the same but for numeric symbols such as "½").
 WORD_SPLIT_PATTERN = r"[^\p{L}]+"
@@ -69,7 +71,16 @@ def sql_json_string(expression: str) -> str:
 
 
 def sql_csv_string(expression: str) -> str:
-    return f"('\"' || replace(({expression})::text, '\"', '\"\"') || '\"')"
+    """A CSV text cell: quoted, inner quotes doubled, and spreadsheet-safe (an apostrophe in front
+    of a text starting with a formula character: `common.spreadsheet`, the rule every CSV of the
+    platform follows). Only the CSV: the JSONL and Parquet keep the exact text."""
+    text = f"({expression})::text"
+    starts = ", ".join(f"chr({ord(start)})" for start in FORMULA_STARTS)
+    prefix = sql_literal(NEUTRALISING_PREFIX)
+    return (
+        f"('\"' || CASE WHEN left({text}, 1) IN ({starts}) THEN {prefix} ELSE '' END "
+        f"|| replace({text}, '\"', '\"\"') || '\"')"
+    )
 
 
 def sql_rating(expression: str) -> str:

@@ -22,6 +22,7 @@ from decimal import Decimal
 from django.db.models import Count, Q, Sum
 
 from annotation.models import AssignmentStatus, Campaign, Participation, Platform
+from common.spreadsheet import spreadsheet_safe
 
 _PROLIFIC_ID = re.compile(r"^[A-Za-z0-9]{1,64}$")
 _CENT = Decimal("0.01")
@@ -113,11 +114,6 @@ def payments_prolific_bonus_csv(*, campaign: Campaign) -> tuple[str, list[str]]:
     return "".join(f"{line}\n" for line in lines), skipped
 
 
-def _spreadsheet_safe(value: str) -> str:
-    # A cell starting with = + - @ is a formula in spreadsheet programs: neutralise it.
-    return f"'{value}" if value[:1] in ("=", "+", "-", "@") else value
-
-
 def payments_full_csv(*, campaign: Campaign) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
@@ -126,15 +122,15 @@ def payments_full_csv(*, campaign: Campaign) -> str:
         writer.writerow(
             [
                 row.platform,
-                _spreadsheet_safe(row.external_id),
+                spreadsheet_safe(row.external_id),
                 row.status,
                 row.assignments_submitted,
                 f"{row.active_ms / 60000:.2f}",
                 f"{row.server_ms / 60000:.2f}",
                 f"{row.amount:.2f}",
                 row.currency,
-                _spreadsheet_safe(row.study_id),
-                _spreadsheet_safe(row.session_id),
+                spreadsheet_safe(row.study_id),
+                spreadsheet_safe(row.session_id),
                 row.joined_at,
                 row.completed_at,
             ]

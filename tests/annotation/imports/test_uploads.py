@@ -228,7 +228,9 @@ def _unpack(path: Path, tmp_path: Path, **limits: int) -> list[str]:
     found = archive_unpack(
         path=path,
         destination=destination,
-        limits=ArchiveLimits(**{"members": 100, "unpacked_bytes": 10_000_000, **limits}),
+        limits=ArchiveLimits(
+            **{"members": 100, "unpacked_bytes": 10_000_000, "seconds": 60.0, **limits}
+        ),
     )
     return sorted(file.name for file in found.files)
 
@@ -298,7 +300,7 @@ def test_a_zip_bomb_stops_at_the_unpacked_limit_whatever_the_headers_say(tmp_pat
 
 def test_too_many_members_and_twin_names_are_refused(tmp_path):
     path = _zip(tmp_path / "many.zip", {f"c{index}.mp4": b"1" for index in range(6)})
-    assert "more than 5 files" in _refusal(path, tmp_path, members=5).message
+    assert "more than 5 entries" in _refusal(path, tmp_path, members=5).message
     path = _zip(tmp_path / "twins.zip", {"a/c.mp4": b"1", "b/c.mp4": b"2"})
     assert "a second file named c.mp4" in _refusal(path, tmp_path).message
 
