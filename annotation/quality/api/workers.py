@@ -9,6 +9,7 @@ from __future__ import annotations
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
+from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -131,6 +132,9 @@ def _participation(campaign: Campaign, participation_id: int) -> Participation:
     )
 
 
+ERASED_MEANWHILE = "the worker's participation was erased while this request ran"
+
+
 class WorkerExcludeApi(APIView):
     @extend_schema(
         tags=TAG,
@@ -143,10 +147,15 @@ class WorkerExcludeApi(APIView):
         participation = _participation(campaign, participation_id)
         data = ExcludeInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        outcome = worker_exclude(
-            participation=participation, actor=request.user, reason=data.validated_data["reason"]
-        )
-        participation.refresh_from_db()
+        try:  # an erasure may delete the participation between the lookup and here
+            outcome = worker_exclude(
+                participation=participation,
+                actor=request.user,
+                reason=data.validated_data["reason"],
+            )
+            participation.refresh_from_db()
+        except Participation.DoesNotExist as error:
+            raise NotFound(ERASED_MEANWHILE) from error
         return Response(
             ExcludeOutputSerializer(
                 {
@@ -170,10 +179,13 @@ class WorkerIncludeApi(APIView):
         participation = _participation(campaign, participation_id)
         data = IncludeInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        outcome = worker_include(
-            participation=participation, actor=request.user, note=data.validated_data["note"]
-        )
-        participation.refresh_from_db()
+        try:  # an erasure may delete the participation between the lookup and here
+            outcome = worker_include(
+                participation=participation, actor=request.user, note=data.validated_data["note"]
+            )
+            participation.refresh_from_db()
+        except Participation.DoesNotExist as error:
+            raise NotFound(ERASED_MEANWHILE) from error
         return Response(
             IncludeOutputSerializer(
                 {
