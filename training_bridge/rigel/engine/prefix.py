@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from ..backbone import Backbone
 from ..inputs import RigelExample, encode_text, load_video, mm_token_type_ids, rope_position_ids
-from ..video import target_size
+from ..images import visual_target_size
 from .batches import PreparedBatch, SampleItem, collate_samples, merge_batches
 from .loading import worker_backbone
 
@@ -129,7 +129,13 @@ class GroupDataset(torch.utils.data.Dataset):
             suffix_positions.append(torch.from_numpy(np.ascontiguousarray(positions[:, cut:])))
         assert prefix_positions is not None
         frames = video.frames
-        size = target_size(len(frames), int(frames.shape[1]), int(frames.shape[2]), backbone.vision)
+        size = visual_target_size(
+            self.examples[rows[0]].modality,
+            len(frames),
+            int(frames.shape[1]),
+            int(frames.shape[2]),
+            backbone.vision,
+        )
         prefix = SampleItem(
             frames=torch.from_numpy(np.ascontiguousarray(frames)),
             input_ids=torch.as_tensor(sequences[0][:cut], dtype=torch.long),
