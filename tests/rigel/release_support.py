@@ -167,7 +167,13 @@ def assert_same_phase2_training(expected, expected_lora, actual, actual_lora) ->
 
 
 def add_image_records(
-    store: Store, prefix: str, split: str, *, images: int, candidates_per_image: int = 3, seed: int = 0
+    store: Store,
+    prefix: str,
+    split: str,
+    *,
+    images: int,
+    candidates_per_image: int = 3,
+    seed: int = 0,
 ) -> list[dict]:
     """Append still-image records to `data/<split>.jsonl`, as the export writes them (image
     contract): `modality` "image", the one training frame under `frames_key` (`000.jpg`) and the

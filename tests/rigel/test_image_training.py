@@ -109,7 +109,7 @@ def _records(videos: int, images: int) -> list[ReleaseRecord]:
 
     # interleaved, as a release orders them by clip
     rows = [record(n, "video") for n in range(videos)] + [record(n, "image") for n in range(images)]
-    return sorted(rows, key=lambda r: (int(r.clip_id.lstrip("videoimage")), r.modality))
+    return sorted(rows, key=lambda r: (int(r.clip_id.removeprefix(r.modality)), r.modality))
 
 
 def test_epoch_orders_follow_the_papers_image_and_video_epochs() -> None:

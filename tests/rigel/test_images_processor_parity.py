@@ -20,7 +20,12 @@ import torch
 from training_bridge.rigel import prompts
 from training_bridge.rigel.backbone import CHAT_TEMPLATE, load_backbone
 from training_bridge.rigel.images import image_target_size
-from training_bridge.rigel.inputs import RigelExample, build_batch, encode_example, rope_position_ids
+from training_bridge.rigel.inputs import (
+    RigelExample,
+    build_batch,
+    encode_example,
+    rope_position_ids,
+)
 
 REFERENCES = ["a dog runs on the grass .", "a brown dog is playing outside ."]
 CANDIDATE = "a dog running in a park"
@@ -172,7 +177,9 @@ def test_image_prompt_names_the_image(tiny) -> None:  # type: ignore[no-untyped-
     with pytest.raises(ValueError, match="one frame"):
         encode_example(
             RigelExample(
-                references=[], candidate="x", frames=_smooth(32, 32, 0)[None].repeat(2, 0),
+                references=[],
+                candidate="x",
+                frames=_smooth(32, 32, 0)[None].repeat(2, 0),
                 modality="image",
             ),
             tiny,

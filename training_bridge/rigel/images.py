@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 
 from .backbone import Backbone, VisionSettings

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import math
 import tempfile
 import warnings
 from collections.abc import Callable, Sequence

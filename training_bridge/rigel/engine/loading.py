@@ -18,8 +18,8 @@ import numpy as np
 import torch
 
 from ..backbone import Backbone
-from ..inputs import RigelExample, encode_text, load_video, mm_token_type_ids, rope_position_ids
 from ..images import visual_target_size
+from ..inputs import RigelExample, encode_text, load_video, mm_token_type_ids, rope_position_ids
 from .batches import SampleItem
 
 

@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 
 from ..backbone import Backbone
-from ..inputs import RigelExample, encode_text, load_video, mm_token_type_ids, rope_position_ids
 from ..images import visual_target_size
+from ..inputs import RigelExample, encode_text, load_video, mm_token_type_ids, rope_position_ids
 from .batches import PreparedBatch, SampleItem, collate_samples, merge_batches
 from .loading import worker_backbone
 
