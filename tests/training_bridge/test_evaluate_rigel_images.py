@@ -101,7 +101,11 @@ def test_an_image_benchmark_is_scored_with_the_papers_protocol(published_release
     tau_c = stats.kendalltau(metric, human, variant="c").statistic
     assert row["kendall_b"] == pytest.approx(100 * tau_b, abs=1e-4)
     assert row["kendall_c"] == pytest.approx(100 * tau_c, abs=1e-4)
-    assert row["paper"] == {"kendall_b": 58.6, "kendall_c": 59.0, "where": "seed 000, Table 1, line 73"}
+    assert row["paper"] == {
+        "kendall_b": 58.6,
+        "kendall_c": 59.0,
+        "where": "seed 000, Table 1, line 73",
+    }
     assert row["protocol_mismatch"] is False
 
     # the reference-free row belongs to a reference-free run: refused, or scored and labelled
