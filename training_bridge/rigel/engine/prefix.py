@@ -31,9 +31,9 @@ from .loading import worker_backbone
 
 
 def group_key(example: RigelExample, reference_free: bool) -> tuple[Any, ...] | None:
-    """What must be equal for two samples to share their prompt prefix: the same video (file,
-    frames directory/list or the same frames array object), the same frame instants, and the same
-    references (none in the reference-free prompt). ``None``: the example cannot be grouped."""
+    """What must be equal for two samples to share their prompt prefix: the same modality, the
+    same video or image (file, frames directory/list or the same frames array object), the same
+    frame instants, and the same references (none in the reference-free prompt). ``None``: the example cannot be grouped."""
     if example.frames is not None:
         video: tuple[Any, ...] = ("array", id(example.frames))
     elif example.frame_paths is not None:
@@ -48,6 +48,7 @@ def group_key(example: RigelExample, reference_free: bool) -> tuple[Any, ...] | 
         return None
     references = () if reference_free else tuple(example.references)
     return (
+        example.modality,
         video,
         references,
         example.fps,
