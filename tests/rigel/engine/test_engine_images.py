@@ -74,3 +74,37 @@ def test_engine_scores_images_and_videos_as_the_model_does(tiny, share_prefix: b
     if share_prefix:  # the two images (three candidates each) and the video with two
         assert result.stats["shared_clips"] == 3
         assert result.stats["shared_samples"] == 3 + 3 + 2
+
+
+def test_engine_phase2_on_a_clip_and_image_mix_matches_the_plain_step(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from tests.rigel.release_support import (
+        add_image_records,
+        assert_same_phase2_training,
+        comparable_phase2_config,
+        phase2_on_a_fresh_tiny_backbone,
+        write_release,
+    )
+    from training_bridge.rigel.data import read_release
+    from training_bridge.rigel.store import LocalStore
+
+    store = LocalStore(tmp_path)
+    write_release(
+        store, "releases/m", clips={"train": 2, "validation": 1}, candidates_per_clip=3, seed=8
+    )
+    add_image_records(store, "releases/m", "train", images=2, seed=8)
+    records = read_release(store, "releases/m")["train"]
+    assert sum(r.is_image for r in records) == 6 and len(records) == 12
+    config = comparable_phase2_config()
+    try:
+        plain, plain_lora, _ = phase2_on_a_fresh_tiny_backbone(store, records, config)
+        fast, fast_lora, _ = phase2_on_a_fresh_tiny_backbone(
+            store,
+            records,
+            config,
+            engine_factory=lambda b: ScoringEngine(b, None, num_workers=0),
+            lazy=True,
+        )
+    finally:
+        fused.restore()
+    assert plain.steps == 3 and plain.samples == 12  # one epoch of each modality, mixed
+    assert_same_phase2_training(plain, plain_lora, fast, fast_lora)
