@@ -119,6 +119,19 @@ def test_an_image_benchmark_is_scored_with_the_papers_protocol(published_release
     ]
     assert mismatched["scores"][key]["reference-free"] != scores  # the prompt has no references
 
+    # `manage.py score` on a still image gives the benchmark's score for the same triple
+    first = json.loads(converted.read_text().splitlines()[0])
+    triple = {
+        "image": str(pictures / first["image"]),
+        "references": first["references"],
+        "candidate": first["candidates"][0]["caption"],
+    }
+    source = tmp_path / "triples.jsonl"
+    source.write_text(json.dumps(triple) + "\n")
+    out = io.StringIO()
+    call_command("score", "--run", str(run.pk), "--input", str(source), "--json", stdout=out)
+    assert json.loads(out.getvalue())["scores"][0] == pytest.approx(scores[0], abs=1e-5)
+
     (pictures / "1000_x0.jpg").unlink()
     with pytest.raises(CommandError, match="not in"):
         _evaluate(*common)
