@@ -91,8 +91,9 @@ class VisionSettings:
     timestamps: bool = True
     default_fps: float = 24.0
     # The image processor's budget for a still image (preprocessor_config.json's size dict:
-    # shortest_edge / longest_edge in pixels of the one image); Qwen3-VL's defaults
-    # (transformers' Qwen3-VL processor configs: 65,536 and 16,777,216). See `images.py`.
+    # shortest_edge / longest_edge in pixels of the one image); these defaults are
+    # Qwen3-VL-2B's preprocessor_config.json (65,536 and 16,777,216, with
+    # Qwen2VLImageProcessorFast), read from the checkpoint when it has one. See `images.py`.
     image_min_pixels: int = 65536
     image_max_pixels: int = 16777216
 
@@ -141,9 +142,9 @@ QWEN2_5_VL_VIDEO = VisionSettings(
     max_pixels=28 * 28 * 768,
     timestamps=False,
     default_fps=2.0,
-    # Qwen2-VL's image processor defaults (min_pixels 56 * 56, max_pixels 28 * 28 * 1280).
-    image_min_pixels=56 * 56,
-    image_max_pixels=28 * 28 * 1280,
+    # Qwen2.5-VL-3B-Instruct's preprocessor_config.json (min_pixels 3,136, max_pixels 12,845,056).
+    image_min_pixels=3136,
+    image_max_pixels=12845056,
 )
 
 
