@@ -185,3 +185,30 @@ def test_image_prompt_names_the_image(tiny) -> None:  # type: ignore[no-untyped-
             tiny,
             reference_free=True,
         )
+
+
+def test_qwen2_5_vl_takes_images_beside_videos() -> None:
+    """Qwen2.5-VL (Table 3 (iv)'s backbone): images through its image path too, with the video
+    rows' second_per_grid_ts only; each row of a mixed batch gets the logits it gets alone."""
+    backbone = load_backbone("tiny-qwen2.5-vl", device="cpu", seed=0)
+    rng = np.random.default_rng(9)
+    image = RigelExample(
+        references=REFERENCES, candidate=CANDIDATE, frames=_smooth(56, 84, 2)[None],
+        modality="image",
+    )  # fmt: skip
+    video = RigelExample(
+        references=REFERENCES,
+        candidate="a dog",
+        frames=rng.integers(0, 256, (4, 56, 56, 3), dtype=np.uint8),
+        fps=2.0,
+    )
+    batch = build_batch([video, image], backbone, reference_free=False)
+    assert batch["image_grid_thw"].tolist() == [[1, 4, 6]]
+    assert batch["second_per_grid_ts"].shape == (1,)
+    with torch.no_grad():
+        mixed = backbone.model(**batch).logits[:, -1, backbone.score_token_ids]
+        for row, example in enumerate((video, image)):
+            alone = backbone.model(**build_batch([example], backbone, reference_free=False))
+            assert torch.allclose(
+                mixed[row], alone.logits[0, -1, backbone.score_token_ids], atol=1e-4
+            )
