@@ -88,6 +88,13 @@ def test_every_step_of_a_mixed_run_reads_images_and_videos(mixed_run) -> None:  
     assert results["phase2"]["samples"] == 12
     assert results["phase2"]["steps"] == 4
     assert results["phase2"]["modalities"] == {"video": 6, "image": 6}
+    # the image prompt's wording is part of the teacher cache's key (a video release keeps its own)
+    from training_bridge.rigel.teacher import prompt_version
+
+    assert results["teacher"]["prompt_version"] == prompt_version(
+        reference_free=False, frames=4, images=True
+    )
+    assert prompt_version(reference_free=False, frames=4) != results["teacher"]["prompt_version"]
     scores = store.read_bytes(spec.artifact("scores/test.jsonl")).decode().splitlines()
     scored = {json.loads(line)["candidate_id"] for line in scores}
     assert {r.candidate_id for r in release["test"]} == scored

@@ -216,6 +216,7 @@ def step_teacher(
         reference_free=config.reference_free,
         frames=config.frames,
         frame_pixels=config.frame_pixels,
+        images=any(record.is_image for split in TEACHER_SPLITS for record in release[split]),
     )
     prefix = cache_prefix(release_key=spec.release_key, fingerprint=fingerprint, version=version)
     total = sum(len(release[split]) for split in TEACHER_SPLITS)
