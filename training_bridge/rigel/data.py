@@ -18,11 +18,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from training_bridge.rigel.modality import IMAGE, MODALITIES, VIDEO
 from training_bridge.rigel.store import Store
 
 SPLITS = ("train", "validation", "test")
-VIDEO = "video"
-IMAGE = "image"
 REQUIRED_SPLITS = ("train", "validation")
 
 
@@ -49,7 +48,7 @@ class ReleaseRecord:
     system: str = ""
     system_version: str = ""
     scores: dict[str, float] = field(default_factory=dict)
-    modality: str = "video"  # or "image" (a still image, T = 1)
+    modality: str = VIDEO  # or IMAGE (a still image, T = 1)
     image_key: str = ""
 
     @property
@@ -105,7 +104,7 @@ def parse_record(raw: dict[str, Any], *, where: str) -> ReleaseRecord:
         raise ReleaseFormatError(f"{where}: candidate text is empty")
     scores = raw.get("scores") or {}
     modality = str(raw.get("modality") or VIDEO)
-    if modality not in (VIDEO, IMAGE):
+    if modality not in MODALITIES:
         raise ReleaseFormatError(f"{where}: modality {modality!r} is neither 'video' nor 'image'")
     return ReleaseRecord(
         clip_id=str(need("clip_id")),

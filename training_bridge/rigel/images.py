@@ -26,17 +26,8 @@ from collections.abc import Sequence
 import torch
 
 from .backbone import Backbone, VisionSettings
+from .modality import VIDEO, check_modality
 from .video import smart_resize_qwen2
-
-VIDEO = "video"
-IMAGE = "image"
-MODALITIES = (VIDEO, IMAGE)
-
-
-def check_modality(modality: str) -> str:
-    if modality not in MODALITIES:
-        raise ValueError(f"unknown modality {modality!r}; known: {', '.join(MODALITIES)}")
-    return modality
 
 
 def image_target_size(height: int, width: int, vision: VisionSettings) -> tuple[int, int]:

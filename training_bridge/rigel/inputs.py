@@ -29,7 +29,8 @@ import torch
 
 from . import prompts
 from .backbone import Backbone, VisionSettings
-from .images import IMAGE, VIDEO, check_modality, image_token_ids, visual_target_size
+from .images import image_token_ids, visual_target_size
+from .modality import IMAGE, VIDEO, check_modality
 from .video import (
     DecodedVideo,
     decode_video,

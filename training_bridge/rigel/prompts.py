@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from .modality import VIDEO, check_modality
+
 # (value, label, description), best first. Keep equal to annotation.questions.RUBRIC_LEVELS.
 RUBRIC_LEVELS: tuple[tuple[int, str, str], ...] = (
     (
@@ -78,20 +80,14 @@ _QUESTION = (
 )
 _ANSWER_FORMAT = "Reply with one digit from 1 to 5 and nothing else."
 
-VIDEO = "video"
-IMAGE = "image"
-MODALITIES = (VIDEO, IMAGE)
-
 # ours (the paper's Appendix G image prompts are not readable in our copy, line 306): the video
 # wording with the visual input named an image.
 _IMAGE_WORDS = (("watched the video", "looked at the image"), ("video", "image"))
 
 
 def _for_modality(text: str, modality: str) -> str:
-    if modality == VIDEO:
+    if check_modality(modality) == VIDEO:
         return text
-    if modality != IMAGE:
-        raise ValueError(f"unknown modality {modality!r}; known: {', '.join(MODALITIES)}")
     for old, new in _IMAGE_WORDS:
         text = text.replace(old, new)
     return text

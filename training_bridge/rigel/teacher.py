@@ -64,6 +64,7 @@ def prompt_version(
     ``images``: the release holds still images, so the image prompt's wording enters the digest
     too (a release of videos only keeps its key)."""
     from training_bridge.rigel import prompts
+    from training_bridge.rigel.modality import IMAGE, VIDEO
 
     def sample(modality: str) -> str:
         return prompts.prompt_text(
@@ -74,9 +75,9 @@ def prompt_version(
         )
 
     declared = str(getattr(prompts, "PROMPT_VERSION", ""))
-    text = declared + "\n" + sample(prompts.VIDEO)
+    text = declared + "\n" + sample(VIDEO)
     if images:
-        text += "\n" + sample(prompts.IMAGE)
+        text += "\n" + sample(IMAGE)
     digest = hashlib.sha256(text.encode()).hexdigest()[:10]
     budget = f"-px{frame_pixels}" if frame_pixels else ""
     return f"p{digest}-{'free' if reference_free else 'ref'}-f{frames}{budget}"

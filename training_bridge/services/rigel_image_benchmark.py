@@ -88,7 +88,7 @@ def rigel_image_benchmark_evaluate(
     and the points correlated, the paper's row where it prints one, and every candidate's score
     (in file order) so that the figures can be recomputed."""
     from training_bridge.rigel.benchmark import REFERENCE_FREE, protocol_references
-    from training_bridge.rigel.data import IMAGE, ReleaseRecord
+    from training_bridge.rigel.data import ReleaseRecord
     from training_bridge.rigel.image_benchmarks import (
         IMAGE_BENCHMARKS,
         ImageBenchmarkError,
@@ -97,6 +97,7 @@ def rigel_image_benchmark_evaluate(
         paper_row,
         read_image_benchmark,
     )
+    from training_bridge.rigel.modality import IMAGE
 
     report = progress or (lambda fraction, message: None)
     spec = IMAGE_BENCHMARKS.get(benchmark)
