@@ -164,3 +164,57 @@ def assert_same_phase2_training(expected, expected_lora, actual, actual_lora) ->
     for name, tensor in expected_lora.items():
         torch.testing.assert_close(actual_lora[name], tensor, rtol=1e-4, atol=1e-6)
     assert any(float(t.abs().sum()) > 0 for k, t in actual_lora.items() if "lora_B" in k)
+
+
+def add_image_records(
+    store: Store,
+    prefix: str,
+    split: str,
+    *,
+    images: int,
+    candidates_per_image: int = 3,
+    seed: int = 0,
+) -> list[dict]:
+    """Append still-image records to `data/<split>.jsonl`, as the export writes them (image
+    contract): `modality` "image", the one training frame under `frames_key` (`000.jpg`) and the
+    display file at `image_key`, no start/end/duration. Returns the new records."""
+    rng = np.random.default_rng(1000 + seed)
+    chooser = random.Random(1000 + seed)
+    rows = []
+    for number in range(images):
+        image_id = f"img{seed}_{split}_{number:03d}"
+        frames_key = f"clips/{image_id}/frames"
+        picture = jpeg(rng, size=48)
+        store.put_bytes(f"{frames_key}/000.jpg", picture)
+        store.put_bytes(f"clips/{image_id}/image.jpg", picture)
+        references = [" ".join(chooser.choice(WORDS) for _ in range(5)) for _ in range(2)]
+        for position in range(candidates_per_image):
+            overall = round(chooser.uniform(1, 5), 4)
+            rows.append(
+                {
+                    "clip_id": image_id,
+                    "modality": "image",
+                    "image_key": f"clips/{image_id}/image.jpg",
+                    "video_key": "",
+                    "frames_key": frames_key,
+                    "start": None,
+                    "end": None,
+                    "duration": None,
+                    "references": references,
+                    "candidate_id": f"{image_id}:cand:{position}",
+                    "text": " ".join(chooser.choice(WORDS) for _ in range(3 + position)),
+                    "system": "test-captioner",
+                    "system_version": "1.0",
+                    "scores": {"overall": overall},
+                    "overall": overall,
+                    "normalized": (overall - 1) / 4,
+                    "training_class": min(5, max(1, int(overall + 0.5))),
+                    "judgments": 3,
+                    "review_status": "",
+                }
+            )
+    key = f"{prefix}/data/{split}.jsonl"
+    existing = store.read_bytes(key).decode() if store.exists(key) else ""
+    added = "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows)
+    store.put_bytes(key, (existing + added).encode())
+    return rows

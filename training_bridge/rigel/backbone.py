@@ -90,6 +90,12 @@ class VisionSettings:
     # Qwen3-VL writes "<t seconds>" before each temporal group; fps assumed when unknown.
     timestamps: bool = True
     default_fps: float = 24.0
+    # The image processor's budget for a still image (preprocessor_config.json's size dict:
+    # shortest_edge / longest_edge in pixels of the one image); these defaults are
+    # Qwen3-VL-2B's preprocessor_config.json (65,536 and 16,777,216, with
+    # Qwen2VLImageProcessorFast), read from the checkpoint when it has one. See `images.py`.
+    image_min_pixels: int = 65536
+    image_max_pixels: int = 16777216
 
     @property
     def factor(self) -> int:
@@ -108,11 +114,14 @@ def with_frame_budget(vision: VisionSettings, *, frames: int, frame_pixels: int)
         return settings
     temporal = vision.temporal_patch_size
     grouped = frames + (-frames % temporal)
+    # A still image gets the budget of one frame (ours: the preset's per-frame resolution).
     return dataclasses.replace(
         settings,
         max_pixels=frame_pixels * grouped,
         min_pixels=min(vision.min_pixels, frame_pixels),
         cap_pixels_per_frame=False,
+        image_max_pixels=frame_pixels,
+        image_min_pixels=min(vision.image_min_pixels, frame_pixels),
     )
 
 
@@ -133,6 +142,9 @@ QWEN2_5_VL_VIDEO = VisionSettings(
     max_pixels=28 * 28 * 768,
     timestamps=False,
     default_fps=2.0,
+    # Qwen2.5-VL-3B-Instruct's preprocessor_config.json (min_pixels 3,136, max_pixels 12,845,056).
+    image_min_pixels=3136,
+    image_max_pixels=12845056,
 )
 
 
@@ -598,6 +610,7 @@ def _load_pretrained(
         if getattr(tokenizer, "chat_template", None) is None:
             tokenizer.chat_template = _read_chat_template(directory)
         settings = _read_video_settings(directory, settings)
+        settings = _read_image_budget(directory, settings)
     if getattr(tokenizer, "chat_template", None) is None:
         tokenizer.chat_template = CHAT_TEMPLATE
     return model, tokenizer, settings
@@ -623,6 +636,25 @@ def _read_chat_template(directory: Path) -> str | None:
     if js.exists():
         return json.loads(js.read_text(encoding="utf-8")).get("chat_template")
     return None
+
+
+def _read_image_budget(directory: Path, base: VisionSettings) -> VisionSettings:
+    """The image processor's pixel budget (preprocessor_config.json), for still images."""
+    import dataclasses
+
+    path = directory / "preprocessor_config.json"
+    if not path.exists():
+        return base
+    data = json.loads(path.read_text(encoding="utf-8"))
+    size = data.get("size") or {}
+    low = size.get("shortest_edge", data.get("min_pixels"))
+    high = size.get("longest_edge", data.get("max_pixels"))
+    changes: dict[str, Any] = {}
+    if low is not None:
+        changes["image_min_pixels"] = int(low)
+    if high is not None:
+        changes["image_max_pixels"] = int(high)
+    return dataclasses.replace(base, **changes)
 
 
 def _read_video_settings(directory: Path, base: VisionSettings) -> VisionSettings:

@@ -8,6 +8,11 @@
     python -m training_bridge.rigel.cli run --store /srv/lepus/media --release releases/3 \
         --run-prefix training/runs/local-1 --backbone tiny --set phase1_epochs=5
 
+    # an image benchmark's published judgment files -> the generic image JSONL (prints one JSON
+    # object: what was written); see training_bridge/rigel/image_converters.py, docs/metrics.md
+    python -m training_bridge.rigel.cli convert-images flickr8k-expert \
+        --annotations ExpertAnnotations.txt --captions Flickr8k.token.txt --out expert.jsonl
+
 `--store` is a local folder laid out like the storage keys or `s3://bucket/prefix` (endpoint and
 region from LEPUS_S3_ENDPOINT_URL / LEPUS_S3_REGION, credentials from the usual AWS variables).
 Under torchrun every process runs the same step on its share of the data (DistributedSampler-style
@@ -146,6 +151,60 @@ def command_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def command_convert_images(args: argparse.Namespace) -> int:
+    from training_bridge.rigel import image_converters as converters
+    from training_bridge.rigel.image_benchmarks import ImageBenchmarkError
+
+    def lines(path: str) -> list[str]:
+        return Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+
+    try:
+        if args.format in ("flickr8k-expert", "flickr8k-cf"):
+            if not args.annotations or not args.captions:
+                raise ImageBenchmarkError(f"{args.format} needs --annotations and --captions")
+            captions = converters.read_flickr_captions(lines(args.captions[0]))
+            convert = (
+                converters.flickr8k_expert
+                if args.format == "flickr8k-expert"
+                else converters.flickr8k_cf
+            )
+            (annotations,) = args.annotations
+            converted = convert(lines(annotations), captions, name=Path(annotations).name)
+        elif args.format == "composite":
+            if not args.annotations or not (args.captions or args.coco_captions):
+                raise ImageBenchmarkError(
+                    "composite needs --annotations (the AMT CSVs) and the references "
+                    "(--captions token files and/or --coco-captions)"
+                )
+            references: dict[str, list[str]] = {}
+            for path in args.captions or []:
+                references.update(
+                    converters.flickr_references(converters.read_flickr_captions(lines(path)))
+                )
+            for path in args.coco_captions or []:
+                data = json.loads(Path(path).read_text(encoding="utf-8"))
+                references.update(converters.read_coco_captions(data))
+            files = [(Path(path).name, lines(path)) for path in args.annotations]
+            converted = converters.composite(files, references)
+        else:
+            if not args.annotations:
+                raise ImageBenchmarkError("nebula needs --annotations (a Parquet or JSONL file)")
+            images_out = Path(args.images_out) if args.images_out else None
+            if images_out is not None:
+                images_out.mkdir(parents=True, exist_ok=True)
+            low, high = args.scale
+            rows = (
+                row for path in args.annotations for row in converters.read_nebula_rows(Path(path))
+            )
+            converted = converters.nebula(rows, scale=(low, high), images_out=images_out)
+        counts = converters.write_jsonl(converted, Path(args.out))
+    except (ImageBenchmarkError, OSError, KeyError, json.JSONDecodeError) as error:
+        print(json.dumps({"error": str(error)}), file=sys.stderr)
+        return 2
+    print(json.dumps({"format": args.format, "out": args.out, **counts}, sort_keys=True))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m training_bridge.rigel.cli")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -167,6 +226,38 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--device", default="cpu")
     run.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
     run.set_defaults(handler=command_run)
+
+    from training_bridge.rigel.image_converters import FORMATS
+
+    convert = commands.add_parser(
+        "convert-images", help="an image benchmark's judgment files -> the generic image JSONL"
+    )
+    convert.add_argument("format", choices=FORMATS)
+    convert.add_argument(
+        "--annotations",
+        nargs="+",
+        help="ExpertAnnotations.txt / CrowdFlowerAnnotations.txt, the Composite AMT CSVs, or "
+        "Nebula's Parquet (or JSONL) file(s)",
+    )
+    convert.add_argument(
+        "--captions",
+        nargs="+",
+        help="Flickr token files (Flickr8k.token.txt, results_20130124.token)",
+    )
+    convert.add_argument(
+        "--coco-captions", nargs="+", help="COCO captions_val2014.json (Composite)"
+    )
+    convert.add_argument("--images-out", help="Nebula: write the Parquet's pictures to this folder")
+    convert.add_argument(
+        "--scale",
+        nargs=2,
+        type=float,
+        default=(0.0, 1.0),
+        metavar=("LOW", "HIGH"),
+        help="Nebula: the scale of human_score (default 0 1)",
+    )
+    convert.add_argument("--out", required=True, help="the image JSONL to write")
+    convert.set_defaults(handler=command_convert_images)
 
     args = parser.parse_args(argv)
     return int(args.handler(args))

@@ -48,6 +48,9 @@ PHASE2_COMPILE_MIN_SAMPLES = 4096
 # compile of about 13 s, which pays for itself from about 3,700 samples.
 ENGINE_COMPILE_MIN_SAMPLES = 4096
 
+# How Phase 2 arranges its image and video epochs (`RigelConfig.phase2_modality_order`).
+PHASE2_MODALITY_ORDERS = ("mixed", "images-first", "videos-first")
+
 
 class Ablation:
     """The method-ablation switch; each value reproduces one row of the paper's Table 3 or 5.
@@ -203,9 +206,14 @@ class RigelConfig:
     # processes).
     phase2_batch_size: int = 8
     phase2_micro_batch_size: int = 8  # ours: memory only (same numbers by accumulation)
-    # paper: Table 4, "1 (image) / 1 (video)" (line 210) and "trained for one epoch" (line 239);
-    # this repository has no image half, so the video epoch.
-    phase2_epochs: int = 1
+    # paper: Table 4, "1 (image) / 1 (video)" (line 210) and "trained for one epoch" (line 239):
+    # one epoch over the video records (Vid-Lepus) and one over the still images (Spica).
+    phase2_epochs: int = 1  # the video records' epochs
+    phase2_image_epochs: int = 1  # the image records' epochs (0: Phase 2 skips the images)
+    # ours: the paper does not say how the image and video epochs are arranged. "mixed": epoch k
+    # is one shuffled pass over the records of every modality that has an epoch k;
+    # "images-first" / "videos-first": all epochs of one modality, then the other's.
+    phase2_modality_order: str = "mixed"
     phase2_checkpoint_every: int = 50  # ours: optimiser steps between Phase 2 checkpoints
     lora_rank: int = 8  # paper: Table 4, LoRA rank 8 (line 215)
     lora_alpha: int = 16  # paper: Table 4, LoRA alpha 16 (line 216)
@@ -263,6 +271,12 @@ class RigelConfig:
             problems.append("phase2_compile must be auto, on or off")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             problems.append("dtype must be auto, float32, bfloat16 or float16")
+        if self.phase2_modality_order not in PHASE2_MODALITY_ORDERS:
+            problems.append(
+                f"phase2_modality_order must be one of {', '.join(PHASE2_MODALITY_ORDERS)}"
+            )
+        if int(self.phase2_image_epochs) < 0:
+            problems.append("phase2_image_epochs must not be negative")
         if self.lora_dtype not in ("auto", "float32", "bfloat16"):
             problems.append("lora_dtype must be auto, float32 or bfloat16")
         if not (self.device == "cpu" or self.device.startswith("cuda")):

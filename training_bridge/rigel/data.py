@@ -4,6 +4,10 @@ A release lives under a storage prefix with one JSONL file per split: `data/trai
 `data/validation.jsonl` and optionally `data/test.jsonl`. Each line is one candidate caption with its
 clip, references and aggregated human scores. This module is the only place that knows the field
 names, so a change of the export format is absorbed here.
+
+A record's ``modality`` is "video" (the default, also for releases older than the field) or
+"image": a still image, whose ``frames_key`` holds its one training frame (``000.jpg``, T = 1) and
+``image_key`` its display file; an image has no start, end or duration.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from training_bridge.rigel.modality import IMAGE, MODALITIES, VIDEO
 from training_bridge.rigel.store import Store
 
 SPLITS = ("train", "validation", "test")
@@ -43,6 +48,12 @@ class ReleaseRecord:
     system: str = ""
     system_version: str = ""
     scores: dict[str, float] = field(default_factory=dict)
+    modality: str = VIDEO  # or IMAGE (a still image, T = 1)
+    image_key: str = ""
+
+    @property
+    def is_image(self) -> bool:
+        return self.modality == IMAGE
 
     @property
     def class_index(self) -> int:
@@ -92,6 +103,9 @@ def parse_record(raw: dict[str, Any], *, where: str) -> ReleaseRecord:
     if not isinstance(text, str) or not text.strip():
         raise ReleaseFormatError(f"{where}: candidate text is empty")
     scores = raw.get("scores") or {}
+    modality = str(raw.get("modality") or VIDEO)
+    if modality not in MODALITIES:
+        raise ReleaseFormatError(f"{where}: modality {modality!r} is neither 'video' nor 'image'")
     return ReleaseRecord(
         clip_id=str(need("clip_id")),
         candidate_id=str(need("candidate_id")),
@@ -108,6 +122,8 @@ def parse_record(raw: dict[str, Any], *, where: str) -> ReleaseRecord:
         system=str(raw.get("system") or ""),
         system_version=str(raw.get("system_version") or ""),
         scores={str(k): float(v) for k, v in scores.items() if v is not None},
+        modality=modality,
+        image_key=str(raw.get("image_key") or "") if modality == IMAGE else "",
     )
 
 
@@ -192,6 +208,10 @@ class TrainingRelease:
 
 
 def has_media(record: ReleaseRecord) -> bool:
+    """Whether training has pixels for the record: a clip's frames or video, an image's frame or
+    image file."""
+    if record.is_image:
+        return bool(record.frames_key or record.image_key)
     return bool(record.frames_key or record.video_key)
 
 
@@ -298,6 +318,13 @@ class ExampleLoader:
         import numpy as np
 
         keys = frame_keys(self.store, record)
+        if record.is_image:  # one frame (T = 1): the stored training frame, else the image file
+            key = keys[0] if keys else record.image_key
+            if not key:
+                raise ReleaseFormatError(
+                    f"candidate {record.candidate_id}: image {record.clip_id} has no file"
+                )
+            return np.stack([_decode_image(self.store.read_bytes(key))]), [0], None
         if keys:
             chosen = even_subset(len(keys), self.frames)
             frames = np.stack([_decode_image(self.store.read_bytes(keys[i])) for i in chosen])
@@ -324,6 +351,19 @@ class ExampleLoader:
             return None
         keys = frame_keys(self.store, record)
         meta = {"candidate_id": record.candidate_id, "clip_id": record.clip_id}
+        if record.is_image:
+            key = keys[0] if keys else record.image_key
+            image_path = local_path(key) if key else None
+            if image_path is None:
+                return None
+            return RigelExample(
+                references=list(record.references),
+                candidate=record.text,
+                frame_paths=[image_path],
+                frame_indices=[0],
+                meta=meta,
+                modality=IMAGE,
+            )
         if keys:
             chosen = even_subset(len(keys), self.frames)
             paths = [local_path(keys[i]) for i in chosen]
@@ -363,6 +403,7 @@ class ExampleLoader:
                     frame_indices=list(indices),
                     fps=fps,
                     meta={"candidate_id": record.candidate_id, "clip_id": record.clip_id},
+                    modality=record.modality,
                 )
             )
         return built

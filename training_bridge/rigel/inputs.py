@@ -10,6 +10,10 @@ The token sequence is the one transformers' processor builds (checked against it
 ``<|vision_start|><|video_pad|><|vision_end|>`` where the video goes, and Qwen3-VL's processor
 replaces the ``<|video_pad|>`` with, per temporal group, ``<{t:.1f} seconds>`` followed by
 ``<|vision_start|>``, ``h·w / merge²`` video pads and ``<|vision_end|>``.
+
+A still image (``RigelExample(modality="image")``, one frame: T = 1) goes through Qwen-VL's image
+path instead (``pixel_values`` / ``image_grid_thw``, ``<|image_pad|>``; see ``images.py``); a batch
+may mix images and videos.
 """
 
 from __future__ import annotations
@@ -25,13 +29,15 @@ import torch
 
 from . import prompts
 from .backbone import Backbone, VisionSettings
+from .images import image_token_ids, visual_target_size
+from .modality import IMAGE, VIDEO, check_modality
 from .video import (
     DecodedVideo,
     decode_video,
+    frames_to_tensor,
     grid_thw,
     load_frames,
-    preprocess_video,
-    target_size,
+    preprocess_clips,
     timestamps,
 )
 
@@ -53,6 +59,8 @@ class RigelExample:
     # for the ingest pipeline's clips/<id>/frames/*.jpg; used instead of fps/frame_indices.
     frame_times: list[float] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    # "video", or "image": a still image, exactly one frame (T = 1), through the image path.
+    modality: str = VIDEO
 
 
 TIME_FPS = 1000.0  # frame_times become indices in milliseconds at this rate
@@ -140,6 +148,7 @@ class EncodedExample:
     fps: float
     pixel_values: torch.Tensor | None = None  # (N, C·tp·p·p) float32
     frames: np.ndarray | None = None  # raw uint8 frames when preprocessing is deferred
+    modality: str = VIDEO
 
 
 def encode_text(
@@ -152,15 +161,19 @@ def encode_text(
     """Token ids of the full prompt for a clip of this shape (no pixel work)."""
     vision = backbone.vision
     frames = video.frames
-    size = target_size(len(frames), int(frames.shape[1]), int(frames.shape[2]), vision)
+    modality = check_modality(example.modality)
+    size = visual_target_size(
+        modality, len(frames), int(frames.shape[1]), int(frames.shape[2]), vision
+    )
     grid = grid_thw(len(frames), size[0], size[1], vision)
     prompt = prompts.render_prompt(
         backbone.tokenizer,
         references=example.references,
         candidate=example.candidate,
         reference_free=reference_free,
+        modality=modality,
     )
-    ids = tokenize_expanded(prompt, grid, video.indices, video.fps, backbone)
+    ids = tokenize_expanded(prompt, grid, video.indices, video.fps, backbone, modality=modality)
     return list(ids), grid
 
 
@@ -170,14 +183,20 @@ def tokenize_expanded(
     indices: Sequence[int] | np.ndarray,
     fps: float,
     backbone: Backbone,
+    *,
+    modality: str = VIDEO,
 ) -> list[int]:
     """Ids of ``expand_prompt(prompt, video_placeholder(...))`` without tokenising the hundreds of
     video pads as text: special tokens split the text into segments that are tokenised
     independently, so the ids are the prefix's, then per group the timestamp's, the start token,
-    the pads and the end token, then the suffix's (tests compare with the plain tokenisation)."""
+    the pads and the end token, then the suffix's (tests compare with the plain tokenisation).
+    An image (``modality="image"``): the prefix's, the image pads, the suffix's."""
     tokenizer = backbone.tokenizer
     vision = backbone.vision
-    pad = tokenizer.convert_ids_to_tokens(backbone.video_token_id)
+    image = check_modality(modality) == IMAGE
+    pad = tokenizer.convert_ids_to_tokens(
+        backbone.image_token_id if image else backbone.video_token_id
+    )
     if prompt.count(pad) != 1:
         raise ValueError(f"the prompt must hold exactly one {pad}")
     prefix, suffix = prompt.split(pad)
@@ -188,7 +207,9 @@ def tokenize_expanded(
         return list(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
 
     ids = encode(prefix)
-    if not vision.timestamps:
+    if image:
+        ids.extend(image_token_ids(grid, backbone))
+    elif not vision.timestamps:
         ids.extend([backbone.video_token_id] * (t * per_group))
     else:
         times = timestamps(indices, fps, vision.temporal_patch_size)
@@ -211,10 +232,17 @@ def encode_example(
 ) -> EncodedExample:
     video = video if video is not None else load_video(example, backbone.vision)
     ids, grid = encode_text(example, video, backbone, reference_free=reference_free)
-    values, got = preprocess_video(video.frames, backbone.vision, device=device)
+    frames = video.frames
+    size = visual_target_size(
+        example.modality, len(frames), int(frames.shape[1]), int(frames.shape[2]), backbone.vision
+    )
+    clip = frames_to_tensor(frames).to(device).unsqueeze(0)
+    values, got = preprocess_clips(clip, backbone.vision, size=size)
     if got != grid:
         raise AssertionError(f"grid {got} != {grid}")
-    return EncodedExample(input_ids=ids, grid=grid, fps=video.fps, pixel_values=values)
+    return EncodedExample(
+        input_ids=ids, grid=grid, fps=video.fps, pixel_values=values[0], modality=example.modality
+    )
 
 
 def left_pad(
@@ -241,15 +269,23 @@ def collate(
         "input_ids": ids.to(device),
         "attention_mask": mask.to(device),
         "mm_token_type_ids": types.to(device),
-        "pixel_values_videos": torch.cat([e.pixel_values for e in encoded], dim=0).to(device),  # type: ignore[misc]
-        "video_grid_thw": torch.tensor(
-            [list(e.grid) for e in encoded], dtype=torch.long, device=device
-        ),
     }
-    if backbone.family == "qwen2_5_vl":
+    # Images and videos each in row order (the model scatters them in order into their pads).
+    videos = [e for e in encoded if e.modality == VIDEO]
+    images = [e for e in encoded if e.modality == IMAGE]
+    for rows, values_key, grid_key in (
+        (videos, "pixel_values_videos", "video_grid_thw"),
+        (images, "pixel_values", "image_grid_thw"),
+    ):
+        if rows:
+            batch[values_key] = torch.cat([e.pixel_values for e in rows], dim=0).to(device)  # type: ignore[misc]
+            batch[grid_key] = torch.tensor(
+                [list(e.grid) for e in rows], dtype=torch.long, device=device
+            )
+    if backbone.family == "qwen2_5_vl" and videos:
         tp = backbone.vision.temporal_patch_size
         batch["second_per_grid_ts"] = torch.tensor(
-            [tp / e.fps for e in encoded], dtype=torch.float32, device=device
+            [tp / e.fps for e in videos], dtype=torch.float32, device=device
         )
     return batch
 

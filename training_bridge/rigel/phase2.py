@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import math
 import tempfile
 import warnings
 from collections.abc import Callable, Sequence
@@ -245,6 +244,42 @@ def data_order(count: int, *, seed: int, epoch: int) -> list[int]:
     return torch.randperm(count, generator=generator).tolist()
 
 
+def epoch_orders(records: Sequence[ReleaseRecord], config: RigelConfig) -> list[list[int]]:
+    """Phase 2's passes over the records, each a list of record positions in training order.
+
+    The paper's Table 4 gives Phase 2 "1 (image) / 1 (video)" epochs (seed 000, line 210):
+    ``config.phase2_epochs`` passes over the video records and ``config.phase2_image_epochs``
+    over the image records. How the two are arranged is not in the paper
+    (``config.phase2_modality_order``): "mixed" shuffles epoch k of both modalities together;
+    "images-first" / "videos-first" run every epoch of one modality before the other's. Pass k's
+    shuffle is ``data_order(len(pass), seed, k)`` over the pass's records in release order, so a
+    release of videos only trains exactly as before images existed."""
+    videos = [i for i, record in enumerate(records) if not record.is_image]
+    images = [i for i, record in enumerate(records) if record.is_image]
+    video_epochs = int(config.phase2_epochs)
+    image_epochs = int(config.phase2_image_epochs)
+    passes: list[list[int]] = []
+    if config.phase2_modality_order == "mixed":
+        for epoch in range(max(video_epochs, image_epochs)):
+            members = sorted(
+                (videos if epoch < video_epochs else []) + (images if epoch < image_epochs else [])
+            )
+            passes.append(members)
+    else:
+        first, second = (
+            ((images, image_epochs), (videos, video_epochs))
+            if config.phase2_modality_order == "images-first"
+            else ((videos, video_epochs), (images, image_epochs))
+        )
+        for members, epochs in (first, second):
+            passes.extend(list(members) for _ in range(epochs))
+    passes = [members for members in passes if members]
+    return [
+        [members[k] for k in data_order(len(members), seed=config.seed, epoch=epoch)]
+        for epoch, members in enumerate(passes)
+    ]
+
+
 def serialise_checkpoint(state: dict[str, Any]) -> bytes:
     buffer = io.BytesIO()
     torch.save(state, buffer)
@@ -293,8 +328,16 @@ def train_phase2(
     if count == 0:
         raise ValueError("no training samples for Phase 2")
     global_batch = config.phase2_batch_size
-    steps_per_epoch = math.ceil(count / global_batch)
-    total_steps = steps_per_epoch * config.phase2_epochs
+    orders = epoch_orders(records, config)
+    if not orders:
+        raise ValueError("no training samples for Phase 2 under its image/video epochs")
+    # (epoch, first position of the step in that epoch's order), one per optimiser step
+    steps: list[tuple[int, int]] = [
+        (epoch, first)
+        for epoch, order in enumerate(orders)
+        for first in range(0, len(order), global_batch)
+    ]
+    total_steps = len(steps)
     start_step = 0
     history: list[dict[str, float]] = []
     loss_total = 0.0
@@ -312,14 +355,9 @@ def train_phase2(
     backbone.model.model.visual.eval()
     # The whole schedule first (the engine prepares its micro-batches ahead, in this order).
     schedule: list[tuple[int, int, list[int], list[list[int]]]] = []
-    order: list[int] = []
-    order_epoch = -1
     for step in range(start_step, total_steps):
-        epoch = step // steps_per_epoch
-        if epoch != order_epoch:
-            order, order_epoch = data_order(count, seed=config.seed, epoch=epoch), epoch
-        within = step % steps_per_epoch
-        batch_positions = order[within * global_batch : (within + 1) * global_batch]
+        epoch, first = steps[step]
+        batch_positions = orders[epoch][first : first + global_batch]
         mine = dist.shard(batch_positions)
         micro_size = config.phase2_micro_batch_size
         micros = [mine[first : first + micro_size] for first in range(0, len(mine), micro_size)]
@@ -413,7 +451,7 @@ def train_phase2(
             dist.barrier()
     settle(keep=0)
     model.eval()
-    samples = min(count * config.phase2_epochs, total_steps * global_batch)
+    samples = sum(len(order) for order in orders)
     return Phase2Result(
         steps=total_steps,
         samples=samples,

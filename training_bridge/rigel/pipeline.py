@@ -216,6 +216,7 @@ def step_teacher(
         reference_free=config.reference_free,
         frames=config.frames,
         frame_pixels=config.frame_pixels,
+        images=any(record.is_image for split in TEACHER_SPLITS for record in release[split]),
     )
     prefix = cache_prefix(release_key=spec.release_key, fingerprint=fingerprint, version=version)
     total = sum(len(release[split]) for split in TEACHER_SPLITS)
@@ -444,6 +445,11 @@ def step_phase2(
         "head_key": head_key if head is not None else None,
         "steps": result.steps,
         "samples": result.samples,
+        # Table 4's "1 (image) / 1 (video)": the records of each modality Phase 2 trained on
+        "modalities": {
+            "video": sum(1 for record in release["train"] if not record.is_image),
+            "image": sum(1 for record in release["train"] if record.is_image),
+        },
         "mean_loss": result.mean_loss,
         "resumed_from_step": result.resumed_from_step,
     }

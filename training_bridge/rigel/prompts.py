@@ -1,4 +1,4 @@
-"""Prompts for Rigel's video caption evaluation, in our own wording.
+"""Prompts for Rigel's video and still-image caption evaluation, in our own wording.
 
 Two conditions, as in the paper (Section 3): *reference-based* (the video, the human reference
 captions and the candidate) and *reference-free* (the video and the candidate only). Both use the
@@ -9,12 +9,22 @@ a test keeps the two in sync).
 The prompt is a single user turn (video first, then the text) rendered with the backbone
 tokenizer's chat template, followed by the opened assistant turn: the next token the model writes
 is the score digit "1".."5".
+
+Still images (``modality="image"``) have prompts of their own, as in the paper: its Appendix G
+"provides the full prompts for all four settings: reference-free and reference-based video
+captioning, and reference-free and reference-based image captioning" (seed 000, line 306), but the
+prompts themselves are not readable in our copy of the paper. The image wording is therefore
+*ours*: the video prompt with "image" for "video" (the same rubric, the same question), and the
+image goes where the video goes, as Qwen-VL's image placeholder (``{"type": "image"}``, see
+``images.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+
+from .modality import VIDEO, check_modality
 
 # (value, label, description), best first. Keep equal to annotation.questions.RUBRIC_LEVELS.
 RUBRIC_LEVELS: tuple[tuple[int, str, str], ...] = (
@@ -70,47 +80,77 @@ _QUESTION = (
 )
 _ANSWER_FORMAT = "Reply with one digit from 1 to 5 and nothing else."
 
+# ours (the paper's Appendix G image prompts are not readable in our copy, line 306): the video
+# wording with the visual input named an image.
+_IMAGE_WORDS = (("watched the video", "looked at the image"), ("video", "image"))
 
-def rubric_text() -> str:
+
+def _for_modality(text: str, modality: str) -> str:
+    if check_modality(modality) == VIDEO:
+        return text
+    for old, new in _IMAGE_WORDS:
+        text = text.replace(old, new)
+    return text
+
+
+def rubric_text(modality: str = VIDEO) -> str:
     return "\n".join(
-        f"{value} ({label}): {description}" for value, label, description in RUBRIC_LEVELS
+        f"{value} ({label}): {_for_modality(description, modality)}"
+        for value, label, description in RUBRIC_LEVELS
     )
 
 
-def prompt_text(*, references: Sequence[str], candidate: str, reference_free: bool) -> str:
-    """The text part of the user turn (what follows the video)."""
-    parts: list[str] = [_INTRO_REFERENCE_FREE if reference_free else _INTRO_REFERENCE_BASED]
+def prompt_text(
+    *, references: Sequence[str], candidate: str, reference_free: bool, modality: str = VIDEO
+) -> str:
+    """The text part of the user turn (what follows the video or the image)."""
+    intro = _INTRO_REFERENCE_FREE if reference_free else _INTRO_REFERENCE_BASED
+    parts: list[str] = [_for_modality(intro, modality)]
     if not reference_free:
         if not references:
             raise ValueError("the reference-based prompt needs at least one reference caption")
         lines = "\n".join(f"{i}. {_clean(ref)}" for i, ref in enumerate(references, start=1))
         parts.append(f"Reference captions:\n{lines}")
     parts.append(f"Candidate caption: {_clean(candidate)}")
-    parts.append(f"{_QUESTION}\n{rubric_text()}")
+    parts.append(f"{_for_modality(_QUESTION, modality)}\n{rubric_text(modality)}")
     parts.append(_ANSWER_FORMAT)
     return "\n\n".join(parts)
 
 
 def prompt_messages(
-    *, references: Sequence[str], candidate: str, reference_free: bool
+    *, references: Sequence[str], candidate: str, reference_free: bool, modality: str = VIDEO
 ) -> list[dict[str, Any]]:
-    """Chat messages: one user turn holding the video and the text."""
-    text = prompt_text(references=references, candidate=candidate, reference_free=reference_free)
+    """Chat messages: one user turn holding the video (or the image) and the text."""
+    text = prompt_text(
+        references=references,
+        candidate=candidate,
+        reference_free=reference_free,
+        modality=modality,
+    )
     return [
         {
             "role": "user",
-            "content": [{"type": "video"}, {"type": "text", "text": text}],
+            "content": [{"type": modality}, {"type": "text", "text": text}],
         }
     ]
 
 
 def render_prompt(
-    tokenizer: Any, *, references: Sequence[str], candidate: str, reference_free: bool
+    tokenizer: Any,
+    *,
+    references: Sequence[str],
+    candidate: str,
+    reference_free: bool,
+    modality: str = VIDEO,
 ) -> str:
-    """The full prompt string with one ``<|video_pad|>`` placeholder (the processor expands it),
-    ending with the opened assistant turn so that the next token is the score digit."""
+    """The full prompt string with one ``<|video_pad|>`` (an image: ``<|image_pad|>``)
+    placeholder (the processor expands it), ending with the opened assistant turn so that the next
+    token is the score digit."""
     messages = prompt_messages(
-        references=references, candidate=candidate, reference_free=reference_free
+        references=references,
+        candidate=candidate,
+        reference_free=reference_free,
+        modality=modality,
     )
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 

@@ -56,18 +56,29 @@ def backbone_fingerprint(backbone: Any) -> str:
     return digest.hexdigest()[:16]
 
 
-def prompt_version(*, reference_free: bool, frames: int, frame_pixels: int = 0) -> str:
+def prompt_version(
+    *, reference_free: bool, frames: int, frame_pixels: int = 0, images: bool = False
+) -> str:
     """Digest of the prompt wording (any edit gives a new cache), the setting, the frame count and
-    the per-frame pixel budget (named only when set, so the default's caches keep their keys)."""
+    the per-frame pixel budget (named only when set, so the default's caches keep their keys).
+    ``images``: the release holds still images, so the image prompt's wording enters the digest
+    too (a release of videos only keeps its key)."""
     from training_bridge.rigel import prompts
+    from training_bridge.rigel.modality import IMAGE, VIDEO
 
-    sample = prompts.prompt_text(
-        references=["<reference one>", "<reference two>"],
-        candidate="<candidate>",
-        reference_free=reference_free,
-    )
+    def sample(modality: str) -> str:
+        return prompts.prompt_text(
+            references=["<reference one>", "<reference two>"],
+            candidate="<candidate>",
+            reference_free=reference_free,
+            modality=modality,
+        )
+
     declared = str(getattr(prompts, "PROMPT_VERSION", ""))
-    digest = hashlib.sha256((declared + "\n" + sample).encode()).hexdigest()[:10]
+    text = declared + "\n" + sample(VIDEO)
+    if images:
+        text += "\n" + sample(IMAGE)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:10]
     budget = f"-px{frame_pixels}" if frame_pixels else ""
     return f"p{digest}-{'free' if reference_free else 'ref'}-f{frames}{budget}"
 

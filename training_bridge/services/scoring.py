@@ -182,10 +182,14 @@ def score_examples(*, run: TrainingRun, examples: list[Any]) -> list[float]:
     return [round(float(min(1.0, max(0.0, value))), 6) for value in scores]
 
 
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
+
+
 def score_input_examples(*, run: TrainingRun, lines: list[dict[str, Any]]) -> list[Any]:
     """Examples for `manage.py score` input lines: {"video": <local file or frames folder, or a
-    clip id>, "references": [...] (absent for reference-free), "candidate": "..."}. Every line is
-    checked before the model is loaded."""
+    clip id>, "references": [...] (absent for reference-free), "candidate": "..."}, or
+    {"image": <local JPEG/PNG/WebP file>, ...} for a still image (one frame, T = 1, the image
+    path). Every line is checked before the model is loaded."""
     from training_bridge.rigel.data import ExampleLoader, ReleaseRecord
     from training_bridge.rigel.inputs import RigelExample
     from training_bridge.store import DjangoStore
@@ -200,6 +204,20 @@ def score_input_examples(*, run: TrainingRun, lines: list[dict[str, Any]]) -> li
             raise ValidationError(f"{where}: references must be a list of strings")
         if not run.reference_free and not references:
             raise ValidationError(f"{where}: this run is reference-based; give references")
+        image = line.get("image")
+        if image is not None:
+            if video is not None:
+                raise ValidationError(f"{where}: give a video or an image, not both")
+            if (
+                not isinstance(image, str)
+                or not Path(image).is_file()
+                or Path(image).suffix.lower() not in IMAGE_SUFFIXES
+            ):
+                raise ValidationError(
+                    f"{where}: image must be a local {'/'.join(IMAGE_SUFFIXES)} file"
+                )
+            checked.append(("image", Path(image), references, candidate))
+            continue
         if not isinstance(video, str) or not video:
             raise ValidationError(f"{where}: video must be a file path or a clip id")
         path = Path(video)
@@ -218,7 +236,17 @@ def score_input_examples(*, run: TrainingRun, lines: list[dict[str, Any]]) -> li
     loader = ExampleLoader(DjangoStore(), frames=frames, lazy=lazy)
     examples: list[Any] = []
     for number, (kind, source, references, candidate) in enumerate(checked, start=1):
-        if kind == "file":
+        if kind == "image":
+            examples.append(
+                RigelExample(
+                    references=references,
+                    candidate=candidate,
+                    frame_paths=[source],
+                    frame_indices=[0],
+                    modality="image",
+                )
+            )
+        elif kind == "file":
             examples.append(
                 RigelExample(references=references, candidate=candidate, video_path=source)
             )

@@ -18,6 +18,13 @@ protocols of the runs' own settings.
 
     python manage.py evaluate_rigel --runs FREE,BASED --campaign vatex-eval \
         --protocol reference-free,1-ref,all-refs --json     # Table 2: each row by its own model
+
+Image benchmarks (Table 1's image columns; Tables 3 and 5 for ablation runs) are read from a
+generic image JSONL and its images folder, without importing them (docs/metrics.md, "Image
+benchmarks", says how to make the file from the published judgments):
+
+    python manage.py evaluate_rigel --runs FREE,BASED --image-benchmark expert.jsonl \
+        --images Flicker8k_Dataset --benchmark flickr8k-expert --json
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from annotation.models import Campaign
 from common.management.base import LepusCommand
 from training_bridge.metrics.plugins import METRIC_NAMES, TABLE_METRICS
 from training_bridge.rigel.config import PRESETS, preset_name
+from training_bridge.rigel.image_benchmarks import IMAGE_BENCHMARKS
 from training_bridge.services.rigel_benchmark import (
     CORRELATIONS,
     PROTOCOL_CHOICES,
@@ -41,6 +49,12 @@ from training_bridge.services.rigel_benchmark import (
     rigel_benchmark_evaluate,
     runs_for,
 )
+from training_bridge.services.rigel_image_benchmark import (
+    image_result_text,
+    rigel_image_benchmark_evaluate,
+)
+
+MAX_IMAGE_BENCHMARK_BYTES = 512 * 1024 * 1024
 
 
 def _ids(value: str) -> list[int]:
@@ -88,7 +102,26 @@ class Command(LepusCommand):
         runs = parser.add_mutually_exclusive_group(required=True)
         runs.add_argument("--run", type=int, help="A succeeded training run.")
         runs.add_argument("--runs", help="Several runs in one table, e.g. 7,8,9 (ablations).")
-        parser.add_argument("--campaign", required=True, help="Slug of the benchmark campaign.")
+        source = parser.add_mutually_exclusive_group(required=True)
+        source.add_argument("--campaign", help="Slug of the benchmark campaign.")
+        source.add_argument(
+            "--image-benchmark",
+            help="A generic image JSONL (image, references, candidates, judgments) to score "
+            "instead of a campaign; with --images and --benchmark.",
+        )
+        parser.add_argument("--images", help="The folder of the image benchmark's pictures.")
+        parser.add_argument(
+            "--benchmark",
+            choices=sorted(IMAGE_BENCHMARKS),
+            help="Which image benchmark the file is (decides the protocol and the paper's rows).",
+        )
+        parser.add_argument(
+            "--scale",
+            nargs=2,
+            type=float,
+            metavar=("LOW", "HIGH"),
+            help="The judgments' scale for lines without a 'scale' field.",
+        )
         parser.add_argument(
             "--protocol",
             action="append",
@@ -139,6 +172,9 @@ class Command(LepusCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["image_benchmark"]:
+            self.handle_images(options)
+            return
         campaign = Campaign.objects.filter(slug=options["campaign"]).first()
         if campaign is None:
             raise CommandError(f"no campaign with slug {options['campaign']!r}")
@@ -185,3 +221,42 @@ class Command(LepusCommand):
         except RigelEvaluationError as error:
             raise CommandError(str(error))
         self.emit(result, human=result_text(result))
+
+    def handle_images(self, options: dict[str, Any]) -> None:
+        path = Path(options["image_benchmark"])
+        if not path.is_file():
+            raise CommandError(f"no image benchmark file at {path}")
+        if not options["images"] or not options["benchmark"]:
+            raise CommandError("--image-benchmark needs --images and --benchmark")
+        if options["foil_file"]:
+            raise CommandError("--foil-file scores a campaign, not an image benchmark")
+        if path.stat().st_size > MAX_IMAGE_BENCHMARK_BYTES:
+            raise CommandError(f"{path} is larger than {MAX_IMAGE_BENCHMARK_BYTES} bytes")
+        try:
+            runs = runs_for([options["run"]] if options["run"] else _ids(options["runs"]))
+            if options["preset"]:
+                check_preset(runs, options["preset"])
+            bar = self.progress_bar(total=1000, description="evaluate_rigel")
+
+            def progress(fraction: float, message: str) -> None:
+                bar.n = int(1000 * fraction)
+                bar.set_postfix_str(message[:60])
+                bar.refresh()
+
+            try:
+                result = rigel_image_benchmark_evaluate(
+                    runs=runs,
+                    benchmark=options["benchmark"],
+                    lines=path.read_text(encoding="utf-8").splitlines(),
+                    images=Path(options["images"]),
+                    protocols=options["protocol"],
+                    scale=options["scale"],
+                    file_name=path.name,
+                    allow_protocol_mismatch=options["allow_protocol_mismatch"],
+                    progress=progress,
+                )
+            finally:
+                bar.close()
+        except RigelEvaluationError as error:
+            raise CommandError(str(error))
+        self.emit(result, human=image_result_text(result))

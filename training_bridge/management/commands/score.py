@@ -7,6 +7,9 @@ Input: one JSON object per line,
      "references": ["...", ...],          # absent or [] for a reference-free run
      "candidate": "..."}
 
+or, for a still image (one frame, T = 1, through the image path), "image": "<local JPEG/PNG/WebP
+file>" instead of "video".
+
 Output: {"run": id, "count": n, "scores": [s_1, ..., s_n]}, one score in [0, 1] per input line, in
 order (without --json: one score per line).
 """

@@ -18,8 +18,8 @@ import numpy as np
 import torch
 
 from ..backbone import Backbone
+from ..images import visual_target_size
 from ..inputs import RigelExample, encode_text, load_video, mm_token_type_ids, rope_position_ids
-from ..video import target_size
 from .batches import SampleItem
 
 
@@ -43,7 +43,13 @@ class ExampleDataset(torch.utils.data.Dataset):
         types = mm_token_type_ids(ids, backbone)
         positions = rope_position_ids(types, grid, backbone.vision.merge_size)
         frames = video.frames
-        size = target_size(len(frames), int(frames.shape[1]), int(frames.shape[2]), backbone.vision)
+        size = visual_target_size(
+            example.modality,
+            len(frames),
+            int(frames.shape[1]),
+            int(frames.shape[2]),
+            backbone.vision,
+        )
         return SampleItem(
             frames=torch.from_numpy(np.ascontiguousarray(frames)),
             input_ids=torch.as_tensor(ids, dtype=torch.long),

@@ -24,16 +24,16 @@ import torch
 import torch.nn.functional as F
 
 from ..backbone import Backbone
+from ..images import visual_target_size
 from ..inputs import RigelExample, encode_text, load_video, mm_token_type_ids, rope_position_ids
-from ..video import target_size
 from .batches import PreparedBatch, SampleItem, collate_samples, merge_batches
 from .loading import worker_backbone
 
 
 def group_key(example: RigelExample, reference_free: bool) -> tuple[Any, ...] | None:
-    """What must be equal for two samples to share their prompt prefix: the same video (file,
-    frames directory/list or the same frames array object), the same frame instants, and the same
-    references (none in the reference-free prompt). ``None``: the example cannot be grouped."""
+    """What must be equal for two samples to share their prompt prefix: the same modality, the
+    same video or image (file, frames directory/list or the same frames array object), the same
+    frame instants, and the same references (none in the reference-free prompt). ``None``: the example cannot be grouped."""
     if example.frames is not None:
         video: tuple[Any, ...] = ("array", id(example.frames))
     elif example.frame_paths is not None:
@@ -48,6 +48,7 @@ def group_key(example: RigelExample, reference_free: bool) -> tuple[Any, ...] | 
         return None
     references = () if reference_free else tuple(example.references)
     return (
+        example.modality,
         video,
         references,
         example.fps,
@@ -129,7 +130,13 @@ class GroupDataset(torch.utils.data.Dataset):
             suffix_positions.append(torch.from_numpy(np.ascontiguousarray(positions[:, cut:])))
         assert prefix_positions is not None
         frames = video.frames
-        size = target_size(len(frames), int(frames.shape[1]), int(frames.shape[2]), backbone.vision)
+        size = visual_target_size(
+            self.examples[rows[0]].modality,
+            len(frames),
+            int(frames.shape[1]),
+            int(frames.shape[2]),
+            backbone.vision,
+        )
         prefix = SampleItem(
             frames=torch.from_numpy(np.ascontiguousarray(frames)),
             input_ids=torch.as_tensor(sequences[0][:cut], dtype=torch.long),

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from ..backbone import Backbone
+from ..images import vision_token_mask
 from ..inputs import RigelExample
 from ..scoring import normalised_score
 from ..video import normalize, patchify, resize_uint8
@@ -436,7 +437,7 @@ class ScoringEngine:
         lm = self.backbone.model.model.language_model
         ids = prefix.input_ids
         inputs_embeds = lm.embed_tokens(ids)
-        mask = ids == self.backbone.video_token_id
+        mask = vision_token_mask(ids, self.backbone)
         inputs_embeds = inputs_embeds.masked_scatter(
             mask.unsqueeze(-1), video_embeds.to(inputs_embeds.dtype)
         )
@@ -547,7 +548,7 @@ class ScoringEngine:
         lm = self.backbone.model.model.language_model
         ids = batch.input_ids
         inputs_embeds = lm.embed_tokens(ids)
-        mask = ids == self.backbone.video_token_id
+        mask = vision_token_mask(ids, self.backbone)
         inputs_embeds = inputs_embeds.masked_scatter(
             mask.unsqueeze(-1), video_embeds.to(inputs_embeds.dtype)
         )
