@@ -399,14 +399,15 @@ class ClipVideoOutcome:
 @contextmanager
 def clip_source_file(clip: Clip) -> Iterator[Path]:
     key = clip.source_key
+    noun = "image" if clip.is_image else "video"
     if not key:
         raise SourceMissing(
-            "the clip has no source file (attach one with attach_videos or import_images)"
+            f"the clip has no source {noun} (attach one with attach_videos or import_images)"
         )
     if key.startswith("/"):
         path = Path(key)
         if not path.is_file():
-            raise SourceMissing(f"source file not found: {key}")
+            raise SourceMissing(f"source {noun} not found: {key}")
         yield path
         return
     try:
@@ -414,7 +415,7 @@ def clip_source_file(clip: Clip) -> Iterator[Path]:
     except ValueError as error:
         raise SourceMissing(f"invalid source key {key!r}: {error}") from error
     if not found:
-        raise SourceMissing(f"source file not found in storage: {key}")
+        raise SourceMissing(f"source {noun} not found in storage: {key}")
     with storage.local_copy(key) as path:
         yield path
 

@@ -286,4 +286,73 @@ def test_a_missing_source_marks_the_image_error(tmp_path):
     outcome = clip_process_image(clip_id=clip.pk)
     clip.refresh_from_db()
     assert not outcome.ready and clip.status == ClipStatus.ERROR
-    assert "source file not found" in clip.error_reason
+    assert clip.error_reason == f"source image not found: {tmp_path / 'gone.jpg'}"
+
+
+@pytest.mark.django_db
+def test_the_shipped_example_imports_and_processes(settings):
+    from tests.datasets_app.helpers import EXAMPLES
+
+    folder = EXAMPLES / "images"
+    payload = run_command(
+        "import_images", str(folder / "images.jsonl"), "--images", str(folder),
+        "--campaign", "example-stills", "--in-process",
+    )  # fmt: skip
+    created = payload["created"]
+    assert (created["clips"], created["references"], created["candidates"]) == (2, 4, 4)
+    assert (created["judgments"], created["campaigns"]) == (8, 1)
+    assert payload["processing"]["ready"] == 2
+    # 1–4 onto 1–5: 4 → 5, 3 → 4, 1 → 1.
+    values = sorted(j.values["overall"] for j in Judgment.objects.all())
+    assert values == [1, 1, 1, 1, 4, 4, 5, 5]
+
+
+@pytest.mark.django_db
+def test_the_import_page_takes_an_archive_of_the_jsonl_and_its_images(curator, tmp_path):
+    import zipfile
+
+    from annotation.imports.uploads import import_upload_from_path, import_upload_run
+    from annotation.models import ImportUpload, UploadKind
+    from common.models import JobStatus
+    from datasets_app.models import VideoAttachJob
+    from datasets_app.services.video import video_attach_job_run
+    from tests.datasets_app.helpers import EXAMPLES
+
+    archive = tmp_path / "stills.zip"
+    with zipfile.ZipFile(archive, "w") as packed:
+        for path in sorted((EXAMPLES / "images").iterdir()):
+            packed.write(path, f"stills/{path.name}")
+    job = import_upload_from_path(
+        kind=UploadKind.IMAGES, path=archive, user=curator, campaign_slug="example-stills"
+    )
+    import_upload_run(job_id=job.pk)
+    job.refresh_from_db()
+    assert job.status == JobStatus.SUCCEEDED, job.error
+    assert job.result["created"]["clips"] == 2 and job.result["campaign"] == "example-stills"
+    image_job = VideoAttachJob.objects.get()
+    assert job.result["job_ids"] == [image_job.pk] and job.result["images_queued"] == 2
+    # The sources were copied into storage (the unpacked folder is gone after the upload's job).
+    sources = sorted(Clip.objects.values_list("source_key", flat=True))
+    assert sources == [
+        "sources/images/example_blue_circle.png",
+        "sources/images/example_red_square.png",
+    ]
+    video_attach_job_run(job_id=image_job.pk)
+    assert Clip.objects.servable().count() == 2
+
+    # An archive without its JSONL, or with a missing image, writes nothing.
+    bad = tmp_path / "bad.zip"
+    with zipfile.ZipFile(bad, "w") as packed:
+        packed.write(EXAMPLES / "images" / "images.jsonl", "images.jsonl")
+        packed.write(EXAMPLES / "images" / "red_square.png", "red_square.png")
+    refused_job = import_upload_from_path(
+        kind=UploadKind.IMAGES, path=bad, user=curator, campaign_slug="other-stills"
+    )
+    import_upload_run(job_id=refused_job.pk)
+    refused_job.refresh_from_db()
+    assert refused_job.status == JobStatus.FAILED
+    assert refused_job.error == (
+        "bad.zip: images.jsonl, line 2, field \"image\": 'blue_circle.png' is not a file in the "
+        "images folder"
+    )
+    assert ImportUpload.objects.count() == 2 and Clip.objects.count() == 2
