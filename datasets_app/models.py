@@ -98,8 +98,13 @@ class Clip(models.Model):
     one training frame `<frames_key>/000.jpg`."""
 
     vatex_id = models.CharField(max_length=200, unique=True)
+    # Database defaults too, so rows inserted by SQL that predates still images (bench scripts'
+    # COPY) are videos without a display image.
     modality = models.CharField(
-        max_length=8, choices=ClipModality.choices, default=ClipModality.VIDEO
+        max_length=8,
+        choices=ClipModality.choices,
+        default=ClipModality.VIDEO,
+        db_default=ClipModality.VIDEO,
     )
     youtube_id = models.CharField(max_length=100, blank=True)
     start_seconds = models.FloatField()
@@ -121,6 +126,7 @@ class Clip(models.Model):
         max_length=500,
         blank=True,
         default="",
+        db_default="",
         help_text="Storage key of a still image's browser-safe display file (JPEG).",
     )
     frames_key = models.CharField(

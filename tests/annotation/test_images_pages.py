@@ -94,3 +94,19 @@ def test_the_database_refuses_an_image_with_a_window_or_a_ready_image_without_a_
             video_key="clips/x.mp4",
         )
     assert not Clip.objects.exists()
+
+
+def test_rows_inserted_by_sql_that_predates_images_are_videos():
+    """`modality` and `image_key` have database defaults, so SQL written before still images
+    existed (the bench scripts' COPY into the clip table) still inserts valid video clips."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {Clip._meta.db_table} (vatex_id, youtube_id, start_seconds, end_seconds,"
+            " source_key, video_key, poster_key, frames_key, frame_count, status, error_reason,"
+            " created_at) VALUES ('old_000001_000003', 'old', 1, 3, '', '', '', '', 0, 'pending',"
+            " '', now())"
+        )
+    clip = Clip.objects.get(vatex_id="old_000001_000003")
+    assert (clip.modality, clip.image_key) == (ClipModality.VIDEO, "")
