@@ -752,6 +752,7 @@ class UploadKind(models.TextChoices):
     JUDGMENTS = "judgments", "Judgments (JSONL or CSV)"
     VATEX_EVAL = "vatex_eval", "VATEX-EVAL judgments (JSON)"
     VIDEOS = "videos", "Video archive (zip or tar of clips)"
+    IMAGES = "images", "Still images (zip or tar: one image JSONL and its image files)"
 
 
 class ImportUpload(Job):

@@ -40,6 +40,7 @@ def platform_stats() -> dict[str, Any]:
         "clips": data["clips"],
         "clips_servable": data["clips_servable"],
         "clips_by_status": data["clips_by_status"],
+        "clips_by_modality": data["clips_by_modality"],
         "references": data["references"],
         "systems": data["systems"],
         "candidates": data["candidates"],
@@ -55,6 +56,17 @@ def platform_stats() -> dict[str, Any]:
         "judgments_excluded": judgments_excluded,
         "video_jobs": data["video_jobs"],
     }
+
+
+def campaign_modalities(*, campaign: Campaign) -> dict[str, bool]:
+    """Which kinds of visual input the campaign shows (for the worker page's instructions):
+    {"video": ..., "image": ...}."""
+    found = set(
+        CampaignClip.objects.filter(campaign=campaign)
+        .values_list("clip__modality", flat=True)
+        .distinct()
+    )
+    return {"video": "video" in found or not found, "image": "image" in found}
 
 
 def import_uploads_recent(*, limit: int = 50) -> QuerySet[ImportUpload]:

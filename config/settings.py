@@ -256,6 +256,13 @@ LEPUS_FFMPEG_TIMEOUT = env_int("LEPUS_FFMPEG_TIMEOUT", 600, minimum=5)
 # kill a worker mid-clip. Keep 0.
 LEPUS_VIDEO_TEST_UPLOAD_DELAY = env_float("LEPUS_VIDEO_TEST_UPLOAD_DELAY", 0.0)
 
+# --- Still images (datasets_app/services/images.py) ---------------------------------------------
+# A source image larger than either limit is refused before it is decoded (decompression bombs).
+LEPUS_IMAGE_MAX_BYTES = env_int("LEPUS_IMAGE_MAX_BYTES", 50 * 1024 * 1024, minimum=1024)
+LEPUS_IMAGE_MAX_PIXELS = env_int("LEPUS_IMAGE_MAX_PIXELS", 50_000_000, minimum=64)
+# Longest side of the display JPEG and of the one training frame.
+LEPUS_IMAGE_MAX_SIDE = env_int("LEPUS_IMAGE_MAX_SIDE", 1280, minimum=64)
+
 # --- Crowd entry --------------------------------------------------------------------------------
 # Invite links are HMAC-signed with this key (falls back to SECRET_KEY).
 LEPUS_INVITE_SECRET = env_str("LEPUS_INVITE_SECRET", "") or SECRET_KEY

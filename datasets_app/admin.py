@@ -28,8 +28,16 @@ class CandidateInline(admin.TabularInline):
 
 @admin.register(Clip)
 class ClipAdmin(admin.ModelAdmin):
-    list_display = ["vatex_id", "youtube_id", "start_seconds", "end_seconds", "status", "duration"]
-    list_filter = ["status"]
+    list_display = [
+        "vatex_id",
+        "modality",
+        "youtube_id",
+        "start_seconds",
+        "end_seconds",
+        "status",
+        "duration",
+    ]
+    list_filter = ["status", "modality"]
 
     search_fields = ["vatex_id", "youtube_id"]
     # The pipeline writes the video fields; edited by hand they could serve a file that is not there.
@@ -38,6 +46,7 @@ class ClipAdmin(admin.ModelAdmin):
         "processed_at",
         "video_key",
         "poster_key",
+        "image_key",
         "frames_key",
         "frame_count",
         "duration",

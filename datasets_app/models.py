@@ -34,6 +34,7 @@ class ImportKind(models.TextChoices):
     VATEX_EVAL = "vatex_eval", "VATEX-EVAL judgments"
     CANDIDATES = "candidates", "Generic candidates (JSONL/CSV)"
     JUDGMENTS = "judgments", "Generic judgments (JSONL/CSV)"
+    IMAGES = "images", "Still images with captions (JSONL)"
 
 
 class ImportBatch(models.Model):
@@ -75,17 +76,37 @@ class ClipStatus(models.TextChoices):
     ERROR = "error", "Error"
 
 
+class ClipModality(models.TextChoices):
+    VIDEO = "video", "Video clip"
+    IMAGE = "image", "Still image"
+
+
 class ClipQuerySet(models.QuerySet):
     def servable(self) -> ClipQuerySet:
-        """Clips whose processed video can be shown to workers."""
-        return self.filter(status=ClipStatus.READY).exclude(video_key="")
+        """Clips whose processed video (or, for a still image, display image) can be shown to
+        workers."""
+        return self.filter(status=ClipStatus.READY).filter(
+            Q(modality=ClipModality.VIDEO, video_key__gt="")
+            | Q(modality=ClipModality.IMAGE, image_key__gt="")
+        )
 
 
 class Clip(models.Model):
-    """A VATEX clip: `<youtube id>_<start>_<end>` (split from the right; YouTube ids contain `_`)."""
+    """A VATEX clip: `<youtube id>_<start>_<end>` (split from the right; YouTube ids contain `_`),
+    or a still image (`modality` image, the paper's T = 1 input): its `vatex_id` is the image id,
+    it has no YouTube id and no window (start = end = 0), its display file is `image_key` and its
+    one training frame `<frames_key>/000.jpg`."""
 
     vatex_id = models.CharField(max_length=200, unique=True)
-    youtube_id = models.CharField(max_length=100)
+    # Database defaults too, so rows inserted by SQL that predates still images (bench scripts'
+    # COPY) are videos without a display image.
+    modality = models.CharField(
+        max_length=8,
+        choices=ClipModality.choices,
+        default=ClipModality.VIDEO,
+        db_default=ClipModality.VIDEO,
+    )
+    youtube_id = models.CharField(max_length=100, blank=True)
     start_seconds = models.FloatField()
     end_seconds = models.FloatField()
     source_key = models.CharField(
@@ -101,6 +122,13 @@ class Clip(models.Model):
         help_text="Storage key of the browser-safe H.264/AAC MP4.",
     )
     poster_key = models.CharField(max_length=500, blank=True, default="")
+    image_key = models.CharField(
+        max_length=500,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="Storage key of a still image's browser-safe display file (JPEG).",
+    )
     frames_key = models.CharField(
         max_length=500,
         blank=True,
@@ -131,13 +159,28 @@ class Clip(models.Model):
             models.CheckConstraint(
                 condition=Q(start_seconds__gte=0), name="clip_start_nonnegative"
             ),
+            # A video has a window; a still image has none (0, 0) and no video.
             models.CheckConstraint(
-                condition=Q(end_seconds__gt=models.F("start_seconds")), name="clip_end_after_start"
+                condition=(
+                    Q(modality=ClipModality.VIDEO) & Q(end_seconds__gt=models.F("start_seconds"))
+                )
+                | (
+                    Q(modality=ClipModality.IMAGE)
+                    & Q(start_seconds=0)
+                    & Q(end_seconds=0)
+                    & Q(video_key="")
+                ),
+                name="clip_window_matches_modality",
             ),
             models.CheckConstraint(condition=~Q(vatex_id=""), name="clip_vatex_id_not_empty"),
             models.CheckConstraint(
-                condition=~Q(status=ClipStatus.READY) | ~Q(video_key=""),
-                name="clip_ready_has_video",
+                condition=~Q(status=ClipStatus.READY)
+                | (Q(modality=ClipModality.VIDEO) & ~Q(video_key=""))
+                | (Q(modality=ClipModality.IMAGE) & ~Q(image_key="")),
+                name="clip_ready_has_media",
+            ),
+            models.CheckConstraint(
+                condition=Q(modality__in=ClipModality.values), name="clip_modality_known"
             ),
         ]
 
@@ -145,8 +188,17 @@ class Clip(models.Model):
         return self.vatex_id
 
     @property
+    def is_image(self) -> bool:
+        return self.modality == ClipModality.IMAGE
+
+    @property
+    def display_key(self) -> str:
+        """Storage key of what a worker is shown: the MP4, or a still image's display file."""
+        return self.image_key if self.is_image else self.video_key
+
+    @property
     def is_servable(self) -> bool:
-        return self.status == ClipStatus.READY and bool(self.video_key)
+        return self.status == ClipStatus.READY and bool(self.display_key)
 
 
 class ReferenceCaption(models.Model):

@@ -13,6 +13,7 @@ from datasets_app.models import (
     CandidateCaption,
     CaptioningSystem,
     Clip,
+    ClipModality,
     ClipStatus,
     ImportBatch,
     ReferenceCaption,
@@ -28,6 +29,14 @@ def clip_status_counts() -> dict[str, int]:
     return counts
 
 
+def clip_modality_counts() -> dict[str, int]:
+    """{modality: clips}: video clips and still images (0 when none)."""
+    counts = {modality.value: 0 for modality in ClipModality}
+    for row in Clip.objects.order_by().values("modality").annotate(n=Count("pk")):
+        counts[row["modality"]] = row["n"]
+    return counts
+
+
 def dataset_stats() -> dict[str, Any]:
     """Row counts of the data layer's tables (clips, references, systems, candidates, import
     batches, video jobs)."""
@@ -35,6 +44,7 @@ def dataset_stats() -> dict[str, Any]:
         "clips": Clip.objects.count(),
         "clips_servable": Clip.objects.servable().count(),
         "clips_by_status": clip_status_counts(),
+        "clips_by_modality": clip_modality_counts(),
         "references": ReferenceCaption.objects.count(),
         "systems": CaptioningSystem.objects.count(),
         "candidates": CandidateCaption.objects.count(),

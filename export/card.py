@@ -121,7 +121,10 @@ def card_context(facts: ReleaseFacts) -> dict[str, Any]:
     split_names = facts.split_names
     ratios = facts.ratios
     rows = [
-        ("Clips", str(stats["clips"])),
+        ("Clips (videos and still images)", str(stats["clips"])),
+        # Releases built before still images existed hold videos only.
+        ("Video clips", str(stats.get("video_clips", stats["clips"]))),
+        ("Still images", str(stats.get("images", 0))),
         ("Candidate captions", str(stats["candidates"])),
         ("Candidates per clip (min)", str(stats["candidates_per_clip"]["min"])),
         ("Candidates per clip (max)", str(stats["candidates_per_clip"]["max"])),

@@ -12,6 +12,10 @@ CSV carries the same columns in the same (sorted) order, `scores` flattened to `
 columns (and `calibrated_scores` to `calibrated_scores.<key>`) and `references` / `raw_judgments` as the same JSON text as in the JSONL; every string is
 quoted (doubling inner quotes), numbers never are, a missing number is an empty field, lines end
 with "\n". Parquet is converted from the JSONL with the fixed Arrow schema below.
+
+Every record says its `modality`: "video", or "image" for a still image (the paper's T = 1 input),
+whose `image_key` is its display JPEG and `frames_key` its one training frame, and whose `start`,
+`end` and `duration` are null (a video's `image_key` is "").
 """
 
 from __future__ import annotations
@@ -123,7 +127,9 @@ class RecordSchema:
             "duration",
             "end",
             "frames_key",
+            "image_key",
             "judgments",
+            "modality",
             "normalized",
             "overall",
             "references",
@@ -171,7 +177,9 @@ class RecordSchema:
             "duration": pa.float64(),
             "end": pa.float64(),
             "frames_key": pa.string(),
+            "image_key": pa.string(),
             "judgments": pa.int64(),
+            "modality": pa.string(),
             "normalized": pa.float64(),
             "overall": pa.float64(),
             "references": pa.list_(pa.string()),

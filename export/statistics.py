@@ -83,8 +83,12 @@ def release_statistics(
     splits = split_facts["splits"]
     candidates = sum(entry["candidates"] for entry in splits.values())
     clips = split_facts["clips"]
+    images = split_facts.get("images", 0)
     return {
+        # Every visual input (video clips and still images), then the two kinds.
         "clips": clips,
+        "video_clips": clips - images,
+        "images": images,
         "candidates": candidates,
         "candidates_per_clip": {
             "min": split_facts["per_clip_min"],

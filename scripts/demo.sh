@@ -116,10 +116,12 @@ done
 ((web_up)) || fail "Starting the web server" "$LOG_DIR/web.log"
 
 WORKER_URL="http://127.0.0.1:$PORT/w/$CAMPAIGN/?PROLIFIC_PID=5f0c0ffee0ddba11c0ffee01&STUDY_ID=demo-study&SESSION_ID=demo-session-1"
+STILLS_URL="http://127.0.0.1:$PORT/w/$CAMPAIGN-stills/?PROLIFIC_PID=5f0c0ffee0ddba11c0ffee02&STUDY_ID=demo-study&SESSION_ID=demo-session-2"
 cat <<EOF
 
 Lepus demo is running.
   Worker page (a Prolific worker):  $WORKER_URL
+  Worker page, still images:        $STILLS_URL
   Curator dashboard:                http://127.0.0.1:$PORT/dashboard/
   OpenAPI schema:                   http://127.0.0.1:$PORT/api/schema/
   Curator login:                    curator / $CURATOR_PASSWORD
@@ -134,6 +136,7 @@ if ((SMOKE)); then
   echo "==> Smoke check"
   check 200 "http://127.0.0.1:$PORT/healthz"
   check 200 "$WORKER_URL"
+  check 200 "$STILLS_URL"
   check 302 "http://127.0.0.1:$PORT/dashboard/"
   check 200 "http://127.0.0.1:$PORT/accounts/login/"
   check 200 "http://127.0.0.1:$PORT/api/schema/"

@@ -399,6 +399,10 @@ def walk(args: argparse.Namespace, walker: Walker, report: dict[str, Any]) -> No
         walker.check("worker:erase", page, width, status=answer.status if answer else 0)
         page.context.close()
 
+    # A still image of the demo's image campaign rated at each width (a worker of its own per
+    # width): the image instead of a video, the ratings open at once.
+    report["stills"] = rate_still_images(walker, f"{campaign}-stills")
+
     # A webhook endpoint first, so that the releases and the run below send it their events.
     webhooks(walker, report, args.webhook_url)
 
@@ -576,6 +580,53 @@ def walk(args: argparse.Namespace, walker: Walker, report: dict[str, Any]) -> No
         walker.open("training_bridge:evaluation-detail", evaluation_page)
     else:
         walker.problems.append(f"{run_page}: no form to evaluate the run")
+
+
+def rate_still_images(walker: Walker, campaign: str) -> list[dict[str, Any]]:
+    """Open the still-image campaign's worker page at each width, rate the image shown (or find
+    the end screen on a second walk) and say what was seen."""
+    seen = []
+    for number, width in enumerate(VIEWPORTS, start=1):
+        page = walker.new_page(width)
+        worker = f"5f0c0ffee0ddba11c0ff1e{number:02d}"
+        answer = page.goto(
+            walker.url(
+                f"/w/{campaign}/?PROLIFIC_PID={worker}&STUDY_ID=demo-study&SESSION_ID=stills"
+            )
+        )
+        walker.check("worker:entry", page, width, status=answer.status if answer else 0)
+        page.click("#start")
+        page.wait_for_function(
+            """() => {
+              const still = document.querySelector("#still");
+              const done = document.querySelector("#done");
+              return (still && !still.hidden && still.complete && still.naturalWidth > 0
+                      && document.querySelector("#candidates").children.length)
+                || (done && !done.hidden);
+            }""",
+            timeout=60_000,
+        )
+        walker.check("worker:entry", page, width)
+        if page.locator("#done").is_visible():
+            seen.append({"width": width, "worker": worker, "rated": False})
+            page.context.close()
+            continue
+        if page.locator("#candidates fieldset[disabled]").count():
+            walker.problems.append(f"{campaign} at {width}: the image's ratings are locked")
+        if page.locator("#clip").is_visible():
+            walker.problems.append(f"{campaign} at {width}: a video player beside the image")
+        for radio in page.locator("#candidates input[type=radio][value='4']").all():
+            radio.check()
+        page.get_by_role("button", name="Submit", exact=True).click()
+        page.wait_for_function(
+            """() => !document.querySelector("#done").hidden
+                || document.querySelector("#progress-label").textContent.startsWith("Image 2")""",
+            timeout=30_000,
+        )
+        walker.check("worker:entry", page, width)
+        seen.append({"width": width, "worker": worker, "rated": True})
+        page.context.close()
+    return seen
 
 
 def run_qc(walker: Walker, slug: str) -> str:

@@ -122,7 +122,15 @@ class QuestionSerializer(serializers.Serializer):
 
 class OfferedClipSerializer(serializers.Serializer):
     id = serializers.IntegerField()
-    video_url = serializers.CharField(help_text="Short-lived signed URL of the H.264/AAC MP4.")
+    modality = serializers.ChoiceField(
+        choices=["video", "image"], help_text="A video clip, or a still image (no watch gate)."
+    )
+    video_url = serializers.CharField(
+        allow_null=True, help_text="Short-lived signed URL of the H.264/AAC MP4; null for an image."
+    )
+    image_url = serializers.CharField(
+        allow_null=True, help_text="Short-lived signed URL of the still image's JPEG; else null."
+    )
     poster_url = serializers.CharField(allow_null=True)
     duration = serializers.FloatField(allow_null=True)
 

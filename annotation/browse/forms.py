@@ -11,7 +11,7 @@ from django.core.validators import RegexValidator
 from annotation.browse.pagination import DEFAULT_PAGE_SIZE, PAGE_SIZES, Sort
 from annotation.models import Campaign, ParticipationStatus, Platform, ReviewState
 from annotation.questions import level_values
-from datasets_app.models import CaptioningSystem, ClipStatus
+from datasets_app.models import CaptioningSystem, ClipModality, ClipStatus
 
 _KEY = RegexValidator(r"^[A-Za-z0-9_-]+$", "Letters, digits, - and _ only.")
 
@@ -87,6 +87,9 @@ class ClipTableForm(TableForm):
     clip = forms.CharField(required=False, max_length=200, label="Clip id starts with")
     system = _system_field()
     status = forms.ChoiceField(required=False, choices=[("", "Any status"), *ClipStatus.choices])
+    modality = forms.ChoiceField(
+        required=False, label="Kind", choices=[("", "Videos and images"), *ClipModality.choices]
+    )
 
 
 class CandidateTableForm(TableForm):

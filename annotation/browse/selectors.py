@@ -79,6 +79,8 @@ def clips_page(
         )
     if "status" in filters:
         clips = clips.filter(status=filters["status"])
+    if "modality" in filters:
+        clips = clips.filter(modality=filters["modality"])
     clips = clips.annotate(
         candidate_count=_count(CandidateCaption.objects.filter(clip=OuterRef("pk")), per="clip"),
         reference_count=_count(ReferenceCaption.objects.filter(clip=OuterRef("pk")), per="clip"),
@@ -214,7 +216,7 @@ def workers_page(
 
 
 def clip_detail(*, clip_id: int) -> dict[str, Any]:
-    """A clip with its video, its references, and its candidates with every campaign they are in
+    """A clip with its video (or still image), its references, and its candidates with every campaign they are in
     (raises Clip.DoesNotExist)."""
     clip = Clip.objects.select_related("import_batch").get(pk=clip_id)
     candidates = list(
@@ -229,7 +231,12 @@ def clip_detail(*, clip_id: int) -> dict[str, Any]:
         items.setdefault(item.candidate_id, []).append(item)
     return {
         "clip": clip,
-        "video_url": storage.media_url(clip.video_key) if clip.is_servable else None,
+        "video_url": (
+            storage.media_url(clip.video_key) if clip.is_servable and not clip.is_image else None
+        ),
+        "image_url": storage.media_url(clip.image_key)
+        if clip.is_servable and clip.is_image
+        else None,
         "poster_url": storage.media_url(clip.poster_key) if clip.poster_key else None,
         "references": list(clip.references.order_by("position")),
         "candidates": [

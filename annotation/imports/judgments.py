@@ -84,7 +84,7 @@ def judgments_import(
     import_checked(source, judgments, noun="judgments")
 
     def write(batch: ImportBatch, counts: Counts) -> dict[str, Any]:
-        campaign, created = _judgments_campaign(
+        campaign, created = judgments_campaign(
             source=source, slug=campaign_slug, keys=keys, judgments=judgments, user=user
         )
         counts.add("campaigns", created=int(created), skipped=int(not created))
@@ -323,7 +323,7 @@ def _remember(
     seen[key] = line
 
 
-def _judgments_campaign(
+def judgments_campaign(
     *,
     source: ImportSource,
     slug: str,
@@ -331,6 +331,8 @@ def _judgments_campaign(
     judgments: list[JudgmentSpec],
     user: User | None,
 ) -> tuple[Campaign, bool]:
+    """The campaign `slug` that imported judgments go to, created when missing as an imported,
+    closed campaign asking `keys` on 1–5 (also used by the image importer)."""
     per_candidate: dict[str, int] = defaultdict(int)
     for spec in judgments:
         per_candidate[spec.candidate_external_id] += 1

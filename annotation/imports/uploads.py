@@ -34,6 +34,7 @@ from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import connection, transaction
 
+from annotation.imports.images import images_import
 from annotation.imports.judgments import judgments_import
 from annotation.imports.vatex_eval import vatex_eval_import
 from annotation.models import ImportUpload, UploadKind
@@ -41,6 +42,7 @@ from common import storage
 from common.jobs import JobCancelled, job_claim, job_finish, job_progress, job_requeue
 from common.models import JobStatus
 from common.tasks import enqueue
+from datasets_app.services.images import image_attach_jobs_create
 from datasets_app.services.imports import (
     ImportRejected,
     ImportResult,
@@ -63,7 +65,10 @@ KIND_SUFFIXES: dict[str, tuple[str, ...]] = {
     UploadKind.JUDGMENTS: (".jsonl", ".csv"),
     UploadKind.VATEX_EVAL: (".json",),
     UploadKind.VIDEOS: ARCHIVE_SUFFIXES,
+    UploadKind.IMAGES: ARCHIVE_SUFFIXES,
 }
+# Kinds whose file may carry judgments for a campaign (required for JUDGMENTS).
+CAMPAIGN_KINDS = (UploadKind.JUDGMENTS, UploadKind.IMAGES)
 CAMPAIGN_SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,49}$")
 UNSAFE_NAME_CHARACTERS = re.compile(r"[^A-Za-z0-9._-]+")
 PROGRESS_INTERVAL = 0.5  # seconds between two progress writes while validating
@@ -122,8 +127,12 @@ def import_upload_check(
             "campaign",
             "judgments go into a campaign: give its slug (lowercase letters, digits, - and _)",
         )
-    if kind != UploadKind.JUDGMENTS and campaign_slug:
-        raise UploadRefused("campaign", "only judgments go into a campaign")
+    if kind == UploadKind.IMAGES and campaign_slug and not CAMPAIGN_SLUG.match(campaign_slug):
+        raise UploadRefused("campaign", "a campaign slug is lowercase letters, digits, - and _")
+    if kind not in CAMPAIGN_KINDS and campaign_slug:
+        raise UploadRefused(
+            "campaign", "only judgments (or still images' judgments) go into a campaign"
+        )
 
 
 def import_upload_create(
@@ -357,6 +366,51 @@ def _run_videos(job: ImportUpload, path: Path, workdir: Path) -> dict[str, Any]:
     return {**summary, "ok": True, "file": job.file_name, "unpacked_bytes": unpacked.bytes}
 
 
+def _run_images(job: ImportUpload, path: Path, workdir: Path) -> dict[str, Any]:
+    """An archive of one image JSONL and the image files it names: imported as
+    `import_images FILE --images DIR --upload-sources` would, then the images queued."""
+    job_progress(job=job, fraction=0.05, message="unpacking the archive")
+    with unpacked_archive(path=path, name=job.file_name, workdir=workdir) as unpacked:
+        lines = [file for file in unpacked.files if file.suffix.lower() == ".jsonl"]
+        if len(lines) != 1:
+            raise ImportRejected(
+                file=job.file_name,
+                message=f"the archive holds {len(lines)} .jsonl files; it needs exactly one "
+                "image JSONL beside its image files",
+            )
+        job_progress(job=job, fraction=0.15, message=f"{len(unpacked.files)} files unpacked")
+        try:
+            result, files = images_import(
+                path=lines[0],
+                images=lines[0].parent,
+                campaign_slug=job.campaign_slug,
+                user=job.requested_by,
+                progress=_stage_progress(job),
+            )
+        except ImportRejected as error:
+            raise ImportRejected(
+                file=f"{job.file_name}: {lines[0].name}",
+                message=error.message,
+                line=error.line,
+                field=error.field,
+                column=error.column,
+            ) from error
+        jobs = image_attach_jobs_create(
+            sources=files, directory=lines[0].parent, user=job.requested_by, upload_sources=True
+        )
+    for image_job in jobs:
+        try:
+            video_attach_job_publish(job=image_job)
+        except Exception as error:  # broker down: the job stays queued (Data page: retry)
+            logger.warning("image job %s not published: %s", image_job.pk, error)
+    return {
+        **_result(job, result),
+        "job_ids": [image_job.pk for image_job in jobs],
+        "images_queued": sum(image_job.total for image_job in jobs),
+        "unpacked_bytes": unpacked.bytes,
+    }
+
+
 def _result(job: ImportUpload, result: ImportResult) -> dict[str, Any]:
     # The importer saw a temporary path; the result names the uploaded file, as a command given
     # that file's name would.
@@ -369,6 +423,7 @@ _RUNNERS: dict[str, Callable[[ImportUpload, Path, Path], dict[str, Any]]] = {
     UploadKind.JUDGMENTS: _run_judgments,
     UploadKind.VATEX_EVAL: _run_vatex_eval,
     UploadKind.VIDEOS: _run_videos,
+    UploadKind.IMAGES: _run_images,
 }
 
 

@@ -305,10 +305,13 @@ def worker_statistics(
     pair_clip = pair_keys % clips
     pair_time = np.bincount(pair[timed], weights=seconds, minlength=len(pair_keys))
     pair_timed = np.bincount(pair[timed], minlength=len(pair_keys)) > 0
-    clip_ratio = _divide(pair_time, clip_seconds[pair_clip]) if clip_seconds.size else pair_time
-    speed_vs_clip = group_median(
-        pair_worker[pair_timed], np.asarray(clip_ratio, dtype=np.float64)[pair_timed], workers
+    clip_ratio = np.asarray(
+        _divide(pair_time, clip_seconds[pair_clip]) if clip_seconds.size else pair_time,
+        dtype=np.float64,
     )
+    # A clip without a length (a still image has none) has no ratio: left out of the median.
+    with_length = pair_timed & ~np.isnan(clip_ratio)
+    speed_vs_clip = group_median(pair_worker[with_length], clip_ratio[with_length], workers)
 
     ratings_per_row = answered.sum(axis=1)
     row_low = np.where(answered, values, 99).min(axis=1) if values.shape[1] else np.zeros(0)

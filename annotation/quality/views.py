@@ -357,9 +357,10 @@ def _review_item_page(
     try:
         video_url = storage.media_url(clip.video_key) if clip.video_key else None
         poster_url = storage.media_url(clip.poster_key) if clip.poster_key else None
+        image_url = storage.media_url(clip.image_key) if clip.image_key else None
         media_unavailable = False
     except storage.StorageUnavailable:
-        video_url = poster_url = None
+        video_url = poster_url = image_url = None
         media_unavailable = True
     labels = {
         question["key"]: question.get("label", question["key"]) for question in campaign.questions
@@ -400,6 +401,7 @@ def _review_item_page(
             "form": form,
             "form_errors": form.errors.get("", []),
             "video_url": video_url,
+            "image_url": image_url,
             "media_unavailable": media_unavailable,
             "poster_url": poster_url,
             "held_by_me": item.status == ReviewStatus.CLAIMED

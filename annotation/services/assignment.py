@@ -31,7 +31,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, F, OuterRef, QuerySet
+from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from annotation.models import (
@@ -50,7 +50,7 @@ from annotation.services import crowd_sql as sql
 from annotation.services import offers, repeats
 from annotation.services.offers import Offer
 from common import storage
-from datasets_app.models import ClipStatus
+from datasets_app.models import ClipModality, ClipStatus
 
 # How many clips one claim may find already full (counter drift repaired on the way) or lose to a
 # constraint race before it gives up and answers "nothing for you now".
@@ -62,15 +62,15 @@ _shuffle = random.SystemRandom().shuffle
 
 
 def clips_open_for(*, participation: Participation) -> QuerySet[CampaignClip]:
-    """Clips of the participation's campaign that could be served to it now: servable video,
-    open slots, and never given to this worker before."""
+    """Clips of the participation's campaign that could be served to it now: servable video (or
+    still image), open slots, and never given to this worker before."""
     return (
         CampaignClip.objects.filter(
             campaign_id=participation.campaign_id,
             open_slots__gt=0,
             clip__status=ClipStatus.READY,
         )
-        .exclude(clip__video_key="")
+        .filter(~Q(clip__video_key="") | ~Q(clip__image_key=""))
         .exclude(
             Exists(
                 Assignment.objects.filter(
@@ -115,7 +115,7 @@ def assignment_claim_next(
 # The hot path in SQL (see crowd_sql for why); the comments name the step of the claim.
 _LIVE_COLUMNS = (
     "a.id, a.campaign_id, a.clip_id, a.issued_at, a.expires_at,"
-    " cl.video_key, cl.poster_key, cl.duration"
+    " cl.video_key, cl.poster_key, cl.duration, cl.modality, cl.image_key"
 )
 # Steps 1 + 2 in one statement: lock the participation and read its live lease.
 _LOCK_AND_LIVE = (
@@ -127,10 +127,13 @@ _LOCK_AND_LIVE = (
 )
 # Step 3, with the clip's references in the same statement unless the campaign is reference-free.
 # Rows other transactions are claiming right now are skipped rather than waited for.
-_NEXT_CLIP_COLUMNS = "SELECT cc.id, cc.clip_id, cl.video_key, cl.poster_key, cl.duration"
+_NEXT_CLIP_COLUMNS = (
+    "SELECT cc.id, cc.clip_id, cl.video_key, cl.poster_key, cl.duration, cl.modality, cl.image_key"
+)
 _NEXT_CLIP_FROM = (
     f" FROM {sql.T_CAMPAIGN_CLIP} cc JOIN {sql.T_CLIP} cl ON cl.id = cc.clip_id"
-    " WHERE cc.campaign_id = %s AND cc.open_slots > 0 AND cl.status = %s AND cl.video_key <> ''"
+    " WHERE cc.campaign_id = %s AND cc.open_slots > 0 AND cl.status = %s"
+    " AND (cl.video_key <> '' OR cl.image_key <> '')"
     f" AND NOT EXISTS (SELECT 1 FROM {sql.T_ASSIGNMENT} seen"
     " WHERE seen.participation_id = %s AND seen.clip_id = cc.clip_id)"
     " ORDER BY cc.open_slots, cc.id LIMIT 1 FOR UPDATE OF cc SKIP LOCKED"
@@ -186,9 +189,19 @@ def _claim(*, participation: Participation, campaign: Campaign, now: datetime) -
     )
     if row is None:
         return None
-    done, live_id, campaign_id, clip_id, issued_at, expires_at, video_key, poster_key, duration = (
-        row
-    )
+    (
+        done,
+        live_id,
+        campaign_id,
+        clip_id,
+        issued_at,
+        expires_at,
+        video_key,
+        poster_key,
+        duration,
+        modality,
+        image_key,
+    ) = row
     if live_id is not None:
         if expires_at > now:
             return Offer(
@@ -197,6 +210,8 @@ def _claim(*, participation: Participation, campaign: Campaign, now: datetime) -
                 video_key=video_key,
                 poster_key=poster_key,
                 duration=duration,
+                modality=modality,
+                image_key=image_key,
                 issued_at=issued_at,
                 expires_at=expires_at,
                 candidates=tuple(sql.fetchall(_OFFERED, [live_id])),
@@ -238,7 +253,7 @@ def _claim(*, participation: Participation, campaign: Campaign, now: datetime) -
             )
             if repeat is not None:
                 return repeat
-        campaign_clip_id, clip_id, video_key, poster_key, duration = row[:5]
+        campaign_clip_id, clip_id, video_key, poster_key, duration, modality, image_key = row[:7]
 
         # 4. One slot on each of its candidates that still has one free, and the clip counter.
         # The UPDATE re-checks `slots_taken < quota` on each row it locks, so it never overfills
@@ -280,10 +295,12 @@ def _claim(*, participation: Participation, campaign: Campaign, now: datetime) -
             video_key=video_key,
             poster_key=poster_key,
             duration=duration,
+            modality=modality,
+            image_key=image_key,
             issued_at=now,
             expires_at=expires_at,
             candidates=tuple(candidates),
-            references=tuple(sql.py_json(row[5]) or ()) if with_references else (),
+            references=tuple(sql.py_json(row[7]) or ()) if with_references else (),
         )
     return None
 
@@ -332,13 +349,17 @@ def assignment_offer_payload(*, offer: Offer, campaign: Campaign) -> dict[str, A
     """The body of `POST /api/v1/worker/assignments/next` for this offer.
 
     Never says which candidates are control items. Media URLs are short-lived (see
-    `common.storage.media_url`)."""
+    `common.storage.media_url`). A still image (`modality` "image") has an `image_url` and no
+    video, poster or duration: the page shows it and has nothing to watch to the end."""
+    image = offer.modality == ClipModality.IMAGE
     payload: dict[str, Any] = {
         "assignment_id": offer.assignment_id,
         "expires_at": _iso(offer.expires_at),
         "clip": {
             "id": offer.clip_id,
-            "video_url": storage.media_url(offer.video_key),
+            "modality": offer.modality,
+            "video_url": None if image else storage.media_url(offer.video_key),
+            "image_url": storage.media_url(offer.image_key) if image else None,
             "poster_url": storage.media_url(offer.poster_key) if offer.poster_key else None,
             "duration": offer.duration,
         },

@@ -28,6 +28,9 @@ class Offer:
     expires_at: datetime
     candidates: tuple[tuple[int, str], ...]  # (campaign candidate id, text), in the order to show
     references: tuple[str, ...]
+    # "video", or "image" for a still image (shown from `image_key`; `video_key` is empty).
+    modality: str = "video"
+    image_key: str = ""
 
 
 _REFERENCES = (

@@ -25,6 +25,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core import signing
 from django.core.cache import cache
+from django.db.models import Q
 from django.utils import timezone
 
 from annotation.models import Campaign, CampaignCandidate, CampaignClip
@@ -77,9 +78,8 @@ def preview_session(*, token: str) -> PreviewSession:
 def _clips(campaign: Campaign) -> list[int]:
     """The first servable clips of the campaign, in the order the campaign was built."""
     return list(
-        CampaignClip.objects.filter(
-            campaign=campaign, clip__status=ClipStatus.READY, clip__video_key__gt=""
-        )
+        CampaignClip.objects.filter(campaign=campaign, clip__status=ClipStatus.READY)
+        .filter(Q(clip__video_key__gt="") | Q(clip__image_key__gt=""))
         .order_by("pk")
         .values_list("clip_id", flat=True)[:PREVIEW_CLIPS]
     )
@@ -110,6 +110,8 @@ def _offer(session: PreviewSession, number: int) -> dict[str, Any] | None:
         video_key=clip.video_key,
         poster_key=clip.poster_key,
         duration=clip.duration,
+        modality=clip.modality,
+        image_key=clip.image_key,
         issued_at=now,
         expires_at=now + timedelta(seconds=campaign.lease_seconds),
         candidates=tuple((item.pk, item.candidate.text) for item in items),

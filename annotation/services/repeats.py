@@ -74,8 +74,8 @@ def _offer(
             participation_id=participation_id, campaign_candidate_id__in=candidate_ids
         ).values_list("campaign_candidate_id", "campaign_candidate__candidate__text")
     )
-    video_key, poster_key, duration = Clip.objects.values_list(
-        "video_key", "poster_key", "duration"
+    video_key, poster_key, duration, modality, image_key = Clip.objects.values_list(
+        "video_key", "poster_key", "duration", "modality", "image_key"
     ).get(pk=clip_id)
     return Offer(
         assignment_id=repeat_id,
@@ -83,6 +83,8 @@ def _offer(
         video_key=video_key,
         poster_key=poster_key,
         duration=duration,
+        modality=modality,
+        image_key=image_key,
         issued_at=issued_at,
         expires_at=expires_at,
         candidates=tuple((candidate_id, texts[candidate_id]) for candidate_id in candidate_ids),

@@ -21,6 +21,7 @@ import contextlib
 import hashlib
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -44,6 +45,7 @@ from annotation.questions import level_values
 from annotation.services import crowd_sql as sql
 from annotation.services import repeats
 from annotation.services.assignment import assignment_slots_retake
+from datasets_app.models import Clip, ClipModality
 
 MAX_CLIENT_MS = 7 * 24 * 3600 * 1000
 TIMING_KEYS = ("active_ms", "video_played_ms")
@@ -298,7 +300,12 @@ def assignment_submit(
         return _replay(stored_digest=stored_digest, stored_result=stored_result, digest=digest)
 
     now = now or timezone.now()
-    _refuse_too_early(campaign=participation.campaign, issued_at=issued_at, now=now)
+    _refuse_too_early(
+        campaign=participation.campaign,
+        issued_at=issued_at,
+        now=now,
+        clip_id=lambda: Assignment.objects.values_list("clip_id", flat=True).get(pk=assignment_id),
+    )
     arguments = {
         "participation": participation,
         "assignment_id": assignment_id,
@@ -318,10 +325,18 @@ def assignment_submit(
         raise SubmissionRefused("These ratings conflict with ratings already stored.")
 
 
-def _refuse_too_early(*, campaign: Campaign, issued_at: datetime, now: datetime) -> None:
+def _refuse_too_early(
+    *, campaign: Campaign, issued_at: datetime, now: datetime, clip_id: Callable[[], int]
+) -> None:
+    """`min_seconds_on_clip` is a video's watch gate: a still image has nothing to watch to the
+    end, so it does not apply to one (docs/crowd-flow.md). The clip is read only on the rare
+    early submit, so the usual submit stays one statement."""
     minimum = campaign.min_seconds_on_clip or 0
     elapsed = (now - issued_at).total_seconds()
-    if elapsed < minimum:
+    if (
+        elapsed < minimum
+        and not Clip.objects.filter(pk=clip_id(), modality=ClipModality.IMAGE).exists()
+    ):
         raise SubmissionTooEarly(minimum=minimum, elapsed=max(0.0, elapsed))
 
 
@@ -349,7 +364,12 @@ def _repeat_submit(
             stored_digest=repeat.submission_digest, stored_result=repeat.result, digest=digest
         )
     now = now or timezone.now()
-    _refuse_too_early(campaign=participation.campaign, issued_at=repeat.issued_at, now=now)
+    _refuse_too_early(
+        campaign=participation.campaign,
+        issued_at=repeat.issued_at,
+        now=now,
+        clip_id=lambda: repeat.clip_id,
+    )
     result = _result(assignment_id=repeat.pk, count=len(clean.ratings), now=now)
     with transaction.atomic():
         if not repeats.repeat_touch_participation(

@@ -32,7 +32,7 @@ class ImportUploadForm(forms.Form):
     campaign = forms.SlugField(
         max_length=50,
         required=False,
-        label="Campaign (judgments only)",
+        label="Campaign (judgments, or still images with judgments)",
         help_text="The campaign's slug; a new slug creates an imported campaign.",
     )
     file_format = forms.ChoiceField(

@@ -18,6 +18,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from annotation.auth import KEYWORD
 from annotation.models import Campaign
+from annotation.selectors import campaign_modalities
 from annotation.services.preview import (
     PreviewRefused,
     PreviewSession,
@@ -51,6 +52,7 @@ def campaign_preview(request: HttpRequest, slug: str) -> HttpResponse:
         "campaign": campaign,
         "questions": questions,
         **rating_guide(questions),
+        "modalities": campaign_modalities(campaign=campaign),
         "preview": False,
         "curator_preview": True,
         "config": {

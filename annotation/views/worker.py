@@ -19,6 +19,7 @@ from django.views.decorators.http import require_GET
 
 from annotation.models import Campaign, CampaignStatus
 from annotation.questions import RUBRIC_LEVELS, shared_levels
+from annotation.selectors import campaign_modalities
 from annotation.services.workers import (
     JoinRefused,
     external_id_normalize,
@@ -162,6 +163,7 @@ def worker_entry(request: HttpRequest, slug: str) -> HttpResponse:
         {
             "questions": questions,
             **rating_guide(questions),
+            "modalities": campaign_modalities(campaign=campaign),
             "preview": preview,
             "config": {
                 "slug": campaign.slug,

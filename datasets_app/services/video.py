@@ -29,7 +29,7 @@ from common import media, storage
 from common.jobs import JobCancelled, job_claim, job_finish, job_progress, job_requeue
 from common.models import FINISHED_JOB_STATUSES, JobStatus
 from common.tasks import enqueue
-from datasets_app.models import Clip, ClipStatus, VideoAttachJob
+from datasets_app.models import Clip, ClipModality, ClipStatus, VideoAttachJob
 from datasets_app.services.imports.base import CLIP_ID_PATTERN, SOURCE_ID_PATTERN
 
 logger = logging.getLogger(__name__)
@@ -129,12 +129,12 @@ def video_attach_plan(*, directory: str | Path, force: bool = False) -> AttachPl
     rows: dict[int, tuple[str, str, str]] = {}
     for start in range(0, len(clip_stems), 1000):
         for pk, vatex_id, youtube_id, status in Clip.objects.filter(
-            vatex_id__in=clip_stems[start : start + 1000]
+            vatex_id__in=clip_stems[start : start + 1000], modality=ClipModality.VIDEO
         ).values_list("pk", "vatex_id", "youtube_id", "status"):
             rows[pk] = (vatex_id, youtube_id, status)
     for start in range(0, len(source_stems), 1000):
         for pk, vatex_id, youtube_id, status in Clip.objects.filter(
-            youtube_id__in=source_stems[start : start + 1000]
+            youtube_id__in=source_stems[start : start + 1000], modality=ClipModality.VIDEO
         ).values_list("pk", "vatex_id", "youtube_id", "status"):
             rows[pk] = (vatex_id, youtube_id, status)
 
@@ -348,7 +348,7 @@ def video_attach_job_run(*, job_id: int, task_id: str = "") -> VideoAttachJob | 
 
     try:
         for clip_pk in pending:
-            outcome = clip_process_video(clip_id=clip_pk, heartbeat=heartbeat)
+            outcome = clip_process_media(clip_id=clip_pk, heartbeat=heartbeat)
             VideoAttachJob.objects.filter(pk=job.pk).update(
                 done=F("done") + 1,
                 ready=F("ready") + int(outcome.ready),
@@ -377,6 +377,18 @@ def video_attach_job_run(*, job_id: int, task_id: str = "") -> VideoAttachJob | 
     return job
 
 
+def clip_process_media(
+    *, clip_id: int, heartbeat: media.Heartbeat | None = None
+) -> ClipVideoOutcome:
+    """Process one clip of a job by its modality: a video (`clip_process_video`) or a still image
+    (`datasets_app.services.images.clip_process_image`); one job may hold both."""
+    if Clip.objects.filter(pk=clip_id, modality=ClipModality.IMAGE).exists():
+        from datasets_app.services.images import clip_process_image
+
+        return clip_process_image(clip_id=clip_id)
+    return clip_process_video(clip_id=clip_id, heartbeat=heartbeat)
+
+
 @dataclass(frozen=True)
 class ClipVideoOutcome:
     clip_id: int
@@ -385,14 +397,17 @@ class ClipVideoOutcome:
 
 
 @contextmanager
-def _source_file(clip: Clip) -> Iterator[Path]:
+def clip_source_file(clip: Clip) -> Iterator[Path]:
     key = clip.source_key
+    noun = "image" if clip.is_image else "video"
     if not key:
-        raise SourceMissing("the clip has no source video (attach one with attach_videos)")
+        raise SourceMissing(
+            f"the clip has no source {noun} (attach one with attach_videos or import_images)"
+        )
     if key.startswith("/"):
         path = Path(key)
         if not path.is_file():
-            raise SourceMissing(f"source video not found: {key}")
+            raise SourceMissing(f"source {noun} not found: {key}")
         yield path
         return
     try:
@@ -400,7 +415,7 @@ def _source_file(clip: Clip) -> Iterator[Path]:
     except ValueError as error:
         raise SourceMissing(f"invalid source key {key!r}: {error}") from error
     if not found:
-        raise SourceMissing(f"source video not found in storage: {key}")
+        raise SourceMissing(f"source {noun} not found in storage: {key}")
     with storage.local_copy(key) as path:
         yield path
 
@@ -421,7 +436,10 @@ def clip_process_video(
     prefix = clip_storage_prefix(clip.vatex_id)
     frame_count = settings.LEPUS_VIDEO_FRAMES
     try:
-        with _source_file(clip) as source, tempfile.TemporaryDirectory(prefix="lepus-clip-") as tmp:
+        with (
+            clip_source_file(clip) as source,
+            tempfile.TemporaryDirectory(prefix="lepus-clip-") as tmp,
+        ):
             work = Path(tmp)
             try:
                 source_info = media.probe(source)
@@ -551,6 +569,7 @@ def demo_videos_make(
     result = DemoVideosResult(directory=folder.resolve())
     chosen = list(
         Clip.objects.exclude(status=ClipStatus.READY)
+        .filter(modality=ClipModality.VIDEO)
         .order_by("vatex_id")
         .values_list("vatex_id", "youtube_id", "end_seconds")[:clips]
     )

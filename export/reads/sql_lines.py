@@ -50,22 +50,33 @@ def prepare_fragments(
               GROUP BY s.clip_id
             ), clip AS (
               SELECT s.clip_id, s.split, c.vatex_id, c.video_key, c.frames_key,
-                     c.start_seconds AS start,  c.end_seconds AS stop,
-                     COALESCE(c.duration, c.end_seconds - c.start_seconds) AS duration,
+                     c.image_key, c.modality,
+                     -- a still image has no window: start, end and duration are null
+                     CASE WHEN c.modality = 'image' THEN NULL ELSE c.start_seconds END AS start,
+                     CASE WHEN c.modality = 'image' THEN NULL ELSE c.end_seconds END AS stop,
+                     CASE WHEN c.modality = 'image' THEN NULL
+                          ELSE COALESCE(c.duration, c.end_seconds - c.start_seconds)
+                     END AS duration,
                      refs.json AS refs
               FROM {snapshot.clips} s JOIN {T_CLIP} c ON c.id = s.clip_id
                 JOIN refs ON refs.clip_id = s.clip_id
             )
             SELECT clip_id, split, vatex_id,
               '"clip_id":' || {sql_json_string("vatex_id")} || ',"duration":'
-                || {sql_number("duration")} || ',"end":' || {sql_number("stop")}
-                || ',"frames_key":' || {sql_json_string("frames_key")} || ',' AS json_head,
+                || COALESCE({sql_number("duration")}, 'null') || ',"end":'
+                || COALESCE({sql_number("stop")}, 'null')
+                || ',"frames_key":' || {sql_json_string("frames_key")}
+                || ',"image_key":' || {sql_json_string("image_key")} || ',' AS json_head,
+              '"modality":' || {sql_json_string("modality")} || ',' AS json_modality,
               refs AS json_refs,
-              '"start":' || {sql_number("start")} || ',' AS json_start,
+              '"start":' || COALESCE({sql_number("start")}, 'null') || ',' AS json_start,
               '"video_key":' || {sql_json_string("video_key")} AS json_video,
-              {sql_csv_string("vatex_id")} || ',' || {sql_number("duration")} || ','
-                || {sql_number("stop")} || ',' || {sql_csv_string("frames_key")} AS csv_head,
-              {sql_number("start")} AS csv_start,
+              {sql_csv_string("vatex_id")} || ',' || COALESCE({sql_number("duration")}, '')
+                || ',' || COALESCE({sql_number("stop")}, '') || ','
+                || {sql_csv_string("frames_key")} || ',' || {sql_csv_string("image_key")}
+                AS csv_head,
+              {sql_csv_string("modality")} AS csv_modality,
+              COALESCE({sql_number("start")}, '') AS csv_start,
               {sql_csv_string("video_key")} AS csv_video
             FROM clip
             """,
@@ -192,14 +203,15 @@ def split_lines(
             SELECT
               '{{' {calibrated_line_json} || '"campaign":' || j_campaign
                 || ',"candidate_id":' || j_candidate || ','
-                || json_head || '"judgments":' || n_judgments || ',"normalized":' || n_normalized
+                || json_head || '"judgments":' || n_judgments || ',' || json_modality
+                || '"normalized":' || n_normalized
                 || ',"overall":' || n_overall || ',' {raw_json} || '"references":' || json_refs
                 || ',' || '"review_status":' || j_review || ',"scores":{{'
                 || {scores_json or "''"} || '}},' || json_start || '"system":' || j_system
                 || ',"system_version":' || j_version || ',"text":' || j_text
                 || ',"training_class":' || n_class || ',' || json_video || '}}',
               {calibrated_line_csv} c_campaign || ',' || c_candidate || ',' || csv_head || ',' || n_judgments || ','
-                || n_normalized || ',' || n_overall || ',' {raw_csv} || csv_refs || ','
+                || csv_modality || ',' || n_normalized || ',' || n_overall || ',' {raw_csv} || csv_refs || ','
                 || c_review || ',' || {scores_csv + " || ','" if keys else "''"} || csv_start
                 || ',' || c_system || ',' || c_version || ',' || c_text || ',' || n_class || ','
                 || csv_video
@@ -222,9 +234,9 @@ def split_lines(
                   {sql_number("o.overall")} AS n_overall,
                   o.kept_judgments::text AS n_judgments,
                   o.training_class::text AS n_class,
-                  f.json_head, f.json_refs, f.json_start, f.json_video,
-                  f.csv_head, {sql_csv_string("f.json_refs")} AS csv_refs, f.csv_start,
-                  f.csv_video
+                  f.json_head, f.json_modality, f.json_refs, f.json_start, f.json_video,
+                  f.csv_head, f.csv_modality, {sql_csv_string("f.json_refs")} AS csv_refs,
+                  f.csv_start, f.csv_video
                 FROM {snapshot.ordered} o
                   JOIN {snapshot.fragments} f ON f.clip_id = o.clip_id
                   {raw_join}

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from export.reads.sql_snapshot import (
+    T_CLIP,
     T_JUDGMENT,
     T_PARTICIPATION,
     T_WORKER,
@@ -19,7 +20,8 @@ from export.statistics import RATING_VALUES, accumulate_coincidence
 
 def split_statistics(snapshot: ReleaseSnapshot, *, splits: int) -> dict[str, Any]:
     """Per split: candidates, clips, mean overall (exact numeric average), histograms of the
-    overall score (half-point bins) and of the training class; candidates per clip overall."""
+    overall score (half-point bins) and of the training class; candidates per clip overall, and
+    how many of the clips are still images."""
     with snapshot.cursor() as cursor:
         cursor.execute(
             f"""
@@ -64,14 +66,17 @@ def split_statistics(snapshot: ReleaseSnapshot, *, splits: int) -> dict[str, Any
             per_split[split]["classes"][training_class - 1] = int(count)
         cursor.execute(
             f"""
-            SELECT count(*), COALESCE(min(n), 0), COALESCE(max(n), 0)
-            FROM (SELECT count(*) AS n FROM {snapshot.items} GROUP BY clip_id) per_clip
+            SELECT count(*), COALESCE(min(n), 0), COALESCE(max(n), 0),
+                   count(*) FILTER (WHERE c.modality = 'image')
+            FROM (SELECT clip_id, count(*) AS n FROM {snapshot.items} GROUP BY clip_id) per_clip
+              JOIN {T_CLIP} c ON c.id = per_clip.clip_id
             """
         )
-        clips, low, high = cursor.fetchone()
+        clips, low, high, images = cursor.fetchone()
     return {
         "splits": per_split,
         "clips": int(clips),
+        "images": int(images),
         "per_clip_min": int(low),
         "per_clip_max": int(high),
     }

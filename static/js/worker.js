@@ -9,7 +9,7 @@
   var $ = function (id) { return document.getElementById(id); };
   var el = {
     status: $("status"), consent: $("consent"), start: $("start"), task: $("task"),
-    video: $("clip"), play: $("play"), hint: $("watch-hint"), progress: $("progress"),
+    video: $("clip"), still: $("still"), play: $("play"), hint: $("watch-hint"), progress: $("progress"),
     progressLabel: $("progress-label"), refsBox: $("references-box"), refs: $("references"),
     form: $("ratings"), candidates: $("candidates"), formError: $("form-error"),
     submit: $("submit"), done: $("done"), doneMessage: $("done-message"),
@@ -140,6 +140,7 @@
   function activeSoFar() {
     return Math.round(activeMs + (document.hidden ? 0 : now() - visibleSince));
   }
+  function isImage() { return !!current && current.clip.modality === "image"; }
   function videoPlayedMs() {
     var ranges = el.video.played, total = 0;
     for (var i = 0; i < ranges.length; i += 1) { total += ranges.end(i) - ranges.start(i); }
@@ -152,7 +153,7 @@
     el.progress.max = total;
     el.progress.value = progress.done;
     el.progressLabel.textContent = current
-      ? "Clip " + (progress.done + 1) + " of about " + total
+      ? (isImage() ? "Image " : "Clip ") + (progress.done + 1) + " of about " + total
       : progress.done + " done";
   }
 
@@ -231,11 +232,22 @@
     el.hint.textContent = "Watch the whole clip to unlock the ratings.";
     el.play.textContent = "Play clip";
 
+    el.video.pause();
     el.video.removeAttribute("src");
-    if (assignment.clip.poster_url) { el.video.setAttribute("poster", assignment.clip.poster_url); }
-    else { el.video.removeAttribute("poster"); }
-    el.video.setAttribute("src", assignment.clip.video_url);
-    el.video.load();
+    el.still.removeAttribute("src");
+    // A still image: shown at once, nothing to watch, so no watch gate and no minimum time.
+    var image = assignment.clip.modality === "image";
+    el.video.hidden = image;
+    el.play.hidden = image;
+    el.still.hidden = !image;
+    if (image) {
+      el.still.setAttribute("src", assignment.clip.image_url);
+    } else {
+      if (assignment.clip.poster_url) { el.video.setAttribute("poster", assignment.clip.poster_url); }
+      else { el.video.removeAttribute("poster"); }
+      el.video.setAttribute("src", assignment.clip.video_url);
+      el.video.load();
+    }
 
     el.refs.textContent = "";
     if (assignment.references && assignment.references.length) {
@@ -253,11 +265,15 @@
     assignment.candidates.forEach(function (candidate, index) {
       el.candidates.appendChild(candidateBlock(candidate, index, assignment.questions));
     });
-    setLocked(true);
+    setLocked(!image);
+    if (image) {
+      el.hint.classList.add("unlocked");
+      el.hint.textContent = "Look at the image, then rate every caption below and press Submit.";
+    }
     showProgress();
     keepPlayerClear();
     watchForScreenOut();
-    el.play.focus({ preventScroll: true });
+    if (!image) { el.play.focus({ preventScroll: true }); }
   }
 
   // Where the player sticks to the top (one column), a focused field scrolled into view must
@@ -269,6 +285,10 @@
   }
   window.addEventListener("resize", keepPlayerClear);
   el.video.addEventListener("loadedmetadata", keepPlayerClear);
+  el.still.addEventListener("load", keepPlayerClear);
+  el.still.addEventListener("error", function () {
+    if (current) { say("The image could not be loaded. Please reload the page."); }
+  });
 
   function candidateBlock(candidate, index, questions) {
     var number = index + 1;
@@ -503,10 +523,9 @@
     busy = true;
     el.submit.disabled = true;
     say("Sending your ratings…");
-    var body = {
-      ratings: collected.ratings,
-      client_timing: { active_ms: activeSoFar(), video_played_ms: videoPlayedMs() }
-    };
+    var timing = { active_ms: activeSoFar() };
+    if (!isImage()) { timing.video_played_ms = videoPlayedMs(); }
+    var body = { ratings: collected.ratings, client_timing: timing };
     var url = config.urls.submit.replace("{id}", String(current.assignment_id));
     patiently(function () { return api("POST", url, body); }).then(function (answer) {
       busy = false;

@@ -13,7 +13,7 @@ from django.core.management import call_command
 
 from annotation.models import Campaign
 from common.permissions import is_curator
-from datasets_app.models import Clip, ClipStatus
+from datasets_app.models import Clip, ClipModality, ClipStatus
 
 
 def _seed() -> dict:
@@ -53,7 +53,7 @@ def test_the_demo_is_seeded_once_and_a_second_run_changes_nothing(
     assert attach["matched_clips"] == 2 and len(attach["job_ids"]) == 1
     assert "datasets_app.attach_videos" in celery_worker_process.log()
     assert first["campaign_created"] == {"slug": "demo", "candidates": 14, "clips": 2}
-    ready = Clip.objects.filter(status=ClipStatus.READY)
+    ready = Clip.objects.filter(status=ClipStatus.READY, modality=ClipModality.VIDEO)
     assert sorted(ready.values_list("vatex_id", flat=True)) == ["demo-scene-001", "demo-scene-002"]
     campaign = Campaign.objects.get(slug="demo")
     assert set(campaign.items.values_list("clip__vatex_id", flat=True)) == {
@@ -61,6 +61,14 @@ def test_the_demo_is_seeded_once_and_a_second_run_changes_nothing(
         "demo-scene-002",
     }
     assert (campaign.name, campaign.completion_code) == ("Demo campaign", "LEPUS-DEMO")
+    # The drawn still images: imported, processed by the same worker, in a campaign of their own.
+    stills = first["stills"]
+    assert stills["import"]["created"]["clips"] == 4
+    assert stills["import"]["created"]["candidates"] == 16
+    assert (stills["status"], stills["ready"], stills["failed"]) == ("succeeded", 4, 0)
+    assert stills["campaign"] == {"slug": "demo-stills", "candidates": 16, "images": 4}
+    images = Clip.objects.filter(modality=ClipModality.IMAGE, status=ClipStatus.READY)
+    assert sorted(images.values_list("frame_count", flat=True)) == [1, 1, 1, 1]
     curator = authenticate(username="curator", password=first["curator_password"])
     assert curator is not None and is_curator(curator)
 
@@ -72,4 +80,7 @@ def test_the_demo_is_seeded_once_and_a_second_run_changes_nothing(
     assert second["attach"]["job_ids"] == [] and second["attach"]["skipped_ready"] == 2
     assert second["campaign_created"] == {"slug": "demo", "existing": True}
     assert second["curator_password"] == first["curator_password"]
-    assert Campaign.objects.count() == 2  # vatex-eval and demo
+    assert second["stills"]["import"]["already_imported"] is True
+    assert second["stills"]["job_ids"] == []
+    assert second["stills"]["campaign"] == {"slug": "demo-stills", "existing": True}
+    assert Campaign.objects.count() == 3  # vatex-eval, demo and demo-stills

@@ -235,7 +235,15 @@ def test_next_returns_the_contract_shape(campaign, worker_a):
     assert NextAssignmentSerializer(data=body).is_valid()
     assignment = Assignment.objects.get(pk=body["assignment_id"])
     assert body["expires_at"] == assignment.expires_at.isoformat().replace("+00:00", "Z")
-    assert list(body["clip"]) == ["id", "video_url", "poster_url", "duration"]
+    assert list(body["clip"]) == [
+        "id",
+        "modality",
+        "video_url",
+        "image_url",
+        "poster_url",
+        "duration",
+    ]
+    assert (body["clip"]["modality"], body["clip"]["image_url"]) == ("video", None)
     assert body["clip"]["id"] == assignment.clip_id
     assert body["clip"]["duration"] == 1.5
     assert body["clip"]["video_url"].startswith(f"/media/s/clips/{assignment.clip.vatex_id}.mp4?e=")

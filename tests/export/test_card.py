@@ -65,6 +65,7 @@ def test_card_statistics_equal_an_independent_computation(db):
     stats = manifest(release)["statistics"]
     assert stats == release.stats
     assert stats["clips"] == len(per_clip)
+    assert (stats["video_clips"], stats["images"]) == (len(per_clip), 0)
     assert stats["candidates"] == len(items)
     assert stats["candidates_per_clip"] == {
         "min": min(per_clip.values()),
@@ -113,7 +114,9 @@ def test_card_statistics_equal_an_independent_computation(db):
     card = read_file(release, "README.md").decode()
     assert card.startswith("---\nlicense:\n- cc-by-4.0\n")
     for line in (
-        f"| Clips | {len(per_clip)} |",
+        f"| Clips (videos and still images) | {len(per_clip)} |",
+        f"| Video clips | {len(per_clip)} |",
+        "| Still images | 0 |",
         f"| Candidate captions | {len(items)} |",
         f"| Candidates per clip (min) | {min(per_clip.values())} |",
         f"| Candidates per clip (max) | {max(per_clip.values())} |",

@@ -196,7 +196,9 @@ def test_records_carry_the_database_values(db):
             else clip.end_seconds - clip.start_seconds,
             "end": clip.end_seconds,
             "frames_key": clip.frames_key,
+            "image_key": "",
             "judgments": item.kept_judgments,
+            "modality": "video",
             "normalized": (item.overall - 1) / 4,
             "overall": item.overall,
             "raw_judgments": [

@@ -1,5 +1,6 @@
 """Seed the demo: the scene corpus (data/demo_scenes/: drawn videos transcoded by the Celery worker,
-references, candidates that are exact or wrong in known ways) with a crowd campaign over it, a
+references, candidates that are exact or wrong in known ways) with a crowd campaign over it, a few
+still images Pillow draws (`datasets_app.demo_images`) with a crowd campaign `<slug>-stills`, a
 VATEX-EVAL slice as an imported campaign (real judgments, for the agreement and benchmark figures),
 and a curator account. Idempotent: running it again changes nothing.
 
@@ -17,13 +18,16 @@ from django.conf import settings
 from django.core.management.base import CommandError, CommandParser
 
 from annotation.imports import vatex_eval_import
+from annotation.imports.images import images_import
 from annotation.models import Campaign
 from annotation.services.campaigns import CampaignInvalid, campaign_counts, campaign_create
 from common.accounts import curator_save
 from common.management.base import LepusCommand
 from common.media import MediaError
 from common.models import JobStatus
-from datasets_app import demo_scenes
+from datasets_app import demo_images, demo_scenes
+from datasets_app.models import VideoAttachJob
+from datasets_app.services.images import image_attach_jobs_create
 from datasets_app.services.imports import ImportRejected, candidates_import
 from datasets_app.services.video import (
     video_attach_job_publish,
@@ -45,6 +49,13 @@ def _attach_and_wait(directory: Path, *, timeout: float) -> dict[str, Any]:
     except (FileNotFoundError, ValueError) as error:
         raise CommandError(str(error))
     payload = video_attach_jobs_summary(jobs=jobs, plan=plan)
+    return _run_and_wait(jobs, payload, timeout=timeout)
+
+
+def _run_and_wait(
+    jobs: list[VideoAttachJob], payload: dict[str, Any], *, timeout: float
+) -> dict[str, Any]:
+    """The jobs sent to the Celery worker and followed to the end; their outcome in `payload`."""
     if not jobs:
         return payload
     for job in jobs:
@@ -73,8 +84,9 @@ def _curator_password() -> str:
 
 class Command(LepusCommand):
     help = (
-        "Seed the demo data: the scene corpus and a crowd campaign over it, a VATEX-EVAL slice "
-        "(imported judgments), a curator."
+        "Seed the demo data: the scene corpus and a crowd campaign over it, a few drawn still "
+        "images and a crowd campaign over them, a VATEX-EVAL slice (imported judgments), a "
+        "curator."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -128,6 +140,7 @@ class Command(LepusCommand):
         }
         self.note("transcoding them in the Celery worker")
         attached = _attach_and_wait(videos_dir, timeout=float(options["video_timeout"]))
+        stills = self._stills(timeout=float(options["video_timeout"]))
         scene_clips = [scene.clip_id for scene in demo_scenes.make_scenes(scenes)]
         campaign: dict[str, Any]
         if not Campaign.objects.filter(slug=slug).exists():
@@ -151,6 +164,7 @@ class Command(LepusCommand):
             }
         else:
             campaign = {"slug": slug, "existing": True}
+        stills["campaign"] = self._stills_campaign(f"{slug}-stills")
         password = _curator_password()
         curator_save(username="curator", password=password)
         self.emit(
@@ -163,6 +177,39 @@ class Command(LepusCommand):
                 "scenes": scene_import,
                 "videos": generated,
                 "attach": attached,
+                "stills": stills,
             },
             human=f"demo seeded: campaign {slug}, curator / {password}",
         )
+
+    def _stills(self, *, timeout: float) -> dict[str, Any]:
+        """`import_images stills.jsonl --images DIR --wait`: the demo's drawn still images, their
+        references and candidates, processed by the Celery worker."""
+        self.note("drawing the demo's still images and processing them in the Celery worker")
+        folder = Path(settings.VAR_DIR) / "demo-stills"
+        path = demo_images.write_stills(folder)
+        try:
+            result, files = images_import(path=path, images=folder)
+        except ImportRejected as error:
+            raise CommandError(error.describe())
+        jobs = image_attach_jobs_create(sources=files, directory=folder)
+        payload = {"import": result.as_dict(), "job_ids": [job.pk for job in jobs]}
+        return _run_and_wait(jobs, payload, timeout=timeout)
+
+    def _stills_campaign(self, slug: str) -> dict[str, Any]:
+        """A crowd campaign over the demo's still images (created once)."""
+        if Campaign.objects.filter(slug=slug).exists():
+            return {"slug": slug, "existing": True}
+        self.note(f"creating campaign {slug}")
+        try:
+            created = campaign_create(
+                slug=slug,
+                name="Demo still images",
+                judgments_per_candidate=3,
+                clip_vatex_ids=[still.image_id for still in demo_images.STILLS],
+                completion_code="LEPUS-DEMO-STILLS",
+            )
+        except CampaignInvalid as invalid:
+            raise CommandError(str(invalid))
+        counts = campaign_counts(campaign=created)
+        return {"slug": created.slug, "candidates": counts["candidates"], "images": counts["clips"]}

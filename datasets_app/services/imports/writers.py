@@ -19,6 +19,7 @@ from datasets_app.models import (
     CandidateKind,
     CaptioningSystem,
     Clip,
+    ClipModality,
     ImportBatch,
     ReferenceCaption,
 )
@@ -46,6 +47,8 @@ class ClipSpec:
     column: int | None = None
     # Field of each reference for errors when they come from separate rows (CSV): (line, field).
     reference_locations: list[tuple[int | None, str]] | None = None
+    # "image" for a still image (`identity` then has no YouTube id and the window (0, 0)).
+    modality: str = ClipModality.VIDEO.value
 
 
 @dataclass
@@ -106,12 +109,12 @@ def _write_clips(
     progress: ProgressCallback | None,
 ) -> dict[str, int]:
     ids = [spec.clip_id for spec in clips]
-    stored: dict[str, tuple[int, str, float, float]] = {}
+    stored: dict[str, tuple[int, str, float, float, str]] = {}
     for chunk in chunked(ids):
-        for pk, vatex_id, youtube_id, start, end in Clip.objects.filter(
+        for pk, vatex_id, youtube_id, start, end, modality in Clip.objects.filter(
             vatex_id__in=chunk
-        ).values_list("pk", "vatex_id", "youtube_id", "start_seconds", "end_seconds"):
-            stored[vatex_id] = (pk, youtube_id, start, end)
+        ).values_list("pk", "vatex_id", "youtube_id", "start_seconds", "end_seconds", "modality"):
+            stored[vatex_id] = (pk, youtube_id, start, end, modality)
     new: list[dict[str, Any]] = []
     for spec in clips:
         identity = spec.identity
@@ -128,6 +131,7 @@ def _write_clips(
             new.append(
                 {
                     "vatex_id": spec.clip_id,
+                    "modality": spec.modality,
                     "youtube_id": identity.youtube_id,
                     "start_seconds": identity.start_seconds,
                     "end_seconds": identity.end_seconds,
@@ -137,7 +141,15 @@ def _write_clips(
             continue
         if identity is None:
             continue
-        _, youtube_id, start, end = existing
+        _, youtube_id, start, end, modality = existing
+        if modality != spec.modality:
+            raise source.reject(
+                f"the id {spec.clip_id!r} is already stored as a {modality} clip; this file "
+                f"gives a {spec.modality} under the same id",
+                line=spec.line,
+                column=spec.column,
+                field=spec.field,
+            )
         if (youtube_id, start, end) != (
             identity.youtube_id,
             identity.start_seconds,

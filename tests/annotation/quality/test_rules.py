@@ -297,3 +297,28 @@ def test_summary_lists_every_excluded_worker_with_rules():
         "judgments_excluded": 9,
         "review_items": 0,
     }
+
+
+def test_a_still_image_has_no_length_and_stays_out_of_the_clip_length_ratio():
+    """Two 10 s video clips and two still images (no duration, no window): the ratio to the
+    clip's length is the median over the videos only; the images still count for the campaign
+    ratio."""
+    from datasets_app.models import Clip, ClipModality
+
+    campaign = quality_crowd_campaign(clips=4, candidates_per_clip=1, quota=1)
+    clips = list(Clip.objects.filter(pk__in=campaign.clips.values("clip_id")).order_by("vatex_id"))
+    Clip.objects.filter(pk__in=[clip.pk for clip in clips[2:]]).update(
+        modality=ClipModality.IMAGE, youtube_id="", start_seconds=0, end_seconds=0
+    )
+    items = list(CampaignCandidate.objects.filter(campaign=campaign).order_by("clip__vatex_id"))
+    worker = quality_worker(campaign, "mixed")
+    for item, server_ms in zip(items, (2000, 4000, 1000, 1000), strict=True):
+        quality_judge(worker, item, _values(3), server_ms=server_ms)
+
+    qc_campaign_full(campaign=campaign)
+
+    stats = WorkerQCStats.objects.get(participation=worker)
+    assert stats.judgments == 4
+    # Videos: 2 s and 4 s of 10 s -> median (0.2, 0.4) = 0.3; the images' 1 s have no length.
+    assert stats.speed_vs_clip_length == pytest.approx(0.3)
+    assert stats.median_seconds_per_candidate == pytest.approx(1.5)

@@ -175,7 +175,9 @@ def test_a_release_worked_out_by_hand_has_exactly_these_bytes(db, settings):
             "duration": duration,
             "end": end,
             "frames_key": frames,
+            "image_key": "",
             "judgments": len(kept),
+            "modality": "video",
             "normalized": (overall - 1) / 4,
             "overall": overall,
             "raw_judgments": [
@@ -224,32 +226,34 @@ def test_a_release_worked_out_by_hand_has_exactly_these_bytes(db, settings):
     }
     w1, w2, w3 = pseudonym("w1"), pseudonym("w2"), pseudonym("w3")
     header = (
-        '"campaign","candidate_id","clip_id","duration","end","frames_key","judgments",'
-        '"normalized","overall","raw_judgments","references","review_status",'
+        '"campaign","candidate_id","clip_id","duration","end","frames_key","image_key",'
+        '"judgments","modality","normalized","overall","raw_judgments","references","review_status",'
         '"scores.fluency","scores.relevance","start","system","system_version","text",'
         '"training_class","video_key"\n'
     )
     csv = {
         "train": (
-            header + '"golden","golden:b:0","Bb2_000005_000012",6.75,12.0,"frames/b",2,1.0,5.0,'
+            header
+            + '"golden","golden:b:0","Bb2_000005_000012",6.75,12.0,"frames/b","",2,"video",1.0,5.0,'
             f'"[{{""reason"":"""",""values"":{{""fluency"":5,""relevance"":5}},""worker"":""{w1}""}},'
             f'{{""reason"":"""",""values"":{{""fluency"":5,""relevance"":5}},""worker"":""{w2}""}}]",'
             '"[]","none",5.0,5.0,5.0,"captioner","2.1","Line\nbreak.",5,""\n'
-            '"golden","golden:c:0","Cc3_000001_000004",2.75,4.25,"frames/c",2,0.1875,1.75,'
+            '"golden","golden:c:0","Cc3_000001_000004",2.75,4.25,"frames/c","",2,"video",0.1875,1.75,'
             f'"[{{""reason"":"""",""values"":{{""fluency"":1,""relevance"":2}},""worker"":""{w2}""}},'
             f'{{""reason"":"""",""values"":{{""fluency"":2,""relevance"":2}},""worker"":""{w3}""}}]",'
             '"[""é 😀""]","none",1.5,2.0,1.5,"captioner","2.1","C.",2,"clips/c.mp4"\n'
-            '"golden","golden:d:0","Dd4_000000_000010",9.5,10.0,"",2,0.6875,3.75,'
+            '"golden","golden:d:0","Dd4_000000_000010",9.5,10.0,"","",2,"video",0.6875,3.75,'
             f'"[{{""reason"":"""",""values"":{{""fluency"":3,""relevance"":4}},""worker"":""{w1}""}},'
             f'{{""reason"":"""",""values"":{{""fluency"":4,""relevance"":4}},""worker"":""{w3}""}}]",'
             '"[""a dog""]","none",3.5,4.0,0.0,"captioner","2.1","D.",4,""\n'
-            '"golden","golden:e:0","Ee5_000003_000013",10.0,13.0,"",2,0.5625,3.25,'
+            '"golden","golden:e:0","Ee5_000003_000013",10.0,13.0,"","",2,"video",0.5625,3.25,'
             f'"[{{""reason"":"""",""values"":{{""fluency"":3,""relevance"":3}},""worker"":""{w1}""}},'
             f'{{""reason"":"""",""values"":{{""fluency"":4,""relevance"":3}},""worker"":""{w2}""}}]",'
             '"[""e""]","none",3.5,3.0,3.0,"captioner","2.1","E.",3,"clips/e.mp4"\n'
         ),
         "validation": (
-            header + '"golden","golden:a:0","Aa1_000000_000010",10.0,10.0,"",3,0.7916666667500001,'
+            header
+            + '"golden","golden:a:0","Aa1_000000_000010",10.0,10.0,"","",3,"video",0.7916666667500001,'
             "4.166666667,"
             f'"[{{""reason"":"""",""values"":{{""fluency"":5,""relevance"":4}},""worker"":""{w1}""}},'
             f'{{""reason"":""too \\""short\\"""",""values"":{{""fluency"":4,""relevance"":4}},'
@@ -259,7 +263,7 @@ def test_a_release_worked_out_by_hand_has_exactly_these_bytes(db, settings):
             '"captioner","2.1",'
             '"Quotes ""x"", a comma, — unicode é 😀, a tab\there, \\ a backslash, \x1f and '
             '\u2028end",4,"clips/a.mp4"\n'
-            '"golden","golden:a:1","Aa1_000000_000010",10.0,10.0,"",2,0.4375,2.75,'
+            '"golden","golden:a:1","Aa1_000000_000010",10.0,10.0,"","",2,"video",0.4375,2.75,'
             f'"[{{""reason"":"""",""values"":{{""fluency"":2,""relevance"":3}},""worker"":""{w1}""}},'
             f'{{""reason"":"""",""values"":{{""fluency"":3,""relevance"":3}},""worker"":""{w2}""}}]",'
             '"[""A man, \\""quoted\\"", plays."",""two""]","none",2.5,3.0,0.0,"captioner","2.1",'

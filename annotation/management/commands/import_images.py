@@ -1,0 +1,138 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import CommandError, CommandParser
+
+from annotation.imports.images import images_import
+from common.models import JobStatus
+from datasets_app.management.base import ImportCommand, StageProgress
+from datasets_app.services.images import image_attach_jobs_create
+from datasets_app.services.imports import ImportRejected
+from datasets_app.services.video import (
+    video_attach_job_publish,
+    video_attach_job_run,
+    video_attach_jobs_follow,
+    video_attach_jobs_outcome,
+)
+
+
+class Command(ImportCommand):
+    help = (
+        "Import still images from the generic image JSONL of docs/import-formats.md (image id, "
+        "image file, references, candidates, optional judgments on a source scale mapped to 1–5) "
+        "and process their files from DIR in a Celery job of the video pipeline: decode, display "
+        "JPEG, one training frame, upload. Idempotent and all-or-nothing; every image file is "
+        "checked before anything is written."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        super().add_arguments(parser)
+        parser.add_argument("path", help="A .jsonl file, one image per line.")
+        parser.add_argument(
+            "--images", required=True, help="Folder holding the image files the lines name."
+        )
+        parser.add_argument(
+            "--campaign",
+            default="",
+            help="Slug of the (imported) campaign the file's judgments go to; required when the "
+            "file has judgments.",
+        )
+        parser.add_argument(
+            "--scale",
+            nargs=2,
+            type=float,
+            metavar=("LOW", "HIGH"),
+            default=None,
+            help="The source scale of `overall` (default 1 5; a line's own `scale` wins).",
+        )
+        parser.add_argument(
+            "--upload-sources",
+            action="store_true",
+            help="Copy the image files into storage first, for workers on other machines.",
+        )
+        parser.add_argument(
+            "--force", action="store_true", help="Also re-process images that are ready or queued."
+        )
+        parser.add_argument(
+            "--wait", action="store_true", help="Follow the processing job to the end."
+        )
+        parser.add_argument(
+            "--in-process",
+            action="store_true",
+            help="Process the images in this process instead of a Celery worker.",
+        )
+        parser.add_argument(
+            "--timeout",
+            type=float,
+            default=None,
+            help="With --wait: give up waiting after this many seconds (the job continues).",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        progress = StageProgress(self)
+        try:
+            result, files = images_import(
+                path=options["path"],
+                images=options["images"],
+                campaign_slug=options["campaign"],
+                scale=tuple(options["scale"]) if options["scale"] else None,
+                progress=progress,
+            )
+        except ImportRejected as error:
+            progress.close()
+            if self.as_json:
+                self.emit(error.as_dict())
+            raise CommandError(error.describe())
+        progress.close()
+        payload = result.as_dict()
+        jobs = image_attach_jobs_create(
+            sources=files,
+            directory=options["images"],
+            force=options["force"],
+            upload_sources=options["upload_sources"],
+        )
+        payload["job_ids"] = [job.pk for job in jobs]
+        payload["images_queued"] = sum(job.total for job in jobs)
+        if jobs and options["in_process"]:
+            for job in jobs:
+                video_attach_job_run(job_id=job.pk)
+            options["wait"] = True
+        elif jobs:
+            for job in jobs:
+                try:
+                    video_attach_job_publish(job=job)
+                except Exception as error:  # broker unreachable: the job stays queued
+                    message = (
+                        f"job {job.pk} was created but could not be sent to a worker ({error}); "
+                        f"once the broker is up, run: python manage.py attach_videos --retry-job "
+                        f"{job.pk}"
+                    )
+                    if self.as_json:
+                        self.emit({**payload, "ok": False, "error": message})
+                    raise CommandError(message)
+        if jobs and options["wait"]:
+            try:
+                finished = video_attach_jobs_follow(
+                    job_ids=payload["job_ids"], timeout=options["timeout"]
+                )
+            except TimeoutError as error:
+                if self.as_json:
+                    self.emit({**payload, "ok": False, "error": str(error)})
+                raise CommandError(str(error))
+            outcome = video_attach_jobs_outcome(jobs=finished)
+            payload["processing"] = outcome
+            if outcome["status"] != JobStatus.SUCCEEDED:
+                if self.as_json:
+                    self.emit({**payload, "ok": False})
+                raise CommandError(f"image job ended {outcome['status']}: {outcome['error']}")
+        human = self.describe(payload)
+        if jobs:
+            human += f"\n  {payload['images_queued']} images queued for processing (job(s) "
+            human += ", ".join(str(job_id) for job_id in payload["job_ids"]) + ")"
+            if "processing" in payload:
+                human += (
+                    f"; ready {payload['processing']['ready']}, "
+                    f"failed {payload['processing']['failed']}"
+                )
+        self.emit(payload, human=human)
