@@ -26,6 +26,7 @@ import numpy as np
 
 from training_bridge.rigel.config import RigelConfig
 from training_bridge.rigel.data import ExampleLoader, ReleaseRecord
+from training_bridge.rigel.modality import VIDEO
 
 REFERENCE_FREE = "reference-free"
 ONE_REF = "1-ref"
@@ -55,12 +56,14 @@ def protocol_references(references: Sequence[str], protocol: str) -> list[str]:
 
 @dataclass(frozen=True)
 class BenchmarkClip:
-    """Where a clip's pixels are in the store."""
+    """Where a clip's (or a still image's) pixels are in the store."""
 
     clip_id: str
     frames_key: str = ""
     video_key: str = ""
     duration: float | None = None
+    modality: str = VIDEO  # or IMAGE: one frame (T = 1), through the image path
+    image_key: str = ""
 
 
 def benchmark_record(
@@ -77,6 +80,8 @@ def benchmark_record(
         frames_key=clip.frames_key,
         video_key=clip.video_key,
         duration=clip.duration,
+        modality=clip.modality,
+        image_key=clip.image_key,
     )
 
 

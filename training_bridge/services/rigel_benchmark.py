@@ -290,6 +290,8 @@ def campaign_data(
             frames_key=clip.frames_key or "",
             video_key=clip.video_key or "",
             duration=clip.duration,
+            modality=clip.modality,
+            image_key=clip.image_key or "",
         )
         for clip in clip_rows.values()
     }
@@ -314,7 +316,9 @@ def campaign_data(
 
 
 def check_media(clips: Sequence[BenchmarkClip]) -> None:
-    missing = sorted({clip.clip_id for clip in clips if not (clip.frames_key or clip.video_key)})
+    missing = sorted(
+        {clip.clip_id for clip in clips if not (clip.frames_key or clip.video_key or clip.image_key)}
+    )
     if missing:
         raise RigelEvaluationError(
             f"{len(missing)} benchmark clip(s) have no processed video or frames (e.g. "
