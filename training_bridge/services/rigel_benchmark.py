@@ -317,7 +317,11 @@ def campaign_data(
 
 def check_media(clips: Sequence[BenchmarkClip]) -> None:
     missing = sorted(
-        {clip.clip_id for clip in clips if not (clip.frames_key or clip.video_key or clip.image_key)}
+        {
+            clip.clip_id
+            for clip in clips
+            if not (clip.frames_key or clip.video_key or clip.image_key)
+        }
     )
     if missing:
         raise RigelEvaluationError(
