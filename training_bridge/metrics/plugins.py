@@ -53,6 +53,13 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from training_bridge.metrics.embedding_plugins import (
+    EMBEDDING_LABELS,
+    EMBEDDING_METRIC_NAMES,
+    EMBEDDING_SETTING_KEYS,
+    build_embedding_metric,
+    check_embedding_settings,
+)
 from training_bridge.metrics.meteor import MeteorScorer
 from training_bridge.metrics.standard import (
     METRIC_NAMES as STANDARD_METRIC_NAMES,
@@ -65,7 +72,12 @@ from training_bridge.metrics.standard import (
 
 CLIP_METRIC_NAMES = ("clipscore", "refclipscore", "emscore", "emscore_ref")
 LCLIP_METRIC_NAMES = ("lclipscore", "reflclipscore")
-METRIC_NAMES = (*STANDARD_METRIC_NAMES, *CLIP_METRIC_NAMES, *LCLIP_METRIC_NAMES)
+METRIC_NAMES = (
+    *STANDARD_METRIC_NAMES,
+    *CLIP_METRIC_NAMES,
+    *LCLIP_METRIC_NAMES,
+    *EMBEDDING_METRIC_NAMES,
+)
 # What an evaluation table lists by default: the lexical metrics of `standard.DEFAULT_METRICS`
 # and every learned baseline (an unavailable one as a row with its reason).
 TABLE_METRICS = (
@@ -76,6 +88,7 @@ TABLE_METRICS = (
     "cider",
     *CLIP_METRIC_NAMES,
     *LCLIP_METRIC_NAMES,
+    *EMBEDDING_METRIC_NAMES,
 )
 SETTING_KEYS = (
     "clip_model",
@@ -87,6 +100,7 @@ SETTING_KEYS = (
     "batch_size",
     "meteor_jar",
     "frames",
+    *EMBEDDING_SETTING_KEYS,
 )
 DEFAULT_CLIP_PROMPT = "A photo depicts"
 LABELS = {
@@ -103,6 +117,7 @@ LABELS = {
     "emscore_ref": "EMScore (ref)",
     "lclipscore": "L-CLIPScore",
     "reflclipscore": "RefL-CLIPScore",
+    **EMBEDDING_LABELS,
 }
 
 
@@ -213,6 +228,7 @@ def parse_settings(settings: Mapping[str, Any] | None = None) -> Settings:
     corpus = text("emscore_idf_corpus")
     if corpus is not None and not Path(corpus).expanduser().is_file():
         raise ValueError(f"emscore_idf_corpus={corpus}: no such file")
+    check_embedding_settings(raw)
     return Settings(
         clip_model=text("clip_model", "LEPUS_CLIP_MODEL"),
         lclip_model=text("lclip_model", "LEPUS_LCLIP_MODEL"),
@@ -279,6 +295,25 @@ def available_metrics(
         return encoders[model]
 
     for name in wanted:
+        if name in EMBEDDING_METRIC_NAMES:
+            metric, reason = build_embedding_metric(
+                name,
+                {**(settings or {})},
+                clip_model=parsed.clip_model,
+                device=parsed.device,
+                batch_size=parsed.batch_size,
+                emscore_idf=parsed.emscore_idf,
+                emscore_idf_corpus=parsed.emscore_idf_corpus,
+                encoder=encoder,
+                unavailable=lambda model, setting: weights_unavailable_reason(
+                    model, setting=setting
+                ),
+            )
+            if metric is None:
+                unavailable[name] = reason or "unavailable"
+            else:
+                available[name] = metric
+            continue
         if name in STANDARD_METRIC_NAMES:
             if name in reasons:
                 unavailable[name] = reasons[name]
