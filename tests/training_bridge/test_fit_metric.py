@@ -124,3 +124,29 @@ def test_the_database_refuses_one_split_for_both(release) -> None:  # type: igno
         MetricEvaluation.objects.create(
             release=release, metric="bleu1", train_split="test", test_split="test"
         )
+
+
+def test_evaluate_metrics_list_names_every_metric_and_why(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from tests.metrics.tiny_clip import save_tiny_clip
+    from training_bridge.metrics.embedding_plugins import ENVIRONMENT
+    from training_bridge.metrics.plugins import METRIC_NAMES
+
+    for variable in ENVIRONMENT.values():
+        monkeypatch.delenv(variable, raising=False)
+    checkpoint = save_tiny_clip(tmp_path / "pacs")
+    stdout = io.StringIO()
+    call_command(
+        "evaluate_metrics", "--list", "--json", "--set", f"pacs_model={checkpoint}", stdout=stdout
+    )
+    listing = json.loads(stdout.getvalue())
+    assert set(listing) == set(METRIC_NAMES)  # --json sorts the keys
+    assert listing["pacs"] == {"label": "PAC-S", "available": True, "reason": None}
+    assert listing["refpacs"]["available"] is True
+    assert listing["factvc"] == {
+        "label": "FactVC",
+        "available": False,
+        "reason": "no weights given: set factvc_model=PATH or a model id in the local Hugging "
+        "Face cache",
+    }
+    assert listing["redemption"]["available"] is False
+    assert "t2i_model" in listing["redemption"]["reason"]
