@@ -25,7 +25,9 @@ REPEATS = 2
 VOCABULARY = 514  # tiny_clip's tokenizer: 2 specials + 2 x 256 byte characters
 
 
-def multiplexed_clip(seed: int = 0) -> tuple[Any, dict[str, Any]]:
+def multiplexed_clip(
+    seed: int = 0, *, repeats: int = REPEATS, factorised: bool = True
+) -> tuple[Any, dict[str, Any]]:
     """A tiny QuickGELU CLIP whose consecutive layer pairs share attention and MLP weights, and
     whose token embedding is A Wᵀ + b; and the same weights in L-CLIP's layout."""
     from transformers import CLIPConfig, CLIPModel
@@ -66,18 +68,19 @@ def multiplexed_clip(seed: int = 0) -> tuple[Any, dict[str, Any]]:
             (model.vision_model, "student.image_encoder.visual."),
         ):
             blocks = tower.encoder.layers
-            for shared in range(len(blocks) // REPEATS):
-                first = blocks[shared * REPEATS]
+            for shared in range(len(blocks) // repeats):
+                first = blocks[shared * repeats]
                 root = f"{prefix}transformer.resblocks.{shared}."
-                for repeat in range(REPEATS):
-                    layer = blocks[shared * REPEATS + repeat]
+                for repeat in range(repeats):
+                    layer = blocks[shared * repeats + repeat]
                     for name in ("self_attn", "mlp"):  # share the weights, keep the norms
                         getattr(layer, name).load_state_dict(getattr(first, name).state_dict())
                     for norm, source in (("ln_1", layer.layer_norm1), ("ln_2", layer.layer_norm2)):
                         source.weight.normal_(1.0, 0.2)
                         source.bias.normal_(0.0, 0.1)
-                        state[f"{root}{norm}.instances.{repeat}.weight"] = source.weight.clone()
-                        state[f"{root}{norm}.instances.{repeat}.bias"] = source.bias.clone()
+                        slot = f"{norm}.instances.{repeat}" if repeats > 1 else norm
+                        state[f"{root}{slot}.weight"] = source.weight.clone()
+                        state[f"{root}{slot}.bias"] = source.bias.clone()
                 attention = first.self_attn
                 state[f"{root}attn.in_proj_weight"] = torch.cat(
                     [attention.q_proj.weight, attention.k_proj.weight, attention.v_proj.weight]
@@ -94,9 +97,6 @@ def multiplexed_clip(seed: int = 0) -> tuple[Any, dict[str, Any]]:
     text, vision = "student.text_encoder.", "student.image_encoder.visual."
     state.update(
         {
-            f"{text}token_embedding.0.weight": low_rank,
-            f"{text}token_embedding.1.weight": up,
-            f"{text}token_embedding.1.bias": up_bias,
             f"{text}positional_embedding": model.text_model.embeddings.position_embedding.weight.clone(),
             f"{text}ln_final.weight": model.text_model.final_layer_norm.weight.clone(),
             f"{text}ln_final.bias": model.text_model.final_layer_norm.bias.clone(),
@@ -113,6 +113,14 @@ def multiplexed_clip(seed: int = 0) -> tuple[Any, dict[str, Any]]:
             "student.logit_scale": model.logit_scale.clone(),
         }
     )
+    if factorised:
+        state[f"{text}token_embedding.0.weight"] = low_rank
+        state[f"{text}token_embedding.1.weight"] = up
+        state[f"{text}token_embedding.1.bias"] = up_bias
+    else:
+        state[f"{text}token_embedding.weight"] = (
+            model.text_model.embeddings.token_embedding.weight.clone()
+        )
     return model, state
 
 
@@ -181,4 +189,25 @@ def test_attention_transformations_are_refused() -> None:
     _, state = multiplexed_clip()
     del state["student.text_encoder.transformer.resblocks.0.ln_2.instances.1.bias"]
     with pytest.raises(ConversionError, match=r"lacks ln_2\.instances\.1\.bias"):
+        convert_lclip_state_dict(state)
+
+
+def test_a_plain_openai_layout_converts_too() -> None:
+    """PAC-S's and FactVC's checkpoints: one layer per block, a full embedding table."""
+    model, state = multiplexed_clip(seed=2, repeats=1, factorised=False)
+    conversion = convert_lclip_state_dict(state, text_heads=2, vision_heads=2)
+    assert (conversion.text_layers, conversion.vision_layers, conversion.factorised_embedding) == (
+        4,
+        4,
+        False,
+    )
+    expected = model.state_dict()
+    for key, value in conversion.state_dict.items():
+        torch.testing.assert_close(value, expected[key], msg=key)
+
+
+def test_unknown_weights_such_as_lora_adapters_are_refused() -> None:
+    _, state = multiplexed_clip(repeats=1, factorised=False)
+    state["student.text_encoder.transformer.resblocks.2.attn.lora_A"] = torch.zeros(4, 24)
+    with pytest.raises(ConversionError, match=r"attn\.lora_A \(LoRA adapters: merge them"):
         convert_lclip_state_dict(state)

@@ -1,6 +1,10 @@
 """Convert an L-CLIP checkpoint (seed 001, Li et al.: CLIP compressed by weight multiplexing and a
 factorised word embedding) into the transformers `CLIPModel` checkpoint that the L-CLIPScore
-plug-in loads (`lclip_model`).
+plug-in loads (`lclip_model`). A plain OpenAI-CLIP state dict is the special case without either
+(one repetition per block, a full embedding table), so the same converter turns the PAC-S
+(`clip_ViT-B-32.pth`) and FactVC (`factvc_video.pth`) state dicts into `pacs_model` /
+`factvc_model` checkpoints. Any weight it does not know (LoRA adapters of PAC-S++ included) is
+refused by name rather than dropped.
 
 The source layout (the authors' DistillCLIP code, ForJadeForest/DistillCLIP at 9ea87f2:
 `model/component/_common.py` for the OpenAI-CLIP module names, `weight_share_model.py` for the
@@ -106,7 +110,22 @@ def _blocks(state: Mapping[str, Any], root: str) -> list[dict[str, Any]]:
     return layers
 
 
+BLOCK_KEYS = {
+    f"{name}.{part}"
+    for name in ("ln_1", "ln_2", "attn.out_proj", "mlp.c_fc", "mlp.c_proj")
+    for part in ("weight", "bias")
+} | {"attn.in_proj_weight", "attn.in_proj_bias"}
+
+
 def _layer_keys(target: str, layer: Mapping[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(layer) - BLOCK_KEYS)
+    if unknown:
+        hint = (
+            " (LoRA adapters: merge them into the weights first)"
+            if any("lora" in name for name in unknown)
+            else ""
+        )
+        raise ConversionError(f"{target}: unexpected weights {', '.join(unknown)}{hint}")
     query, key, value = layer["attn.in_proj_weight"].chunk(3, dim=0)
     query_bias, key_bias, value_bias = layer["attn.in_proj_bias"].chunk(3, dim=0)
     return {
