@@ -38,6 +38,7 @@ Hugging Face cache. Settings (environment fallback in brackets):
 | `device`, `batch_size` | where and how many texts/frames at a time the encoders run (default cpu, 64) |
 | `meteor_jar` [`LEPUS_METEOR_JAR`] | METEOR 1.5 jar (see meteor.py) |
 | `frames` | frames sampled per clip by whoever builds the items (default 8; not read here) |
+| `pacs_model`, `factvc_model`, `polos_model`, `dino_model`, ... | the plug-ins of `embedding_plugins.py` (PAC-S, FactVC, Polos, Redemption Score): see its docstring |
 
 `score_metrics(metrics, items, progress=...)` scores several metrics over one item list; the
 standard ones (BLEU, ROUGE-L, METEOR, CIDEr-D) share one tokenisation and one METEOR process.
