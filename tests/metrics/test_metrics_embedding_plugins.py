@@ -32,6 +32,7 @@ from training_bridge.metrics.redemption import (
     squash,
     weight_grid,
 )
+from training_bridge.metrics.standard import MetricUnavailable
 
 pytest.importorskip("transformers")
 
@@ -282,6 +283,9 @@ def test_redemption_score_equals_the_hand_computation(checkpoints, items) -> Non
     linear = normalised @ np.array([0.15, 0.3, 0.55])
     geometric = np.prod(normalised ** np.array([0.15, 0.3, 0.55]), axis=1)
     np.testing.assert_allclose(scores, 0.8 * linear + 0.2 * geometric, atol=1e-5)
+    # MID's Gaussians come from the scored set: one candidate alone is reported, not crashed on.
+    with pytest.raises(MetricUnavailable, match="MID on 1 candidates: MID needs at least two"):
+        metric.score(items[:1])
 
 
 # --- Polos -------------------------------------------------------------------------------------

@@ -369,7 +369,11 @@ class RedemptionScore:
         clip_texts = np.stack(
             [embedding.caption for embedding in self.clip.texts([i.candidate for i in items])]
         )
-        mid = gaussian_pmi(clip_images, normalized(clip_texts), eps=self.mid_eps)
+        try:
+            mid = gaussian_pmi(clip_images, normalized(clip_texts), eps=self.mid_eps)
+        except ValueError as error:
+            # The Gaussians are estimated from the scored set itself: too small a set cannot run.
+            raise MetricUnavailable(f"MID on {len(items)} candidates: {error}") from error
         dino = np.array(
             [
                 dino_similarity(
