@@ -206,8 +206,47 @@ def test_a_plain_openai_layout_converts_too() -> None:
         torch.testing.assert_close(value, expected[key], msg=key)
 
 
-def test_unknown_weights_such_as_lora_adapters_are_refused() -> None:
-    _, state = multiplexed_clip(repeats=1, factorised=False)
-    state["student.text_encoder.transformer.resblocks.2.attn.lora_A"] = torch.zeros(4, 24)
-    with pytest.raises(ConversionError, match=r"attn\.lora_A \(LoRA adapters: merge them"):
+def test_lora_adapters_are_refused_or_folded_in() -> None:
+    """PAC-S++'s LoRA pairs: refused without a scaling, W + s · B A with one."""
+    model, state = multiplexed_clip(seed=4, repeats=1, factorised=False)
+    root = "student.text_encoder.transformer.resblocks.2."
+    generator = torch.Generator().manual_seed(0)
+    pairs = {
+        "attn.in_proj_weight": (
+            torch.randn(4, 24, generator=generator),
+            torch.randn(72, 4, generator=generator),
+        ),
+        "mlp.c_fc.weight": (
+            torch.randn(4, 24, generator=generator),
+            torch.randn(48, 4, generator=generator),
+        ),
+    }
+    originals = {name: state[root + name].clone() for name in pairs}
+    state[root + "attn.in_proj_weight_lora_A"], state[root + "attn.in_proj_weight_lora_B"] = pairs[
+        "attn.in_proj_weight"
+    ]
+    state[root + "mlp.c_fc.lora_A"], state[root + "mlp.c_fc.lora_B"] = pairs["mlp.c_fc.weight"]
+    with pytest.raises(ConversionError, match=r"in_proj_weight_lora_A.*give lora_scaling"):
         convert_lclip_state_dict(state)
+    conversion = convert_lclip_state_dict(state, lora_scaling=0.25)
+    layer = "text_model.encoder.layers.2."
+    in_proj = (
+        originals["attn.in_proj_weight"]
+        + 0.25 * pairs["attn.in_proj_weight"][1] @ pairs["attn.in_proj_weight"][0]
+    )
+    torch.testing.assert_close(
+        conversion.state_dict[layer + "self_attn.q_proj.weight"], in_proj[:24]
+    )
+    torch.testing.assert_close(
+        conversion.state_dict[layer + "self_attn.v_proj.weight"], in_proj[48:]
+    )
+    fc1 = (
+        originals["mlp.c_fc.weight"]
+        + 0.25 * pairs["mlp.c_fc.weight"][1] @ pairs["mlp.c_fc.weight"][0]
+    )
+    torch.testing.assert_close(conversion.state_dict[layer + "mlp.fc1.weight"], fc1)
+    # The other layers are untouched.
+    torch.testing.assert_close(
+        conversion.state_dict["text_model.encoder.layers.1.mlp.fc1.weight"],
+        model.state_dict()["text_model.encoder.layers.1.mlp.fc1.weight"],
+    )

@@ -3,8 +3,8 @@ factorised word embedding) into the transformers `CLIPModel` checkpoint that the
 plug-in loads (`lclip_model`). A plain OpenAI-CLIP state dict is the special case without either
 (one repetition per block, a full embedding table), so the same converter turns the PAC-S
 (`clip_ViT-B-32.pth`) and FactVC (`factvc_video.pth`) state dicts into `pacs_model` /
-`factvc_model` checkpoints. Any weight it does not know (LoRA adapters of PAC-S++ included) is
-refused by name rather than dropped.
+`factvc_model` checkpoints, and with `lora_scaling` the PAC-S++ one (its LoRA adapters folded
+into the weights, `merge_lora`). Any weight it does not know is refused by name, never dropped.
 
 The source layout (the authors' DistillCLIP code, ForJadeForest/DistillCLIP at 9ea87f2:
 `model/component/_common.py` for the OpenAI-CLIP module names, `weight_share_model.py` for the
@@ -117,11 +117,36 @@ BLOCK_KEYS = {
 } | {"attn.in_proj_weight", "attn.in_proj_bias"}
 
 
-def _layer_keys(target: str, layer: Mapping[str, Any]) -> dict[str, Any]:
+# LoRA adapters of PAC-S++ (aimagelab/pacscore `models/custom_loralib/layers.py`): per weight W an
+# A (r, in) and B (out, r), applied as x Aᵀ Bᵀ · scaling (l.154, l.590), scaling = lora_alpha / r.
+LORA_TARGETS = {
+    "attn.in_proj_weight": ("attn.in_proj_weight_lora_A", "attn.in_proj_weight_lora_B"),
+    "attn.out_proj.weight": ("attn.out_proj.lora_A", "attn.out_proj.lora_B"),
+    "mlp.c_fc.weight": ("mlp.c_fc.lora_A", "mlp.c_fc.lora_B"),
+    "mlp.c_proj.weight": ("mlp.c_proj.lora_A", "mlp.c_proj.lora_B"),
+}
+
+
+def merge_lora(layer: Mapping[str, Any], scaling: float) -> dict[str, Any]:
+    """The block's weights with every LoRA pair folded in: W + scaling · B A."""
+    merged = dict(layer)
+    for weight, (name_a, name_b) in LORA_TARGETS.items():
+        if name_a in merged or name_b in merged:
+            low, up = merged.pop(name_a), merged.pop(name_b)
+            delta = (up.double() @ low.double()) * scaling
+            merged[weight] = (merged[weight].double() + delta).to(merged[weight].dtype)
+    return merged
+
+
+def _layer_keys(
+    target: str, layer: Mapping[str, Any], lora_scaling: float | None = None
+) -> dict[str, Any]:
+    if lora_scaling is not None:
+        layer = merge_lora(layer, lora_scaling)
     unknown = sorted(set(layer) - BLOCK_KEYS)
     if unknown:
         hint = (
-            " (LoRA adapters: merge them into the weights first)"
+            " (LoRA adapters: give lora_scaling = lora_alpha / r to merge them)"
             if any("lora" in name for name in unknown)
             else ""
         )
@@ -149,11 +174,19 @@ def _layer_keys(target: str, layer: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def convert_lclip_state_dict(
-    state: Mapping[str, Any], *, text_heads: int | None = None, vision_heads: int | None = None
+    state: Mapping[str, Any],
+    *,
+    text_heads: int | None = None,
+    vision_heads: int | None = None,
+    lora_scaling: float | None = None,
 ) -> Conversion:
     """The transformers `CLIPModel` state dict and config of an L-CLIP state dict (torch tensors).
 
-    Heads cannot be read from the weights: by default width / 64, as every OpenAI CLIP."""
+    Heads cannot be read from the weights: by default width / 64, as every OpenAI CLIP.
+    `lora_scaling` (lora_alpha / r; PAC-S++: 1 / 4, `lora_alpha` defaults to 1 and
+    `compute_correlations_pac++.py` loads with r = 4) folds LoRA adapters into their weights; the
+    adapters must not be merged already (custom_loralib merges a `Linear`'s into its weight on
+    `eval()` without saving that it did, so a state dict saved after `eval()` would be merged twice)."""
     import torch
 
     state = {
@@ -216,9 +249,9 @@ def convert_lclip_state_dict(
         ),
     }
     for index, layer in enumerate(text_layers):
-        converted.update(_layer_keys(f"text_model.encoder.layers.{index}", layer))
+        converted.update(_layer_keys(f"text_model.encoder.layers.{index}", layer, lora_scaling))
     for index, layer in enumerate(vision_layers):
-        converted.update(_layer_keys(f"vision_model.encoder.layers.{index}", layer))
+        converted.update(_layer_keys(f"vision_model.encoder.layers.{index}", layer, lora_scaling))
     converted = {key: value.detach().clone().contiguous() for key, value in converted.items()}
     text_intermediate = int(text_layers[0]["mlp.c_fc.weight"].shape[0])
     vision_intermediate = int(vision_layers[0]["mlp.c_fc.weight"].shape[0])
@@ -253,6 +286,7 @@ def convert_lclip_checkpoint(
     tokenizer_from: str | Path,
     text_heads: int | None = None,
     vision_heads: int | None = None,
+    lora_scaling: float | None = None,
 ) -> Conversion:
     """Read an L-CLIP `.pth`/`.ckpt` (a state dict, or {"state_dict": ...}), write a transformers
     CLIP checkpoint (config, weights, CLIP's tokenizer and image processor from `tokenizer_from`)
@@ -266,7 +300,9 @@ def convert_lclip_checkpoint(
         raise ConversionError(f"{source} holds no state dict")
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_from), local_files_only=True)
     processor = AutoImageProcessor.from_pretrained(str(tokenizer_from), local_files_only=True)
-    conversion = convert_lclip_state_dict(state, text_heads=text_heads, vision_heads=vision_heads)
+    conversion = convert_lclip_state_dict(
+        state, text_heads=text_heads, vision_heads=vision_heads, lora_scaling=lora_scaling
+    )
     config = CLIPConfig(
         text_config={
             **conversion.config["text_config"],

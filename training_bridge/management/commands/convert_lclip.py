@@ -34,6 +34,11 @@ class Command(LepusCommand):
         )
         parser.add_argument("--text-heads", type=int, help="Text attention heads (width / 64).")
         parser.add_argument("--vision-heads", type=int, help="Vision attention heads (width / 64).")
+        parser.add_argument(
+            "--lora-scaling",
+            type=float,
+            help="Fold LoRA adapters into their weights with this lora_alpha / r (PAC-S++: 0.25).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -43,6 +48,7 @@ class Command(LepusCommand):
                 tokenizer_from=options["tokenizer_from"],
                 text_heads=options["text_heads"],
                 vision_heads=options["vision_heads"],
+                lora_scaling=options["lora_scaling"],
             )
         except (ConversionError, OSError) as error:
             raise CommandError(str(error))
