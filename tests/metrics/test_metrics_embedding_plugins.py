@@ -168,6 +168,23 @@ def test_mid_pmi_equals_the_gaussian_log_density_ratio() -> None:
     expected = fitted(z).logpdf(z) - fitted(x).logpdf(x) - fitted(y).logpdf(y)
     np.testing.assert_allclose(pmi, expected, rtol=1e-9, atol=1e-9)
 
+    # The same written out: I(X; Y) + (D2(x) + D2(y) - D2(z)) / 2 with explicit inverses.
+    def covariance(block: np.ndarray) -> np.ndarray:
+        centered = block - block.mean(axis=0)
+        return centered.T @ centered / (len(block) - 1) + eps * np.eye(block.shape[1])
+
+    def mahalanobis(block: np.ndarray) -> np.ndarray:
+        centered = block - block.mean(axis=0)
+        inverse = np.linalg.inv(covariance(block))
+        return np.array([row @ inverse @ row for row in centered])
+
+    determinant = np.linalg.det
+    information = 0.5 * np.log(
+        determinant(covariance(x)) * determinant(covariance(y)) / determinant(covariance(z))
+    )
+    direct = information + (mahalanobis(x) + mahalanobis(y) - mahalanobis(z)) / 2
+    np.testing.assert_allclose(pmi, direct, rtol=1e-9, atol=1e-9)
+
     # Unregularised, the mean PMI of the fitted set is its mutual information I(X; Y) (Eq. 1):
     # the squared Mahalanobis terms average to (dx + dy - dz)(N - 1)/N = 0.
     def log_det(block: np.ndarray) -> float:
