@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from training_bridge.models import RetrainingState, ScoreRequest, TrainingRun
+from training_bridge.models import MetricEvaluation, RetrainingState, ScoreRequest, TrainingRun
 
 
 @admin.register(TrainingRun)
@@ -59,3 +59,10 @@ class ScoreRequestAdmin(admin.ModelAdmin):
 class RetrainingStateAdmin(admin.ModelAdmin):
     list_display = ("singleton", "pending_release", "last_run", "last_checked_at", "last_outcome")
     raw_id_fields = ("pending_release", "last_run")
+
+
+@admin.register(MetricEvaluation)
+class MetricEvaluationAdmin(admin.ModelAdmin):
+    list_display = ("id", "metric", "release", "train_split", "test_split", "created_at")
+    list_filter = ("metric",)
+    readonly_fields = ("fitted", "result", "metric_settings", "created_by", "created_at")

@@ -226,3 +226,43 @@ class RigelEvaluation(Job):
 
     def __str__(self) -> str:
         return f"Rigel evaluation {self.pk} (runs {self.runs} on campaign {self.campaign_id})"
+
+
+class MetricEvaluation(models.Model):
+    """A caption metric fitted on one split of a release and evaluated on another (`manage.py
+    fit_metric`): Redemption Score's fusion weights, or any metric's calibration onto the human
+    scale (`training_bridge.metrics.fitting`). The fitted parameters are stored with the figures
+    they produced, so a table row can always say what it was fitted on."""
+
+    release = models.ForeignKey(
+        "export.Release", on_delete=models.PROTECT, related_name="metric_evaluations"
+    )
+    metric = models.CharField(max_length=50)
+    train_split = models.CharField(max_length=20)
+    test_split = models.CharField(max_length=20)
+    reference_count = models.PositiveSmallIntegerField(null=True, blank=True)  # None: all
+    metric_settings = models.JSONField(default=dict, blank=True)  # the plug-in's settings
+    # {"kind": "fusion", "alpha": .., "beta": .., "gamma": .., "lambda": .., ...} or
+    # {"kind": "affine", "slope": .., "intercept": ..}
+    fitted = models.JSONField(default=dict)
+    # {"train": {kendall_b, ...}, "test": {...}, "leakage": {"shared_clips": 0}, ...}
+    result = models.JSONField(default=dict)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=~Q(train_split=models.F("test_split")),
+                name="metric_evaluation_distinct_splits",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return (
+            f"{self.metric} fitted on {self.train_split}, evaluated on {self.test_split} of "
+            f"release {self.release_id}"
+        )

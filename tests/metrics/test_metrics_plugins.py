@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from tests.metrics.tiny_clip import Reference, save_tiny_clip
+from training_bridge.metrics.embedding_plugins import ENVIRONMENT
 from training_bridge.metrics.plugins import (
     METRIC_NAMES,
     TABLE_METRICS,
@@ -369,6 +370,8 @@ def test_standard_metrics_through_the_interface_equal_the_direct_call(items) -> 
 def test_every_metric_is_either_available_or_unavailable_with_a_reason(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.delenv("LEPUS_CLIP_MODEL", raising=False)
     monkeypatch.delenv("LEPUS_LCLIP_MODEL", raising=False)
+    for variable in ENVIRONMENT.values():
+        monkeypatch.delenv(variable, raising=False)
     monkeypatch.setenv("PATH", "/nonexistent")  # no java: METEOR unavailable too
     metrics, unavailable = available_metrics()
     assert list(metrics) + list(unavailable) != []
@@ -386,6 +389,30 @@ def test_every_metric_is_either_available_or_unavailable_with_a_reason(monkeypat
             "Face cache"
             for name in ("lclipscore", "reflclipscore")
         },
+        **{
+            name: f"no weights given: set {setting}=PATH or a model id in the local Hugging "
+            "Face cache"
+            for name, setting in (
+                ("pacs", "pacs_model"),
+                ("refpacs", "pacs_model"),
+                ("pacs_plus", "pacs_plus_model"),
+                ("refpacs_plus", "pacs_plus_model"),
+                ("factvc", "factvc_model"),
+                ("factvc_ref", "factvc_model"),
+            )
+        },
+        "polos": "no weights given: set polos_model=DIR (polos.json + head.pt, see "
+        "docs/metrics.md)",
+        "redemption": "; ".join(
+            [
+                *(
+                    f"no weights given: set {setting}=PATH or a model id in the local Hugging "
+                    "Face cache"
+                    for setting in ("redemption_clip_model", "dino_model", "gte_model")
+                ),
+                "no text-to-image generator given: set t2i_model=PATH",
+            ]
+        ),
     }
     assert set(TABLE_METRICS) <= set(METRIC_NAMES)
 

@@ -38,6 +38,7 @@ Hugging Face cache. Settings (environment fallback in brackets):
 | `device`, `batch_size` | where and how many texts/frames at a time the encoders run (default cpu, 64) |
 | `meteor_jar` [`LEPUS_METEOR_JAR`] | METEOR 1.5 jar (see meteor.py) |
 | `frames` | frames sampled per clip by whoever builds the items (default 8; not read here) |
+| `pacs_model`, `factvc_model`, `polos_model`, `dino_model`, ... | the plug-ins of `embedding_plugins.py` (PAC-S, FactVC, Polos, Redemption Score): see its docstring |
 
 `score_metrics(metrics, items, progress=...)` scores several metrics over one item list; the
 standard ones (BLEU, ROUGE-L, METEOR, CIDEr-D) share one tokenisation and one METEOR process.
@@ -53,6 +54,13 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from training_bridge.metrics.embedding_plugins import (
+    EMBEDDING_LABELS,
+    EMBEDDING_METRIC_NAMES,
+    EMBEDDING_SETTING_KEYS,
+    build_embedding_metric,
+    check_embedding_settings,
+)
 from training_bridge.metrics.meteor import MeteorScorer
 from training_bridge.metrics.standard import (
     METRIC_NAMES as STANDARD_METRIC_NAMES,
@@ -65,7 +73,12 @@ from training_bridge.metrics.standard import (
 
 CLIP_METRIC_NAMES = ("clipscore", "refclipscore", "emscore", "emscore_ref")
 LCLIP_METRIC_NAMES = ("lclipscore", "reflclipscore")
-METRIC_NAMES = (*STANDARD_METRIC_NAMES, *CLIP_METRIC_NAMES, *LCLIP_METRIC_NAMES)
+METRIC_NAMES = (
+    *STANDARD_METRIC_NAMES,
+    *CLIP_METRIC_NAMES,
+    *LCLIP_METRIC_NAMES,
+    *EMBEDDING_METRIC_NAMES,
+)
 # What an evaluation table lists by default: the lexical metrics of `standard.DEFAULT_METRICS`
 # and every learned baseline (an unavailable one as a row with its reason).
 TABLE_METRICS = (
@@ -76,6 +89,7 @@ TABLE_METRICS = (
     "cider",
     *CLIP_METRIC_NAMES,
     *LCLIP_METRIC_NAMES,
+    *EMBEDDING_METRIC_NAMES,
 )
 SETTING_KEYS = (
     "clip_model",
@@ -87,6 +101,7 @@ SETTING_KEYS = (
     "batch_size",
     "meteor_jar",
     "frames",
+    *EMBEDDING_SETTING_KEYS,
 )
 DEFAULT_CLIP_PROMPT = "A photo depicts"
 LABELS = {
@@ -103,6 +118,7 @@ LABELS = {
     "emscore_ref": "EMScore (ref)",
     "lclipscore": "L-CLIPScore",
     "reflclipscore": "RefL-CLIPScore",
+    **EMBEDDING_LABELS,
 }
 
 
@@ -213,6 +229,7 @@ def parse_settings(settings: Mapping[str, Any] | None = None) -> Settings:
     corpus = text("emscore_idf_corpus")
     if corpus is not None and not Path(corpus).expanduser().is_file():
         raise ValueError(f"emscore_idf_corpus={corpus}: no such file")
+    check_embedding_settings(raw)
     return Settings(
         clip_model=text("clip_model", "LEPUS_CLIP_MODEL"),
         lclip_model=text("lclip_model", "LEPUS_LCLIP_MODEL"),
@@ -279,6 +296,25 @@ def available_metrics(
         return encoders[model]
 
     for name in wanted:
+        if name in EMBEDDING_METRIC_NAMES:
+            metric, reason = build_embedding_metric(
+                name,
+                {**(settings or {})},
+                clip_model=parsed.clip_model,
+                device=parsed.device,
+                batch_size=parsed.batch_size,
+                emscore_idf=parsed.emscore_idf,
+                emscore_idf_corpus=parsed.emscore_idf_corpus,
+                encoder=encoder,
+                unavailable=lambda model, setting: weights_unavailable_reason(
+                    model, setting=setting
+                ),
+            )
+            if metric is None:
+                unavailable[name] = reason or "unavailable"
+            else:
+                available[name] = metric
+            continue
         if name in STANDARD_METRIC_NAMES:
             if name in reasons:
                 unavailable[name] = reasons[name]

@@ -21,7 +21,13 @@ from django.core.management.base import CommandError, CommandParser
 from annotation.models import Campaign
 from common.management.base import LepusCommand
 from training_bridge.metrics.benchmark import CORRELATION_KEYS, PROTOCOLS, Protocol
-from training_bridge.metrics.plugins import METRIC_NAMES, SETTING_KEYS, TABLE_METRICS
+from training_bridge.metrics.plugins import (
+    LABELS,
+    METRIC_NAMES,
+    SETTING_KEYS,
+    TABLE_METRICS,
+    available_metrics,
+)
 from training_bridge.services.metric_benchmark import MetricBenchmarkError, metric_benchmark_compute
 
 
@@ -69,6 +75,12 @@ class Command(LepusCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         super().add_arguments(parser)
+        parser.add_argument(
+            "--list",
+            action="store_true",
+            dest="list_metrics",
+            help="List every metric of the registry (with --set's weights): available, or why not.",
+        )
         parser.add_argument("--campaign", help="Campaign slug (with --release: only its records).")
         parser.add_argument("--release", type=int, help="Release id: use the release's records.")
         parser.add_argument(
@@ -113,6 +125,9 @@ class Command(LepusCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["list_metrics"]:
+            self._list(_settings(options["settings"]))
+            return
         campaign = None
         if options["campaign"]:
             campaign = Campaign.objects.filter(slug=options["campaign"]).first()
@@ -153,6 +168,28 @@ class Command(LepusCommand):
         except MetricBenchmarkError as error:
             raise CommandError(str(error))
         self.emit(table, human=_human_table(table, candidates=len(benchmark.candidates)))
+
+    def _list(self, settings: dict[str, str]) -> None:
+        """Every metric of the registry: {name: {label, available, reason}} (loads no weights)."""
+        try:
+            available, unavailable = available_metrics(settings, METRIC_NAMES)
+        except ValueError as error:
+            raise CommandError(str(error))
+        listing = {
+            name: {
+                "label": LABELS.get(name, name),
+                "available": name in available,
+                "reason": unavailable.get(name),
+            }
+            for name in METRIC_NAMES
+        }
+        width = max(len(name) for name in listing)
+        human = "\n".join(
+            f"{name:<{width}} {row['label']:<18} "
+            + ("available" if row["available"] else f"unavailable: {row['reason']}")
+            for name, row in listing.items()
+        )
+        self.emit(listing, human=human)
 
 
 def _human_table(table: dict[str, dict[str, Any]], *, candidates: int) -> str:
