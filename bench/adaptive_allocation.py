@@ -289,7 +289,8 @@ def policies(*, metric_thresholds: tuple[float, ...]) -> dict[str, tuple[Policy,
             False,
         )
     for minimum, maximum, disagreement in [
-        (1, 3, 2), (1, 4, 2), (1, 5, 1), (2, 3, 2), (2, 4, 2), (2, 5, 2), (2, 3, 1), (2, 5, 1),
+        (1, 2, 2), (1, 3, 2), (1, 4, 2), (1, 5, 1), (2, 3, 2), (2, 4, 2), (2, 5, 2), (2, 3, 1),
+        (2, 5, 1),
     ]:  # fmt: skip
         for threshold in metric_thresholds:
             name = f"adaptive+metric-{minimum}-{maximum}-r{disagreement}-m{threshold:g}"

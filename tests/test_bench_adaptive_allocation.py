@@ -71,6 +71,9 @@ def test_fixed_pays_exactly_n_and_adaptive_stays_within_its_bounds(smoke):
             assert minimum - run["stopped_review"] <= run["paid_per_candidate"] <= maximum
             shares = run["stopped_settled"] + run["stopped_maximum"] + run["stopped_review"]
             assert shares == pytest.approx(1.0)
+            # A candidate reaching the review range stops there, so the share the review rule
+            # takes is the share that stopped for review.
+            assert run["review_share"] == pytest.approx(run["stopped_review"])
             assert -1.0 <= run["alpha"] <= 1.0
             assert 0.0 < run["pearson"] <= 1.0
     # More fixed judgments, a better aggregate: the simulation is not noise.
