@@ -109,6 +109,13 @@ class AdaptivePolicy:
 
 
 Policy = FixedPolicy | AdaptivePolicy
+# The settings whose None turns a rule off; every other setting needs a value.
+OPTIONAL_RULES = frozenset(
+    {"disagreement_range", "standard_error_threshold", "metric_disagreement_threshold"}
+)
+WHOLE_SETTINGS = frozenset(
+    {"judgments", "minimum", "maximum", "disagreement_range", "review_range_threshold"}
+)
 
 
 def policy_from_dict(raw: Mapping[str, Any]) -> Policy:
@@ -119,7 +126,7 @@ def policy_from_dict(raw: Mapping[str, Any]) -> Policy:
         "fixed": FixedPolicy,
         "adaptive": AdaptivePolicy,
     }
-    if kind not in classes:
+    if not isinstance(kind, str) or kind not in classes:
         raise ValueError(f"unknown allocation policy {kind!r}: fixed or adaptive")
     cls = classes[kind]
     fields = {name for name in cls.__dataclass_fields__ if name != "kind"}
@@ -129,10 +136,9 @@ def policy_from_dict(raw: Mapping[str, Any]) -> Policy:
     values: dict[str, Any] = {}
     for name in fields & set(raw):
         value = raw[name]
-        whole = name in {"judgments", "minimum", "maximum", "review_range_threshold"}
-        if value is None and name not in {"judgments", "minimum", "maximum"}:
+        if value is None and name in OPTIONAL_RULES:
             values[name] = None
-        elif whole or name == "disagreement_range":
+        elif name in WHOLE_SETTINGS:
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ValueError(f"{name} must be a whole number")
             values[name] = value

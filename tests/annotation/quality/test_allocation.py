@@ -154,6 +154,7 @@ def test_policies_round_trip_through_their_stored_form():
     ("raw", "message"),
     [
         ({"kind": "bandit"}, "unknown allocation policy"),
+        ({"kind": ["fixed"]}, "unknown allocation policy"),
         ({"judgments": 3}, "unknown allocation policy"),
         ({"kind": "fixed", "judgments": 3, "minimum": 2}, "unknown keys"),
         ({"kind": "fixed", "judgments": "3"}, "whole number"),
@@ -161,6 +162,7 @@ def test_policies_round_trip_through_their_stored_form():
         ({"kind": "adaptive", "maximum": 4.5}, "whole number"),
         ({"kind": "adaptive", "standard_error_threshold": "0.3"}, "must be a number"),
         ({"kind": "adaptive", "minimum": None}, "whole number"),
+        ({"kind": "adaptive", "review_range_threshold": None}, "whole number"),
         ({"kind": "adaptive", "minimum": 6}, "maximum"),
     ],
 )
