@@ -101,6 +101,29 @@ def make_clip(
     )  # fmt: skip
 
 
+def make_still(path: Path, number: int, width: int = 500, height: int = 375) -> None:
+    """One synthetic JPEG still (a Flickr-sized 500x375 picture: a hue per image, noise, a few
+    shapes), deterministic per number: the image benchmarks' visual input (T = 1)."""
+    if path.exists():
+        return
+    from PIL import Image, ImageDraw
+
+    rng = np.random.default_rng(number)
+    base = np.zeros((height, width, 3), dtype=np.float32)
+    base[..., 0] = (number * 37) % 256
+    base[..., 1] = np.linspace(0, 255, width)[None, :]
+    base[..., 2] = np.linspace(255, 0, height)[:, None]
+    noisy = np.clip(base + rng.normal(0, 24, base.shape), 0, 255).astype(np.uint8)
+    image = Image.fromarray(noisy)
+    draw = ImageDraw.Draw(image)
+    for _ in range(4):
+        x, y = int(rng.integers(0, width - 60)), int(rng.integers(0, height - 60))
+        size = int(rng.integers(20, 120))
+        colour = tuple(int(c) for c in rng.integers(0, 256, 3))
+        draw.ellipse((x, y, x + size, y + size), fill=colour)
+    image.save(path, quality=90)
+
+
 def _make_clip_pyav(
     path: Path, number: int, size: int, seconds: float, fps: int, keyframes: Sequence[int] = ()
 ) -> None:
@@ -301,6 +324,12 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=3000, help="candidates per engine.run call")
     parser.add_argument("--protocols", default="reference-free,1-ref,all-refs")
     parser.add_argument(
+        "--images",
+        action="store_true",
+        help="score VATEX-EVAL's captions on synthetic JPEG stills (T = 1, the image path) "
+        "instead of MP4 clips",
+    )
+    parser.add_argument(
         "--preset",
         default=None,
         choices=("default", "paper-budget"),
@@ -332,15 +361,18 @@ def main() -> None:
     clip_dir = Path(args.clips_dir) if args.clips_dir else out_dir / "clips"
     clip_dir.mkdir(parents=True, exist_ok=True)
     size, seconds, fps = (96, 1.0, 24) if args.smoke else (448, 5.0, 24)
-    files = {clip_id: f"vatex_{number:05d}.mp4" for number, clip_id in enumerate(clip_order)}
+    suffix = ".jpg" if args.images else ".mp4"
+    files = {clip_id: f"vatex_{number:05d}{suffix}" for number, clip_id in enumerate(clip_order)}
+
+    def make(item: tuple[int, str]) -> None:
+        if args.images:
+            make_still(clip_dir / item[1], item[0])
+        else:
+            make_clip(clip_dir / item[1], item[0], size, seconds, fps)
+
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 4) as pool:
-        list(
-            pool.map(
-                lambda item: make_clip(clip_dir / item[1], item[0], size, seconds, fps),
-                enumerate(files.values()),
-            )
-        )
+        list(pool.map(make, enumerate(files.values())))
     clips_seconds = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -385,7 +417,10 @@ def main() -> None:
         engine_factory=counting_engine,
     )
     clips = [
-        BenchmarkClip(clip_id=c, video_key=files[c], duration=seconds) for c in data["clip_ids"]
+        BenchmarkClip(clip_id=c, image_key=files[c], modality="image")
+        if args.images
+        else BenchmarkClip(clip_id=c, video_key=files[c], duration=seconds)
+        for c in data["clip_ids"]
     ]
     benchmark = BenchmarkSet(
         candidates=data["candidates"],
@@ -414,7 +449,11 @@ def main() -> None:
             "references_per_clip": len(data["references"][0]) if data["references"] else 0,
             "protocols": protocols,
             "samples": len(data["candidates"]) * len(protocols),
-            "video": f"synthetic H.264 {size}x{size}, {seconds} s at {fps} fps, one file per clip",
+            "visual_input": (
+                "synthetic JPEG still 500x375 per clip, scored as an image (T = 1)"
+                if args.images
+                else f"synthetic H.264 {size}x{size}, {seconds} s at {fps} fps, one file per clip"
+            ),
             "backbone": backbone_name + " (random weights)",
             "frames": config.frames,
             "preset": args.preset,
@@ -462,7 +501,7 @@ def main() -> None:
                 workload_counts(
                     counts,
                     backbone.model.config,
-                    config.frames,
+                    1 if args.images else config.frames,
                     getattr(backbone.model.config.vision_config, "temporal_patch_size", 2),
                 )
             )
@@ -474,10 +513,11 @@ def main() -> None:
     report["under_target"] = total < TARGET_SECONDS
     report["target_seconds"] = TARGET_SECONDS
     report["wall_seconds"] = round(time.perf_counter() - started, 3)
-    path = out_dir / f"rigel_vatex_eval{'_smoke' if args.smoke else ''}.json"
+    name = f"rigel_vatex_eval{'_images' if args.images else ''}{'_smoke' if args.smoke else ''}"
+    path = out_dir / f"{name}.json"
     path.write_text(json.dumps(report, indent=2, sort_keys=True))
 
-    write_raw(f"rigel_vatex_eval{'_smoke' if args.smoke else ''}", report)
+    write_raw(name, report)
     print(f"wrote {path}: {total:.1f} s for {report['workload']['samples']} samples", flush=True)
 
 

@@ -3,7 +3,7 @@
 # "Issue 29: scoring on the real captions"). Run from the repository root on the device machine,
 # the checkout itself (not a copy in .device/), with `carry: [".whl"]` (transformers 5.24.0, peft
 # 0.21.2, av 18.1.0):
-#   STAGES=env,clips,scoring,vclips,presets,images REV=<commit> bash bench/gpu/issue29_device.sh
+#   STAGES=env,clips,scoring,vclips,presets,images REV=<commit> [ROUNDS='1 2 3'] bash bench/gpu/issue29_device.sh
 # Every stage stops the script if the VATEX-EVAL file is missing (the benchmarks refuse to run on
 # stand-ins). Raw files (bench/provenance.py) go to /tmp/raw and are packed into $OUT/raw.tgz after
 # each stage, so a call cut off keeps what it measured; logs land in $OUT.
@@ -46,12 +46,14 @@ for stage in ${STAGES//,/ }; do
       done
       pack
     done ;;
-  images)  # still images (T = 1), both presets, alternated, one round per entry of ROUNDS
+  images)  # VATEX-EVAL's captions on 3,000 JPEG stills (T = 1), both presets, alternated
     for round in ${ROUNDS:-1 2 3}; do
       for preset in default paper-budget; do
-        timeout 280 python3 bench/gpu/image_scoring.py --preset "$preset" --round "$round" \
-          >"$OUT/images_log.txt" 2>&1 || echo "images $preset round $round failed"
-        tail -3 "$OUT/images_log.txt" | cut -c1-400
+        timeout 280 python3 bench/rigel_vatex_eval.py --images --preset "$preset" \
+          --clips-dir /tmp/stills --out "/tmp/rvi_${preset}_$round" --batch 128 \
+          --protocols "${PROTOCOLS:-reference-free}" >"$OUT/images_log.txt" 2>&1 \
+          || echo "images $preset round $round failed"
+        grep -a "seconds\|ms_per_sample" "$OUT/images_log.txt" | tail -3 | cut -c1-300
       done
       pack
     done ;;
