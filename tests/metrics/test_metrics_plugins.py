@@ -369,6 +369,8 @@ def test_standard_metrics_through_the_interface_equal_the_direct_call(items) -> 
 def test_every_metric_is_either_available_or_unavailable_with_a_reason(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.delenv("LEPUS_CLIP_MODEL", raising=False)
     monkeypatch.delenv("LEPUS_LCLIP_MODEL", raising=False)
+    monkeypatch.delenv("LEPUS_JUDGE_MODEL", raising=False)
+    monkeypatch.delenv("LEPUS_CAPTIONQA_MODEL", raising=False)
     monkeypatch.setenv("PATH", "/nonexistent")  # no java: METEOR unavailable too
     metrics, unavailable = available_metrics()
     assert list(metrics) + list(unavailable) != []
@@ -386,6 +388,13 @@ def test_every_metric_is_either_available_or_unavailable_with_a_reason(monkeypat
             "Face cache"
             for name in ("lclipscore", "reflclipscore")
         },
+        **{
+            name: "no weights given: set judge_model=PATH or a model id in the local Hugging "
+            "Face cache"
+            for name in ("expert_judge", "gveval_judge")
+        },
+        "captionqa": "no weights given: set captionqa_model=PATH or a model id in the local "
+        "Hugging Face cache",
     }
     assert set(TABLE_METRICS) <= set(METRIC_NAMES)
 
