@@ -226,3 +226,26 @@ class RigelEvaluation(Job):
 
     def __str__(self) -> str:
         return f"Rigel evaluation {self.pk} (runs {self.runs} on campaign {self.campaign_id})"
+
+
+class MetricBoardTable(models.Model):
+    """One metrics table saved by `evaluate_metrics --save`: every metric's correlation row on a
+    campaign's judgments under one protocol and reference count. The Metrics page shows the
+    latest per (campaign, protocol, reference count) beside the published figures."""
+
+    campaign = models.ForeignKey(
+        "annotation.Campaign", on_delete=models.CASCADE, related_name="metric_board_tables"
+    )
+    protocol = models.CharField(max_length=20)  # "default" or "emscore"
+    reference_count = models.PositiveSmallIntegerField(null=True, blank=True)  # None: all
+    candidates = models.PositiveIntegerField()
+    references_per_candidate = models.PositiveSmallIntegerField(null=True, blank=True)
+    table = models.JSONField()  # {metric: {kendall_b, kendall_c, spearman, pearson[, unavailable]}}
+    settings = models.JSONField(default=dict, blank=True)  # the --set settings, for provenance
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"metrics table {self.pk} ({self.campaign_id}, {self.protocol})"

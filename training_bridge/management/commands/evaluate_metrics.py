@@ -21,8 +21,15 @@ from django.core.management.base import CommandError, CommandParser
 from annotation.models import Campaign
 from common.management.base import LepusCommand
 from training_bridge.metrics.benchmark import CORRELATION_KEYS, PROTOCOLS, Protocol
-from training_bridge.metrics.plugins import METRIC_NAMES, SETTING_KEYS, TABLE_METRICS
+from training_bridge.metrics.plugins import (
+    LABELS,
+    METRIC_NAMES,
+    SETTING_KEYS,
+    TABLE_METRICS,
+    available_metrics,
+)
 from training_bridge.services.metric_benchmark import MetricBenchmarkError, metric_benchmark_compute
+from training_bridge.services.metric_leaderboard import metric_board_save
 
 
 def _reference_count(value: str) -> int | None:
@@ -101,7 +108,8 @@ class Command(LepusCommand):
             metavar="KEY=VALUE",
             help="A metric setting (repeatable): clip_model=PATH|MODEL_ID, lclip_model=..., "
             "clip_prompt=..., emscore_idf=true|false, device=cpu|cuda, batch_size=N, frames=N, "
-            "meteor_jar=PATH. Weights are never downloaded (see docs/metrics.md).",
+            "meteor_jar=PATH, judge_model=..., captionqa_model=..., captionqa_questions=FILE. "
+            "Weights are never downloaded (see docs/metrics.md).",
         )
         parser.add_argument(
             "--emscore-idf-corpus",
@@ -111,8 +119,45 @@ class Command(LepusCommand):
             "authors' VATEX-EVAL protocol uses the VATEX training captions; without this the IDF "
             "comes from the scored batch (said loudly under --protocol emscore).",
         )
+        parser.add_argument(
+            "--save",
+            action="store_true",
+            help="Store the table for the Metrics leaderboard page (needs --campaign, no "
+            "--release): the page shows the latest per campaign, protocol and --refs.",
+        )
+        parser.add_argument(
+            "--list",
+            action="store_true",
+            help="List every metric with whether it can run here (with the --set settings) and, "
+            "if not, why; scores nothing.",
+        )
+
+    def _list(self, settings: dict[str, str]) -> None:
+        try:
+            available, unavailable = available_metrics(settings, METRIC_NAMES)
+        except ValueError as error:
+            raise CommandError(str(error))
+        listing = {
+            name: {
+                "label": LABELS.get(name, name),
+                "available": name in available,
+                "unavailable": unavailable.get(name),
+                "in_table": name in TABLE_METRICS,
+            }
+            for name in METRIC_NAMES
+        }
+        width = max(len(name) for name in listing)
+        lines = [
+            f"{name:<{width}} {entry['label']:<22} "
+            + ("available" if entry["available"] else f"unavailable: {entry['unavailable']}")
+            for name, entry in listing.items()
+        ]
+        self.emit({"metrics": listing}, human="\n".join(lines))
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["list"]:
+            self._list(_settings(options["settings"]))
+            return
         campaign = None
         if options["campaign"]:
             campaign = Campaign.objects.filter(slug=options["campaign"]).first()
@@ -120,6 +165,10 @@ class Command(LepusCommand):
                 raise CommandError(f"no campaign with slug {options['campaign']!r}")
         if campaign is None and options["release"] is None:
             raise CommandError("give --campaign SLUG, --release ID, or both")
+        if options["save"] and (campaign is None or options["release"] is not None):
+            raise CommandError(
+                "--save stores a campaign's table: give --campaign without --release"
+            )
         protocol = cast(Protocol, options["protocol"] or "default")
         reference_count = _reference_count(str(options["refs"]))
         metrics = _metric_list(options["metrics"])
@@ -152,6 +201,19 @@ class Command(LepusCommand):
             )
         except MetricBenchmarkError as error:
             raise CommandError(str(error))
+        if options["save"]:
+            assert campaign is not None
+            board = metric_board_save(
+                campaign=campaign,
+                protocol=protocol,
+                reference_count=reference_count,
+                table=table,
+                candidates=len(benchmark.candidates),
+                references_per_candidate=max((len(r) for r in benchmark.references), default=0)
+                or None,
+                settings=settings,
+            )
+            self.note(f"saved as metrics table {board.pk} (the Metrics page shows it)")
         self.emit(table, human=_human_table(table, candidates=len(benchmark.candidates)))
 
 
