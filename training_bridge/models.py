@@ -242,6 +242,9 @@ class MetricBoardTable(models.Model):
     references_per_candidate = models.PositiveSmallIntegerField(null=True, blank=True)
     table = models.JSONField()  # {metric: {kendall_b, kendall_c, spearman, pearson[, unavailable]}}
     settings = models.JSONField(default=dict, blank=True)  # the --set settings, for provenance
+    # The generative judges' answers per campaign candidate id:
+    # {"<id>": {metric: {"score", "explanation": {criterion: text} | null, "answer"}}}
+    explanations = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -134,3 +134,71 @@ def test_the_page_needs_the_curator_role(client, django_user_model) -> None:  # 
     client.force_login(user)
     assert client.get("/dashboard/training/metrics/").status_code in (302, 403)
     assert client.get("/api/v1/training/metrics-leaderboard").status_code == 403
+
+
+def test_judge_answers_are_saved_and_shown_beside_the_workers_reasons(tmp_path, curator) -> None:  # type: ignore[no-untyped-def]
+    """`--save` with the EXPERT judge on a tiny random LLaVA (clips with frames in storage) keeps
+    every candidate's answer; the candidate page shows the stored answer beside the workers'
+    reasons; an explanation that parsed shows per criterion."""
+    import numpy as np
+
+    from annotation.models import CampaignCandidate
+    from datasets_app.models import Clip
+    from tests.metrics.tiny_generative import save_tiny_llava
+    from tests.rigel.release_support import jpeg
+    from training_bridge.metrics.judge import JudgeRecord
+    from training_bridge.services.metric_leaderboard import metric_board_save
+    from training_bridge.store import DjangoStore
+
+    data = vatex_eval_subset(12)  # two clips, six candidates each
+    campaign = build_vatex_eval_campaign(data)
+    store, rng = DjangoStore(), np.random.default_rng(5)
+    for clip in Clip.objects.filter(vatex_id__in=set(data.clip_ids)):
+        clip.frames_key = f"clips/{clip.vatex_id}/frames"
+        clip.save(update_fields=["frames_key"])
+        for index in range(2):
+            store.put_bytes(f"{clip.frames_key}/{index:03d}.jpg", jpeg(rng))
+    model = save_tiny_llava(tmp_path / "llava")
+    table = run(
+        "--campaign", VATEX_EVAL_SLUG, "--metrics", "expert_judge", "--save",
+        "--set", f"judge_model={model}", "--set", "judge_unparsed=lowest",
+        "--set", "judge_max_new_tokens=4", "--set", "frames=2",
+    )  # fmt: skip
+    assert table["expert_judge"].get("unavailable") is None
+    board = MetricBoardTable.objects.get()
+    items = CampaignCandidate.objects.filter(campaign=campaign)
+    assert set(board.explanations) == {str(item.pk) for item in items}
+    for answers in board.explanations.values():
+        answer = answers["expert_judge"]
+        assert answer["answer"]  # the raw answer (a random model's: no explanation parses)
+        assert answer["score"] is None or 0 <= answer["score"] <= 1
+
+    # A judge whose explanation parsed, stored later: the page shows it per criterion.
+    item = items.order_by("pk").first()
+    assert item is not None
+    explained = JudgeRecord(
+        "0.7",
+        0.7,
+        "Fluency: reads well.\nRelevance: the dog is a cat.\nDescriptiveness: no setting.",
+        {
+            "fluency": "reads well.",
+            "relevance": "the dog is a cat.",
+            "descriptiveness": "no setting.",
+        },
+    )
+    metric_board_save(
+        campaign=campaign, protocol="default", reference_count=None, table={},
+        candidates=1, references_per_candidate=9, settings={},
+        keys=[item.pk], judged={"expert_judge": [explained]},
+    )  # fmt: skip
+    client = Client()
+    client.force_login(curator)
+    html = client.get(f"/dashboard/datasets/candidates/{item.pk}/").content.decode()
+    judgments_at = html.index('id="judgments-heading"')
+    panel_at = html.index('id="judge-explanations-heading"')
+    assert judgments_at < panel_at
+    assert '<td class="small" data-criterion="relevance">the dog is a cat.</td>' in html
+    assert "<td data-score>0.7</td>" in html
+    other = items.order_by("pk")[1]
+    html = client.get(f"/dashboard/datasets/candidates/{other.pk}/").content.decode()
+    assert "no explanation could be read; the answer:" in html  # the tiny model's answer

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from annotation.models import Campaign
 from training_bridge.metrics.benchmark import CORRELATION_KEYS
+from training_bridge.metrics.judge import CRITERIA
 from training_bridge.metrics.plugins import LABELS, METRIC_NAMES
 from training_bridge.metrics.published import (
     BENCHMARK_OF_CAMPAIGN,
@@ -46,9 +47,22 @@ def metric_board_save(
     candidates: int,
     references_per_candidate: int | None,
     settings: Mapping[str, str],
+    keys: Sequence[int] = (),
+    judged: Mapping[str, Sequence[Any]] | None = None,
 ) -> MetricBoardTable:
-    """Store one `evaluate_metrics` table for the leaderboard."""
+    """Store one `evaluate_metrics` table for the leaderboard, with the generative judges'
+    answers (`judged`: {metric: `JudgeRecord` per row}) per campaign candidate (`keys`, the
+    benchmark's row ids) for the candidate page."""
+    explanations: dict[str, dict[str, Any]] = {}
+    for name, records in (judged or {}).items():
+        for key, record in zip(keys, records, strict=True):
+            explanations.setdefault(str(key), {})[name] = {
+                "score": record.score,
+                "explanation": record.explanation,
+                "answer": (record.explanation_answer or record.score_answer)[:2000],
+            }
     return MetricBoardTable.objects.create(
+        explanations=explanations,
         campaign=campaign,
         protocol=protocol,
         reference_count=reference_count,
@@ -218,3 +232,31 @@ def metric_leaderboard_csv(board: Mapping[str, Any]) -> str:
                 ]
             )
     return out.getvalue()
+
+
+def judge_explanations_panel(*, campaign_candidate_id: int) -> dict[str, Any] | None:
+    """The candidate page's panel (annotation's `LEPUS_CANDIDATE_PANELS`): the latest stored
+    answer of each generative judge for this campaign candidate, beside the workers' reasons."""
+    rows: dict[str, dict[str, Any]] = {}
+    key = str(campaign_candidate_id)
+    for board in MetricBoardTable.objects.filter(explanations__has_key=key).order_by(
+        "-created_at", "-id"
+    ):
+        for metric, answer in board.explanations[key].items():
+            if metric not in rows:
+                explanation = answer.get("explanation") or {}
+                rows[metric] = {
+                    "label": LABELS.get(metric, metric),
+                    "score": answer.get("score"),
+                    "criteria": [(name, explanation.get(name, "")) for name in CRITERIA],
+                    "answer": "" if explanation else answer.get("answer", ""),
+                    "table": board.pk,
+                    "computed_at": board.created_at,
+                }
+    if not rows:
+        return None
+    return {
+        "title": "Judge explanations",
+        "template": "training_bridge/judge_explanations_panel.html",
+        "rows": list(rows.values()),
+    }

@@ -188,6 +188,13 @@ class Command(LepusCommand):
             f"scoring {', '.join(metrics)} with {options['refs']} reference(s), "
             f"protocol {protocol} ..."
         )
+        judged: dict[str, Any] = {}
+
+        def keep_answers(name: str, metric: Any) -> None:
+            # A generative judge's answers (score, per-criterion explanation) for --save.
+            if getattr(metric, "records", None):
+                judged[name] = list(metric.records)
+
         try:
             table, benchmark = metric_benchmark_compute(
                 campaign=campaign,
@@ -198,6 +205,7 @@ class Command(LepusCommand):
                 metrics=metrics,
                 settings=settings,
                 progress=lambda step: self.note(f"  {step} ..."),
+                scored=keep_answers,
             )
         except MetricBenchmarkError as error:
             raise CommandError(str(error))
@@ -212,6 +220,8 @@ class Command(LepusCommand):
                 references_per_candidate=max((len(r) for r in benchmark.references), default=0)
                 or None,
                 settings=settings,
+                keys=benchmark.keys,
+                judged=judged if len(benchmark.keys) == len(benchmark.candidates) else {},
             )
             self.note(f"saved as metrics table {board.pk} (the Metrics page shows it)")
         self.emit(table, human=_human_table(table, candidates=len(benchmark.candidates)))
