@@ -38,6 +38,8 @@ Hugging Face cache. Settings (environment fallback in brackets):
 | `device`, `batch_size` | where and how many texts/frames at a time the encoders run (default cpu, 64) |
 | `meteor_jar` [`LEPUS_METEOR_JAR`] | METEOR 1.5 jar (see meteor.py) |
 | `frames` | frames sampled per clip by whoever builds the items (default 8; not read here) |
+| `judge_model` [`LEPUS_JUDGE_MODEL`], `judge_*` | the VLM of the generative judges and their options (judge.py) |
+| `captionqa_model` [`LEPUS_CAPTIONQA_MODEL`], `captionqa_*` | CaptionQA's LM, question file and options (captionqa.py) |
 
 `score_metrics(metrics, items, progress=...)` scores several metrics over one item list; the
 standard ones (BLEU, ROUGE-L, METEOR, CIDEr-D) share one tokenisation and one METEOR process.

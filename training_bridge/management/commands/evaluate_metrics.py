@@ -1,6 +1,8 @@
 """`manage.py evaluate_metrics`: correlation of the caption metrics of the registry
 (`training_bridge.metrics.plugins`: BLEU, ROUGE-L, METEOR, CIDEr-D, CLIP-S, RefCLIP-S, EMScore,
-L-CLIPScore) with the human scores of a campaign or a release, without training anything.
+L-CLIPScore, the generative judges, CaptionQA) with the human scores of a campaign or a release,
+without training anything. `--list` lists every metric with whether it can run here; `--save`
+stores a campaign's table for the Metrics leaderboard page.
 
     python manage.py evaluate_metrics --campaign vatex-eval --refs 1 --protocol emscore --json \
         --set clip_model=/models/clip-vit-base-patch32 \
