@@ -17,6 +17,9 @@ import io
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from django.db.models import JSONField
+from django.db.models.expressions import RawSQL
+
 from annotation.models import Campaign
 from training_bridge.metrics.benchmark import CORRELATION_KEYS
 from training_bridge.metrics.judge import CRITERIA
@@ -239,10 +242,17 @@ def judge_explanations_panel(*, campaign_candidate_id: int) -> dict[str, Any] | 
     answer of each generative judge for this campaign candidate, beside the workers' reasons."""
     rows: dict[str, dict[str, Any]] = {}
     key = str(campaign_candidate_id)
-    for board in MetricBoardTable.objects.filter(explanations__has_key=key).order_by(
-        "-created_at", "-id"
-    ):
-        for metric, answer in board.explanations[key].items():
+    # Only this candidate's entry is read from each stored table (a table of a full benchmark
+    # holds thousands).
+    boards = (
+        MetricBoardTable.objects.filter(explanations__has_key=key)
+        # A text key: Django's KeyTransform would read a key of digits as an array index.
+        .annotate(entry=RawSQL("explanations -> %s", (key,), output_field=JSONField()))
+        .order_by("-created_at", "-id")
+        .values("pk", "created_at", "entry")
+    )
+    for board in boards:
+        for metric, answer in board["entry"].items():
             if metric not in rows:
                 explanation = answer.get("explanation") or {}
                 rows[metric] = {
@@ -250,8 +260,8 @@ def judge_explanations_panel(*, campaign_candidate_id: int) -> dict[str, Any] | 
                     "score": answer.get("score"),
                     "criteria": [(name, explanation.get(name, "")) for name in CRITERIA],
                     "answer": "" if explanation else answer.get("answer", ""),
-                    "table": board.pk,
-                    "computed_at": board.created_at,
+                    "table": board["pk"],
+                    "computed_at": board["created_at"],
                 }
     if not rows:
         return None
