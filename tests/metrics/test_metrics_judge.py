@@ -15,6 +15,7 @@ from tests.metrics.tiny_generative import save_tiny_llava
 from training_bridge.metrics.judge import (
     CRITERIA,
     JudgeMetric,
+    Step,
     bin_score,
     expert_explanation_prompt,
     expert_scoring_prompt,
@@ -23,6 +24,7 @@ from training_bridge.metrics.judge import (
     parse_explanation,
     parse_gveval_score,
     pick_frames,
+    smoothed_expert_score,
 )
 from training_bridge.metrics.plugins import MetricItem, Video, available_metrics
 from training_bridge.metrics.standard import MetricUnavailable
@@ -300,3 +302,104 @@ def test_expert_judge_end_to_end_on_a_tiny_llava(tmp_path: Path) -> None:
         assert record.explanation_answer == second
         assert record.explanation == parse_explanation(second)
     assert set(CRITERIA) == {"fluency", "relevance", "descriptiveness"}
+
+
+def _steps(*tokens: tuple[str, dict[str, float]]) -> list[Step]:
+    return [Step(text, digits) for text, digits in tokens]
+
+
+def test_smoothed_expert_score_on_hand_cases() -> None:
+    tenths = {"6": 0.2, "7": 0.5, "8": 0.3}
+    # 0.1 * (6*0.2 + 7*0.5 + 8*0.3) = 0.71
+    assert smoothed_expert_score(_steps(("0", {}), (".", {}), ("7", tenths))) == pytest.approx(0.71)
+    # a hundredths digit adds 0.01 * its expected value: 0.71 + 0.01 * (3*0.5 + 4*0.5) = 0.745
+    hundredths = {"3": 0.5, "4": 0.5}
+    steps = _steps(("0", {}), (".", {}), ("7", tenths), ("3", hundredths))
+    assert smoothed_expert_score(steps) == pytest.approx(0.745)
+    # 1.0: 0.9 * p("0") + p("1") at the step of the "1"
+    one = _steps(("1", {"0": 0.3, "1": 0.6}), (".", {}), ("0", {"0": 0.9}))
+    assert smoothed_expert_score(one) == pytest.approx(0.9 * 0.3 + 0.6)
+    # a leading space on the tokens is no matter
+    assert smoothed_expert_score(_steps((" 0", {}), (".", {}), ("7", tenths))) == pytest.approx(
+        0.71
+    )
+    # not a score, out of range, no digit step after the point
+    assert (
+        smoothed_expert_score(
+            _steps(
+                ("good", {}),
+            )
+        )
+        is None
+    )
+    assert smoothed_expert_score(_steps(("1", {}), (".", {}), ("5", {}))) is None
+    assert (
+        smoothed_expert_score(
+            _steps(
+                ("0.7", {}),
+            )
+        )
+        is None
+    )
+    assert (
+        smoothed_expert_score(
+            _steps(
+                ("0", {}),
+            )
+        )
+        is None
+    )
+
+
+class ScoredStandIn(StandIn):
+    def __init__(self, answers: Sequence[str], steps: list[Step]) -> None:
+        super().__init__(answers)
+        self.steps = steps
+
+    def generate_scored(self, messages, images):  # type: ignore[no-untyped-def]
+        self.calls.append((list(messages), len(images)))
+        return "0.7", self.steps
+
+
+def test_smoothed_mode_scores_and_hands_the_score_to_stage_two() -> None:
+    steps = _steps(("0", {}), (".", {}), ("7", {"6": 0.2, "7": 0.5, "8": 0.3}))
+    vlm = ScoredStandIn(["Fluency: a\nRelevance: b\nDescriptiveness: c"], steps)
+    metric = JudgeMetric("expert_judge", vlm, score_mode="smoothed")
+    assert metric.score([MetricItem("a dog", (), _video("c", 3))]) == [pytest.approx(0.71)]
+    assert vlm.calls[1][0][1] == ("assistant", "0.71")
+    with pytest.raises(MetricUnavailable, match="digit probabilities"):
+        JudgeMetric("expert_judge", StandIn(["0.5"]), score_mode="smoothed").score(
+            [MetricItem("a", (), _video("c", 1))]
+        )
+    with pytest.raises(ValueError, match="judge_score"):
+        available_metrics({"judge_score": "mean"}, ["expert_judge"])
+
+
+def test_digit_probabilities_come_from_the_model_s_logits(tmp_path: Path) -> None:
+    """The first step's digit probabilities equal the softmax of one forward pass of the
+    prompt, and the scored answer is the plain one."""
+    import torch
+    from transformers import AutoProcessor, LlavaForConditionalGeneration
+
+    from training_bridge.metrics.judge import TransformersVlm
+
+    directory = save_tiny_llava(tmp_path / "llava", seed=2)
+    vlm = TransformersVlm(str(directory), max_new_tokens=3)
+    image = np.random.default_rng(1).integers(0, 256, (32, 32, 3), dtype=np.uint8)
+    turns = [("user", expert_scoring_prompt("a dog"))]
+    answer, steps = vlm.generate_scored(turns, [image])
+    assert answer == vlm.generate(turns, [image]) and len(steps) == 3
+    processor = AutoProcessor.from_pretrained(directory, local_files_only=True)
+    model = LlavaForConditionalGeneration.from_pretrained(directory, local_files_only=True).eval()
+    text = processor.apply_chat_template(
+        [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": turns[0][1]}]}],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
+    inputs = processor(text=[text], images=[image], return_tensors="pt")
+    with torch.inference_mode():
+        logits = model(**inputs).logits[0, -1]
+    probabilities = torch.softmax(logits.float(), dim=-1)
+    for digit in "0123456789":
+        token = processor.tokenizer.encode(digit, add_special_tokens=False)[-1]
+        assert steps[0].digits[digit] == pytest.approx(float(probabilities[token]), abs=1e-6)

@@ -18,9 +18,9 @@ score (and, for EXPERT, an explanation per criterion). Two templates:
 
 Scores. EXPERT: `parse_expert_score` keeps what the authors' parser keeps (the digits and dots of
 the answer, outer dots stripped), rejects what falls outside [0, 1] (their loop skips it), and
-`bin_score` snaps the value to the 0.1 grid the model was trained on. Their probability
-smoothing over the digit tokens (seed 004 line 71) is not implemented: the score is the greedy
-answer, binned. G-VEval: `parse_gveval_score` takes the last ``$N$`` with 0 <= N <= 100 (the
+`bin_score` snaps the value to the 0.1 grid the model was trained on (``judge_score=binned``, the
+default); ``judge_score=smoothed`` takes their probability smoothing over the digit tokens instead
+(seed 004 line 71; `smoothed_expert_score`). G-VEval: `parse_gveval_score` takes the last ``$N$`` with 0 <= N <= 100 (the
 authors weight the top-5 token probabilities after "$"; not implemented either: greedy).
 
 An answer that does not parse is recorded (`JudgeRecord.score` None); the metric then raises
@@ -207,6 +207,56 @@ def pick_frames(frames: np.ndarray, count: int) -> list[np.ndarray]:
     return [array[i] for i in indices]
 
 
+DIGITS = "0123456789"
+SCORE_MODES = ("binned", "smoothed")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One generated token: its text and the probability of each digit token at that step."""
+
+    text: str
+    digits: Mapping[str, float]
+
+
+def smoothed_expert_score(steps: Sequence[Step]) -> float | None:
+    """EXPERT's score smoothing (seed 004 line 71: s = Σ_j 10^-j Σ_i i·p(i, j); the authors'
+    `expert.py`): the expected value of the digit tokens at the tenths step, plus 0.01 × that of
+    the hundredths step when the answer has one; an answer of 1 (or 1.0) is 0.9·p("0") + p("1")
+    at the step of its "1", as theirs. The steps are found by position — the first single-digit
+    token after the token holding the point, and the one right after it — where the authors search
+    the answer for the token id of the digit. None when the answer is no score in [0, 1] or has no
+    such digit step (e.g. "0" alone)."""
+    text = "".join(step.text for step in steps)
+    kept = re.sub(r"[^\d.]", "", text).strip(".")
+    if not kept or not re.fullmatch(r"\d+(\.\d+)?", kept) or not 0.0 <= float(kept) <= 1.0:
+        return None
+    if float(kept) == 1.0:
+        one = next((step for step in steps if step.text.strip() == "1"), None)
+        if one is None:
+            return None
+        return 0.9 * one.digits.get("0", 0.0) + one.digits.get("1", 0.0)
+    point = next((index for index, step in enumerate(steps) if "." in step.text), None)
+    if point is None:
+        return None
+    digits_after = [
+        index
+        for index in range(point + 1, len(steps))
+        if len(steps[index].text.strip()) == 1 and steps[index].text.strip().isdigit()
+    ]
+    if not digits_after:
+        return None
+
+    def expected(step: Step) -> float:
+        return sum(int(digit) * step.digits.get(digit, 0.0) for digit in DIGITS)
+
+    tenths = digits_after[0]
+    score = 0.1 * expected(steps[tenths])
+    if tenths + 1 in digits_after:
+        score += 0.01 * expected(steps[tenths + 1])
+    return score
+
+
 class Vlm(Protocol):
     """What a judge needs from a model: the assistant's next answer to a conversation whose first
     user message carries `images`."""
@@ -254,18 +304,46 @@ class TransformersVlm:
         )
 
     def generate(self, messages: Sequence[tuple[str, str]], images: Sequence[np.ndarray]) -> str:
+        return self.generate_scored(messages, images)[0]
+
+    def generate_scored(
+        self, messages: Sequence[tuple[str, str]], images: Sequence[np.ndarray]
+    ) -> tuple[str, list[Step]]:
+        """The greedy answer and, per generated token, its text and the probabilities of the
+        digit tokens "0".."9" (softmax of the raw logits over the whole vocabulary; each digit's
+        id is the last of its encoding, as the EXPERT authors take it)."""
         import torch
 
         processor, model = self._load()
+        tokenizer = processor.tokenizer
         text = self.render(messages, len(images))
         inputs = processor(text=[text], images=list(images) or None, return_tensors="pt")
         inputs = {key: value.to(self.device) for key, value in inputs.items()}
         with torch.inference_mode():
             output = model.generate(
-                **inputs, do_sample=False, num_beams=1, max_new_tokens=self.max_new_tokens
+                **inputs,
+                do_sample=False,
+                num_beams=1,
+                max_new_tokens=self.max_new_tokens,
+                output_logits=True,
+                return_dict_in_generate=True,
             )
-        new_tokens = output[0, inputs["input_ids"].shape[1] :]
-        return str(processor.tokenizer.decode(new_tokens, skip_special_tokens=True)).strip()
+        new_tokens = output.sequences[0, inputs["input_ids"].shape[1] :]
+        digit_ids = [int(tokenizer.encode(digit, add_special_tokens=False)[-1]) for digit in DIGITS]
+        steps = []
+        for token, logits in zip(new_tokens.tolist(), output.logits, strict=False):
+            probabilities = torch.softmax(logits[0].float(), dim=-1)
+            steps.append(
+                Step(
+                    str(tokenizer.decode([token], skip_special_tokens=True)),
+                    {
+                        digit: float(probabilities[i])
+                        for digit, i in zip(DIGITS, digit_ids, strict=True)
+                    },
+                )
+            )
+        answer = str(tokenizer.decode(new_tokens, skip_special_tokens=True)).strip()
+        return answer, steps
 
 
 def chat_messages(messages: Sequence[tuple[str, str]], image_count: int) -> list[dict[str, Any]]:
@@ -301,6 +379,7 @@ class JudgeMetric:
     frames: int = DEFAULT_FRAMES
     explanations: bool = True
     unparsed: str = "fail"
+    score_mode: str = "binned"  # EXPERT only: "binned" greedy answer, or "smoothed"
     label: str = ""
     needs_references: bool = False
     needs_video: bool = True
@@ -311,6 +390,8 @@ class JudgeMetric:
             raise ValueError(f"unknown judge template {self.template!r}; known: {TEMPLATES}")
         if self.unparsed not in UNPARSED_POLICIES:
             raise ValueError(f"judge_unparsed must be one of {', '.join(UNPARSED_POLICIES)}")
+        if self.score_mode not in SCORE_MODES:
+            raise ValueError(f"judge_score must be one of {', '.join(SCORE_MODES)}")
         self.needs_references = self.template == "gveval"
         self.label = self.label or (
             "EXPERT (judge)" if self.template == "expert" else "G-VEval style (judge)"
@@ -326,13 +407,21 @@ class JudgeMetric:
             )
             return JudgeRecord(answer, parse_gveval_score(answer))
         first = expert_scoring_prompt(caption)
-        answer = self.vlm.generate([("user", first)], images)
-        score = parse_expert_score(answer)
+        if self.score_mode == "smoothed":
+            scored = getattr(self.vlm, "generate_scored", None)
+            if scored is None:
+                raise MetricUnavailable("judge_score=smoothed needs the digit probabilities")
+            answer, steps = scored([("user", first)], images)
+            score = smoothed_expert_score(steps)
+            said = answer if score is None else str(round(score, 4))
+        else:
+            answer = self.vlm.generate([("user", first)], images)
+            score = parse_expert_score(answer)
+            said = answer if score is None else f"{score:.1f}"
         if not self.explanations:
             return JudgeRecord(answer, score)
-        # Stage 2 follows the score in the same conversation (the authors put their score back
-        # as the assistant's turn; ours is the binned value, or the raw answer if it did not parse).
-        said = f"{score:.1f}" if score is not None else answer
+        # Stage 2 follows the score in the same conversation (the authors put their smoothed
+        # score back as the assistant's turn; ours is the score read, or the raw answer if none).
         messages = [
             ("user", first),
             ("assistant", said),
@@ -372,6 +461,7 @@ JUDGE_SETTING_KEYS = (
     "judge_explanations",
     "judge_unparsed",
     "judge_max_new_tokens",
+    "judge_score",
 )
 
 
@@ -383,7 +473,11 @@ def judge_options(settings: Mapping[str, Any]) -> dict[str, Any]:
     unparsed = str(settings.get("judge_unparsed") or "fail").strip().lower()
     if unparsed not in UNPARSED_POLICIES:
         raise ValueError(f"judge_unparsed must be one of {', '.join(UNPARSED_POLICIES)}")
+    score_mode = str(settings.get("judge_score") or "binned").strip().lower()
+    if score_mode not in SCORE_MODES:
+        raise ValueError(f"judge_score must be one of {', '.join(SCORE_MODES)}")
     return {
+        "score_mode": score_mode,
         "frames": _whole(settings.get("judge_frames"), DEFAULT_FRAMES, "judge_frames"),
         "max_new_tokens": _whole(
             settings.get("judge_max_new_tokens"), DEFAULT_MAX_NEW_TOKENS, "judge_max_new_tokens"
@@ -405,6 +499,7 @@ def judge_metric(name: str, model: str, options: Mapping[str, Any], *, device: s
         frames=options["frames"],
         explanations=options["explanations"],
         unparsed=options["unparsed"],
+        score_mode=options["score_mode"],
     )
 
 
