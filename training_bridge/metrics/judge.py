@@ -20,8 +20,9 @@ Scores. EXPERT: `parse_expert_score` keeps what the authors' parser keeps (the d
 the answer, outer dots stripped), rejects what falls outside [0, 1] (their loop skips it), and
 `bin_score` snaps the value to the 0.1 grid the model was trained on (``judge_score=binned``, the
 default); ``judge_score=smoothed`` takes their probability smoothing over the digit tokens instead
-(seed 004 line 71; `smoothed_expert_score`). G-VEval: `parse_gveval_score` takes the last ``$N$`` with 0 <= N <= 100 (the
-authors weight the top-5 token probabilities after "$"; not implemented here: the greedy answer is read).
+(seed 004 line 71; `smoothed_expert_score`). G-VEval: `parse_gveval_score` takes the last
+``$N$`` with 0 <= N <= 100 (the authors weight the top-5 token probabilities after "$"; not
+implemented here: the greedy answer is read).
 
 An answer that does not parse is recorded (`JudgeRecord.score` None); the metric then raises
 `MetricUnavailable` naming how many failed and the first bad answer, unless the setting
