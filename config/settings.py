@@ -247,6 +247,9 @@ LEPUS_ARCHIVE_MAX_UNPACKED_BYTES = env_int(
 LEPUS_ARCHIVE_MAX_SECONDS = env_int("LEPUS_ARCHIVE_MAX_SECONDS", 900, minimum=1)
 LEPUS_MAX_CAPTION_CHARS = env_int("LEPUS_MAX_CAPTION_CHARS", 2000, minimum=10)
 LEPUS_MAX_REASON_CHARS = env_int("LEPUS_MAX_REASON_CHARS", 2000, minimum=10)
+# Panels of apps above annotation on the data browser's candidate page (annotation.browse.selectors.
+# candidate_panels): the generative judges' explanations beside the workers' reasons.
+LEPUS_CANDIDATE_PANELS = ["training_bridge.services.metric_leaderboard.judge_explanations_panel"]
 
 # --- Video pipeline -----------------------------------------------------------------------------
 LEPUS_VIDEO_MAX_HEIGHT = env_int("LEPUS_VIDEO_MAX_HEIGHT", 480, minimum=64)

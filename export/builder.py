@@ -21,6 +21,7 @@ from annotation.quality.calibration_job import calibration_release_facts
 from annotation.quality.consistency import retest_release_facts
 from common.provenance import code_version
 from export.card import write_card
+from export.explanations import write_explanations
 from export.manifest import write_manifest
 from export.models import SPLIT_NAMES, Release
 from export.reads import ReleaseReads
@@ -115,6 +116,17 @@ def build_release_files(*, release: Release, root: Path, progress: ProgressCallb
             progress=progress,
             phase_done=timer.done,
         )
+        explanation_files: dict[str, str] = {}
+        explained: int | None = None
+        if release.include_raw_judgments:
+            explanation_files, explained = write_explanations(
+                rows=reads.explanation_rows(batch_size=batch_size),
+                root=root,
+                split_names=split_names,
+                question_keys=keys,
+                batch_size=batch_size,
+            )
+            timer.done("explanations")
         progress(0.72, "agreement and statistics")
         split_facts = reads.split_statistics(splits=len(split_names))
         timer.done("split statistics")
@@ -151,8 +163,9 @@ def build_release_files(*, release: Release, root: Path, progress: ProgressCallb
         code_version=code_version(),
         calibration=calibration,
         retest=retest_release_facts(campaign_ids=campaign_ids),
+        explanations=explained,
     )
-    files = {**written.files, **write_card(facts=facts, root=root)}
+    files = {**written.files, **explanation_files, **write_card(facts=facts, root=root)}
     files["manifest.json"] = write_manifest(facts=facts, files=files, root=root)
     total_bytes = sum((root / relative).stat().st_size for relative in files)
     timer.done("card and manifest")

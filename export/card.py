@@ -225,6 +225,7 @@ def card_context(facts: ReleaseFacts) -> dict[str, Any]:
     campaign_rubric_rows, rubric_notes = rubric_rows(facts.campaigns)
     return {
         "rubric_rows": campaign_rubric_rows,
+        "facts_explanations": facts.explanations,
         "rubric_notes": rubric_notes,
         "retest_rows": retest_rows,
         "retest_campaigns": retest_campaigns,

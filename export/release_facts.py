@@ -40,6 +40,9 @@ class ReleaseFacts:
     # Per campaign that served test-retest repeats: share, pairs and consistency
     # (annotation.quality.consistency).
     retest: list[dict[str, Any]] = field(default_factory=list)
+    # Released candidates with at least one worker reason in explanations.jsonl (None: no file,
+    # the release has no raw judgments; export.explanations).
+    explanations: int | None = None
 
     @property
     def ratios(self) -> dict[str, float]:

@@ -103,6 +103,12 @@ kill -0 "${pids[0]}" 2>/dev/null || fail "The Celery worker" "$LOG_DIR/celery.lo
 CURATOR_PASSWORD="$($PY -c "import json,sys; print(json.load(open(sys.argv[1]))['curator_password'])" "$LEPUS_VAR_DIR/seed.json")"
 CAMPAIGN="$($PY -c "import json,sys; print(json.load(open(sys.argv[1]))['campaign'])" "$LEPUS_VAR_DIR/seed.json")"
 
+echo "==> Metrics leaderboard: every metric on the VATEX-EVAL slice, 1 and all references"
+for REFS in 1 all; do
+  $PY manage.py evaluate_metrics --campaign vatex-eval --protocol emscore --refs "$REFS" --save \
+    --json >/dev/null 2>>"$LOG_DIR/metrics.log" || fail "Scoring the metrics" "$LOG_DIR/metrics.log"
+done
+
 echo "==> Starting the web server on http://127.0.0.1:$PORT"
 $PY manage.py runserver "127.0.0.1:$PORT" --noreload \
   > >(tee "$LOG_DIR/web.log" | errors_to_terminal "web") 2>&1 &

@@ -86,6 +86,7 @@ WALKED_ROUTES: dict[str, str] = {
     "training_bridge:run-detail": "/dashboard/training/{id}/",
     "training_bridge:run-compare": "/dashboard/training/compare/",
     "training_bridge:evaluation-detail": "/dashboard/training/evaluations/{id}/",
+    "training_bridge:metrics-leaderboard": "/dashboard/training/metrics/",
     "webhooks:list": "/dashboard/webhooks/",
     "webhooks:detail": "/dashboard/webhooks/{id}/",
     "webhooks:demo-receiver": "/dashboard/webhooks/demo-receiver/",
@@ -518,6 +519,9 @@ def walk(args: argparse.Namespace, walker: Walker, report: dict[str, Any]) -> No
         wide.click("select#other ~ button[type=submit]")
         wide.wait_for_load_state("networkidle")
         walker.open("export:compare", urlparse(wide.url).path)
+
+    # The Metrics leaderboard (the tables `evaluate_metrics --save` stored; none in a fresh demo).
+    walker.open("training_bridge:metrics-leaderboard", "/dashboard/training/metrics/")
 
     # Training: refused on the slice without video; the tiny model trained on the mixed release.
     walker.open("training_bridge:run-list", "/dashboard/training/")

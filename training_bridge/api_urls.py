@@ -26,6 +26,11 @@ urlpatterns = [
         apis.RigelEvaluationDetailApi.as_view(),
         name="evaluation-detail",
     ),
+    path(
+        "training/metrics-leaderboard",
+        apis.MetricLeaderboardApi.as_view(),
+        name="metrics-leaderboard",
+    ),
     path("score", apis.ScoreCreateApi.as_view(), name="score"),
     path("score/<int:request_id>", apis.ScoreDetailApi.as_view(), name="score-detail"),
 ]

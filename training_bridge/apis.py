@@ -462,3 +462,19 @@ class RigelEvaluationDetailApi(APIView):
             RigelEvaluation.objects.select_related("campaign"), pk=evaluation_id
         )
         return Response(RigelEvaluationSerializer(evaluation).data)
+
+
+class MetricLeaderboardApi(APIView):
+    @extend_schema(
+        operation_id="training_metrics_leaderboard_retrieve",
+        responses={
+            200: OpenApiResponse(description="The Metrics leaderboard (see docs/metrics.md)")
+        },
+        description="Every caption metric against the stored human-judgment tables "
+        "(`evaluate_metrics --save`), with the published figures beside; the same object as "
+        "the Metrics page's ?format=json.",
+    )
+    def get(self, request: Request) -> Response:
+        from training_bridge.services.metric_leaderboard import metric_leaderboard
+
+        return Response(metric_leaderboard())

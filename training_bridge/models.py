@@ -266,3 +266,29 @@ class MetricEvaluation(models.Model):
             f"{self.metric} fitted on {self.train_split}, evaluated on {self.test_split} of "
             f"release {self.release_id}"
         )
+
+
+class MetricBoardTable(models.Model):
+    """One metrics table saved by `evaluate_metrics --save`: every metric's correlation row on a
+    campaign's judgments under one protocol and reference count. The Metrics page shows the
+    latest per (campaign, protocol, reference count) beside the published figures."""
+
+    campaign = models.ForeignKey(
+        "annotation.Campaign", on_delete=models.CASCADE, related_name="metric_board_tables"
+    )
+    protocol = models.CharField(max_length=20)  # "default" or "emscore"
+    reference_count = models.PositiveSmallIntegerField(null=True, blank=True)  # None: all
+    candidates = models.PositiveIntegerField()
+    references_per_candidate = models.PositiveSmallIntegerField(null=True, blank=True)
+    table = models.JSONField()  # {metric: {kendall_b, kendall_c, spearman, pearson[, unavailable]}}
+    settings = models.JSONField(default=dict, blank=True)  # the --set settings, for provenance
+    # The generative judges' answers per campaign candidate id:
+    # {"<id>": {metric: {"score", "explanation": {criterion: text} | null, "answer"}}}
+    explanations = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"metrics table {self.pk} ({self.campaign_id}, {self.protocol})"

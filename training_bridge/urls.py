@@ -11,6 +11,7 @@ urlpatterns = [
     path("", views.run_list, name="run-list"),
     path("start/", views.run_start, name="run-start"),
     path("compare/", views.run_compare, name="run-compare"),
+    path("metrics/", views.metrics_leaderboard, name="metrics-leaderboard"),
     path("<int:run_id>/", views.run_detail, name="run-detail"),
     path("evaluations/start/", views.evaluation_start, name="evaluation-start"),
     path("evaluations/<int:evaluation_id>/", views.evaluation_detail, name="evaluation-detail"),

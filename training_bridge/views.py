@@ -8,7 +8,7 @@ from typing import Any
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
@@ -18,6 +18,7 @@ from common.permissions import curator_required
 from training_bridge import selectors
 from training_bridge.charts import line_chart
 from training_bridge.forms import TrainingRunForm
+from training_bridge.metrics.benchmark import CORRELATION_KEYS
 from training_bridge.models import RigelEvaluation, TrainingRun, TrainingTrigger
 from training_bridge.services import (
     training_release_video_coverage,
@@ -25,6 +26,7 @@ from training_bridge.services import (
     training_run_create,
     training_run_resume,
 )
+from training_bridge.services.metric_leaderboard import metric_leaderboard, metric_leaderboard_csv
 from training_bridge.services.rigel_benchmark import (
     FOIL_SETTINGS,
     PROTOCOL_CHOICES,
@@ -281,4 +283,29 @@ def evaluation_detail(request: HttpRequest, evaluation_id: int) -> HttpResponse:
             "result": result,
             "is_active": evaluation.status in (JobStatus.QUEUED, JobStatus.RUNNING),
         },
+    )
+
+
+# --- the Metrics leaderboard --------------------------------------------------------------------
+
+
+@require_GET
+@curator_required
+def metrics_leaderboard(request: HttpRequest) -> HttpResponse:
+    """Every caption metric against the stored human-judgment tables (`evaluate_metrics --save`),
+    the published figures beside; ``?format=csv`` or ``?format=json`` downloads the same."""
+    board = metric_leaderboard()
+    kind = request.GET.get("format", "")
+    if kind == "json":
+        return JsonResponse(board)
+    if kind == "csv":
+        response = HttpResponse(
+            metric_leaderboard_csv(board), content_type="text/csv; charset=utf-8"
+        )
+        response["Content-Disposition"] = 'attachment; filename="lepus-metrics-leaderboard.csv"'
+        return response
+    return render(
+        request,
+        "training_bridge/metrics_leaderboard.html",
+        {"board": board, "keys": CORRELATION_KEYS},
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.db.models import (
     Count,
     Exists,
@@ -24,6 +25,7 @@ from django.db.models import (
     Value,
 )
 from django.db.models.functions import Coalesce
+from django.utils.module_loading import import_string
 
 from annotation.browse.pagination import Page, Sort, keyset_page
 from annotation.figures import candidates_with_judgment_counts
@@ -302,6 +304,7 @@ def candidate_detail(*, campaign_candidate_id: int) -> dict[str, Any]:
         if item.resolution
         else [],
         "judgments": judgments,
+        "panels": candidate_panels(campaign_candidate_id=item.pk),
         "review_item": review_item,
         "audit": audit,
         "exclusions": exclusions,
@@ -325,3 +328,16 @@ def worker_history(*, participation: Participation) -> dict[str, Any]:
             .order_by("-joined_at")
         ),
     }
+
+
+def candidate_panels(*, campaign_candidate_id: int) -> list[dict[str, Any]]:
+    """Panels that apps above this one add to the candidate page (e.g. training_bridge's judge
+    explanations beside the workers' reasons): the functions named in
+    `settings.LEPUS_CANDIDATE_PANELS`, wired by the composition root, so this layer imports none
+    of them. Each returns None or {"title", "template", ...} (the template renders the panel)."""
+    panels = []
+    for path in settings.LEPUS_CANDIDATE_PANELS:
+        panel = import_string(path)(campaign_candidate_id=campaign_candidate_id)
+        if panel is not None:
+            panels.append(panel)
+    return panels

@@ -16,7 +16,14 @@ from contextlib import ExitStack
 from types import TracebackType
 from typing import Any, Protocol
 
-from export.reads import sql_facts, sql_lines, sql_selection, sql_snapshot, sql_statistics
+from export.reads import (
+    sql_explanations,
+    sql_facts,
+    sql_lines,
+    sql_selection,
+    sql_snapshot,
+    sql_statistics,
+)
 from export.reads.sql_snapshot import ReleaseSnapshot
 from export.records import RecordSchema
 
@@ -97,6 +104,11 @@ class ReleaseReads:
         return sql_lines.split_lines(
             self.snapshot, schema=schema, split=split, batch_size=batch_size
         )
+
+    def explanation_rows(self, *, batch_size: int) -> Any:
+        """The kept judgments with a reason, per released candidate in file order (raw judgments
+        only; after `prepare_fragments`)."""
+        return sql_explanations.explanation_rows(self.snapshot, batch_size=batch_size)
 
     def split_statistics(self, *, splits: int) -> dict[str, Any]:
         """Per split: candidates, clips, mean overall, score bins and classes; clips overall."""

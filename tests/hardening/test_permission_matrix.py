@@ -497,6 +497,9 @@ ROUTES: dict[str, list[Case]] = {
             curator_api(404),
         ),
     ],
+    "training_bridge_api:metrics-leaderboard": [
+        C("GET", url("training_bridge_api:metrics-leaderboard"), curator_api(200)),
+    ],
     "training_bridge_api:evaluation-list": [
         C("POST", url("training_bridge_api:evaluation-list"), curator_api(400), lambda w: {}),
     ],
@@ -872,6 +875,9 @@ ROUTES: dict[str, list[Case]] = {
         ),
     ],
     "training_bridge:run-compare": [C("GET", url("training_bridge:run-compare"), curator_page())],
+    "training_bridge:metrics-leaderboard": [
+        C("GET", url("training_bridge:metrics-leaderboard"), curator_page())
+    ],
     "training_bridge:evaluation-start": [
         C(
             "POST",

@@ -372,6 +372,8 @@ def test_every_metric_is_either_available_or_unavailable_with_a_reason(monkeypat
     monkeypatch.delenv("LEPUS_LCLIP_MODEL", raising=False)
     for variable in ENVIRONMENT.values():
         monkeypatch.delenv(variable, raising=False)
+    monkeypatch.delenv("LEPUS_JUDGE_MODEL", raising=False)
+    monkeypatch.delenv("LEPUS_CAPTIONQA_MODEL", raising=False)
     monkeypatch.setenv("PATH", "/nonexistent")  # no java: METEOR unavailable too
     metrics, unavailable = available_metrics()
     assert list(metrics) + list(unavailable) != []
@@ -413,6 +415,13 @@ def test_every_metric_is_either_available_or_unavailable_with_a_reason(monkeypat
                 "no text-to-image generator given: set t2i_model=PATH",
             ]
         ),
+        **{
+            name: "no weights given: set judge_model=PATH or a model id in the local Hugging "
+            "Face cache"
+            for name in ("expert_judge", "gveval_judge")
+        },
+        "captionqa": "no weights given: set captionqa_model=PATH or a model id in the local "
+        "Hugging Face cache",
     }
     assert set(TABLE_METRICS) <= set(METRIC_NAMES)
 

@@ -138,15 +138,21 @@ def test_evaluate_metrics_list_names_every_metric_and_why(tmp_path, monkeypatch)
     call_command(
         "evaluate_metrics", "--list", "--json", "--set", f"pacs_model={checkpoint}", stdout=stdout
     )
-    listing = json.loads(stdout.getvalue())
+    listing = json.loads(stdout.getvalue())["metrics"]
     assert set(listing) == set(METRIC_NAMES)  # --json sorts the keys
-    assert listing["pacs"] == {"label": "PAC-S", "available": True, "reason": None}
+    assert listing["pacs"] == {
+        "label": "PAC-S",
+        "available": True,
+        "unavailable": None,
+        "in_table": True,
+    }
     assert listing["refpacs"]["available"] is True
     assert listing["factvc"] == {
         "label": "FactVC",
         "available": False,
-        "reason": "no weights given: set factvc_model=PATH or a model id in the local Hugging "
-        "Face cache",
+        "unavailable": "no weights given: set factvc_model=PATH or a model id in the local "
+        "Hugging Face cache",
+        "in_table": True,
     }
     assert listing["redemption"]["available"] is False
-    assert "t2i_model" in listing["redemption"]["reason"]
+    assert "t2i_model" in listing["redemption"]["unavailable"]

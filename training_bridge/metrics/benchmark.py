@@ -30,6 +30,7 @@ from training_bridge.metrics.correlation import correlations, rater_averaged_cor
 from training_bridge.metrics.meteor import MeteorScorer
 from training_bridge.metrics.plugins import (
     TABLE_METRICS,
+    CaptionMetric,
     MetricItem,
     StandardMetric,
     Video,
@@ -106,11 +107,13 @@ def correlation_table(
     meteor_jar: str | os.PathLike[str] | None = None,
     meteor_scorer: MeteorScorer | None = None,
     progress: Callable[[str], None] | None = None,
+    scored: Callable[[str, CaptionMetric], None] | None = None,
 ) -> dict[str, dict[str, float | str | None]]:
     """{metric: {kendall_b, kendall_c, spearman, pearson}} x100 for the requested metrics, in
     order; `settings` go to `plugins.available_metrics` (e.g. {"clip_model": path}).
 
-    A metric that cannot run here gets `unavailable_row(reason)`.
+    A metric that cannot run here gets `unavailable_row(reason)`. `scored(name, metric)` is
+    called for every metric that scored the set (a judge keeps its answers in `records`).
     """
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
@@ -130,6 +133,9 @@ def correlation_table(
     available = {name: available[name] for name in wanted if name in available}
     scores, failed = score_metrics(available, benchmark.items(reference_count), progress=progress)
     reasons.update(failed)
+    if scored is not None:
+        for name in scores:
+            scored(name, available[name])
     table: dict[str, dict[str, float | str | None]] = {}
     for metric in wanted:
         if metric in reasons:

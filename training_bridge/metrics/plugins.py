@@ -39,6 +39,8 @@ Hugging Face cache. Settings (environment fallback in brackets):
 | `meteor_jar` [`LEPUS_METEOR_JAR`] | METEOR 1.5 jar (see meteor.py) |
 | `frames` | frames sampled per clip by whoever builds the items (default 8; not read here) |
 | `pacs_model`, `factvc_model`, `polos_model`, `dino_model`, ... | the plug-ins of `embedding_plugins.py` (PAC-S, FactVC, Polos, Redemption Score): see its docstring |
+| `judge_model` [`LEPUS_JUDGE_MODEL`], `judge_*` | the VLM of the generative judges and their options (judge.py) |
+| `captionqa_model` [`LEPUS_CAPTIONQA_MODEL`], `captionqa_*` | CaptionQA's LM, question file and options (captionqa.py) |
 
 `score_metrics(metrics, items, progress=...)` scores several metrics over one item list; the
 standard ones (BLEU, ROUGE-L, METEOR, CIDEr-D) share one tokenisation and one METEOR process.
@@ -54,12 +56,23 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from training_bridge.metrics.captionqa import (
+    CAPTIONQA_SETTING_KEYS,
+    captionqa_metric,
+    captionqa_options,
+)
 from training_bridge.metrics.embedding_plugins import (
     EMBEDDING_LABELS,
     EMBEDDING_METRIC_NAMES,
     EMBEDDING_SETTING_KEYS,
     build_embedding_metric,
     check_embedding_settings,
+)
+from training_bridge.metrics.judge import (
+    JUDGE_METRIC_NAMES,
+    JUDGE_SETTING_KEYS,
+    judge_metric,
+    judge_options,
 )
 from training_bridge.metrics.meteor import MeteorScorer
 from training_bridge.metrics.standard import (
@@ -73,11 +86,13 @@ from training_bridge.metrics.standard import (
 
 CLIP_METRIC_NAMES = ("clipscore", "refclipscore", "emscore", "emscore_ref")
 LCLIP_METRIC_NAMES = ("lclipscore", "reflclipscore")
+GENERATIVE_METRIC_NAMES = (*JUDGE_METRIC_NAMES, "captionqa")  # judge.py, captionqa.py
 METRIC_NAMES = (
     *STANDARD_METRIC_NAMES,
     *CLIP_METRIC_NAMES,
     *LCLIP_METRIC_NAMES,
     *EMBEDDING_METRIC_NAMES,
+    *GENERATIVE_METRIC_NAMES,
 )
 # What an evaluation table lists by default: the lexical metrics of `standard.DEFAULT_METRICS`
 # and every learned baseline (an unavailable one as a row with its reason).
@@ -90,6 +105,7 @@ TABLE_METRICS = (
     *CLIP_METRIC_NAMES,
     *LCLIP_METRIC_NAMES,
     *EMBEDDING_METRIC_NAMES,
+    *GENERATIVE_METRIC_NAMES,
 )
 SETTING_KEYS = (
     "clip_model",
@@ -102,6 +118,8 @@ SETTING_KEYS = (
     "meteor_jar",
     "frames",
     *EMBEDDING_SETTING_KEYS,
+    *JUDGE_SETTING_KEYS,
+    *CAPTIONQA_SETTING_KEYS,
 )
 DEFAULT_CLIP_PROMPT = "A photo depicts"
 LABELS = {
@@ -119,6 +137,9 @@ LABELS = {
     "lclipscore": "L-CLIPScore",
     "reflclipscore": "RefL-CLIPScore",
     **EMBEDDING_LABELS,
+    "expert_judge": "EXPERT (judge)",
+    "gveval_judge": "G-VEval style (judge)",
+    "captionqa": "CaptionQA",
 }
 
 
@@ -321,6 +342,12 @@ def available_metrics(
             else:
                 available[name] = StandardMetric(name, meteor_jar=parsed.meteor_jar)
             continue
+        if name in GENERATIVE_METRIC_NAMES:
+            try:
+                available[name] = _generative_metric(name, settings or {}, parsed.device)
+            except MetricUnavailable as error:
+                unavailable[name] = str(error)
+            continue
         setting = "lclip_model" if name in LCLIP_METRIC_NAMES else "clip_model"
         model = parsed.lclip_model if setting == "lclip_model" else parsed.clip_model
         reason = weights_unavailable_reason(model, setting=setting)
@@ -332,6 +359,25 @@ def available_metrics(
     ordered_available = {name: available[name] for name in wanted if name in available}
     ordered_unavailable = {name: unavailable[name] for name in wanted if name in unavailable}
     return ordered_available, ordered_unavailable
+
+
+def _generative_metric(name: str, settings: Mapping[str, Any], device: str) -> CaptionMetric:
+    """A judge (`judge.py`) or CaptionQA (`captionqa.py`); MetricUnavailable with the reason when
+    its weights (or questions) are missing; ValueError on a bad setting."""
+    options = captionqa_options(settings) if name == "captionqa" else judge_options(settings)
+    setting, env = (
+        ("captionqa_model", "LEPUS_CAPTIONQA_MODEL")
+        if name == "captionqa"
+        else ("judge_model", "LEPUS_JUDGE_MODEL")
+    )
+    model = str(settings.get(setting) or os.environ.get(env) or "").strip() or None
+    reason = weights_unavailable_reason(model, setting=setting)
+    if reason is not None:
+        raise MetricUnavailable(reason)
+    assert model is not None
+    if name == "captionqa":
+        return captionqa_metric(model, options, device=device)
+    return judge_metric(name, model, options, device=device)
 
 
 def _learned_metric(name: str, encoder: Any, settings: Settings) -> CaptionMetric:

@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from django.db.models import QuerySet
@@ -321,6 +322,7 @@ def metric_benchmark_compute(
     metrics: Sequence[str] = TABLE_METRICS,
     settings: Mapping[str, str] | None = None,
     progress: Callable[[str], None] | None = None,
+    scored: Callable[[str, Any], None] | None = None,
 ) -> tuple[dict[str, dict[str, float | str | None]], BenchmarkSet]:
     """The correlation table (x100) of the metrics of the registry (`metrics.plugins`) against the
     human scores of a campaign or a release (restricted to `campaign` when both are given), and the
@@ -357,6 +359,7 @@ def metric_benchmark_compute(
         metrics=metrics,
         settings={**(settings or {}), "frames": str(frames)},
         progress=progress,
+        scored=scored,
     )
     if protocol == "emscore":
         for name in ("emscore", "emscore_ref"):

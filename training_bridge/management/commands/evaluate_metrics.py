@@ -1,6 +1,8 @@
 """`manage.py evaluate_metrics`: correlation of the caption metrics of the registry
 (`training_bridge.metrics.plugins`: BLEU, ROUGE-L, METEOR, CIDEr-D, CLIP-S, RefCLIP-S, EMScore,
-L-CLIPScore) with the human scores of a campaign or a release, without training anything.
+L-CLIPScore, the generative judges, CaptionQA) with the human scores of a campaign or a release,
+without training anything. `--list` lists every metric with whether it can run here; `--save`
+stores a campaign's table for the Metrics leaderboard page.
 
     python manage.py evaluate_metrics --campaign vatex-eval --refs 1 --protocol emscore --json \
         --set clip_model=/models/clip-vit-base-patch32 \
@@ -29,6 +31,7 @@ from training_bridge.metrics.plugins import (
     available_metrics,
 )
 from training_bridge.services.metric_benchmark import MetricBenchmarkError, metric_benchmark_compute
+from training_bridge.services.metric_leaderboard import metric_board_save
 
 
 def _reference_count(value: str) -> int | None:
@@ -75,12 +78,6 @@ class Command(LepusCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         super().add_arguments(parser)
-        parser.add_argument(
-            "--list",
-            action="store_true",
-            dest="list_metrics",
-            help="List every metric of the registry (with --set's weights): available, or why not.",
-        )
         parser.add_argument("--campaign", help="Campaign slug (with --release: only its records).")
         parser.add_argument("--release", type=int, help="Release id: use the release's records.")
         parser.add_argument(
@@ -113,7 +110,8 @@ class Command(LepusCommand):
             metavar="KEY=VALUE",
             help="A metric setting (repeatable): clip_model=PATH|MODEL_ID, lclip_model=..., "
             "clip_prompt=..., emscore_idf=true|false, device=cpu|cuda, batch_size=N, frames=N, "
-            "meteor_jar=PATH. Weights are never downloaded (see docs/metrics.md).",
+            "meteor_jar=PATH, judge_model=..., captionqa_model=..., captionqa_questions=FILE. "
+            "Weights are never downloaded (see docs/metrics.md).",
         )
         parser.add_argument(
             "--emscore-idf-corpus",
@@ -123,9 +121,43 @@ class Command(LepusCommand):
             "authors' VATEX-EVAL protocol uses the VATEX training captions; without this the IDF "
             "comes from the scored batch (said loudly under --protocol emscore).",
         )
+        parser.add_argument(
+            "--save",
+            action="store_true",
+            help="Store the table for the Metrics leaderboard page (needs --campaign, no "
+            "--release): the page shows the latest per campaign, protocol and --refs.",
+        )
+        parser.add_argument(
+            "--list",
+            action="store_true",
+            help="List every metric with whether it can run here (with the --set settings) and, "
+            "if not, why; scores nothing.",
+        )
+
+    def _list(self, settings: dict[str, str]) -> None:
+        try:
+            available, unavailable = available_metrics(settings, METRIC_NAMES)
+        except ValueError as error:
+            raise CommandError(str(error))
+        listing = {
+            name: {
+                "label": LABELS.get(name, name),
+                "available": name in available,
+                "unavailable": unavailable.get(name),
+                "in_table": name in TABLE_METRICS,
+            }
+            for name in METRIC_NAMES
+        }
+        width = max(len(name) for name in listing)
+        lines = [
+            f"{name:<{width}} {entry['label']:<22} "
+            + ("available" if entry["available"] else f"unavailable: {entry['unavailable']}")
+            for name, entry in listing.items()
+        ]
+        self.emit({"metrics": listing}, human="\n".join(lines))
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if options["list_metrics"]:
+        if options["list"]:
             self._list(_settings(options["settings"]))
             return
         campaign = None
@@ -135,6 +167,10 @@ class Command(LepusCommand):
                 raise CommandError(f"no campaign with slug {options['campaign']!r}")
         if campaign is None and options["release"] is None:
             raise CommandError("give --campaign SLUG, --release ID, or both")
+        if options["save"] and (campaign is None or options["release"] is not None):
+            raise CommandError(
+                "--save stores a campaign's table: give --campaign without --release"
+            )
         protocol = cast(Protocol, options["protocol"] or "default")
         reference_count = _reference_count(str(options["refs"]))
         metrics = _metric_list(options["metrics"])
@@ -154,6 +190,13 @@ class Command(LepusCommand):
             f"scoring {', '.join(metrics)} with {options['refs']} reference(s), "
             f"protocol {protocol} ..."
         )
+        judged: dict[str, Any] = {}
+
+        def keep_answers(name: str, metric: Any) -> None:
+            # A generative judge's answers (score, per-criterion explanation) for --save.
+            if getattr(metric, "records", None):
+                judged[name] = list(metric.records)
+
         try:
             table, benchmark = metric_benchmark_compute(
                 campaign=campaign,
@@ -164,32 +207,26 @@ class Command(LepusCommand):
                 metrics=metrics,
                 settings=settings,
                 progress=lambda step: self.note(f"  {step} ..."),
+                scored=keep_answers,
             )
         except MetricBenchmarkError as error:
             raise CommandError(str(error))
+        if options["save"]:
+            assert campaign is not None
+            board = metric_board_save(
+                campaign=campaign,
+                protocol=protocol,
+                reference_count=reference_count,
+                table=table,
+                candidates=len(benchmark.candidates),
+                references_per_candidate=max((len(r) for r in benchmark.references), default=0)
+                or None,
+                settings=settings,
+                keys=benchmark.keys,
+                judged=judged if len(benchmark.keys) == len(benchmark.candidates) else {},
+            )
+            self.note(f"saved as metrics table {board.pk} (the Metrics page shows it)")
         self.emit(table, human=_human_table(table, candidates=len(benchmark.candidates)))
-
-    def _list(self, settings: dict[str, str]) -> None:
-        """Every metric of the registry: {name: {label, available, reason}} (loads no weights)."""
-        try:
-            available, unavailable = available_metrics(settings, METRIC_NAMES)
-        except ValueError as error:
-            raise CommandError(str(error))
-        listing = {
-            name: {
-                "label": LABELS.get(name, name),
-                "available": name in available,
-                "reason": unavailable.get(name),
-            }
-            for name in METRIC_NAMES
-        }
-        width = max(len(name) for name in listing)
-        human = "\n".join(
-            f"{name:<{width}} {row['label']:<18} "
-            + ("available" if row["available"] else f"unavailable: {row['reason']}")
-            for name, row in listing.items()
-        )
-        self.emit(listing, human=human)
 
 
 def _human_table(table: dict[str, dict[str, Any]], *, candidates: int) -> str:
