@@ -21,6 +21,7 @@ from django.db.models import JSONField
 from django.db.models.expressions import RawSQL
 
 from annotation.models import Campaign
+from common.spreadsheet import spreadsheet_safe
 from training_bridge.metrics.benchmark import CORRELATION_KEYS
 from training_bridge.metrics.judge import CRITERIA
 from training_bridge.metrics.plugins import LABELS, METRIC_NAMES
@@ -147,10 +148,14 @@ def metric_leaderboard() -> dict[str, Any]:
 
 
 def _cell(value: Any) -> str:
-    # Formula-neutralised CSV cell (a text starting with = + - @ is prefixed with ').
-    # TODO(lead): h-bounds adds the project's one helper for this; switch to it once merged.
-    text = "" if value is None else str(value)
-    return f"'{text}" if text[:1] in ("=", "+", "-", "@") and not _is_number(text) else text
+    """A CSV cell: numbers as they are (a negative correlation stays -12.5), text through the
+    project's one spreadsheet-formula rule (`common.spreadsheet`)."""
+    if value is None:
+        return ""
+    if isinstance(value, (int, float)):
+        return str(value)
+    text = str(value)
+    return text if _is_number(text) else spreadsheet_safe(text)
 
 
 def _is_number(text: str) -> bool:
