@@ -20,6 +20,36 @@
 
   var token = null;
   try { token = window.sessionStorage.getItem(storageKey); } catch (e) { token = null; }
+
+  // This browser's random secret, sent with every join: only the browser that joined first gets
+  // the participation's token (docs/crowd-flow.md, "Who a worker is"). It lives in localStorage,
+  // so a reload or coming back later in this browser continues; storage blocked: this tab only.
+  var browserKeyName = "lepus-browser-key";
+  var browserKeyKept = null;
+  function browserKey() {
+    var key = browserKeyKept;
+    if (key) { return key; }
+    try { key = window.localStorage.getItem(browserKeyName); } catch (e) { key = null; }
+    if (!key) { try { key = window.sessionStorage.getItem(browserKeyName); } catch (e) { key = null; } }
+    if (key) { browserKeyKept = key; return key; }
+    var bytes = new Uint8Array(32);
+    window.crypto.getRandomValues(bytes);
+    key = btoa(String.fromCharCode.apply(null, bytes))
+      .replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+    try { window.localStorage.setItem(browserKeyName, key); } catch (e) {
+      try { window.sessionStorage.setItem(browserKeyName, key); } catch (e2) { /* memory only */ }
+    }
+    browserKeyKept = key;
+    return key;
+  }
+
+  function joinBody() {
+    var body = {};
+    Object.keys(config.join).forEach(function (name) { body[name] = config.join[name]; });
+    body.browser_key = browserKey();
+    return body;
+  }
+
   var current = null;      // the assignment being rated (the `next` body)
   var shownAt = 0;         // when it was shown (ms, performance clock)
   var activeMs = 0;        // time the page was visible while rating it
@@ -187,7 +217,7 @@
     if (busy) { return; }
     busy = true;
     say("Starting…");
-    patiently(function () { return api("POST", config.urls.join, config.join); }).then(function (answer) {
+    patiently(function () { return api("POST", config.urls.join, joinBody()); }).then(function (answer) {
       busy = false;
       if (isScreenOut(answer)) { return screenOut(answer.body); }
       if (answer.status !== 200) {
