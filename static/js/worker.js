@@ -220,6 +220,9 @@
     patiently(function () { return api("POST", config.urls.join, joinBody()); }).then(function (answer) {
       busy = false;
       if (isScreenOut(answer)) { return screenOut(answer.body); }
+      if (answer.status === 409 && answer.body && answer.body.state === "in_use_elsewhere") {
+        return inUseElsewhere(answer.body.detail);
+      }
       if (answer.status !== 200) {
         var detail = answer.body && (answer.body.detail || JSON.stringify(answer.body));
         return fail(detail || "Could not start the study.");
@@ -229,6 +232,16 @@
       say("");
       begin();
     }, function () { fail("We could not reach the server. Please check your connection."); });
+  }
+
+  // Another browser holds this id's participation: no token was given; say so in place of the
+  // consent text (docs/crowd-flow.md, "Who a worker is").
+  function inUseElsewhere(detail) {
+    el.consent.hidden = true;
+    say("");
+    $("in-use-elsewhere-message").textContent = detail;
+    $("in-use-elsewhere").hidden = false;
+    $("in-use-elsewhere").focus();
   }
 
   // `notice`: a message about the previous clip (e.g. its lease was lost) kept on screen.
