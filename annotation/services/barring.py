@@ -26,7 +26,7 @@ import hmac
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from annotation.models import BarredIdentity, BarReason, Campaign
+from annotation.models import BarReason, BarredIdentity, Campaign
 
 _KEY_CONTEXT = b"lepus-barred-identities"
 

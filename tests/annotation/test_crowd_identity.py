@@ -16,8 +16,8 @@ from rest_framework.test import APIClient
 
 from annotation.models import (
     Assignment,
-    BarredIdentity,
     BarReason,
+    BarredIdentity,
     ErasureMode,
     Judgment,
     Participation,
@@ -176,9 +176,7 @@ def test_a_session_joined_without_a_key_is_bound_by_the_first_join_that_sends_on
     _status, keyless = join(campaign.slug, platform="prolific", external_id=VICTIM)
 
     again = join(campaign.slug, platform="prolific", external_id=VICTIM)
-    bound = join(
-        campaign.slug, platform="prolific", external_id=VICTIM, browser_key=VICTIM_BROWSER
-    )
+    bound = join(campaign.slug, platform="prolific", external_id=VICTIM, browser_key=VICTIM_BROWSER)
     other = join(
         campaign.slug, platform="prolific", external_id=VICTIM, browser_key=ATTACKER_BROWSER
     )
@@ -333,9 +331,7 @@ def test_the_hash_is_keyed_by_the_exclusion_key(settings):
 
     refused = join(campaign.slug, platform="prolific", external_id=VICTIM)
     settings.LEPUS_EXCLUSION_KEY = "second-exclusion-key"
-    under_second = identity_digest(
-        campaign_id=campaign.pk, platform="prolific", external_id=VICTIM
-    )
+    under_second = identity_digest(campaign_id=campaign.pk, platform="prolific", external_id=VICTIM)
     after_rotation = join(campaign.slug, platform="prolific", external_id=VICTIM)
 
     assert refused == (403, {"detail": ERASED_REJOIN_DETAIL})

@@ -27,18 +27,14 @@ from annotation.models import (
 )
 from annotation.quality.exclusions import worker_exclude
 from tests.annotation.crowd_factories import all_candidate_ratings, crowd_campaign
-from tests.hardening.test_crowd_integrity import (  # noqa: F401 - the module's server fixtures
-    ME,
-    NEXT,
-    PROLIFIC_ID,
-    SPELLINGS,
-    Server,
-    _assert_no_server_error,
-    live,
-    server,
-)
+from tests.hardening import test_crowd_integrity as integrity
+from tests.hardening.test_crowd_integrity import ME, NEXT, PROLIFIC_ID, SPELLINGS, Server
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+# The production-mode gunicorn server of the integrity findings (module scope: one per module).
+server = integrity.server
+live = integrity.live
 
 ERASE = "/api/v1/worker/erase"
 VICTIM_BROWSER = "victim-browser-key-0000000000000000000000000"
@@ -92,7 +88,7 @@ def test_an_excluded_worker_who_erases_themselves_cannot_come_back(live, mode):
     assert Assignment.objects.filter(clip_id=rated["clip"]["id"]).count() == (
         1 if mode == ErasureMode.PSEUDONYMISE else 0
     )
-    _assert_no_server_error(live)
+    integrity._assert_no_server_error(live)
 
 
 def test_knowing_a_victims_id_gives_no_way_into_their_session(live):
@@ -146,4 +142,4 @@ def test_knowing_a_victims_id_gives_no_way_into_their_session(live):
         campaign.slug, platform="prolific", external_id=PROLIFIC_ID, browser_key=VICTIM_BROWSER
     )
     assert again.json() == {"worker_token": victim_token}
-    _assert_no_server_error(live)
+    integrity._assert_no_server_error(live)
