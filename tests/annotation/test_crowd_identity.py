@@ -231,6 +231,12 @@ def test_a_workers_own_erasure_reaches_only_the_tokens_campaign(curator):
     assert second_client.get(ME).json()["assignments_done"] == 1
     assert list(Worker.objects.values_list("external_id", flat=True)) == [VICTIM]
     # The curator, having confirmed the person through the platform's messaging, erases the rest.
+    page = Client()
+    page.force_login(curator)
+    participation = Participation.objects.get(campaign=second, worker__external_id=VICTIM)
+    form = page.get(f"/dashboard/campaigns/second/workers/{participation.pk}/").content.decode()
+    assert "Confirm who is asking first." in form
+    assert "Erase only after the person has asked through the crowd" in form
     participant_erase(worker=Worker.objects.get(), actor=curator, requested_by="curator")
     assert Worker.objects.exclude(platform=Platform.ERASED).count() == 0
     assert not Judgment.objects.exclude(reason="").exists()
