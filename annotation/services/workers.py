@@ -341,8 +341,8 @@ def screen_out_for_entry(
     *, campaign: Campaign, platform: str, external_id: str
 ) -> dict[str, Any] | None:
     """The screen-out of the worker an entry link names, if that worker was excluded from the
-    campaign (the rating page shows it at once instead of consent and instructions); None
-    otherwise. Tells nothing `join` with the same id would not."""
+    campaign, also after their erasure (the rating page shows it at once instead of consent and
+    instructions); None otherwise. Tells nothing `join` with the same id would not."""
     normalised = external_id_normalize(platform=platform, external_id=external_id)
     barred = barred_reason(campaign=campaign, platform=platform, external_id=normalised)
     if barred == BarReason.EXCLUDED:
