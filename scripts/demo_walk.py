@@ -385,8 +385,10 @@ def walk(args: argparse.Namespace, walker: Walker, report: dict[str, Any]) -> No
     # The worker page, as the demo prints it, in a browser of its own (no curator session). The
     # walk's worker has an id of its own: a participation belongs to the browser that joined first
     # (docs/crowd-flow.md, "Who a worker is"), so the id the demo prints stays free for whoever
-    # opens it. Both widths are tabs of one browser: the second tab joins as the same worker.
-    own_id = secrets.token_hex(12)
+    # opens it. Both widths are tabs of one browser: the second tab joins as the same worker. The
+    # id sorts before the raters' below, as the printed one did, so the workers table's first row,
+    # which the walk opens, is still this worker's.
+    own_id = f"5f0c0ffee0ddba110{secrets.token_hex(3)}0"
     worker_url = f"/w/{campaign}/" + DEMO_WORKER_PARAMETERS.replace(
         "5f0c0ffee0ddba11c0ffee01", own_id
     )
