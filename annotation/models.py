@@ -292,6 +292,9 @@ class Participation(models.Model):
     platform_data = models.JSONField(
         default=dict, blank=True, help_text="study/session or assignment/hit ids of the platform."
     )
+    # sha256 of the browser key the rating page sent at the first join ("" when none was sent):
+    # only a join from that browser gets the participation's token (docs/crowd-flow.md).
+    browser_key_hash = models.CharField(max_length=64, blank=True, default="", db_default="")
     consented_at = models.DateTimeField(null=True, blank=True)
     joined_at = models.DateTimeField(default=timezone.now)
     last_seen_at = models.DateTimeField(null=True, blank=True)
@@ -314,6 +317,32 @@ class Participation(models.Model):
     @property
     def may_receive_work(self) -> bool:
         return self.status == ParticipationStatus.ACTIVE
+
+
+class BarReason(models.TextChoices):
+    EXCLUDED = "excluded", "Excluded by quality control, then erased"
+    ERASED = "erased", "Erased"
+
+
+class BarredIdentity(models.Model):
+    """A person who may not join the campaign again, kept as a keyed hash of their normalised
+    (platform, id) — never the id — once their participation is erased (docs/privacy.md,
+    `annotation.services.barring`). Goes with the campaign."""
+
+    campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="+")
+    digest = models.CharField(max_length=64)
+    reason = models.CharField(max_length=10, choices=BarReason.choices)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["campaign", "digest"], name="barred_identity_campaign_digest_unique"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.reason} in {self.campaign_id}"
 
 
 class AssignmentStatus(models.TextChoices):

@@ -275,6 +275,10 @@ LEPUS_CHECK_WORKER_IDS = env_bool("LEPUS_CHECK_WORKER_IDS", True)
 # A worker token stops working this many seconds after the worker was last active (join, next,
 # submit); joining again from the study link issues a new one.
 LEPUS_WORKER_TOKEN_TTL = env_int("LEPUS_WORKER_TOKEN_TTL", 24 * 3600, minimum=60)
+# Key of the HMAC under which a campaign remembers the people it excluded or who were erased from
+# it, without their ids (annotation.services.barring; docs/privacy.md). Empty: one derived from
+# DJANGO_SECRET_KEY. Changing it forgets every such person: they could join those campaigns again.
+LEPUS_EXCLUSION_KEY = env_str("LEPUS_EXCLUSION_KEY", "") or ""
 
 # --- REST framework -----------------------------------------------------------------------------
 REST_FRAMEWORK = {

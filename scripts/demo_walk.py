@@ -34,6 +34,7 @@ import io
 import json
 import os
 import re
+import secrets
 import sys
 import threading
 import time
@@ -378,10 +379,26 @@ def walk(args: argparse.Namespace, walker: Walker, report: dict[str, Any]) -> No
         page.click("button[type=submit]")
         page.wait_for_url(re.compile(r".*/dashboard/$"))
 
-    # The worker page, as the demo prints it, in a browser of its own (no curator session).
-    worker_url = f"/w/{campaign}/{DEMO_WORKER_PARAMETERS}"
+    # The worker page, as the demo prints it, in a browser of its own (no curator session). The
+    # walk's worker has an id of its own: a participation belongs to the browser that joined first
+    # (docs/crowd-flow.md, "Who a worker is"), so the id the demo prints stays free for whoever
+    # opens it. Both widths are tabs of one browser: the second tab joins as the same worker. The
+    # id sorts before the raters' below, as the printed one did, so the workers table's first row,
+    # which the walk opens, is still this worker's.
+    own_id = f"5f0c0ffee0ddba110{secrets.token_hex(3)}0"
+    worker_url = f"/w/{campaign}/" + DEMO_WORKER_PARAMETERS.replace(
+        "5f0c0ffee0ddba11c0ffee01", own_id
+    )
+    worker_browser = None
     for width in VIEWPORTS:
-        page = walker.new_page(width)
+        if worker_browser is None:
+            page = walker.new_page(width)
+            worker_browser = page.context
+        else:
+            page = worker_browser.new_page()
+            page.set_viewport_size(dict(zip(("width", "height"), VIEWPORTS[width], strict=True)))
+            page.set_default_timeout(30_000)
+            walker.listen(page)
         answer = page.goto(walker.url(worker_url))
         walker.check("worker:entry", page, width, status=answer.status if answer else 0)
         page.click("#start")
@@ -398,7 +415,8 @@ def walk(args: argparse.Namespace, walker: Walker, report: dict[str, Any]) -> No
         walker.check("worker:entry", page, width)
         answer = page.goto(walker.url(f"/w/{campaign}/erase/"))
         walker.check("worker:erase", page, width, status=answer.status if answer else 0)
-        page.context.close()
+    if worker_browser is not None:
+        worker_browser.close()
 
     # A still image of the demo's image campaign rated at each width (a worker of its own per
     # width): the image instead of a video, the ratings open at once.

@@ -38,6 +38,7 @@ from annotation.services.submission import (
     assignment_submit,
 )
 from annotation.services.workers import (
+    BROWSER_KEY_MAX_CHARS,
     JoinRefused,
     participation_excluded,
     screen_out_payload,
@@ -93,6 +94,14 @@ class JoinInputSerializer(serializers.Serializer):
     )
     hit_id = serializers.CharField(max_length=200, required=False, allow_blank=True)
     turk_submit_to = serializers.CharField(max_length=300, required=False, allow_blank=True)
+    browser_key = serializers.CharField(
+        max_length=BROWSER_KEY_MAX_CHARS,
+        required=False,
+        allow_blank=True,
+        help_text="A random secret of this browser (the rating page keeps one in localStorage). "
+        "The first join binds the participation to it; a later join with the same id from a "
+        "browser without it gets no token (409, `in_use_elsewhere`).",
+    )
     invite_token = serializers.CharField(max_length=2000, required=False, allow_blank=True)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -102,6 +111,15 @@ class JoinInputSerializer(serializers.Serializer):
         if platform != "invite" and not (attrs.get("external_id") or "").strip():
             raise serializers.ValidationError({"external_id": ["This field is required."]})
         return attrs
+
+
+class JoinConflictSerializer(serializers.Serializer):
+    detail = serializers.CharField()
+    state = serializers.ChoiceField(
+        choices=["in_use_elsewhere"],
+        required=False,
+        help_text="Only when another browser holds this id's participation.",
+    )
 
 
 class JoinOutputSerializer(serializers.Serializer):
@@ -286,11 +304,16 @@ class CampaignJoinApi(APIView):
                     resource_type_field_name=None,
                 ),
                 description="Invalid or expired invite, or the link is not the study / HIT the "
-                "campaign is bound to (`detail`); or the worker was excluded from this campaign "
-                "(the screen-out, `state` = screened_out).",
+                "campaign is bound to, or the person's data in this campaign was erased "
+                "(`detail`); or the worker was excluded from this campaign, also after an "
+                "erasure (the screen-out, `state` = screened_out).",
             ),
             404: OpenApiResponse(ErrorSerializer, description="No such campaign."),
-            409: OpenApiResponse(ErrorSerializer, description="Campaign not open."),
+            409: OpenApiResponse(
+                JoinConflictSerializer,
+                description="Campaign not open; or the id is already taking part from another "
+                "browser (`state` = in_use_elsewhere: no token is given).",
+            ),
             429: OpenApiResponse(ErrorSerializer, description="Throttled."),
         },
         examples=[
@@ -323,6 +346,7 @@ class CampaignJoinApi(APIView):
                 platform=data["platform"],
                 external_id=data.get("external_id", ""),
                 invite_token=data.get("invite_token", ""),
+                browser_key=data.get("browser_key", ""),
                 identifiers={
                     key: data[key]
                     for key in (

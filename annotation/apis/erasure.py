@@ -15,7 +15,7 @@ from rest_framework.views import APIView
 from annotation.apis.crowd import WORKER_ERRORS, MeThrottle
 from annotation.auth import IsWorker, WorkerTokenAuthentication
 from annotation.models import ErasureMode, Participation
-from annotation.services.erasure import participation_erase
+from annotation.services.erasure import participation_erase_own
 from common.api import FieldErrorsSerializer
 
 
@@ -44,7 +44,8 @@ class ErasureSerializer(serializers.Serializer):
 
 
 class WorkerEraseApi(APIView):
-    """The worker erases themselves (docs/privacy.md); an excluded worker's token still works."""
+    """The worker erases their participation in the token's campaign, and nothing else
+    (docs/privacy.md); an excluded worker's token still works."""
 
     authentication_classes = [WorkerTokenAuthentication]
     accepts_revoked_worker_tokens = True
@@ -53,7 +54,8 @@ class WorkerEraseApi(APIView):
 
     @extend_schema(
         operation_id="worker_erase",
-        summary="Erase the worker's platform id, free text and (per campaign) judgments",
+        summary="Erase the token's participation: platform ids, free text and (by the "
+        "campaign's erasure mode) judgments in this campaign",
         tags=["worker"],
         request=EraseInputSerializer,
         responses={
@@ -66,8 +68,7 @@ class WorkerEraseApi(APIView):
         data = EraseInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         participation = cast(Participation, request.auth)
-        outcome = participation_erase(
-            participation=Participation.objects.select_related("worker").get(pk=participation.pk),
-            requested_by="worker",
+        outcome = participation_erase_own(
+            participation=Participation.objects.select_related("worker").get(pk=participation.pk)
         )
         return Response(ErasureSerializer(outcome.as_dict()).data)

@@ -1,9 +1,11 @@
 """Erasing a participant (docs/privacy.md): a person's platform ids and free text leave Lepus.
 
-A worker (the erase page linked from the end screen, with their worker token) or a curator (the
-worker page, the API, `manage.py erase_participant`) erases a *person*: the `Worker` row and every
-participation of it, in every campaign. Per participation, the campaign's `erasure_mode` (stated in
-the consent text) decides the ratings:
+A curator (the worker page, the API, `manage.py erase_participant`), after confirming the person
+through the crowd platform's messaging, erases a *person*: the `Worker` row and every
+participation of it, in every campaign. A worker (the erase page linked from the end screen, with
+their worker token) erases only the participation of that token, in that campaign; the `Worker`
+row goes once no participation is left. Per participation, the campaign's `erasure_mode` (stated
+in the consent text) decides the ratings:
 
 - `delete`: the participation goes with everything hanging off it (judgments, assignments,
   statistics, exclusions, severities); the slots its kept judgments and live leases held are
@@ -12,7 +14,9 @@ the consent text) decides the ratings:
   platform `erased` whose id is random (one per participation: two campaigns' pseudonyms are not
   linkable); the token stops working and the participation gets no new work.
 
-Either way the platform id (`Worker.external_id`), the platform's study/session/assignment ids
+Either way the campaign keeps a keyed hash of the person (`annotation.services.barring`): an
+excluded person stays excluded, and nobody erased joins that campaign again to rate its clips a
+second time. The platform id (`Worker.external_id`), the platform's study/session/assignment ids
 (`Participation.platform_data`) and every free-text reason are gone, and occurrences of the id in
 curators' audit notes are replaced by "[erased]". The aggregates and review queue of the
 candidates concerned are recomputed, and one audit entry per campaign records that a participant
@@ -35,6 +39,7 @@ from django.db.models.functions import Replace
 from annotation.models import (
     Assignment,
     AuditEntry,
+    BarReason,
     CalibrationRun,
     Campaign,
     ErasureMode,
@@ -51,6 +56,7 @@ from annotation.models import (
 from annotation.quality.aggregation import aggregation_recompute
 from annotation.quality.exclusions import slots_release
 from annotation.services.assignment import participation_leases_return
+from annotation.services.barring import barred_identity_record
 from annotation.services.workers import external_id_normalize
 from common import webhooks
 
@@ -139,10 +145,17 @@ def _erase_pseudonymise(
 
 
 def participant_erase(
-    *, worker: Worker, actor: Any = None, requested_by: str, dry_run: bool = False
+    *,
+    worker: Worker,
+    actor: Any = None,
+    requested_by: str,
+    dry_run: bool = False,
+    only_participation_id: int | None = None,
 ) -> ErasureOutcome:
     """Erase `worker` (a person) everywhere; see the module docstring. `requested_by` is one of
-    `REQUESTERS` and goes into the audit entries; `dry_run` counts without changing anything."""
+    `REQUESTERS` and goes into the audit entries; `dry_run` counts without changing anything.
+    `only_participation_id`: erase that one participation only (a worker's own request, see
+    `participation_erase_own`); the `Worker` row goes only when no participation is left."""
     if requested_by not in REQUESTERS:
         raise ValueError(f"requested_by must be one of {REQUESTERS}")
     if worker.platform == Platform.IMPORTED:
@@ -161,6 +174,8 @@ def participant_erase(
             .filter(worker=locked)
             .order_by("id")
         )
+        if only_participation_id is not None:
+            participations = [p for p in participations if p.pk == only_participation_id]
         for participation in participations:
             campaign = participation.campaign
             campaigns[campaign.pk] = campaign
@@ -174,6 +189,18 @@ def participant_erase(
                     outcome.judgments_deleted += judgments.count()
                 outcome.reasons_erased += judgments.exclude(reason="").count()
                 continue
+            # Before the id goes: the person may not join this campaign again (an exclusion
+            # must outlive the erasure, and nobody may rate a clip twice).
+            barred_identity_record(
+                campaign=campaign,
+                platform=locked.platform,
+                external_id=external_id,
+                reason=(
+                    BarReason.EXCLUDED
+                    if participation.status == ParticipationStatus.EXCLUDED
+                    else BarReason.ERASED
+                ),
+            )
             participation_leases_return(participation=participation)
             if campaign.erasure_mode == ErasureMode.PSEUDONYMISE:
                 count, reasons, candidates = _erase_pseudonymise(participation, external_id)
@@ -203,7 +230,7 @@ def participant_erase(
                 {"mode": campaign.erasure_mode, "requested_by": requested_by, **after},
                 campaign.pk,
             )
-        if not dry_run:
+        if not dry_run and not Participation.objects.filter(worker=locked).exists():
             locked.delete()
     for campaign_id, candidate_ids in touched.items():
         if candidate_ids:
@@ -251,9 +278,22 @@ def scrub(value: Any, external_id: str) -> Any:
 def participation_erase(
     *, participation: Participation, actor: Any = None, requested_by: str, dry_run: bool = False
 ) -> ErasureOutcome:
-    """Erase the person behind `participation` (a worker's token, a curator's worker page)."""
+    """Erase the person behind `participation` everywhere (a curator's worker page or API, once
+    the curator has confirmed the person through the platform's messaging)."""
     return participant_erase(
         worker=participation.worker, actor=actor, requested_by=requested_by, dry_run=dry_run
+    )
+
+
+def participation_erase_own(*, participation: Participation) -> ErasureOutcome:
+    """A worker's own request with their worker token: only what that token's session created,
+    that is this one participation in this one campaign. Whoever holds a token proved no more
+    than holding it (docs/crowd-flow.md, "Who a worker is"), so it never reaches the person's
+    other campaigns; the person asks the researchers for those."""
+    return participant_erase(
+        worker=participation.worker,
+        requested_by="worker",
+        only_participation_id=participation.pk,
     )
 
 

@@ -21,11 +21,21 @@ route answers 403 with the campaign's screen-out (`screen_out_payload`, raised b
 authentication), so no token of that person reaches `next` or `submit` again. Re-inclusion by a
 curator restores both.
 
+After an erasure the participation is gone (or under a pseudonym), and a keyed hash of the person
+keeps them out of that campaign (`annotation.services.barring`): an excluded person still gets the
+screen-out, an erased one a refusal, so nobody rates a clip of the campaign twice.
+
+A platform id is not a password (docs/crowd-flow.md, "Who a worker is"): anyone can type one into
+a link. So the token goes only to the browser that joined first: the rating page keeps a random
+browser key in the browser's localStorage and sends it with every join; the first join stores its
+sha256 (`Participation.browser_key_hash`), and a later join with the same id but without that key
+gets no token (409, `in_use_elsewhere`), whether the first session is live or has expired.
+
 The token is derived from the participation with an HMAC of the server secret, so joining again
-(a second tab, a reload on another device) returns the very same, still working token instead of
-invalidating the first one. It expires `LEPUS_WORKER_TOKEN_TTL` seconds after the worker was last
-active (a join, a `next`, a `submit`); joining after that issues a token of the next generation,
-and the old one never works again.
+from the same browser (a second tab, a reload, coming back later) returns the very same, still
+working token instead of invalidating the first one. It expires `LEPUS_WORKER_TOKEN_TTL` seconds
+after the worker was last active (a join, a `next`, a `submit`); joining after that from the same
+browser issues a token of the next generation, and the old one never works again.
 """
 
 from __future__ import annotations
@@ -45,6 +55,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from annotation.models import (
+    BarReason,
     Campaign,
     CampaignStatus,
     Participation,
@@ -53,12 +64,24 @@ from annotation.models import (
     Worker,
 )
 from annotation.services import crowd_sql
+from annotation.services.barring import barred_reason
 
 JOINABLE_PLATFORMS = (Platform.PROLIFIC, Platform.MTURK, Platform.INVITE)
 EXTERNAL_ID_MAX_CHARS = 200
 PLATFORM_ID_MAX_CHARS = 200
 INVITE_SALT = "lepus.invite"
 _TOKEN_CONTEXT = "lepus.worker-token"
+# The rating page's browser key: 32 random bytes, base64url (43 characters).
+BROWSER_KEY_MIN_CHARS = 16
+BROWSER_KEY_MAX_CHARS = 200
+IN_USE_ELSEWHERE_DETAIL = (
+    "This participant id is already taking part in this study in another browser. Please "
+    "continue in the browser where you started. If that was not you, write to the researchers "
+    "through your crowd platform's messaging."
+)
+ERASED_REJOIN_DETAIL = (
+    "Your data from this study was erased, so it cannot be taken again under this participant id."
+)
 # The shapes of the platforms' ids, after normalisation.
 PROLIFIC_ID = re.compile(r"[0-9a-f]{24}")
 MTURK_WORKER_ID = re.compile(r"A[0-9A-Z]{7,31}")
@@ -275,8 +298,14 @@ def screen_out_payload(*, participation: Participation) -> dict[str, Any]:
     request after the exclusion on (`next`, `submit`, `me`, `join`): the campaign's screen-out
     code and redirect (Prolific's "screened out" completion) or, on MTurk, the instruction to
     return the HIT. `state` is always "screened_out"."""
-    campaign = participation.campaign
-    platform = participation.worker.platform
+    return campaign_screen_out_payload(
+        campaign=participation.campaign, platform=participation.worker.platform
+    )
+
+
+def campaign_screen_out_payload(*, campaign: Campaign, platform: str) -> dict[str, Any]:
+    """The screen-out of `campaign` for a worker of `platform` (see `screen_out_payload`); also
+    what an excluded person gets after their participation was erased."""
     code = campaign.screen_out_code or None
     redirect = campaign.screen_out_redirect_url or None
     if platform == Platform.MTURK:
@@ -312,9 +341,12 @@ def screen_out_for_entry(
     *, campaign: Campaign, platform: str, external_id: str
 ) -> dict[str, Any] | None:
     """The screen-out of the worker an entry link names, if that worker was excluded from the
-    campaign (the rating page shows it at once instead of consent and instructions); None
-    otherwise. Tells nothing `join` with the same id would not."""
+    campaign, also after their erasure (the rating page shows it at once instead of consent and
+    instructions); None otherwise. Tells nothing `join` with the same id would not."""
     normalised = external_id_normalize(platform=platform, external_id=external_id)
+    barred = barred_reason(campaign=campaign, platform=platform, external_id=normalised)
+    if barred == BarReason.EXCLUDED:
+        return campaign_screen_out_payload(campaign=campaign, platform=platform)
     participation = (
         Participation.objects.select_related("worker")
         .filter(
@@ -393,11 +425,15 @@ def worker_join(
     external_id: str = "",
     invite_token: str = "",
     identifiers: dict[str, str] | None = None,
+    browser_key: str = "",
 ) -> JoinResult:
-    """Join `campaign` as the worker (platform, external id); idempotent.
+    """Join `campaign` as the worker (platform, external id); idempotent from the same browser.
 
     Joining implies consent: clients show the consent text before they call this. Invite joins take
     the invitee id from the signed invite (an `external_id`, if given, must match it).
+    `browser_key` is the rating page's random secret of this browser (see the module docstring):
+    the first join binds the participation to it, and a later join that does not present it gets
+    no token (JoinRefused 409, `in_use_elsewhere`).
     """
     if campaign.is_imported:
         raise JoinRefused("No such campaign.", status=404)
@@ -418,17 +454,31 @@ def worker_join(
     if problem is not None:
         raise JoinRefused(problem, status=400, field="external_id")
     _campaign_binding_check(campaign=campaign, platform=platform, identifiers=identifiers or {})
+    _barred_check(campaign=campaign, platform=platform, external_id=external_id)
+    if len(browser_key) > BROWSER_KEY_MAX_CHARS or 0 < len(browser_key) < BROWSER_KEY_MIN_CHARS:
+        raise JoinRefused(
+            f"A browser key has {BROWSER_KEY_MIN_CHARS} to {BROWSER_KEY_MAX_CHARS} characters.",
+            status=400,
+            field="browser_key",
+        )
+    browser_key_hash = token_hash(browser_key) if browser_key else ""
 
     worker = _worker_get_or_create(platform=platform, external_id=external_id)
     now = timezone.now()
     platform_data = _platform_data(platform, identifiers or {})
     participation, created = _participation_get_or_create(
-        campaign=campaign, worker=worker, platform_data=platform_data, now=now
+        campaign=campaign,
+        worker=worker,
+        platform_data=platform_data,
+        now=now,
+        browser_key_hash=browser_key_hash,
     )
     if participation.status == ParticipationStatus.EXCLUDED:
         participation.campaign, participation.worker = campaign, worker
         screen_out = screen_out_payload(participation=participation)
         raise JoinRefused(screen_out["detail"], status=403, body=screen_out)
+    if not created:
+        _browser_check(participation=participation, browser_key_hash=browser_key_hash)
     changes: dict[str, Any] = {"token_renewed_at": now}
     if not created and worker_token_expires_at(participation=participation) <= now:
         # The old token has expired: issue the next generation, so it never works again.
@@ -453,6 +503,43 @@ def worker_join(
     return JoinResult(participation=participation, worker_token=token, created=created)
 
 
+def _barred_check(*, campaign: Campaign, platform: str, external_id: str) -> None:
+    """Refuse a person whose participation was erased (annotation.services.barring): the
+    screen-out if they had been excluded, else a plain refusal. Checked before any row is
+    written, so a refused join leaves nothing behind."""
+    barred = barred_reason(campaign=campaign, platform=platform, external_id=external_id)
+    if barred == BarReason.EXCLUDED:
+        screen_out = campaign_screen_out_payload(campaign=campaign, platform=platform)
+        raise JoinRefused(screen_out["detail"], status=403, body=screen_out)
+    if barred is not None:
+        raise JoinRefused(ERASED_REJOIN_DETAIL, status=403)
+
+
+def _browser_check(*, participation: Participation, browser_key_hash: str) -> None:
+    """Let only the participation's own browser have its token. A participation joined without a
+    key (before keys existed, or by a client of the API that sends none) is bound by the first
+    join that sends one; the conditional UPDATE makes one of two racing browsers the owner."""
+    bound = participation.browser_key_hash
+    if not bound and browser_key_hash:
+        claimed = Participation.objects.filter(pk=participation.pk, browser_key_hash="").update(
+            browser_key_hash=browser_key_hash
+        )
+        if claimed:
+            participation.browser_key_hash = browser_key_hash
+            return
+        bound = (
+            Participation.objects.filter(pk=participation.pk)
+            .values_list("browser_key_hash", flat=True)
+            .get()
+        )
+    if bound and not hmac.compare_digest(bound, browser_key_hash):
+        raise JoinRefused(
+            IN_USE_ELSEWHERE_DETAIL,
+            status=409,
+            body={"detail": IN_USE_ELSEWHERE_DETAIL, "state": "in_use_elsewhere"},
+        )
+
+
 def _worker_get_or_create(*, platform: str, external_id: str) -> Worker:
     worker = Worker.objects.filter(platform=platform, external_id=external_id).first()
     if worker is not None:
@@ -465,7 +552,12 @@ def _worker_get_or_create(*, platform: str, external_id: str) -> Worker:
 
 
 def _participation_get_or_create(
-    *, campaign: Campaign, worker: Worker, platform_data: dict[str, str], now: datetime
+    *,
+    campaign: Campaign,
+    worker: Worker,
+    platform_data: dict[str, str],
+    now: datetime,
+    browser_key_hash: str,
 ) -> tuple[Participation, bool]:
     participation = Participation.objects.filter(campaign=campaign, worker=worker).first()
     if participation is not None:
@@ -476,6 +568,7 @@ def _participation_get_or_create(
                 campaign=campaign,
                 worker=worker,
                 platform_data=platform_data,
+                browser_key_hash=browser_key_hash,
                 consented_at=now,
                 joined_at=now,
                 token_renewed_at=now,

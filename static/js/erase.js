@@ -68,7 +68,7 @@
         $("erase-summary").textContent = body.judgments_deleted + " of your ratings were deleted" +
           (kept ? " and " + kept + " kept under a random pseudonym" : "") +
           "; " + body.reasons_erased + " text" + (body.reasons_erased === 1 ? "" : "s") +
-          " you typed and your participant id were deleted.";
+          " you typed were deleted, and this study no longer holds your participant id.";
         show("erase-done");
         $("erase-done").focus();
         return;

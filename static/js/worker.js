@@ -20,6 +20,36 @@
 
   var token = null;
   try { token = window.sessionStorage.getItem(storageKey); } catch (e) { token = null; }
+
+  // This browser's random secret, sent with every join: only the browser that joined first gets
+  // the participation's token (docs/crowd-flow.md, "Who a worker is"). It lives in localStorage,
+  // so a reload or coming back later in this browser continues; storage blocked: this tab only.
+  var browserKeyName = "lepus-browser-key";
+  var browserKeyKept = null;
+  function browserKey() {
+    var key = browserKeyKept;
+    if (key) { return key; }
+    try { key = window.localStorage.getItem(browserKeyName); } catch (e) { key = null; }
+    if (!key) { try { key = window.sessionStorage.getItem(browserKeyName); } catch (e) { key = null; } }
+    if (key) { browserKeyKept = key; return key; }
+    var bytes = new Uint8Array(32);
+    window.crypto.getRandomValues(bytes);
+    key = btoa(String.fromCharCode.apply(null, bytes))
+      .replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+    try { window.localStorage.setItem(browserKeyName, key); } catch (e) {
+      try { window.sessionStorage.setItem(browserKeyName, key); } catch (e2) { /* memory only */ }
+    }
+    browserKeyKept = key;
+    return key;
+  }
+
+  function joinBody() {
+    var body = {};
+    Object.keys(config.join).forEach(function (name) { body[name] = config.join[name]; });
+    body.browser_key = browserKey();
+    return body;
+  }
+
   var current = null;      // the assignment being rated (the `next` body)
   var shownAt = 0;         // when it was shown (ms, performance clock)
   var activeMs = 0;        // time the page was visible while rating it
@@ -188,9 +218,12 @@
     if (busy) { return; }
     busy = true;
     say("Starting…");
-    patiently(function () { return api("POST", config.urls.join, config.join); }).then(function (answer) {
+    patiently(function () { return api("POST", config.urls.join, joinBody()); }).then(function (answer) {
       busy = false;
       if (isScreenOut(answer)) { return screenOut(answer.body); }
+      if (answer.status === 409 && answer.body && answer.body.state === "in_use_elsewhere") {
+        return inUseElsewhere(answer.body.detail);
+      }
       if (answer.status !== 200) {
         var detail = answer.body && (answer.body.detail || JSON.stringify(answer.body));
         return fail(detail || "Could not start the study.");
@@ -200,6 +233,16 @@
       say("");
       begin();
     }, function () { fail("We could not reach the server. Please check your connection."); });
+  }
+
+  // Another browser holds this id's participation: no token was given; say so in place of the
+  // consent text (docs/crowd-flow.md, "Who a worker is").
+  function inUseElsewhere(detail) {
+    el.consent.hidden = true;
+    say("");
+    $("in-use-elsewhere-message").textContent = detail;
+    $("in-use-elsewhere").hidden = false;
+    $("in-use-elsewhere").focus();
   }
 
   // `notice`: a message about the previous clip (e.g. its lease was lost) kept on screen.

@@ -81,7 +81,8 @@ def test_a_worker_erases_their_data_from_the_end_screen(live_server, chromium, v
     page.get_by_role("heading", name="Your data has been erased").wait_for(timeout=15_000)
     summary = page.locator("#erase-summary").inner_text()
     assert summary == (
-        "2 of your ratings were deleted; 2 texts you typed and your participant id were deleted."
+        "2 of your ratings were deleted; 2 texts you typed were deleted, and this study no longer "
+        "holds your participant id."
     )
     assert _fits(page)
     _shot(page, f"worker-erase-done-{viewport}")

@@ -111,7 +111,8 @@ def test_the_screen_out_comes_before_the_worker_rates_the_clip_handed_out_before
     page.get_by_role("button", name="Erase my data").click()
     page.get_by_role("heading", name="Your data has been erased").wait_for(timeout=15_000)
     assert page.locator("#erase-summary").inner_text() == (
-        "2 of your ratings were deleted; 0 texts you typed and your participant id were deleted."
+        "2 of your ratings were deleted; 0 texts you typed were deleted, and this study no longer "
+        "holds your participant id."
     )
     assert Judgment.objects.count() == 0
     assert not Worker.objects.filter(external_id=PID).exists()
