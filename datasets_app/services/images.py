@@ -32,6 +32,8 @@ from datasets_app.models import Clip, ClipModality, ClipStatus, VideoAttachJob
 from datasets_app.services.video import (
     ClipVideoOutcome,
     SourceMissing,
+    clip_media_failed,
+    clip_requeue,
     clip_source_file,
     clip_storage_prefix,
 )
@@ -124,21 +126,9 @@ def clip_process_image(*, clip_id: int) -> ClipVideoOutcome:
             image_key = storage.put_file(f"{prefix}/image.jpg", display)
             storage.put_file(f"{prefix}/frames/000.jpg", frame)
     except (ImageRefused, SourceMissing) as error:
-        reason = str(error)[:2000]
-        Clip.objects.filter(pk=clip_id).update(
-            status=ClipStatus.ERROR,
-            error_reason=reason,
-            image_key="",
-            frames_key="",
-            frame_count=0,
-            processed_at=timezone.now(),
-        )
-        logger.warning("image %s: %s", clip.vatex_id, reason)
-        return ClipVideoOutcome(clip_id, ready=False, error=reason)
+        return clip_media_failed(clip, error, what="image")
     except BaseException:
-        Clip.objects.filter(pk=clip_id, status=ClipStatus.PROCESSING).update(
-            status=ClipStatus.QUEUED
-        )
+        clip_requeue(clip_id)
         raise
     Clip.objects.filter(pk=clip_id).update(
         image_key=image_key,

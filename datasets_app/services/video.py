@@ -424,6 +424,31 @@ def _is_precut(clip: Clip) -> bool:
     return Path(clip.source_key).stem == clip.vatex_id
 
 
+def clip_media_failed(clip: Clip, error: Exception, *, what: str) -> ClipVideoOutcome:
+    """A source that cannot become media (missing, unreadable, refused): the clip (video or still
+    image) goes to the error state with the reason, and none of its media keys stays set, so it is
+    never servable."""
+    reason = str(error)[:2000]
+    Clip.objects.filter(pk=clip.pk).update(
+        status=ClipStatus.ERROR,
+        error_reason=reason,
+        video_key="",
+        poster_key="",
+        image_key="",
+        frames_key="",
+        frame_count=0,
+        processed_at=timezone.now(),
+    )
+    logger.warning("%s %s: %s", what, clip.vatex_id, reason)
+    return ClipVideoOutcome(clip.pk, ready=False, error=reason)
+
+
+def clip_requeue(clip_id: int) -> None:
+    """Any other failure (storage down, the worker stopping): the clip goes back to the queue and
+    a re-run processes it."""
+    Clip.objects.filter(pk=clip_id, status=ClipStatus.PROCESSING).update(status=ClipStatus.QUEUED)
+
+
 def clip_process_video(
     *, clip_id: int, heartbeat: media.Heartbeat | None = None
 ) -> ClipVideoOutcome:
@@ -493,22 +518,9 @@ def clip_process_video(
             for path in frames:
                 storage.put_file(f"{prefix}/frames/{path.name}", path)
     except (media.MediaError, SourceMissing) as error:
-        reason = str(error)[:2000]
-        Clip.objects.filter(pk=clip_id).update(
-            status=ClipStatus.ERROR,
-            error_reason=reason,
-            video_key="",
-            poster_key="",
-            frames_key="",
-            frame_count=0,
-            processed_at=timezone.now(),
-        )
-        logger.warning("clip %s: %s", clip.vatex_id, reason)
-        return ClipVideoOutcome(clip_id, ready=False, error=reason)
+        return clip_media_failed(clip, error, what="clip")
     except BaseException:
-        Clip.objects.filter(pk=clip_id, status=ClipStatus.PROCESSING).update(
-            status=ClipStatus.QUEUED
-        )
+        clip_requeue(clip_id)
         raise
     Clip.objects.filter(pk=clip_id).update(
         video_key=video_key,

@@ -29,6 +29,8 @@ benchmarks", says how to make the file from the published judgments):
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -193,17 +195,7 @@ class Command(LepusCommand):
             check_foil_inputs(
                 protocols, has_file=foil_lines is not None, error=RigelEvaluationError
             )
-            runs = runs_for([options["run"]] if options["run"] else _ids(options["runs"]))
-            if options["preset"]:
-                check_preset(runs, options["preset"])
-            bar = self.progress_bar(total=1000, description="evaluate_rigel")
-
-            def progress(fraction: float, message: str) -> None:
-                bar.n = int(1000 * fraction)
-                bar.set_postfix_str(message[:60])
-                bar.refresh()
-
-            try:
+            with self._scoring(options) as (runs, progress):
                 result = rigel_benchmark_evaluate(
                     runs=runs,
                     campaign=campaign,
@@ -216,11 +208,30 @@ class Command(LepusCommand):
                     progress=progress,
                     allow_protocol_mismatch=options["allow_protocol_mismatch"],
                 )
-            finally:
-                bar.close()
         except RigelEvaluationError as error:
             raise CommandError(str(error))
         self.emit(result, human=result_text(result))
+
+    @contextlib.contextmanager
+    def _scoring(
+        self, options: dict[str, Any]
+    ) -> Iterator[tuple[list[Any], Callable[[float, str], None]]]:
+        """The runs to score (checked against --preset) and a progress bar on stderr, closed
+        afterwards."""
+        runs = runs_for([options["run"]] if options["run"] else _ids(options["runs"]))
+        if options["preset"]:
+            check_preset(runs, options["preset"])
+        bar = self.progress_bar(total=1000, description="evaluate_rigel")
+
+        def progress(fraction: float, message: str) -> None:
+            bar.n = int(1000 * fraction)
+            bar.set_postfix_str(message[:60])
+            bar.refresh()
+
+        try:
+            yield runs, progress
+        finally:
+            bar.close()
 
     def handle_images(self, options: dict[str, Any]) -> None:
         path = Path(options["image_benchmark"])
@@ -233,17 +244,7 @@ class Command(LepusCommand):
         if path.stat().st_size > MAX_IMAGE_BENCHMARK_BYTES:
             raise CommandError(f"{path} is larger than {MAX_IMAGE_BENCHMARK_BYTES} bytes")
         try:
-            runs = runs_for([options["run"]] if options["run"] else _ids(options["runs"]))
-            if options["preset"]:
-                check_preset(runs, options["preset"])
-            bar = self.progress_bar(total=1000, description="evaluate_rigel")
-
-            def progress(fraction: float, message: str) -> None:
-                bar.n = int(1000 * fraction)
-                bar.set_postfix_str(message[:60])
-                bar.refresh()
-
-            try:
+            with self._scoring(options) as (runs, progress):
                 result = rigel_image_benchmark_evaluate(
                     runs=runs,
                     benchmark=options["benchmark"],
@@ -255,8 +256,6 @@ class Command(LepusCommand):
                     allow_protocol_mismatch=options["allow_protocol_mismatch"],
                     progress=progress,
                 )
-            finally:
-                bar.close()
         except RigelEvaluationError as error:
             raise CommandError(str(error))
         self.emit(result, human=image_result_text(result))
