@@ -14,8 +14,8 @@ Sources:
 - `RECALLED`: the EMScore paper's VATEX-EVAL rows of the lexical metrics as entered in
   docs/metrics.md ("recalled, not verified") — no seed prints them.
 
-Benchmarks without judgments in Lepus (the image ones: no importer) still show their figures, with
-our column empty and the reason.
+Benchmarks without a saved table (the image ones until a converted benchmark is imported and saved)
+still show their figures, with our column empty and how to fill it.
 """
 
 from __future__ import annotations

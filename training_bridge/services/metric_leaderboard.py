@@ -39,7 +39,11 @@ PROTOCOL_LABELS = {
     "emscore": "per rater slot, averaged (the EMScore paper's VATEX-EVAL protocol)",
 }
 NOT_RUN = "not in the saved run (evaluate_metrics --save --metrics ... to add it)"
-NO_JUDGMENTS = "no judgments of this benchmark in Lepus (no importer)"
+NO_JUDGMENTS = (
+    "no table of this benchmark saved yet: convert its files (python -m training_bridge.rigel.cli "
+    "convert-images), import them (manage.py import_images --campaign SLUG), then manage.py "
+    "evaluate_metrics --campaign SLUG --save; the table shows as its own section"
+)
 
 
 def metric_board_save(
