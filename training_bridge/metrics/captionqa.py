@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from training_bridge.metrics.standard import MetricUnavailable
+from training_bridge.metrics.standard import MetricUnavailable, load_offline
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 CANNOT_ANSWER = "Cannot answer from the caption"
@@ -163,19 +163,13 @@ class LmAnswerer:
 
     def _load(self) -> tuple[Any, Any]:
         if self._loaded is None:
-            try:
-                from transformers import AutoModelForCausalLM, AutoTokenizer
-
-                tokenizer = AutoTokenizer.from_pretrained(self.model_name, local_files_only=True)
-                model: Any = AutoModelForCausalLM.from_pretrained(
-                    self.model_name, local_files_only=True
-                )
-            except Exception as error:  # any loader failure makes it unavailable
-                raise MetricUnavailable(
-                    f"the CaptionQA model {self.model_name} would not load: {error}"
-                ) from error
-            model.to(self.device).eval()
-            self._loaded = (tokenizer, model)
+            self._loaded = load_offline(
+                "CaptionQA",
+                self.model_name,
+                device=self.device,
+                processor="AutoTokenizer",
+                model_class="AutoModelForCausalLM",
+            )
         return self._loaded
 
     def context(self, system: str, prompt: str) -> tuple[str, str]:

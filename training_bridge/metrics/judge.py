@@ -50,7 +50,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from training_bridge.metrics.standard import MetricUnavailable
+from training_bridge.metrics.standard import MetricUnavailable, load_offline
 
 CRITERIA = ("fluency", "relevance", "descriptiveness")
 SCORE_STEP = 0.1
@@ -280,19 +280,13 @@ class TransformersVlm:
 
     def _load(self) -> tuple[Any, Any]:
         if self._loaded is None:
-            try:
-                from transformers import AutoModelForImageTextToText, AutoProcessor
-
-                processor = AutoProcessor.from_pretrained(self.model_name, local_files_only=True)
-                model: Any = AutoModelForImageTextToText.from_pretrained(
-                    self.model_name, local_files_only=True
-                )
-            except Exception as error:  # any loader failure makes it unavailable
-                raise MetricUnavailable(
-                    f"the judge model {self.model_name} would not load: {error}"
-                ) from error
-            model.to(self.device).eval()
-            self._loaded = (processor, model)
+            self._loaded = load_offline(
+                "judge",
+                self.model_name,
+                device=self.device,
+                processor="AutoProcessor",
+                model_class="AutoModelForImageTextToText",
+            )
         return self._loaded
 
     def render(self, messages: Sequence[tuple[str, str]], image_count: int) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -30,6 +31,28 @@ DEFAULT_METRICS = ("bleu1", "bleu4", "rougeL", "meteor", "cider")
 
 class MetricUnavailable(RuntimeError):
     """A requested metric cannot be computed here (e.g. METEOR without Java)."""
+
+
+def load_offline(
+    what: str, model: str, *, device: str, processor: str, model_class: str
+) -> tuple[Any, Any]:
+    """(processor or tokenizer, model) of a local checkpoint, named as transformers' classes
+    `processor` and `model_class`, loaded without the network and put in eval mode on `device`; a
+    checkpoint that will not load makes the metric unavailable ("the <what> model ... would not
+    load: ...")."""
+    try:
+        import transformers
+
+        loaded_processor = getattr(transformers, processor).from_pretrained(
+            model, local_files_only=True
+        )
+        loaded: Any = getattr(transformers, model_class).from_pretrained(
+            model, local_files_only=True
+        )
+    except Exception as error:  # any loader failure makes it unavailable
+        raise MetricUnavailable(f"the {what} model {model} would not load: {error}") from error
+    loaded.to(device).eval()
+    return loaded_processor, loaded
 
 
 def metric_unavailable_reasons(
