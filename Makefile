@@ -86,8 +86,17 @@ lint: $(DEV_STAMP)
 typecheck: $(DEV_STAMP)
 	$(VENV)/bin/mypy .
 
+## The three benchmarks a change to the crowd flow, QC or releases is checked against
+## (docs/benchmarks.md): the crowd hot path in process, QC cold and warm, and one release build,
+## at BENCH_JUDGMENTS (100,000) judgments, one at a time under /tmp/lepus-bench.lock, against
+## DATABASE_URL's PostgreSQL (QC and the release make their own scratch databases; the hot path
+## seeds DATABASE_URL's database itself, so name one of its own). Raw files land in
+## bench/results/. `bench/ab_restructure.py` alternates them between two trees.
+BENCH_JUDGMENTS ?= 100000
 bench: $(DEV_STAMP)
-	bash bench/run_all.sh
+	flock /tmp/lepus-bench.lock $(PY) bench/crowd_hot_path.py --cycles 600 --warm-up 60 --raw --json
+	flock /tmp/lepus-bench.lock $(PY) bench/qc_scale.py --judgments $(BENCH_JUDGMENTS) --json
+	flock /tmp/lepus-bench.lock $(PY) bench/release_scale.py --judgments $(BENCH_JUDGMENTS)
 
 clean-demo:
 	$(PY) scripts/embedded_servers.py stop --state-dir var/demo 2>/dev/null || true

@@ -1,6 +1,6 @@
 """Issue 17, point 2: scoring one candidate per clip at the limit of one GPU.
 
-The workload of `engine_variants.py` (Qwen3-VL-2B dimensions, random weights; 8 frames at 448 px,
+The workload of `gpu_rigel.py`'s engine section (Qwen3-VL-2B dimensions, random weights; 8 frames at 448 px,
 9 references drawn per sample, so nothing is shared; 4.13 TFLOP per sample). The engine runs with
 compiled decoder layers and the fused element-wise ops (the pipeline's compiled engine) and each
 route on top of it, one engine after the other in one process:
@@ -49,7 +49,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import gpu_rigel as g
-from engine_variants import kernel_table
 from provenance import raw_record, write_raw
 
 from training_bridge.rigel import fused
@@ -65,6 +64,28 @@ from training_bridge.rigel.video import DECODER_ENV, decode_video
 
 H100_FP8_DENSE_PEAK = 1979e12  # FLOP/s, H100 SXM datasheet, dense
 NOTES = "issue 17 point 2: scoring routes on one GPU"
+
+
+def kernel_table(engine: ScoringEngine, prepared: list, rows: int = 25) -> list[dict[str, Any]]:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for batch in prepared:
+            engine.forward_batch(batch)
+        torch.cuda.synchronize()
+    events = [e for e in prof.key_averages() if e.device_time_total > 0]
+    total = sum(e.self_device_time_total for e in events)
+    events.sort(key=lambda e: e.self_device_time_total, reverse=True)
+    samples = sum(len(b.indices) for b in prepared)
+    return [
+        {
+            "kernel": e.key[:110],
+            "calls": e.count,
+            "ms_per_sample": e.self_device_time_total / 1000 / samples,
+            "share": e.self_device_time_total / total,
+        }
+        for e in events[:rows]
+    ] + [{"kernel": "TOTAL", "ms_per_sample": total / 1000 / samples}]
 
 
 def spread(values: list[float]) -> dict[str, float]:
