@@ -18,18 +18,56 @@ a shared machine follows the other sessions' load. Between runs `reset` puts the
 its freshly loaded state (no QC results; the touched tables rewritten in primary-key order by
 CLUSTER, so their rows sit where the load put them and their pages hold the fillfactor's free
 room again as after an import), then takes a CHECKPOINT, so every cold run starts after one.
+
+Where a run's time goes (`--profile`): one `qc_campaign_full` of this campaign under cProfile,
+with every SQL statement (execute and COPY) timed by wall clock, process CPU and the CPU of its
+PostgreSQL backend.
+
+    python bench/qc_scale.py --profile                 # reset, then one cold run, profiled
+    python bench/qc_scale.py --profile --warm          # no reset: a warm run
+    python bench/qc_scale.py --profile --top 40 --statements 25
+    python bench/qc_scale.py --profile --pass-workers 200   # one after-submission pass instead
+
+`--pass-workers N` profiles one after-submission pass (`workers_quality_update`, as
+`quality_catch_up` calls it) of N active workers of that campaign instead of a full run: a full
+run first if the campaign has none, then each of the N workers' three latest candidates gets its
+stored judgment count set one lower, as after a submission the previous pass had not seen. The
+phases are the pass's steps (slice read, statistics and rules, exclusions, statistics store,
+aggregation), each timed by wrapping the function the pass calls. A profile, not a headline:
+prints the slowest statements, the cProfile functions by cumulative time and the phases, writes
+the profile to /tmp/qc_profile.pstats and the figures (with the slowest statements) as a
+`qc_profile` raw file.
+
+Same results (`--dump`, `--compare`): every output of a QC run over this campaign, as sorted text
+files and one digest per table, so two code versions can be compared on the same world.
+
+    python bench/qc_scale.py --dump /tmp/qc-before      # after a cold run of the old code
+    python bench/qc_scale.py --dump /tmp/qc-after       # after a cold run of the new code
+    python bench/qc_scale.py --compare /tmp/qc-before /tmp/qc-after
+
+Per table, every column is dumped except surrogate ids of rows a run creates (exclusions, audit
+entries, review items, snapshots: their ids depend on the sequence) and timestamps (a run's own
+clock), which are replaced by whether they are set. Tables: campaign candidates (aggregates,
+slots, review states), judgments (exclusion flags, reasons, details), review items, campaign
+clips (open slots), participations, worker QC statistics, worker exclusions, audit entries and
+agreement snapshots.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import hashlib
 import json
 import os
+import pstats
 import resource
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import psycopg2
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -268,6 +306,300 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return result
 
 
+# --- --profile
+
+STATEMENTS: list[dict[str, Any]] = []
+
+
+def _instrument(backend: int) -> None:
+    from django.db.backends import utils
+
+    def timed(method: Any) -> Any:
+        def wrapper(self: Any, sql: Any, *args: Any, **kwargs: Any) -> Any:
+            wall, cpu, server = time.perf_counter(), time.process_time(), cpu_seconds_of(backend)
+            try:
+                return method(self, sql, *args, **kwargs)
+            finally:
+                STATEMENTS.append(
+                    {
+                        "sql": " ".join(str(sql).split())[:160],
+                        "wall": time.perf_counter() - wall,
+                        "process": time.process_time() - cpu,
+                        "backend": cpu_seconds_of(backend) - server,
+                    }
+                )
+
+        return wrapper
+
+    utils.CursorWrapper.execute = timed(utils.CursorWrapper.execute)  # type: ignore[method-assign]
+
+    def copy_expert(self: Any, sql: str, file: Any, *args: Any) -> Any:
+        return self.cursor.copy_expert(sql, file, *args)
+
+    utils.CursorWrapper.copy_expert = timed(copy_expert)  # type: ignore[attr-defined]
+
+
+def profile_run(options: argparse.Namespace) -> None:
+    """One QC run under cProfile, every SQL statement timed (see the module's docstring)."""
+    if options.pass_workers:
+        profile_pass(options)
+        return
+    database_url = options.database_url or bench_database_url("qcbench", "qc_scale.py")
+    if not options.warm:
+        _child(database_url, "reset")
+    setup_django(database_url)
+    from django.db import connection
+
+    from annotation.models import Campaign
+    from annotation.quality.run import qc_campaign_full
+
+    campaign = Campaign.objects.get(slug="qc-bench")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        backend = int(cursor.fetchone()[0])
+    _instrument(backend)
+    readers = _count_reader_backends()
+    profile = cProfile.Profile()
+    wall, cpu, server = time.perf_counter(), time.process_time(), cpu_seconds_of(backend)
+    load = os.getloadavg()[0]
+    profile.enable()
+    summary = qc_campaign_full(campaign=campaign)
+    profile.disable()
+    wall, cpu, server = (
+        time.perf_counter() - wall,
+        time.process_time() - cpu,
+        cpu_seconds_of(backend) - server,
+    )
+    print(
+        f"wall {wall:.2f} s, process CPU {cpu:.2f} s, "
+        f"backend CPU {server:.2f} s (+ {sum(readers):.2f} s in "
+        f"{len(readers)} parallel reader(s)); load {load:.2f} -> "
+        f"{os.getloadavg()[0]:.2f}; {summary['candidates_updated']} candidates written, "
+        f"{summary['judgments_newly_excluded']} judgments excluded"
+    )
+    print("phases:", summary["timings"])
+    total = {key: sum(row[key] for row in STATEMENTS) for key in ("wall", "process", "backend")}
+    print(f"{len(STATEMENTS)} statements: " + ", ".join(f"{k} {v:.2f} s" for k, v in total.items()))
+    for row in sorted(STATEMENTS, key=lambda row: -row["wall"])[: options.statements]:
+        print(
+            f"  {row['wall']:6.3f} wall {row['process']:6.3f} proc {row['backend']:6.3f} pg  "
+            f"{row['sql']}"
+        )
+    slowest = sorted(STATEMENTS, key=lambda row: -row["wall"])[: options.statements]
+    write_raw(
+        "qc_profile",
+        {
+            "run": "warm" if options.warm else "cold",
+            "wall_seconds": round(wall, 3),
+            "process_cpu_seconds": round(cpu, 3),
+            "backend_cpu_seconds": round(server, 3),
+            "reader_backends_cpu_seconds": [round(value, 3) for value in readers],
+            "phases": summary["timings"],
+            "candidates_updated": summary["candidates_updated"],
+            "judgments_newly_excluded": summary["judgments_newly_excluded"],
+            "statements": {"count": len(STATEMENTS), **total},
+            "slowest_statements": slowest,
+        },
+        database=database_url,
+        notes="one profiled run (cProfile inflates the process CPU); a profile, not a headline",
+    )
+    profile.dump_stats("/tmp/qc_profile.pstats")
+    pstats.Stats(profile).sort_stats("cumulative").print_stats(options.top)
+    pstats.Stats(profile).sort_stats("tottime").print_stats(options.top)
+
+
+PASS_STEPS = (
+    "campaign_slice_load",
+    "campaign_median_seconds",
+    "workers_evaluate",
+    "workers_exclude",
+    "worker_stats_store",
+    "aggregation_apply",
+    "aggregation_recompute",
+)
+
+
+def _pass_workers(campaign: Any, count: int) -> list[int]:
+    """`count` active workers spread over the campaign, each with their latest three candidates'
+    stored judgment counts set one lower (a submission the previous pass had not seen)."""
+    from django.db import connection
+
+    from annotation.models import CampaignCandidate, Judgment, Participation, ParticipationStatus
+    from annotation.quality.run import qc_campaign_full
+
+    if not CampaignCandidate.objects.filter(campaign=campaign, judgments_total__gt=0).exists():
+        qc_campaign_full(campaign=campaign)
+    active = list(
+        Participation.objects.filter(campaign=campaign, status=ParticipationStatus.ACTIVE)
+        .order_by("id")
+        .values_list("id", flat=True)
+    )
+    chosen = active[:: max(1, len(active) // count)][:count]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {CampaignCandidate._meta.db_table} SET judgments_total = judgments_total - 1 "
+            f"WHERE id IN (SELECT campaign_candidate_id FROM (SELECT campaign_candidate_id, "
+            f"row_number() OVER (PARTITION BY participation_id ORDER BY id DESC) AS n "
+            f"FROM {Judgment._meta.db_table} WHERE participation_id = ANY(%s)) latest "
+            f"WHERE n <= 3) AND judgments_total > 0",
+            [chosen],
+        )
+    return chosen
+
+
+def profile_pass(options: argparse.Namespace) -> None:
+    database_url = options.database_url or bench_database_url("qcbench", "qc_scale.py")
+    setup_django(database_url)
+    from django.db import connection
+
+    from annotation.models import Campaign, Judgment
+    from annotation.quality import incremental
+
+    campaign = Campaign.objects.get(slug="qc-bench")
+    participation_ids = _pass_workers(campaign, options.pass_workers)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        backend = int(cursor.fetchone()[0])
+    phases: dict[str, dict[str, float]] = {}
+
+    def phased(name: str, function: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            wall, cpu = time.perf_counter(), time.process_time()
+            server = cpu_seconds_of(backend)
+            try:
+                return function(*args, **kwargs)
+            finally:
+                phase = phases.setdefault(name, {"wall": 0.0, "process": 0.0, "backend": 0.0})
+                phase["wall"] += time.perf_counter() - wall
+                phase["process"] += time.process_time() - cpu
+                phase["backend"] += cpu_seconds_of(backend) - server
+
+        return wrapper
+
+    for name in PASS_STEPS:
+        if hasattr(incremental, name):
+            setattr(incremental, name, phased(name, getattr(incremental, name)))
+    _instrument(backend)
+    judgments = Judgment.objects.filter(campaign=campaign).count()
+    profile = cProfile.Profile()
+    wall, cpu, server = time.perf_counter(), time.process_time(), cpu_seconds_of(backend)
+    load = os.getloadavg()[0]
+    profile.enable()
+    incremental.workers_quality_update(campaign=campaign, participation_ids=participation_ids)
+    profile.disable()
+    wall, cpu, server = (
+        time.perf_counter() - wall,
+        time.process_time() - cpu,
+        cpu_seconds_of(backend) - server,
+    )
+    rounded = {
+        name: {key: round(value, 3) for key, value in figures.items()}
+        for name, figures in phases.items()
+    }
+    print(
+        f"one pass of {len(participation_ids)} workers ({judgments} judgments in the campaign): "
+        f"wall {wall:.3f} s, process CPU {cpu:.3f} s, backend CPU {server:.3f} s; "
+        f"load {load:.2f} -> {os.getloadavg()[0]:.2f}"
+    )
+    for name, figures in rounded.items():
+        print(f"  {name:24s} {figures}")
+    total = {key: sum(row[key] for row in STATEMENTS) for key in ("wall", "process", "backend")}
+    print(f"{len(STATEMENTS)} statements: " + ", ".join(f"{k} {v:.3f} s" for k, v in total.items()))
+    slowest = sorted(STATEMENTS, key=lambda row: -row["wall"])[: options.statements]
+    for row in slowest:
+        print(
+            f"  {row['wall']:6.3f} wall {row['process']:6.3f} proc {row['backend']:6.3f} pg  "
+            f"{row['sql']}"
+        )
+    write_raw(
+        "qc_profile",
+        {
+            "run": "after-submission pass",
+            "pass_workers": len(participation_ids),
+            "campaign_judgments": judgments,
+            "wall_seconds": round(wall, 3),
+            "process_cpu_seconds": round(cpu, 3),
+            "backend_cpu_seconds": round(server, 3),
+            "phases": rounded,
+            "statements": {"count": len(STATEMENTS), **total},
+            "slowest_statements": slowest,
+        },
+        database=database_url,
+        notes="one profiled pass (cProfile inflates the process CPU); a profile, not a headline",
+    )
+    pstats.Stats(profile).sort_stats("cumulative").print_stats(options.top)
+
+
+# --- --dump / --compare
+
+TABLES: dict[str, tuple[str, ...]] = {
+    "annotation_campaigncandidate": (),
+    "annotation_judgment": (),
+    "annotation_reviewitem": ("id",),
+    "annotation_campaignclip": (),
+    "annotation_participation": (),
+    "annotation_workerqcstats": ("id",),
+    "annotation_workerexclusion": ("id",),
+    "annotation_auditentry": ("id", "review_item_id", "undoes_id"),
+    "annotation_agreementsnapshot": ("id", "qc_run_id"),
+}
+# JSON columns that hold the id of the exclusion row under "exclusion" / "exclusion_id".
+ID_BEARING_JSON = {
+    ("annotation_judgment", "exclusion_detail"),
+    ("annotation_auditentry", "before"),
+    ("annotation_auditentry", "after"),
+}
+
+
+def _select(cursor: psycopg2.extensions.cursor, table: str) -> str:
+    cursor.execute(
+        "SELECT column_name, data_type FROM information_schema.columns "
+        "WHERE table_name = %s ORDER BY ordinal_position",
+        [table],
+    )
+    parts = []
+    for name, kind in cursor.fetchall():
+        if name in TABLES[table]:
+            continue
+        if "timestamp" in kind or kind == "date":
+            parts.append(f'("{name}" IS NOT NULL) AS "{name}_set"')
+        elif (table, name) in ID_BEARING_JSON:
+            # The exclusion row's id is recorded in these JSON objects; keep the rest.
+            parts.append(f"(\"{name}\" - 'exclusion' - 'exclusion_id')::text AS \"{name}\"")
+        else:
+            parts.append(f'"{name}"::text')
+    columns = ", ".join(parts)
+    return (
+        f"SELECT {columns} FROM {table} ORDER BY {', '.join(str(i + 1) for i in range(len(parts)))}"
+    )
+
+
+def dump(database_url: str, folder: Path) -> dict[str, str]:
+    folder.mkdir(parents=True, exist_ok=True)
+    connection = psycopg2.connect(database_url)
+    digests = {}
+    with connection.cursor() as cursor:
+        for table in TABLES:
+            path = folder / f"{table}.tsv"
+            with path.open("w") as handle:
+                cursor.copy_expert(f"COPY ({_select(cursor, table)}) TO STDOUT", handle)
+            digests[table] = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+            lines = sum(1 for _ in path.open())
+            print(f"{table}: {lines} rows, {digests[table]}")
+    connection.close()
+    return digests
+
+
+def compare(first: Path, second: Path) -> bool:
+    same = True
+    for table in TABLES:
+        a, b = (folder / f"{table}.tsv" for folder in (first, second))
+        equal = a.read_bytes() == b.read_bytes()
+        same &= equal
+        print(f"{table}: {'identical' if equal else 'DIFFERENT'}")
+    return same
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--judgments", type=int, default=1_000_000)
@@ -284,8 +616,33 @@ def main() -> None:
     )
     parser.add_argument("--database-url", default=None)
     parser.add_argument("--child", choices=["run", "load", "reset", "count"], default=None)
+    parser.add_argument("--profile", action="store_true", help="One profiled QC run instead.")
+    parser.add_argument("--warm", action="store_true", help="--profile: no reset before the run.")
+    parser.add_argument("--top", type=int, default=30, help="--profile: cProfile lines.")
+    parser.add_argument("--statements", type=int, default=20, help="--profile: slowest SQL.")
+    parser.add_argument(
+        "--pass-workers",
+        type=int,
+        default=0,
+        help="--profile: one after-submission pass of N workers instead of a full run.",
+    )
+    parser.add_argument("--dump", type=Path, metavar="DIR", help="Dump every QC output to DIR.")
+    parser.add_argument(
+        "--compare", type=Path, nargs=2, metavar="DIR", help="Compare two --dump folders."
+    )
     options = parser.parse_args()
+    if options.compare:
+        raise SystemExit(0 if compare(*options.compare) else 1)
+    if options.profile:
+        if options.pass_workers:
+            profile_pass(options)
+        else:
+            profile_run(options)
+        return
     database_url = options.database_url or bench_database_url("qcbench", "qc_scale.py")
+    if options.dump:
+        dump(database_url, options.dump)
+        return
 
     if options.child:
         setup_django(database_url)

@@ -24,7 +24,6 @@ NOT_BENCHMARKS = {
     "worlds.py": "a library: the world builder the QC and calibration benchmarks share",
     "lepus_bench_setup.py": "set-up commands (seed, campaign) that the load benchmarks call",
     "make_vatex_clips.py": "writes the MP4 clips the GPU benchmarks decode",
-    "qc_outputs.py": "a correctness check: dumps every QC output and compares two code versions",
     "trace_gaps.py": "reads the chrome trace of a profiled gpu_rigel.py run (whose raw file it is)",
 }
 
