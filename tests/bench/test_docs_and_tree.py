@@ -134,13 +134,20 @@ def test_every_raw_file_is_cited_or_belongs_to_a_cited_one():
         if not beside and name not in named:
             uncited.append(relative)
     assert uncited == [], (
-        "raw files that docs/benchmarks.md does not cite (cite them, or `git rm` them): "
-        f"{uncited}"
+        f"raw files that docs/benchmarks.md does not cite (cite them, or `git rm` them): {uncited}"
     )
 
 
 def test_every_bench_script_the_documents_name_exists():
-    sources = [REPO / "README.md", REPO / "Makefile", *sorted((REPO / "docs").glob("*.md"))]
+    """docs/, README.md, the Makefile, CI and scripts/ name bench scripts that exist (a removed
+    script is named without its `bench/` path, as history)."""
+    sources = [
+        REPO / "README.md",
+        REPO / "Makefile",
+        *sorted((REPO / "docs").glob("*.md")),
+        *sorted(p for p in (REPO / ".ci").glob("*") if p.is_file()),
+        *sorted(p for p in (REPO / "scripts").rglob("*") if p.suffix in {".py", ".sh"}),
+    ]
     named: dict[str, list[str]] = {}
     for source in sources:
         for match in _SCRIPT.finditer(source.read_text()):
