@@ -26,7 +26,7 @@
 #   scoring   bench/gpu/scoring_limits.py $SCORING_EXTRA ("--decoders av --routes bf16,fp8_lm")
 #   routes    scoring_limits on plain and keyframed clips, GPU alone, $ROUTES
 #   e2e       scoring_limits end to end, 3 runs, route $ROUTE (bf16_cv)
-#   nvdec / nvdeck  bench/gpu/nvdec_probe.py on the plain / keyframed clips ($NVDEC_THREADS)
+#   nvdec / nvdeck  scoring_limits.py --nvdec-probe on the plain / keyframed clips ($NVDEC_THREADS)
 #   p2one     Phase 2 on one GPU at batch 8: 3 runs + P2_PROFILE1 (6) profiled steps
 #   p2scale   Phase 2 at an effective batch of 16: one GPU, then two under torchrun (P2_PROFILE2, 0)
 #   presets / images  bench/rigel_vatex_eval.py, both presets alternated, on MP4 / JPEG stills,
@@ -175,8 +175,9 @@ for stage in ${STAGES//,/ }; do
   nvdec | nvdeck)
     folder=$CLIPS name=nvdec_probe
     [ "$stage" = nvdeck ] && folder=$KCLIPS name=nvdec_probe_keyframed
-    timeout "${NVDEC_LIMIT:-120}" python3 bench/gpu/nvdec_probe.py --clips "$folder" \
-      --threads "${NVDEC_THREADS:-1,4,8,16}" --name "$name" >"$OUT/${stage}_log.txt" 2>&1
+    timeout "${NVDEC_LIMIT:-120}" python3 bench/gpu/scoring_limits.py --clips "$folder" \
+      --n-clips 128 --nvdec-probe "${NVDEC_THREADS:-1,4,8,16}" --name "$name" \
+      >"$OUT/${stage}_log.txt" 2>&1
     tail -c 3000 "$OUT/${stage}_log.txt" ;;
   p2one)
     CUDA_VISIBLE_DEVICES=0 timeout "${P2_LIMIT:-220}" python3 bench/gpu_rigel.py --out /tmp/p2 $P2 \

@@ -27,6 +27,9 @@ folder).
 
     python3 bench/gpu/scoring_limits.py --clips /tmp/clips
     python3 bench/gpu/scoring_limits.py --clips /tmp/clips --smoke   # tiny model on the CPU
+    python3 bench/gpu/scoring_limits.py --clips /tmp/clips --n-clips 128 --nvdec-probe 1,4,8,16
+
+``--nvdec-probe THREADS``: NVDEC through PyNvVideoCodec instead (see `nvdec_probe`).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import json
 import os
 import statistics
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -60,7 +64,7 @@ from training_bridge.rigel.engine.fp8 import (
     float8_linear_count,
     restore_linears,
 )
-from training_bridge.rigel.video import DECODER_ENV, decode_video
+from training_bridge.rigel.video import DECODER_ENV, decode_video, sample_indices
 
 H100_FP8_DENSE_PEAK = 1979e12  # FLOP/s, H100 SXM datasheet, dense
 NOTES = "issue 17 point 2: scoring routes on one GPU"
@@ -159,6 +163,109 @@ def kendall_tau(a: np.ndarray, b: np.ndarray) -> float:
     return float(kendalltau(a, b).statistic)
 
 
+NVDEC_FRAMES = 8
+
+
+def _decoder(nvc: Any, path: Path) -> Any:
+    return nvc.SimpleDecoder(
+        str(path), gpu_id=0, use_device_memory=True, output_color_type=nvc.OutputColorType.RGB
+    )
+
+
+def decode_clip(nvc: Any, decoder: Any, path: Path) -> tuple[Any, torch.Tensor]:
+    """(the decoder, reconfigured or new; the clip's sampled frames (T, H, W, 3) uint8 on the GPU)."""
+    if decoder is None:
+        decoder = _decoder(nvc, path)
+    else:
+        decoder.reconfigure_decoder(str(path))
+    indices = sample_indices(len(decoder), NVDEC_FRAMES).tolist()
+    frames = decoder.get_batch_frames_by_index(indices)
+    return decoder, torch.stack([torch.from_dlpack(frame) for frame in frames])
+
+
+def rate(nvc: Any, clips: list[Path], threads: int, rounds: int) -> dict[str, Any]:
+    work = [clip for _ in range(rounds) for clip in clips]
+    shares = [work[k::threads] for k in range(threads)]
+    errors: list[str] = []
+    shapes: set[tuple[int, ...]] = set()
+
+    def run(share: list[Path]) -> None:
+        decoder = None
+        try:
+            for path in share:
+                decoder, frames = decode_clip(nvc, decoder, path)
+                shapes.add(tuple(frames.shape))
+        except Exception:
+            errors.append(traceback.format_exc()[-1500:])
+
+    workers = [threading.Thread(target=run, args=(share,)) for share in shares]
+    torch.cuda.synchronize()
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    torch.cuda.synchronize()
+    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    return {
+        "threads": threads,
+        "clips": len(work),
+        "clips_per_second": len(work) / wall,
+        "wall_ms_per_clip": 1000 * wall / len(work),
+        "cpu_ms_per_clip": 1000 * cpu / len(work),
+        "frame_shapes": sorted(shapes),
+        "errors": errors[:2],
+    }
+
+
+def nvdec_probe(args: argparse.Namespace) -> None:
+    """`--nvdec-probe THREADS`: can NVDEC take decoding off the CPU, with the frames left on the
+    GPU? NVIDIA's PyNvVideoCodec (``SimpleDecoder``, the decoded RGB frames handed to torch through
+    DLPack) decodes the 8 frames per clip the engine samples, one decoder per thread reused across
+    clips: clips per second and CPU ms per clip per thread count, and the pixels against PyAV's
+    software decode of the same frames (the colour conversion differs: not expected equal).
+    FFmpeg's CUDA hwaccel through PyAV (the ``av_cuda`` decoder) copies every surface back to host
+    memory and saves no CPU. Needs the ``PyNvVideoCodec`` wheel; one raw file, `nvdec_probe`."""
+    name = "nvdec_probe" if args.name == "scoring_limits" else args.name
+    clips = sorted(Path(args.clips).glob("*.mp4"))[: args.n_clips]
+    out: dict[str, Any] = {"args": vars(args), "clips": len(clips)}
+    out["code_revision"] = os.environ.get("LEPUS_CODE_REVISION")
+    try:
+        import PyNvVideoCodec as nvc
+
+        out["pynvvideocodec"] = getattr(nvc, "__version__", "unknown")
+        torch.zeros(1, device="cuda")
+        decoder, _ = decode_clip(nvc, None, clips[0])  # the first session (NVDEC warm-up)
+        diffs = []
+        for path in clips[: args.nvdec_compare]:
+            decoder, frames = decode_clip(nvc, decoder, path)
+            reference = decode_video(path, NVDEC_FRAMES, backend="av").frames
+            got = frames.cpu().numpy().astype(np.int16)
+            diffs.append(np.abs(got - reference.astype(np.int16)))
+        stacked = np.stack(diffs)
+        out["against_pyav"] = {
+            "clips": len(diffs),
+            "mean_abs_difference": float(stacked.mean()),
+            "max_abs_difference": int(stacked.max()),
+            "share_of_values_equal": float((stacked == 0).mean()),
+        }
+        print("against PyAV", json.dumps(out["against_pyav"]), flush=True)
+        out["rates"] = []
+        for threads in [int(t) for t in args.nvdec_probe.split(",")]:
+            result = rate(nvc, clips, threads, args.nvdec_rounds)
+            out["rates"].append(result)
+            print("nvdec", json.dumps(result), flush=True)
+    except Exception:
+        out["error"] = traceback.format_exc()[-3000:]
+        print(out["error"], flush=True)
+    cpu0 = time.process_time()
+    for path in clips[:24]:
+        decode_video(path, NVDEC_FRAMES, backend="av")
+    out["pyav_cpu_ms_per_clip"] = 1000 * (time.process_time() - cpu0) / min(24, len(clips))
+    print("pyav cpu ms/clip", out["pyav_cpu_ms_per_clip"], flush=True)
+    print("raw", write_raw(name, out, notes="issue 17 point 2: NVDEC through PyNvVideoCodec"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--clips", required=True)
@@ -179,7 +286,15 @@ def main() -> None:
     parser.add_argument("--e2e-runs", type=int, default=3, help="0: no CPU/end-to-end stage")
     parser.add_argument("--name", default="scoring_limits")
     parser.add_argument("--smoke", action="store_true", help="tiny model on CPU (a dry run)")
+    parser.add_argument(
+        "--nvdec-probe", metavar="THREADS", help="the NVDEC probe instead (e.g. 1,4,8,16)"
+    )
+    parser.add_argument("--nvdec-rounds", type=int, default=2)
+    parser.add_argument("--nvdec-compare", type=int, default=16, help="clips compared with PyAV")
     args = parser.parse_args()
+    if args.nvdec_probe:
+        nvdec_probe(args)
+        return
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     device = torch.device("cpu" if args.smoke else "cuda")
     torch._dynamo.config.recompile_limit = 64
