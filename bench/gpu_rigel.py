@@ -11,14 +11,17 @@ tokens, 484 of them video). Sections, each written to ``<out>/<section>.json``:
 - ``engine``: end-to-end scoring from MP4 files with ``ScoringEngine`` (decode in worker
   processes, GPU preprocessing, fast vision attention, right padding, last position only), its
   GPU part alone and its CPU part alone; then the teacher pass (no head) the same way;
-- ``phase2``: LoRA r=8/alpha=16 on q,k,v,o,gate,up,down of the language model, head frozen, CE on
-  5 classes, batch 8, bf16: plain transformers + peft, and our fast step (vision features cached
-  per clip, right padding, no LM head, fused AdamW).
+- ``shared``: scoring several candidates of a clip for one shared prefix (VATEX-EVAL's shape);
+- ``phase2_train``: training's own Phase 2 (`train_phase2`) on these clips, its variants and
+  compile settings (``--phase2-*``);
+- ``fused``: the engine with the fused element-wise ops.
 
 Under ``torchrun --nproc_per_node N`` the engine and Phase 2 run data parallel (Phase 2 with DDP).
+(Runs A-C's ``variants`` and ``phase2`` sections were removed in issue 27: superseded by
+bench/gpu/scoring_limits.py and ``phase2_train``.)
 
     python bench/gpu_rigel.py --out results/ [--smoke]          # --smoke: tiny model on CPU
-    torchrun --nproc_per_node 2 bench/gpu_rigel.py --out results/ --sections engine,phase2
+    torchrun --nproc_per_node 2 bench/gpu_rigel.py --out results/ --sections engine,phase2_train
 """
 
 from __future__ import annotations
@@ -41,7 +44,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -53,7 +55,6 @@ from training_bridge.rigel.distributed import Distributed
 from training_bridge.rigel.engine import ScoringEngine
 from training_bridge.rigel.engine.batches import PreparedBatch
 from training_bridge.rigel.engine.flops import forward_flops
-from training_bridge.rigel.engine.loading import ExampleDataset
 from training_bridge.rigel.inputs import RigelExample, build_batch
 
 H100_BF16_DENSE_PEAK = 989e12  # FLOP/s, H100 SXM datasheet (the H200 has the same chip)
@@ -626,263 +627,6 @@ def section_fused(
     return out
 
 
-def section_variants(
-    backbone: Any, examples: list[RigelExample], device: torch.device, args: Any, head: Any
-) -> dict:
-    """GPU part alone, variant by variant, on the same two batches; a kernel profile; and the
-    CPU side per sample in one process."""
-    from training_bridge.rigel import fused
-    from training_bridge.rigel.engine.batches import merge_batches
-    from training_bridge.rigel.video import decode_video
-
-    out: dict[str, Any] = {}
-    # CPU side in this process, per sample.
-    ds = ExampleDataset(examples[:16], backbone, False)
-    t_decode = t_item = 0.0
-    for k in range(16):
-        start = time.perf_counter()
-        decode_video(examples[k].video_path, backbone.vision.num_frames)
-        t_decode += time.perf_counter() - start
-        start = time.perf_counter()
-        ds[k]
-        t_item += time.perf_counter() - start
-    out["cpu_decode_ms_per_clip_1_process"] = 1000 * t_decode / 16
-    out["cpu_item_ms_per_sample_1_process"] = 1000 * t_item / 16
-    fused.restore()
-    engine = ScoringEngine(
-        backbone, head, batch_size=args.batch, num_workers=args.workers,
-        loader_batch=args.loader_batch, prefetch_factor=args.prefetch, linear_patch_embed=False,
-    )  # fmt: skip
-    start = time.perf_counter()
-    batches = list(engine.device_batches(examples[: 2 * args.batch]))
-    out["prepare_two_batches_s"] = time.perf_counter() - start
-
-    def timed(name: str, batch_list: list[PreparedBatch]) -> None:
-        for b in batch_list:
-            engine.forward_batch(b)
-        sync(device)
-        start = time.perf_counter()
-        reps = 3
-        for _ in range(reps):
-            for b in batch_list:
-                engine.forward_batch(b)
-        sync(device)
-        n = reps * sum(len(b.indices) for b in batch_list)
-        out[name] = 1000 * (time.perf_counter() - start) / n
-        log("variant", name, f"{out[name]:.2f} ms/sample")
-
-    timed("gpu_ms_per_sample_base", batches)
-    fused.linear_patch_embed()
-    timed("gpu_ms_per_sample_linear_patch_embed", batches)
-    try:
-        from torch.profiler import ProfilerActivity, profile
-
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            engine.forward_batch(batches[0])
-            sync(device)
-        table = prof.key_averages().table(
-            sort_by="cuda_time_total", row_limit=25, max_name_column_width=60
-        )
-        out["profile_linear_patch_embed"] = table.splitlines()
-        print(table, flush=True)
-    except Exception as exc:  # the profile is a bonus
-        out["profile_error"] = repr(exc)
-    try:
-        start = time.perf_counter()
-        fused.fuse_elementwise()
-        timed("gpu_ms_per_sample_fused", batches)
-        out["fuse_compile_and_time_s"] = time.perf_counter() - start
-        timed("gpu_ms_per_sample_fused_batch128", [merge_batches(batches, backbone.pad_token_id)])
-    except Exception:
-        out["fuse_error"] = traceback.format_exc()
-        fused.restore()
-        fused.linear_patch_embed()
-    return out
-
-
-def _lora_model(model: Any, adapter_fp32: bool = True) -> Any:
-    from peft import LoraConfig, get_peft_model
-
-    targets = r".*language_model\.layers\.\d+\.(self_attn\.(q_proj|k_proj|v_proj|o_proj)|mlp\.(gate_proj|up_proj|down_proj))"
-    config = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=targets, bias="none")
-    return get_peft_model(model, config, autocast_adapter_dtype=adapter_fp32)
-
-
-class FastPhase2(torch.nn.Module):
-    """Phase 2 step on cached vision features: language model (with LoRA) + frozen head."""
-
-    def __init__(self, engine: ScoringEngine, head: torch.nn.Module):
-        super().__init__()
-        self.lm = engine.backbone.model.model.language_model
-        self.head = head
-        self.engine = engine
-
-    def forward(
-        self,
-        batch: PreparedBatch,
-        video_embeds: torch.Tensor,
-        deepstack: list[torch.Tensor],
-        labels: torch.Tensor,
-    ) -> torch.Tensor:
-        hidden = self.engine.language_hidden(batch, video_embeds, deepstack)
-        return F.cross_entropy(self.head(hidden), labels)
-
-
-def section_phase2(
-    backbone: Any,
-    examples: list[RigelExample],
-    device: torch.device,
-    args: Any,
-    head: torch.nn.Module,
-) -> dict:
-    rank, world, local = dist_info()
-    out: dict[str, Any] = {"world_size": world, "micro_batch": 8}
-    model = backbone.model
-    head.requires_grad_(False)
-    from training_bridge.rigel import fused
-
-    fused.restore()  # the plain baseline runs transformers' own modules
-    engine = ScoringEngine(
-        backbone, head, batch_size=8, num_workers=args.workers, linear_patch_embed=False
-    )
-    out["lora_adapter_dtype"] = args.lora_dtype
-    mine = examples[rank::world][: 8 * (args.phase2_steps + 3)]
-    prepared = [b.to(device) for b in engine.prepared_batches(mine)]
-    rng = torch.Generator().manual_seed(rank)
-    labels = [torch.randint(0, 5, (len(b.indices),), generator=rng).to(device) for b in prepared]
-    # Cached vision features (the vision tower is frozen and gets no LoRA).
-    with torch.inference_mode():
-        start = time.perf_counter()
-        cache = []
-        for b in prepared:
-            pv, grid = engine.pixels(b)
-            emb, ds = engine.vision_features(pv, grid, b.grids)
-            cache.append((emb.clone(), [d.clone() for d in ds]))
-        sync(device)
-        out["vision_cache_ms_per_sample"] = 1000 * (time.perf_counter() - start) / len(mine)
-    cache = [(e.detach(), [d.detach() for d in ds]) for e, ds in cache]
-    peft_model = _lora_model(model, adapter_fp32=False)  # dtype set per run below
-    trainable = [p for p in peft_model.parameters() if p.requires_grad]
-    out["trainable_parameters"] = int(sum(p.numel() for p in trainable))
-    assert all(not p.requires_grad for p in model.model.visual.parameters())
-    assert all(not p.requires_grad for p in head.parameters())
-    config = model.config
-    tokens = float(np.mean([float(b.lengths.float().mean()) for b in prepared]))
-    patches = float(np.mean([float(b.grids.prod(-1).float().mean()) for b in prepared]))
-    chunk = float(prepared[0].grids[0, 1] * prepared[0].grids[0, 2])
-    fwd = flops_summary(config, tokens, patches, chunk)
-    # Backward through frozen weights: input gradients only (1x the linear FLOPs, 2x attention).
-    lm_train = 2 * fwd["lm_linear"] + 3 * fwd["lm_attention"]
-    out["flops_per_sample_fast"] = lm_train
-    out["flops_per_sample_plain"] = (
-        lm_train + fwd["vision_linear"] + fwd["vision_attention"] + fwd["mergers"]
-    )
-    out["tokens_per_sample"] = tokens
-
-    # Plain transformers + peft: left-padded processor batch, full forward, full logits.
-    if world == 1 and not args.skip_plain_phase2:
-        from training_bridge.rigel.video import decode_video
-
-        decoded = []
-        for ex in mine[:16]:
-            v = decode_video(ex.video_path, backbone.vision.num_frames)
-            decoded.append(
-                RigelExample(
-                    ex.references,
-                    ex.candidate,
-                    frames=v.frames,
-                    fps=v.fps,
-                    frame_indices=list(v.indices),
-                )
-            )
-        plain_batches = [
-            build_batch(decoded[k : k + 8], backbone, reference_free=False, device=device)
-            for k in (0, 8)
-        ]
-        opt = torch.optim.AdamW(trainable, lr=1e-4, weight_decay=0.0)
-        peft_model.train()
-        fast_attention = model.model.visual.config._attn_implementation
-        model.model.visual.config._attn_implementation = "sdpa"  # HF's own path for the baseline
-
-        def plain_step(k: int) -> None:
-            b = plain_batches[k % 2]
-            o = peft_model(**b, output_hidden_states=True)
-            loss = F.cross_entropy(head(o.hidden_states[-1][:, -1]), labels[0])
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-
-        steps = max(3, args.phase2_steps // 3)
-        seconds = _time_steps(plain_step, device, 2, steps)
-        out["plain"] = rate_report(8 * steps, seconds, out["flops_per_sample_plain"])
-        log("phase2 plain", json.dumps(out["plain"]))
-        model.model.visual.config._attn_implementation = fast_attention
-        del opt
-        gc.collect()
-
-    # Fast step, once per LoRA adapter dtype (bf16 adapters first; then the same adapters in
-    # fp32, peft's default, where the inputs of every adapter are cast to fp32).
-    if args.fuse:
-        fused.fuse_elementwise()
-    out["fuse_elementwise"] = args.fuse
-    step_module: torch.nn.Module = FastPhase2(engine, head)
-    if world > 1:
-        step_module = torch.nn.parallel.DistributedDataParallel(
-            step_module,
-            device_ids=[local] if device.type == "cuda" else None,
-            find_unused_parameters=False,
-        )
-    peft_model.train()
-    for dtype_name in args.lora_dtype.split(","):
-        dtype = torch.bfloat16 if dtype_name == "bf16" else torch.float32
-        with torch.no_grad():
-            for p in trainable:
-                p.data = p.data.to(dtype)
-        opt = torch.optim.AdamW(trainable, lr=1e-4, weight_decay=0.0, fused=device.type == "cuda")
-        losses: list[float] = []
-        grads_ok: dict[str, bool] = {}
-
-        def fast_step(
-            k: int,
-            opt: torch.optim.Optimizer = opt,
-            grads_ok: dict[str, bool] = grads_ok,
-            losses: list[float] = losses,
-        ) -> None:
-            i = k % len(prepared)
-            emb, ds = cache[i]
-            loss = step_module(prepared[i], emb, ds, labels[i])
-            loss.backward()
-            if not grads_ok:
-                grads_ok["lora_has_gradients"] = any(
-                    p.grad is not None and bool(p.grad.abs().sum() > 0) for p in trainable
-                )
-                grads_ok["head_has_no_gradients"] = all(p.grad is None for p in head.parameters())
-                grads_ok["vision_has_no_gradients"] = all(
-                    p.grad is None for p in model.model.visual.parameters()
-                )
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            if k % 10 == 0:
-                losses.append(float(loss.detach()))
-
-        fast_step(0)  # the checked step: LoRA gets gradients, the head and the vision tower none
-        steps = args.phase2_steps
-        if world > 1:
-            torch.distributed.barrier()
-        seconds = _time_steps(fast_step, device, 2, steps)
-        if world > 1:
-            t = torch.tensor([seconds], device=device, dtype=torch.float64)
-            torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
-            seconds = float(t)
-        key = "fast" if dtype_name == args.lora_dtype.split(",")[0] else f"fast_{dtype_name}"
-        out[key] = rate_report(8 * steps * world, seconds, lm_train, world)
-        out[key]["lora_adapter_dtype"] = dtype_name
-        out[key]["loss_samples"] = losses[:5]
-        out[key]["grads"] = grads_ok
-        log("phase2", key, json.dumps(out[key]))
-    return out
-
-
 def section_phase2_train(
     backbone: Any, clips: list[Path], device: torch.device, args: Any, head: Any
 ) -> dict:
@@ -1235,12 +979,15 @@ def _time_steps(step: Any, device: torch.device, warmup: int, steps: int) -> flo
 # --------------------------------------------------------------------------------------------
 
 
+SECTIONS = ("env", "hf", "engine", "shared", "phase2_train", "fused")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="bench/results/gpu")
     parser.add_argument("--smoke", action="store_true", help="tiny model on CPU, small sizes")
     parser.add_argument("--backbone", default=None)
-    parser.add_argument("--sections", default="env,hf,engine,phase2")
+    parser.add_argument("--sections", default="env,hf,engine,phase2_train")
     parser.add_argument("--clips", default=None, help="folder of MP4 files (made if missing)")
     parser.add_argument("--n-clips", type=int, default=24)
     parser.add_argument("--samples", type=int, default=2048)
@@ -1251,10 +998,8 @@ def main() -> None:
     parser.add_argument("--refs", type=int, default=9)
     parser.add_argument("--reps", type=int, default=6)
     parser.add_argument("--phase2-steps", type=int, default=30)
-    parser.add_argument("--skip-plain-phase2", action="store_true")
     parser.add_argument("--loader-batch", type=int, default=8)
     parser.add_argument("--fuse", action="store_true", help="compiled fused elementwise ops")
-    parser.add_argument("--lora-dtype", default="bf16,fp32", help="comma list: bf16, fp32")
     parser.add_argument("--shared-samples", type=int, default=1536)
     parser.add_argument("--shared-batch", type=int, default=128, help="candidates per batch")
     parser.add_argument("--group-loader-batch", type=int, default=2)
@@ -1356,6 +1101,11 @@ def main() -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     suffix = f"{args.tag}" + (f"_world{world}" if world > 1 else "")
     sections = args.sections.split(",")
+    unknown = set(sections) - set(SECTIONS)
+    if unknown:
+        # `variants` and `phase2` (runs A-C: a bench-side Phase 2 with plain peft) were removed in
+        # issue 27: bench/gpu/scoring_limits.py and the `phase2_train` section measure them now.
+        parser.error(f"unknown sections {sorted(unknown)}; known: {', '.join(SECTIONS)}")
 
     global SYNTHETIC_CAPTIONS
     SYNTHETIC_CAPTIONS = bool(args.synthetic_captions)
@@ -1427,13 +1177,8 @@ def main() -> None:
                 data = section_phase2_train(backbone, clips, device, args, head)
             elif name == "fused":
                 data = section_fused(backbone, clips, examples, device, args, head)
-            else:
-                fn = {
-                    "engine": section_engine,
-                    "phase2": section_phase2,
-                    "variants": section_variants,
-                }[name]
-                data = fn(backbone, examples, device, args, head)
+            else:  # "engine" (main checked the names)
+                data = section_engine(backbone, examples, device, args, head)
             data["card"] = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
             data["backbone"] = backbone.name
             data["section_seconds"] = time.perf_counter() - section_start

@@ -19,7 +19,7 @@
 #             in /tmp/vclips
 #   parity    bench/gpu/processor_parity.py (the official processor's fixtures)
 #   single    bench/gpu_rigel.py $SINGLE_ARGS on one process (SINGLE_S, 300 s)
-#   multi     bench/gpu_rigel.py --sections engine,phase2 $MULTI_ARGS under torchrun on every GPU
+#   multi     bench/gpu_rigel.py --sections engine,phase2_train $MULTI_ARGS under torchrun on every GPU
 #   sections  bench/gpu_rigel.py's bundled sections ($SECTIONS, $LIMITS per section, $EXTRA), each
 #             under a watchdog, a second attempt resuming what did not finish, the whole within
 #             $DEADLINE (170 s); MP: the workers' start method (fork)
@@ -151,7 +151,7 @@ for stage in ${STAGES//,/ }; do
   multi)
     NG=$(python3 -c "import torch; print(torch.cuda.device_count())")
     [ "$NG" -ge 2 ] && timeout "${MULTI_S:-170}" torchrun --nproc_per_node "$NG" \
-      bench/gpu_rigel.py --out "$OUT/res" --clips "$CLIPS" --sections engine,phase2 \
+      bench/gpu_rigel.py --out "$OUT/res" --clips "$CLIPS" --sections engine,phase2_train \
       ${MULTI_ARGS:-} ;;
   sections)
     sections ;;
