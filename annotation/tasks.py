@@ -19,7 +19,7 @@ def after_submission(assignment_id: int) -> None:
 @shared_task(name="annotation.quality_catch_up", ignore_result=True)
 def quality_catch_up(campaign_id: int) -> None:
     """One quality pass of a campaign: every worker who submitted since their statistics were
-    computed (see `annotation.quality.debouncing`)."""
+    computed (see `annotation.crowd.debouncing`)."""
     from annotation.quality.incremental import SWEEP_MAX_WORKERS
     from annotation.quality.incremental import quality_catch_up as catch_up
     from common.tasks import publish_now
@@ -40,7 +40,7 @@ def quality_catch_up_active() -> int:
 @shared_task(name="annotation.expire_leases", ignore_result=True)
 def expire_leases() -> int:
     """Return the slots of assignments whose lease ran out (beat, every minute)."""
-    from annotation.services.assignment import assignments_expire
+    from annotation.crowd.services.assignment import assignments_expire
 
     return assignments_expire()
 

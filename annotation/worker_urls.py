@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, URLResolver, path
 
-from annotation.views import worker
+from annotation.crowd.views import worker
 
 app_name = "worker"
 urlpatterns: list[URLPattern | URLResolver] = [

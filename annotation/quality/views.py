@@ -17,6 +17,7 @@ from django.views.decorators.http import require_GET, require_POST
 from annotation import charts
 from annotation.figures import QC_NOT_RUN, campaign_agreement_figures
 from annotation.models import AuditEntry, Campaign, Participation, ReviewItem, ReviewStatus
+from annotation.privacy.services import ErasureRefused, participation_erase
 from annotation.quality.audit_text import audit_sentences
 from annotation.quality.consistency import campaign_retest
 from annotation.quality.exclusions import worker_exclude, worker_include
@@ -48,7 +49,6 @@ from annotation.quality.selectors import (
     system_leaderboard,
     worker_rows,
 )
-from annotation.services.erasure import ErasureRefused, participation_erase
 from common import storage
 from common.permissions import curator_required
 

@@ -12,10 +12,10 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
-from annotation.browse.forms import JudgmentTableForm
-from annotation.browse.links import Links
-from annotation.browse.pagination import DEFAULT_PAGE_SIZE, CursorInvalid, Page
-from annotation.browse.selectors import judgments_page, worker_history
+from annotation.curation.browse.forms import JudgmentTableForm
+from annotation.curation.browse.links import Links
+from annotation.curation.browse.pagination import DEFAULT_PAGE_SIZE, CursorInvalid, Page
+from annotation.curation.browse.selectors import judgments_page, worker_history
 from annotation.models import Campaign, Participation, WorkerExclusion
 from annotation.quality.calibration_job import (
     SEVERITY_EXPLANATION,

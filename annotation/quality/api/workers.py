@@ -14,12 +14,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from annotation.apis.erasure import EraseInputSerializer, ErasureSerializer
 from annotation.models import Campaign, Participation
+from annotation.privacy.api import EraseInputSerializer, ErasureSerializer
+from annotation.privacy.services import ErasureRefused, participation_erase
 from annotation.quality.api.base import TAG, campaign_or_404
 from annotation.quality.exclusions import worker_exclude, worker_include
 from annotation.quality.selectors import WORKER_SORTS, statistic_explanations, worker_rows
-from annotation.services.erasure import ErasureRefused, participation_erase
 from common.api import ErrorSerializer, FieldErrorsSerializer
 
 
