@@ -8,7 +8,7 @@ app_name = "annotation_api"
 urlpatterns = [
     # Crowd entry, assignments, submissions, campaigns.
     path("", include("annotation.crowd.api_urls")),
-    # Erasure (the worker's own request).
+    # Erasure (the worker's own request and a curator's).
     path("", include("annotation.privacy.api_urls")),
     # The import page's uploads: create, list, poll one job.
     path("", include("annotation.imports.api_urls")),

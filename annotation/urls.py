@@ -16,4 +16,6 @@ urlpatterns = [
     path("", include("annotation.crowd.urls")),
     # Quality control, agreement, review queue, leaderboard.
     path("", include("annotation.quality.urls")),
+    # The curator's erase action on a worker's page.
+    path("", include("annotation.privacy.urls")),
 ]

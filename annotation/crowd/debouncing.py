@@ -49,13 +49,11 @@ def pending_key(campaign_id: int) -> str:
 
 def after_submission_schedule(*, campaign_id: int, assignment_id: int) -> None:
     """Arrange for the quality work of a stored submission (on commit of the current transaction)."""
-    from annotation import tasks
-
     window = float(settings.LEPUS_QC_DEBOUNCE_SECONDS)
     if window <= 0:
-        from common.tasks import enqueue
+        from common.tasks import enqueue, task_named
 
-        enqueue(tasks.after_submission, assignment_id)
+        enqueue(task_named("annotation.after_submission"), assignment_id)
         return
     transaction.on_commit(lambda: catch_up_publish(campaign_id=campaign_id, window=window))
 
@@ -63,8 +61,7 @@ def after_submission_schedule(*, campaign_id: int, assignment_id: int) -> None:
 def catch_up_publish(*, campaign_id: int, window: float) -> bool:
     """Publish one quality pass of the campaign unless one was published in the last `window`
     seconds; True if published."""
-    from annotation import tasks
-    from common.tasks import publish_now
+    from common.tasks import publish_now, task_named
 
     now = time.time()
     if _held_until.get(campaign_id, 0.0) > now:
@@ -78,7 +75,7 @@ def catch_up_publish(*, campaign_id: int, window: float) -> bool:
             return False
     except Exception as error:  # the cache is down: publish anyway, the broker decides
         logger.warning("quality debounce cache unavailable (%s); publishing directly", error)
-    if not publish_now(tasks.quality_catch_up, campaign_id):
+    if not publish_now(task_named("annotation.quality_catch_up"), campaign_id):
         pending_clear(campaign_id)  # the next submission tries again (or the beat task catches up)
         return False
     _held_until[campaign_id] = now + seconds

@@ -1,13 +1,14 @@
 """Erasing a participant over the API (docs/privacy.md): the worker's own request with their
-worker token (`POST /api/v1/worker/erase`); the curators' route is in the quality API and shares
-these serializers."""
+worker token (`POST /api/v1/worker/erase`), and a curator's, beside the quality API's worker routes
+(`POST /api/v1/campaigns/<slug>/quality/workers/<id>/erase`)."""
 
 from __future__ import annotations
 
 from typing import cast
 
+from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import serializers
+from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -15,8 +16,9 @@ from rest_framework.views import APIView
 from annotation.crowd.api.worker import WORKER_ERRORS, MeThrottle
 from annotation.crowd.auth import IsWorker, WorkerTokenAuthentication
 from annotation.models import ErasureMode, Participation
-from annotation.privacy.services import participation_erase_own
-from common.api import FieldErrorsSerializer
+from annotation.privacy.services import ErasureRefused, participation_erase, participation_erase_own
+from annotation.quality.api.base import TAG, campaign_or_404
+from common.api import ErrorSerializer, FieldErrorsSerializer
 
 
 class EraseInputSerializer(serializers.Serializer):
@@ -71,4 +73,36 @@ class WorkerEraseApi(APIView):
         outcome = participation_erase_own(
             participation=Participation.objects.select_related("worker").get(pk=participation.pk)
         )
+        return Response(ErasureSerializer(outcome.as_dict()).data)
+
+
+class CuratorEraseApi(APIView):
+    """A curator erases the person behind a participation (every campaign; docs/privacy.md)."""
+
+    @extend_schema(
+        tags=TAG,
+        request=EraseInputSerializer,
+        responses={
+            200: ErasureSerializer,
+            400: FieldErrorsSerializer,
+            404: ErrorSerializer,
+            409: ErrorSerializer,
+        },
+        operation_id="quality_worker_erase",
+    )
+    def post(self, request: Request, slug: str, participation_id: int) -> Response:
+        campaign = campaign_or_404(slug)
+        participation = get_object_or_404(
+            Participation.objects.select_related("worker", "campaign"),
+            pk=participation_id,
+            campaign=campaign,
+        )
+        data = EraseInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            outcome = participation_erase(
+                participation=participation, actor=request.user, requested_by="curator"
+            )
+        except ErasureRefused as refused:
+            return Response({"detail": str(refused)}, status=status.HTTP_409_CONFLICT)
         return Response(ErasureSerializer(outcome.as_dict()).data)

@@ -38,11 +38,6 @@ urlpatterns: list[URLPattern | URLResolver] = [
         workers.WorkerIncludeApi.as_view(),
         name="quality-worker-include",
     ),
-    path(
-        "campaigns/<slug:slug>/quality/workers/<int:participation_id>/erase",
-        workers.WorkerEraseApi.as_view(),
-        name="quality-worker-erase",
-    ),
     path("campaigns/<slug:slug>/quality/runs", runs.QCRunListApi.as_view(), name="qc-runs"),
     path("campaigns/<slug:slug>/quality/retest", retest.RetestApi.as_view(), name="quality-retest"),
     path(

@@ -354,12 +354,12 @@ def calibration_run_start(
     *, campaign: Campaign, requested_by: Any = None, qc_run: QCRun | None = None
 ) -> CalibrationRun:
     """Queue a calibration (returns the run already queued or running, if any)."""
-    from annotation.tasks import calibration_run
+    from common.tasks import task_named
 
     return campaign_run_queue(
         model=CalibrationRun,
         campaign=campaign,
-        task=calibration_run,
+        task=task_named("annotation.calibration_run"),
         requested_by=requested_by,
         qc_run=qc_run,
     )

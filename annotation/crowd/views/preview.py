@@ -27,7 +27,7 @@ from annotation.crowd.services.preview import (
     preview_token_issue,
 )
 from annotation.crowd.services.submission import SubmissionInvalid
-from annotation.crowd.views.worker import _page, _questions_for_page, rating_guide
+from annotation.crowd.views.worker import _questions_for_page, rating_guide, worker_response
 from annotation.models import Campaign
 from annotation.selectors import campaign_modalities
 from common.parsers import JSONInvalid, json_parse
@@ -69,7 +69,7 @@ def campaign_preview(request: HttpRequest, slug: str) -> HttpResponse:
             "mturk": {"submitTo": "", "assignmentId": ""},
         },
     }
-    return _page(request, "annotation/worker/rate.html", context, status=200)
+    return worker_response(request, "annotation/worker/rate.html", context, status=200)
 
 
 def _error(status: int, detail: str) -> JsonResponse:

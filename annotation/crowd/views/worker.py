@@ -99,9 +99,10 @@ def rating_guide(questions: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _page(
+def worker_response(
     request: HttpRequest, template: str, context: dict[str, Any], status: int
 ) -> HttpResponse:
+    """A page the worker sees (also inside MTurk's iframe): its CSP, never cached."""
     response = render(request, template, context, status=status)
     response["Content-Security-Policy"] = _CSP
     response["Cache-Control"] = "no-store"
@@ -117,20 +118,20 @@ def worker_entry(request: HttpRequest, slug: str) -> HttpResponse:
     context: dict[str, Any] = {"campaign": campaign}
     if campaign.status != CampaignStatus.ACTIVE:
         context["problem"] = "This study is not open at the moment. Thank you for your interest."
-        return _page(request, "annotation/worker/problem.html", context, status=200)
+        return worker_response(request, "annotation/worker/problem.html", context, status=200)
     entry = _entry_from_query(request)
     if entry is None:
         context["problem"] = (
             "This link is missing your participant id. Please open the study from the link "
             "on your crowd platform (Prolific, MTurk) or from your invite."
         )
-        return _page(request, "annotation/worker/problem.html", context, status=400)
+        return worker_response(request, "annotation/worker/problem.html", context, status=400)
     if entry["platform"] == "invite":
         try:
             invite = invite_token_read(token=entry["invite_token"], campaign=campaign)
         except JoinRefused as refused:
             context["problem"] = refused.message
-            return _page(request, "annotation/worker/problem.html", context, status=403)
+            return worker_response(request, "annotation/worker/problem.html", context, status=403)
         identity = f"invite:{invite.invitee}"
     else:
         identity = f"{entry['platform']}:{entry['external_id']}"
@@ -150,14 +151,14 @@ def worker_entry(request: HttpRequest, slug: str) -> HttpResponse:
                 "This link does not carry a valid participant id. Please open the study from "
                 "the link on your crowd platform."
             )
-            return _page(request, "annotation/worker/problem.html", context, status=400)
+            return worker_response(request, "annotation/worker/problem.html", context, status=400)
         # A worker quality control excluded gets the screen-out at once (as `join` would say).
         screen_out = screen_out_for_entry(
             campaign=campaign, platform=entry["platform"], external_id=entry["external_id"]
         )
         if screen_out is not None:
             context.update({"problem": screen_out["detail"], "screen_out": screen_out})
-            return _page(request, "annotation/worker/problem.html", context, status=403)
+            return worker_response(request, "annotation/worker/problem.html", context, status=403)
     questions = _questions_for_page(campaign)
     context.update(
         {
@@ -189,18 +190,4 @@ def worker_entry(request: HttpRequest, slug: str) -> HttpResponse:
             },
         }
     )
-    return _page(request, "annotation/worker/rate.html", context, status=200)
-
-
-@require_GET
-@xframe_options_exempt
-def worker_erase_page(request: HttpRequest, slug: str) -> HttpResponse:
-    """The erase page linked from the end screen: a confirmation, then the done screen
-    (`static/js/erase.js` erases through the worker API with this tab's worker token)."""
-    campaign = Campaign.objects.filter(slug=slug, is_imported=False).first()
-    if campaign is None:
-        raise Http404("No such campaign.")
-    config = {"slug": campaign.slug, "urls": {"erase": reverse("annotation_api:worker-erase")}}
-    return _page(
-        request, "annotation/worker/erase.html", {"campaign": campaign, "config": config}, 200
-    )
+    return worker_response(request, "annotation/worker/rate.html", context, status=200)

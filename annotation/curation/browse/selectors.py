@@ -1,6 +1,6 @@
 """Reads of the data browser: one page of each table (keyset, see `pagination.py`) and the detail
 of a clip and of a campaign candidate. The worker's detail is the campaign's worker page
-(`annotation.quality.worker_page`), which lists the worker's judgments through `judgments_page`.
+(`annotation.curation.views.worker`), which lists the worker's judgments through `judgments_page`.
 
 Every list page is one query for its rows (related rows joined in, per-row counts as correlated
 subqueries that PostgreSQL evaluates for the page's rows only, after the LIMIT); no page counts
