@@ -5,6 +5,22 @@ from typing import Any
 from django import forms
 from django.contrib import admin
 
+from annotation.crowd.services.campaigns import (
+    ARGUMENT_FIELDS,
+    CAMPAIGN_FIELDS,
+    FROZEN_ONCE_RATED,
+    KEPT_WHEN_ABSENT,
+    OPTION_FIELDS,
+    RETEST_GAP_MAX,
+    RETEST_SHARE_MAX,
+    CampaignInvalid,
+    campaign_create,
+    campaign_has_crowd_judgments,
+    campaign_slug_clean,
+    campaign_update,
+    candidates_select,
+    questions_clean,
+)
 from annotation.models import (
     AgreementSnapshot,
     Assignment,
@@ -23,22 +39,6 @@ from annotation.models import (
     WorkerQCStats,
 )
 from annotation.questions import Rubric
-from annotation.services.campaigns import (
-    ARGUMENT_FIELDS,
-    CAMPAIGN_FIELDS,
-    FROZEN_ONCE_RATED,
-    KEPT_WHEN_ABSENT,
-    OPTION_FIELDS,
-    RETEST_GAP_MAX,
-    RETEST_SHARE_MAX,
-    CampaignInvalid,
-    campaign_create,
-    campaign_has_crowd_judgments,
-    campaign_slug_clean,
-    campaign_update,
-    candidates_select,
-    questions_clean,
-)
 from datasets_app.models import ImportBatch
 
 

@@ -1,13 +1,12 @@
-"""Worker-facing pages: /w/<campaign slug>/ (crowd entry, consent, rating)."""
+"""Worker-facing pages, mounted at /w/: the crowd wing's rating page (/w/<campaign slug>/) and the
+privacy wing's erase page (/w/<campaign slug>/erase/)."""
 
 from __future__ import annotations
 
-from django.urls import URLPattern, URLResolver, path
-
-from annotation.views import worker
+from django.urls import include, path
 
 app_name = "worker"
-urlpatterns: list[URLPattern | URLResolver] = [
-    path("<slug:slug>/", worker.worker_entry, name="entry"),
-    path("<slug:slug>/erase/", worker.worker_erase_page, name="erase"),
+urlpatterns = [
+    path("", include("annotation.crowd.worker_urls")),
+    path("", include("annotation.privacy.worker_urls")),
 ]

@@ -71,7 +71,7 @@ def _pages() -> dict[str, str]:
     """Page name -> URL, with cursors taken from the middle of each order (a deep page)."""
     from django.urls import reverse
 
-    from annotation.browse.pagination import cursor_encode
+    from annotation.curation.browse.pagination import cursor_encode
     from annotation.models import Campaign, CampaignCandidate, Judgment, Participation
     from datasets_app.models import CaptioningSystem, Clip
 

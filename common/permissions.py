@@ -1,5 +1,5 @@
 """Roles: curators (group `curator`, or superusers) run campaigns; workers never have passwords and
-authenticate with a worker token (see `annotation.auth`)."""
+authenticate with a worker token (see `annotation.crowd.auth`)."""
 
 from __future__ import annotations
 

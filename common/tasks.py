@@ -8,7 +8,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from celery import shared_task
+from celery import current_app, shared_task
+from celery.canvas import Signature
 from django.conf import settings
 from django.db import transaction
 
@@ -41,6 +42,12 @@ def publish_now(task: Any, *args: Any, **kwargs: Any) -> bool:
 def enqueue(task: Any, *args: Any, **kwargs: Any) -> None:
     """Send `task` (see `publish_now`) once the current transaction commits."""
     transaction.on_commit(lambda: publish_now(task, *args, **kwargs))
+
+
+def task_named(name: str) -> Signature:
+    """The task registered as `name`, for `publish_now` and `enqueue`: a service whose task calls
+    it back sends the task by name, so only the task module imports the service (no cycle)."""
+    return current_app.signature(name)
 
 
 @shared_task(name="common.reap_orphaned_jobs", ignore_result=True)

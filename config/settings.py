@@ -140,7 +140,7 @@ DATABASES = {
 # Django's PostgreSQL backend without the health-check ping of a connection used a moment ago.
 DATABASES["default"]["ENGINE"] = "common.postgresql"
 # The worker hot path's statements are prepared once per database session (PREPARE / EXECUTE,
-# annotation/services/crowd_sql.py). A pooler in transaction mode (PgBouncer's pool_mode =
+# annotation/crowd/services/crowd_sql.py). A pooler in transaction mode (PgBouncer's pool_mode =
 # transaction) hands each transaction any server connection, where a statement prepared on
 # another does not exist: turn this off behind one.
 LEPUS_DB_PREPARED_STATEMENTS = env_bool("LEPUS_DB_PREPARED_STATEMENTS", True)
@@ -247,7 +247,7 @@ LEPUS_ARCHIVE_MAX_UNPACKED_BYTES = env_int(
 LEPUS_ARCHIVE_MAX_SECONDS = env_int("LEPUS_ARCHIVE_MAX_SECONDS", 900, minimum=1)
 LEPUS_MAX_CAPTION_CHARS = env_int("LEPUS_MAX_CAPTION_CHARS", 2000, minimum=10)
 LEPUS_MAX_REASON_CHARS = env_int("LEPUS_MAX_REASON_CHARS", 2000, minimum=10)
-# Panels of apps above annotation on the data browser's candidate page (annotation.browse.selectors.
+# Panels of apps above annotation on the data browser's candidate page (annotation.curation.browse.selectors.
 # candidate_panels): the generative judges' explanations beside the workers' reasons.
 LEPUS_CANDIDATE_PANELS = ["training_bridge.services.metric_leaderboard.judge_explanations_panel"]
 
@@ -270,13 +270,13 @@ LEPUS_IMAGE_MAX_SIDE = env_int("LEPUS_IMAGE_MAX_SIDE", 1280, minimum=64)
 # Invite links are HMAC-signed with this key (falls back to SECRET_KEY).
 LEPUS_INVITE_SECRET = env_str("LEPUS_INVITE_SECRET", "") or SECRET_KEY
 # Refuse joins whose (normalised) external id does not have the platform's shape: Prolific's 24
-# hexadecimal characters, MTurk's A + letters and digits (annotation.services.workers).
+# hexadecimal characters, MTurk's A + letters and digits (annotation.crowd.services.workers).
 LEPUS_CHECK_WORKER_IDS = env_bool("LEPUS_CHECK_WORKER_IDS", True)
 # A worker token stops working this many seconds after the worker was last active (join, next,
 # submit); joining again from the study link issues a new one.
 LEPUS_WORKER_TOKEN_TTL = env_int("LEPUS_WORKER_TOKEN_TTL", 24 * 3600, minimum=60)
 # Key of the HMAC under which a campaign remembers the people it excluded or who were erased from
-# it, without their ids (annotation.services.barring; docs/privacy.md). Empty: one derived from
+# it, without their ids (annotation.crowd.services.barring; docs/privacy.md). Empty: one derived from
 # DJANGO_SECRET_KEY. Changing it forgets every such person: they could join those campaigns again.
 LEPUS_EXCLUSION_KEY = env_str("LEPUS_EXCLUSION_KEY", "") or ""
 
@@ -317,7 +317,7 @@ SPECTACULAR_SETTINGS = {
         "AblationEnum": "training_bridge.models.TrainingAblation",
         "AblationInputEnum": "training_bridge.apis.ABLATION_INPUT_CHOICES",
         "RubricEnum": "annotation.questions.Rubric",
-        "RubricInputEnum": "annotation.apis.crowd_campaigns.RUBRIC_INPUT_CHOICES",
+        "RubricInputEnum": "annotation.crowd.api.campaigns.RUBRIC_INPUT_CHOICES",
     },
 }
 

@@ -16,7 +16,7 @@ site = get_wsgi_application()
 
 from common.wsgi import PathSplitApplication, ReducedMiddlewareHandler  # noqa: E402 (after setup)
 
-# The worker API's paths (annotation/api_urls_crowd.py): join, and everything under worker/.
+# The worker API's paths (annotation/crowd/api_urls.py): join, and everything under worker/.
 WORKER_API_PATHS = r"/api/v1/(?:worker/|campaigns/[^/]+/join$)"
 # What those requests never use: sessions, the logged-in user, messages, CSRF cookies (their views
 # take a worker token, not a session). CommonMiddleware stays: it checks the Host header against

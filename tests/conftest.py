@@ -62,9 +62,9 @@ def _broker_reachable_again() -> None:
 
 @pytest.fixture(autouse=True)
 def _no_quality_mark_remembered() -> None:
-    """The quality debounce's memory of marks held (annotation.quality.debouncing) is per process;
+    """The quality debounce's memory of marks held (annotation.crowd.debouncing) is per process;
     a mark an earlier test set must not silence this test's first submission."""
-    from annotation.quality import debouncing
+    from annotation.crowd import debouncing
 
     debouncing._held_until.clear()
 

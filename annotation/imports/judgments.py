@@ -14,10 +14,10 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 
+from annotation.crowd.services.campaigns import QUESTION_KEY_PATTERN
 from annotation.imports.writers import JudgmentSpec, judgment_rows_write
 from annotation.models import Campaign, CampaignStatus
 from annotation.questions import Rubric, level_values, with_levels
-from annotation.services.campaigns import QUESTION_KEY_PATTERN
 from datasets_app.models import ImportBatch, ImportKind
 from datasets_app.services.imports.base import (
     EXTERNAL_ID_PATTERN,
@@ -41,7 +41,7 @@ from datasets_app.services.imports.writers import candidate_rows_lookup
 # Stored as "<campaign slug>:<rater id>" in Worker.external_id (200 characters at most).
 RATER_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.:@+-]{1,99}$")
 # The campaign a file's judgments go to (created when missing): wider than a crowd campaign's slug
-# (`annotation.services.campaigns.SLUG_PATTERN`), as imported sources name themselves.
+# (`annotation.crowd.services.campaigns.SLUG_PATTERN`), as imported sources name themselves.
 CAMPAIGN_SLUG_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,99}$")
 JUDGMENT_LINE_KEYS = {"rater_id", "candidate_id", "values", "response_time_ms", "reason"}
 JUDGMENT_CSV_FIXED = ["rater_id", "candidate_id", "response_time_ms", "reason"]

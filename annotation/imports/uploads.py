@@ -41,7 +41,7 @@ from annotation.models import ImportUpload, UploadKind
 from common import storage
 from common.jobs import JobCancelled, job_claim, job_finish, job_progress, job_requeue
 from common.models import JobStatus
-from common.tasks import enqueue
+from common.tasks import enqueue, task_named
 from datasets_app.services.images import image_attach_jobs_create
 from datasets_app.services.imports import (
     ImportRejected,
@@ -144,7 +144,6 @@ def import_upload_create(
     file_format: str = "",
 ) -> ImportUpload:
     """Store the uploaded file and queue its import job (published after commit)."""
-    from annotation.tasks import import_upload as import_upload_task
 
     file_name = upload_file_name(upload.name or "")
     size = int(upload.size or 0)
@@ -168,7 +167,7 @@ def import_upload_create(
             file_format=file_format,
             requested_by=user if isinstance(user, User) else None,
         )
-        enqueue(import_upload_task, job.pk)
+        enqueue(task_named("annotation.import_upload"), job.pk)
     return job
 
 
@@ -202,7 +201,6 @@ class _LocalFile:
 
 def import_upload_retry(*, job_id: int) -> ImportUpload:
     """Queue a failed or cancelled upload's import again (its stored file is kept)."""
-    from annotation.tasks import import_upload as import_upload_task
 
     with transaction.atomic():
         job = ImportUpload.objects.select_for_update().get(pk=job_id)
@@ -211,7 +209,7 @@ def import_upload_retry(*, job_id: int) -> ImportUpload:
                 f"import {job_id} is {job.status}; only failed or cancelled imports retry"
             )
         ImportUpload.objects.filter(pk=job.pk).update(result={}, rejection={})
-        enqueue(import_upload_task, job.pk)
+        enqueue(task_named("annotation.import_upload"), job.pk)
     job.refresh_from_db()
     return job
 

@@ -32,10 +32,10 @@ from django.db import connection, transaction
 from django.utils import timezone
 from numpy.typing import NDArray
 
+from annotation.crowd.services.columns import copy_to_temp_table
 from annotation.models import Campaign, CampaignCandidate, ReviewState
 from annotation.quality.loading import CampaignSlice, campaign_slice_load
 from annotation.quality.review_queue import current_review_state, review_items_sync
-from annotation.services.columns import copy_to_temp_table
 from common import webhooks
 
 # The `CampaignCandidate` columns aggregation writes (the API's aggregate rows show the same).

@@ -16,6 +16,7 @@ from django.db import connection, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from annotation.crowd.services.columns import json_number
 from annotation.models import AgreementSnapshot, Campaign, CampaignCandidate, Judgment
 from annotation.quality.krippendorff import (
     CoincidenceSum,
@@ -23,7 +24,6 @@ from annotation.quality.krippendorff import (
     coincidence_from_counts,
 )
 from annotation.quality.loading import id_filter
-from annotation.services.columns import json_number
 
 VALUES = (1, 2, 3, 4, 5)
 CHUNK_ROWS = 20_000

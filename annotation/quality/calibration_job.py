@@ -26,6 +26,12 @@ from django.db import connection, transaction
 from django.utils import timezone
 from numpy.typing import NDArray
 
+from annotation.crowd.services.columns import (
+    ColumnKind,
+    copy_to_temp_table,
+    fetch_columns,
+    json_number,
+)
 from annotation.models import (
     CalibrationRun,
     Campaign,
@@ -44,12 +50,6 @@ from annotation.quality.calibration import (
     calibration_fit,
 )
 from annotation.quality.jobs import campaign_run_queue
-from annotation.services.columns import (
-    ColumnKind,
-    copy_to_temp_table,
-    fetch_columns,
-    json_number,
-)
 from common.jobs import job_execute
 from common.models import JobStatus
 
@@ -354,12 +354,12 @@ def calibration_run_start(
     *, campaign: Campaign, requested_by: Any = None, qc_run: QCRun | None = None
 ) -> CalibrationRun:
     """Queue a calibration (returns the run already queued or running, if any)."""
-    from annotation.tasks import calibration_run
+    from common.tasks import task_named
 
     return campaign_run_queue(
         model=CalibrationRun,
         campaign=campaign,
-        task=calibration_run,
+        task=task_named("annotation.calibration_run"),
         requested_by=requested_by,
         qc_run=qc_run,
     )

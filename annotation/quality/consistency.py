@@ -1,7 +1,7 @@
 """Intra-rater consistency of a campaign's test-retest repeats: reads and figures.
 
 A pair is a worker's first rating of a candidate (`Judgment`) and their second, unannounced one
-(`RepeatJudgment`, see `annotation.services.repeats`), per question. Ratings are mapped to their
+(`RepeatJudgment`, see `annotation.crowd.services.repeats`), per question. Ratings are mapped to their
 rank among the question's levels (1..K) and measured with quadratic-weighted Cohen's kappa
 (`annotation.quality.retest`) per worker × question. A worker's single figure is the mean of
 their per-question kappas.

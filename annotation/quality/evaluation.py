@@ -14,6 +14,7 @@ import numpy as np
 from django.db import connection, transaction
 from django.utils import timezone
 
+from annotation.crowd.services.columns import copy_to_temp_table, json_text, pg_array
 from annotation.models import WorkerQCStats
 from annotation.quality.consistency import RULE as RETEST_RULE
 from annotation.quality.consistency import worker_retest_figures
@@ -28,7 +29,6 @@ from annotation.quality.rules import (
     rules_evaluate,
     worker_statistics,
 )
-from annotation.services.columns import copy_to_temp_table, json_text, pg_array
 
 AGREEMENT_RULE = "low_agreement"
 

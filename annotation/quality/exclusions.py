@@ -36,6 +36,8 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from annotation.crowd.services.assignment import participation_leases_release
+from annotation.crowd.services.columns import json_text, pg_array
 from annotation.models import (
     AuditEntry,
     Campaign,
@@ -49,8 +51,6 @@ from annotation.models import (
 )
 from annotation.quality.aggregation import aggregation_recompute
 from annotation.quality.rules import RULE_LABELS
-from annotation.services.assignment import participation_leases_release
-from annotation.services.columns import json_text, pg_array
 from common import webhooks
 
 logger = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """The quality passes between full runs: after crowd submissions and the periodic sweep.
 
 - `quality_catch_up(campaign_id=...)`: the debounced after-submission pass (task
-  `annotation.quality_catch_up`, published by `annotation.quality.debouncing`): every worker who
+  `annotation.quality_catch_up`, published by `annotation.crowd.debouncing`): every worker who
   submitted since their statistics were computed, in one pass.
 - `quality_catch_up_active()`: that pass over every active crowd campaign (beat, every 10 s).
 - `quality_after_submission(assignment_id=...)`: one submission at a time (task
@@ -167,7 +167,7 @@ def late_judgments_exclude_all(*, campaign: Campaign) -> set[int]:
 
 def quality_catch_up(*, campaign_id: int) -> dict[str, int]:
     """The debounced after-submission pass (task `annotation.quality_catch_up`, see
-    `annotation.quality.debouncing`): every worker of the campaign who submitted since their
+    `annotation.crowd.debouncing`): every worker of the campaign who submitted since their
     statistics were computed, in one pass, then the aggregates and review state of the candidates
     whose judgments changed; judgments that excluded workers stored late are excluded too."""
     campaign = Campaign.objects.filter(pk=campaign_id, is_imported=False).first()

@@ -21,6 +21,7 @@ from django.core.cache import cache
 from django.db import connection
 from numpy.typing import NDArray
 
+from annotation.crowd.services.columns import fetch_columns, json_number
 from annotation.models import (
     Campaign,
     CampaignCandidate,
@@ -33,7 +34,6 @@ from annotation.models import (
     WorkerExclusion,
 )
 from annotation.quality.rules import CandidateColumns, JudgmentColumns
-from annotation.services.columns import fetch_columns, json_number
 from datasets_app.models import Clip
 
 CAMPAIGN_MEDIAN_CACHE_SECONDS = 60

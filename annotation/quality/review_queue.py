@@ -20,9 +20,9 @@ from django.db import connection
 from django.utils import timezone
 from numpy.typing import NDArray
 
+from annotation.crowd.services.columns import copy_to_temp_table
 from annotation.models import Campaign, ReviewItem, ReviewState, ReviewStatus
 from annotation.quality.loading import CampaignSlice
-from annotation.services.columns import copy_to_temp_table
 
 
 def current_review_state(data: CampaignSlice) -> NDArray[Any]:

@@ -217,10 +217,13 @@ def qc_summary(*, campaign: Campaign) -> dict[str, Any]:
 
 def qc_run_start(*, campaign: Campaign, requested_by: Any = None) -> QCRun:
     """Queue a full QC recompute (returns the run already queued or running, if any)."""
-    from annotation.tasks import qc_run
+    from common.tasks import task_named
 
     return campaign_run_queue(
-        model=QCRun, campaign=campaign, task=qc_run, requested_by=requested_by
+        model=QCRun,
+        campaign=campaign,
+        task=task_named("annotation.qc_run"),
+        requested_by=requested_by,
     )
 
 

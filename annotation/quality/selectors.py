@@ -13,6 +13,7 @@ from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast, TruncDate
 from django.utils import timezone
 
+from annotation.crowd.services.columns import json_number
 from annotation.figures import campaign_completion_estimate, campaign_figures
 from annotation.models import (
     AgreementSnapshot,
@@ -33,7 +34,6 @@ from annotation.quality.calibration_job import (
     worker_severities,
 )
 from annotation.quality.rules import STATISTIC_EXPLANATIONS, qc_rules_merge
-from annotation.services.columns import json_number
 from datasets_app.models import ReferenceCaption
 
 # ----------------------------------------------------------------------------------------------

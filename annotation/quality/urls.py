@@ -1,21 +1,17 @@
 """Quality pages of the dashboard (/dashboard/campaigns/<slug>/...): the campaign page
-(`annotation:campaign-detail`), workers, review, audit log, leaderboard."""
+(`annotation:campaign-detail`), workers, review, audit log, leaderboard. One worker's page is the
+curation wing's (it is also the data browser's worker page); erasing is the privacy wing's."""
 
 from __future__ import annotations
 
 from django.urls import URLPattern, URLResolver, path
 
-from annotation.quality import views, worker_page
+from annotation.quality import views
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("campaigns/<slug:slug>/", views.campaign_detail, name="campaign-detail"),
     path("campaigns/<slug:slug>/qc-runs/", views.qc_run_create, name="quality-run"),
     path("campaigns/<slug:slug>/workers/", views.workers, name="quality-workers"),
-    path(
-        "campaigns/<slug:slug>/workers/<int:participation_id>/",
-        worker_page.worker_detail,
-        name="quality-worker",
-    ),
     path(
         "campaigns/<slug:slug>/workers/<int:participation_id>/exclude/",
         views.worker_exclude_view,
@@ -25,11 +21,6 @@ urlpatterns: list[URLPattern | URLResolver] = [
         "campaigns/<slug:slug>/workers/<int:participation_id>/include/",
         views.worker_include_view,
         name="quality-worker-include",
-    ),
-    path(
-        "campaigns/<slug:slug>/workers/<int:participation_id>/erase/",
-        views.worker_erase_view,
-        name="quality-worker-erase",
     ),
     path("campaigns/<slug:slug>/review/", views.review_queue_view, name="review-queue"),
     path(

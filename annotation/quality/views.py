@@ -48,7 +48,6 @@ from annotation.quality.selectors import (
     system_leaderboard,
     worker_rows,
 )
-from annotation.services.erasure import ErasureRefused, participation_erase
 from common import storage
 from common.permissions import curator_required
 
@@ -252,32 +251,6 @@ def worker_include_view(request: HttpRequest, slug: str, participation_id: int) 
             f", {outcome.judgments_kept_out} kept out because other workers refilled those slots"
         )
     messages.success(request, text + ".")
-    return redirect(reverse("annotation:quality-workers", kwargs={"slug": campaign.slug}))
-
-
-@require_POST
-@curator_required
-def worker_erase_view(request: HttpRequest, slug: str, participation_id: int) -> HttpResponse:
-    campaign = _campaign(slug)
-    participation = _participation(campaign, participation_id)
-    back = reverse("annotation:quality-worker", args=[campaign.slug, participation.pk])
-    if request.POST.get("confirm") != "erase":
-        messages.error(request, "Nothing was erased: tick the confirmation box first.")
-        return redirect(back)
-    try:
-        outcome = participation_erase(
-            participation=participation, actor=request.user, requested_by="curator"
-        )
-    except ErasureRefused as refused:
-        messages.error(request, str(refused))
-        return redirect(back)
-    # The message names no id: it is stored in the session until shown.
-    messages.success(
-        request,
-        f"The participant was erased from {outcome.participations} campaign(s): "
-        f"{outcome.judgments_deleted} judgment(s) deleted, {outcome.judgments_pseudonymised} "
-        f"kept under a pseudonym, {outcome.reasons_erased} free-text reason(s) erased.",
-    )
     return redirect(reverse("annotation:quality-workers", kwargs={"slug": campaign.slug}))
 
 

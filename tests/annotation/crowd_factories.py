@@ -7,9 +7,9 @@ from typing import Any
 
 from django.utils import timezone
 
+from annotation.crowd.services.campaigns import campaign_create
+from annotation.crowd.services.workers import worker_join
 from annotation.models import Campaign, Participation
-from annotation.services.campaigns import campaign_create
-from annotation.services.workers import worker_join
 from datasets_app.models import CandidateCaption, Clip, ClipStatus
 from tests.factories import CandidateFactory, ClipFactory, ReferenceFactory, SystemFactory
 

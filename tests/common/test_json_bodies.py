@@ -15,8 +15,8 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
+from annotation.crowd.services.preview import preview_token_issue
 from annotation.models import Campaign
-from annotation.services.preview import preview_token_issue
 from common.parsers import MAX_JSON_DEPTH, JSONInvalid, json_parse
 from tests.annotation.crowd_factories import crowd_campaign
 

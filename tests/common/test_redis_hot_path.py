@@ -12,7 +12,7 @@ import pytest
 import redis as redis_py
 from django.core.cache import caches
 
-from annotation.quality import debouncing
+from annotation.crowd import debouncing
 from common.cache import RedisCache
 from common.ratelimit import counter_hit
 from tests.support.services import PrivateRedis

@@ -1,4 +1,4 @@
-"""Hostile input, beyond the worker API's own contract tests (tests/annotation/test_worker_api.py):
+"""Hostile input, beyond the worker API's own contract tests (tests/annotation/crowd/test_worker_api.py):
 CSRF on every form and every session-authenticated API write, size limits on submissions, forms
 and imports, throttles, forged or foreign invites and assignment ids, malformed ratings, and
 `manage.py check --deploy` on the production settings."""
@@ -25,7 +25,8 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from django.utils import timezone
 
-from annotation.apis.crowd import JoinThrottle
+from annotation.crowd.api.worker import JoinThrottle
+from annotation.crowd.services.workers import INVITE_SALT, invite_token_make
 from annotation.models import (
     Assignment,
     Campaign,
@@ -34,7 +35,6 @@ from annotation.models import (
     Participation,
     Worker,
 )
-from annotation.services.workers import INVITE_SALT, invite_token_make
 from datasets_app.models import CandidateCaption, Clip, ImportBatch, ReferenceCaption
 from tests.annotation.crowd_factories import all_candidate_ratings, crowd_campaign, crowd_join
 from tests.hardening.test_permission_matrix import ROUTES, Case, _isolated, _outcome
@@ -83,8 +83,8 @@ def _csrf_client(world: World, role: str) -> tuple[Client, str]:
 
 # The preview's JSON endpoints take no cookie: a signed preview token in a header (or, to join,
 # in the body) is their only credential, as the worker API's, so there is no session to forge a
-# request with and CSRF does not apply (annotation/views/preview.py). Without the token they
-# refuse (tests/annotation/test_preview.py and the permission matrix).
+# request with and CSRF does not apply (annotation/crowd/views/preview.py). Without the token they
+# refuse (tests/annotation/crowd/test_preview.py and the permission matrix).
 TOKEN_ONLY_ROUTES = (
     "annotation:preview-join",
     "annotation:preview-next",
@@ -322,7 +322,7 @@ def test_every_import_command_refuses_a_file_over_the_import_limit(
 def test_the_production_rates_throttle_join_next_and_submit():
     """The views carry their throttles and the settings give each scope a finite rate (the
     contract tests lower the rate and assert the 429 itself)."""
-    from annotation.apis.crowd import (
+    from annotation.crowd.api.worker import (
         AssignmentNextApi,
         AssignmentSubmitApi,
         CampaignJoinApi,

@@ -812,7 +812,7 @@ ROUTES: dict[str, list[Case]] = {
         ),
     ],
     # The demo's webhook receiver: off (404) unless LEPUS_DEMO_WEBHOOK_RECEIVER is set, as here;
-    # tests/annotation/test_webhook_demo_receiver.py covers it switched on.
+    # tests/annotation/webhooks/test_webhook_demo_receiver.py covers it switched on.
     "webhooks:demo-receiver": [
         C("GET", url("webhooks:demo-receiver"), curator_page(404), note="off: 404"),
     ],

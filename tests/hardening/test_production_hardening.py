@@ -27,8 +27,8 @@ from django.contrib.auth.hashers import PBKDF2PasswordHasher
 from django.contrib.auth.models import Group, User
 from requests.adapters import HTTPAdapter
 
+from annotation.crowd.services.preview import preview_token_issue
 from annotation.models import Campaign
-from annotation.services.preview import preview_token_issue
 from common.parsers import MAX_JSON_DEPTH
 from common.permissions import CURATOR_GROUP
 from tests.hardening import test_crowd_integrity as integrity

@@ -33,6 +33,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils.crypto import get_random_string
 
+from annotation.crowd.services.assignment import assignment_claim_next
 from annotation.models import (
     Assignment,
     AuditEntry,
@@ -45,7 +46,6 @@ from annotation.models import (
 )
 from annotation.quality.review import review_resolve
 from annotation.quality.run import qc_campaign_full
-from annotation.services.assignment import assignment_claim_next
 from common.models import JobStatus, WebhookEndpoint
 from common.webhooks import new_secret
 from export.models import Release

@@ -14,8 +14,8 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
+from annotation.crowd.services.campaigns import CampaignInvalid, campaign_counts, campaign_create
 from annotation.models import CampaignStatus
-from annotation.services.campaigns import CampaignInvalid, campaign_counts, campaign_create
 from common.management.base import LepusCommand
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from annotation.models import Platform
-from annotation.services.erasure import ErasureRefused, participant_erase_by_reference
+from annotation.privacy.services import ErasureRefused, participant_erase_by_reference
 from common.management.base import LepusCommand
 
 

@@ -13,12 +13,12 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from annotation.models import Campaign
-from annotation.services.payments import (
+from annotation.crowd.services.payments import (
     payments_full_csv,
     payments_prolific_bonus_csv,
     payments_total,
 )
+from annotation.models import Campaign
 from common.management.base import LepusCommand
 
 

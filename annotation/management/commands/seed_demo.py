@@ -17,10 +17,10 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import CommandError, CommandParser
 
+from annotation.crowd.services.campaigns import CampaignInvalid, campaign_counts, campaign_create
 from annotation.imports import vatex_eval_import
 from annotation.imports.images import images_import
 from annotation.models import Campaign
-from annotation.services.campaigns import CampaignInvalid, campaign_counts, campaign_create
 from common.accounts import curator_save
 from common.management.base import LepusCommand
 from common.media import MediaError

@@ -11,8 +11,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from annotation.apis.figures import CampaignFiguresSerializer
 from annotation.figures import campaign_agreement_figures
+from annotation.figures_serializer import CampaignFiguresSerializer
 from annotation.models import QCRun
 from annotation.quality.api.base import TAG, campaign_or_404
 from annotation.quality.api.runs import QCRunSerializer

@@ -1,5 +1,5 @@
 """The worker table with each worker's QC statistics and flags; a curator's exclusion and
-re-inclusion of a worker, and erasure of the person behind it.
+re-inclusion of a worker (erasure of the person behind it is the privacy wing's).
 
 Curators only (the DRF default `IsCurator`); one view per operation: validate → service →
 serialize."""
@@ -8,19 +8,17 @@ from __future__ import annotations
 
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import serializers, status
+from rest_framework import serializers
 from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from annotation.apis.erasure import EraseInputSerializer, ErasureSerializer
 from annotation.models import Campaign, Participation
 from annotation.quality.api.base import TAG, campaign_or_404
 from annotation.quality.exclusions import worker_exclude, worker_include
 from annotation.quality.selectors import WORKER_SORTS, statistic_explanations, worker_rows
-from annotation.services.erasure import ErasureRefused, participation_erase
-from common.api import ErrorSerializer, FieldErrorsSerializer
+from common.api import ErrorSerializer
 
 
 class FlagSerializer(serializers.Serializer):
@@ -196,31 +194,3 @@ class WorkerIncludeApi(APIView):
                 }
             ).data
         )
-
-
-class WorkerEraseApi(APIView):
-    """A curator erases the person behind a participation (every campaign; docs/privacy.md)."""
-
-    @extend_schema(
-        tags=TAG,
-        request=EraseInputSerializer,
-        responses={
-            200: ErasureSerializer,
-            400: FieldErrorsSerializer,
-            404: ErrorSerializer,
-            409: ErrorSerializer,
-        },
-        operation_id="quality_worker_erase",
-    )
-    def post(self, request: Request, slug: str, participation_id: int) -> Response:
-        campaign = campaign_or_404(slug)
-        participation = _participation(campaign, participation_id)
-        data = EraseInputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        try:
-            outcome = participation_erase(
-                participation=participation, actor=request.user, requested_by="curator"
-            )
-        except ErasureRefused as refused:
-            return Response({"detail": str(refused)}, status=status.HTTP_409_CONFLICT)
-        return Response(ErasureSerializer(outcome.as_dict()).data)

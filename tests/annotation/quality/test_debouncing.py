@@ -11,8 +11,8 @@ from django.core.cache import cache
 from django.db.models import F
 from django.utils import timezone
 
+from annotation.crowd import debouncing
 from annotation.models import CampaignCandidate, Judgment, Participation, WorkerQCStats
-from annotation.quality import debouncing
 from annotation.quality.exclusions import worker_exclude
 from annotation.quality.incremental import quality_catch_up, quality_catch_up_active
 from tests.annotation.quality.factories import quality_crowd_campaign, quality_judge, quality_worker

@@ -15,8 +15,8 @@ from rest_framework.test import APIClient
 
 from annotation.models import CampaignCandidate, Participation
 from annotation.quality.consistency import campaign_retest
+from tests.annotation.crowd.test_retest_repeats import Rater, _campaign
 from tests.annotation.crowd_factories import clips_with_candidates
-from tests.annotation.test_retest_repeats import Rater, _campaign
 from tests.support.browser import chromium_browser
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

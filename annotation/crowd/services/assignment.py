@@ -1,0 +1,615 @@
+"""The assignment engine: which clip a worker rates next, leases, and returning expired slots.
+
+Guarantees on PostgreSQL under many concurrent workers, and how they are kept:
+
+* No candidate gets more live + finished judgments than its quota. `CampaignCandidate.slots_taken`
+  counts live assignment slots plus kept judgments; a claim raises it with one
+  `UPDATE ... SET slots_taken = slots_taken + 1 WHERE ... AND slots_taken < quota` (the row lock
+  re-checks the condition), under the clip's row lock; the CHECK constraint `slots_taken <= quota`
+  is the last line.
+* No worker gets the same clip twice: the claim query skips clips the worker has any assignment
+  for (live, submitted or expired), and UNIQUE(participation, clip) is the last line.
+* One live lease per worker: the participation row is locked first, a live unexpired assignment is
+  handed back as it is (a page reload burns nothing), and a partial unique index is the last line.
+* Expired leases return their slots (`assignments_expire`, run by beat every minute, and inline
+  when the worker comes back for more). A late submit re-takes the slots only while they are free.
+* Nearly complete clips first: clips are taken in ascending `CampaignClip.open_slots` (an indexed
+  column kept in step with the candidates' counters), with `FOR UPDATE SKIP LOCKED` so concurrent
+  workers never queue behind each other on the same clip row.
+
+Lock order, everywhere in this module and in `services.submission` (keep it to avoid deadlocks):
+Participation → Assignment → CampaignClip → CampaignCandidate. Code outside this module that moves
+slot counters (QC exclusions) should call `campaign_candidate_slots_release`, which keeps it too.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import Exists, F, OuterRef, Q, QuerySet
+from django.utils import timezone
+
+from annotation.crowd.services import crowd_sql as sql
+from annotation.crowd.services import offers, repeats
+from annotation.crowd.services.offers import Offer
+from annotation.models import (
+    Assignment,
+    AssignmentItem,
+    AssignmentStatus,
+    Campaign,
+    CampaignCandidate,
+    CampaignClip,
+    CampaignStatus,
+    Participation,
+    ParticipationStatus,
+)
+from annotation.questions import RUBRIC_LEVELS
+from common import storage
+from datasets_app.models import ClipModality, ClipStatus
+
+# How many clips one claim may find already full (counter drift repaired on the way) or lose to a
+# constraint race before it gives up and answers "nothing for you now".
+_CLAIM_ATTEMPTS = 5
+_shuffle = random.SystemRandom().shuffle
+
+
+# --- selectors ---------------------------------------------------------------------------------
+
+
+def clips_open_for(*, participation: Participation) -> QuerySet[CampaignClip]:
+    """Clips of the participation's campaign that could be served to it now: servable video (or
+    still image), open slots, and never given to this worker before."""
+    return (
+        CampaignClip.objects.filter(
+            campaign_id=participation.campaign_id,
+            open_slots__gt=0,
+            clip__status=ClipStatus.READY,
+        )
+        .filter(~Q(clip__video_key="") | ~Q(clip__image_key=""))
+        .exclude(
+            Exists(
+                Assignment.objects.filter(
+                    participation_id=participation.pk, clip_id=OuterRef("clip_id")
+                )
+            )
+        )
+    )
+
+
+def participation_live_assignment(*, participation: Participation) -> Assignment | None:
+    return (
+        Assignment.objects.filter(participation_id=participation.pk, status=AssignmentStatus.LIVE)
+        .order_by("-id")
+        .first()
+    )
+
+
+# --- claiming ----------------------------------------------------------------------------------
+
+
+def assignment_claim_next(
+    *, participation: Participation, now: datetime | None = None
+) -> Offer | None:
+    """The worker's next offer: its live unexpired lease (or repeat) if it has one, else one new
+    clip with the campaign's candidates of that clip that still need judgments; None when nothing
+    is left for this worker (or it may not receive work). The offer holds everything
+    `assignment_offer_payload` shows."""
+    campaign = participation.campaign
+    if campaign.status != CampaignStatus.ACTIVE or campaign.is_imported:
+        return None
+    now = now or timezone.now()
+    for _attempt in range(_CLAIM_ATTEMPTS):
+        try:
+            with transaction.atomic():
+                return _claim(participation=participation, campaign=campaign, now=now)
+        except IntegrityError:  # a last-line constraint fired: nothing was kept, try again
+            continue
+    return None
+
+
+# The hot path in SQL (see crowd_sql for why); the comments name the step of the claim.
+_LIVE_COLUMNS = (
+    "a.id, a.campaign_id, a.clip_id, a.issued_at, a.expires_at,"
+    " cl.video_key, cl.poster_key, cl.duration, cl.modality, cl.image_key"
+)
+# Steps 1 + 2 in one statement: lock the participation and read its live lease.
+_LOCK_AND_LIVE = (
+    f"WITH p AS (UPDATE {sql.T_PARTICIPATION} SET last_seen_at = %s WHERE id = %s AND status = %s"
+    " RETURNING id, assignments_submitted)"
+    f" SELECT p.assignments_submitted, {_LIVE_COLUMNS} FROM p"
+    f" LEFT JOIN {sql.T_ASSIGNMENT} a ON a.participation_id = p.id AND a.status = %s"
+    f" LEFT JOIN {sql.T_CLIP} cl ON cl.id = a.clip_id"
+)
+# Step 3, with the clip's references in the same statement unless the campaign is reference-free.
+# Rows other transactions are claiming right now are skipped rather than waited for.
+_NEXT_CLIP_COLUMNS = (
+    "SELECT cc.id, cc.clip_id, cl.video_key, cl.poster_key, cl.duration, cl.modality, cl.image_key"
+)
+_NEXT_CLIP_FROM = (
+    f" FROM {sql.T_CAMPAIGN_CLIP} cc JOIN {sql.T_CLIP} cl ON cl.id = cc.clip_id"
+    " WHERE cc.campaign_id = %s AND cc.open_slots > 0 AND cl.status = %s"
+    " AND (cl.video_key <> '' OR cl.image_key <> '')"
+    f" AND NOT EXISTS (SELECT 1 FROM {sql.T_ASSIGNMENT} seen"
+    " WHERE seen.participation_id = %s AND seen.clip_id = cc.clip_id)"
+    " ORDER BY cc.open_slots, cc.id LIMIT 1 FOR UPDATE OF cc SKIP LOCKED"
+)
+_NEXT_CLIP = _NEXT_CLIP_COLUMNS + _NEXT_CLIP_FROM
+_NEXT_CLIP_WITH_REFERENCES = (
+    _NEXT_CLIP_COLUMNS + f", (SELECT json_agg(r.text ORDER BY r.position) FROM {sql.T_REFERENCE} r"
+    " WHERE r.clip_id = cc.clip_id AND r.language = 'en')" + _NEXT_CLIP_FROM
+)
+# Step 4 in one statement: the candidates' slots and the clip counter by what was taken.
+_TAKE_SLOTS_AND_COUNT = (
+    f"WITH taken AS (UPDATE {sql.T_CANDIDATE} SET slots_taken = slots_taken + 1"
+    " WHERE campaign_id = %s AND clip_id = %s AND slots_taken < quota"
+    " RETURNING id, candidate_id),"
+    f" counted AS (UPDATE {sql.T_CAMPAIGN_CLIP}"
+    " SET open_slots = open_slots - (SELECT count(*) FROM taken)"
+    " WHERE id = %s AND EXISTS (SELECT 1 FROM taken))"
+    f" SELECT taken.id, cap.text FROM taken JOIN {sql.T_CAPTION} cap ON cap.id = taken.candidate_id"
+)
+_OFFERED = (
+    "SELECT i.campaign_candidate_id, cap.text"
+    f" FROM {sql.T_ITEM} i JOIN {sql.T_CANDIDATE} cc ON cc.id = i.campaign_candidate_id"
+    f" JOIN {sql.T_CAPTION} cap ON cap.id = cc.candidate_id"
+    " WHERE i.assignment_id = %s ORDER BY i.position"
+)
+
+
+@functools.cache
+def _new_lease(candidates: int) -> str:
+    """Step 5 in one statement: the lease and one item per offered candidate. The item values are
+    typed: a prepared statement infers no type for a bare VALUES parameter."""
+    pairs = ", ".join(["(%s::bigint, %s::integer)"] * candidates)
+    return (
+        f"WITH lease AS (INSERT INTO {sql.T_ASSIGNMENT} (campaign_id, participation_id, clip_id,"
+        " status, issued_at, expires_at, submission_digest, result)"
+        " VALUES (%s, %s, %s, %s, %s, %s, '', %s) RETURNING id)"
+        f" INSERT INTO {sql.T_ITEM} (assignment_id, campaign_candidate_id, position)"
+        " SELECT lease.id, item.candidate, item.position FROM lease"
+        f" CROSS JOIN (VALUES {pairs}) AS item (candidate, position)"
+        " RETURNING assignment_id"
+    )
+
+
+def _claim(*, participation: Participation, campaign: Campaign, now: datetime) -> Offer | None:
+    # 1. Lock the participation (serialises one worker's concurrent requests; re-checks status).
+    # 2. Read its live lease. No row lock is needed on it: a submit of the same worker waits for
+    # the participation lock, and the sweeper only expires leases whose time is up (handled below
+    # under a lock).
+    row = sql.fetchone(
+        _LOCK_AND_LIVE,
+        [now, participation.pk, ParticipationStatus.ACTIVE.value, AssignmentStatus.LIVE.value],
+        prepared=True,
+    )
+    if row is None:
+        return None
+    (
+        done,
+        live_id,
+        campaign_id,
+        clip_id,
+        issued_at,
+        expires_at,
+        video_key,
+        poster_key,
+        duration,
+        modality,
+        image_key,
+    ) = row
+    if live_id is not None:
+        if expires_at > now:
+            return Offer(
+                assignment_id=live_id,
+                clip_id=clip_id,
+                video_key=video_key,
+                poster_key=poster_key,
+                duration=duration,
+                modality=modality,
+                image_key=image_key,
+                issued_at=issued_at,
+                expires_at=expires_at,
+                candidates=tuple(sql.fetchall(_OFFERED, [live_id])),
+                references=offers.clip_references(campaign=campaign, clip_id=clip_id),
+            )
+        if (
+            Assignment.objects.select_for_update()
+            .filter(pk=live_id, status=AssignmentStatus.LIVE)
+            .exists()
+        ):
+            _expire_locked(assignment_id=live_id, campaign_id=campaign_id, clip_id=clip_id)
+    retest = bool(campaign.retest_share)
+    if retest:
+        live_repeat = repeats.repeat_live_claim(
+            participation=participation, campaign=campaign, now=now
+        )
+        if live_repeat is not None:
+            return live_repeat
+
+    maximum = campaign.max_assignments_per_worker
+    if maximum is not None and done >= maximum:
+        return None
+
+    with_references = not campaign.reference_free
+    for _clip_attempt in range(_CLAIM_ATTEMPTS):
+        # 3. The most nearly complete clip this worker has not seen.
+        row = sql.fetchone(
+            _NEXT_CLIP_WITH_REFERENCES if with_references else _NEXT_CLIP,
+            [campaign.pk, ClipStatus.READY.value, participation.pk],
+            prepared=True,
+        )
+        if row is None:
+            return None
+        # Test-retest: a due repeat is served in place of the fresh clip (only while fresh work
+        # remains, so a repeat never prolongs a session); it takes no slot.
+        if retest:
+            repeat = repeats.repeat_claim(
+                participation=participation, campaign=campaign, submitted=done, now=now
+            )
+            if repeat is not None:
+                return repeat
+        campaign_clip_id, clip_id, video_key, poster_key, duration, modality, image_key = row[:7]
+
+        # 4. One slot on each of its candidates that still has one free, and the clip counter.
+        # The UPDATE re-checks `slots_taken < quota` on each row it locks, so it never overfills
+        # even if something else moved a counter meanwhile.
+        offered = sql.fetchall(
+            _TAKE_SLOTS_AND_COUNT, [campaign.pk, clip_id, campaign_clip_id], prepared=True
+        )
+        if not offered:
+            # The clip counter had drifted (e.g. a quota edit raced); repair it and move on.
+            _campaign_clip_recount(campaign_clip_id=campaign_clip_id)
+            continue
+
+        # 5. The lease and its items. Candidates are shown in a fresh random order (no position
+        # bias, and control items sit anywhere).
+        candidates = [(candidate_id, text) for candidate_id, text in offered]
+        _shuffle(candidates)
+        expires_at = now + timedelta(seconds=campaign.lease_seconds)
+        (assignment_id,) = sql.fetchone(  # type: ignore[misc]
+            _new_lease(len(candidates)),
+            [
+                campaign.pk,
+                participation.pk,
+                clip_id,
+                AssignmentStatus.LIVE.value,
+                now,
+                expires_at,
+                sql.db_json(Assignment, "result", {}),
+                *[
+                    value
+                    for index, (candidate_id, _text) in enumerate(candidates)
+                    for value in (candidate_id, index)
+                ],
+            ],
+            prepared=True,
+        )
+        return Offer(
+            assignment_id=assignment_id,
+            clip_id=clip_id,
+            video_key=video_key,
+            poster_key=poster_key,
+            duration=duration,
+            modality=modality,
+            image_key=image_key,
+            issued_at=now,
+            expires_at=expires_at,
+            candidates=tuple(candidates),
+            references=tuple(sql.py_json(row[7]) or ()) if with_references else (),
+        )
+    return None
+
+
+def _campaign_clip_recount(*, campaign_clip_id: int) -> None:
+    campaign_clip = CampaignClip.objects.get(pk=campaign_clip_id)
+    open_slots = sum(
+        quota - taken
+        for quota, taken in CampaignCandidate.objects.filter(
+            campaign_id=campaign_clip.campaign_id, clip_id=campaign_clip.clip_id
+        ).values_list("quota", "slots_taken")
+    )
+    CampaignClip.objects.filter(pk=campaign_clip_id).update(open_slots=max(0, open_slots))
+
+
+# --- what the worker sees ----------------------------------------------------------------------
+
+
+def _iso(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def questions_payload(*, campaign: Campaign) -> list[dict[str, Any]]:
+    """The campaign's questions as the worker API shows them (levels in ascending value)."""
+    questions = []
+    for question in campaign.questions:
+        levels = sorted(question.get("levels") or RUBRIC_LEVELS, key=lambda level: level["value"])
+        questions.append(
+            {
+                "key": question["key"],
+                "label": question.get("label") or question["key"],
+                "levels": [
+                    {
+                        "value": int(level["value"]),
+                        "label": level.get("label", ""),
+                        "description": level.get("description", ""),
+                    }
+                    for level in levels
+                ],
+            }
+        )
+    return questions
+
+
+def assignment_offer_payload(*, offer: Offer, campaign: Campaign) -> dict[str, Any]:
+    """The body of `POST /api/v1/worker/assignments/next` for this offer.
+
+    Never says which candidates are control items. Media URLs are short-lived (see
+    `common.storage.media_url`). A still image (`modality` "image") has an `image_url` and no
+    video, poster or duration: the page shows it and has nothing to watch to the end."""
+    image = offer.modality == ClipModality.IMAGE
+    payload: dict[str, Any] = {
+        "assignment_id": offer.assignment_id,
+        "expires_at": _iso(offer.expires_at),
+        "clip": {
+            "id": offer.clip_id,
+            "modality": offer.modality,
+            "video_url": None if image else storage.media_url(offer.video_key),
+            "image_url": storage.media_url(offer.image_key) if image else None,
+            "poster_url": storage.media_url(offer.poster_key) if offer.poster_key else None,
+            "duration": offer.duration,
+        },
+    }
+    if not campaign.reference_free:
+        payload["references"] = list(offer.references)
+    payload["candidates"] = [
+        {"id": candidate_id, "text": text} for candidate_id, text in offer.candidates
+    ]
+    payload["questions"] = questions_payload(campaign=campaign)
+    return payload
+
+
+# --- leases ------------------------------------------------------------------------------------
+
+
+def _expire_locked(*, assignment_id: int, campaign_id: int, clip_id: int) -> None:
+    """Return a live assignment's slots; the caller holds the assignment row lock."""
+    _slots_return(assignment_id=assignment_id, campaign_id=campaign_id, clip_id=clip_id)
+    Assignment.objects.filter(pk=assignment_id).update(status=AssignmentStatus.EXPIRED)
+
+
+def _slots_return(*, assignment_id: int, campaign_id: int, clip_id: int) -> None:
+    candidate_ids = list(
+        AssignmentItem.objects.filter(assignment_id=assignment_id).values_list(
+            "campaign_candidate_id", flat=True
+        )
+    )
+    _slots_release(campaign_id=campaign_id, clip_id=clip_id, candidate_ids=candidate_ids)
+
+
+def _slots_release(*, campaign_id: int, clip_id: int, candidate_ids: list[int]) -> int:
+    if not candidate_ids:
+        return 0
+    # The clip row first (lock order), then the candidates, then the clip counter by what was
+    # really released.
+    campaign_clip_id = (
+        CampaignClip.objects.select_for_update()
+        .filter(campaign_id=campaign_id, clip_id=clip_id)
+        .values_list("id", flat=True)
+        .first()
+    )
+    released = CampaignCandidate.objects.filter(id__in=candidate_ids, slots_taken__gt=0).update(
+        slots_taken=F("slots_taken") - 1
+    )
+    if campaign_clip_id is not None and released:
+        CampaignClip.objects.filter(pk=campaign_clip_id).update(
+            open_slots=F("open_slots") + released
+        )
+    return released
+
+
+def participation_leases_release(*, participation_ids: Iterable[int]) -> int:
+    """End the live leases of these participations now and return their slots (a worker was
+    excluded: the clip they hold is refilled at once instead of when the lease runs out). Call
+    inside the caller's transaction with the participation rows locked (lock order
+    Participation → Assignment → CampaignClip → CampaignCandidate); returns how many leases were
+    ended. The leases become `expired`; a late submit of one is refused like any expired lease
+    whose slots were taken meanwhile."""
+    leases = list(
+        Assignment.objects.select_for_update()
+        .filter(participation_id__in=list(participation_ids), status=AssignmentStatus.LIVE)
+        .order_by("clip_id", "id")
+        .values_list("id", "campaign_id", "clip_id")
+    )
+    for assignment_id, campaign_id, clip_id in leases:
+        _expire_locked(assignment_id=assignment_id, campaign_id=campaign_id, clip_id=clip_id)
+    return len(leases)
+
+
+def assignment_expire(*, assignment_id: int, now: datetime | None = None) -> bool:
+    """Expire one live assignment whose lease ran out and return its slots; False if it is not
+    (any more) a live expired lease, or another transaction is handling it right now."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        row = (
+            Assignment.objects.select_for_update(skip_locked=True)
+            .filter(pk=assignment_id, status=AssignmentStatus.LIVE, expires_at__lte=now)
+            .values_list("campaign_id", "clip_id")
+            .first()
+        )
+        if row is None:
+            return False
+        campaign_id, clip_id = row
+        _expire_locked(assignment_id=assignment_id, campaign_id=campaign_id, clip_id=clip_id)
+    return True
+
+
+def participation_leases_return(*, participation: Participation) -> int:
+    """End every live lease of `participation` now and return its slots (erasure: the person is
+    leaving); returns how many leases ended. Locks as the expiry does, one assignment at a time."""
+    ended = 0
+    live = Assignment.objects.filter(participation=participation, status=AssignmentStatus.LIVE)
+    for assignment_id in live.values_list("pk", flat=True):
+        with transaction.atomic():
+            row = (
+                Assignment.objects.select_for_update()
+                .filter(pk=assignment_id, status=AssignmentStatus.LIVE)
+                .values_list("campaign_id", "clip_id")
+                .first()
+            )
+            if row is not None:
+                _expire_locked(assignment_id=assignment_id, campaign_id=row[0], clip_id=row[1])
+                ended += 1
+    return ended
+
+
+def assignments_expire(*, now: datetime | None = None, limit: int = 50_000) -> int:
+    """Expire every live assignment whose lease ran out (one short transaction each); returns how
+    many were expired. Called by the `annotation.expire_leases` beat task."""
+    now = now or timezone.now()
+    expired_ids = list(
+        Assignment.objects.filter(status=AssignmentStatus.LIVE, expires_at__lte=now)
+        .order_by("expires_at", "id")
+        .values_list("id", flat=True)[:limit]
+    )
+    return sum(assignment_expire(assignment_id=pk, now=now) for pk in expired_ids)
+
+
+def assignment_slots_retake(*, assignment: Assignment) -> bool:
+    """For a late submit of an expired assignment (caller holds its row lock inside a
+    transaction): take one slot on each of its candidates again, all or nothing. False when any
+    of them has been filled by other workers meanwhile."""
+    candidate_ids = list(
+        AssignmentItem.objects.filter(assignment_id=assignment.pk).values_list(
+            "campaign_candidate_id", flat=True
+        )
+    )
+    campaign_clip_id = (
+        CampaignClip.objects.select_for_update()
+        .filter(campaign_id=assignment.campaign_id, clip_id=assignment.clip_id)
+        .values_list("id", flat=True)
+        .first()
+    )
+    free = list(
+        CampaignCandidate.objects.select_for_update()
+        .filter(id__in=candidate_ids, slots_taken__lt=F("quota"))
+        .values_list("id", flat=True)
+    )
+    if campaign_clip_id is None or len(free) != len(candidate_ids):
+        return False
+    CampaignCandidate.objects.filter(id__in=candidate_ids).update(slots_taken=F("slots_taken") + 1)
+    CampaignClip.objects.filter(pk=campaign_clip_id).update(
+        open_slots=F("open_slots") - len(candidate_ids)
+    )
+    return True
+
+
+def campaign_candidate_slots_release(*, campaign_candidate_ids: Iterable[int]) -> int:
+    """Give back one slot on each of these campaign candidates (e.g. QC excluded a kept judgment
+    of each), keeping `CampaignClip.open_slots` in step and the engine's lock order. Call inside
+    the caller's transaction or alone; returns how many slots were released."""
+    by_clip: dict[tuple[int, int], list[int]] = {}
+    for pk, campaign_id, clip_id in CampaignCandidate.objects.filter(
+        id__in=list(campaign_candidate_ids)
+    ).values_list("id", "campaign_id", "clip_id"):
+        by_clip.setdefault((campaign_id, clip_id), []).append(pk)
+    released = 0
+    with transaction.atomic():
+        for (campaign_id, clip_id), ids in sorted(by_clip.items()):
+            released += _slots_release(campaign_id=campaign_id, clip_id=clip_id, candidate_ids=ids)
+    return released
+
+
+def campaign_candidate_slots_take(*, campaign_candidate_ids: Iterable[int]) -> list[int]:
+    """Take one slot on each of these campaign candidates where one is free (e.g. a curator
+    re-includes an excluded judgment); returns the ids that got one. Same lock order."""
+    by_clip: dict[tuple[int, int], list[int]] = {}
+    for pk, campaign_id, clip_id in CampaignCandidate.objects.filter(
+        id__in=list(campaign_candidate_ids)
+    ).values_list("id", "campaign_id", "clip_id"):
+        by_clip.setdefault((campaign_id, clip_id), []).append(pk)
+    taken: list[int] = []
+    with transaction.atomic():
+        for (campaign_id, clip_id), ids in sorted(by_clip.items()):
+            campaign_clip_id = (
+                CampaignClip.objects.select_for_update()
+                .filter(campaign_id=campaign_id, clip_id=clip_id)
+                .values_list("id", flat=True)
+                .first()
+            )
+            free = list(
+                CampaignCandidate.objects.select_for_update()
+                .filter(id__in=ids, slots_taken__lt=F("quota"))
+                .values_list("id", flat=True)
+            )
+            if not free:
+                continue
+            CampaignCandidate.objects.filter(id__in=free).update(slots_taken=F("slots_taken") + 1)
+            if campaign_clip_id is not None:
+                CampaignClip.objects.filter(pk=campaign_clip_id).update(
+                    open_slots=F("open_slots") - len(free)
+                )
+            taken.extend(free)
+    return taken
+
+
+# --- progress ----------------------------------------------------------------------------------
+
+
+def participation_progress(*, participation: Participation, cap: int = 1000) -> dict[str, Any]:
+    """What `GET /api/v1/worker/me` answers: assignments done, an estimate of what remains, and
+    once finished the completion code or redirect URL.
+
+    `state`: "working" (a lease is live or clips remain), "finished" (at least one assignment
+    submitted and nothing left for this worker: here is the code), "no_work" (nothing was left
+    before this worker did anything), "stopped" (paused, or the campaign is not active). An
+    excluded worker never gets here: the worker API answers the screen-out
+    (`annotation.crowd.services.workers.screen_out_payload`)."""
+    campaign = participation.campaign
+    fresh = Participation.objects.filter(pk=participation.pk).values_list(
+        "assignments_submitted", "status", "completed_at"
+    )
+    done, status, completed_at = fresh.get()
+    live = participation_live_assignment(participation=participation)
+    now = timezone.now()
+    live_id = live.pk if live is not None and live.expires_at > now else None
+    if live_id is None and campaign.retest_share:
+        live_id = repeats.repeat_live_id(participation_id=participation.pk, now=now)
+    if campaign.max_assignments_per_worker is not None:
+        allowed = max(0, campaign.max_assignments_per_worker - done)
+    else:
+        allowed = cap
+    remaining = 0
+    if (
+        allowed
+        and status == ParticipationStatus.ACTIVE
+        and campaign.status == CampaignStatus.ACTIVE
+    ):
+        remaining = clips_open_for(participation=participation).values("id")[:allowed].count()
+    if status != ParticipationStatus.ACTIVE or campaign.status != CampaignStatus.ACTIVE:
+        state = "stopped"
+    elif live_id is not None or remaining > 0:
+        state = "working"
+    elif done > 0:
+        state = "finished"
+    else:
+        state = "no_work"
+    if state == "finished" and completed_at is None:
+        Participation.objects.filter(pk=participation.pk, completed_at__isnull=True).update(
+            completed_at=now
+        )
+    finished = state == "finished"
+    return {
+        "campaign": campaign.slug,
+        "state": state,
+        "assignments_done": done,
+        "remaining_estimate": remaining,
+        "live_assignment_id": live_id,
+        "max_assignments": campaign.max_assignments_per_worker,
+        "completion_code": (campaign.completion_code or None) if finished else None,
+        "redirect_url": (campaign.redirect_url or None) if finished else None,
+    }

@@ -1,0 +1,120 @@
+"""The curator's page of one worker in a campaign (/dashboard/campaigns/<slug>/workers/<id>/):
+QC statistics with their explanations, flags and the standing exclusion, and the worker's
+severity per question from the latest calibration with its 95% interval; and, as the data
+browser's worker page, the worker's judgments (keyset pages linking to each candidate), every
+exclusion and its reversal, and the worker's other campaigns."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+from django.views.decorators.http import require_GET
+
+from annotation.curation.browse.forms import JudgmentTableForm
+from annotation.curation.browse.links import Links
+from annotation.curation.browse.pagination import DEFAULT_PAGE_SIZE, CursorInvalid, Page
+from annotation.curation.browse.selectors import judgments_page, worker_history
+from annotation.models import Campaign, Participation, WorkerExclusion
+from annotation.quality.calibration_job import (
+    SEVERITY_EXPLANATION,
+    calibration_latest,
+    worker_severities,
+)
+from annotation.quality.consistency import retest_min_pairs, worker_retest
+from annotation.quality.selectors import statistic_explanations
+from common.permissions import curator_required
+
+# The interval drawing spans -AXIS..+AXIS logits; values beyond are drawn at the edge.
+AXIS = 3.0
+
+
+def _percent(value: float) -> float:
+    return round(100.0 * (max(-AXIS, min(AXIS, value)) + AXIS) / (2 * AXIS), 2)
+
+
+@require_GET
+@curator_required
+def worker_detail(request: HttpRequest, slug: str, participation_id: int) -> HttpResponse:
+    campaign = get_object_or_404(Campaign, slug=slug)
+    participation = get_object_or_404(
+        Participation.objects.select_related("worker"), pk=participation_id, campaign=campaign
+    )
+    stats = getattr(participation, "qc_stats", None)
+    explanations = statistic_explanations()
+    statistics: list[dict[str, Any]] = []
+    if stats is not None:
+        for key, label in (
+            ("judgments", "Judgments"),
+            ("median_seconds_per_candidate", "Median seconds per candidate"),
+            ("speed_vs_campaign", "× campaign"),
+            ("speed_vs_clip_length", "× clip length"),
+            ("uniform_share", "Uniform share"),
+            ("rating_variance", "Rating variance"),
+            ("control_accuracy", "Control accuracy"),
+            ("agreement", "Agreement"),
+        ):
+            statistics.append(
+                {"label": label, "value": getattr(stats, key), "help": explanations.get(key, "")}
+            )
+    labels = {
+        question["key"]: question.get("label", question["key"]) for question in campaign.questions
+    }
+    severities = []
+    for key, entry in (
+        worker_severities(campaign=campaign, participation_ids=[participation.pk])
+        .get(participation.pk, {})
+        .items()
+    ):
+        low, high = _percent(entry["low"]), _percent(entry["high"])
+        severities.append(
+            {
+                "key": key,
+                "label": labels.get(key, key),
+                **entry,
+                "bar_left": low,
+                "bar_width": max(round(high - low, 2), 0.5),
+                "mark": _percent(entry["severity"]),
+            }
+        )
+    exclusion = (
+        WorkerExclusion.objects.filter(participation=participation, reversed_at__isnull=True)
+        .order_by("-created_at")
+        .first()
+    )
+
+    def judgments_from(after: str) -> Page:
+        return judgments_page(
+            filters={"participation": participation},
+            sort=JudgmentTableForm.SORTS[0],
+            descending=True,
+            after=after,
+            size=DEFAULT_PAGE_SIZE,
+        )
+
+    try:
+        judgments = judgments_from(request.GET.get("after", "")[:600])
+    except CursorInvalid:
+        judgments = judgments_from("")  # a mangled link: the newest judgments instead
+    Links().judgments(judgments.rows)
+    return render(
+        request,
+        "annotation/dashboard/worker_detail.html",
+        {
+            "judgments": judgments,
+            **worker_history(participation=participation),
+            "campaign": campaign,
+            "participation": participation,
+            "stats": stats,
+            "statistics": statistics,
+            "flags": stats.flags if stats else [],
+            "exclusion": exclusion,
+            "severities": severities,
+            "severity_help": SEVERITY_EXPLANATION,
+            "calibration": calibration_latest(campaign=campaign),
+            "axis": AXIS,
+            "worker_retest": worker_retest(campaign=campaign, participation_id=participation.pk),
+            "worker_retest_min_pairs": retest_min_pairs(campaign=campaign),
+        },
+    )
