@@ -9,8 +9,8 @@ from annotation.apis.crowd_campaigns import (
     CampaignOptionsSerializer,
     CampaignSerializer,
 )
+from annotation.campaign_options import ARGUMENT_FIELDS, CAMPAIGN_FIELDS, OPTION_FIELDS
 from annotation.models import Campaign
-from annotation.services.campaigns import ARGUMENT_FIELDS, CAMPAIGN_FIELDS, OPTION_FIELDS
 from annotation.views.campaigns import CampaignSettingsForm
 
 
