@@ -415,7 +415,10 @@ def campaign_update(*, campaign: Campaign, **changes: Any) -> Campaign:
     if changes.get("rubric") == campaign.rubric:
         del changes["rubric"]  # unchanged (an imported campaign's form posts its own back)
     rubric = changes.get("rubric", campaign.rubric)
-    if "questions" in changes or rubric != campaign.rubric:
+    rubric_problem = OPTIONS_BY_NAME["rubric"].check(rubric)[1] if "rubric" in changes else None
+    if rubric_problem:
+        errors["rubric"] = [rubric_problem]  # no levels to give the questions
+    elif "questions" in changes or rubric != campaign.rubric:
         # A new rubric gives the questions its levels (a custom one keeps the levels they have).
         questions = changes.get("questions", campaign.questions)
         if "questions" not in changes and rubric != Rubric.CUSTOM:
