@@ -16,6 +16,7 @@ import pytest
 from django import forms
 from django.core import validators
 from django.core.exceptions import ValidationError
+from django.db import models
 from rest_framework import serializers
 
 from annotation.apis.crowd_campaigns import CampaignCreateSerializer, CampaignOptionsSerializer
@@ -186,7 +187,9 @@ def _page_message(probe: Probe) -> str:
 
 
 def _stored(probe: Probe) -> Any:
-    return Campaign._meta.get_field(probe.option.name).to_python(probe.option.check(probe.value)[0])
+    field = Campaign._meta.get_field(probe.option.name)
+    assert isinstance(field, models.Field)
+    return field.to_python(probe.option.check(probe.value)[0])
 
 
 def _posted(value: Any) -> Any:
