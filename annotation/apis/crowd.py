@@ -25,11 +25,9 @@ from rest_framework.views import APIView
 
 from annotation.auth import IsWorker, ScreenedOut, WorkerTokenAuthentication
 from annotation.models import Campaign, Participation
-from annotation.services.assignment import (
-    assignment_claim_next,
-    assignment_offer_payload,
-    participation_progress,
-)
+from annotation.services.assignment import assignment_claim_next
+from annotation.services.offers import assignment_offer_payload
+from annotation.services.progress import participation_progress
 from annotation.services.submission import (
     AssignmentNotFound,
     SubmissionInvalid,

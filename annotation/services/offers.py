@@ -7,10 +7,14 @@ it without another query.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
+from typing import NotRequired, TypedDict
 
 from annotation.models import Campaign
+from annotation.questions import RUBRIC_LEVELS
 from annotation.services import crowd_sql as sql
+from common import storage
+from datasets_app.models import ClipModality
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,3 +48,103 @@ def clip_references(*, campaign: Campaign, clip_id: int) -> tuple[str, ...]:
     if campaign.reference_free:
         return ()
     return tuple(text for (text,) in sql.fetchall(_REFERENCES, [clip_id]))
+
+
+# --- what the worker sees ----------------------------------------------------------------------
+
+
+class LevelPayload(TypedDict):
+    value: int
+    label: str
+    description: str
+
+
+class QuestionPayload(TypedDict):
+    key: str
+    label: str
+    levels: list[LevelPayload]
+
+
+class ClipPayload(TypedDict):
+    id: int
+    modality: str
+    video_url: str | None
+    image_url: str | None
+    poster_url: str | None
+    duration: float | None
+
+
+class CandidatePayload(TypedDict):
+    id: int
+    text: str
+
+
+class _OfferHead(TypedDict):
+    assignment_id: int
+    expires_at: str
+    clip: ClipPayload
+    references: NotRequired[list[str]]  # absent for a reference-free campaign
+
+
+class OfferPayload(_OfferHead):
+    candidates: list[CandidatePayload]
+    questions: list[QuestionPayload]
+
+
+def iso_utc(value: datetime) -> str:
+    """A time as the worker API writes it: ISO 8601 in UTC with a Z."""
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def questions_payload(*, campaign: Campaign) -> list[QuestionPayload]:
+    """The campaign's questions as the worker API shows them (levels in ascending value)."""
+    questions: list[QuestionPayload] = []
+    for question in campaign.questions:
+        levels = sorted(question.get("levels") or RUBRIC_LEVELS, key=lambda level: level["value"])
+        questions.append(
+            {
+                "key": question["key"],
+                "label": question.get("label") or question["key"],
+                "levels": [
+                    {
+                        "value": int(level["value"]),
+                        "label": level.get("label", ""),
+                        "description": level.get("description", ""),
+                    }
+                    for level in levels
+                ],
+            }
+        )
+    return questions
+
+
+def assignment_offer_payload(*, offer: Offer, campaign: Campaign) -> OfferPayload:
+    """The body of `POST /api/v1/worker/assignments/next` for this offer.
+
+    Never says which candidates are control items. Media URLs are short-lived (see
+    `common.storage.media_url`). A still image (`modality` "image") has an `image_url` and no
+    video, poster or duration: the page shows it and has nothing to watch to the end."""
+    image = offer.modality == ClipModality.IMAGE
+    clip: ClipPayload = {
+        "id": offer.clip_id,
+        "modality": offer.modality,
+        "video_url": None if image else storage.media_url(offer.video_key),
+        "image_url": storage.media_url(offer.image_key) if image else None,
+        "poster_url": storage.media_url(offer.poster_key) if offer.poster_key else None,
+        "duration": offer.duration,
+    }
+    # The keys in the order the API has always written them (references before the candidates).
+    head: _OfferHead = {
+        "assignment_id": offer.assignment_id,
+        "expires_at": iso_utc(offer.expires_at),
+        "clip": clip,
+    }
+    if not campaign.reference_free:
+        head["references"] = list(offer.references)
+    return {
+        **head,
+        "candidates": [
+            {"id": candidate_id, "text": text} for candidate_id, text in offer.candidates
+        ],
+        "questions": questions_payload(campaign=campaign),
+    }

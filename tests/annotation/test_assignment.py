@@ -19,12 +19,12 @@ from annotation.models import (
 )
 from annotation.services.assignment import (
     assignment_claim_next,
-    assignment_offer_payload,
     assignments_expire,
     campaign_candidate_slots_release,
     campaign_candidate_slots_take,
 )
 from annotation.services.campaigns import campaign_create, campaign_items_add
+from annotation.services.offers import assignment_offer_payload
 from annotation.tasks import expire_leases
 from datasets_app.models import CandidateKind, Clip, ClipStatus, ControlType
 from tests.annotation.crowd_factories import crowd_campaign, crowd_join, ready_clip

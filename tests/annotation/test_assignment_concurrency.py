@@ -24,11 +24,8 @@ from annotation.models import (
     Judgment,
     Participation,
 )
-from annotation.services.assignment import (
-    assignment_claim_next,
-    assignment_offer_payload,
-    assignments_expire,
-)
+from annotation.services.assignment import assignment_claim_next, assignments_expire
+from annotation.services.offers import assignment_offer_payload
 from annotation.services.submission import SubmissionRefused, assignment_submit
 from tests.annotation.crowd_factories import all_candidate_ratings, crowd_campaign, crowd_join
 

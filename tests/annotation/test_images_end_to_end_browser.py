@@ -16,8 +16,9 @@ from PIL import Image, ImageDraw
 
 from annotation.models import Assignment, CampaignCandidate, Judgment
 from annotation.quality.run import qc_run_inline
-from annotation.services.assignment import assignment_claim_next, assignment_offer_payload
+from annotation.services.assignment import assignment_claim_next
 from annotation.services.campaigns import campaign_create
+from annotation.services.offers import assignment_offer_payload
 from annotation.services.submission import assignment_submit
 from common.models import JobStatus
 from datasets_app.models import Clip, ClipModality

@@ -36,13 +36,11 @@ from annotation.models import (
 from annotation.quality.agreement import campaign_agreement
 from annotation.quality.consistency import campaign_retest, worker_retest_figures
 from annotation.quality.run import qc_run_inline
-from annotation.services.assignment import (
-    assignment_claim_next,
-    assignment_offer_payload,
-    participation_progress,
-)
+from annotation.services.assignment import assignment_claim_next
 from annotation.services.campaigns import campaign_create, campaign_update
+from annotation.services.offers import assignment_offer_payload
 from annotation.services.payments import payments_rows
+from annotation.services.progress import participation_progress
 from annotation.services.repeats import repeat_clip_choose, repeats_due
 from annotation.services.submission import AssignmentNotFound, SubmissionInvalid, assignment_submit
 from tests.annotation.crowd_factories import clips_with_candidates, crowd_join
