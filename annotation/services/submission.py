@@ -23,7 +23,7 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -45,6 +45,7 @@ from annotation.questions import level_values
 from annotation.services import crowd_sql as sql
 from annotation.services import repeats
 from annotation.services.assignment import assignment_slots_retake
+from annotation.services.offers import iso_utc
 from datasets_app.models import Clip, ClipModality
 
 MAX_CLIENT_MS = 7 * 24 * 3600 * 1000
@@ -115,111 +116,43 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+class _Errors(dict[str, list[str]]):
+    """Every field error of a submission, by path, in the order found."""
+
+    def fail(self, path: str, message: str) -> None:
+        self.setdefault(path, []).append(message)
+
+
+@dataclass(frozen=True)
+class _RatingRules:
+    """What one rating is checked against: the assignment's candidates and the campaign's
+    questions, reason threshold and reason length."""
+
+    expected: set[int]
+    allowed_values: dict[str, Any]
+    threshold: int | None
+    max_reason: int
+
+
 def submission_clean(*, campaign: Campaign, candidate_ids: list[int], body: Any) -> CleanSubmission:
     """Check a submit body against the assignment's candidates and the campaign's questions;
     raise SubmissionInvalid with every field error found."""
-    errors: dict[str, list[str]] = {}
-
-    def fail(path: str, message: str) -> None:
-        errors.setdefault(path, []).append(message)
-
+    errors = _Errors()
     if not isinstance(body, dict):
         raise SubmissionInvalid({"non_field_errors": ["Expected a JSON object."]})
     for key in body:
         if key not in ("ratings", "client_timing"):
-            fail(str(key)[:100], "Unknown field.")
-
-    questions = campaign.questions
-    allowed_values = {question["key"]: level_values(question) for question in questions}
-    threshold = campaign.reason_required_at_or_below
-    max_reason = settings.LEPUS_MAX_REASON_CHARS
-    expected = set(candidate_ids)
-    seen: set[int] = set()
-    ratings: list[dict[str, Any]] = []
-
-    raw_ratings = body.get("ratings")
-    if raw_ratings is None:
-        fail("ratings", "This field is required.")
-    elif not isinstance(raw_ratings, list):
-        fail("ratings", "Expected a list of ratings.")
-    elif len(raw_ratings) > max(len(expected), 1) * 4:
-        fail("ratings", f"Too many ratings (this assignment has {len(expected)} candidates).")
-    else:
-        for index, item in enumerate(raw_ratings):
-            path = f"ratings[{index}]"
-            if not isinstance(item, dict):
-                fail(path, "Expected an object.")
-                continue
-            candidate_id = item.get("candidate_id")
-            if candidate_id is None:
-                fail(f"{path}.candidate_id", "This field is required.")
-            elif not _is_int(candidate_id):
-                fail(f"{path}.candidate_id", "Expected an integer.")
-            elif candidate_id not in expected:
-                fail(f"{path}.candidate_id", "Not a candidate of this assignment.")
-            elif candidate_id in seen:
-                fail(f"{path}.candidate_id", "Duplicate rating for this candidate.")
-            else:
-                seen.add(candidate_id)
-            values: dict[str, int] = {}
-            for key, allowed in allowed_values.items():
-                value = item.get(key)
-                if value is None:
-                    fail(f"{path}.{key}", "This field is required.")
-                elif not _is_int(value) or value not in allowed:
-                    fail(
-                        f"{path}.{key}",
-                        f"Must be one of {', '.join(str(level) for level in allowed)}.",
-                    )
-                else:
-                    values[key] = value
-            for key in item:
-                if key not in allowed_values and key not in ("candidate_id", "reason"):
-                    fail(f"{path}.{str(key)[:100]}", "Unknown field.")
-            reason = item.get("reason")
-            if reason is None:
-                reason = ""
-            if not isinstance(reason, str):
-                fail(f"{path}.reason", "Expected a string.")
-                reason = ""
-            reason = reason.strip()
-            if len(reason) > max_reason:
-                fail(
-                    f"{path}.reason", f"Ensure this field has no more than {max_reason} characters."
-                )
-            if (
-                threshold is not None
-                and not reason
-                and any(value <= threshold for value in values.values())
-            ):
-                fail(
-                    f"{path}.reason", f"A reason is required when a rating is {threshold} or lower."
-                )
-            ratings.append({"candidate_id": candidate_id, "values": values, "reason": reason})
-        missing = sorted(expected - seen)
-        if missing:
-            fail("ratings", f"Missing ratings for candidates: {', '.join(map(str, missing))}.")
-
-    timing = body.get("client_timing")
-    timing_values: dict[str, int | None] = {key: None for key in TIMING_KEYS}
-    if timing is not None:
-        if not isinstance(timing, dict):
-            fail("client_timing", "Expected an object.")
-        else:
-            for key, value in timing.items():
-                if key not in TIMING_KEYS:
-                    fail(f"client_timing.{str(key)[:100]}", "Unknown field.")
-                elif value is None:
-                    continue
-                elif not _is_int(value) or not 0 <= value <= MAX_CLIENT_MS:
-                    fail(
-                        f"client_timing.{key}",
-                        f"Expected an integer number of milliseconds between 0 and {MAX_CLIENT_MS}.",
-                    )
-                else:
-                    timing_values[key] = value
+            errors.fail(str(key)[:100], "Unknown field.")
+    rules = _RatingRules(
+        expected=set(candidate_ids),
+        allowed_values={question["key"]: level_values(question) for question in campaign.questions},
+        threshold=campaign.reason_required_at_or_below,
+        max_reason=settings.LEPUS_MAX_REASON_CHARS,
+    )
+    ratings = _ratings_clean(body.get("ratings"), rules=rules, errors=errors)
+    timing_values = _timing_clean(body.get("client_timing"), errors=errors)
     if errors:
-        raise SubmissionInvalid(errors)
+        raise SubmissionInvalid(dict(errors))
     return CleanSubmission(
         ratings=ratings,
         active_ms=timing_values["active_ms"],
@@ -227,8 +160,113 @@ def submission_clean(*, campaign: Campaign, candidate_ids: list[int], body: Any)
     )
 
 
-def _iso(value: datetime) -> str:
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+def _ratings_clean(
+    raw_ratings: Any, *, rules: _RatingRules, errors: _Errors
+) -> list[dict[str, Any]]:
+    ratings: list[dict[str, Any]] = []
+    expected = rules.expected
+    if raw_ratings is None:
+        errors.fail("ratings", "This field is required.")
+    elif not isinstance(raw_ratings, list):
+        errors.fail("ratings", "Expected a list of ratings.")
+    elif len(raw_ratings) > max(len(expected), 1) * 4:
+        errors.fail(
+            "ratings", f"Too many ratings (this assignment has {len(expected)} candidates)."
+        )
+    else:
+        seen: set[int] = set()
+        for index, item in enumerate(raw_ratings):
+            path = f"ratings[{index}]"
+            if not isinstance(item, dict):
+                errors.fail(path, "Expected an object.")
+                continue
+            ratings.append(_rating_clean(item, path=path, rules=rules, seen=seen, errors=errors))
+        missing = sorted(expected - seen)
+        if missing:
+            errors.fail(
+                "ratings", f"Missing ratings for candidates: {', '.join(map(str, missing))}."
+            )
+    return ratings
+
+
+def _rating_clean(
+    item: dict[str, Any], *, path: str, rules: _RatingRules, seen: set[int], errors: _Errors
+) -> dict[str, Any]:
+    """One rating: its candidate (each once), a level for every question, and its reason."""
+    candidate_id = item.get("candidate_id")
+    if candidate_id is None:
+        errors.fail(f"{path}.candidate_id", "This field is required.")
+    elif not _is_int(candidate_id):
+        errors.fail(f"{path}.candidate_id", "Expected an integer.")
+    elif candidate_id not in rules.expected:
+        errors.fail(f"{path}.candidate_id", "Not a candidate of this assignment.")
+    elif candidate_id in seen:
+        errors.fail(f"{path}.candidate_id", "Duplicate rating for this candidate.")
+    else:
+        seen.add(candidate_id)
+    values: dict[str, int] = {}
+    for key, allowed in rules.allowed_values.items():
+        value = item.get(key)
+        if value is None:
+            errors.fail(f"{path}.{key}", "This field is required.")
+        elif not _is_int(value) or value not in allowed:
+            errors.fail(
+                f"{path}.{key}", f"Must be one of {', '.join(str(level) for level in allowed)}."
+            )
+        else:
+            values[key] = value
+    for key in item:
+        if key not in rules.allowed_values and key not in ("candidate_id", "reason"):
+            errors.fail(f"{path}.{str(key)[:100]}", "Unknown field.")
+    reason = _reason_clean(item.get("reason"), path=path, values=values, rules=rules, errors=errors)
+    return {"candidate_id": candidate_id, "values": values, "reason": reason}
+
+
+def _reason_clean(
+    reason: Any, *, path: str, values: dict[str, int], rules: _RatingRules, errors: _Errors
+) -> str:
+    if reason is None:
+        reason = ""
+    if not isinstance(reason, str):
+        errors.fail(f"{path}.reason", "Expected a string.")
+        reason = ""
+    reason = reason.strip()
+    if len(reason) > rules.max_reason:
+        errors.fail(
+            f"{path}.reason", f"Ensure this field has no more than {rules.max_reason} characters."
+        )
+    threshold = rules.threshold
+    if (
+        threshold is not None
+        and not reason
+        and any(value <= threshold for value in values.values())
+    ):
+        errors.fail(
+            f"{path}.reason", f"A reason is required when a rating is {threshold} or lower."
+        )
+    return reason
+
+
+def _timing_clean(timing: Any, *, errors: _Errors) -> dict[str, int | None]:
+    timing_values: dict[str, int | None] = {key: None for key in TIMING_KEYS}
+    if timing is None:
+        return timing_values
+    if not isinstance(timing, dict):
+        errors.fail("client_timing", "Expected an object.")
+        return timing_values
+    for key, value in timing.items():
+        if key not in TIMING_KEYS:
+            errors.fail(f"client_timing.{str(key)[:100]}", "Unknown field.")
+        elif value is None:
+            continue
+        elif not _is_int(value) or not 0 <= value <= MAX_CLIENT_MS:
+            errors.fail(
+                f"client_timing.{key}",
+                f"Expected an integer number of milliseconds between 0 and {MAX_CLIENT_MS}.",
+            )
+        else:
+            timing_values[key] = value
+    return timing_values
 
 
 def _replay(*, stored_digest: str, stored_result: Any, digest: str) -> SubmitOutcome:
@@ -345,7 +383,7 @@ def _result(*, assignment_id: int, count: int, now: datetime) -> dict[str, Any]:
         "assignment_id": assignment_id,
         "status": AssignmentStatus.SUBMITTED.value,
         "judgments": count,
-        "submitted_at": _iso(now),
+        "submitted_at": iso_utc(now),
     }
 
 
