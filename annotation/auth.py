@@ -12,7 +12,7 @@ excluded worker again; see `annotation.services.workers`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django.contrib.auth.models import AnonymousUser
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
@@ -22,11 +22,8 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
 from annotation.models import Participation, ParticipationStatus
-from annotation.services.workers import (
-    participation_by_token,
-    screen_out_payload,
-    worker_token_problem,
-)
+from annotation.services.screen_out import ScreenOut, screen_out_payload
+from annotation.services.workers import participation_by_token, worker_token_problem
 
 KEYWORD = "Worker"
 
@@ -37,9 +34,10 @@ class ScreenedOut(exceptions.APIException):
     status_code = 403
     default_code = "screened_out"
 
-    def __init__(self, payload: dict[str, Any]) -> None:
+    def __init__(self, payload: ScreenOut) -> None:
         super().__init__()
-        self.detail = payload  # rendered as is (DRF keeps a dict detail as the body)
+        # Rendered as is (DRF keeps a dict detail as the body); its stubs type a detail's values.
+        self.detail = cast("dict[str, Any]", payload)
 
 
 class WorkerTokenAuthentication(BaseAuthentication):

@@ -28,6 +28,7 @@ from annotation.models import Campaign, Participation
 from annotation.services.assignment import assignment_claim_next
 from annotation.services.offers import assignment_offer_payload
 from annotation.services.progress import participation_progress
+from annotation.services.screen_out import screen_out_payload
 from annotation.services.submission import (
     AssignmentNotFound,
     SubmissionInvalid,
@@ -39,7 +40,6 @@ from annotation.services.workers import (
     BROWSER_KEY_MAX_CHARS,
     JoinRefused,
     participation_excluded,
-    screen_out_payload,
     worker_join,
 )
 from common.api import ErrorSerializer, FailOpenSimpleRateThrottle, FieldErrorsSerializer

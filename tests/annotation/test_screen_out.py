@@ -11,7 +11,7 @@ from django.db import connection, connections, transaction
 
 from annotation.models import Assignment, CampaignCandidate, ParticipationStatus
 from annotation.quality.exclusions import worker_exclude
-from annotation.services.workers import screen_out_payload
+from annotation.services.screen_out import screen_out_payload
 from tests.annotation.crowd_factories import crowd_campaign, crowd_join
 from tests.annotation.test_worker_api import NEXT, worker_client
 
