@@ -196,17 +196,11 @@ def _claim(*, participation: Participation, campaign: Campaign, now: datetime) -
 def _live_offer(*, live: _LiveRow, campaign: Campaign) -> Offer:
     """The unexpired lease handed back as it is (a page reload burns nothing)."""
     assert live.assignment_id is not None
-    return Offer(
-        assignment_id=live.assignment_id,
+    return Offer.of_clip(
+        live[6:11],
+        lease=(live.assignment_id, live.issued_at, live.expires_at),
         clip_id=live.clip_id,
-        video_key=live.video_key,
-        poster_key=live.poster_key,
-        duration=live.duration,
-        modality=live.modality,
-        image_key=live.image_key,
-        issued_at=live.issued_at,
-        expires_at=live.expires_at,
-        candidates=tuple(sql.fetchall(_OFFERED, [live.assignment_id])),
+        candidates=sql.fetchall(_OFFERED, [live.assignment_id]),
         references=offers.clip_references(campaign=campaign, clip_id=live.clip_id),
     )
 
@@ -282,7 +276,7 @@ def _lease_create(
 ) -> Offer:
     """5. The lease and its items. Candidates are shown in a fresh random order (no position
     bias, and control items sit anywhere)."""
-    _campaign_clip_id, clip_id, video_key, poster_key, duration, modality, image_key = clip_row[:7]
+    clip_id = clip_row[1]
     candidates = [(candidate_id, text) for candidate_id, text in offered]
     _shuffle(candidates)
     expires_at = now + timedelta(seconds=campaign.lease_seconds)
@@ -304,17 +298,11 @@ def _lease_create(
         ],
         prepared=True,
     )
-    return Offer(
-        assignment_id=assignment_id,
+    return Offer.of_clip(
+        clip_row[2:7],
+        lease=(assignment_id, now, expires_at),
         clip_id=clip_id,
-        video_key=video_key,
-        poster_key=poster_key,
-        duration=duration,
-        modality=modality,
-        image_key=image_key,
-        issued_at=now,
-        expires_at=expires_at,
-        candidates=tuple(candidates),
+        candidates=candidates,
         references=references,
     )
 

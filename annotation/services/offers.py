@@ -6,9 +6,10 @@ it without another query.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from annotation.models import Campaign
 from annotation.questions import RUBRIC_LEVELS
@@ -35,6 +36,38 @@ class Offer:
     # "video", or "image" for a still image (shown from `image_key`; `video_key` is empty).
     modality: str = "video"
     image_key: str = ""
+
+    @classmethod
+    def of_clip(
+        cls,
+        media: Sequence[Any],
+        *,
+        lease: tuple[int, datetime, datetime],
+        clip_id: int,
+        candidates: Iterable[tuple[int, str]],
+        references: tuple[str, ...],
+    ) -> Offer:
+        """An offer of the clip whose `media` (`MEDIA_COLUMNS`, as the engine's queries select
+        them) it shows, under `lease` (assignment id, issued at, expires at)."""
+        video_key, poster_key, duration, modality, image_key = media
+        assignment_id, issued_at, expires_at = lease
+        return cls(
+            assignment_id,
+            clip_id,
+            video_key,
+            poster_key,
+            duration,
+            issued_at,
+            expires_at,
+            tuple(candidates),
+            references,
+            modality,
+            image_key,
+        )
+
+
+# A clip's media in the order `Offer.of_clip` takes them.
+MEDIA_COLUMNS = ("video_key", "poster_key", "duration", "modality", "image_key")
 
 
 _REFERENCES = (

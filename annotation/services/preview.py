@@ -30,6 +30,7 @@ from django.utils import timezone
 
 from annotation.models import Campaign, CampaignCandidate, CampaignClip
 from annotation.services.offers import (
+    MEDIA_COLUMNS,
     Offer,
     OfferPayload,
     assignment_offer_payload,
@@ -118,17 +119,11 @@ def _offer(session: PreviewSession, number: int) -> OfferPayload | None:
     campaign = session.campaign
     clip = items[0].clip
     now = timezone.now()
-    offer = Offer(
-        assignment_id=number,
+    offer = Offer.of_clip(
+        [getattr(clip, column) for column in MEDIA_COLUMNS],
+        lease=(number, now, now + timedelta(seconds=campaign.lease_seconds)),
         clip_id=clip.pk,
-        video_key=clip.video_key,
-        poster_key=clip.poster_key,
-        duration=clip.duration,
-        modality=clip.modality,
-        image_key=clip.image_key,
-        issued_at=now,
-        expires_at=now + timedelta(seconds=campaign.lease_seconds),
-        candidates=tuple((item.pk, item.candidate.text) for item in items),
+        candidates=((item.pk, item.candidate.text) for item in items),
         references=clip_references(campaign=campaign, clip_id=clip.pk),
     )
     return assignment_offer_payload(offer=offer, campaign=campaign)

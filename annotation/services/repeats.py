@@ -38,7 +38,7 @@ from annotation.models import (
     RepeatJudgment,
 )
 from annotation.services import crowd_sql as sql
-from annotation.services.offers import Offer, clip_references
+from annotation.services.offers import MEDIA_COLUMNS, Offer, clip_references
 from datasets_app.models import Clip
 
 _random = random.SystemRandom()
@@ -74,20 +74,12 @@ def _offer(
             participation_id=participation_id, campaign_candidate_id__in=candidate_ids
         ).values_list("campaign_candidate_id", "campaign_candidate__candidate__text")
     )
-    video_key, poster_key, duration, modality, image_key = Clip.objects.values_list(
-        "video_key", "poster_key", "duration", "modality", "image_key"
-    ).get(pk=clip_id)
-    return Offer(
-        assignment_id=repeat_id,
+    media = Clip.objects.values_list(*MEDIA_COLUMNS).get(pk=clip_id)
+    return Offer.of_clip(
+        media,
+        lease=(repeat_id, issued_at, expires_at),
         clip_id=clip_id,
-        video_key=video_key,
-        poster_key=poster_key,
-        duration=duration,
-        modality=modality,
-        image_key=image_key,
-        issued_at=issued_at,
-        expires_at=expires_at,
-        candidates=tuple((candidate_id, texts[candidate_id]) for candidate_id in candidate_ids),
+        candidates=((candidate_id, texts[candidate_id]) for candidate_id in candidate_ids),
         references=clip_references(campaign=campaign, clip_id=clip_id),
     )
 
