@@ -23,20 +23,47 @@ class QuestionInputSerializer(serializers.Serializer):
     levels = serializers.ListField(child=serializers.DictField(), required=False)
 
 
-def _bounds(option: CampaignOption) -> dict[str, Any]:
-    return {
-        key: value
-        for key, value in (("min_value", option.minimum), ("max_value", option.maximum))
-        if value is not None
-    }
-
-
-def _lengths(option: CampaignOption) -> dict[str, Any]:
-    lengths = {"max_length": option.max_length}
+def _rule(option: CampaignOption) -> dict[str, Any]:
+    """The option's rule in the keywords DRF's and Django's fields share: bounds, lengths, digits,
+    choices. (A DECIMAL's maximum is in its digits: 8 digits, 2 places is below 1,000,000.)"""
+    if option.kind == Kind.CHOICE:
+        return {"choices": list(option.choices)}
+    if option.kind == Kind.DECIMAL:
+        return {
+            "min_value": option.minimum,
+            "max_digits": option.max_digits,
+            "decimal_places": option.decimal_places,
+        }
+    rule = {"min_value": option.minimum, "max_value": option.maximum}
+    rule["max_length"] = option.max_length
     # A text that may be empty has no minimum length (its pattern applies once it is given).
     if option.min_length is not None and not option.blank and option.min_length > 1:
-        lengths["min_length"] = option.min_length
-    return {key: value for key, value in lengths.items() if value is not None}
+        rule["min_length"] = option.min_length
+    return {key: value for key, value in rule.items() if value is not None}
+
+
+_SERIALIZER_FIELDS: dict[Kind, type[serializers.Field]] = {
+    Kind.TEXT: serializers.CharField,
+    Kind.CODE: serializers.CharField,
+    Kind.URL: serializers.URLField,
+    Kind.INTEGER: serializers.IntegerField,
+    Kind.NUMBER: serializers.FloatField,
+    Kind.DECIMAL: serializers.DecimalField,
+    Kind.CHOICE: serializers.ChoiceField,
+    Kind.BOOLEAN: serializers.BooleanField,
+    Kind.JSON: serializers.JSONField,
+}
+_FORM_FIELDS: dict[Kind, type[forms.Field]] = {
+    Kind.SLUG: forms.SlugField,
+    Kind.TEXT: forms.CharField,
+    Kind.CODE: forms.CharField,
+    Kind.URL: forms.URLField,
+    Kind.INTEGER: forms.IntegerField,
+    Kind.NUMBER: forms.FloatField,
+    Kind.DECIMAL: forms.DecimalField,
+    Kind.CHOICE: forms.ChoiceField,
+    Kind.BOOLEAN: forms.BooleanField,
+}
 
 
 def option_serializer_field(name: str, *, required: bool = False) -> serializers.Field:
@@ -52,60 +79,28 @@ def option_serializer_field(name: str, *, required: bool = False) -> serializers
             error_messages={"invalid": option.error},
             **common,
         )
-    if option.kind in (Kind.TEXT, Kind.CODE):
-        return serializers.CharField(allow_blank=option.blank, **_lengths(option), **common)
-    if option.kind == Kind.URL:
-        return serializers.URLField(allow_blank=option.blank, **_lengths(option), **common)
-    if option.kind == Kind.INTEGER:
-        return serializers.IntegerField(allow_null=option.nullable, **_bounds(option), **common)
-    if option.kind == Kind.NUMBER:
-        return serializers.FloatField(allow_null=option.nullable, **_bounds(option), **common)
-    if option.kind == Kind.DECIMAL:
-        # The maximum is in the digits (8 digits, 2 places: below 1,000,000).
-        return serializers.DecimalField(
-            max_digits=option.max_digits,
-            decimal_places=option.decimal_places,
-            min_value=option.minimum,
-            **common,
-        )
-    if option.kind == Kind.CHOICE:
-        return serializers.ChoiceField(choices=list(option.choices), **common)
-    if option.kind == Kind.BOOLEAN:
-        return serializers.BooleanField(**common)
     if option.kind == Kind.QUESTIONS:
         return QuestionInputSerializer(many=True, **common)
-    return serializers.JSONField(**common)
+    if option.kind in (Kind.TEXT, Kind.CODE, Kind.URL):
+        common["allow_blank"] = option.blank
+    if option.kind in (Kind.INTEGER, Kind.NUMBER):
+        common["allow_null"] = option.nullable
+    return _SERIALIZER_FIELDS[option.kind](**_rule(option), **common)
 
 
 def option_form_field(name: str, **presentation: Any) -> forms.Field:
     """The dashboard form's field for a setting; `presentation` adds a widget or the like."""
     option = OPTIONS_BY_NAME[name]
+    if option.kind not in _FORM_FIELDS:
+        raise ValueError(f"The dashboard form has no field for {name!r} ({option.kind}).")
+    # An unticked box is absent from a post: a BOOLEAN is never required.
+    optional = option.nullable or option.blank or option.kept_when_absent
     common: dict[str, Any] = {
-        "required": not (option.nullable or option.blank or option.kept_when_absent),
+        "required": not optional and option.kind != Kind.BOOLEAN,
         **({"help_text": option.page_help} if option.page_help else {}),
         **({"label": option.label} if option.label else {}),
         **({"initial": option.default} if option.default is not None else {}),
+        **({"assume_scheme": "https"} if option.kind == Kind.URL else {}),
         **presentation,
     }
-    if option.kind == Kind.SLUG:
-        return forms.SlugField(max_length=option.max_length, **common)
-    if option.kind in (Kind.TEXT, Kind.CODE):
-        return forms.CharField(**_lengths(option), **common)
-    if option.kind == Kind.URL:
-        return forms.URLField(assume_scheme="https", **_lengths(option), **common)
-    if option.kind == Kind.INTEGER:
-        return forms.IntegerField(**_bounds(option), **common)
-    if option.kind == Kind.NUMBER:
-        return forms.FloatField(**_bounds(option), **common)
-    if option.kind == Kind.DECIMAL:
-        return forms.DecimalField(
-            min_value=option.minimum,
-            max_digits=option.max_digits,
-            decimal_places=option.decimal_places,
-            **common,
-        )
-    if option.kind == Kind.CHOICE:
-        return forms.ChoiceField(choices=list(option.choices), **common)
-    if option.kind == Kind.BOOLEAN:
-        return forms.BooleanField(**{**common, "required": False})
-    raise ValueError(f"The dashboard form has no field for {name!r} ({option.kind}).")
+    return _FORM_FIELDS[option.kind](**_rule(option), **common)

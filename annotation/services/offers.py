@@ -6,7 +6,7 @@ it without another query.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NotRequired, TypedDict
@@ -129,26 +129,30 @@ def iso_utc(value: datetime) -> str:
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
+def levels_payload(question: Mapping[str, Any]) -> list[LevelPayload]:
+    """A question's levels as the worker sees them, in ascending value (the rubric's when the
+    question gives none)."""
+    levels = sorted(question.get("levels") or RUBRIC_LEVELS, key=lambda level: level["value"])
+    return [
+        {
+            "value": int(level["value"]),
+            "label": level.get("label", ""),
+            "description": level.get("description", ""),
+        }
+        for level in levels
+    ]
+
+
 def questions_payload(*, campaign: Campaign) -> list[QuestionPayload]:
     """The campaign's questions as the worker API shows them (levels in ascending value)."""
-    questions: list[QuestionPayload] = []
-    for question in campaign.questions:
-        levels = sorted(question.get("levels") or RUBRIC_LEVELS, key=lambda level: level["value"])
-        questions.append(
-            {
-                "key": question["key"],
-                "label": question.get("label") or question["key"],
-                "levels": [
-                    {
-                        "value": int(level["value"]),
-                        "label": level.get("label", ""),
-                        "description": level.get("description", ""),
-                    }
-                    for level in levels
-                ],
-            }
-        )
-    return questions
+    return [
+        {
+            "key": question["key"],
+            "label": question.get("label") or question["key"],
+            "levels": levels_payload(question),
+        }
+        for question in campaign.questions
+    ]
 
 
 def assignment_offer_payload(*, offer: Offer, campaign: Campaign) -> OfferPayload:
