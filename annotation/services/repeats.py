@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import random
 from datetime import datetime, timedelta
-from typing import Any
 
 from annotation.models import (
     Assignment,
@@ -39,6 +38,7 @@ from annotation.models import (
 )
 from annotation.services import crowd_sql as sql
 from annotation.services.offers import MEDIA_COLUMNS, Offer, clip_references
+from annotation.services.ratings import Rating, SubmitResult
 from datasets_app.models import Clip
 
 _random = random.SystemRandom()
@@ -216,9 +216,9 @@ def repeat_for_submit(*, participation_id: int, repeat_id: int) -> Repeat | None
 def repeat_store(
     *,
     repeat: Repeat,
-    ratings: list[dict[str, Any]],
+    ratings: list[Rating],
     digest: str,
-    result: dict[str, Any],
+    result: SubmitResult,
     now: datetime,
 ) -> bool:
     """Mark the repeat submitted (from live or expired: a repeat holds no slot, so a late submit

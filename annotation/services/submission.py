@@ -46,6 +46,7 @@ from annotation.services import crowd_sql as sql
 from annotation.services import repeats
 from annotation.services.assignment import assignment_slots_retake
 from annotation.services.offers import iso_utc
+from annotation.services.ratings import Rating, SubmitResult
 from datasets_app.models import Clip, ClipModality
 
 MAX_CLIENT_MS = 7 * 24 * 3600 * 1000
@@ -92,13 +93,13 @@ class SubmissionTooEarly(SubmissionRefused):
 
 @dataclass(frozen=True)
 class SubmitOutcome:
-    result: dict[str, Any]
+    result: SubmitResult
     created: bool
 
 
 @dataclass(frozen=True)
 class CleanSubmission:
-    ratings: list[dict[str, Any]]  # [{"candidate_id", "values": {key: int}, "reason": str}]
+    ratings: list[Rating]
     active_ms: int | None
     video_played_ms: int | None
 
@@ -160,10 +161,8 @@ def submission_clean(*, campaign: Campaign, candidate_ids: list[int], body: Any)
     )
 
 
-def _ratings_clean(
-    raw_ratings: Any, *, rules: _RatingRules, errors: _Errors
-) -> list[dict[str, Any]]:
-    ratings: list[dict[str, Any]] = []
+def _ratings_clean(raw_ratings: Any, *, rules: _RatingRules, errors: _Errors) -> list[Rating]:
+    ratings: list[Rating] = []
     expected = rules.expected
     if raw_ratings is None:
         errors.fail("ratings", "This field is required.")
@@ -191,9 +190,9 @@ def _ratings_clean(
 
 def _rating_clean(
     item: dict[str, Any], *, path: str, rules: _RatingRules, seen: set[int], errors: _Errors
-) -> dict[str, Any]:
+) -> Rating:
     """One rating: its candidate (each once), a level for every question, and its reason."""
-    candidate_id = item.get("candidate_id")
+    candidate_id: Any = item.get("candidate_id")  # checked below; only a clean one escapes
     if candidate_id is None:
         errors.fail(f"{path}.candidate_id", "This field is required.")
     elif not _is_int(candidate_id):
@@ -378,7 +377,7 @@ def _refuse_too_early(
         raise SubmissionTooEarly(minimum=minimum, elapsed=max(0.0, elapsed))
 
 
-def _result(*, assignment_id: int, count: int, now: datetime) -> dict[str, Any]:
+def _result(*, assignment_id: int, count: int, now: datetime) -> SubmitResult:
     return {
         "assignment_id": assignment_id,
         "status": AssignmentStatus.SUBMITTED.value,
@@ -535,7 +534,7 @@ def _rows(
     clean: CleanSubmission,
     digest: str,
     now: datetime,
-) -> tuple[dict[str, Any], list[Any], list[list[Any]]]:
+) -> tuple[SubmitResult, list[Any], list[list[Any]]]:
     """The result body, the parameters that mark the assignment submitted (without the status it
     must have), and one row of column values per judgment."""
     count = len(clean.ratings)
