@@ -12,8 +12,8 @@ pipeline has processed them. `--clips N` prefers clips that are already servable
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TypedDict, cast
 
 from django.db import connection, transaction
 from django.db.models import (
@@ -66,7 +66,22 @@ class CampaignInvalid(Exception):
 # --- validation --------------------------------------------------------------------------------
 
 
-def questions_clean(questions: Any, *, rubric: str = Rubric.PER_CRITERION) -> list[dict[str, Any]]:
+class Level(TypedDict):
+    value: int  # 0–100, distinct within a question
+    label: str
+    description: str
+
+
+class Question(TypedDict):
+    """A rating question as a campaign stores it: its levels are always the rubric's."""
+
+    key: str
+    label: str
+    help: str
+    levels: list[Level]  # best first
+
+
+def questions_clean(questions: Any, *, rubric: str = Rubric.PER_CRITERION) -> list[Question]:
     """Validate rating questions. The rubric sets the levels (`annotation.questions`): the paper's
     and the per-criterion rubric give every question theirs (levels given with a question must be
     those), a custom rubric takes the levels each question gives."""
@@ -74,7 +89,7 @@ def questions_clean(questions: Any, *, rubric: str = Rubric.PER_CRITERION) -> li
         raise CampaignInvalid({"questions": ["Give a non-empty list of questions."]})
     if len(questions) > 10:
         raise CampaignInvalid({"questions": ["At most 10 questions."]})
-    cleaned: list[dict[str, Any]] = []
+    cleaned: list[Question] = []
     keys: set[str] = set()
     for index, question in enumerate(questions):
         where = f"questions[{index}]"
@@ -95,7 +110,12 @@ def questions_clean(questions: Any, *, rubric: str = Rubric.PER_CRITERION) -> li
         if not isinstance(help_text, str) or len(help_text) > 1000:
             raise CampaignInvalid({f"{where}.help": ["A text of at most 1000 characters."]})
         clean_levels = _levels_clean(question.get("levels"), where=where)
-        given = rubric_levels(rubric, key) if rubric != Rubric.CUSTOM else None
+        # The rubrics' levels have the stored shape (annotation.questions).
+        given = (
+            cast("list[Level] | None", rubric_levels(rubric, key))
+            if rubric != Rubric.CUSTOM
+            else None
+        )
         if rubric == Rubric.CUSTOM and clean_levels is None:
             raise CampaignInvalid(
                 {f"{where}.levels": ["With the custom rubric every question gives its levels."]}
@@ -116,13 +136,13 @@ def questions_clean(questions: Any, *, rubric: str = Rubric.PER_CRITERION) -> li
     return cleaned
 
 
-def _levels_clean(levels: Any, *, where: str) -> list[dict[str, Any]] | None:
+def _levels_clean(levels: Any, *, where: str) -> list[Level] | None:
     """A question's levels, validated and best first; None when it gives none."""
     if not levels:
         return None
     if not isinstance(levels, list) or not 2 <= len(levels) <= 11:
         raise CampaignInvalid({f"{where}.levels": ["Give between 2 and 11 levels."]})
-    clean_levels: list[dict[str, Any]] = []
+    clean_levels: list[Level] = []
     values: set[int] = set()
     for level in levels:
         value = level.get("value") if isinstance(level, dict) else None
@@ -142,7 +162,7 @@ def _levels_clean(levels: Any, *, where: str) -> list[dict[str, Any]] | None:
     return clean_levels
 
 
-def questions_without_levels(questions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def questions_without_levels(questions: Iterable[Mapping[str, object]]) -> list[dict[str, object]]:
     """The questions as a curator edits them under a rubric that sets the levels."""
     return [{key: value for key, value in q.items() if key != "levels"} for q in questions]
 
@@ -221,7 +241,7 @@ def campaign_create(
     *,
     slug: str,
     name: str,
-    questions: list[dict[str, Any]] | None = None,
+    questions: Sequence[Mapping[str, object]] | None = None,
     judgments_per_candidate: int = 3,
     reference_free: bool = False,
     import_batch_ids: Iterable[int] | None = None,
@@ -259,7 +279,7 @@ def campaign_create(
         clip_vatex_ids=clip_list,
         clip_limit=clip_limit,
     )
-    selection: dict[str, Any] = {
+    selection: dict[str, list[int] | list[str] | int | None] = {
         "import_batch_ids": batch_ids,
         "systems": systems,
         "clips": clip_list,
