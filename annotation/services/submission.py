@@ -308,6 +308,19 @@ _SUBMIT_COMBINED = (
 _ENDED = "Your participation in this campaign has ended, so this submission was not stored."
 
 
+@dataclass(frozen=True)
+class _Submit:
+    """One assignment's submit, checked, on its way to the database."""
+
+    participation: Participation
+    assignment_id: int
+    campaign_id: int
+    issued_at: datetime
+    clean: CleanSubmission
+    digest: str
+    now: datetime
+
+
 class _SlowPath(Exception):
     """Internal: the one-statement submit did not apply; roll back and take the detailed path."""
 
@@ -343,20 +356,20 @@ def assignment_submit(
         now=now,
         clip_id=lambda: Assignment.objects.values_list("clip_id", flat=True).get(pk=assignment_id),
     )
-    arguments = {
-        "participation": participation,
-        "assignment_id": assignment_id,
-        "campaign_id": campaign_id,
-        "issued_at": issued_at,
-        "clean": clean,
-        "digest": digest,
-        "now": now,
-    }
+    submit = _Submit(
+        participation=participation,
+        assignment_id=assignment_id,
+        campaign_id=campaign_id,
+        issued_at=issued_at,
+        clean=clean,
+        digest=digest,
+        now=now,
+    )
     try:
         with contextlib.suppress(_SlowPath), transaction.atomic():
-            return _store_combined(**arguments)
+            return _store_combined(submit)
         with transaction.atomic():
-            return _store(**arguments)
+            return _store(submit)
     except IntegrityError:
         # The last line of defence (one judgment per worker and candidate) fired: nothing stored.
         raise SubmissionRefused("These ratings conflict with ratings already stored.")
@@ -423,50 +436,33 @@ def _repeat_submit(
     )
 
 
-def _store(
-    *,
-    participation: Participation,
-    assignment_id: int,
-    campaign_id: int,
-    issued_at: datetime,
-    clean: CleanSubmission,
-    digest: str,
-    now: datetime,
-) -> SubmitOutcome:
+def _store(submit: _Submit) -> SubmitOutcome:
     # Lock order: participation, then assignment (see services.assignment). The counter update is
     # the participation lock; it is rolled back with everything else if the submit is refused.
     locked = sql.execute(
         _COUNT_SUBMISSION,
         [
-            clean.active_ms or 0,
-            now,
-            participation.pk,
+            submit.clean.active_ms or 0,
+            submit.now,
+            submit.participation.pk,
             ParticipationStatus.EXCLUDED.value,
         ],
     )
     if not locked:
         raise SubmissionRefused(_ENDED, status=403)
-    result, mark, judgment_rows = _rows(
-        participation=participation,
-        assignment_id=assignment_id,
-        campaign_id=campaign_id,
-        issued_at=issued_at,
-        clean=clean,
-        digest=digest,
-        now=now,
-    )
+    result, mark, judgment_rows = _rows(submit)
     # The slow path (the one-statement attempt did not apply): usually the lease has expired or a
     # concurrent submit got there first, but its state may have moved since that attempt, so the
     # live case is tried first. The row lock the UPDATE takes serialises concurrent submits.
     if not sql.execute(_MARK_SUBMITTED, [*mark, AssignmentStatus.LIVE.value]):
-        assignment = Assignment.objects.select_for_update().get(pk=assignment_id)
+        assignment = Assignment.objects.select_for_update().get(pk=submit.assignment_id)
         if assignment.status == AssignmentStatus.SUBMITTED:
             # A concurrent request got here first.
             transaction.set_rollback(True)
             return _replay(
                 stored_digest=assignment.submission_digest,
                 stored_result=assignment.result,
-                digest=digest,
+                digest=submit.digest,
             )
         # Expired: accepted only if every slot can be taken again.
         if not assignment_slots_retake(assignment=assignment):
@@ -481,37 +477,20 @@ def _store(
         f"INSERT INTO {sql.T_JUDGMENT} ({_JUDGMENT_COLUMNS}) VALUES {rows}",
         [value for row in judgment_rows for value in row],
     )
-    after_submission_schedule(campaign_id=campaign_id, assignment_id=assignment_id)
+    after_submission_schedule(campaign_id=submit.campaign_id, assignment_id=submit.assignment_id)
     return SubmitOutcome(result=result, created=True)
 
 
-def _store_combined(
-    *,
-    participation: Participation,
-    assignment_id: int,
-    campaign_id: int,
-    issued_at: datetime,
-    clean: CleanSubmission,
-    digest: str,
-    now: datetime,
-) -> SubmitOutcome:
-    result, mark, judgment_rows = _rows(
-        participation=participation,
-        assignment_id=assignment_id,
-        campaign_id=campaign_id,
-        issued_at=issued_at,
-        clean=clean,
-        digest=digest,
-        now=now,
-    )
+def _store_combined(submit: _Submit) -> SubmitOutcome:
+    result, mark, judgment_rows = _rows(submit)
     inserted = sql.execute(
         _SUBMIT_COMBINED.format(
             rows=", ".join([sql.row_casts(sql.JudgmentRow)] * len(judgment_rows))
         ),
         [
-            clean.active_ms or 0,
-            now,
-            participation.pk,
+            submit.clean.active_ms or 0,
+            submit.now,
+            submit.participation.pk,
             ParticipationStatus.EXCLUDED.value,
             *mark,
             AssignmentStatus.LIVE.value,
@@ -521,50 +500,43 @@ def _store_combined(
     )
     if inserted != len(judgment_rows):
         raise _SlowPath()
-    after_submission_schedule(campaign_id=campaign_id, assignment_id=assignment_id)
+    after_submission_schedule(campaign_id=submit.campaign_id, assignment_id=submit.assignment_id)
     return SubmitOutcome(result=result, created=True)
 
 
-def _rows(
-    *,
-    participation: Participation,
-    assignment_id: int,
-    campaign_id: int,
-    issued_at: datetime,
-    clean: CleanSubmission,
-    digest: str,
-    now: datetime,
-) -> tuple[SubmitResult, list[Any], list[list[Any]]]:
+def _rows(submit: _Submit) -> tuple[SubmitResult, list[Any], list[list[Any]]]:
     """The result body, the parameters that mark the assignment submitted (without the status it
     must have), and one row of column values per judgment."""
-    count = len(clean.ratings)
-    server_ms = max(0, int((now - issued_at).total_seconds() * 1000))
-    result = _result(assignment_id=assignment_id, count=count, now=now)
+    count = len(submit.clean.ratings)
+    server_ms = max(0, int((submit.now - submit.issued_at).total_seconds() * 1000))
+    result = _result(assignment_id=submit.assignment_id, count=count, now=submit.now)
     mark = [
         AssignmentStatus.SUBMITTED.value,
-        now,
-        digest,
+        submit.now,
+        submit.digest,
         sql.db_json(Assignment, "result", result),
         server_ms,
-        clean.active_ms,
-        clean.video_played_ms,
-        assignment_id,
+        submit.clean.active_ms,
+        submit.clean.video_played_ms,
+        submit.assignment_id,
     ]
-    created_at = now
+    created_at = submit.now
     empty_detail = sql.db_json(Judgment, "exclusion_detail", {})
     judgment_rows = [
         sql.row_values(
             sql.JudgmentRow(
-                campaign_id=campaign_id,
+                campaign_id=submit.campaign_id,
                 campaign_candidate_id=rating["candidate_id"],
-                participation_id=participation.pk,
-                assignment_id=assignment_id,
+                participation_id=submit.participation.pk,
+                assignment_id=submit.assignment_id,
                 values=sql.db_json(Judgment, "values", rating["values"]),
                 reason=rating["reason"],
                 source=JudgmentSource.CROWD.value,
                 server_ms=server_ms // count,
-                client_active_ms=None if clean.active_ms is None else clean.active_ms // count,
-                client_video_played_ms=clean.video_played_ms,
+                client_active_ms=None
+                if submit.clean.active_ms is None
+                else submit.clean.active_ms // count,
+                client_video_played_ms=submit.clean.video_played_ms,
                 created_at=created_at,
                 is_excluded=False,
                 excluded_by="",
@@ -572,6 +544,6 @@ def _rows(
                 exclusion_detail=empty_detail,
             )
         )
-        for rating in clean.ratings
+        for rating in submit.clean.ratings
     ]
     return result, mark, judgment_rows
