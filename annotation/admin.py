@@ -5,14 +5,15 @@ from typing import Any
 from django import forms
 from django.contrib import admin
 
-from annotation.crowd.services.campaigns import (
+from annotation.crowd.campaign_option_fields import option_form_field
+from annotation.crowd.campaign_options import (
     ARGUMENT_FIELDS,
     CAMPAIGN_FIELDS,
     FROZEN_ONCE_RATED,
     KEPT_WHEN_ABSENT,
     OPTION_FIELDS,
-    RETEST_GAP_MAX,
-    RETEST_SHARE_MAX,
+)
+from annotation.crowd.services.campaigns import (
     CampaignInvalid,
     campaign_create,
     campaign_has_crowd_judgments,
@@ -29,7 +30,6 @@ from annotation.models import (
     Campaign,
     CampaignCandidate,
     CampaignClip,
-    ErasureMode,
     Judgment,
     Participation,
     QCRun,
@@ -45,12 +45,14 @@ from datasets_app.models import ImportBatch
 class CampaignAdminForm(forms.ModelForm):
     """Edits go through `campaign_update` (frozen fields, quota changes with counters)."""
 
-    redirect_url = forms.URLField(max_length=500, required=False, assume_scheme="https")
-    screen_out_redirect_url = forms.URLField(max_length=500, required=False, assume_scheme="https")
+    # The settings' rules (`annotation.crowd.campaign_options`); the admin shows no page help or initial.
+    redirect_url = option_form_field("redirect_url", help_text="")
+    screen_out_redirect_url = option_form_field("screen_out_redirect_url", help_text="")
     # Absent from a post: the campaign keeps its setting (the model's default when new).
-    erasure_mode = forms.ChoiceField(choices=ErasureMode.choices, required=False)
-    retest_share = forms.FloatField(min_value=0, max_value=RETEST_SHARE_MAX, required=False)
-    retest_min_gap = forms.IntegerField(min_value=1, max_value=RETEST_GAP_MAX, required=False)
+    erasure_mode = option_form_field("erasure_mode", initial=None, label=None, help_text="")
+    retest_share = option_form_field("retest_share", initial=None, help_text="")
+    retest_min_gap = option_form_field("retest_min_gap", initial=None, help_text="")
+    # An imported campaign shows its own rubric here, so every rubric is a choice.
     rubric = forms.ChoiceField(choices=Rubric.choices, required=False)
 
     class Meta:

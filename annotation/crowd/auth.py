@@ -12,7 +12,7 @@ excluded worker again; see `annotation.crowd.services.workers`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django.contrib.auth.models import AnonymousUser
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
@@ -21,11 +21,8 @@ from rest_framework.authentication import BaseAuthentication
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
-from annotation.crowd.services.workers import (
-    participation_by_token,
-    screen_out_payload,
-    worker_token_problem,
-)
+from annotation.crowd.services.screen_out import ScreenOut, screen_out_payload
+from annotation.crowd.services.workers import participation_by_token, worker_token_problem
 from annotation.models import Participation, ParticipationStatus
 
 KEYWORD = "Worker"
@@ -37,9 +34,10 @@ class ScreenedOut(exceptions.APIException):
     status_code = 403
     default_code = "screened_out"
 
-    def __init__(self, payload: dict[str, Any]) -> None:
+    def __init__(self, payload: ScreenOut) -> None:
         super().__init__()
-        self.detail = payload  # rendered as is (DRF keeps a dict detail as the body)
+        # Rendered as is (DRF keeps a dict detail as the body); its stubs type a detail's values.
+        self.detail = cast("dict[str, Any]", payload)
 
 
 class WorkerTokenAuthentication(BaseAuthentication):

@@ -167,7 +167,6 @@ def participant_erase(
         locked = Worker.objects.select_for_update().filter(pk=worker.pk).first()
         if locked is None:  # erased meanwhile (a second click): nothing is left to erase
             return outcome
-        external_id = locked.external_id
         participations = list(
             Participation.objects.select_for_update()
             .select_related("campaign")
@@ -182,53 +181,14 @@ def participant_erase(
             outcome.mode_by_campaign[campaign.slug] = campaign.erasure_mode
             outcome.participations += 1
             if dry_run:
-                judgments = Judgment.objects.filter(participation=participation)
-                if campaign.erasure_mode == ErasureMode.PSEUDONYMISE:
-                    outcome.judgments_pseudonymised += judgments.count()
-                else:
-                    outcome.judgments_deleted += judgments.count()
-                outcome.reasons_erased += judgments.exclude(reason="").count()
+                _erasure_count(participation, campaign, outcome)
                 continue
-            # Before the id goes: the person may not join this campaign again (an exclusion
-            # must outlive the erasure, and nobody may rate a clip twice).
-            barred_identity_record(
-                campaign=campaign,
-                platform=locked.platform,
-                external_id=external_id,
-                reason=(
-                    BarReason.EXCLUDED
-                    if participation.status == ParticipationStatus.EXCLUDED
-                    else BarReason.ERASED
-                ),
-            )
-            participation_leases_return(participation=participation)
-            if campaign.erasure_mode == ErasureMode.PSEUDONYMISE:
-                count, reasons, candidates = _erase_pseudonymise(participation, external_id)
-                outcome.judgments_pseudonymised += count
-                after = {"judgments_kept_under_pseudonym": count}
-            else:
-                count, reasons, candidates = _erase_delete(participation, campaign)
-                outcome.judgments_deleted += count
-                after = {"judgments_deleted": count}
-            outcome.reasons_erased += reasons
-            touched[campaign.pk] |= candidates
-            _scrub_notes(campaign, external_id)
-            AuditEntry.objects.create(
-                campaign=campaign,
-                actor=actor if getattr(actor, "pk", None) else None,
-                action=ReviewAction.ERASE_PARTICIPANT,
-                target=f"worker:{participation.pk}",
-                after={
-                    "mode": campaign.erasure_mode,
-                    "requested_by": requested_by,
-                    "reasons_erased": reasons,
-                    **after,
-                },
-            )
-            webhooks.emit(
-                "participant.erased",
-                {"mode": campaign.erasure_mode, "requested_by": requested_by, **after},
-                campaign.pk,
+            touched[campaign.pk] |= _participation_erase(
+                participation,
+                worker=locked,
+                actor=actor,
+                requested_by=requested_by,
+                outcome=outcome,
             )
         if not dry_run and not Participation.objects.filter(worker=locked).exists():
             locked.delete()
@@ -236,6 +196,74 @@ def participant_erase(
         if candidate_ids:
             aggregation_recompute(campaign=campaigns[campaign_id], candidate_ids=candidate_ids)
     return outcome
+
+
+def _erasure_count(
+    participation: Participation, campaign: Campaign, outcome: ErasureOutcome
+) -> None:
+    """A dry run: count what erasing the participation would delete or pseudonymise."""
+    judgments = Judgment.objects.filter(participation=participation)
+    if campaign.erasure_mode == ErasureMode.PSEUDONYMISE:
+        outcome.judgments_pseudonymised += judgments.count()
+    else:
+        outcome.judgments_deleted += judgments.count()
+    outcome.reasons_erased += judgments.exclude(reason="").count()
+
+
+def _participation_erase(
+    participation: Participation,
+    *,
+    worker: Worker,
+    actor: Any,
+    requested_by: str,
+    outcome: ErasureOutcome,
+) -> set[int]:
+    """Erase one participation of the locked `worker` by its campaign's mode, audit it and tell
+    the webhooks; returns the campaign candidates whose aggregates must be recomputed."""
+    campaign = participation.campaign
+    external_id = worker.external_id
+    # Before the id goes: the person may not join this campaign again (an exclusion
+    # must outlive the erasure, and nobody may rate a clip twice).
+    barred_identity_record(
+        campaign=campaign,
+        platform=worker.platform,
+        external_id=external_id,
+        reason=(
+            BarReason.EXCLUDED
+            if participation.status == ParticipationStatus.EXCLUDED
+            else BarReason.ERASED
+        ),
+    )
+    participation_leases_return(participation=participation)
+    after: dict[str, int]
+    if campaign.erasure_mode == ErasureMode.PSEUDONYMISE:
+        count, reasons, candidates = _erase_pseudonymise(participation, external_id)
+        outcome.judgments_pseudonymised += count
+        after = {"judgments_kept_under_pseudonym": count}
+    else:
+        count, reasons, candidates = _erase_delete(participation, campaign)
+        outcome.judgments_deleted += count
+        after = {"judgments_deleted": count}
+    outcome.reasons_erased += reasons
+    _scrub_notes(campaign, external_id)
+    AuditEntry.objects.create(
+        campaign=campaign,
+        actor=actor if getattr(actor, "pk", None) else None,
+        action=ReviewAction.ERASE_PARTICIPANT,
+        target=f"worker:{participation.pk}",
+        after={
+            "mode": campaign.erasure_mode,
+            "requested_by": requested_by,
+            "reasons_erased": reasons,
+            **after,
+        },
+    )
+    webhooks.emit(
+        "participant.erased",
+        {"mode": campaign.erasure_mode, "requested_by": requested_by, **after},
+        campaign.pk,
+    )
+    return candidates
 
 
 def _scrub_notes(campaign: Campaign, external_id: str) -> None:

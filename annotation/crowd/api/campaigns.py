@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from decimal import Decimal
 from typing import Any
 
 from django.shortcuts import get_object_or_404
@@ -13,13 +12,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from annotation.crowd.campaign_option_fields import option_serializer_field
+from annotation.crowd.campaign_options import CAMPAIGN_FIELDS, INTEGER_MAX, OPTIONS_BY_NAME
 from annotation.crowd.services.campaigns import (
-    CAMPAIGN_FIELDS,
-    CHOSEN_RUBRICS,
-    RETEST_GAP_MAX,
-    RETEST_SHARE_MAX,
-    SLUG_HELP,
-    SLUG_PATTERN,
     CampaignInvalid,
     campaign_create,
     campaign_delete,
@@ -30,8 +25,7 @@ from annotation.crowd.services.payments import payments_rows, payments_total
 from annotation.crowd.services.workers import invite_create, invite_url_path
 from annotation.figures import campaigns_with_figures
 from annotation.figures_serializer import CampaignFiguresSerializer
-from annotation.models import Campaign, CampaignStatus, ErasureMode
-from annotation.questions import Rubric
+from annotation.models import Campaign
 from common.api import ErrorSerializer, FieldErrorsSerializer
 
 
@@ -66,122 +60,52 @@ class CampaignSerializer(serializers.ModelSerializer):
         return f"/w/{campaign.slug}/"
 
 
-# The model's column bounds (PositiveSmallIntegerField, PositiveIntegerField, bigint ids): a larger
-# value used to pass validation and fail in PostgreSQL with a 500.
-SMALL_INTEGER_MAX = 32767
-INTEGER_MAX = 2**31 - 1
+# Bigint ids of the candidate selection (a larger value used to pass validation and fail in
+# PostgreSQL with a 500).
 BIG_INTEGER_MAX = 2**63 - 1
 
 
-# The rubrics a curator may choose (the campaign's read-only field also shows `imported`).
-RUBRIC_INPUT_CHOICES = [(value, Rubric(value).label) for value in CHOSEN_RUBRICS]
+# The rubrics a curator may choose (the campaign's read-only field also shows `imported`); named
+# for the schema's RubricInputEnum (settings.SPECTACULAR_SETTINGS).
+RUBRIC_INPUT_CHOICES = list(OPTIONS_BY_NAME["rubric"].choices)
 
 
-class QuestionInputSerializer(serializers.Serializer):
-    key = serializers.CharField()
-    label = serializers.CharField(required=False)  # type: ignore[assignment]
-    help = serializers.CharField(required=False, allow_blank=True)
-    levels = serializers.ListField(child=serializers.DictField(), required=False)
-
-
+# Each setting's field is derived from its rule (`annotation.crowd.campaign_options`); only the order
+# is written here (the schema's).
 class CampaignOptionsSerializer(serializers.Serializer):
-    name = serializers.CharField(max_length=200, required=False)
-    description = serializers.CharField(required=False, allow_blank=True)
-    instructions = serializers.CharField(required=False, allow_blank=True)
-    status = serializers.ChoiceField(choices=CampaignStatus.choices, required=False)
-    questions = QuestionInputSerializer(many=True, required=False)
-    rubric = serializers.ChoiceField(
-        choices=RUBRIC_INPUT_CHOICES,
-        required=False,
-        help_text="Whose words describe each question's levels: per_criterion (the default; "
-        "Lepus's own wording for each question), paper (the Rigel paper's Appendix C holistic "
-        "rubric, the same for every question) or custom (each question gives its levels). "
-        "Frozen once workers have submitted judgments.",
-    )
-    overall_question_key = serializers.CharField(required=False, allow_blank=True)
-    judgments_per_candidate = serializers.IntegerField(min_value=1, max_value=100, required=False)
-    reference_free = serializers.BooleanField(required=False)
-    lease_seconds = serializers.IntegerField(min_value=30, max_value=INTEGER_MAX, required=False)
-    min_seconds_on_clip = serializers.IntegerField(
-        min_value=0, max_value=INTEGER_MAX, required=False
-    )
-    reason_required_at_or_below = serializers.IntegerField(
-        min_value=0, max_value=SMALL_INTEGER_MAX, required=False, allow_null=True
-    )
-    max_assignments_per_worker = serializers.IntegerField(
-        min_value=1, max_value=INTEGER_MAX, required=False, allow_null=True
-    )
-    retest_share = serializers.FloatField(
-        min_value=0,
-        max_value=RETEST_SHARE_MAX,
-        required=False,
-        help_text="Test-retest: share of each worker's submitted clips served to them again "
-        "later in their session, unannounced (0 = off). Repeats take no quota slot, are not "
-        "paid and never count as judgments.",
-    )
-    retest_min_gap = serializers.IntegerField(
-        min_value=1,
-        max_value=RETEST_GAP_MAX,
-        required=False,
-        help_text="Test-retest: at least this many other clips between a clip and its repeat.",
-    )
-    control_rate = serializers.FloatField(min_value=0, max_value=1, required=False)
-    control_settings = serializers.JSONField(required=False)
-    qc_rules = serializers.JSONField(required=False)
-    review_range_threshold = serializers.IntegerField(
-        min_value=1, max_value=SMALL_INTEGER_MAX, required=False
-    )
-    pay_per_assignment = serializers.DecimalField(
-        max_digits=8, decimal_places=2, min_value=Decimal("0"), required=False
-    )
-    currency = serializers.CharField(min_length=3, max_length=3, required=False)
-    completion_code = serializers.CharField(max_length=100, required=False, allow_blank=True)
-    redirect_url = serializers.URLField(max_length=500, required=False, allow_blank=True)
-    screen_out_code = serializers.CharField(
-        max_length=100,
-        required=False,
-        allow_blank=True,
-        help_text="Shown to a worker excluded by quality control (e.g. Prolific's 'screened "
-        "out' completion code).",
-    )
-    screen_out_redirect_url = serializers.URLField(
-        max_length=500,
-        required=False,
-        allow_blank=True,
-        help_text="Where a worker excluded by quality control is sent (https; e.g. Prolific's "
-        "completion URL with the screened-out code). MTurk workers are told to return the HIT.",
-    )
-    prolific_study_id = serializers.CharField(
-        max_length=24,
-        required=False,
-        allow_blank=True,
-        help_text="Bind the campaign to this Prolific study: joins carrying another STUDY_ID, or "
-        "from MTurk, are refused. Blank: no binding.",
-    )
-    mturk_hit_id = serializers.CharField(
-        max_length=64,
-        required=False,
-        allow_blank=True,
-        help_text="Bind the campaign to this MTurk HIT: joins carrying another hitId, or from "
-        "Prolific, are refused. Blank: no binding.",
-    )
-    erasure_mode = serializers.ChoiceField(
-        choices=ErasureMode.choices,
-        required=False,
-        help_text="What erasing a participant does to their judgments: delete them, or keep them "
-        "under a random pseudonym. Platform ids and free text are deleted either way; the "
-        "consent text tells workers which applies.",
-    )
+    name = option_serializer_field("name")
+    description = option_serializer_field("description")
+    instructions = option_serializer_field("instructions")
+    status = option_serializer_field("status")
+    questions = option_serializer_field("questions")
+    rubric = option_serializer_field("rubric")
+    overall_question_key = option_serializer_field("overall_question_key")
+    judgments_per_candidate = option_serializer_field("judgments_per_candidate")
+    reference_free = option_serializer_field("reference_free")
+    lease_seconds = option_serializer_field("lease_seconds")
+    min_seconds_on_clip = option_serializer_field("min_seconds_on_clip")
+    reason_required_at_or_below = option_serializer_field("reason_required_at_or_below")
+    max_assignments_per_worker = option_serializer_field("max_assignments_per_worker")
+    retest_share = option_serializer_field("retest_share")
+    retest_min_gap = option_serializer_field("retest_min_gap")
+    control_rate = option_serializer_field("control_rate")
+    control_settings = option_serializer_field("control_settings")
+    qc_rules = option_serializer_field("qc_rules")
+    review_range_threshold = option_serializer_field("review_range_threshold")
+    pay_per_assignment = option_serializer_field("pay_per_assignment")
+    currency = option_serializer_field("currency")
+    completion_code = option_serializer_field("completion_code")
+    redirect_url = option_serializer_field("redirect_url")
+    screen_out_code = option_serializer_field("screen_out_code")
+    screen_out_redirect_url = option_serializer_field("screen_out_redirect_url")
+    prolific_study_id = option_serializer_field("prolific_study_id")
+    mturk_hit_id = option_serializer_field("mturk_hit_id")
+    erasure_mode = option_serializer_field("erasure_mode")
 
 
 class CampaignCreateSerializer(CampaignOptionsSerializer):
-    slug = serializers.RegexField(
-        SLUG_PATTERN,
-        max_length=100,
-        error_messages={"invalid": SLUG_HELP},
-        help_text=SLUG_HELP,
-    )
-    name = serializers.CharField(max_length=200)
+    slug = option_serializer_field("slug", required=True)
+    name = option_serializer_field("name", required=True)
     import_batch_ids = serializers.ListField(
         child=serializers.IntegerField(min_value=1, max_value=BIG_INTEGER_MAX), required=False
     )

@@ -24,11 +24,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from annotation.crowd.auth import IsWorker, ScreenedOut, WorkerTokenAuthentication
-from annotation.crowd.services.assignment import (
-    assignment_claim_next,
-    assignment_offer_payload,
-    participation_progress,
-)
+from annotation.crowd.services.assignment import assignment_claim_next
+from annotation.crowd.services.offers import assignment_offer_payload
+from annotation.crowd.services.progress import participation_progress
+from annotation.crowd.services.screen_out import screen_out_payload
 from annotation.crowd.services.submission import (
     AssignmentNotFound,
     SubmissionInvalid,
@@ -40,7 +39,6 @@ from annotation.crowd.services.workers import (
     BROWSER_KEY_MAX_CHARS,
     JoinRefused,
     participation_excluded,
-    screen_out_payload,
     worker_join,
 )
 from annotation.models import Campaign, Participation

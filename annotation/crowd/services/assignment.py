@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import functools
 import random
-from collections.abc import Iterable
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple
 
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, F, OuterRef, Q, QuerySet
+from django.db.models import F
 from django.utils import timezone
 
 from annotation.crowd.services import crowd_sql as sql
@@ -48,45 +48,12 @@ from annotation.models import (
     Participation,
     ParticipationStatus,
 )
-from annotation.questions import RUBRIC_LEVELS
-from common import storage
-from datasets_app.models import ClipModality, ClipStatus
+from datasets_app.models import ClipStatus
 
 # How many clips one claim may find already full (counter drift repaired on the way) or lose to a
 # constraint race before it gives up and answers "nothing for you now".
 _CLAIM_ATTEMPTS = 5
 _shuffle = random.SystemRandom().shuffle
-
-
-# --- selectors ---------------------------------------------------------------------------------
-
-
-def clips_open_for(*, participation: Participation) -> QuerySet[CampaignClip]:
-    """Clips of the participation's campaign that could be served to it now: servable video (or
-    still image), open slots, and never given to this worker before."""
-    return (
-        CampaignClip.objects.filter(
-            campaign_id=participation.campaign_id,
-            open_slots__gt=0,
-            clip__status=ClipStatus.READY,
-        )
-        .filter(~Q(clip__video_key="") | ~Q(clip__image_key=""))
-        .exclude(
-            Exists(
-                Assignment.objects.filter(
-                    participation_id=participation.pk, clip_id=OuterRef("clip_id")
-                )
-            )
-        )
-    )
-
-
-def participation_live_assignment(*, participation: Participation) -> Assignment | None:
-    return (
-        Assignment.objects.filter(participation_id=participation.pk, status=AssignmentStatus.LIVE)
-        .order_by("-id")
-        .first()
-    )
 
 
 # --- claiming ----------------------------------------------------------------------------------
@@ -177,6 +144,22 @@ def _new_lease(candidates: int) -> str:
     )
 
 
+class _LiveRow(NamedTuple):
+    """What steps 1 + 2 read: the worker's submitted count and its live lease, if any."""
+
+    submitted: int
+    assignment_id: int | None
+    campaign_id: int
+    clip_id: int
+    issued_at: datetime
+    expires_at: datetime
+    video_key: str
+    poster_key: str
+    duration: float | None
+    modality: str
+    image_key: str
+
+
 def _claim(*, participation: Participation, campaign: Campaign, now: datetime) -> Offer | None:
     # 1. Lock the participation (serialises one worker's concurrent requests; re-checks status).
     # 2. Read its live lease. No row lock is needed on it: a submit of the same worker waits for
@@ -189,40 +172,11 @@ def _claim(*, participation: Participation, campaign: Campaign, now: datetime) -
     )
     if row is None:
         return None
-    (
-        done,
-        live_id,
-        campaign_id,
-        clip_id,
-        issued_at,
-        expires_at,
-        video_key,
-        poster_key,
-        duration,
-        modality,
-        image_key,
-    ) = row
-    if live_id is not None:
-        if expires_at > now:
-            return Offer(
-                assignment_id=live_id,
-                clip_id=clip_id,
-                video_key=video_key,
-                poster_key=poster_key,
-                duration=duration,
-                modality=modality,
-                image_key=image_key,
-                issued_at=issued_at,
-                expires_at=expires_at,
-                candidates=tuple(sql.fetchall(_OFFERED, [live_id])),
-                references=offers.clip_references(campaign=campaign, clip_id=clip_id),
-            )
-        if (
-            Assignment.objects.select_for_update()
-            .filter(pk=live_id, status=AssignmentStatus.LIVE)
-            .exists()
-        ):
-            _expire_locked(assignment_id=live_id, campaign_id=campaign_id, clip_id=clip_id)
+    live = _LiveRow(*row)
+    if live.assignment_id is not None:
+        if live.expires_at > now:
+            return _live_offer(live=live, campaign=campaign)
+        _live_lease_expire(live=live)
     retest = bool(campaign.retest_share)
     if retest:
         live_repeat = repeats.repeat_live_claim(
@@ -232,9 +186,44 @@ def _claim(*, participation: Participation, campaign: Campaign, now: datetime) -
             return live_repeat
 
     maximum = campaign.max_assignments_per_worker
-    if maximum is not None and done >= maximum:
+    if maximum is not None and live.submitted >= maximum:
         return None
+    return _fresh_claim(
+        participation=participation, campaign=campaign, submitted=live.submitted, now=now
+    )
 
+
+def _live_offer(*, live: _LiveRow, campaign: Campaign) -> Offer:
+    """The unexpired lease handed back as it is (a page reload burns nothing)."""
+    assert live.assignment_id is not None
+    return Offer.of_clip(
+        live[6:11],
+        lease=(live.assignment_id, live.issued_at, live.expires_at),
+        clip_id=live.clip_id,
+        candidates=sql.fetchall(_OFFERED, [live.assignment_id]),
+        references=offers.clip_references(campaign=campaign, clip_id=live.clip_id),
+    )
+
+
+def _live_lease_expire(*, live: _LiveRow) -> None:
+    """The lease's time is up: return its slots, unless the sweeper got there first."""
+    assignment_id = live.assignment_id
+    assert assignment_id is not None
+    if (
+        Assignment.objects.select_for_update()
+        .filter(pk=assignment_id, status=AssignmentStatus.LIVE)
+        .exists()
+    ):
+        _expire_locked(
+            assignment_id=assignment_id, campaign_id=live.campaign_id, clip_id=live.clip_id
+        )
+
+
+def _fresh_claim(
+    *, participation: Participation, campaign: Campaign, submitted: int, now: datetime
+) -> Offer | None:
+    """Steps 3 to 5: a clip the worker has not seen, a slot on each of its open candidates, and
+    the lease (or, with test-retest, a due repeat in place of the clip)."""
     with_references = not campaign.reference_free
     for _clip_attempt in range(_CLAIM_ATTEMPTS):
         # 3. The most nearly complete clip this worker has not seen.
@@ -247,13 +236,13 @@ def _claim(*, participation: Participation, campaign: Campaign, now: datetime) -
             return None
         # Test-retest: a due repeat is served in place of the fresh clip (only while fresh work
         # remains, so a repeat never prolongs a session); it takes no slot.
-        if retest:
+        if campaign.retest_share:
             repeat = repeats.repeat_claim(
-                participation=participation, campaign=campaign, submitted=done, now=now
+                participation=participation, campaign=campaign, submitted=submitted, now=now
             )
             if repeat is not None:
                 return repeat
-        campaign_clip_id, clip_id, video_key, poster_key, duration, modality, image_key = row[:7]
+        campaign_clip_id, clip_id = row[0], row[1]
 
         # 4. One slot on each of its candidates that still has one free, and the clip counter.
         # The UPDATE re-checks `slots_taken < quota` on each row it locks, so it never overfills
@@ -265,44 +254,57 @@ def _claim(*, participation: Participation, campaign: Campaign, now: datetime) -
             # The clip counter had drifted (e.g. a quota edit raced); repair it and move on.
             _campaign_clip_recount(campaign_clip_id=campaign_clip_id)
             continue
-
-        # 5. The lease and its items. Candidates are shown in a fresh random order (no position
-        # bias, and control items sit anywhere).
-        candidates = [(candidate_id, text) for candidate_id, text in offered]
-        _shuffle(candidates)
-        expires_at = now + timedelta(seconds=campaign.lease_seconds)
-        (assignment_id,) = sql.fetchone(  # type: ignore[misc]
-            _new_lease(len(candidates)),
-            [
-                campaign.pk,
-                participation.pk,
-                clip_id,
-                AssignmentStatus.LIVE.value,
-                now,
-                expires_at,
-                sql.db_json(Assignment, "result", {}),
-                *[
-                    value
-                    for index, (candidate_id, _text) in enumerate(candidates)
-                    for value in (candidate_id, index)
-                ],
-            ],
-            prepared=True,
-        )
-        return Offer(
-            assignment_id=assignment_id,
-            clip_id=clip_id,
-            video_key=video_key,
-            poster_key=poster_key,
-            duration=duration,
-            modality=modality,
-            image_key=image_key,
-            issued_at=now,
-            expires_at=expires_at,
-            candidates=tuple(candidates),
+        return _lease_create(
+            participation=participation,
+            campaign=campaign,
+            clip_row=row,
+            offered=offered,
             references=tuple(sql.py_json(row[7]) or ()) if with_references else (),
+            now=now,
         )
     return None
+
+
+def _lease_create(
+    *,
+    participation: Participation,
+    campaign: Campaign,
+    clip_row: Sequence[Any],
+    offered: Sequence[Sequence[Any]],
+    references: tuple[str, ...],
+    now: datetime,
+) -> Offer:
+    """5. The lease and its items. Candidates are shown in a fresh random order (no position
+    bias, and control items sit anywhere)."""
+    clip_id = clip_row[1]
+    candidates = [(candidate_id, text) for candidate_id, text in offered]
+    _shuffle(candidates)
+    expires_at = now + timedelta(seconds=campaign.lease_seconds)
+    (assignment_id,) = sql.fetchone(  # type: ignore[misc]
+        _new_lease(len(candidates)),
+        [
+            campaign.pk,
+            participation.pk,
+            clip_id,
+            AssignmentStatus.LIVE.value,
+            now,
+            expires_at,
+            sql.db_json(Assignment, "result", {}),
+            *[
+                value
+                for index, (candidate_id, _text) in enumerate(candidates)
+                for value in (candidate_id, index)
+            ],
+        ],
+        prepared=True,
+    )
+    return Offer.of_clip(
+        clip_row[2:7],
+        lease=(assignment_id, now, expires_at),
+        clip_id=clip_id,
+        candidates=candidates,
+        references=references,
+    )
 
 
 def _campaign_clip_recount(*, campaign_clip_id: int) -> None:
@@ -314,63 +316,6 @@ def _campaign_clip_recount(*, campaign_clip_id: int) -> None:
         ).values_list("quota", "slots_taken")
     )
     CampaignClip.objects.filter(pk=campaign_clip_id).update(open_slots=max(0, open_slots))
-
-
-# --- what the worker sees ----------------------------------------------------------------------
-
-
-def _iso(value: datetime) -> str:
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
-def questions_payload(*, campaign: Campaign) -> list[dict[str, Any]]:
-    """The campaign's questions as the worker API shows them (levels in ascending value)."""
-    questions = []
-    for question in campaign.questions:
-        levels = sorted(question.get("levels") or RUBRIC_LEVELS, key=lambda level: level["value"])
-        questions.append(
-            {
-                "key": question["key"],
-                "label": question.get("label") or question["key"],
-                "levels": [
-                    {
-                        "value": int(level["value"]),
-                        "label": level.get("label", ""),
-                        "description": level.get("description", ""),
-                    }
-                    for level in levels
-                ],
-            }
-        )
-    return questions
-
-
-def assignment_offer_payload(*, offer: Offer, campaign: Campaign) -> dict[str, Any]:
-    """The body of `POST /api/v1/worker/assignments/next` for this offer.
-
-    Never says which candidates are control items. Media URLs are short-lived (see
-    `common.storage.media_url`). A still image (`modality` "image") has an `image_url` and no
-    video, poster or duration: the page shows it and has nothing to watch to the end."""
-    image = offer.modality == ClipModality.IMAGE
-    payload: dict[str, Any] = {
-        "assignment_id": offer.assignment_id,
-        "expires_at": _iso(offer.expires_at),
-        "clip": {
-            "id": offer.clip_id,
-            "modality": offer.modality,
-            "video_url": None if image else storage.media_url(offer.video_key),
-            "image_url": storage.media_url(offer.image_key) if image else None,
-            "poster_url": storage.media_url(offer.poster_key) if offer.poster_key else None,
-            "duration": offer.duration,
-        },
-    }
-    if not campaign.reference_free:
-        payload["references"] = list(offer.references)
-    payload["candidates"] = [
-        {"id": candidate_id, "text": text} for candidate_id, text in offer.candidates
-    ]
-    payload["questions"] = questions_payload(campaign=campaign)
-    return payload
 
 
 # --- leases ------------------------------------------------------------------------------------
@@ -555,61 +500,3 @@ def campaign_candidate_slots_take(*, campaign_candidate_ids: Iterable[int]) -> l
                 )
             taken.extend(free)
     return taken
-
-
-# --- progress ----------------------------------------------------------------------------------
-
-
-def participation_progress(*, participation: Participation, cap: int = 1000) -> dict[str, Any]:
-    """What `GET /api/v1/worker/me` answers: assignments done, an estimate of what remains, and
-    once finished the completion code or redirect URL.
-
-    `state`: "working" (a lease is live or clips remain), "finished" (at least one assignment
-    submitted and nothing left for this worker: here is the code), "no_work" (nothing was left
-    before this worker did anything), "stopped" (paused, or the campaign is not active). An
-    excluded worker never gets here: the worker API answers the screen-out
-    (`annotation.crowd.services.workers.screen_out_payload`)."""
-    campaign = participation.campaign
-    fresh = Participation.objects.filter(pk=participation.pk).values_list(
-        "assignments_submitted", "status", "completed_at"
-    )
-    done, status, completed_at = fresh.get()
-    live = participation_live_assignment(participation=participation)
-    now = timezone.now()
-    live_id = live.pk if live is not None and live.expires_at > now else None
-    if live_id is None and campaign.retest_share:
-        live_id = repeats.repeat_live_id(participation_id=participation.pk, now=now)
-    if campaign.max_assignments_per_worker is not None:
-        allowed = max(0, campaign.max_assignments_per_worker - done)
-    else:
-        allowed = cap
-    remaining = 0
-    if (
-        allowed
-        and status == ParticipationStatus.ACTIVE
-        and campaign.status == CampaignStatus.ACTIVE
-    ):
-        remaining = clips_open_for(participation=participation).values("id")[:allowed].count()
-    if status != ParticipationStatus.ACTIVE or campaign.status != CampaignStatus.ACTIVE:
-        state = "stopped"
-    elif live_id is not None or remaining > 0:
-        state = "working"
-    elif done > 0:
-        state = "finished"
-    else:
-        state = "no_work"
-    if state == "finished" and completed_at is None:
-        Participation.objects.filter(pk=participation.pk, completed_at__isnull=True).update(
-            completed_at=now
-        )
-    finished = state == "finished"
-    return {
-        "campaign": campaign.slug,
-        "state": state,
-        "assignments_done": done,
-        "remaining_estimate": remaining,
-        "live_assignment_id": live_id,
-        "max_assignments": campaign.max_assignments_per_worker,
-        "completion_code": (campaign.completion_code or None) if finished else None,
-        "redirect_url": (campaign.redirect_url or None) if finished else None,
-    }

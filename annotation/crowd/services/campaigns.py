@@ -12,11 +12,9 @@ pipeline has processed them. `--clips N` prefers clips that are already servable
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from decimal import Decimal, InvalidOperation
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TypedDict, cast
 
-from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import (
     Case,
@@ -32,93 +30,29 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce, Greatest
 
+from annotation.crowd.campaign_options import (
+    FROZEN_ONCE_RATED,
+    OPTION_FIELDS,
+    OPTIONS_BY_NAME,
+    SLUG_HELP,
+    SLUG_PATTERN,
+    options_check,
+)
 from annotation.models import (
     Campaign,
     CampaignCandidate,
     CampaignClip,
-    CampaignStatus,
-    ErasureMode,
     Judgment,
     JudgmentSource,
 )
 from annotation.questions import Rubric, default_questions, rubric_levels
 from datasets_app.models import CandidateCaption, Clip, ClipStatus
 
-SLUG_PATTERN = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,98}[a-z0-9])?$")
-SLUG_HELP = "Lower-case letters, digits and hyphens (1–100), e.g. vid-lepus-pilot."
 # Path segments of the dashboard that a campaign slug may not shadow.
 RESERVED_SLUGS = frozenset({"new", "edit", "campaigns", "api", "static", "media", "admin"})
 QUESTION_KEY_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,49}$")
 RESERVED_QUESTION_KEYS = frozenset({"candidate_id", "reason", "id"})
 _BATCH = 2000
-
-# Every field a curator sets on a campaign, in the order forms and the API show them: the admin's
-# form and the API's campaign representation list exactly these (plus read-only figures).
-CAMPAIGN_FIELDS = (
-    "slug",
-    "name",
-    "description",
-    "instructions",
-    "status",
-    "questions",
-    "rubric",
-    "overall_question_key",
-    "judgments_per_candidate",
-    "reference_free",
-    "lease_seconds",
-    "min_seconds_on_clip",
-    "reason_required_at_or_below",
-    "max_assignments_per_worker",
-    "retest_share",
-    "retest_min_gap",
-    "control_rate",
-    "control_settings",
-    "qc_rules",
-    "review_range_threshold",
-    "pay_per_assignment",
-    "currency",
-    "completion_code",
-    "redirect_url",
-    "screen_out_code",
-    "screen_out_redirect_url",
-    "prolific_study_id",
-    "mturk_hit_id",
-    "erasure_mode",
-)
-# The ones `campaign_create` and `campaign_update` take as their own arguments (the slug only at
-# creation): they change the campaign's identity or its candidates' quotas.
-ARGUMENT_FIELDS = ("slug", "name", "questions", "judgments_per_candidate", "reference_free")
-# Campaign settings a curator may set at creation and change later (beside name and questions).
-OPTION_FIELDS = tuple(name for name in CAMPAIGN_FIELDS if name not in ARGUMENT_FIELDS)
-# Settings that change what a judgment means: frozen once crowd judgments exist.
-FROZEN_ONCE_RATED = ("questions", "rubric", "reference_free", "overall_question_key")
-# The rubrics a curator may choose; `imported` belongs to imported campaigns alone.
-CHOSEN_RUBRICS = (Rubric.PER_CRITERION, Rubric.PAPER, Rubric.CUSTOM)
-
-
-# Test-retest bounds (the model's check constraints hold the same numbers): at most every other
-# clip a repeat, and a gap a session can reach.
-RETEST_SHARE_MAX = 0.5
-# Settings a campaign form's post may leave out (older forms, scripts): the campaign keeps its own,
-# a new campaign gets the model's default. Both campaign forms (the page and the admin) follow it.
-KEPT_WHEN_ABSENT = ("erasure_mode", "retest_share", "retest_min_gap", "rubric")
-RETEST_GAP_MAX = 1000
-# Where a worker is sent back to the crowd platform: after finishing, and when screened out.
-RETURN_URL_FIELDS = ("redirect_url", "screen_out_redirect_url")
-
-
-def return_url_problem(value: Any) -> str | None:
-    """Why a return URL (completion or screen-out redirect) may not be stored (None: it may):
-    https only in production (DEBUG off); http too for local demos."""
-    if not value:
-        return None
-    text = str(value)
-    if len(text) > 500:
-        return "At most 500 characters."
-    schemes = ("https",) if not settings.DEBUG else ("https", "http")
-    if not any(re.match(rf"^{scheme}://[^\s/?#]+\S*$", text) for scheme in schemes):
-        return "An https:// URL." if not settings.DEBUG else "An http(s) URL."
-    return None
 
 
 class CampaignInvalid(Exception):
@@ -132,7 +66,22 @@ class CampaignInvalid(Exception):
 # --- validation --------------------------------------------------------------------------------
 
 
-def questions_clean(questions: Any, *, rubric: str = Rubric.PER_CRITERION) -> list[dict[str, Any]]:
+class Level(TypedDict):
+    value: int  # 0–100, distinct within a question
+    label: str
+    description: str
+
+
+class Question(TypedDict):
+    """A rating question as a campaign stores it: its levels are always the rubric's."""
+
+    key: str
+    label: str
+    help: str
+    levels: list[Level]  # best first
+
+
+def questions_clean(questions: Any, *, rubric: str = Rubric.PER_CRITERION) -> list[Question]:
     """Validate rating questions. The rubric sets the levels (`annotation.questions`): the paper's
     and the per-criterion rubric give every question theirs (levels given with a question must be
     those), a custom rubric takes the levels each question gives."""
@@ -140,7 +89,7 @@ def questions_clean(questions: Any, *, rubric: str = Rubric.PER_CRITERION) -> li
         raise CampaignInvalid({"questions": ["Give a non-empty list of questions."]})
     if len(questions) > 10:
         raise CampaignInvalid({"questions": ["At most 10 questions."]})
-    cleaned: list[dict[str, Any]] = []
+    cleaned: list[Question] = []
     keys: set[str] = set()
     for index, question in enumerate(questions):
         where = f"questions[{index}]"
@@ -161,7 +110,12 @@ def questions_clean(questions: Any, *, rubric: str = Rubric.PER_CRITERION) -> li
         if not isinstance(help_text, str) or len(help_text) > 1000:
             raise CampaignInvalid({f"{where}.help": ["A text of at most 1000 characters."]})
         clean_levels = _levels_clean(question.get("levels"), where=where)
-        given = rubric_levels(rubric, key) if rubric != Rubric.CUSTOM else None
+        # The rubrics' levels have the stored shape (annotation.questions).
+        given = (
+            cast("list[Level] | None", rubric_levels(rubric, key))
+            if rubric != Rubric.CUSTOM
+            else None
+        )
         if rubric == Rubric.CUSTOM and clean_levels is None:
             raise CampaignInvalid(
                 {f"{where}.levels": ["With the custom rubric every question gives its levels."]}
@@ -182,13 +136,13 @@ def questions_clean(questions: Any, *, rubric: str = Rubric.PER_CRITERION) -> li
     return cleaned
 
 
-def _levels_clean(levels: Any, *, where: str) -> list[dict[str, Any]] | None:
+def _levels_clean(levels: Any, *, where: str) -> list[Level] | None:
     """A question's levels, validated and best first; None when it gives none."""
     if not levels:
         return None
     if not isinstance(levels, list) or not 2 <= len(levels) <= 11:
         raise CampaignInvalid({f"{where}.levels": ["Give between 2 and 11 levels."]})
-    clean_levels: list[dict[str, Any]] = []
+    clean_levels: list[Level] = []
     values: set[int] = set()
     for level in levels:
         value = level.get("value") if isinstance(level, dict) else None
@@ -208,7 +162,7 @@ def _levels_clean(levels: Any, *, where: str) -> list[dict[str, Any]] | None:
     return clean_levels
 
 
-def questions_without_levels(questions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def questions_without_levels(questions: Iterable[Mapping[str, object]]) -> list[dict[str, object]]:
     """The questions as a curator edits them under a rubric that sets the levels."""
     return [{key: value for key, value in q.items() if key != "levels"} for q in questions]
 
@@ -217,67 +171,16 @@ def _options_clean(options: dict[str, Any]) -> dict[str, Any]:
     unknown = sorted(set(options) - set(OPTION_FIELDS))
     if unknown:
         raise CampaignInvalid({name: ["Unknown campaign setting."] for name in unknown})
-    errors: dict[str, list[str]] = {}
-    clean = dict(options)
-    if "status" in clean and clean["status"] not in CampaignStatus.values:
-        errors["status"] = [f"One of {', '.join(CampaignStatus.values)}."]
-    if "lease_seconds" in clean and not (30 <= int(clean["lease_seconds"]) <= 7 * 24 * 3600):
-        errors["lease_seconds"] = ["Between 30 seconds and 7 days."]
-    if "min_seconds_on_clip" in clean and not (0 <= int(clean["min_seconds_on_clip"]) <= 3600):
-        errors["min_seconds_on_clip"] = ["Between 0 and 3600."]
-    if "control_rate" in clean and not (0 <= float(clean["control_rate"]) <= 1):
-        errors["control_rate"] = ["Between 0 and 1."]
-    if "retest_share" in clean and not (0 <= float(clean["retest_share"]) <= RETEST_SHARE_MAX):
-        errors["retest_share"] = [f"Between 0 (off) and {RETEST_SHARE_MAX}."]
-    if "retest_min_gap" in clean and not (1 <= int(clean["retest_min_gap"]) <= RETEST_GAP_MAX):
-        errors["retest_min_gap"] = [f"Between 1 and {RETEST_GAP_MAX} clips."]
-    if clean.get("max_assignments_per_worker") is not None and (
-        int(clean["max_assignments_per_worker"]) < 1
-    ):
-        errors["max_assignments_per_worker"] = ["At least 1 (or empty for no limit)."]
-    if clean.get("reason_required_at_or_below") is not None and not (
-        0 <= int(clean["reason_required_at_or_below"]) <= 100
-    ):
-        errors["reason_required_at_or_below"] = ["A rating value (or empty for never)."]
-    if "pay_per_assignment" in clean:
-        try:
-            pay = Decimal(str(clean["pay_per_assignment"]))
-        except InvalidOperation:
-            errors["pay_per_assignment"] = ["A decimal amount."]
-        else:
-            if pay < 0 or pay >= Decimal("1000000"):
-                errors["pay_per_assignment"] = ["Between 0 and 999999.99."]
-            clean["pay_per_assignment"] = pay.quantize(Decimal("0.01"))
-    if "currency" in clean and not re.match(r"^[A-Z]{3}$", str(clean["currency"])):
-        errors["currency"] = ["A three-letter ISO 4217 code, e.g. GBP or USD."]
-    for name in RETURN_URL_FIELDS:
-        problem = return_url_problem(clean.get(name))
-        if problem:
-            errors[name] = [problem]
-    for name in ("completion_code", "screen_out_code"):
-        if name in clean:
-            clean[name] = str(clean[name] or "").strip()
-            if len(clean[name]) > 100:
-                errors[name] = ["At most 100 characters."]
-    # Study binding (see the model): Prolific study ids are 24 hexadecimal characters; HIT ids are
-    # upper-case letters and digits. Stored normalised, compared with the normalised STUDY_ID/hitId.
-    if "prolific_study_id" in clean:
-        study = str(clean["prolific_study_id"] or "").strip().lower()
-        if study and not re.fullmatch(r"[0-9a-f]{24}", study):
-            errors["prolific_study_id"] = ["A Prolific study id: 24 hexadecimal characters."]
-        clean["prolific_study_id"] = study
-    if "mturk_hit_id" in clean:
-        hit = str(clean["mturk_hit_id"] or "").strip().upper()
-        if hit and not re.fullmatch(r"[0-9A-Z]{20,64}", hit):
-            errors["mturk_hit_id"] = ["An MTurk HIT id: 20 to 64 letters and digits."]
-        clean["mturk_hit_id"] = hit
-    if "rubric" in clean and clean["rubric"] not in CHOSEN_RUBRICS:
-        errors["rubric"] = [f"One of {', '.join(CHOSEN_RUBRICS)}."]
-    if "erasure_mode" in clean and clean["erasure_mode"] not in ErasureMode.values:
-        errors["erasure_mode"] = [f"One of {', '.join(ErasureMode.values)}."]
+    clean, errors = options_check(options)
     if errors:
         raise CampaignInvalid(errors)
     return clean
+
+
+def _quota_problem(quota: object) -> str | None:
+    """Judgments per candidate: a whole number (never a text to convert) within its bounds."""
+    option = OPTIONS_BY_NAME["judgments_per_candidate"]
+    return option.check(quota)[1] if isinstance(quota, int) else option.error
 
 
 def campaign_slug_clean(slug: str) -> str:
@@ -338,7 +241,7 @@ def campaign_create(
     *,
     slug: str,
     name: str,
-    questions: list[dict[str, Any]] | None = None,
+    questions: Sequence[Mapping[str, object]] | None = None,
     judgments_per_candidate: int = 3,
     reference_free: bool = False,
     import_batch_ids: Iterable[int] | None = None,
@@ -353,11 +256,12 @@ def campaign_create(
     `options` are the settings in OPTION_FIELDS (lease, minimum time on a clip, reasons, pay,
     completion code, ...)."""
     slug = campaign_slug_clean(slug)
-    name = (name or "").strip()
-    if not name or len(name) > 200:
-        raise CampaignInvalid({"name": ["A name of 1 to 200 characters."]})
-    if not isinstance(judgments_per_candidate, int) or not 1 <= judgments_per_candidate <= 100:
-        raise CampaignInvalid({"judgments_per_candidate": ["Between 1 and 100."]})
+    clean_name, problem = OPTIONS_BY_NAME["name"].check(name)
+    if problem:
+        raise CampaignInvalid({"name": [problem]})
+    problem = _quota_problem(judgments_per_candidate)
+    if problem:
+        raise CampaignInvalid({"judgments_per_candidate": [problem]})
     clean_options = _options_clean(options)
     rubric = clean_options.setdefault("rubric", Rubric.PER_CRITERION)
     clean_questions = questions_clean(
@@ -375,7 +279,7 @@ def campaign_create(
         clip_vatex_ids=clip_list,
         clip_limit=clip_limit,
     )
-    selection: dict[str, Any] = {
+    selection: dict[str, list[int] | list[str] | int | None] = {
         "import_batch_ids": batch_ids,
         "systems": systems,
         "clips": clip_list,
@@ -384,7 +288,7 @@ def campaign_create(
     with transaction.atomic():
         campaign = Campaign.objects.create(
             slug=slug,
-            name=name,
+            name=clean_name,
             questions=clean_questions,
             judgments_per_candidate=judgments_per_candidate,
             reference_free=bool(reference_free),
@@ -531,7 +435,10 @@ def campaign_update(*, campaign: Campaign, **changes: Any) -> Campaign:
     if changes.get("rubric") == campaign.rubric:
         del changes["rubric"]  # unchanged (an imported campaign's form posts its own back)
     rubric = changes.get("rubric", campaign.rubric)
-    if "questions" in changes or rubric != campaign.rubric:
+    rubric_problem = OPTIONS_BY_NAME["rubric"].check(rubric)[1] if "rubric" in changes else None
+    if rubric_problem:
+        errors["rubric"] = [rubric_problem]  # no levels to give the questions
+    elif "questions" in changes or rubric != campaign.rubric:
         # A new rubric gives the questions its levels (a custom one keeps the levels they have).
         questions = changes.get("questions", campaign.questions)
         if "questions" not in changes and rubric != Rubric.CUSTOM:
@@ -549,12 +456,13 @@ def campaign_update(*, campaign: Campaign, **changes: Any) -> Campaign:
         for name in frozen:
             errors[name] = ["Cannot change once workers have submitted judgments."]
     if "name" in changes:
-        changes["name"] = (changes["name"] or "").strip()
-        if not changes["name"] or len(changes["name"]) > 200:
-            errors["name"] = ["A name of 1 to 200 characters."]
+        changes["name"], problem = OPTIONS_BY_NAME["name"].check(changes["name"])
+        if problem:
+            errors["name"] = [problem]
     quota = changes.pop("judgments_per_candidate", None)
-    if quota is not None and (not isinstance(quota, int) or not 1 <= quota <= 100):
-        errors["judgments_per_candidate"] = ["Between 1 and 100."]
+    problem = _quota_problem(quota) if quota is not None else None
+    if problem:
+        errors["judgments_per_candidate"] = [problem]
     if errors:
         raise CampaignInvalid(errors)
     simple = {key: value for key, value in changes.items() if key not in ("name", "questions")}

@@ -20,7 +20,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 from django.contrib.auth import get_user_model
 from django.core import signing
@@ -28,8 +28,14 @@ from django.core.cache import cache
 from django.db.models import Q
 from django.utils import timezone
 
-from annotation.crowd.services.assignment import assignment_offer_payload
-from annotation.crowd.services.offers import Offer, clip_references
+from annotation.crowd.services.offers import (
+    MEDIA_COLUMNS,
+    Offer,
+    OfferPayload,
+    assignment_offer_payload,
+    clip_references,
+)
+from annotation.crowd.services.progress import Progress
 from annotation.crowd.services.submission import submission_clean
 from annotation.models import Campaign, CampaignCandidate, CampaignClip
 from common.permissions import is_curator
@@ -40,6 +46,15 @@ TOKEN_MAX_AGE = 4 * 3600
 PROGRESS_SECONDS = 3600
 # A preview shows the first clips a worker could get; a whole campaign is not the point.
 PREVIEW_CLIPS = 5
+
+
+class PreviewSubmitted(TypedDict):
+    """What the preview's `submit` answers: the ratings were checked, and nothing was stored."""
+
+    assignment_id: int
+    judgments: int
+    stored: bool
+    detail: str
 
 
 class PreviewRefused(Exception):
@@ -89,7 +104,7 @@ def _passed(session: PreviewSession) -> int:
     return int(cache.get(session.cache_key, 0))
 
 
-def _offer(session: PreviewSession, number: int) -> dict[str, Any] | None:
+def _offer(session: PreviewSession, number: int) -> OfferPayload | None:
     """The offer of the `number`-th clip (1-based), or None past the preview's last clip."""
     clips = _clips(session.campaign)
     if not 1 <= number <= len(clips):
@@ -104,28 +119,22 @@ def _offer(session: PreviewSession, number: int) -> dict[str, Any] | None:
     campaign = session.campaign
     clip = items[0].clip
     now = timezone.now()
-    offer = Offer(
-        assignment_id=number,
+    offer = Offer.of_clip(
+        [getattr(clip, column) for column in MEDIA_COLUMNS],
+        lease=(number, now, now + timedelta(seconds=campaign.lease_seconds)),
         clip_id=clip.pk,
-        video_key=clip.video_key,
-        poster_key=clip.poster_key,
-        duration=clip.duration,
-        modality=clip.modality,
-        image_key=clip.image_key,
-        issued_at=now,
-        expires_at=now + timedelta(seconds=campaign.lease_seconds),
-        candidates=tuple((item.pk, item.candidate.text) for item in items),
+        candidates=((item.pk, item.candidate.text) for item in items),
         references=clip_references(campaign=campaign, clip_id=clip.pk),
     )
     return assignment_offer_payload(offer=offer, campaign=campaign)
 
 
-def preview_next(*, session: PreviewSession) -> dict[str, Any] | None:
+def preview_next(*, session: PreviewSession) -> OfferPayload | None:
     """The next clip of the preview as the worker API's `next` body, or None when done."""
     return _offer(session, _passed(session) + 1)
 
 
-def preview_submit(*, session: PreviewSession, number: int, body: Any) -> dict[str, Any] | None:
+def preview_submit(*, session: PreviewSession, number: int, body: Any) -> PreviewSubmitted | None:
     """Check a submission as the worker API does (raises SubmissionInvalid) and store nothing;
     None when `number` is not the preview's current clip."""
     if number != _passed(session) + 1:
@@ -147,7 +156,7 @@ def preview_submit(*, session: PreviewSession, number: int, body: Any) -> dict[s
     }
 
 
-def preview_progress(*, session: PreviewSession) -> dict[str, Any]:
+def preview_progress(*, session: PreviewSession) -> Progress:
     """The worker API's `me` body for the preview. Never a redirect URL: a curator who finishes
     a preview stays on the end screen instead of being sent to the crowd platform."""
     campaign = session.campaign

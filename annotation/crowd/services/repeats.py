@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import random
 from datetime import datetime, timedelta
-from typing import Any
 
 from annotation.crowd.services import crowd_sql as sql
-from annotation.crowd.services.offers import Offer, clip_references
+from annotation.crowd.services.offers import MEDIA_COLUMNS, Offer, clip_references
+from annotation.crowd.services.ratings import Rating, SubmitResult
 from annotation.models import (
     Assignment,
     AssignmentStatus,
@@ -74,20 +74,12 @@ def _offer(
             participation_id=participation_id, campaign_candidate_id__in=candidate_ids
         ).values_list("campaign_candidate_id", "campaign_candidate__candidate__text")
     )
-    video_key, poster_key, duration, modality, image_key = Clip.objects.values_list(
-        "video_key", "poster_key", "duration", "modality", "image_key"
-    ).get(pk=clip_id)
-    return Offer(
-        assignment_id=repeat_id,
+    media = Clip.objects.values_list(*MEDIA_COLUMNS).get(pk=clip_id)
+    return Offer.of_clip(
+        media,
+        lease=(repeat_id, issued_at, expires_at),
         clip_id=clip_id,
-        video_key=video_key,
-        poster_key=poster_key,
-        duration=duration,
-        modality=modality,
-        image_key=image_key,
-        issued_at=issued_at,
-        expires_at=expires_at,
-        candidates=tuple((candidate_id, texts[candidate_id]) for candidate_id in candidate_ids),
+        candidates=((candidate_id, texts[candidate_id]) for candidate_id in candidate_ids),
         references=clip_references(campaign=campaign, clip_id=clip_id),
     )
 
@@ -224,9 +216,9 @@ def repeat_for_submit(*, participation_id: int, repeat_id: int) -> Repeat | None
 def repeat_store(
     *,
     repeat: Repeat,
-    ratings: list[dict[str, Any]],
+    ratings: list[Rating],
     digest: str,
-    result: dict[str, Any],
+    result: SubmitResult,
     now: datetime,
 ) -> bool:
     """Mark the repeat submitted (from live or expired: a repeat holds no slot, so a late submit

@@ -23,7 +23,7 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -34,6 +34,8 @@ from annotation.crowd.debouncing import after_submission_schedule
 from annotation.crowd.services import crowd_sql as sql
 from annotation.crowd.services import repeats
 from annotation.crowd.services.assignment import assignment_slots_retake
+from annotation.crowd.services.offers import iso_utc
+from annotation.crowd.services.ratings import Rating, SubmitResult
 from annotation.models import (
     Assignment,
     AssignmentStatus,
@@ -91,13 +93,13 @@ class SubmissionTooEarly(SubmissionRefused):
 
 @dataclass(frozen=True)
 class SubmitOutcome:
-    result: dict[str, Any]
+    result: SubmitResult
     created: bool
 
 
 @dataclass(frozen=True)
 class CleanSubmission:
-    ratings: list[dict[str, Any]]  # [{"candidate_id", "values": {key: int}, "reason": str}]
+    ratings: list[Rating]
     active_ms: int | None
     video_played_ms: int | None
 
@@ -115,111 +117,43 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+class _Errors(dict[str, list[str]]):
+    """Every field error of a submission, by path, in the order found."""
+
+    def fail(self, path: str, message: str) -> None:
+        self.setdefault(path, []).append(message)
+
+
+@dataclass(frozen=True)
+class _RatingRules:
+    """What one rating is checked against: the assignment's candidates and the campaign's
+    questions, reason threshold and reason length."""
+
+    expected: set[int]
+    allowed_values: dict[str, Any]
+    threshold: int | None
+    max_reason: int
+
+
 def submission_clean(*, campaign: Campaign, candidate_ids: list[int], body: Any) -> CleanSubmission:
     """Check a submit body against the assignment's candidates and the campaign's questions;
     raise SubmissionInvalid with every field error found."""
-    errors: dict[str, list[str]] = {}
-
-    def fail(path: str, message: str) -> None:
-        errors.setdefault(path, []).append(message)
-
+    errors = _Errors()
     if not isinstance(body, dict):
         raise SubmissionInvalid({"non_field_errors": ["Expected a JSON object."]})
     for key in body:
         if key not in ("ratings", "client_timing"):
-            fail(str(key)[:100], "Unknown field.")
-
-    questions = campaign.questions
-    allowed_values = {question["key"]: level_values(question) for question in questions}
-    threshold = campaign.reason_required_at_or_below
-    max_reason = settings.LEPUS_MAX_REASON_CHARS
-    expected = set(candidate_ids)
-    seen: set[int] = set()
-    ratings: list[dict[str, Any]] = []
-
-    raw_ratings = body.get("ratings")
-    if raw_ratings is None:
-        fail("ratings", "This field is required.")
-    elif not isinstance(raw_ratings, list):
-        fail("ratings", "Expected a list of ratings.")
-    elif len(raw_ratings) > max(len(expected), 1) * 4:
-        fail("ratings", f"Too many ratings (this assignment has {len(expected)} candidates).")
-    else:
-        for index, item in enumerate(raw_ratings):
-            path = f"ratings[{index}]"
-            if not isinstance(item, dict):
-                fail(path, "Expected an object.")
-                continue
-            candidate_id = item.get("candidate_id")
-            if candidate_id is None:
-                fail(f"{path}.candidate_id", "This field is required.")
-            elif not _is_int(candidate_id):
-                fail(f"{path}.candidate_id", "Expected an integer.")
-            elif candidate_id not in expected:
-                fail(f"{path}.candidate_id", "Not a candidate of this assignment.")
-            elif candidate_id in seen:
-                fail(f"{path}.candidate_id", "Duplicate rating for this candidate.")
-            else:
-                seen.add(candidate_id)
-            values: dict[str, int] = {}
-            for key, allowed in allowed_values.items():
-                value = item.get(key)
-                if value is None:
-                    fail(f"{path}.{key}", "This field is required.")
-                elif not _is_int(value) or value not in allowed:
-                    fail(
-                        f"{path}.{key}",
-                        f"Must be one of {', '.join(str(level) for level in allowed)}.",
-                    )
-                else:
-                    values[key] = value
-            for key in item:
-                if key not in allowed_values and key not in ("candidate_id", "reason"):
-                    fail(f"{path}.{str(key)[:100]}", "Unknown field.")
-            reason = item.get("reason")
-            if reason is None:
-                reason = ""
-            if not isinstance(reason, str):
-                fail(f"{path}.reason", "Expected a string.")
-                reason = ""
-            reason = reason.strip()
-            if len(reason) > max_reason:
-                fail(
-                    f"{path}.reason", f"Ensure this field has no more than {max_reason} characters."
-                )
-            if (
-                threshold is not None
-                and not reason
-                and any(value <= threshold for value in values.values())
-            ):
-                fail(
-                    f"{path}.reason", f"A reason is required when a rating is {threshold} or lower."
-                )
-            ratings.append({"candidate_id": candidate_id, "values": values, "reason": reason})
-        missing = sorted(expected - seen)
-        if missing:
-            fail("ratings", f"Missing ratings for candidates: {', '.join(map(str, missing))}.")
-
-    timing = body.get("client_timing")
-    timing_values: dict[str, int | None] = {key: None for key in TIMING_KEYS}
-    if timing is not None:
-        if not isinstance(timing, dict):
-            fail("client_timing", "Expected an object.")
-        else:
-            for key, value in timing.items():
-                if key not in TIMING_KEYS:
-                    fail(f"client_timing.{str(key)[:100]}", "Unknown field.")
-                elif value is None:
-                    continue
-                elif not _is_int(value) or not 0 <= value <= MAX_CLIENT_MS:
-                    fail(
-                        f"client_timing.{key}",
-                        f"Expected an integer number of milliseconds between 0 and {MAX_CLIENT_MS}.",
-                    )
-                else:
-                    timing_values[key] = value
+            errors.fail(str(key)[:100], "Unknown field.")
+    rules = _RatingRules(
+        expected=set(candidate_ids),
+        allowed_values={question["key"]: level_values(question) for question in campaign.questions},
+        threshold=campaign.reason_required_at_or_below,
+        max_reason=settings.LEPUS_MAX_REASON_CHARS,
+    )
+    ratings = _ratings_clean(body.get("ratings"), rules=rules, errors=errors)
+    timing_values = _timing_clean(body.get("client_timing"), errors=errors)
     if errors:
-        raise SubmissionInvalid(errors)
+        raise SubmissionInvalid(dict(errors))
     return CleanSubmission(
         ratings=ratings,
         active_ms=timing_values["active_ms"],
@@ -227,8 +161,111 @@ def submission_clean(*, campaign: Campaign, candidate_ids: list[int], body: Any)
     )
 
 
-def _iso(value: datetime) -> str:
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+def _ratings_clean(raw_ratings: Any, *, rules: _RatingRules, errors: _Errors) -> list[Rating]:
+    ratings: list[Rating] = []
+    expected = rules.expected
+    if raw_ratings is None:
+        errors.fail("ratings", "This field is required.")
+    elif not isinstance(raw_ratings, list):
+        errors.fail("ratings", "Expected a list of ratings.")
+    elif len(raw_ratings) > max(len(expected), 1) * 4:
+        errors.fail(
+            "ratings", f"Too many ratings (this assignment has {len(expected)} candidates)."
+        )
+    else:
+        seen: set[int] = set()
+        for index, item in enumerate(raw_ratings):
+            path = f"ratings[{index}]"
+            if not isinstance(item, dict):
+                errors.fail(path, "Expected an object.")
+                continue
+            ratings.append(_rating_clean(item, path=path, rules=rules, seen=seen, errors=errors))
+        missing = sorted(expected - seen)
+        if missing:
+            errors.fail(
+                "ratings", f"Missing ratings for candidates: {', '.join(map(str, missing))}."
+            )
+    return ratings
+
+
+def _rating_clean(
+    item: dict[str, Any], *, path: str, rules: _RatingRules, seen: set[int], errors: _Errors
+) -> Rating:
+    """One rating: its candidate (each once), a level for every question, and its reason."""
+    candidate_id: Any = item.get("candidate_id")  # checked below; only a clean one escapes
+    if candidate_id is None:
+        errors.fail(f"{path}.candidate_id", "This field is required.")
+    elif not _is_int(candidate_id):
+        errors.fail(f"{path}.candidate_id", "Expected an integer.")
+    elif candidate_id not in rules.expected:
+        errors.fail(f"{path}.candidate_id", "Not a candidate of this assignment.")
+    elif candidate_id in seen:
+        errors.fail(f"{path}.candidate_id", "Duplicate rating for this candidate.")
+    else:
+        seen.add(candidate_id)
+    values: dict[str, int] = {}
+    for key, allowed in rules.allowed_values.items():
+        value = item.get(key)
+        if value is None:
+            errors.fail(f"{path}.{key}", "This field is required.")
+        elif not _is_int(value) or value not in allowed:
+            errors.fail(
+                f"{path}.{key}", f"Must be one of {', '.join(str(level) for level in allowed)}."
+            )
+        else:
+            values[key] = value
+    for key in item:
+        if key not in rules.allowed_values and key not in ("candidate_id", "reason"):
+            errors.fail(f"{path}.{str(key)[:100]}", "Unknown field.")
+    reason = _reason_clean(item.get("reason"), path=path, values=values, rules=rules, errors=errors)
+    return {"candidate_id": candidate_id, "values": values, "reason": reason}
+
+
+def _reason_clean(
+    reason: Any, *, path: str, values: dict[str, int], rules: _RatingRules, errors: _Errors
+) -> str:
+    if reason is None:
+        reason = ""
+    if not isinstance(reason, str):
+        errors.fail(f"{path}.reason", "Expected a string.")
+        reason = ""
+    reason = reason.strip()
+    if len(reason) > rules.max_reason:
+        errors.fail(
+            f"{path}.reason", f"Ensure this field has no more than {rules.max_reason} characters."
+        )
+    threshold = rules.threshold
+    if (
+        threshold is not None
+        and not reason
+        and any(value <= threshold for value in values.values())
+    ):
+        errors.fail(
+            f"{path}.reason", f"A reason is required when a rating is {threshold} or lower."
+        )
+    return reason
+
+
+def _timing_clean(timing: Any, *, errors: _Errors) -> dict[str, int | None]:
+    timing_values: dict[str, int | None] = {key: None for key in TIMING_KEYS}
+    if timing is None:
+        return timing_values
+    if not isinstance(timing, dict):
+        errors.fail("client_timing", "Expected an object.")
+        return timing_values
+    for key, value in timing.items():
+        if key not in TIMING_KEYS:
+            errors.fail(f"client_timing.{str(key)[:100]}", "Unknown field.")
+        elif value is None:
+            continue
+        elif not _is_int(value) or not 0 <= value <= MAX_CLIENT_MS:
+            errors.fail(
+                f"client_timing.{key}",
+                f"Expected an integer number of milliseconds between 0 and {MAX_CLIENT_MS}.",
+            )
+        else:
+            timing_values[key] = value
+    return timing_values
 
 
 def _replay(*, stored_digest: str, stored_result: Any, digest: str) -> SubmitOutcome:
@@ -271,6 +308,19 @@ _SUBMIT_COMBINED = (
 _ENDED = "Your participation in this campaign has ended, so this submission was not stored."
 
 
+@dataclass(frozen=True)
+class _Submit:
+    """One assignment's submit, checked, on its way to the database."""
+
+    participation: Participation
+    assignment_id: int
+    campaign_id: int
+    issued_at: datetime
+    clean: CleanSubmission
+    digest: str
+    now: datetime
+
+
 class _SlowPath(Exception):
     """Internal: the one-statement submit did not apply; roll back and take the detailed path."""
 
@@ -306,20 +356,20 @@ def assignment_submit(
         now=now,
         clip_id=lambda: Assignment.objects.values_list("clip_id", flat=True).get(pk=assignment_id),
     )
-    arguments = {
-        "participation": participation,
-        "assignment_id": assignment_id,
-        "campaign_id": campaign_id,
-        "issued_at": issued_at,
-        "clean": clean,
-        "digest": digest,
-        "now": now,
-    }
+    submit = _Submit(
+        participation=participation,
+        assignment_id=assignment_id,
+        campaign_id=campaign_id,
+        issued_at=issued_at,
+        clean=clean,
+        digest=digest,
+        now=now,
+    )
     try:
         with contextlib.suppress(_SlowPath), transaction.atomic():
-            return _store_combined(**arguments)
+            return _store_combined(submit)
         with transaction.atomic():
-            return _store(**arguments)
+            return _store(submit)
     except IntegrityError:
         # The last line of defence (one judgment per worker and candidate) fired: nothing stored.
         raise SubmissionRefused("These ratings conflict with ratings already stored.")
@@ -340,12 +390,12 @@ def _refuse_too_early(
         raise SubmissionTooEarly(minimum=minimum, elapsed=max(0.0, elapsed))
 
 
-def _result(*, assignment_id: int, count: int, now: datetime) -> dict[str, Any]:
+def _result(*, assignment_id: int, count: int, now: datetime) -> SubmitResult:
     return {
         "assignment_id": assignment_id,
         "status": AssignmentStatus.SUBMITTED.value,
         "judgments": count,
-        "submitted_at": _iso(now),
+        "submitted_at": iso_utc(now),
     }
 
 
@@ -386,50 +436,33 @@ def _repeat_submit(
     )
 
 
-def _store(
-    *,
-    participation: Participation,
-    assignment_id: int,
-    campaign_id: int,
-    issued_at: datetime,
-    clean: CleanSubmission,
-    digest: str,
-    now: datetime,
-) -> SubmitOutcome:
+def _store(submit: _Submit) -> SubmitOutcome:
     # Lock order: participation, then assignment (see services.assignment). The counter update is
     # the participation lock; it is rolled back with everything else if the submit is refused.
     locked = sql.execute(
         _COUNT_SUBMISSION,
         [
-            clean.active_ms or 0,
-            now,
-            participation.pk,
+            submit.clean.active_ms or 0,
+            submit.now,
+            submit.participation.pk,
             ParticipationStatus.EXCLUDED.value,
         ],
     )
     if not locked:
         raise SubmissionRefused(_ENDED, status=403)
-    result, mark, judgment_rows = _rows(
-        participation=participation,
-        assignment_id=assignment_id,
-        campaign_id=campaign_id,
-        issued_at=issued_at,
-        clean=clean,
-        digest=digest,
-        now=now,
-    )
+    result, mark, judgment_rows = _rows(submit)
     # The slow path (the one-statement attempt did not apply): usually the lease has expired or a
     # concurrent submit got there first, but its state may have moved since that attempt, so the
     # live case is tried first. The row lock the UPDATE takes serialises concurrent submits.
     if not sql.execute(_MARK_SUBMITTED, [*mark, AssignmentStatus.LIVE.value]):
-        assignment = Assignment.objects.select_for_update().get(pk=assignment_id)
+        assignment = Assignment.objects.select_for_update().get(pk=submit.assignment_id)
         if assignment.status == AssignmentStatus.SUBMITTED:
             # A concurrent request got here first.
             transaction.set_rollback(True)
             return _replay(
                 stored_digest=assignment.submission_digest,
                 stored_result=assignment.result,
-                digest=digest,
+                digest=submit.digest,
             )
         # Expired: accepted only if every slot can be taken again.
         if not assignment_slots_retake(assignment=assignment):
@@ -444,37 +477,20 @@ def _store(
         f"INSERT INTO {sql.T_JUDGMENT} ({_JUDGMENT_COLUMNS}) VALUES {rows}",
         [value for row in judgment_rows for value in row],
     )
-    after_submission_schedule(campaign_id=campaign_id, assignment_id=assignment_id)
+    after_submission_schedule(campaign_id=submit.campaign_id, assignment_id=submit.assignment_id)
     return SubmitOutcome(result=result, created=True)
 
 
-def _store_combined(
-    *,
-    participation: Participation,
-    assignment_id: int,
-    campaign_id: int,
-    issued_at: datetime,
-    clean: CleanSubmission,
-    digest: str,
-    now: datetime,
-) -> SubmitOutcome:
-    result, mark, judgment_rows = _rows(
-        participation=participation,
-        assignment_id=assignment_id,
-        campaign_id=campaign_id,
-        issued_at=issued_at,
-        clean=clean,
-        digest=digest,
-        now=now,
-    )
+def _store_combined(submit: _Submit) -> SubmitOutcome:
+    result, mark, judgment_rows = _rows(submit)
     inserted = sql.execute(
         _SUBMIT_COMBINED.format(
             rows=", ".join([sql.row_casts(sql.JudgmentRow)] * len(judgment_rows))
         ),
         [
-            clean.active_ms or 0,
-            now,
-            participation.pk,
+            submit.clean.active_ms or 0,
+            submit.now,
+            submit.participation.pk,
             ParticipationStatus.EXCLUDED.value,
             *mark,
             AssignmentStatus.LIVE.value,
@@ -484,50 +500,43 @@ def _store_combined(
     )
     if inserted != len(judgment_rows):
         raise _SlowPath()
-    after_submission_schedule(campaign_id=campaign_id, assignment_id=assignment_id)
+    after_submission_schedule(campaign_id=submit.campaign_id, assignment_id=submit.assignment_id)
     return SubmitOutcome(result=result, created=True)
 
 
-def _rows(
-    *,
-    participation: Participation,
-    assignment_id: int,
-    campaign_id: int,
-    issued_at: datetime,
-    clean: CleanSubmission,
-    digest: str,
-    now: datetime,
-) -> tuple[dict[str, Any], list[Any], list[list[Any]]]:
+def _rows(submit: _Submit) -> tuple[SubmitResult, list[Any], list[list[Any]]]:
     """The result body, the parameters that mark the assignment submitted (without the status it
     must have), and one row of column values per judgment."""
-    count = len(clean.ratings)
-    server_ms = max(0, int((now - issued_at).total_seconds() * 1000))
-    result = _result(assignment_id=assignment_id, count=count, now=now)
+    count = len(submit.clean.ratings)
+    server_ms = max(0, int((submit.now - submit.issued_at).total_seconds() * 1000))
+    result = _result(assignment_id=submit.assignment_id, count=count, now=submit.now)
     mark = [
         AssignmentStatus.SUBMITTED.value,
-        now,
-        digest,
+        submit.now,
+        submit.digest,
         sql.db_json(Assignment, "result", result),
         server_ms,
-        clean.active_ms,
-        clean.video_played_ms,
-        assignment_id,
+        submit.clean.active_ms,
+        submit.clean.video_played_ms,
+        submit.assignment_id,
     ]
-    created_at = now
+    created_at = submit.now
     empty_detail = sql.db_json(Judgment, "exclusion_detail", {})
     judgment_rows = [
         sql.row_values(
             sql.JudgmentRow(
-                campaign_id=campaign_id,
+                campaign_id=submit.campaign_id,
                 campaign_candidate_id=rating["candidate_id"],
-                participation_id=participation.pk,
-                assignment_id=assignment_id,
+                participation_id=submit.participation.pk,
+                assignment_id=submit.assignment_id,
                 values=sql.db_json(Judgment, "values", rating["values"]),
                 reason=rating["reason"],
                 source=JudgmentSource.CROWD.value,
                 server_ms=server_ms // count,
-                client_active_ms=None if clean.active_ms is None else clean.active_ms // count,
-                client_video_played_ms=clean.video_played_ms,
+                client_active_ms=None
+                if submit.clean.active_ms is None
+                else submit.clean.active_ms // count,
+                client_video_played_ms=submit.clean.video_played_ms,
                 created_at=created_at,
                 is_excluded=False,
                 excluded_by="",
@@ -535,6 +544,6 @@ def _rows(
                 exclusion_detail=empty_detail,
             )
         )
-        for rating in clean.ratings
+        for rating in submit.clean.ratings
     ]
     return result, mark, judgment_rows

@@ -45,6 +45,7 @@ import hashlib
 import hmac
 import re
 import unicodedata
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -56,6 +57,11 @@ from django.utils import timezone
 
 from annotation.crowd.services import crowd_sql
 from annotation.crowd.services.barring import barred_reason
+from annotation.crowd.services.screen_out import (
+    ScreenOut,
+    campaign_screen_out_payload,
+    screen_out_payload,
+)
 from annotation.models import (
     BarReason,
     Campaign,
@@ -100,7 +106,7 @@ class JoinRefused(Exception):
         *,
         status: int = 409,
         field: str | None = None,
-        body: dict[str, Any] | None = None,
+        body: Mapping[str, object] | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -272,64 +278,6 @@ def participation_by_token(*, token: str) -> Participation | None:
     return participation
 
 
-# --- screen-out ------------------------------------------------------------------------------
-
-SCREEN_OUT_DETAIL = (
-    "Based on your answers so far, this study has no further clips for you. Thank you for your "
-    "time."
-)
-# What to do now, per platform. On Prolific it names only what the page shows: the campaign's
-# screen-out code, its link, both or neither.
-_RECORDED = "so that your submission is recorded as screened out."
-SCREEN_OUT_PROLIFIC_WITH_CODE_AND_LINK = (
-    f"Please return to Prolific with this screen-out code or the link below, {_RECORDED}"
-)
-SCREEN_OUT_PROLIFIC_WITH_CODE = (
-    f"Please return to Prolific and enter this screen-out code, {_RECORDED}"
-)
-SCREEN_OUT_PROLIFIC_WITH_LINK = f"Please return to Prolific with the link below, {_RECORDED}"
-SCREEN_OUT_PROLIFIC = "Please return to Prolific and return your submission there."
-SCREEN_OUT_MTURK = "Please return this HIT on MTurk (the Return button): do not submit it."
-SCREEN_OUT_INVITE = "You can close this page now."
-
-
-def screen_out_payload(*, participation: Participation) -> dict[str, Any]:
-    """What the worker API answers (403) to a worker excluded by quality control, from the first
-    request after the exclusion on (`next`, `submit`, `me`, `join`): the campaign's screen-out
-    code and redirect (Prolific's "screened out" completion) or, on MTurk, the instruction to
-    return the HIT. `state` is always "screened_out"."""
-    return campaign_screen_out_payload(
-        campaign=participation.campaign, platform=participation.worker.platform
-    )
-
-
-def campaign_screen_out_payload(*, campaign: Campaign, platform: str) -> dict[str, Any]:
-    """The screen-out of `campaign` for a worker of `platform` (see `screen_out_payload`); also
-    what an excluded person gets after their participation was erased."""
-    code = campaign.screen_out_code or None
-    redirect = campaign.screen_out_redirect_url or None
-    if platform == Platform.MTURK:
-        code = redirect = None  # an MTurk worker returns the HIT; no code is ever submitted
-        instruction = SCREEN_OUT_MTURK
-    elif platform == Platform.PROLIFIC:
-        instruction = {
-            (True, True): SCREEN_OUT_PROLIFIC_WITH_CODE_AND_LINK,
-            (True, False): SCREEN_OUT_PROLIFIC_WITH_CODE,
-            (False, True): SCREEN_OUT_PROLIFIC_WITH_LINK,
-            (False, False): SCREEN_OUT_PROLIFIC,
-        }[(code is not None, redirect is not None)]
-    else:
-        instruction = SCREEN_OUT_INVITE
-    return {
-        "detail": SCREEN_OUT_DETAIL,
-        "state": "screened_out",
-        "platform": str(platform),
-        "screen_out_code": code,
-        "redirect_url": redirect,
-        "instruction": instruction,
-    }
-
-
 def participation_excluded(*, participation_id: int) -> bool:
     """Whether the participation is excluded now (read fresh, not from the request's copy)."""
     return Participation.objects.filter(
@@ -339,7 +287,7 @@ def participation_excluded(*, participation_id: int) -> bool:
 
 def screen_out_for_entry(
     *, campaign: Campaign, platform: str, external_id: str
-) -> dict[str, Any] | None:
+) -> ScreenOut | None:
     """The screen-out of the worker an entry link names, if that worker was excluded from the
     campaign, also after their erasure (the rating page shows it at once instead of consent and
     instructions); None otherwise. Tells nothing `join` with the same id would not."""
@@ -441,18 +389,9 @@ def worker_join(
         raise JoinRefused("This campaign is not open for new workers.", status=409)
     if platform not in JOINABLE_PLATFORMS:
         raise JoinRefused(f"Unknown platform {platform!r}.", status=400, field="platform")
-    external_id = external_id_normalize(platform=platform, external_id=external_id or "")
-    if platform == Platform.INVITE:
-        invite = invite_token_read(token=invite_token, campaign=campaign)
-        invitee = external_id_normalize(platform=platform, external_id=invite.invitee)
-        if external_id and external_id != invitee:
-            raise JoinRefused(
-                "external_id does not match the invite.", status=400, field="external_id"
-            )
-        external_id = invitee
-    problem = external_id_problem(platform=platform, external_id=external_id)
-    if problem is not None:
-        raise JoinRefused(problem, status=400, field="external_id")
+    external_id = _joining_id(
+        campaign=campaign, platform=platform, external_id=external_id, invite_token=invite_token
+    )
     _campaign_binding_check(campaign=campaign, platform=platform, identifiers=identifiers or {})
     _barred_check(campaign=campaign, platform=platform, external_id=external_id)
     if len(browser_key) > BROWSER_KEY_MAX_CHARS or 0 < len(browser_key) < BROWSER_KEY_MIN_CHARS:
@@ -479,6 +418,37 @@ def worker_join(
         raise JoinRefused(screen_out["detail"], status=403, body=screen_out)
     if not created:
         _browser_check(participation=participation, browser_key_hash=browser_key_hash)
+    token = _participation_renew(
+        participation=participation, created=created, platform_data=platform_data, now=now
+    )
+    participation.campaign = campaign
+    participation.worker = worker
+    return JoinResult(participation=participation, worker_token=token, created=created)
+
+
+def _joining_id(*, campaign: Campaign, platform: str, external_id: str, invite_token: str) -> str:
+    """The joining worker's normalised platform id: the invitee's for an invite join (a given
+    `external_id` must match it); JoinRefused (400) when it is no valid id."""
+    external_id = external_id_normalize(platform=platform, external_id=external_id or "")
+    if platform == Platform.INVITE:
+        invite = invite_token_read(token=invite_token, campaign=campaign)
+        invitee = external_id_normalize(platform=platform, external_id=invite.invitee)
+        if external_id and external_id != invitee:
+            raise JoinRefused(
+                "external_id does not match the invite.", status=400, field="external_id"
+            )
+        external_id = invitee
+    problem = external_id_problem(platform=platform, external_id=external_id)
+    if problem is not None:
+        raise JoinRefused(problem, status=400, field="external_id")
+    return external_id
+
+
+def _participation_renew(
+    *, participation: Participation, created: bool, platform_data: dict[str, str], now: datetime
+) -> str:
+    """Record the join on the participation in one UPDATE (token, consent, platform sessions)
+    and return the worker token."""
     changes: dict[str, Any] = {"token_renewed_at": now}
     if not created and worker_token_expires_at(participation=participation) <= now:
         # The old token has expired: issue the next generation, so it never works again.
@@ -498,9 +468,7 @@ def worker_join(
     Participation.objects.filter(pk=participation.pk).update(**changes)
     for name, value in changes.items():
         setattr(participation, name, value)
-    participation.campaign = campaign
-    participation.worker = worker
-    return JoinResult(participation=participation, worker_token=token, created=created)
+    return token
 
 
 def _barred_check(*, campaign: Campaign, platform: str, external_id: str) -> None:

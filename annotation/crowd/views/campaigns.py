@@ -13,12 +13,9 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
+from annotation.crowd.campaign_option_fields import option_form_field
+from annotation.crowd.campaign_options import CHOSEN_RUBRICS, KEPT_WHEN_ABSENT, OPTION_FIELDS
 from annotation.crowd.services.campaigns import (
-    CHOSEN_RUBRICS,
-    KEPT_WHEN_ABSENT,
-    OPTION_FIELDS,
-    RETEST_GAP_MAX,
-    RETEST_SHARE_MAX,
     CampaignInvalid,
     campaign_create,
     campaign_has_crowd_judgments,
@@ -34,7 +31,7 @@ from annotation.crowd.services.payments import (
 )
 from annotation.crowd.services.workers import invite_create, invite_url_path
 from annotation.figures import campaigns_csv, campaigns_with_figures
-from annotation.models import Campaign, CampaignStatus, ErasureMode
+from annotation.models import Campaign
 from annotation.questions import DEFAULT_QUESTIONS, OVERALL_ONLY_QUESTIONS, Rubric
 from common.parsers import JSONInvalid, json_parse
 from common.permissions import curator_required
@@ -56,31 +53,18 @@ QUESTION_PRESETS = [
     ("overall", "One overall rating (1–5)"),
     ("custom", "Custom (JSON below)"),
 ]
-RUBRIC_CHOICES = [(value, Rubric(value).label) for value in CHOSEN_RUBRICS]
 
 
 class CampaignSettingsForm(forms.Form):
-    name = forms.CharField(max_length=200)
-    description = forms.CharField(
-        required=False, widget=forms.Textarea(attrs={"rows": 3}), help_text="Shown to workers."
-    )
-    instructions = forms.CharField(
-        required=False,
-        widget=forms.Textarea(attrs={"rows": 4}),
-        help_text="Extra instructions shown to workers before they start.",
-    )
-    status = forms.ChoiceField(choices=CampaignStatus.choices, initial=CampaignStatus.ACTIVE)
+    """The settings this page offers, each field derived from its rule in
+    `annotation.crowd.campaign_options`; the questions come as a preset or JSON."""
+
+    name = option_form_field("name")
+    description = option_form_field("description", widget=forms.Textarea(attrs={"rows": 3}))
+    instructions = option_form_field("instructions", widget=forms.Textarea(attrs={"rows": 4}))
+    status = option_form_field("status")
     question_preset = forms.ChoiceField(choices=QUESTION_PRESETS, initial="paper")
-    rubric = forms.ChoiceField(
-        choices=RUBRIC_CHOICES,
-        initial=Rubric.PER_CRITERION,
-        required=False,  # absent from a form post: the campaign keeps its rubric
-        label="Rating guide (rubric)",
-        help_text="What workers read under each question. Per-criterion: level descriptions "
-        "written for each question (Lepus's own wording). The paper's: Appendix C's one holistic "
-        "rubric, shown for every question (how Vid-Lepus was collected). Custom: the levels in "
-        "the JSON below. The release card names the rubric.",
-    )
+    rubric = option_form_field("rubric")
     questions_json = forms.CharField(
         required=False,
         label="Custom questions (JSON)",
@@ -89,73 +73,21 @@ class CampaignSettingsForm(forms.Form):
         'the levels; with the custom rubric add "levels": [{"value": 1, "label": "Bad", '
         '"description": "..."}, ...] to each question.',
     )
-    judgments_per_candidate = forms.IntegerField(min_value=1, max_value=100, initial=3)
-    reference_free = forms.BooleanField(
-        required=False, help_text="Reference-free condition: workers see no references."
-    )
-    lease_seconds = forms.IntegerField(
-        min_value=30, initial=900, help_text="How long a worker may hold a clip."
-    )
-    min_seconds_on_clip = forms.IntegerField(
-        min_value=0, initial=0, help_text="Ratings unlock no sooner than this after the clip shows."
-    )
-    reason_required_at_or_below = forms.IntegerField(
-        min_value=0,
-        required=False,
-        help_text="Ask for a free-text reason when a rating is at or below this (empty: never).",
-    )
-    max_assignments_per_worker = forms.IntegerField(
-        min_value=1, required=False, help_text="Empty: no limit."
-    )
-    retest_share = forms.FloatField(
-        min_value=0,
-        max_value=RETEST_SHARE_MAX,
-        initial=0,
-        required=False,  # absent from a form post: the campaign keeps its setting
-        help_text="Test-retest: share of each worker's clips shown to them again later, "
-        "unannounced, to measure their consistency (0: off). Repeats are not paid and never "
-        "count as judgments.",
-    )
-    retest_min_gap = forms.IntegerField(
-        min_value=1,
-        max_value=RETEST_GAP_MAX,
-        initial=3,
-        required=False,  # absent from a form post: the campaign keeps its setting
-        help_text="At least this many other clips between a clip and its repeat.",
-    )
-    pay_per_assignment = forms.DecimalField(
-        min_value=0, max_digits=8, decimal_places=2, initial=0, help_text="Per submitted clip."
-    )
-    currency = forms.CharField(min_length=3, max_length=3, initial="GBP")
-    completion_code = forms.CharField(max_length=100, required=False)
-    redirect_url = forms.URLField(
-        max_length=500,
-        required=False,
-        assume_scheme="https",
-        help_text="e.g. https://app.prolific.com/submissions/complete?cc=CODE",
-    )
-    screen_out_code = forms.CharField(
-        max_length=100,
-        required=False,
-        help_text="Given to a worker excluded by quality control (Prolific: the study's "
-        "'screened out' completion code). MTurk workers are told to return the HIT.",
-    )
-    screen_out_redirect_url = forms.URLField(
-        max_length=500,
-        required=False,
-        assume_scheme="https",
-        help_text="Where an excluded worker is sent, e.g. "
-        "https://app.prolific.com/submissions/complete?cc=SCREENED",
-    )
-
-    erasure_mode = forms.ChoiceField(
-        choices=ErasureMode.choices,
-        initial=ErasureMode.DELETE,
-        required=False,  # absent from a form post: the campaign keeps its setting
-        label="When a participant is erased",
-        help_text="Their platform id and free text are always deleted; this decides their "
-        "ratings. The consent text tells workers which applies.",
-    )
+    judgments_per_candidate = option_form_field("judgments_per_candidate")
+    reference_free = option_form_field("reference_free")
+    lease_seconds = option_form_field("lease_seconds")
+    min_seconds_on_clip = option_form_field("min_seconds_on_clip")
+    reason_required_at_or_below = option_form_field("reason_required_at_or_below")
+    max_assignments_per_worker = option_form_field("max_assignments_per_worker")
+    retest_share = option_form_field("retest_share")
+    retest_min_gap = option_form_field("retest_min_gap")
+    pay_per_assignment = option_form_field("pay_per_assignment")
+    currency = option_form_field("currency")
+    completion_code = option_form_field("completion_code")
+    redirect_url = option_form_field("redirect_url")
+    screen_out_code = option_form_field("screen_out_code")
+    screen_out_redirect_url = option_form_field("screen_out_redirect_url")
+    erasure_mode = option_form_field("erasure_mode")
 
     def clean_currency(self) -> str:
         return self.cleaned_data["currency"].upper()
@@ -193,7 +125,7 @@ _FORM_OPTION_FIELDS = tuple(
 
 
 class CampaignCreateForm(CampaignSettingsForm):
-    slug = forms.SlugField(max_length=100, help_text="Appears in the worker link /w/<slug>/.")
+    slug = option_form_field("slug")
     import_batches = forms.ModelMultipleChoiceField(
         queryset=ImportBatch.objects.all(), required=False, help_text="Empty: any."
     )

@@ -17,6 +17,7 @@ from django.urls import reverse
 from django.views.decorators.clickjacking import xframe_options_exempt
 from django.views.decorators.http import require_GET
 
+from annotation.crowd.services.offers import levels_payload
 from annotation.crowd.services.workers import (
     JoinRefused,
     external_id_normalize,
@@ -25,7 +26,7 @@ from annotation.crowd.services.workers import (
     screen_out_for_entry,
 )
 from annotation.models import Campaign, CampaignStatus
-from annotation.questions import RUBRIC_LEVELS, shared_levels
+from annotation.questions import shared_levels
 from annotation.selectors import campaign_modalities
 
 MTURK_PREVIEW_ID = "ASSIGNMENT_ID_NOT_AVAILABLE"
@@ -65,25 +66,15 @@ def _entry_from_query(request: HttpRequest) -> dict[str, Any] | None:
 
 
 def _questions_for_page(campaign: Campaign) -> list[dict[str, Any]]:
-    questions = []
-    for question in campaign.questions:
-        levels = sorted(question.get("levels") or RUBRIC_LEVELS, key=lambda level: level["value"])
-        questions.append(
-            {
-                "key": question["key"],
-                "label": question.get("label") or question["key"],
-                "help": question.get("help", ""),
-                "levels": [
-                    {
-                        "value": int(level["value"]),
-                        "label": level.get("label", ""),
-                        "description": level.get("description", ""),
-                    }
-                    for level in levels
-                ],
-            }
-        )
-    return questions
+    return [
+        {
+            "key": question["key"],
+            "label": question.get("label") or question["key"],
+            "help": question.get("help", ""),
+            "levels": levels_payload(question),
+        }
+        for question in campaign.questions
+    ]
 
 
 def rating_guide(questions: list[dict[str, Any]]) -> dict[str, Any]:

@@ -14,8 +14,8 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
+from annotation.crowd.campaign_options import OPTIONS_BY_NAME
 from annotation.crowd.services.campaigns import CampaignInvalid, campaign_counts, campaign_create
-from annotation.models import CampaignStatus
 from common.management.base import LepusCommand
 
 
@@ -69,7 +69,7 @@ class Command(LepusCommand):
         parser.add_argument(
             "--screen-out-redirect-url", default=None, help="Where an excluded worker is sent."
         )
-        parser.add_argument("--status", choices=CampaignStatus.values, default=None)
+        parser.add_argument("--status", choices=OPTIONS_BY_NAME["status"].values, default=None)
 
     def handle(self, *args: Any, **options: Any) -> None:
         settings_given = {

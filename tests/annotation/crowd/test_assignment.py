@@ -10,12 +10,12 @@ from django.utils import timezone
 
 from annotation.crowd.services.assignment import (
     assignment_claim_next,
-    assignment_offer_payload,
     assignments_expire,
     campaign_candidate_slots_release,
     campaign_candidate_slots_take,
 )
 from annotation.crowd.services.campaigns import campaign_create, campaign_items_add
+from annotation.crowd.services.offers import assignment_offer_payload
 from annotation.models import (
     Assignment,
     AssignmentItem,

@@ -17,9 +17,9 @@ from django.utils import timezone
 
 from annotation.crowd.services.assignment import (
     assignment_claim_next,
-    assignment_offer_payload,
     assignments_expire,
 )
+from annotation.crowd.services.offers import assignment_offer_payload
 from annotation.crowd.services.submission import SubmissionRefused, assignment_submit
 from annotation.models import (
     Assignment,

@@ -9,7 +9,7 @@ from annotation.crowd.api.campaigns import (
     CampaignOptionsSerializer,
     CampaignSerializer,
 )
-from annotation.crowd.services.campaigns import ARGUMENT_FIELDS, CAMPAIGN_FIELDS, OPTION_FIELDS
+from annotation.crowd.campaign_options import ARGUMENT_FIELDS, CAMPAIGN_FIELDS, OPTION_FIELDS
 from annotation.crowd.views.campaigns import CampaignSettingsForm
 from annotation.models import Campaign
 

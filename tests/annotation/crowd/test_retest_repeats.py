@@ -25,11 +25,11 @@ from rest_framework.test import APIClient
 
 from annotation.crowd.services.assignment import (
     assignment_claim_next,
-    assignment_offer_payload,
-    participation_progress,
 )
 from annotation.crowd.services.campaigns import campaign_create, campaign_update
+from annotation.crowd.services.offers import assignment_offer_payload
 from annotation.crowd.services.payments import payments_rows
+from annotation.crowd.services.progress import participation_progress
 from annotation.crowd.services.repeats import repeat_clip_choose, repeats_due
 from annotation.crowd.services.submission import (
     AssignmentNotFound,

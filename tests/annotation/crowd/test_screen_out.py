@@ -9,7 +9,7 @@ import time
 import pytest
 from django.db import connection, connections, transaction
 
-from annotation.crowd.services.workers import screen_out_payload
+from annotation.crowd.services.screen_out import screen_out_payload
 from annotation.models import Assignment, CampaignCandidate, ParticipationStatus
 from annotation.quality.exclusions import worker_exclude
 from tests.annotation.crowd.test_worker_api import NEXT, worker_client

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from PIL import Image, ImageDraw
 
-from annotation.crowd.services.assignment import assignment_claim_next, assignment_offer_payload
+from annotation.crowd.services.assignment import assignment_claim_next
 from annotation.crowd.services.campaigns import campaign_create
+from annotation.crowd.services.offers import assignment_offer_payload
 from annotation.crowd.services.submission import assignment_submit
 from annotation.models import Assignment, CampaignCandidate, Judgment
 from annotation.quality.run import qc_run_inline
