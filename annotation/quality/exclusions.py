@@ -48,7 +48,7 @@ from annotation.models import (
     WorkerExclusion,
 )
 from annotation.quality.aggregation import aggregation_recompute
-from annotation.quality.rules import RULE_LABELS
+from annotation.quality.rules import ACTION_EXCLUDE, RULE_LABELS, RuleFlag
 from annotation.services.assignment import participation_leases_release
 from annotation.services.columns import json_text, pg_array
 from common import webhooks
@@ -72,7 +72,7 @@ QUOTA_REFILLED_REASON = (
 class ExclusionDecision:
     participation_id: int
     rules: list[str]
-    flags: list[dict[str, Any]] = field(default_factory=list)
+    flags: list[RuleFlag] = field(default_factory=list)
     note: str = ""
 
 
@@ -302,9 +302,9 @@ def judgments_include(*, campaign: Campaign, judgment_ids: Sequence[int]) -> dic
 
 def _explanation(decision: ExclusionDecision) -> str:
     parts = [
-        f"{flag.get('label', flag['rule'])}: {flag['explanation']}"
+        f"{flag.label}: {flag.explanation}"
         for flag in decision.flags
-        if flag["rule"] in decision.rules
+        if flag.rule in decision.rules
     ]
     if decision.note:
         parts.append(decision.note)
@@ -347,7 +347,9 @@ def workers_exclude(
                     participation_id=participation_id,
                     rules=list(by_participation[participation_id].rules),
                     detail={
-                        "flags": by_participation[participation_id].flags,
+                        "flags": [
+                            flag.as_json() for flag in by_participation[participation_id].flags
+                        ],
                         "note": by_participation[participation_id].note,
                     },
                     created_by=actor,
@@ -365,7 +367,7 @@ def workers_exclude(
                 if rules == [EXCLUDED_BY_CURATOR]
                 else EXCLUDED_BY_RULE_PREFIX + ",".join(rules)
             )
-            numbers = {flag["rule"]: flag.get("numbers", {}) for flag in decision.flags}
+            numbers = {flag.rule: flag.numbers for flag in decision.flags}
             rows.append(
                 (
                     exclusion.participation_id,
@@ -439,13 +441,13 @@ def worker_exclude(
                 participation_id=participation.pk,
                 rules=[EXCLUDED_BY_CURATOR],
                 flags=[
-                    {
-                        "rule": EXCLUDED_BY_CURATOR,
-                        "label": "Excluded by a curator",
-                        "action": "exclude",
-                        "explanation": reason or "excluded by a curator",
-                        "numbers": {},
-                    }
+                    RuleFlag(
+                        rule=EXCLUDED_BY_CURATOR,
+                        label="Excluded by a curator",
+                        action=ACTION_EXCLUDE,
+                        explanation=reason or "excluded by a curator",
+                        numbers={},
+                    )
                 ],
             )
         ],

@@ -32,7 +32,7 @@ from annotation.models import (
     ReviewItem,
     WorkerExclusion,
 )
-from annotation.quality.rules import CandidateColumns, JudgmentColumns
+from annotation.quality.statistics import CandidateColumns, JudgmentColumns
 from annotation.services.columns import fetch_columns, json_number
 from datasets_app.models import Clip
 

@@ -32,7 +32,8 @@ from annotation.quality.calibration_job import (
     severity_mean,
     worker_severities,
 )
-from annotation.quality.rules import STATISTIC_EXPLANATIONS, qc_rules_merge
+from annotation.quality.rules import qc_rules_merge
+from annotation.quality.statistics import STATISTIC_EXPLANATIONS
 from annotation.services.columns import json_number
 from datasets_app.models import ReferenceCaption
 
