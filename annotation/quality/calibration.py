@@ -57,7 +57,6 @@ No Django here: `annotation.quality.calibration_job` reads the database and stor
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -65,6 +64,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 from scipy.special import expit
+
+from annotation.quality.calibration_statistics import fit_statistics
 
 if TYPE_CHECKING:
     from annotation.quality.calibration_covariance import LaplaceErrors
@@ -423,8 +424,10 @@ def calibration_fit(
         array[~rated_items] = np.nan
     for array in (beta, severity_se, infit, outfit, rater_mean):
         array[~rated_raters] = np.nan
-    statistics = _fit_statistics(
-        table=table,
+    statistics = fit_statistics(
+        model=MODEL_NAME,
+        judgments=len(table),
+        categories=table.categories,
         loglik=residuals.loglik,
         parameters=identified_parameters(table, thresholds=len(tau)),
         beta=beta[rated_raters],
@@ -438,7 +441,7 @@ def calibration_fit(
         tau=tau,
         result=result,
         evaluations=objective.evaluations,
-        settings=settings,
+        settings=settings.as_dict(),
         seconds=time.perf_counter() - started,
     )
     return CalibrationFit(
@@ -551,70 +554,3 @@ class _Residuals:
             rater_mean=rater_mean,
             loglik=float(np.log(np.clip(observed, 1e-300, None)).sum()),
         )
-
-
-def _rounded(value: float, digits: int = 4) -> float | None:
-    return None if value is None or not math.isfinite(value) else round(float(value), digits)
-
-
-def _fit_statistics(
-    *,
-    table: RatingTable,
-    loglik: float,
-    parameters: int,
-    beta: NDArray[np.float64],
-    beta_se: NDArray[np.float64],
-    infit: NDArray[np.float64],
-    outfit: NDArray[np.float64],
-    outfit_all: float,
-    infit_all: float,
-    calibrated: NDArray[np.float64],
-    raw_mean: NDArray[np.float64],
-    tau: NDArray[np.float64],
-    result: Any,
-    evaluations: int,
-    settings: CalibrationSettings,
-    seconds: float,
-) -> dict[str, Any]:
-    judgments = len(table)
-    observed_variance = float(beta.var()) if beta.size > 1 else 0.0
-    noise = float(np.mean(beta_se**2)) if beta.size else 0.0
-    reliability = (
-        max(0.0, (observed_variance - noise) / observed_variance) if observed_variance > 0 else 0.0
-    )
-    if calibrated.size > 1 and raw_mean.std() > 0 and calibrated.std() > 0:
-        correlation = float(np.corrcoef(calibrated, raw_mean)[0, 1])
-    else:
-        correlation = float("nan")
-    return {
-        "model": MODEL_NAME,
-        "judgments": judgments,
-        "items": int(calibrated.size),
-        "raters": int(beta.size),
-        "categories": table.categories,
-        "parameters": parameters,
-        "log_likelihood": _rounded(loglik, 3),
-        "deviance": _rounded(-2.0 * loglik, 3),
-        "aic": _rounded(2.0 * parameters - 2.0 * loglik, 3),
-        "bic": _rounded(parameters * math.log(max(judgments, 1)) - 2.0 * loglik, 3),
-        "thresholds": [_rounded(value) for value in tau.tolist()],
-        "severity_sd": _rounded(float(beta.std()) if beta.size else 0.0),
-        "severity_min": _rounded(float(beta.min())) if beta.size else None,
-        "severity_max": _rounded(float(beta.max())) if beta.size else None,
-        "severity_se_median": _rounded(float(np.median(beta_se))) if beta.size else None,
-        "severity_reliability": _rounded(reliability),
-        "infit_mean_square": _rounded(infit_all),
-        "outfit_mean_square": _rounded(outfit_all),
-        "raters_misfitting": int(((infit > 1.5) | (outfit > 2.0)).sum()),
-        "calibrated_vs_raw_correlation": _rounded(correlation),
-        "calibrated_vs_raw_mean_absolute_difference": _rounded(
-            float(np.abs(calibrated - raw_mean).mean()) if calibrated.size else 0.0
-        ),
-        "converged": bool(result.converged),
-        "optimizer_message": result.message,
-        "iterations": int(result.iterations),
-        "gradient_max": _rounded(result.gradient_max, 8),
-        "evaluations": evaluations,
-        "seconds": round(seconds, 3),
-        "settings": settings.as_dict(),
-    }

@@ -180,20 +180,44 @@ def campaign_retest(*, campaign: Campaign) -> dict[str, Any]:
         .values_list("status", "count")
     )
     enough_pairs = figures.pairs >= min_pairs
-    questions = []
-    for key in pairs.question_keys:
-        question = figures.by_question[key]
-        questions.append(
-            {
-                "key": key,
-                "label": labels.get(key, key),
-                "pairs": question.pooled_pairs,
-                **within_worker_summary(question.kappa, enough_pairs),
-                "pooled_kappa": _number(question.pooled_kappa),
-                "exact_agreement": _number(question.pooled_exact_agreement),
-            }
-        )
+    questions = [
+        {
+            "key": key,
+            "label": labels.get(key, key),
+            "pairs": figures.by_question[key].pooled_pairs,
+            **within_worker_summary(figures.by_question[key].kappa, enough_pairs),
+            "pooled_kappa": _number(figures.by_question[key].pooled_kappa),
+            "exact_agreement": _number(figures.by_question[key].pooled_exact_agreement),
+        }
+        for key in pairs.question_keys
+    ]
     pooled = [row["pooled_kappa"] for row in questions if row["pooled_kappa"] is not None]
+    workers = _worker_rows(pairs, figures, labels=labels, min_pairs=min_pairs)
+    return {
+        "retest_share": campaign.retest_share,
+        "retest_min_gap": campaign.retest_min_gap,
+        "min_pairs": min_pairs,
+        "rule_enabled": bool(rule.get("enabled")),
+        "rule_min_kappa": rule.get("min_kappa"),
+        "repeats_served": sum(statuses.values()),
+        "repeats_submitted": statuses.get(AssignmentStatus.SUBMITTED.value, 0),
+        "pairs": int(len(pairs.worker)),
+        "workers_with_pairs": len(workers),
+        "workers_with_enough_pairs": sum(1 for row in workers if row["enough_pairs"]),
+        # Over the workers: each worker's own kappa (the mean of their per-question kappas).
+        **within_worker_summary(figures.kappa, enough_pairs),
+        # Labelled pooled: the mean over the questions of the kappa of the pooled tables.
+        "pooled_kappa": round(sum(pooled) / len(pooled), 4) if pooled else None,
+        "questions": questions,
+        "workers": workers,
+    }
+
+
+def _worker_rows(
+    pairs: RepeatPairs, figures: Consistency, *, labels: dict[str, str], min_pairs: int
+) -> list[dict[str, Any]]:
+    """Per worker with repeat pairs (kappa only with enough pairs): the most consistent workers
+    with enough pairs first, then the others."""
     people = {
         pk: (platform, external_id)
         for pk, platform, external_id in Participation.objects.filter(
@@ -233,24 +257,7 @@ def campaign_retest(*, campaign: Campaign) -> dict[str, Any]:
             row["participation_id"],
         )
     )
-    return {
-        "retest_share": campaign.retest_share,
-        "retest_min_gap": campaign.retest_min_gap,
-        "min_pairs": min_pairs,
-        "rule_enabled": bool(rule.get("enabled")),
-        "rule_min_kappa": rule.get("min_kappa"),
-        "repeats_served": sum(statuses.values()),
-        "repeats_submitted": statuses.get(AssignmentStatus.SUBMITTED.value, 0),
-        "pairs": int(len(pairs.worker)),
-        "workers_with_pairs": len(workers),
-        "workers_with_enough_pairs": sum(1 for row in workers if row["enough_pairs"]),
-        # Over the workers: each worker's own kappa (the mean of their per-question kappas).
-        **within_worker_summary(figures.kappa, enough_pairs),
-        # Labelled pooled: the mean over the questions of the kappa of the pooled tables.
-        "pooled_kappa": round(sum(pooled) / len(pooled), 4) if pooled else None,
-        "questions": questions,
-        "workers": workers,
-    }
+    return workers
 
 
 def worker_retest(*, campaign: Campaign, participation_id: int) -> dict[str, Any] | None:

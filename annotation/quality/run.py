@@ -49,6 +49,22 @@ logger = logging.getLogger(__name__)
 ProgressCallback = Callable[[float, str], None]
 
 
+class _Stopwatch:
+    """Seconds per step of a run, into the summary's `timings`."""
+
+    def __init__(self) -> None:
+        self.timings: dict[str, float] = {}
+        self.clock = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.timings[name] = round(now - self.clock, 3)
+        self.clock = now
+
+    def restart(self) -> None:
+        self.clock = time.perf_counter()
+
+
 def qc_campaign_full(
     *, campaign: Campaign, progress: ProgressCallback | None = None
 ) -> dict[str, Any]:
@@ -58,20 +74,12 @@ def qc_campaign_full(
         if progress is not None:
             progress(fraction, message)
 
-    timings: dict[str, float] = {}
-    clock = time.perf_counter()
+    stopwatch = _Stopwatch()
     started_at = timezone.now()
-
-    def lap(name: str) -> None:
-        nonlocal clock
-        now = time.perf_counter()
-        timings[name] = round(now - clock, 3)
-        clock = now
-
     rules = qc_rules_merge(campaign.qc_rules)
     report(0.05, "reading judgments")
     data = campaign_slice_load(campaign=campaign)
-    lap("load")
+    stopwatch.lap("load")
     report(0.3, "worker statistics and rules")
     alpha_before = _alphas(data, kept_only=False)
     statistics, flags, decisions = workers_evaluate(data, rules=rules, campaign_median=None)
@@ -80,7 +88,7 @@ def qc_campaign_full(
         median=statistics.campaign_median_seconds,
         judgments=int(statistics.timed_judgments.sum()),
     )
-    lap("statistics")
+    stopwatch.lap("statistics")
     report(0.45, f"excluding {len(decisions)} worker(s)")
     outcome = workers_exclude(campaign=campaign, decisions=decisions)
     newly_excluded = {exclusion.participation_id for exclusion in outcome.exclusions}
@@ -88,39 +96,22 @@ def qc_campaign_full(
         leaving = np.isin(data.workers.ids, np.fromiter(newly_excluded, np.int64))
         data.judgments.excluded |= leaving[data.judgments.worker]
         data.workers.excluded |= leaving
-    lap("exclusions")
+    stopwatch.lap("exclusions")
     report(0.55, "storing worker statistics")
     worker_stats_store(data, statistics, flags, indices=range(len(data.workers)))
-    lap("store_statistics")
+    stopwatch.lap("store_statistics")
     report(0.65, "agreement")
-    alpha_after = _alphas(data, kept_only=True)
-    figures = {
-        key: {
-            "alpha_all": alpha_before[key]["alpha"],
-            "alpha_kept": alpha_after[key]["alpha"],
-            "items": alpha_after[key]["items"],
-            "judgments": alpha_after[key]["judgments"],
-        }
-        for key in data.question_keys
-    }
+    figures = _agreement_figures(data, alpha_before, _alphas(data, kept_only=True))
     agreement_snapshots_store(campaign=campaign, figures=figures)
-    lap("agreement")
+    stopwatch.lap("agreement")
     report(0.75, "review queue and aggregation")
     with transaction.atomic():
-        changed = aggregation_apply(data, detect_review=True, timings=timings)
-    clock = time.perf_counter()
-    # Submissions that arrived while this run computed: bring their candidates up to date.
-    late = set(
-        Judgment.objects.filter(campaign=campaign)
-        .filter(Q(created_at__gte=started_at) | Q(excluded_at__gte=started_at))
-        .exclude(
-            participation_id__in=list(newly_excluded)
-        )  # already folded into this run's columns
-        .values_list("campaign_candidate_id", flat=True)
-    )
+        changed = aggregation_apply(data, detect_review=True, timings=stopwatch.timings)
+    stopwatch.restart()
+    late = _late_candidates(campaign, started_at=started_at, newly_excluded=newly_excluded)
     if late:
         aggregation_recompute(campaign=campaign, candidate_ids=late)
-    lap("catch_up")
+    stopwatch.lap("catch_up")
     report(0.95, "summary")
     summary = qc_summary(campaign=campaign)
     summary.update(
@@ -138,10 +129,37 @@ def qc_campaign_full(
             "candidates_updated": changed,
             "agreement": figures,
             "campaign_median_seconds": statistics.campaign_median_seconds,
-            "timings": timings,
+            "timings": stopwatch.timings,
         }
     )
     return summary
+
+
+def _agreement_figures(
+    data: CampaignSlice,
+    before: dict[str, dict[str, Any]],
+    after: dict[str, dict[str, Any]],
+) -> dict[str, dict[str, Any]]:
+    return {
+        key: {
+            "alpha_all": before[key]["alpha"],
+            "alpha_kept": after[key]["alpha"],
+            "items": after[key]["items"],
+            "judgments": after[key]["judgments"],
+        }
+        for key in data.question_keys
+    }
+
+
+def _late_candidates(campaign: Campaign, *, started_at: Any, newly_excluded: set[int]) -> set[int]:
+    """Candidates of submissions (or exclusions) that arrived while the run computed: brought up
+    to date after it. The run's own exclusions are already folded into its columns."""
+    return set(
+        Judgment.objects.filter(campaign=campaign)
+        .filter(Q(created_at__gte=started_at) | Q(excluded_at__gte=started_at))
+        .exclude(participation_id__in=list(newly_excluded))
+        .values_list("campaign_candidate_id", flat=True)
+    )
 
 
 def _alphas(data: CampaignSlice, *, kept_only: bool) -> dict[str, dict[str, Any]]:

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any, TypedDict
 
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils.safestring import SafeString
 from django.views.decorators.http import require_GET, require_POST
 
 from annotation import charts
@@ -72,13 +74,52 @@ def campaign_detail(request: HttpRequest, slug: str) -> HttpResponse:
     campaign = _campaign(slug)
     progress = campaign_progress(campaign=campaign)
     per_day = progress["judgments_per_day"]
-    history = agreement_history(campaign=campaign)
-    histograms = campaign_histograms(campaign=campaign)
     labels = {
         question["key"]: question.get("label", question["key"]) for question in campaign.questions
     }
+    context = {
+        "campaign": campaign,
+        "progress": progress,
+        "per_day_empty": not any(row["judgments"] for row in per_day),
+        "per_day_chart": charts.bar_chart(
+            [(row["day"][5:], row["judgments"]) for row in per_day],
+            title="Judgments per day, last 30 days",
+            width=620,
+            label_every=5,
+        ),
+        "agreement_rows": _agreement_rows(campaign, labels),
+        "histogram_rows": _histogram_rows(campaign, labels),
+        "runs": qc_runs_recent(campaign=campaign),
+        "retest": campaign_retest(campaign=campaign),
+        "review": review_counts(campaign=campaign),
+        "rules": [
+            {"key": key, "label": RULE_LABELS.get(key, key), "config": config}
+            for key, config in campaign_rules(campaign=campaign).items()
+        ],
+    }
+    return render(request, "annotation/dashboard/campaign_detail.html", context)
+
+
+class AgreementRow(TypedDict):
+    key: str
+    label: str
+    figures: dict[str, Any]  # annotation.figures.campaign_agreement_figures, per question
+    chart: SafeString
+
+
+class HistogramRow(TypedDict):
+    key: str
+    label: str
+    counts: dict[str, list[int]]  # {"all": [n1..n5], "kept": [n1..n5]}
+    empty: bool
+    chart: SafeString
+
+
+def _agreement_rows(campaign: Campaign, labels: dict[str, str]) -> list[AgreementRow]:
+    """Per question: the agreement figures and the chart of alpha over the QC runs."""
+    history = agreement_history(campaign=campaign)
     agreement = campaign_agreement_figures(campaign=campaign)
-    agreement_rows = []
+    rows: list[AgreementRow] = []
     for key in campaign.question_keys:
         points = history.get(key, [])
         low = min(
@@ -90,7 +131,7 @@ def campaign_detail(request: HttpRequest, slug: str) -> HttpResponse:
                 if point[name] is not None
             ]
         )
-        agreement_rows.append(
+        rows.append(
             {
                 "key": key,
                 "label": labels.get(key, key),
@@ -113,7 +154,13 @@ def campaign_detail(request: HttpRequest, slug: str) -> HttpResponse:
                 ),
             }
         )
-    histogram_rows = [
+    return rows
+
+
+def _histogram_rows(campaign: Campaign, labels: dict[str, str]) -> list[HistogramRow]:
+    """Per question: the kept and all ratings' histogram."""
+    histograms = campaign_histograms(campaign=campaign)
+    return [
         {
             "key": key,
             "label": labels.get(key, key),
@@ -128,27 +175,6 @@ def campaign_detail(request: HttpRequest, slug: str) -> HttpResponse:
         }
         for key in campaign.question_keys
     ]
-    context = {
-        "campaign": campaign,
-        "progress": progress,
-        "per_day_empty": not any(row["judgments"] for row in per_day),
-        "per_day_chart": charts.bar_chart(
-            [(row["day"][5:], row["judgments"]) for row in per_day],
-            title="Judgments per day, last 30 days",
-            width=620,
-            label_every=5,
-        ),
-        "agreement_rows": agreement_rows,
-        "histogram_rows": histogram_rows,
-        "runs": qc_runs_recent(campaign=campaign),
-        "retest": campaign_retest(campaign=campaign),
-        "review": review_counts(campaign=campaign),
-        "rules": [
-            {"key": key, "label": RULE_LABELS.get(key, key), "config": config}
-            for key, config in campaign_rules(campaign=campaign).items()
-        ],
-    }
-    return render(request, "annotation/dashboard/campaign_detail.html", context)
 
 
 @require_POST
