@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 from django.db.models import Count
@@ -146,11 +146,63 @@ def _number(value: float) -> float | None:
     return None if value is None or math.isnan(value) else round(float(value), 4)
 
 
+class WithinWorkerSummary(TypedDict):
+    worker_kappa_mean: float | None
+    worker_kappa_median: float | None
+    workers_with_kappa: int
+
+
+class RetestQuestion(WithinWorkerSummary):
+    key: str
+    label: str
+    pairs: int
+    pooled_kappa: float | None
+    exact_agreement: float | None
+
+
+class RetestWorkerQuestion(TypedDict):
+    label: str
+    kappa: float | None
+    exact_agreement: float | None
+    mean_absolute_difference: float | None
+
+
+class RetestWorker(TypedDict):
+    participation_id: int
+    platform: str
+    external_id: str
+    pairs: int
+    enough_pairs: bool
+    kappa: float | None
+    questions: dict[str, RetestWorkerQuestion]
+
+
+class CampaignRetest(WithinWorkerSummary):
+    """`campaign_retest`'s figures (the retest API's payload; the JSON keys are in the order the
+    function builds them)."""
+
+    retest_share: float
+    retest_min_gap: int
+    min_pairs: int
+    rule_enabled: bool
+    rule_min_kappa: float | None
+    repeats_served: int
+    repeats_submitted: int
+    pairs: int
+    workers_with_pairs: int
+    workers_with_enough_pairs: int
+    pooled_kappa: float | None
+    questions: list[RetestQuestion]
+    workers: list[RetestWorker]
+
+
 def retest_min_pairs(*, campaign: Campaign) -> int:
     return int(qc_rules_merge(campaign.qc_rules)[RULE]["min_pairs"])
 
 
-def within_worker_summary(kappas: NDArray[np.float64], enough: NDArray[np.bool_]) -> dict[str, Any]:
+def within_worker_summary(
+    kappas: NDArray[np.float64], enough: NDArray[np.bool_]
+) -> WithinWorkerSummary:
     """Mean and median of the workers' own kappas (those with enough pairs and a defined kappa),
     with how many workers they summarise."""
     values = kappas[enough & ~np.isnan(kappas)]
@@ -161,7 +213,7 @@ def within_worker_summary(kappas: NDArray[np.float64], enough: NDArray[np.bool_]
     }
 
 
-def campaign_retest(*, campaign: Campaign) -> dict[str, Any]:
+def campaign_retest(*, campaign: Campaign) -> CampaignRetest:
     """The campaign's test-retest figures: settings, how many repeats and pairs, per question the
     mean and median of the workers' own kappas (and the pooled kappa, labelled), and per worker
     (kappa only with enough pairs)."""
@@ -180,7 +232,7 @@ def campaign_retest(*, campaign: Campaign) -> dict[str, Any]:
         .values_list("status", "count")
     )
     enough_pairs = figures.pairs >= min_pairs
-    questions = [
+    questions: list[RetestQuestion] = [
         {
             "key": key,
             "label": labels.get(key, key),
@@ -215,7 +267,7 @@ def campaign_retest(*, campaign: Campaign) -> dict[str, Any]:
 
 def _worker_rows(
     pairs: RepeatPairs, figures: Consistency, *, labels: dict[str, str], min_pairs: int
-) -> list[dict[str, Any]]:
+) -> list[RetestWorker]:
     """Per worker with repeat pairs (kappa only with enough pairs): the most consistent workers
     with enough pairs first, then the others."""
     people = {
@@ -224,7 +276,7 @@ def _worker_rows(
             pk__in=pairs.participation_ids.tolist()
         ).values_list("pk", "worker__platform", "worker__external_id")
     }
-    workers = []
+    workers: list[RetestWorker] = []
     for index, participation_id in enumerate(pairs.participation_ids.tolist()):
         count = int(figures.pairs[index])
         enough = count >= min_pairs
@@ -260,7 +312,7 @@ def _worker_rows(
     return workers
 
 
-def worker_retest(*, campaign: Campaign, participation_id: int) -> dict[str, Any] | None:
+def worker_retest(*, campaign: Campaign, participation_id: int) -> RetestWorker | None:
     """One worker's row of `campaign_retest` (None when they have no repeat pair)."""
     for row in campaign_retest(campaign=campaign)["workers"]:
         if row["participation_id"] == participation_id:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 from django.db import connection, transaction
@@ -32,6 +32,7 @@ from annotation.quality.rules import (
     rules_evaluate,
 )
 from annotation.quality.statistics import (
+    StatisticsRow,
     WorkerStatistics,
     leave_one_out_agreement,
     worker_statistics,
@@ -120,7 +121,7 @@ def workers_evaluate(
 
 
 # The statistic columns of `WorkerQCStats` a run writes (besides the flags and `computed_at`).
-STAT_FIELDS: tuple[str, ...] = (
+StatField = Literal[
     "judgments",
     "median_seconds_per_candidate",
     "speed_vs_campaign",
@@ -130,7 +131,8 @@ STAT_FIELDS: tuple[str, ...] = (
     "control_items",
     "control_accuracy",
     "agreement",
-)
+]
+STAT_FIELDS: tuple[StatField, ...] = get_args(StatField)
 _INTEGER_FIELDS = ("judgments", "control_items")
 
 
@@ -158,7 +160,7 @@ def worker_stats_store(
 
 def _stats_upsert(
     participation_ids: list[int],
-    rows: list[dict[str, Any]],
+    rows: list[StatisticsRow],
     worker_flags: list[list[FlagJson]],
     now: Any,
 ) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from django.db import IntegrityError, transaction
 from django.db.models import Q
@@ -279,7 +279,15 @@ class _Decision:
         )
 
 
-def _judgment_state(judgment: Judgment) -> dict[str, Any]:
+class JudgmentState(TypedDict):
+    """A judgment's exclusion as an audit entry records it before and after a decision."""
+
+    is_excluded: bool
+    excluded_by: str
+    exclusion_reason: str
+
+
+def _judgment_state(judgment: Judgment) -> JudgmentState:
     return {
         "is_excluded": judgment.is_excluded,
         "excluded_by": judgment.excluded_by,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 from django.db import transaction
@@ -36,7 +36,12 @@ from annotation.models import (
     WorkerExclusion,
 )
 from annotation.quality.aggregation import aggregation_apply, aggregation_recompute
-from annotation.quality.agreement import agreement_snapshots_store, alpha_from_columns
+from annotation.quality.agreement import (
+    Alpha,
+    AlphaFigures,
+    agreement_snapshots_store,
+    alpha_from_columns,
+)
 from annotation.quality.evaluation import worker_stats_store, workers_evaluate
 from annotation.quality.exclusions import workers_exclude
 from annotation.quality.jobs import campaign_run_queue
@@ -67,7 +72,7 @@ class _Stopwatch:
 
 def qc_campaign_full(
     *, campaign: Campaign, progress: ProgressCallback | None = None
-) -> dict[str, Any]:
+) -> QCRunSummary:
     """Full QC of a campaign; returns the summary stored on the QC run."""
 
     def report(fraction: float, message: str) -> None:
@@ -113,33 +118,26 @@ def qc_campaign_full(
         aggregation_recompute(campaign=campaign, candidate_ids=late)
     stopwatch.lap("catch_up")
     report(0.95, "summary")
-    summary = qc_summary(campaign=campaign)
-    summary.update(
-        {
-            "newly_excluded": [
-                {
-                    "worker": data.workers.external_ids[
-                        int(np.searchsorted(data.workers.ids, pid))
-                    ],
-                    "participation": pid,
-                }
-                for pid in sorted(newly_excluded)
-            ],
-            "judgments_newly_excluded": outcome.judgments_excluded,
-            "candidates_updated": changed,
-            "agreement": figures,
-            "campaign_median_seconds": statistics.campaign_median_seconds,
-            "timings": stopwatch.timings,
-        }
-    )
-    return summary
+    return {
+        **qc_summary(campaign=campaign),
+        "newly_excluded": [
+            {
+                "worker": data.workers.external_ids[int(np.searchsorted(data.workers.ids, pid))],
+                "participation": pid,
+            }
+            for pid in sorted(newly_excluded)
+        ],
+        "judgments_newly_excluded": outcome.judgments_excluded,
+        "candidates_updated": changed,
+        "agreement": figures,
+        "campaign_median_seconds": statistics.campaign_median_seconds,
+        "timings": stopwatch.timings,
+    }
 
 
 def _agreement_figures(
-    data: CampaignSlice,
-    before: dict[str, dict[str, Any]],
-    after: dict[str, dict[str, Any]],
-) -> dict[str, dict[str, Any]]:
+    data: CampaignSlice, before: dict[str, Alpha], after: dict[str, Alpha]
+) -> dict[str, AlphaFigures]:
     return {
         key: {
             "alpha_all": before[key]["alpha"],
@@ -162,7 +160,7 @@ def _late_candidates(campaign: Campaign, *, started_at: Any, newly_excluded: set
     )
 
 
-def _alphas(data: CampaignSlice, *, kept_only: bool) -> dict[str, dict[str, Any]]:
+def _alphas(data: CampaignSlice, *, kept_only: bool) -> dict[str, Alpha]:
     """Alpha per question over the campaign's judgments (controls left out): every judgment
     (before QC, docs/figures.md) or the kept ones (after QC). Before QC is every judgment, not
     the judgments kept when this run started: those already lack what earlier runs, the passes
@@ -180,13 +178,42 @@ def _alphas(data: CampaignSlice, *, kept_only: bool) -> dict[str, dict[str, Any]
     return result
 
 
-def qc_summary(*, campaign: Campaign) -> dict[str, Any]:
+class WorkerRules(TypedDict):
+    worker: str
+    rules: list[str]
+
+
+class QCSummary(TypedDict):
+    workers: int
+    excluded: list[WorkerRules]
+    flagged: list[WorkerRules]
+    judgments_excluded: int
+    review_items: int
+
+
+class NewlyExcluded(TypedDict):
+    worker: str
+    participation: int
+
+
+class QCRunSummary(QCSummary):
+    """What a full run stores on its `QCRun` (the state after it, then what it did)."""
+
+    newly_excluded: list[NewlyExcluded]
+    judgments_newly_excluded: int
+    candidates_updated: int
+    agreement: dict[str, AlphaFigures]
+    campaign_median_seconds: float | None
+    timings: dict[str, float]
+
+
+def qc_summary(*, campaign: Campaign) -> QCSummary:
     """The state after QC, as `run_qc --json` prints it: participations evaluated, workers
     excluded now (with the rules of their standing exclusion), workers not excluded whom a rule
     flags (for a curator to look at: a rule set to flag, too little evidence yet to act, or a
     worker a curator re-included), judgments excluded now (for any reason), and candidates
     waiting in the review queue (open or claimed)."""
-    excluded = []
+    excluded: list[WorkerRules] = []
     participations = (
         Participation.objects.filter(campaign=campaign, status=ParticipationStatus.EXCLUDED)
         .select_related("worker")
@@ -207,7 +234,7 @@ def qc_summary(*, campaign: Campaign) -> dict[str, Any]:
                 "rules": standing.get(participation.pk, []),
             }
         )
-    flagged = [
+    flagged: list[WorkerRules] = [
         {"worker": external_id, "rules": list(dict.fromkeys(flag["rule"] for flag in flags))}
         for external_id, flags in Participation.objects.filter(
             campaign=campaign, qc_stats__isnull=False

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 from numpy.typing import NDArray
@@ -76,6 +76,20 @@ class JudgmentColumns:
         return len(self.ids)
 
 
+class StatisticsRow(TypedDict):
+    """One worker's stored statistics (`WorkerQCStats` columns), rounded; None: no value."""
+
+    judgments: int
+    median_seconds_per_candidate: float | None
+    speed_vs_campaign: float | None
+    speed_vs_clip_length: float | None
+    uniform_share: float | None
+    rating_variance: float | None
+    control_items: int
+    control_accuracy: float | None
+    agreement: float | None
+
+
 @dataclass
 class WorkerStatistics:
     """Per worker (index into the worker table); NaN where a statistic cannot be computed."""
@@ -102,7 +116,7 @@ class WorkerStatistics:
     retest_pairs: NDArray[np.int64] | None = None
     retest_kappa: NDArray[np.float64] | None = None
 
-    def row(self, index: int) -> dict[str, Any]:
+    def row(self, index: int) -> StatisticsRow:
         def number(value: float) -> float | None:
             return None if math.isnan(value) else round(float(value), 4)
 

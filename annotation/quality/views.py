@@ -122,15 +122,13 @@ def _agreement_rows(campaign: Campaign, labels: dict[str, str]) -> list[Agreemen
     rows: list[AgreementRow] = []
     for key in campaign.question_keys:
         points = history.get(key, [])
-        low = min(
-            [0.0]
-            + [
-                point[name]
-                for point in points
-                for name in ("alpha_all", "alpha_kept")
-                if point[name] is not None
-            ]
-        )
+        alphas = [
+            alpha
+            for point in points
+            for alpha in (point["alpha_all"], point["alpha_kept"])
+            if alpha is not None
+        ]
+        low = min([0.0, *alphas])
         rows.append(
             {
                 "key": key,
