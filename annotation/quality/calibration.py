@@ -409,7 +409,7 @@ def calibration_fit(
     rated_items, rated_raters = item_ratings > 0, rater_ratings > 0
     result = objective_minimize(objective, _initial(table, objective), settings)
     theta, beta, tau = _centred_parameters(objective, result.x, rated_raters)
-    errors = _laplace_errors(table, theta, beta, tau, settings)
+    errors = _laplace_errors(table, (theta, beta, tau), settings)
     quality_se, severity_se = errors.quality_se, errors.severity_se
     calibrated = expected_rating(theta, tau)
     calibrated_se = errors.calibrated_se
@@ -476,15 +476,14 @@ def _centred_parameters(
 
 def _laplace_errors(
     table: RatingTable,
-    theta: NDArray[np.float64],
-    beta: NDArray[np.float64],
-    tau: NDArray[np.float64],
+    parameters: tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]],
     settings: CalibrationSettings,
 ) -> LaplaceErrors:
     from threadpoolctl import threadpool_limits
 
     from annotation.quality.calibration_covariance import laplace_errors
 
+    theta, beta, tau = parameters
     with threadpool_limits(limits=1, user_api="blas"):
         return laplace_errors(
             item=table.item,

@@ -76,18 +76,13 @@ def laplace_errors(
     """Standard errors of theta - mean(beta), beta - mean(beta) (mean over the raters with
     ratings) and of the expected rating, from the full Laplace covariance at (theta, beta, tau).
     `item` must be sorted (the fit's item-major order)."""
-    blocks = _HessianBlocks.at(
-        item=item,
-        rater=rater,
-        value=value,
-        items=items,
-        raters=raters,
-        theta=theta,
-        beta=beta,
-        tau=tau,
-        quality_prior_sd=quality_prior_sd,
-        severity_prior_sd=severity_prior_sd,
-        threshold_prior_sd=threshold_prior_sd,
+    blocks = _hessian_blocks(
+        item,
+        rater,
+        value,
+        (theta, beta, tau),
+        shape=(items, raters),
+        prior_sd=(quality_prior_sd, severity_prior_sd, threshold_prior_sd),
     )
     inverse_a = 1.0 / blocks.a
     scaled_raters = blocks.c_raters.multiply(inverse_a[:, None]).tocsr()
@@ -124,13 +119,7 @@ def laplace_errors(
     # Cov(q_i, tau) = -(u_i + w)' Sigma_R,T.
     quality_tau = -(rater_threshold + scaled_thresholds @ sigma_tt + sigma_average[raters:])
     calibrated_variance = _calibrated_variance(
-        theta=theta,
-        beta=beta,
-        tau=tau,
-        rated=rated,
-        quality_variance=quality_variance,
-        quality_tau=quality_tau,
-        sigma_tt=sigma_tt,
+        (theta, beta, tau), rated, quality_variance, quality_tau, sigma_tt
     )
     return LaplaceErrors(
         quality_se=np.sqrt(np.maximum(quality_variance, 0.0)),
@@ -152,67 +141,49 @@ class _HessianBlocks:
     d_rater_thresholds: NDArray[np.float64]
     d_thresholds: NDArray[np.float64]
 
-    @classmethod
-    def at(
-        cls,
-        *,
-        item: NDArray[np.int64],
-        rater: NDArray[np.int64],
-        value: NDArray[np.int64],
-        items: int,
-        raters: int,
-        theta: NDArray[np.float64],
-        beta: NDArray[np.float64],
-        tau: NDArray[np.float64],
-        quality_prior_sd: float,
-        severity_prior_sd: float,
-        threshold_prior_sd: float,
-    ) -> _HessianBlocks:
-        thresholds = len(tau)
-        eta = theta[item] - beta[rater]
-        edges = np.concatenate([[-np.inf], tau, [np.inf]])
-        s_upper = expit(edges[value] - eta)
-        s_lower = expit(edges[value - 1] - eta)
-        w_upper = s_upper * (1.0 - s_upper)
-        w_lower = s_lower * (1.0 - s_lower)
-        weight = w_upper + w_lower
 
-        # A: the diagonal item block.
-        a = np.bincount(item, weights=weight, minlength=items) + quality_prior_sd**-2
-        # C, item x raters part (c = d² / d theta d beta = -w) as a CSR matrix (a rater who rated
-        # an item twice gets the sum), and item x thresholds part T (dense, items x (K-1)).
-        c_raters = scipy.sparse.csr_matrix(
-            (-weight, (item, rater)), shape=(items, raters), dtype=np.float64
-        )
-        c_raters.sum_duplicates()
-        c_thresholds = _threshold_columns(
-            rows=item,
-            count=items,
-            value=value,
-            upper=-w_upper,
-            lower=-w_lower,
-            thresholds=thresholds,
-        )
-        # D: raters (diagonal), raters x thresholds (d² / d beta d tau = +w_u / +w_l), thresholds.
-        d_raters = np.bincount(rater, weights=weight, minlength=raters) + severity_prior_sd**-2
-        d_rater_thresholds = _threshold_columns(
-            rows=rater,
-            count=raters,
-            value=value,
-            upper=w_upper,
-            lower=w_lower,
-            thresholds=thresholds,
-        )
-        d_thresholds = _threshold_block(value=value, w_upper=w_upper, w_lower=w_lower, tau=tau)
-        d_thresholds += np.eye(thresholds) * threshold_prior_sd**-2
-        return cls(
-            a=a,
-            c_raters=c_raters,
-            c_thresholds=c_thresholds,
-            d_raters=d_raters,
-            d_rater_thresholds=d_rater_thresholds,
-            d_thresholds=d_thresholds,
-        )
+def _hessian_blocks(
+    item: NDArray[np.int64],
+    rater: NDArray[np.int64],
+    value: NDArray[np.int64],
+    parameters: tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]],
+    *,
+    shape: tuple[int, int],
+    prior_sd: tuple[float, float, float],
+) -> _HessianBlocks:
+    """The blocks at `parameters` (theta, beta, tau) for `shape` (items, raters), with the prior
+    standard deviations of quality, severity and thresholds."""
+    theta, beta, tau = parameters
+    items, raters = shape
+    quality_prior_sd, severity_prior_sd, threshold_prior_sd = prior_sd
+    thresholds = len(tau)
+    eta = theta[item] - beta[rater]
+    edges = np.concatenate([[-np.inf], tau, [np.inf]])
+    s_upper = expit(edges[value] - eta)
+    s_lower = expit(edges[value - 1] - eta)
+    w_upper = s_upper * (1.0 - s_upper)
+    w_lower = s_lower * (1.0 - s_lower)
+    weight = w_upper + w_lower
+
+    # A: the diagonal item block.
+    a = np.bincount(item, weights=weight, minlength=items) + quality_prior_sd**-2
+    # C, item x raters part (c = d² / d theta d beta = -w) as a CSR matrix (a rater who rated an
+    # item twice gets the sum), and item x thresholds part T (dense, items x (K-1)).
+    c_raters = scipy.sparse.csr_matrix(
+        (-weight, (item, rater)), shape=(items, raters), dtype=np.float64
+    )
+    c_raters.sum_duplicates()
+    c_thresholds = _threshold_columns(
+        rows=item, count=items, value=value, upper=-w_upper, lower=-w_lower, thresholds=thresholds
+    )
+    # D: raters (diagonal), raters x thresholds (d² / d beta d tau = +w_u / +w_l), thresholds.
+    d_raters = np.bincount(rater, weights=weight, minlength=raters) + severity_prior_sd**-2
+    d_rater_thresholds = _threshold_columns(
+        rows=rater, count=raters, value=value, upper=w_upper, lower=w_lower, thresholds=thresholds
+    )
+    d_thresholds = _threshold_block(value=value, w_upper=w_upper, w_lower=w_lower, tau=tau)
+    d_thresholds += np.eye(thresholds) * threshold_prior_sd**-2
+    return _HessianBlocks(a, c_raters, c_thresholds, d_raters, d_rater_thresholds, d_thresholds)
 
 
 def _reduced_covariance(
@@ -243,16 +214,14 @@ def _reduced_covariance(
 
 
 def _calibrated_variance(
-    *,
-    theta: NDArray[np.float64],
-    beta: NDArray[np.float64],
-    tau: NDArray[np.float64],
+    parameters: tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]],
     rated: NDArray[np.bool_],
     quality_variance: NDArray[np.float64],
     quality_tau: NDArray[np.float64],
     sigma_tt: NDArray[np.float64],
 ) -> NDArray[np.float64]:
     """Calibrated score E = K - sum_k s(tau_k - q): dE/dq = sum_k s'(.), dE/dtau_k = -s'(.)."""
+    theta, beta, tau = parameters
     shift = float(beta[rated].mean()) if rated.any() else 0.0
     quality = theta - shift
     density = expit(tau[None, :] - quality[:, None])

@@ -161,6 +161,11 @@ class RuleFlag:
         return stored
 
 
+def _below(value: float, limit: float) -> bool:
+    """A statistic under its limit; NaN (not computable for this worker) never is."""
+    return not math.isnan(value) and value < limit
+
+
 def _rounded(value: float) -> float | None:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return None
@@ -182,13 +187,13 @@ def too_fast(statistics: WorkerStatistics, config: TooFastConfig, index: int) ->
     ratio = statistics.speed_vs_campaign[index]
     clip_ratio = statistics.speed_vs_clip_length[index]
     reasons = []
-    if not math.isnan(ratio) and ratio < config.max_ratio_to_campaign_median:
+    if _below(ratio, config.max_ratio_to_campaign_median):
         reasons.append(
             f"typical {statistics.median_seconds_per_candidate[index]:.1f} s per candidate"
             f" is {ratio:.2f}× the campaign's {campaign_median or 0:.1f} s "
             f"(limit {config.max_ratio_to_campaign_median}×)"
         )
-    if not math.isnan(clip_ratio) and clip_ratio < config.max_ratio_to_clip_length:
+    if _below(clip_ratio, config.max_ratio_to_clip_length):
         reasons.append(
             f"typical time on a clip is {clip_ratio:.2f}× the clip's length "
             f"(limit {config.max_ratio_to_clip_length}×)"
@@ -221,11 +226,7 @@ def uniform(statistics: WorkerStatistics, config: UniformConfig, index: int) -> 
             f"{share:.0%} of {statistics.uniform_assignments[index]} clips rated with "
             f"one single value (limit {config.max_uniform_share:.0%})"
         )
-    if (
-        statistics.ratings[index] >= config.min_ratings
-        and not math.isnan(variance)
-        and variance < config.min_variance
-    ):
+    if statistics.ratings[index] >= config.min_ratings and _below(variance, config.min_variance):
         reasons.append(
             f"variance of {statistics.ratings[index]} ratings is {variance:.3f} "
             f"(minimum {config.min_variance})"
@@ -246,10 +247,9 @@ def uniform(statistics: WorkerStatistics, config: UniformConfig, index: int) -> 
 def failed_controls(
     statistics: WorkerStatistics, config: FailedControlsConfig, index: int
 ) -> RuleFinding | None:
-    if statistics.control_items[index] < config.min_controls:
-        return None
     accuracy = statistics.control_accuracy[index]
-    if math.isnan(accuracy) or accuracy >= config.min_accuracy:
+    enough = statistics.control_items[index] >= config.min_controls
+    if not enough or not _below(accuracy, config.min_accuracy):
         return None
     return RuleFinding(
         f"{statistics.control_passed[index]} of {statistics.control_items[index]}"
@@ -266,10 +266,9 @@ def failed_controls(
 def low_agreement(
     statistics: WorkerStatistics, config: LowAgreementConfig, index: int
 ) -> RuleFinding | None:
-    if statistics.judgments[index] < config.min_judgments:
-        return None
     correlation = statistics.agreement[index]
-    if math.isnan(correlation) or correlation >= config.min_correlation:
+    enough = statistics.judgments[index] >= config.min_judgments
+    if not enough or not _below(correlation, config.min_correlation):
         return None
     enough = agreement_evidence_enough(statistics, config, index)
     return RuleFinding(
@@ -308,10 +307,9 @@ def inconsistent_retest(
     # The retest figures are loaded only when the rule is on (None otherwise).
     if statistics.retest_pairs is None or statistics.retest_kappa is None:
         return None
-    if statistics.retest_pairs[index] < config.min_pairs:
-        return None
     kappa = statistics.retest_kappa[index]
-    if math.isnan(kappa) or kappa >= config.min_kappa:
+    enough = statistics.retest_pairs[index] >= config.min_pairs
+    if not enough or not _below(kappa, config.min_kappa):
         return None
     return RuleFinding(
         f"reproduced their own ratings with kappa {kappa:.2f} over "

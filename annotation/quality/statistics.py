@@ -181,8 +181,10 @@ def worker_statistics(
     is_control = candidates.is_control[judgments.item]
     timing = _timing(judgments, workers=workers, campaign_median_seconds=campaign_median_seconds)
     clips = _clip_patterns(judgments, candidates, clip_seconds, values, timing, workers=workers)
-    spread = _rating_spread(worker, values, workers=workers)
-    controls = _control_results(judgments, candidates, values, workers=workers)
+    rating_count, variance = _rating_spread(worker, values, workers=workers)
+    control_items, control_passed, control_accuracy = _control_results(
+        judgments, candidates, values, workers=workers
+    )
     pairs, agreement = leave_one_out_agreement(
         judgments, candidates, workers=workers, reference=agreement_reference
     )
@@ -196,11 +198,11 @@ def worker_statistics(
         speed_vs_clip_length=clips.speed_vs_clip_length,
         uniform_assignments=clips.uniform_assignments,
         uniform_share=clips.uniform_share,
-        ratings=spread.count.astype(np.int64),
-        rating_variance=spread.variance,
-        control_items=controls.items,
-        control_passed=controls.passed,
-        control_accuracy=controls.accuracy,
+        ratings=rating_count.astype(np.int64),
+        rating_variance=variance,
+        control_items=control_items,
+        control_passed=control_passed,
+        control_accuracy=control_accuracy,
         agreement_pairs=pairs,
         agreement=agreement,
         campaign_median_seconds=timing.campaign_median_seconds,
@@ -305,16 +307,10 @@ def _clip_patterns(
     )
 
 
-@dataclass
-class _Spread:
-    count: NDArray[np.float64]
-    variance: NDArray[np.float64]
-
-
 def _rating_spread(
     worker: NDArray[np.int64], values: NDArray[np.int64], *, workers: int
-) -> _Spread:
-    """Spread of all ratings of a worker."""
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """How many ratings each worker gave, and their variance."""
     ratings_per_row = (values > 0).sum(axis=1)
     rating_count = np.bincount(worker, weights=ratings_per_row, minlength=workers)
     rating_sum = np.bincount(worker, weights=values.sum(axis=1), minlength=workers)
@@ -322,17 +318,8 @@ def _rating_spread(
     mean = _divide(rating_sum, rating_count)
     variance = _divide(rating_squares, rating_count) - mean**2
     # Weighted bincounts are float64 (the stubs say int); asarray only states it.
-    return _Spread(
-        count=np.asarray(rating_count, dtype=np.float64),
-        variance=np.where(variance < 0, 0.0, variance),
-    )
-
-
-@dataclass
-class _ControlResults:
-    items: NDArray[np.int64]
-    passed: NDArray[np.int64]
-    accuracy: NDArray[np.float64]
+    count = np.asarray(rating_count, dtype=np.float64)
+    return count, np.where(variance < 0, 0.0, variance)
 
 
 def _control_results(
@@ -341,8 +328,9 @@ def _control_results(
     values: NDArray[np.int64],
     *,
     workers: int,
-) -> _ControlResults:
-    """A control judgment passes when every expected question is inside its range."""
+) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.float64]]:
+    """Control items rated, passed and the share passed, per worker. A control judgment passes
+    when every expected question is inside its range."""
     item = judgments.item
     low = candidates.expected_low[item].astype(np.int64)
     high = candidates.expected_high[item].astype(np.int64)
@@ -352,7 +340,7 @@ def _control_results(
     passed = control_rows & ~(checked & ~inside).any(axis=1)
     items = np.bincount(judgments.worker[control_rows], minlength=workers)
     passed_count = np.bincount(judgments.worker[passed], minlength=workers)
-    return _ControlResults(items=items, passed=passed_count, accuracy=_divide(passed_count, items))
+    return items, passed_count, _divide(passed_count, items)
 
 
 def crowd_pairs(pair: NDArray[np.int64], crowd: NDArray[np.bool_], pairs: int) -> NDArray[np.bool_]:

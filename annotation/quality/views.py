@@ -6,20 +6,17 @@ gets 403. Every change is a CSRF-protected POST that calls one service and redir
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, TypedDict
 
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.utils.safestring import SafeString
 from django.views.decorators.http import require_GET, require_POST
 
 from annotation import charts
-from annotation.figures import QC_NOT_RUN, campaign_agreement_figures
 from annotation.models import AuditEntry, Campaign, Participation, ReviewItem, ReviewStatus
 from annotation.quality.audit_text import audit_sentences
+from annotation.quality.campaign_charts import agreement_rows, histogram_rows
 from annotation.quality.consistency import campaign_retest
 from annotation.quality.exclusions import worker_exclude, worker_include
 from annotation.quality.review import (
@@ -36,9 +33,7 @@ from annotation.quality.rules import RULE_LABELS
 from annotation.quality.run import qc_run_start
 from annotation.quality.selectors import (
     WORKER_SORTS,
-    agreement_history,
     audit_entries,
-    campaign_histograms,
     campaign_progress,
     campaign_rules,
     qc_runs_recent,
@@ -57,15 +52,6 @@ from common.permissions import curator_required
 
 def _campaign(slug: str) -> Campaign:
     return get_object_or_404(Campaign, slug=slug)
-
-
-def _parse_time(value: str) -> datetime:
-    return datetime.fromisoformat(value)
-
-
-# ----------------------------------------------------------------------------------------------
-# Campaign page
-# ----------------------------------------------------------------------------------------------
 
 
 @require_GET
@@ -87,8 +73,8 @@ def campaign_detail(request: HttpRequest, slug: str) -> HttpResponse:
             width=620,
             label_every=5,
         ),
-        "agreement_rows": _agreement_rows(campaign, labels),
-        "histogram_rows": _histogram_rows(campaign, labels),
+        "agreement_rows": agreement_rows(campaign, labels),
+        "histogram_rows": histogram_rows(campaign, labels),
         "runs": qc_runs_recent(campaign=campaign),
         "retest": campaign_retest(campaign=campaign),
         "review": review_counts(campaign=campaign),
@@ -98,81 +84,6 @@ def campaign_detail(request: HttpRequest, slug: str) -> HttpResponse:
         ],
     }
     return render(request, "annotation/dashboard/campaign_detail.html", context)
-
-
-class AgreementRow(TypedDict):
-    key: str
-    label: str
-    figures: dict[str, Any]  # annotation.figures.campaign_agreement_figures, per question
-    chart: SafeString
-
-
-class HistogramRow(TypedDict):
-    key: str
-    label: str
-    counts: dict[str, list[int]]  # {"all": [n1..n5], "kept": [n1..n5]}
-    empty: bool
-    chart: SafeString
-
-
-def _agreement_rows(campaign: Campaign, labels: dict[str, str]) -> list[AgreementRow]:
-    """Per question: the agreement figures and the chart of alpha over the QC runs."""
-    history = agreement_history(campaign=campaign)
-    agreement = campaign_agreement_figures(campaign=campaign)
-    rows: list[AgreementRow] = []
-    for key in campaign.question_keys:
-        points = history.get(key, [])
-        alphas = [
-            alpha
-            for point in points
-            for alpha in (point["alpha_all"], point["alpha_kept"])
-            if alpha is not None
-        ]
-        low = min([0.0, *alphas])
-        rows.append(
-            {
-                "key": key,
-                "label": labels.get(key, key),
-                "figures": agreement[key],
-                "chart": charts.line_chart(
-                    {
-                        "before QC (all)": [
-                            (_parse_time(point["computed_at"]), point["alpha_all"])
-                            for point in points
-                        ],
-                        "after QC (kept)": [
-                            (_parse_time(point["computed_at"]), point["alpha_kept"])
-                            for point in points
-                        ],
-                    },
-                    title=f"Krippendorff's alpha of {labels.get(key, key)} over time",
-                    low=low,
-                    high=1.0,
-                    empty_message=f"No alpha yet: {agreement[key]['reason'] or QC_NOT_RUN}.",
-                ),
-            }
-        )
-    return rows
-
-
-def _histogram_rows(campaign: Campaign, labels: dict[str, str]) -> list[HistogramRow]:
-    """Per question: the kept and all ratings' histogram."""
-    histograms = campaign_histograms(campaign=campaign)
-    return [
-        {
-            "key": key,
-            "label": labels.get(key, key),
-            "counts": histograms[key],
-            "empty": not any(histograms[key]["all"]),
-            "chart": charts.bar_chart(
-                [(str(value), histograms[key]["kept"][value - 1]) for value in range(1, 6)],
-                overlay=histograms[key]["all"],
-                legend=("kept", "all"),
-                title=f"Ratings of {labels.get(key, key)} (1 to 5)",
-            ),
-        }
-        for key in campaign.question_keys
-    ]
 
 
 @require_POST
