@@ -43,7 +43,7 @@ from annotation.quality.calibration import (
     RatingTable,
     calibration_fit,
 )
-from annotation.quality.jobs import campaign_run_queue
+from annotation.quality.jobs import campaign_run_inline, campaign_run_queue
 from annotation.services.columns import (
     ColumnKind,
     copy_to_temp_table,
@@ -368,10 +368,9 @@ def calibration_run_start(
 def calibration_run_inline(*, campaign: Campaign) -> CalibrationRun:
     """A calibration executed in this process (`manage.py calibrate`): the same run row and job
     lifecycle as a queued run, without the broker. Returns the finished run."""
-    run = CalibrationRun.objects.create(campaign=campaign)
-    calibration_run_execute(run_id=run.pk)
-    run.refresh_from_db()
-    return run
+    return campaign_run_inline(
+        model=CalibrationRun, campaign=campaign, execute=calibration_run_execute
+    )
 
 
 def calibration_run_execute(*, run_id: int, task_id: str = "") -> CalibrationRun | None:

@@ -58,6 +58,21 @@ def _set_candidate_state(item: ReviewItem, state: str) -> None:
     CampaignCandidate.objects.filter(pk=item.campaign_candidate_id).update(review_state=state)
 
 
+def _hold_audit(
+    item: ReviewItem, user: Any, action: str, before: dict[str, object], after: dict[str, object]
+) -> None:
+    """The audit entry of a claim or a release."""
+    AuditEntry.objects.create(
+        campaign_id=item.campaign_id,
+        review_item=item,
+        actor=user,
+        action=action,
+        target=f"review:{item.pk}",
+        before=before,
+        after=after,
+    )
+
+
 def review_claim(*, item: ReviewItem, user: Any) -> bool:
     """Claim an open item for `user`; False when someone else holds it or it is resolved.
     Claiming an item one already holds is a no-op that returns True."""
@@ -71,14 +86,12 @@ def review_claim(*, item: ReviewItem, user: Any) -> bool:
                 pk=item.pk, status=ReviewStatus.CLAIMED, claimed_by=user
             ).exists()
         _set_candidate_state(item, ReviewState.CLAIMED)
-        AuditEntry.objects.create(
-            campaign_id=item.campaign_id,
-            review_item=item,
-            actor=user,
-            action=ReviewAction.CLAIM,
-            target=f"review:{item.pk}",
-            before={"status": ReviewStatus.OPEN},
-            after={"status": ReviewStatus.CLAIMED, "claimed_by": user.pk},
+        _hold_audit(
+            item,
+            user,
+            ReviewAction.CLAIM,
+            {"status": ReviewStatus.OPEN},
+            {"status": ReviewStatus.CLAIMED, "claimed_by": user.pk},
         )
     item.refresh_from_db()
     return True
@@ -115,14 +128,12 @@ def review_release(*, item: ReviewItem, user: Any) -> bool:
         if not released:
             return False
         _set_candidate_state(item, ReviewState.OPEN)
-        AuditEntry.objects.create(
-            campaign_id=item.campaign_id,
-            review_item=item,
-            actor=user,
-            action=ReviewAction.RELEASE,
-            target=f"review:{item.pk}",
-            before={"status": ReviewStatus.CLAIMED, "claimed_by": user.pk},
-            after={"status": ReviewStatus.OPEN},
+        _hold_audit(
+            item,
+            user,
+            ReviewAction.RELEASE,
+            {"status": ReviewStatus.CLAIMED, "claimed_by": user.pk},
+            {"status": ReviewStatus.OPEN},
         )
     item.refresh_from_db()
     return True

@@ -44,7 +44,7 @@ from annotation.quality.agreement import (
 )
 from annotation.quality.evaluation import worker_stats_store, workers_evaluate
 from annotation.quality.exclusions import workers_exclude
-from annotation.quality.jobs import campaign_run_queue
+from annotation.quality.jobs import campaign_run_inline, campaign_run_queue
 from annotation.quality.loading import CampaignSlice, campaign_median_remember, campaign_slice_load
 from annotation.quality.rules import qc_rules_merge
 from common.jobs import job_execute
@@ -272,10 +272,7 @@ def qc_run_start(*, campaign: Campaign, requested_by: Any = None) -> QCRun:
 def qc_run_inline(*, campaign: Campaign) -> QCRun:
     """A full QC run executed in this process (`manage.py run_qc`): the same `QCRun` row and job
     lifecycle as a queued run, without the broker. Returns the finished run."""
-    run = QCRun.objects.create(campaign=campaign)
-    qc_run_execute(run_id=run.pk)
-    run.refresh_from_db()
-    return run
+    return campaign_run_inline(model=QCRun, campaign=campaign, execute=qc_run_execute)
 
 
 def qc_run_execute(*, run_id: int, task_id: str = "") -> QCRun | None:
