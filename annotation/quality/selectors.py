@@ -35,7 +35,7 @@ from annotation.quality.calibration_job import (
 from annotation.quality.rules import qc_rules_merge
 from annotation.quality.statistics import STATISTIC_EXPLANATIONS
 from annotation.services.columns import json_number
-from datasets_app.models import ReferenceCaption
+from datasets_app.models import CandidateCaption, Clip, ReferenceCaption
 
 # ----------------------------------------------------------------------------------------------
 # Progress
@@ -318,7 +318,44 @@ def review_queue_summary(*, campaign: Campaign, limit: int | None = None) -> Rev
     }
 
 
-def review_item_detail(*, item: ReviewItem) -> dict[str, Any]:
+class JudgmentWorkerStats(TypedDict):
+    judgments: int
+    median_seconds_per_candidate: float | None
+    speed_vs_campaign: float | None
+    uniform_share: float | None
+    rating_variance: float | None
+    control_accuracy: float | None
+    agreement: float | None
+    flags: list[dict[str, Any]]  # as stored (annotation.quality.rules.FlagJson)
+
+
+class ReviewJudgment(TypedDict):
+    id: int
+    worker: str
+    participation: int
+    worker_status: str
+    source: str
+    values: dict[str, float]
+    reason: str
+    server_seconds: float | None
+    is_excluded: bool
+    excluded_by: str
+    exclusion_reason: str
+    worker_stats: JudgmentWorkerStats | None
+
+
+class ReviewItemDetail(TypedDict):
+    item: ReviewItem
+    candidate_item: CampaignCandidate
+    candidate: CandidateCaption
+    clip: Clip
+    references: list[str]
+    judgments: list[ReviewJudgment]
+    judgments_kept: int
+    audit: list[AuditEntry]
+
+
+def review_item_detail(*, item: ReviewItem) -> ReviewItemDetail:
     """Everything an expert needs to decide: clip, references, candidate, each judgment with its
     worker's QC statistics, and the decisions taken so far."""
     candidate_item = item.campaign_candidate
@@ -329,7 +366,7 @@ def review_item_detail(*, item: ReviewItem) -> dict[str, Any]:
         .order_by("position")
         .values_list("text", flat=True)
     )
-    judgments = []
+    judgments: list[ReviewJudgment] = []
     for judgment in (
         Judgment.objects.filter(campaign_candidate=candidate_item)
         .select_related("participation__worker", "participation__qc_stats")

@@ -5,7 +5,9 @@ gets 403. Every change is a CSRF-protected POST that calls one service and redir
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from dataclasses import dataclass, field
+from typing import cast
 
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
@@ -316,10 +318,12 @@ def _review_item_page(
         for key in campaign.question_keys
     ]
     for judgment in detail["judgments"]:
-        judgment["ratings"] = [judgment["values"].get(key) for key in campaign.question_keys]
-        judgment["exclude_checked"] = str(judgment["id"]) in form.exclude
-        judgment["reason_value"] = form.reasons.get(str(judgment["id"]), "")
-        judgment["reason_errors"] = form.errors.get(f"reason_{judgment['id']}", [])
+        # The page adds the form's state to each judgment row (the template reads them there).
+        row = cast(MutableMapping[str, object], judgment)
+        row["ratings"] = [judgment["values"].get(key) for key in campaign.question_keys]
+        row["exclude_checked"] = str(judgment["id"]) in form.exclude
+        row["reason_value"] = form.reasons.get(str(judgment["id"]), "")
+        row["reason_errors"] = form.errors.get(f"reason_{judgment['id']}", [])
     overall_question = next((question for question in questions if question["is_overall"]), None)
     return render(
         request,

@@ -6,7 +6,7 @@ serialize."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -15,7 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from annotation.models import Campaign, ReviewItem, ReviewStatus
+from annotation.models import AuditEntry, Campaign, ReviewItem, ReviewStatus
 from annotation.quality.api.audit import AuditEntrySerializer
 from annotation.quality.api.base import TAG, bounded_int, campaign_or_404, validated
 from annotation.quality.review import (
@@ -26,7 +26,12 @@ from annotation.quality.review import (
     review_release,
     review_resolve,
 )
-from annotation.quality.selectors import review_counts, review_item_detail, review_queue
+from annotation.quality.selectors import (
+    ReviewJudgment,
+    review_counts,
+    review_item_detail,
+    review_queue,
+)
 from common.api import ErrorSerializer, FieldErrorsSerializer
 
 
@@ -152,7 +157,27 @@ class ReviewDetailSerializer(serializers.Serializer):
     audit = AuditEntrySerializer(many=True)
 
 
-def _detail_payload(item: ReviewItem) -> dict[str, Any]:
+class ReviewAggregate(TypedDict):
+    means: dict[str, float]
+    overall: float | None
+    normalized: float | None
+    training_class: int | None
+    kept_judgments: int
+    judgments_total: int
+    is_finalised: bool
+    dropped: bool
+    resolution: dict[str, Any]
+
+
+class ReviewDetailPayload(TypedDict):
+    item: ReviewItem
+    references: list[str]
+    aggregate: ReviewAggregate
+    judgments: list[ReviewJudgment]
+    audit: list[AuditEntry]
+
+
+def _detail_payload(item: ReviewItem) -> ReviewDetailPayload:
     detail = review_item_detail(item=item)
     candidate = detail["candidate_item"]
     return {
