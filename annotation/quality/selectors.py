@@ -32,7 +32,7 @@ from annotation.quality.calibration_job import (
     severity_mean,
     worker_severities,
 )
-from annotation.quality.rules import qc_rules_merge
+from annotation.quality.rules import FlagJson, qc_rules_merge
 from annotation.quality.statistics import STATISTIC_EXPLANATIONS
 from annotation.services.columns import json_number
 from datasets_app.models import CandidateCaption, Clip, ReferenceCaption
@@ -326,7 +326,7 @@ class JudgmentWorkerStats(TypedDict):
     rating_variance: float | None
     control_accuracy: float | None
     agreement: float | None
-    flags: list[dict[str, Any]]  # as stored (annotation.quality.rules.FlagJson)
+    flags: list[FlagJson]  # as stored
 
 
 class ReviewJudgment(TypedDict):
