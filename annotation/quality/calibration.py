@@ -483,20 +483,15 @@ def _laplace_errors(
 
     from annotation.quality.calibration_covariance import laplace_errors
 
-    theta, beta, tau = parameters
+    priors = (settings.quality_prior_sd, settings.severity_prior_sd, settings.threshold_prior_sd)
     with threadpool_limits(limits=1, user_api="blas"):
         return laplace_errors(
-            item=table.item,
-            rater=table.rater,
-            value=table.value,
-            items=table.items,
-            raters=table.raters,
-            theta=theta,
-            beta=beta,
-            tau=tau,
-            quality_prior_sd=settings.quality_prior_sd,
-            severity_prior_sd=settings.severity_prior_sd,
-            threshold_prior_sd=settings.threshold_prior_sd,
+            table.item,
+            table.rater,
+            table.value,
+            parameters,
+            shape=(table.items, table.raters),
+            prior_sd=priors,
         )
 
 

@@ -60,30 +60,20 @@ class LaplaceErrors:
 
 
 def laplace_errors(
-    *,
     item: NDArray[np.int64],
     rater: NDArray[np.int64],
     value: NDArray[np.int64],
-    items: int,
-    raters: int,
-    theta: NDArray[np.float64],
-    beta: NDArray[np.float64],
-    tau: NDArray[np.float64],
-    quality_prior_sd: float,
-    severity_prior_sd: float,
-    threshold_prior_sd: float,
+    parameters: tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]],
+    *,
+    shape: tuple[int, int],
+    prior_sd: tuple[float, float, float],
 ) -> LaplaceErrors:
     """Standard errors of theta - mean(beta), beta - mean(beta) (mean over the raters with
-    ratings) and of the expected rating, from the full Laplace covariance at (theta, beta, tau).
-    `item` must be sorted (the fit's item-major order)."""
-    blocks = _hessian_blocks(
-        item,
-        rater,
-        value,
-        (theta, beta, tau),
-        shape=(items, raters),
-        prior_sd=(quality_prior_sd, severity_prior_sd, threshold_prior_sd),
-    )
+    ratings) and of the expected rating, from the full Laplace covariance at `parameters`
+    (theta, beta, tau), for `shape` (items, raters) and the prior standard deviations of quality,
+    severity and thresholds. `item` must be sorted (the fit's item-major order)."""
+    raters = shape[1]
+    blocks = _hessian_blocks((item, rater, value), parameters, shape, prior_sd)
     inverse_a = 1.0 / blocks.a
     scaled_raters = blocks.c_raters.multiply(inverse_a[:, None]).tocsr()
     scaled_thresholds = blocks.c_thresholds * inverse_a[:, None]
@@ -119,7 +109,7 @@ def laplace_errors(
     # Cov(q_i, tau) = -(u_i + w)' Sigma_R,T.
     quality_tau = -(rater_threshold + scaled_thresholds @ sigma_tt + sigma_average[raters:])
     calibrated_variance = _calibrated_variance(
-        (theta, beta, tau), rated, quality_variance, quality_tau, sigma_tt
+        parameters, rated, quality_variance, quality_tau, sigma_tt
     )
     return LaplaceErrors(
         quality_se=np.sqrt(np.maximum(quality_variance, 0.0)),
@@ -143,16 +133,15 @@ class _HessianBlocks:
 
 
 def _hessian_blocks(
-    item: NDArray[np.int64],
-    rater: NDArray[np.int64],
-    value: NDArray[np.int64],
+    ratings: tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]],
     parameters: tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]],
-    *,
     shape: tuple[int, int],
     prior_sd: tuple[float, float, float],
 ) -> _HessianBlocks:
-    """The blocks at `parameters` (theta, beta, tau) for `shape` (items, raters), with the prior
-    standard deviations of quality, severity and thresholds."""
+    """The blocks for `ratings` (item, rater, value) at `parameters` (theta, beta, tau), for
+    `shape` (items, raters), with the prior standard deviations of quality, severity and
+    thresholds."""
+    item, rater, value = ratings
     theta, beta, tau = parameters
     items, raters = shape
     quality_prior_sd, severity_prior_sd, threshold_prior_sd = prior_sd

@@ -87,6 +87,20 @@ def id_filter(column: str, ids: Sequence[int]) -> tuple[str, list[Any]]:
     return f"{column} = ANY(%s::bigint[])", [list(map(int, ids))]
 
 
+def _campaign_where(
+    campaign_column: str, campaign: Campaign, id_column: str, subset: list[int] | None
+) -> tuple[str, list[Any]]:
+    """The campaign's rows, or only those whose `id_column` is in `subset`, as SQL and
+    parameters."""
+    where = f"{campaign_column} = %s"
+    params: list[Any] = [campaign.pk]
+    if subset is not None:
+        clause, clause_params = id_filter(id_column, subset)
+        where += f" AND {clause}"
+        params += clause_params
+    return where, params
+
+
 def _table(model: Any) -> str:
     return model._meta.db_table
 
@@ -180,12 +194,7 @@ def campaign_slice_load(
 
 
 def _candidate_rows(campaign: Campaign, subset: list[int] | None) -> dict[str, NDArray[Any]]:
-    where = "cc.campaign_id = %s"
-    params: list[Any] = [campaign.pk]
-    if subset is not None:
-        clause, clause_params = id_filter("cc.id", subset)
-        where += f" AND {clause}"
-        params += clause_params
+    where, params = _campaign_where("cc.campaign_id", campaign, "cc.id", subset)
     return fetch_columns(
         f"SELECT cc.id, cc.clip_id, cc.quota, cc.slots_taken, cc.is_control, cc.dropped, "
         f"cc.judgments_total, cc.kept_judgments "
@@ -352,12 +361,7 @@ def _judgments_read(
     value_columns = ", ".join(
         f"COALESCE({json_number(values_column, key)}, 0)" for key in question_keys
     )
-    where = "j.campaign_id = %s"
-    params: list[Any] = [campaign.pk]
-    if subset is not None:
-        clause, clause_params = id_filter("j.campaign_candidate_id", subset)
-        where += f" AND {clause}"
-        params += clause_params
+    where, params = _campaign_where("j.campaign_id", campaign, "j.campaign_candidate_id", subset)
     columns: list[tuple[str, Any]] = [
         ("id", "int8"),
         ("campaign_candidate_id", "int8"),
