@@ -65,6 +65,9 @@ def campaign_detail(request: HttpRequest, slug: str) -> HttpResponse:
     labels = {
         question["key"]: question.get("label", question["key"]) for question in campaign.questions
     }
+    # Built before the per-day chart, as they always were: chart ids are numbered in order.
+    agreement = agreement_rows(campaign, labels)
+    histograms = histogram_rows(campaign, labels)
     context = {
         "campaign": campaign,
         "progress": progress,
@@ -75,8 +78,8 @@ def campaign_detail(request: HttpRequest, slug: str) -> HttpResponse:
             width=620,
             label_every=5,
         ),
-        "agreement_rows": agreement_rows(campaign, labels),
-        "histogram_rows": histogram_rows(campaign, labels),
+        "agreement_rows": agreement,
+        "histogram_rows": histograms,
         "runs": qc_runs_recent(campaign=campaign),
         "retest": campaign_retest(campaign=campaign),
         "review": review_counts(campaign=campaign),
