@@ -8,8 +8,8 @@ workers or three thousand, and however many candidates there are.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, TypedDict
 
 import numpy as np
 from django.db import connection, transaction
@@ -29,6 +29,29 @@ VALUES = (1, 2, 3, 4, 5)
 CHUNK_ROWS = 20_000
 
 
+class Alpha(TypedDict):
+    """Ordinal alpha (None: nothing to compare), the candidates with at least two ratings and
+    the ratings on them."""
+
+    alpha: float | None
+    items: int
+    judgments: int
+
+
+class AlphaFigures(TypedDict):
+    """Alpha before QC (every judgment) and after QC (kept ones), as stored in a snapshot."""
+
+    alpha_all: float | None
+    alpha_kept: float | None
+    items: int
+    judgments: int
+
+
+class CampaignAlpha(AlphaFigures):
+    items_all: int
+    judgments_all: int
+
+
 def _items_clause(items: QuerySet[CampaignCandidate] | Iterable[int]) -> tuple[str, list[Any]]:
     if isinstance(items, QuerySet):
         sql, params = items.values("pk").query.sql_with_params()
@@ -41,7 +64,7 @@ def agreement_for_items(
     question_key: str,
     *,
     kept_only: bool = True,
-) -> dict[str, Any]:
+) -> Alpha:
     """Ordinal alpha of `question_key` over the judgments of `items` (CampaignCandidate ids or a
     queryset of them). `kept_only` leaves excluded judgments out (alpha after QC).
 
@@ -83,7 +106,7 @@ def agreement_for_items(
     }
 
 
-def alpha_from_columns(item: np.ndarray, values: np.ndarray, *, items: int) -> dict[str, Any]:
+def alpha_from_columns(item: np.ndarray, values: np.ndarray, *, items: int) -> Alpha:
     """The same figures from in-memory columns (used by full QC runs that already hold them)."""
     answered = (values >= 1) & (values <= 5)
     table = np.bincount(
@@ -100,11 +123,11 @@ def alpha_from_columns(item: np.ndarray, values: np.ndarray, *, items: int) -> d
     }
 
 
-def campaign_agreement(*, campaign: Campaign, snapshot: bool = False) -> dict[str, dict[str, Any]]:
+def campaign_agreement(*, campaign: Campaign, snapshot: bool = False) -> dict[str, CampaignAlpha]:
     """Alpha per question of the campaign's candidates (controls left out), before QC (every
     judgment) and after QC (kept judgments). Optionally stored as an `AgreementSnapshot`."""
     items = CampaignCandidate.objects.filter(campaign=campaign, is_control=False)
-    result: dict[str, dict[str, Any]] = {}
+    result: dict[str, CampaignAlpha] = {}
     for key in campaign.question_keys:
         every = agreement_for_items(items, key, kept_only=False)
         kept = agreement_for_items(items, key, kept_only=True)
@@ -121,7 +144,7 @@ def campaign_agreement(*, campaign: Campaign, snapshot: bool = False) -> dict[st
     return result
 
 
-def agreement_snapshots_store(*, campaign: Campaign, figures: dict[str, dict[str, Any]]) -> None:
+def agreement_snapshots_store(*, campaign: Campaign, figures: Mapping[str, AlphaFigures]) -> None:
     now = timezone.now()
     AgreementSnapshot.objects.bulk_create(
         [

@@ -57,14 +57,18 @@ No Django here: `annotation.quality.calibration_job` reads the database and stor
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
 from scipy.special import expit
+
+from annotation.quality.calibration_statistics import fit_statistics
+
+if TYPE_CHECKING:
+    from annotation.quality.calibration_covariance import LaplaceErrors
 
 # |theta - beta| beyond this is clipped inside the likelihood (exp stays finite; a rating model
 # never needs more than a few logits past its outermost threshold).
@@ -400,85 +404,44 @@ def calibration_fit(
         raters=table.raters,
         categories=table.categories,
     )
-    items, raters = table.items, table.raters
-    item_ratings = np.bincount(table.item, minlength=items).astype(np.int64)
-    rater_ratings = np.bincount(table.rater, minlength=raters).astype(np.int64)
+    item_ratings = np.bincount(table.item, minlength=table.items).astype(np.int64)
+    rater_ratings = np.bincount(table.rater, minlength=table.raters).astype(np.int64)
+    rated_items, rated_raters = item_ratings > 0, rater_ratings > 0
     result = objective_minimize(objective, _initial(table, objective), settings)
-    x = result.x / objective.scale
-    theta, beta, tau = (part.copy() for part in objective.unpack(x))
-    rated_raters = rater_ratings > 0
-    # Centre the severities of the raters with ratings; theta moves with them (eta unchanged).
-    shift = float(beta[rated_raters].mean()) if rated_raters.any() else 0.0
-    beta -= shift
-    theta -= shift
-
-    eta = theta[table.item] - beta[table.rater]
-    from threadpoolctl import threadpool_limits
-
-    from annotation.quality.calibration_covariance import laplace_errors
-
-    with threadpool_limits(limits=1, user_api="blas"):
-        errors = laplace_errors(
-            item=table.item,
-            rater=table.rater,
-            value=table.value,
-            items=items,
-            raters=raters,
-            theta=theta,
-            beta=beta,
-            tau=tau,
-            quality_prior_sd=settings.quality_prior_sd,
-            severity_prior_sd=settings.severity_prior_sd,
-            threshold_prior_sd=settings.threshold_prior_sd,
-        )
+    theta, beta, tau = _centred_parameters(objective, result.x, rated_raters)
+    errors = _laplace_errors(table, (theta, beta, tau), settings)
     quality_se, severity_se = errors.quality_se, errors.severity_se
     calibrated = expected_rating(theta, tau)
     calibrated_se = errors.calibrated_se
-
-    # Residual fit statistics per rater (Rasch infit / outfit mean squares).
-    probabilities = _category_probabilities(eta, tau)
-    levels = np.arange(1, table.categories + 1, dtype=np.float64)
-    expected = np.einsum("nk,k->n", probabilities, levels)
-    variance = np.maximum(np.einsum("nk,k->n", probabilities, levels**2) - expected**2, 1e-12)
-    squared = (table.value - expected) ** 2
-    with np.errstate(invalid="ignore", divide="ignore"):
-        outfit = np.bincount(table.rater, weights=squared / variance, minlength=raters) / (
-            rater_ratings
-        )
-        infit = np.bincount(table.rater, weights=squared, minlength=raters) / np.bincount(
-            table.rater, weights=variance, minlength=raters
-        )
-        raw_mean = (
-            np.bincount(table.item, weights=table.value, minlength=items) / item_ratings
-        ).astype(np.float64)
-        rater_mean = np.bincount(table.rater, weights=table.value, minlength=raters) / (
-            rater_ratings
-        )
-    rated_items = item_ratings > 0
+    residuals = _Residuals.of(table, theta, beta, tau, item_ratings, rater_ratings)
+    infit, outfit, raw_mean, rater_mean = (
+        residuals.infit,
+        residuals.outfit,
+        residuals.raw_mean,
+        residuals.rater_mean,
+    )
     for array in (theta, quality_se, calibrated, calibrated_se, raw_mean):
         array[~rated_items] = np.nan
     for array in (beta, severity_se, infit, outfit, rater_mean):
         array[~rated_raters] = np.nan
-
-    observed = probabilities[np.arange(len(table)), table.value - 1]
-    loglik = float(np.log(np.clip(observed, 1e-300, None)).sum())
-    parameters = identified_parameters(table, thresholds=len(tau))
-    statistics = _fit_statistics(
-        table=table,
-        loglik=loglik,
-        parameters=parameters,
+    statistics = fit_statistics(
+        model=MODEL_NAME,
+        judgments=len(table),
+        categories=table.categories,
+        loglik=residuals.loglik,
+        parameters=identified_parameters(table, thresholds=len(tau)),
         beta=beta[rated_raters],
         beta_se=severity_se[rated_raters],
         infit=infit[rated_raters],
         outfit=outfit[rated_raters],
-        outfit_all=float((squared / variance).mean()) if len(table) else float("nan"),
-        infit_all=float(squared.sum() / variance.sum()) if len(table) else float("nan"),
+        outfit_all=residuals.outfit_all,
+        infit_all=residuals.infit_all,
         calibrated=calibrated[rated_items],
         raw_mean=raw_mean[rated_items],
         tau=tau,
         result=result,
         evaluations=objective.evaluations,
-        settings=settings,
+        settings=settings.as_dict(),
         seconds=time.perf_counter() - started,
     )
     return CalibrationFit(
@@ -499,68 +462,89 @@ def calibration_fit(
     )
 
 
-def _rounded(value: float, digits: int = 4) -> float | None:
-    return None if value is None or not math.isfinite(value) else round(float(value), digits)
+def _centred_parameters(
+    objective: _Objective, solution: NDArray[np.float64], rated_raters: NDArray[np.bool_]
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+    x = solution / objective.scale
+    theta, beta, tau = (part.copy() for part in objective.unpack(x))
+    # Centre the severities of the raters with ratings; theta moves with them (eta unchanged).
+    shift = float(beta[rated_raters].mean()) if rated_raters.any() else 0.0
+    beta -= shift
+    theta -= shift
+    return theta, beta, tau
 
 
-def _fit_statistics(
-    *,
+def _laplace_errors(
     table: RatingTable,
-    loglik: float,
-    parameters: int,
-    beta: NDArray[np.float64],
-    beta_se: NDArray[np.float64],
-    infit: NDArray[np.float64],
-    outfit: NDArray[np.float64],
-    outfit_all: float,
-    infit_all: float,
-    calibrated: NDArray[np.float64],
-    raw_mean: NDArray[np.float64],
-    tau: NDArray[np.float64],
-    result: Any,
-    evaluations: int,
+    parameters: tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]],
     settings: CalibrationSettings,
-    seconds: float,
-) -> dict[str, Any]:
-    judgments = len(table)
-    observed_variance = float(beta.var()) if beta.size > 1 else 0.0
-    noise = float(np.mean(beta_se**2)) if beta.size else 0.0
-    reliability = (
-        max(0.0, (observed_variance - noise) / observed_variance) if observed_variance > 0 else 0.0
-    )
-    if calibrated.size > 1 and raw_mean.std() > 0 and calibrated.std() > 0:
-        correlation = float(np.corrcoef(calibrated, raw_mean)[0, 1])
-    else:
-        correlation = float("nan")
-    return {
-        "model": MODEL_NAME,
-        "judgments": judgments,
-        "items": int(calibrated.size),
-        "raters": int(beta.size),
-        "categories": table.categories,
-        "parameters": parameters,
-        "log_likelihood": _rounded(loglik, 3),
-        "deviance": _rounded(-2.0 * loglik, 3),
-        "aic": _rounded(2.0 * parameters - 2.0 * loglik, 3),
-        "bic": _rounded(parameters * math.log(max(judgments, 1)) - 2.0 * loglik, 3),
-        "thresholds": [_rounded(value) for value in tau.tolist()],
-        "severity_sd": _rounded(float(beta.std()) if beta.size else 0.0),
-        "severity_min": _rounded(float(beta.min())) if beta.size else None,
-        "severity_max": _rounded(float(beta.max())) if beta.size else None,
-        "severity_se_median": _rounded(float(np.median(beta_se))) if beta.size else None,
-        "severity_reliability": _rounded(reliability),
-        "infit_mean_square": _rounded(infit_all),
-        "outfit_mean_square": _rounded(outfit_all),
-        "raters_misfitting": int(((infit > 1.5) | (outfit > 2.0)).sum()),
-        "calibrated_vs_raw_correlation": _rounded(correlation),
-        "calibrated_vs_raw_mean_absolute_difference": _rounded(
-            float(np.abs(calibrated - raw_mean).mean()) if calibrated.size else 0.0
-        ),
-        "converged": bool(result.converged),
-        "optimizer_message": result.message,
-        "iterations": int(result.iterations),
-        "gradient_max": _rounded(result.gradient_max, 8),
-        "evaluations": evaluations,
-        "seconds": round(seconds, 3),
-        "settings": settings.as_dict(),
-    }
+) -> LaplaceErrors:
+    from threadpoolctl import threadpool_limits
+
+    from annotation.quality.calibration_covariance import laplace_errors
+
+    priors = (settings.quality_prior_sd, settings.severity_prior_sd, settings.threshold_prior_sd)
+    with threadpool_limits(limits=1, user_api="blas"):
+        return laplace_errors(
+            table.item,
+            table.rater,
+            table.value,
+            parameters,
+            shape=(table.items, table.raters),
+            prior_sd=priors,
+        )
+
+
+@dataclass
+class _Residuals:
+    """Residual fit statistics per rater (Rasch infit / outfit mean squares), the raw means and
+    the log-likelihood of the fitted model."""
+
+    infit: NDArray[np.float64]
+    outfit: NDArray[np.float64]
+    infit_all: float
+    outfit_all: float
+    raw_mean: NDArray[np.float64]
+    rater_mean: NDArray[np.float64]
+    loglik: float
+
+    @classmethod
+    def of(
+        cls,
+        table: RatingTable,
+        theta: NDArray[np.float64],
+        beta: NDArray[np.float64],
+        tau: NDArray[np.float64],
+        item_ratings: NDArray[np.int64],
+        rater_ratings: NDArray[np.int64],
+    ) -> _Residuals:
+        items, raters = table.items, table.raters
+        eta = theta[table.item] - beta[table.rater]
+        probabilities = _category_probabilities(eta, tau)
+        levels = np.arange(1, table.categories + 1, dtype=np.float64)
+        expected = np.einsum("nk,k->n", probabilities, levels)
+        variance = np.maximum(np.einsum("nk,k->n", probabilities, levels**2) - expected**2, 1e-12)
+        squared = (table.value - expected) ** 2
+        with np.errstate(invalid="ignore", divide="ignore"):
+            outfit = np.bincount(table.rater, weights=squared / variance, minlength=raters) / (
+                rater_ratings
+            )
+            infit = np.bincount(table.rater, weights=squared, minlength=raters) / np.bincount(
+                table.rater, weights=variance, minlength=raters
+            )
+            raw_mean = (
+                np.bincount(table.item, weights=table.value, minlength=items) / item_ratings
+            ).astype(np.float64)
+            rater_mean = np.bincount(table.rater, weights=table.value, minlength=raters) / (
+                rater_ratings
+            )
+        observed = probabilities[np.arange(len(table)), table.value - 1]
+        return cls(
+            infit=infit,
+            outfit=outfit,
+            infit_all=float(squared.sum() / variance.sum()) if len(table) else float("nan"),
+            outfit_all=float((squared / variance).mean()) if len(table) else float("nan"),
+            raw_mean=raw_mean,
+            rater_mean=rater_mean,
+            loglik=float(np.log(np.clip(observed, 1e-300, None)).sum()),
+        )

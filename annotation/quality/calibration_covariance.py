@@ -38,6 +38,7 @@ d²/d eta d tau_y = -w_u, d²/d eta d tau_{y-1} = -w_l, d²/d tau_y² = w_u + q,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import scipy.linalg
@@ -59,70 +60,25 @@ class LaplaceErrors:
 
 
 def laplace_errors(
-    *,
     item: NDArray[np.int64],
     rater: NDArray[np.int64],
     value: NDArray[np.int64],
-    items: int,
-    raters: int,
-    theta: NDArray[np.float64],
-    beta: NDArray[np.float64],
-    tau: NDArray[np.float64],
-    quality_prior_sd: float,
-    severity_prior_sd: float,
-    threshold_prior_sd: float,
+    parameters: tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]],
+    *,
+    shape: tuple[int, int],
+    prior_sd: tuple[float, float, float],
 ) -> LaplaceErrors:
     """Standard errors of theta - mean(beta), beta - mean(beta) (mean over the raters with
-    ratings) and of the expected rating, from the full Laplace covariance at (theta, beta, tau).
-    `item` must be sorted (the fit's item-major order)."""
-    categories = len(tau) + 1
-    thresholds = categories - 1
-    m = raters + thresholds
-    eta = theta[item] - beta[rater]
-    edges = np.concatenate([[-np.inf], tau, [np.inf]])
-    s_upper = expit(edges[value] - eta)
-    s_lower = expit(edges[value - 1] - eta)
-    w_upper = s_upper * (1.0 - s_upper)
-    w_lower = s_lower * (1.0 - s_lower)
-    weight = w_upper + w_lower
-
-    # A: the diagonal item block.
-    a = np.bincount(item, weights=weight, minlength=items) + quality_prior_sd**-2
-    # C, item x raters part (c = d² / d theta d beta = -w) as a CSR matrix (a rater who rated an
-    # item twice gets the sum), and item x thresholds part T (dense, items x (K-1)).
-    c_raters = scipy.sparse.csr_matrix(
-        (-weight, (item, rater)), shape=(items, raters), dtype=np.float64
-    )
-    c_raters.sum_duplicates()
-    c_thresholds = _threshold_columns(
-        rows=item, count=items, value=value, upper=-w_upper, lower=-w_lower, thresholds=thresholds
-    )
-    # D: raters (diagonal), raters x thresholds (d² / d beta d tau = +w_u / +w_l), thresholds.
-    d_raters = np.bincount(rater, weights=weight, minlength=raters) + severity_prior_sd**-2
-    d_rater_thresholds = _threshold_columns(
-        rows=rater, count=raters, value=value, upper=w_upper, lower=w_lower, thresholds=thresholds
-    )
-    d_thresholds = _threshold_block(value=value, w_upper=w_upper, w_lower=w_lower, tau=tau)
-    d_thresholds += np.eye(thresholds) * threshold_prior_sd**-2
-
-    # S = D - C' A^-1 C, dense, upper triangle used.
-    inverse_a = 1.0 / a
-    scaled_raters = c_raters.multiply(inverse_a[:, None]).tocsr()
-    scaled_thresholds = c_thresholds * inverse_a[:, None]
-    # Fortran order, so that LAPACK factorises and inverts it in place (no second m x m copy).
-    schur = np.zeros((m, m), order="F")
-    # C_B' A^-1 C_B is sparse (raters who share an item); subtracted entry by entry so that no
-    # second dense m x m array is made.
-    shared = (c_raters.T @ scaled_raters).tocoo()
-    shared.sum_duplicates()
-    schur[shared.row, shared.col] -= shared.data
-    del shared
-    schur[np.arange(raters), np.arange(raters)] += d_raters
-    schur[:raters, raters:] = d_rater_thresholds - c_raters.T @ scaled_thresholds
-    schur[raters:, :raters] = schur[:raters, raters:].T
-    schur[raters:, raters:] = d_thresholds - c_thresholds.T @ scaled_thresholds
-    covariance = _inverse_upper(schur)  # Sigma_RR; valid on and above the diagonal
-    del schur
+    ratings) and of the expected rating, from the full Laplace covariance at `parameters`
+    (theta, beta, tau), for `shape` (items, raters) and the prior standard deviations of quality,
+    severity and thresholds. `item` must be sorted (the fit's item-major order)."""
+    raters = shape[1]
+    blocks = _hessian_blocks((item, rater, value), parameters, shape, prior_sd)
+    inverse_a = 1.0 / blocks.a
+    scaled_raters = blocks.c_raters.multiply(inverse_a[:, None]).tocsr()
+    scaled_thresholds = blocks.c_thresholds * inverse_a[:, None]
+    covariance = _reduced_covariance(blocks, scaled_raters, scaled_thresholds, raters=raters)
+    m = covariance.shape[0]
 
     rated = np.bincount(rater, minlength=raters) > 0
     average = np.zeros(m)
@@ -150,23 +106,120 @@ def laplace_errors(
         inverse_a + raters_part + cross + thresholds_part + with_average + average_variance
     )
 
-    # Calibrated score E = K - sum_k s(tau_k - q): dE/dq = sum_k s'(.), dE/dtau_k = -s'(.).
     # Cov(q_i, tau) = -(u_i + w)' Sigma_R,T.
-    shift = float(beta[rated].mean()) if rated.any() else 0.0
-    quality = theta - shift
-    density = expit(tau[None, :] - quality[:, None])
-    density *= 1.0 - density  # items x (K-1)
-    slope = density.sum(axis=1)
     quality_tau = -(rater_threshold + scaled_thresholds @ sigma_tt + sigma_average[raters:])
-    calibrated_variance = (
-        slope**2 * quality_variance
-        - 2.0 * slope * np.einsum("ik,ik->i", quality_tau, density)
-        + np.einsum("ik,kl,il->i", density, sigma_tt, density)
+    calibrated_variance = _calibrated_variance(
+        parameters, rated, quality_variance, quality_tau, sigma_tt
     )
     return LaplaceErrors(
         quality_se=np.sqrt(np.maximum(quality_variance, 0.0)),
         severity_se=np.sqrt(np.maximum(severity_variance, 0.0)),
         calibrated_se=np.sqrt(np.maximum(calibrated_variance, 0.0)),
+    )
+
+
+@dataclass
+class _HessianBlocks:
+    """The negative log-posterior's Hessian at (theta, beta, tau), in blocks: A (items,
+    diagonal), C (items x raters, sparse; items x thresholds, dense) and D (raters and
+    thresholds)."""
+
+    a: NDArray[np.floating[Any]]
+    c_raters: scipy.sparse.csr_matrix
+    c_thresholds: NDArray[np.float64]
+    d_raters: NDArray[np.floating[Any]]
+    d_rater_thresholds: NDArray[np.float64]
+    d_thresholds: NDArray[np.float64]
+
+
+def _hessian_blocks(
+    ratings: tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]],
+    parameters: tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]],
+    shape: tuple[int, int],
+    prior_sd: tuple[float, float, float],
+) -> _HessianBlocks:
+    """The blocks for `ratings` (item, rater, value) at `parameters` (theta, beta, tau), for
+    `shape` (items, raters), with the prior standard deviations of quality, severity and
+    thresholds."""
+    item, rater, value = ratings
+    theta, beta, tau = parameters
+    items, raters = shape
+    quality_prior_sd, severity_prior_sd, threshold_prior_sd = prior_sd
+    thresholds = len(tau)
+    eta = theta[item] - beta[rater]
+    edges = np.concatenate([[-np.inf], tau, [np.inf]])
+    s_upper = expit(edges[value] - eta)
+    s_lower = expit(edges[value - 1] - eta)
+    w_upper = s_upper * (1.0 - s_upper)
+    w_lower = s_lower * (1.0 - s_lower)
+    weight = w_upper + w_lower
+
+    # A: the diagonal item block.
+    a = np.bincount(item, weights=weight, minlength=items) + quality_prior_sd**-2
+    # C, item x raters part (c = d² / d theta d beta = -w) as a CSR matrix (a rater who rated an
+    # item twice gets the sum), and item x thresholds part T (dense, items x (K-1)).
+    c_raters = scipy.sparse.csr_matrix(
+        (-weight, (item, rater)), shape=(items, raters), dtype=np.float64
+    )
+    c_raters.sum_duplicates()
+    c_thresholds = _threshold_columns(
+        rows=item, count=items, value=value, upper=-w_upper, lower=-w_lower, thresholds=thresholds
+    )
+    # D: raters (diagonal), raters x thresholds (d² / d beta d tau = +w_u / +w_l), thresholds.
+    d_raters = np.bincount(rater, weights=weight, minlength=raters) + severity_prior_sd**-2
+    d_rater_thresholds = _threshold_columns(
+        rows=rater, count=raters, value=value, upper=w_upper, lower=w_lower, thresholds=thresholds
+    )
+    d_thresholds = _threshold_block(value=value, w_upper=w_upper, w_lower=w_lower, tau=tau)
+    d_thresholds += np.eye(thresholds) * threshold_prior_sd**-2
+    return _HessianBlocks(a, c_raters, c_thresholds, d_raters, d_rater_thresholds, d_thresholds)
+
+
+def _reduced_covariance(
+    blocks: _HessianBlocks,
+    scaled_raters: scipy.sparse.csr_matrix,
+    scaled_thresholds: NDArray[np.float64],
+    *,
+    raters: int,
+) -> NDArray[np.float64]:
+    """Sigma_RR, the inverse of S = D - C' A^-1 C (dense, upper triangle used); valid on and
+    above the diagonal."""
+    m = raters + blocks.d_thresholds.shape[0]
+    c_raters, c_thresholds = blocks.c_raters, blocks.c_thresholds
+    # Fortran order, so that LAPACK factorises and inverts it in place (no second m x m copy).
+    schur = np.zeros((m, m), order="F")
+    # C_B' A^-1 C_B is sparse (raters who share an item); subtracted entry by entry so that no
+    # second dense m x m array is made.
+    shared = (c_raters.T @ scaled_raters).tocoo()
+    shared.sum_duplicates()
+    schur[shared.row, shared.col] -= shared.data
+    del shared
+    schur[np.arange(raters), np.arange(raters)] += blocks.d_raters
+    schur[:raters, raters:] = blocks.d_rater_thresholds - c_raters.T @ scaled_thresholds
+    schur[raters:, :raters] = schur[:raters, raters:].T
+    schur[raters:, raters:] = blocks.d_thresholds - c_thresholds.T @ scaled_thresholds
+    # The inverse is made in place: the one m x m array is handed over, not kept here.
+    return _inverse_upper(schur)
+
+
+def _calibrated_variance(
+    parameters: tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]],
+    rated: NDArray[np.bool_],
+    quality_variance: NDArray[np.float64],
+    quality_tau: NDArray[np.float64],
+    sigma_tt: NDArray[np.float64],
+) -> NDArray[np.float64]:
+    """Calibrated score E = K - sum_k s(tau_k - q): dE/dq = sum_k s'(.), dE/dtau_k = -s'(.)."""
+    theta, beta, tau = parameters
+    shift = float(beta[rated].mean()) if rated.any() else 0.0
+    quality = theta - shift
+    density = expit(tau[None, :] - quality[:, None])
+    density *= 1.0 - density  # items x (K-1)
+    slope = density.sum(axis=1)
+    return (
+        slope**2 * quality_variance
+        - 2.0 * slope * np.einsum("ik,ik->i", quality_tau, density)
+        + np.einsum("ik,kl,il->i", density, sigma_tt, density)
     )
 
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypedDict
 
 import numpy as np
 from django.db import connection, transaction
@@ -49,7 +49,7 @@ from annotation.quality.calibration import (
     RatingTable,
     calibration_fit,
 )
-from annotation.quality.jobs import campaign_run_queue
+from annotation.quality.jobs import campaign_run_inline, campaign_run_queue
 from common.jobs import job_execute
 from common.models import JobStatus
 
@@ -368,10 +368,9 @@ def calibration_run_start(
 def calibration_run_inline(*, campaign: Campaign) -> CalibrationRun:
     """A calibration executed in this process (`manage.py calibrate`): the same run row and job
     lifecycle as a queued run, without the broker. Returns the finished run."""
-    run = CalibrationRun.objects.create(campaign=campaign)
-    calibration_run_execute(run_id=run.pk)
-    run.refresh_from_db()
-    return run
+    return campaign_run_inline(
+        model=CalibrationRun, campaign=campaign, execute=calibration_run_execute
+    )
 
 
 def calibration_run_execute(*, run_id: int, task_id: str = "") -> CalibrationRun | None:
@@ -394,20 +393,35 @@ def calibration_run_execute(*, run_id: int, task_id: str = "") -> CalibrationRun
 
 def worker_severities(
     *, campaign: Campaign, participation_ids: list[int] | None = None
-) -> dict[int, dict[str, dict[str, Any]]]:
+) -> dict[int, dict[str, SeverityEntry]]:
     """{participation id: {question key: {"severity", "standard_error", "low", "high",
     "judgments", "infit", "outfit"}}} from the latest calibration; low/high bound the 95%
     interval (severity ± 1.96 standard errors)."""
     rows = WorkerSeverity.objects.filter(participation__campaign=campaign)
     if participation_ids is not None:
         rows = rows.filter(participation_id__in=participation_ids)
-    result: dict[int, dict[str, dict[str, Any]]] = {}
+    result: dict[int, dict[str, SeverityEntry]] = {}
     for row in rows.order_by("participation_id", "question_key"):
         result.setdefault(row.participation_id, {})[row.question_key] = severity_entry(row)
     return result
 
 
-def severity_entry(row: WorkerSeverity) -> dict[str, Any]:
+class SeverityInterval(TypedDict):
+    """A severity with its standard error and 95% interval (severity ± 1.96 standard errors)."""
+
+    severity: float
+    standard_error: float
+    low: float
+    high: float
+
+
+class SeverityEntry(SeverityInterval):
+    judgments: int
+    infit: float | None
+    outfit: float | None
+
+
+def severity_entry(row: WorkerSeverity) -> SeverityEntry:
     return {
         "severity": round(row.severity, 4),
         "standard_error": round(row.standard_error, 4),
@@ -419,7 +433,7 @@ def severity_entry(row: WorkerSeverity) -> dict[str, Any]:
     }
 
 
-def severity_mean(entries: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+def severity_mean(entries: Mapping[str, SeverityInterval]) -> SeverityInterval | None:
     """A worker's severity averaged over the questions (for sorting and the table's summary
     column); its standard error treats the questions' errors as independent."""
     if not entries:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 from django.db.models import Count
@@ -146,11 +146,63 @@ def _number(value: float) -> float | None:
     return None if value is None or math.isnan(value) else round(float(value), 4)
 
 
+class WithinWorkerSummary(TypedDict):
+    worker_kappa_mean: float | None
+    worker_kappa_median: float | None
+    workers_with_kappa: int
+
+
+class RetestQuestion(WithinWorkerSummary):
+    key: str
+    label: str
+    pairs: int
+    pooled_kappa: float | None
+    exact_agreement: float | None
+
+
+class RetestWorkerQuestion(TypedDict):
+    label: str
+    kappa: float | None
+    exact_agreement: float | None
+    mean_absolute_difference: float | None
+
+
+class RetestWorker(TypedDict):
+    participation_id: int
+    platform: str
+    external_id: str
+    pairs: int
+    enough_pairs: bool
+    kappa: float | None
+    questions: dict[str, RetestWorkerQuestion]
+
+
+class CampaignRetest(WithinWorkerSummary):
+    """`campaign_retest`'s figures (the retest API's payload; the JSON keys are in the order the
+    function builds them)."""
+
+    retest_share: float
+    retest_min_gap: int
+    min_pairs: int
+    rule_enabled: bool
+    rule_min_kappa: float | None
+    repeats_served: int
+    repeats_submitted: int
+    pairs: int
+    workers_with_pairs: int
+    workers_with_enough_pairs: int
+    pooled_kappa: float | None
+    questions: list[RetestQuestion]
+    workers: list[RetestWorker]
+
+
 def retest_min_pairs(*, campaign: Campaign) -> int:
     return int(qc_rules_merge(campaign.qc_rules)[RULE]["min_pairs"])
 
 
-def within_worker_summary(kappas: NDArray[np.float64], enough: NDArray[np.bool_]) -> dict[str, Any]:
+def within_worker_summary(
+    kappas: NDArray[np.float64], enough: NDArray[np.bool_]
+) -> WithinWorkerSummary:
     """Mean and median of the workers' own kappas (those with enough pairs and a defined kappa),
     with how many workers they summarise."""
     values = kappas[enough & ~np.isnan(kappas)]
@@ -161,7 +213,7 @@ def within_worker_summary(kappas: NDArray[np.float64], enough: NDArray[np.bool_]
     }
 
 
-def campaign_retest(*, campaign: Campaign) -> dict[str, Any]:
+def campaign_retest(*, campaign: Campaign) -> CampaignRetest:
     """The campaign's test-retest figures: settings, how many repeats and pairs, per question the
     mean and median of the workers' own kappas (and the pooled kappa, labelled), and per worker
     (kappa only with enough pairs)."""
@@ -180,27 +232,51 @@ def campaign_retest(*, campaign: Campaign) -> dict[str, Any]:
         .values_list("status", "count")
     )
     enough_pairs = figures.pairs >= min_pairs
-    questions = []
-    for key in pairs.question_keys:
-        question = figures.by_question[key]
-        questions.append(
-            {
-                "key": key,
-                "label": labels.get(key, key),
-                "pairs": question.pooled_pairs,
-                **within_worker_summary(question.kappa, enough_pairs),
-                "pooled_kappa": _number(question.pooled_kappa),
-                "exact_agreement": _number(question.pooled_exact_agreement),
-            }
-        )
+    questions: list[RetestQuestion] = [
+        {
+            "key": key,
+            "label": labels.get(key, key),
+            "pairs": figures.by_question[key].pooled_pairs,
+            **within_worker_summary(figures.by_question[key].kappa, enough_pairs),
+            "pooled_kappa": _number(figures.by_question[key].pooled_kappa),
+            "exact_agreement": _number(figures.by_question[key].pooled_exact_agreement),
+        }
+        for key in pairs.question_keys
+    ]
     pooled = [row["pooled_kappa"] for row in questions if row["pooled_kappa"] is not None]
+    workers = _worker_rows(pairs, figures, labels=labels, min_pairs=min_pairs)
+    return {
+        "retest_share": campaign.retest_share,
+        "retest_min_gap": campaign.retest_min_gap,
+        "min_pairs": min_pairs,
+        "rule_enabled": bool(rule.get("enabled")),
+        "rule_min_kappa": rule.get("min_kappa"),
+        "repeats_served": sum(statuses.values()),
+        "repeats_submitted": statuses.get(AssignmentStatus.SUBMITTED.value, 0),
+        "pairs": int(len(pairs.worker)),
+        "workers_with_pairs": len(workers),
+        "workers_with_enough_pairs": sum(1 for row in workers if row["enough_pairs"]),
+        # Over the workers: each worker's own kappa (the mean of their per-question kappas).
+        **within_worker_summary(figures.kappa, enough_pairs),
+        # Labelled pooled: the mean over the questions of the kappa of the pooled tables.
+        "pooled_kappa": round(sum(pooled) / len(pooled), 4) if pooled else None,
+        "questions": questions,
+        "workers": workers,
+    }
+
+
+def _worker_rows(
+    pairs: RepeatPairs, figures: Consistency, *, labels: dict[str, str], min_pairs: int
+) -> list[RetestWorker]:
+    """Per worker with repeat pairs (kappa only with enough pairs): the most consistent workers
+    with enough pairs first, then the others."""
     people = {
         pk: (platform, external_id)
         for pk, platform, external_id in Participation.objects.filter(
             pk__in=pairs.participation_ids.tolist()
         ).values_list("pk", "worker__platform", "worker__external_id")
     }
-    workers = []
+    workers: list[RetestWorker] = []
     for index, participation_id in enumerate(pairs.participation_ids.tolist()):
         count = int(figures.pairs[index])
         enough = count >= min_pairs
@@ -233,27 +309,10 @@ def campaign_retest(*, campaign: Campaign) -> dict[str, Any]:
             row["participation_id"],
         )
     )
-    return {
-        "retest_share": campaign.retest_share,
-        "retest_min_gap": campaign.retest_min_gap,
-        "min_pairs": min_pairs,
-        "rule_enabled": bool(rule.get("enabled")),
-        "rule_min_kappa": rule.get("min_kappa"),
-        "repeats_served": sum(statuses.values()),
-        "repeats_submitted": statuses.get(AssignmentStatus.SUBMITTED.value, 0),
-        "pairs": int(len(pairs.worker)),
-        "workers_with_pairs": len(workers),
-        "workers_with_enough_pairs": sum(1 for row in workers if row["enough_pairs"]),
-        # Over the workers: each worker's own kappa (the mean of their per-question kappas).
-        **within_worker_summary(figures.kappa, enough_pairs),
-        # Labelled pooled: the mean over the questions of the kappa of the pooled tables.
-        "pooled_kappa": round(sum(pooled) / len(pooled), 4) if pooled else None,
-        "questions": questions,
-        "workers": workers,
-    }
+    return workers
 
 
-def worker_retest(*, campaign: Campaign, participation_id: int) -> dict[str, Any] | None:
+def worker_retest(*, campaign: Campaign, participation_id: int) -> RetestWorker | None:
     """One worker's row of `campaign_retest` (None when they have no repeat pair)."""
     for row in campaign_retest(campaign=campaign)["workers"]:
         if row["participation_id"] == participation_id:

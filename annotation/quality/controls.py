@@ -112,22 +112,7 @@ def controls_generate(
         generator.shuffle(free)
         chosen = free[:wanted]
         clip_ids = [clip[1] for clip in clips]
-        references: dict[int, list[str]] = {}
-        for clip_id, text in (
-            ReferenceCaption.objects.filter(clip_id__in=clip_ids)
-            .order_by("clip_id", "position")
-            .values_list("clip_id", "text")
-        ):
-            references.setdefault(clip_id, []).append(text)
-        candidate_texts: dict[int, list[str]] = {}
-        for clip_id, text in (
-            CampaignCandidate.objects.filter(campaign=campaign, is_control=False)
-            .order_by("clip_id", "candidate_id")
-            .values_list("clip_id", "candidate__text")
-        ):
-            candidate_texts.setdefault(clip_id, []).append(text)
-
-        created = 0
+        references, candidate_texts = _clip_texts(campaign=campaign, clip_ids=clip_ids)
         added_per_clip: Counter[int] = Counter()
         kind_order = list(kinds)
         generator.shuffle(kind_order)
@@ -144,30 +129,12 @@ def controls_generate(
                 )
                 if made is None:
                     continue
-                text, source = made
-                candidate = CandidateCaption.objects.create(
-                    clip_id=clip_id,
-                    external_id=f"control:{campaign.slug}:{vatex_id}",
-                    text=text,
-                    system=None,
-                    kind=CandidateKind.CONTROL,
-                    control_type=kind,
-                    control_spec={
-                        "campaign": campaign.slug,
-                        "source": source,
-                        "expected": expected_for(campaign=campaign, kind=kind),
-                    },
-                )
-                CampaignCandidate.objects.create(
-                    campaign=campaign,
-                    candidate=candidate,
-                    clip_id=clip_id,
-                    quota=campaign.judgments_per_candidate,
-                    is_control=True,
+                _control_create(
+                    campaign=campaign, clip_id=clip_id, vatex_id=vatex_id, kind=kind, made=made
                 )
                 added_per_clip[clip_id] += 1
-                created += 1
                 break
+        created = sum(added_per_clip.values())
         for clip_id, added in added_per_clip.items():
             CampaignClip.objects.filter(campaign=campaign, clip_id=clip_id).update(
                 candidates=F("candidates") + added,
@@ -178,6 +145,53 @@ def controls_generate(
         Campaign.objects.filter(pk=campaign.pk).update(control_rate=rate, control_settings=settings)
         campaign.control_rate, campaign.control_settings = rate, settings
     return created
+
+
+def _clip_texts(
+    *, campaign: Campaign, clip_ids: list[int]
+) -> tuple[dict[int, list[str]], dict[int, list[str]]]:
+    """References and (non-control) candidate texts per clip, the material of controls."""
+    references: dict[int, list[str]] = {}
+    for clip_id, text in (
+        ReferenceCaption.objects.filter(clip_id__in=clip_ids)
+        .order_by("clip_id", "position")
+        .values_list("clip_id", "text")
+    ):
+        references.setdefault(clip_id, []).append(text)
+    candidate_texts: dict[int, list[str]] = {}
+    for clip_id, text in (
+        CampaignCandidate.objects.filter(campaign=campaign, is_control=False)
+        .order_by("clip_id", "candidate_id")
+        .values_list("clip_id", "candidate__text")
+    ):
+        candidate_texts.setdefault(clip_id, []).append(text)
+    return references, candidate_texts
+
+
+def _control_create(
+    *, campaign: Campaign, clip_id: int, vatex_id: str, kind: str, made: tuple[str, dict[str, Any]]
+) -> None:
+    text, source = made
+    candidate = CandidateCaption.objects.create(
+        clip_id=clip_id,
+        external_id=f"control:{campaign.slug}:{vatex_id}",
+        text=text,
+        system=None,
+        kind=CandidateKind.CONTROL,
+        control_type=kind,
+        control_spec={
+            "campaign": campaign.slug,
+            "source": source,
+            "expected": expected_for(campaign=campaign, kind=kind),
+        },
+    )
+    CampaignCandidate.objects.create(
+        campaign=campaign,
+        candidate=candidate,
+        clip_id=clip_id,
+        quota=campaign.judgments_per_candidate,
+        is_control=True,
+    )
 
 
 def _make_control(

@@ -8,7 +8,8 @@ and controls; then agreement, measured against the workers who survive the first
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from dataclasses import replace
+from typing import Any, Literal, get_args
 
 import numpy as np
 from django.db import connection, transaction
@@ -23,19 +24,30 @@ from annotation.quality.loading import CampaignSlice
 from annotation.quality.rules import (
     ACTION_EXCLUDE,
     ACTION_FLAG,
-    WorkerStatistics,
+    RULES,
+    FlagJson,
+    RuleConfig,
+    RuleFlag,
     excluding_rules,
-    leave_one_out_agreement,
+    rule_configs,
     rules_evaluate,
+)
+from annotation.quality.statistics import (
+    StatisticsRow,
+    WorkerStatistics,
+    leave_one_out_agreement,
     worker_statistics,
 )
 
-AGREEMENT_RULE = "low_agreement"
+# Rules that measure a worker against the others wait for the first round's exclusions.
+_AFTER_EXCLUSIONS = frozenset(rule.name for rule in RULES if rule.after_exclusions)
 
 
-def _split_rules(rules: dict[str, dict[str, Any]]) -> tuple[dict, dict]:
-    first = {name: config for name, config in rules.items() if name != AGREEMENT_RULE}
-    second = {AGREEMENT_RULE: rules.get(AGREEMENT_RULE, {"enabled": False})}
+def _split_rules(
+    configs: dict[str, RuleConfig],
+) -> tuple[dict[str, RuleConfig], dict[str, RuleConfig]]:
+    first = {name: config for name, config in configs.items() if name not in _AFTER_EXCLUSIONS}
+    second = {name: config for name, config in configs.items() if name in _AFTER_EXCLUSIONS}
     return first, second
 
 
@@ -45,7 +57,7 @@ def workers_evaluate(
     rules: dict[str, dict[str, Any]],
     campaign_median: float | None,
     targets: np.ndarray | None = None,
-) -> tuple[WorkerStatistics, dict[int, list[dict[str, Any]]], list[ExclusionDecision]]:
+) -> tuple[WorkerStatistics, dict[int, list[RuleFlag]], list[ExclusionDecision]]:
     """Statistics of every worker of the slice, flags of the `targets` (all by default) and the
     exclusions the rules call for (never for imported rater slots, already excluded workers or
     workers a curator re-included)."""
@@ -60,14 +72,16 @@ def workers_evaluate(
         agreement_reference=~judgments.excluded,
         campaign_median_seconds=campaign_median,
     )
-    if rules.get(RETEST_RULE, {}).get("enabled") and count:
+    configs = rule_configs(rules)
+    retest = configs.get(RETEST_RULE)
+    if retest is not None and retest.enabled and count:
         statistics.retest_pairs, statistics.retest_kappa = worker_retest_figures(
             campaign=data.campaign, participation_ids=workers.ids
         )
     if targets is None:
         targets = np.arange(count)
     people = np.asarray([index for index in targets.tolist() if not workers.imported[index]])
-    first_rules, second_rules = _split_rules(rules)
+    first_rules, second_rules = _split_rules(configs)
     flags = rules_evaluate(statistics, first_rules, worker_indices=people)
     eligible = ~workers.imported & ~workers.excluded & ~workers.overridden
     leaving = np.zeros(count, dtype=bool)
@@ -89,10 +103,12 @@ def workers_evaluate(
     for index, worker_flags in flags.items():
         rules_to_apply = excluding_rules(worker_flags)
         if workers.overridden[index]:
-            for flag in worker_flags:
-                if flag["action"] == ACTION_EXCLUDE:
-                    flag["action"] = ACTION_FLAG
-                    flag["override"] = True
+            flags[index] = [
+                replace(flag, action=ACTION_FLAG, override=True)
+                if flag.action == ACTION_EXCLUDE
+                else flag
+                for flag in worker_flags
+            ]
         elif eligible[index] and rules_to_apply:
             decisions.append(
                 ExclusionDecision(
@@ -105,7 +121,7 @@ def workers_evaluate(
 
 
 # The statistic columns of `WorkerQCStats` a run writes (besides the flags and `computed_at`).
-STAT_FIELDS: tuple[str, ...] = (
+StatField = Literal[
     "judgments",
     "median_seconds_per_candidate",
     "speed_vs_campaign",
@@ -115,14 +131,15 @@ STAT_FIELDS: tuple[str, ...] = (
     "control_items",
     "control_accuracy",
     "agreement",
-)
+]
+STAT_FIELDS: tuple[StatField, ...] = get_args(StatField)
 _INTEGER_FIELDS = ("judgments", "control_items")
 
 
 def worker_stats_store(
     data: CampaignSlice,
     statistics: WorkerStatistics,
-    flags: dict[int, list[dict[str, Any]]],
+    flags: dict[int, list[RuleFlag]],
     *,
     indices: Iterable[int],
     computed_at: Any = None,
@@ -136,14 +153,15 @@ def worker_stats_store(
         return 0
     rows = [statistics.row(index) for index in positions]
     participation_ids = [int(data.workers.ids[index]) for index in positions]
-    _stats_upsert(participation_ids, rows, [flags.get(i, []) for i in positions], now)
+    stored_flags = [[flag.as_json() for flag in flags.get(i, [])] for i in positions]
+    _stats_upsert(participation_ids, rows, stored_flags, now)
     return len(rows)
 
 
 def _stats_upsert(
     participation_ids: list[int],
-    rows: list[dict[str, Any]],
-    worker_flags: list[list[dict[str, Any]]],
+    rows: list[StatisticsRow],
+    worker_flags: list[list[FlagJson]],
     now: Any,
 ) -> None:
     """The values are those of `WorkerStatistics.row` (already rounded; None for "no value",

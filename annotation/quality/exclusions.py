@@ -50,7 +50,7 @@ from annotation.models import (
     WorkerExclusion,
 )
 from annotation.quality.aggregation import aggregation_recompute
-from annotation.quality.rules import RULE_LABELS
+from annotation.quality.rules import ACTION_EXCLUDE, RULE_LABELS, RuleFlag
 from common import webhooks
 
 logger = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ QUOTA_REFILLED_REASON = (
 class ExclusionDecision:
     participation_id: int
     rules: list[str]
-    flags: list[dict[str, Any]] = field(default_factory=list)
+    flags: list[RuleFlag] = field(default_factory=list)
     note: str = ""
 
 
@@ -302,9 +302,9 @@ def judgments_include(*, campaign: Campaign, judgment_ids: Sequence[int]) -> dic
 
 def _explanation(decision: ExclusionDecision) -> str:
     parts = [
-        f"{flag.get('label', flag['rule'])}: {flag['explanation']}"
+        f"{flag.label}: {flag.explanation}"
         for flag in decision.flags
-        if flag["rule"] in decision.rules
+        if flag.rule in decision.rules
     ]
     if decision.note:
         parts.append(decision.note)
@@ -343,38 +343,14 @@ def workers_exclude(
         now = timezone.now()
         exclusions = WorkerExclusion.objects.bulk_create(
             [
-                WorkerExclusion(
-                    participation_id=participation_id,
-                    rules=list(by_participation[participation_id].rules),
-                    detail={
-                        "flags": by_participation[participation_id].flags,
-                        "note": by_participation[participation_id].note,
-                    },
-                    created_by=actor,
-                    created_at=now,
-                )
+                _exclusion_row(by_participation[participation_id], actor=actor, now=now)
                 for participation_id, _status in locked
             ]
         )
-        rows: list[tuple[int, str, str, dict[str, Any]]] = []
-        for exclusion in exclusions:
-            decision = by_participation[exclusion.participation_id]
-            rules = list(decision.rules)
-            excluded_by = (
-                EXCLUDED_BY_CURATOR
-                if rules == [EXCLUDED_BY_CURATOR]
-                else EXCLUDED_BY_RULE_PREFIX + ",".join(rules)
-            )
-            numbers = {flag["rule"]: flag.get("numbers", {}) for flag in decision.flags}
-            rows.append(
-                (
-                    exclusion.participation_id,
-                    excluded_by,
-                    _explanation(decision),
-                    {"exclusion": exclusion.pk, "rules": rules, "numbers": numbers},
-                )
-            )
-        flipped = _exclude_for_workers(rows=rows, now=now)
+        flipped = _exclude_for_workers(
+            rows=[_judgment_exclusion(exclusion, by_participation) for exclusion in exclusions],
+            now=now,
+        )
         released: Counter[int] = Counter(candidate for candidate, _ in flipped)
         per_worker: Counter[int] = Counter(participation for _, participation in flipped)
         counts: dict[int, int] = {}
@@ -386,27 +362,13 @@ def workers_exclude(
             status=ParticipationStatus.EXCLUDED
         )
         WorkerExclusion.objects.bulk_update(exclusions, ["judgments_excluded"], batch_size=1000)
-        previous = dict(locked)
-        AuditEntry.objects.bulk_create(
-            [
-                AuditEntry(
-                    campaign=campaign,
-                    actor=actor,
-                    action=ReviewAction.EXCLUDE_WORKER,
-                    target=f"worker:{exclusion.participation_id}",
-                    before={"status": previous[exclusion.participation_id]},
-                    after={
-                        "status": ParticipationStatus.EXCLUDED,
-                        "exclusion": exclusion.pk,
-                        "rules": exclusion.rules,
-                        "judgments_excluded": counts[exclusion.pk],
-                    },
-                    note=_explanation(by_participation[exclusion.participation_id])[:2000],
-                    created_at=now,
-                )
-                for exclusion in exclusions
-            ],
-            batch_size=1000,
+        _exclusions_audit(
+            campaign=campaign,
+            exclusions=exclusions,
+            by_participation=by_participation,
+            previous=dict(locked),
+            actor=actor,
+            now=now,
         )
     webhooks.emit_many(
         "worker.excluded",
@@ -427,6 +389,68 @@ def workers_exclude(
     )
 
 
+def _exclusion_row(decision: ExclusionDecision, *, actor: Any, now: Any) -> WorkerExclusion:
+    return WorkerExclusion(
+        participation_id=decision.participation_id,
+        rules=list(decision.rules),
+        detail={"flags": [flag.as_json() for flag in decision.flags], "note": decision.note},
+        created_by=actor,
+        created_at=now,
+    )
+
+
+def _judgment_exclusion(
+    exclusion: WorkerExclusion, by_participation: dict[int, ExclusionDecision]
+) -> tuple[int, str, str, dict[str, Any]]:
+    """(participation, excluded_by, reason, detail) for the worker's kept judgments."""
+    decision = by_participation[exclusion.participation_id]
+    rules = list(decision.rules)
+    excluded_by = (
+        EXCLUDED_BY_CURATOR
+        if rules == [EXCLUDED_BY_CURATOR]
+        else EXCLUDED_BY_RULE_PREFIX + ",".join(rules)
+    )
+    numbers = {flag.rule: flag.numbers for flag in decision.flags}
+    return (
+        exclusion.participation_id,
+        excluded_by,
+        _explanation(decision),
+        {"exclusion": exclusion.pk, "rules": rules, "numbers": numbers},
+    )
+
+
+def _exclusions_audit(
+    *,
+    campaign: Campaign,
+    exclusions: list[WorkerExclusion],
+    by_participation: dict[int, ExclusionDecision],
+    previous: dict[int, str],
+    actor: Any,
+    now: Any,
+) -> None:
+    AuditEntry.objects.bulk_create(
+        [
+            AuditEntry(
+                campaign=campaign,
+                actor=actor,
+                action=ReviewAction.EXCLUDE_WORKER,
+                target=f"worker:{exclusion.participation_id}",
+                before={"status": previous[exclusion.participation_id]},
+                after={
+                    "status": ParticipationStatus.EXCLUDED,
+                    "exclusion": exclusion.pk,
+                    "rules": exclusion.rules,
+                    "judgments_excluded": exclusion.judgments_excluded,
+                },
+                note=_explanation(by_participation[exclusion.participation_id])[:2000],
+                created_at=now,
+            )
+            for exclusion in exclusions
+        ],
+        batch_size=1000,
+    )
+
+
 def worker_exclude(
     *, participation: Participation, actor: Any, reason: str = ""
 ) -> ExclusionOutcome:
@@ -439,13 +463,13 @@ def worker_exclude(
                 participation_id=participation.pk,
                 rules=[EXCLUDED_BY_CURATOR],
                 flags=[
-                    {
-                        "rule": EXCLUDED_BY_CURATOR,
-                        "label": "Excluded by a curator",
-                        "action": "exclude",
-                        "explanation": reason or "excluded by a curator",
-                        "numbers": {},
-                    }
+                    RuleFlag(
+                        rule=EXCLUDED_BY_CURATOR,
+                        label="Excluded by a curator",
+                        action=ACTION_EXCLUDE,
+                        explanation=reason or "excluded by a curator",
+                        numbers={},
+                    )
                 ],
             )
         ],

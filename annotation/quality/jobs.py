@@ -1,13 +1,27 @@
 """Queueing a campaign's background runs (QC runs, calibrations): at most one queued or running
-per campaign and kind."""
+per campaign and kind; or running one in this process (the management commands)."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from django.db import transaction
+from django.db import models, transaction
 
 from annotation.models import Campaign
+
+Run = TypeVar("Run", bound=models.Model)
+
+
+def campaign_run_inline(
+    *, model: type[Run], campaign: Campaign, execute: Callable[..., Any]
+) -> Run:
+    """A run executed in this process: the same run row and job lifecycle as a queued run
+    (`execute(run_id=)`), without the broker. Returns the finished run."""
+    run = model._default_manager.create(campaign=campaign)
+    execute(run_id=run.pk)
+    run.refresh_from_db()
+    return run
 
 
 def campaign_run_queue(

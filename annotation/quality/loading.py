@@ -33,7 +33,7 @@ from annotation.models import (
     ReviewItem,
     WorkerExclusion,
 )
-from annotation.quality.rules import CandidateColumns, JudgmentColumns
+from annotation.quality.statistics import CandidateColumns, JudgmentColumns
 from datasets_app.models import Clip
 
 CAMPAIGN_MEDIAN_CACHE_SECONDS = 60
@@ -87,6 +87,20 @@ def id_filter(column: str, ids: Sequence[int]) -> tuple[str, list[Any]]:
     return f"{column} = ANY(%s::bigint[])", [list(map(int, ids))]
 
 
+def _campaign_where(
+    campaign_column: str, campaign: Campaign, id_column: str, subset: list[int] | None
+) -> tuple[str, list[Any]]:
+    """The campaign's rows, or only those whose `id_column` is in `subset`, as SQL and
+    parameters."""
+    where = f"{campaign_column} = %s"
+    params: list[Any] = [campaign.pk]
+    if subset is not None:
+        clause, clause_params = id_filter(id_column, subset)
+        where += f" AND {clause}"
+        params += clause_params
+    return where, params
+
+
 def _table(model: Any) -> str:
     return model._meta.db_table
 
@@ -121,46 +135,17 @@ def campaign_slice_load(
     # Started first: on a large campaign its two halves are read by other connections while
     # this one reads the candidates, clips, controls and review items below.
     judgments_pending = _judgments_read(campaign, question_keys, subset)
-    candidate_table = _table(CampaignCandidate)
-    where = "cc.campaign_id = %s"
-    params: list[Any] = [campaign.pk]
-    if subset is not None:
-        clause, clause_params = id_filter("cc.id", subset)
-        where += f" AND {clause}"
-        params += clause_params
-    candidate_rows = fetch_columns(
-        f"SELECT cc.id, cc.clip_id, cc.quota, cc.slots_taken, cc.is_control, cc.dropped, "
-        f"cc.judgments_total, cc.kept_judgments "
-        f"FROM {candidate_table} cc WHERE {where} ORDER BY cc.id",
-        params,
-        [
-            ("id", "int8"),
-            ("clip_id", "int8"),
-            ("quota", "int4"),
-            ("slots_taken", "int4"),
-            ("is_control", "bool"),
-            ("dropped", "bool"),
-            ("judgments_total", "int8"),
-            ("kept_judgments", "int8"),
-        ],
-    )
+    candidate_rows = _candidate_rows(campaign, subset)
     ids = candidate_rows["id"].astype(np.int64)
     clip_ids, clip_index = np.unique(candidate_rows["clip_id"], return_inverse=True)
     clip_seconds = _clip_seconds(clip_ids, campaign=campaign if subset is None else None)
-
-    question_count = len(question_keys)
-    expected_low = np.zeros((len(ids), question_count), dtype=np.int8)
-    expected_high = np.zeros((len(ids), question_count), dtype=np.int8)
-    controls = CampaignCandidate.objects.filter(campaign=campaign, is_control=True)
-    if subset is not None:
+    expected_low, expected_high = _control_expectations(
+        campaign,
+        question_keys,
+        ids,
         # The slice's controls only (a short list), not the thousands of candidates of a slice.
-        controls = controls.filter(id__in=ids[candidate_rows["is_control"]].tolist())
-    for candidate_id, spec in controls.values_list("id", "candidate__control_spec"):
-        position = int(np.searchsorted(ids, candidate_id))
-        if position < len(ids) and ids[position] == candidate_id:
-            lows, highs = expected_ranges(spec, question_keys)
-            expected_low[position] = lows
-            expected_high[position] = highs
+        control_ids=None if subset is None else ids[candidate_rows["is_control"]].tolist(),
+    )
 
     resolutions: dict[int, dict[str, float]] = {}
     review_items: dict[int, tuple[int, str]] = {}
@@ -206,6 +191,49 @@ def campaign_slice_load(
         stored_total=candidate_rows["judgments_total"].astype(np.int64),
         stored_kept=candidate_rows["kept_judgments"].astype(np.int64),
     )
+
+
+def _candidate_rows(campaign: Campaign, subset: list[int] | None) -> dict[str, NDArray[Any]]:
+    where, params = _campaign_where("cc.campaign_id", campaign, "cc.id", subset)
+    return fetch_columns(
+        f"SELECT cc.id, cc.clip_id, cc.quota, cc.slots_taken, cc.is_control, cc.dropped, "
+        f"cc.judgments_total, cc.kept_judgments "
+        f"FROM {_table(CampaignCandidate)} cc WHERE {where} ORDER BY cc.id",
+        params,
+        [
+            ("id", "int8"),
+            ("clip_id", "int8"),
+            ("quota", "int4"),
+            ("slots_taken", "int4"),
+            ("is_control", "bool"),
+            ("dropped", "bool"),
+            ("judgments_total", "int8"),
+            ("kept_judgments", "int8"),
+        ],
+    )
+
+
+def _control_expectations(
+    campaign: Campaign,
+    question_keys: list[str],
+    ids: NDArray[np.int64],
+    *,
+    control_ids: list[int] | None,
+) -> tuple[NDArray[np.int8], NDArray[np.int8]]:
+    """Expected lows and highs (candidates × questions, 0: nothing expected) of the control
+    candidates among `ids` (all the campaign's controls, or `control_ids`)."""
+    expected_low = np.zeros((len(ids), len(question_keys)), dtype=np.int8)
+    expected_high = np.zeros((len(ids), len(question_keys)), dtype=np.int8)
+    controls = CampaignCandidate.objects.filter(campaign=campaign, is_control=True)
+    if control_ids is not None:
+        controls = controls.filter(id__in=control_ids)
+    for candidate_id, spec in controls.values_list("id", "candidate__control_spec"):
+        position = int(np.searchsorted(ids, candidate_id))
+        if position < len(ids) and ids[position] == candidate_id:
+            lows, highs = expected_ranges(spec, question_keys)
+            expected_low[position] = lows
+            expected_high[position] = highs
+    return expected_low, expected_high
 
 
 def campaign_slice_subset(data: CampaignSlice, positions: NDArray[np.int64]) -> CampaignSlice:
@@ -333,12 +361,7 @@ def _judgments_read(
     value_columns = ", ".join(
         f"COALESCE({json_number(values_column, key)}, 0)" for key in question_keys
     )
-    where = "j.campaign_id = %s"
-    params: list[Any] = [campaign.pk]
-    if subset is not None:
-        clause, clause_params = id_filter("j.campaign_candidate_id", subset)
-        where += f" AND {clause}"
-        params += clause_params
+    where, params = _campaign_where("j.campaign_id", campaign, "j.campaign_candidate_id", subset)
     columns: list[tuple[str, Any]] = [
         ("id", "int8"),
         ("campaign_candidate_id", "int8"),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from django.db import IntegrityError, transaction
 from django.db.models import Q
@@ -58,6 +58,21 @@ def _set_candidate_state(item: ReviewItem, state: str) -> None:
     CampaignCandidate.objects.filter(pk=item.campaign_candidate_id).update(review_state=state)
 
 
+def _hold_audit(
+    item: ReviewItem, user: Any, action: str, before: dict[str, object], after: dict[str, object]
+) -> None:
+    """The audit entry of a claim or a release."""
+    AuditEntry.objects.create(
+        campaign_id=item.campaign_id,
+        review_item=item,
+        actor=user,
+        action=action,
+        target=f"review:{item.pk}",
+        before=before,
+        after=after,
+    )
+
+
 def review_claim(*, item: ReviewItem, user: Any) -> bool:
     """Claim an open item for `user`; False when someone else holds it or it is resolved.
     Claiming an item one already holds is a no-op that returns True."""
@@ -71,14 +86,12 @@ def review_claim(*, item: ReviewItem, user: Any) -> bool:
                 pk=item.pk, status=ReviewStatus.CLAIMED, claimed_by=user
             ).exists()
         _set_candidate_state(item, ReviewState.CLAIMED)
-        AuditEntry.objects.create(
-            campaign_id=item.campaign_id,
-            review_item=item,
-            actor=user,
-            action=ReviewAction.CLAIM,
-            target=f"review:{item.pk}",
-            before={"status": ReviewStatus.OPEN},
-            after={"status": ReviewStatus.CLAIMED, "claimed_by": user.pk},
+        _hold_audit(
+            item,
+            user,
+            ReviewAction.CLAIM,
+            {"status": ReviewStatus.OPEN},
+            {"status": ReviewStatus.CLAIMED, "claimed_by": user.pk},
         )
     item.refresh_from_db()
     return True
@@ -115,14 +128,12 @@ def review_release(*, item: ReviewItem, user: Any) -> bool:
         if not released:
             return False
         _set_candidate_state(item, ReviewState.OPEN)
-        AuditEntry.objects.create(
-            campaign_id=item.campaign_id,
-            review_item=item,
-            actor=user,
-            action=ReviewAction.RELEASE,
-            target=f"review:{item.pk}",
-            before={"status": ReviewStatus.CLAIMED, "claimed_by": user.pk},
-            after={"status": ReviewStatus.OPEN},
+        _hold_audit(
+            item,
+            user,
+            ReviewAction.RELEASE,
+            {"status": ReviewStatus.CLAIMED, "claimed_by": user.pk},
+            {"status": ReviewStatus.OPEN},
         )
     item.refresh_from_db()
     return True
@@ -152,15 +163,7 @@ def review_resolve(
     judgments with a reason, and/or drop the candidate from releases. The item must be claimed
     by `user` (an open item is claimed on the way). Each decision is audited separately."""
     campaign = item.campaign
-    keys = campaign.question_keys
-    ratings = {key: value for key, value in (ratings or {}).items() if value is not None}
-    for key, value in ratings.items():
-        if key not in keys:
-            raise ReviewError(f"unknown question {key!r}")
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 1 <= value <= 5:
-            raise ReviewError(
-                f"{key}: a final rating must be between 1 and 5", field=f"rating_{key}"
-            )
+    ratings = _final_ratings(campaign.question_keys, ratings)
     exclude = list(exclude)
     for request in exclude:
         if not request.reason.strip():
@@ -180,6 +183,61 @@ def review_resolve(
         candidate = CampaignCandidate.objects.select_for_update().get(
             pk=locked.campaign_candidate_id
         )
+        decision = _Decision(campaign=campaign, item=locked, user=user, note=note)
+        decision.judgments_exclude(candidate, exclude)
+        if ratings:
+            decision.ratings_set(candidate, ratings)
+        if drop and not candidate.dropped:
+            decision.candidate_drop(candidate)
+        now = timezone.now()
+        ReviewItem.objects.filter(pk=locked.pk).update(
+            status=ReviewStatus.RESOLVED, resolved_by=user, resolved_at=now
+        )
+        _set_candidate_state(locked, ReviewState.RESOLVED)
+    aggregation_recompute(campaign=campaign, candidate_ids=touched, detect_review=False)
+    item.refresh_from_db()
+    webhooks.emit("review_item.resolved", {"review_item_id": item.pk, "candidate_id": item.campaign_candidate_id, "dropped": drop}, campaign.pk)  # fmt: skip
+    return item
+
+
+def _final_ratings(keys: Sequence[str], ratings: dict[str, float] | None) -> dict[str, float]:
+    """The ratings set (None: not set), each a known question's number between 1 and 5."""
+    ratings = {key: value for key, value in (ratings or {}).items() if value is not None}
+    for key, value in ratings.items():
+        if key not in keys:
+            raise ReviewError(f"unknown question {key!r}")
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 1 <= value <= 5:
+            raise ReviewError(
+                f"{key}: a final rating must be between 1 and 5", field=f"rating_{key}"
+            )
+    return ratings
+
+
+@dataclass
+class _Decision:
+    """The decisions of one resolution, each applied and audited (inside its transaction, with
+    the review item and the candidate locked)."""
+
+    campaign: Campaign
+    item: ReviewItem
+    user: Any
+    note: str
+
+    def _audit(self, action: str, target: str, before: Any, after: Any, note: str) -> None:
+        AuditEntry.objects.create(
+            campaign=self.campaign,
+            review_item=self.item,
+            actor=self.user,
+            action=action,
+            target=target,
+            before=before,
+            after=after,
+            note=note[:2000],
+        )
+
+    def judgments_exclude(
+        self, candidate: CampaignCandidate, exclude: list[JudgmentExclusionRequest]
+    ) -> None:
         valid_ids = set(
             Judgment.objects.filter(
                 campaign_candidate=candidate, id__in=[r.judgment_id for r in exclude]
@@ -194,61 +252,53 @@ def review_resolve(
             if judgment.is_excluded:
                 continue
             judgments_exclude(
-                campaign=campaign,
+                campaign=self.campaign,
                 judgment_ids=[judgment.pk],
                 excluded_by=EXCLUDED_BY_REVIEW,
                 reason=request.reason.strip(),
-                detail={"review_item": locked.pk, "by": user.pk},
+                detail={"review_item": self.item.pk, "by": self.user.pk},
             )
             judgment.refresh_from_db()
-            AuditEntry.objects.create(
-                campaign=campaign,
-                review_item=locked,
-                actor=user,
-                action=ReviewAction.EXCLUDE_JUDGMENT,
-                target=f"judgment:{judgment.pk}",
-                before=before,
-                after=_judgment_state(judgment),
-                note=request.reason.strip()[:2000],
+            self._audit(
+                ReviewAction.EXCLUDE_JUDGMENT,
+                f"judgment:{judgment.pk}",
+                before,
+                _judgment_state(judgment),
+                request.reason.strip(),
             )
-        if ratings:
-            before_resolution = candidate.resolution or {}
-            after_resolution = {"values": {key: float(value) for key, value in ratings.items()}}
-            CampaignCandidate.objects.filter(pk=candidate.pk).update(resolution=after_resolution)
-            AuditEntry.objects.create(
-                campaign=campaign,
-                review_item=locked,
-                actor=user,
-                action=ReviewAction.SET_RATINGS,
-                target=f"candidate:{candidate.pk}",
-                before={"resolution": before_resolution, "means": candidate.means},
-                after={"resolution": after_resolution},
-                note=note[:2000],
-            )
-        if drop and not candidate.dropped:
-            CampaignCandidate.objects.filter(pk=candidate.pk).update(dropped=True)
-            AuditEntry.objects.create(
-                campaign=campaign,
-                review_item=locked,
-                actor=user,
-                action=ReviewAction.DROP,
-                target=f"candidate:{candidate.pk}",
-                before={"dropped": False},
-                after={"dropped": True},
-                note=note[:2000],
-            )
-        now = timezone.now()
-        ReviewItem.objects.filter(pk=locked.pk).update(
-            status=ReviewStatus.RESOLVED, resolved_by=user, resolved_at=now
+
+    def ratings_set(self, candidate: CampaignCandidate, ratings: dict[str, float]) -> None:
+        before_resolution = candidate.resolution or {}
+        after_resolution = {"values": {key: float(value) for key, value in ratings.items()}}
+        CampaignCandidate.objects.filter(pk=candidate.pk).update(resolution=after_resolution)
+        self._audit(
+            ReviewAction.SET_RATINGS,
+            f"candidate:{candidate.pk}",
+            {"resolution": before_resolution, "means": candidate.means},
+            {"resolution": after_resolution},
+            self.note,
         )
-        _set_candidate_state(locked, ReviewState.RESOLVED)
-    aggregation_recompute(campaign=campaign, candidate_ids=touched, detect_review=False)
-    item.refresh_from_db()
-    webhooks.emit("review_item.resolved", {"review_item_id": item.pk, "candidate_id": item.campaign_candidate_id, "dropped": drop}, campaign.pk)  # fmt: skip
-    return item
+
+    def candidate_drop(self, candidate: CampaignCandidate) -> None:
+        CampaignCandidate.objects.filter(pk=candidate.pk).update(dropped=True)
+        self._audit(
+            ReviewAction.DROP,
+            f"candidate:{candidate.pk}",
+            {"dropped": False},
+            {"dropped": True},
+            self.note,
+        )
 
 
-def _judgment_state(judgment: Judgment) -> dict[str, Any]:
+class JudgmentState(TypedDict):
+    """A judgment's exclusion as an audit entry records it before and after a decision."""
+
+    is_excluded: bool
+    excluded_by: str
+    exclusion_reason: str
+
+
+def _judgment_state(judgment: Judgment) -> JudgmentState:
     return {
         "is_excluded": judgment.is_excluded,
         "excluded_by": judgment.excluded_by,
@@ -278,48 +328,12 @@ def audit_undo(*, entry: AuditEntry, user: Any, note: str = "") -> AuditEntry:
     if entry.action not in UNDOABLE:
         raise ReviewError(f"a {entry.get_action_display().lower()} entry cannot be undone")
     campaign = entry.campaign
-    _kind, _, raw_id = entry.target.partition(":")
-    target_id = int(raw_id) if raw_id.isdigit() else None
     touched: set[int] = set()
-    result: dict[str, Any] = {}
     with transaction.atomic():
         locked = AuditEntry.objects.select_for_update().get(pk=entry.pk)
         if AuditEntry.objects.filter(undoes=locked).exists():
             raise ReviewError("this decision was already undone")
-        if locked.action == ReviewAction.SET_RATINGS and target_id:
-            candidate = CampaignCandidate.objects.select_for_update().get(pk=target_id)
-            result = {"resolution": locked.before.get("resolution") or {}}
-            CampaignCandidate.objects.filter(pk=candidate.pk).update(
-                resolution=result["resolution"]
-            )
-            touched.add(candidate.pk)
-        elif locked.action == ReviewAction.DROP and target_id:
-            CampaignCandidate.objects.filter(pk=target_id).update(
-                dropped=bool(locked.before.get("dropped", False))
-            )
-            result = {"dropped": bool(locked.before.get("dropped", False))}
-            touched.add(target_id)
-        elif locked.action == ReviewAction.EXCLUDE_JUDGMENT and target_id:
-            judgment = Judgment.objects.get(pk=target_id)
-            outcome = judgments_include(campaign=campaign, judgment_ids=[judgment.pk])
-            judgment.refresh_from_db()
-            result = {**_judgment_state(judgment), "outcome": outcome}
-            touched.add(judgment.campaign_candidate_id)
-        elif locked.action == ReviewAction.EXCLUDE_WORKER and target_id:
-            # The curator services recompute the candidates they change themselves.
-            participation = campaign.participations.get(pk=target_id)
-            inclusion = worker_include(participation=participation, actor=user, note=note)
-            result = {
-                "status": "active",
-                "judgments_included": inclusion.judgments_included,
-                "judgments_kept_out": inclusion.judgments_kept_out,
-            }
-        elif locked.action == ReviewAction.INCLUDE_WORKER and target_id:
-            participation = campaign.participations.get(pk=target_id)
-            exclusion = worker_exclude(
-                participation=participation, actor=user, reason=note or "re-inclusion undone"
-            )
-            result = {"status": "excluded", "judgments_excluded": exclusion.judgments_excluded}
+        result = _restore(locked, campaign=campaign, user=user, note=note, touched=touched)
         try:
             undo = AuditEntry.objects.create(
                 campaign=campaign,
@@ -336,20 +350,69 @@ def audit_undo(*, entry: AuditEntry, user: Any, note: str = "") -> AuditEntry:
             raise ReviewError("this decision was already undone") from error
         item = locked.review_item
         if item is not None and item.status == ReviewStatus.RESOLVED:
-            standing = (
-                AuditEntry.objects.filter(review_item=item, action__in=DECISIONS)
-                .filter(Q(undone_by__isnull=True))
-                .exists()
-            )
-            if not standing:
-                ReviewItem.objects.filter(pk=item.pk).update(
-                    status=ReviewStatus.OPEN,
-                    claimed_by=None,
-                    claimed_at=None,
-                    resolved_by=None,
-                    resolved_at=None,
-                )
-                _set_candidate_state(item, ReviewState.OPEN)
+            _reopen_without_standing_decisions(item)
     if touched:
         aggregation_recompute(campaign=campaign, candidate_ids=touched)
     return undo
+
+
+def _restore(
+    locked: AuditEntry, *, campaign: Campaign, user: Any, note: str, touched: set[int]
+) -> dict[str, Any]:
+    """Restore what `locked` changed; returns the undo entry's "after" and adds the candidates
+    to recompute to `touched`."""
+    _kind, _, raw_id = locked.target.partition(":")
+    target_id = int(raw_id) if raw_id.isdigit() else None
+    if not target_id:
+        return {}
+    if locked.action == ReviewAction.SET_RATINGS:
+        candidate = CampaignCandidate.objects.select_for_update().get(pk=target_id)
+        resolution = locked.before.get("resolution") or {}
+        CampaignCandidate.objects.filter(pk=candidate.pk).update(resolution=resolution)
+        touched.add(candidate.pk)
+        return {"resolution": resolution}
+    if locked.action == ReviewAction.DROP:
+        dropped = bool(locked.before.get("dropped", False))
+        CampaignCandidate.objects.filter(pk=target_id).update(dropped=dropped)
+        touched.add(target_id)
+        return {"dropped": dropped}
+    if locked.action == ReviewAction.EXCLUDE_JUDGMENT:
+        judgment = Judgment.objects.get(pk=target_id)
+        outcome = judgments_include(campaign=campaign, judgment_ids=[judgment.pk])
+        judgment.refresh_from_db()
+        touched.add(judgment.campaign_candidate_id)
+        return {**_judgment_state(judgment), "outcome": outcome}
+    if locked.action == ReviewAction.EXCLUDE_WORKER:
+        # The curator services recompute the candidates they change themselves.
+        participation = campaign.participations.get(pk=target_id)
+        inclusion = worker_include(participation=participation, actor=user, note=note)
+        return {
+            "status": "active",
+            "judgments_included": inclusion.judgments_included,
+            "judgments_kept_out": inclusion.judgments_kept_out,
+        }
+    if locked.action == ReviewAction.INCLUDE_WORKER:
+        participation = campaign.participations.get(pk=target_id)
+        exclusion = worker_exclude(
+            participation=participation, actor=user, reason=note or "re-inclusion undone"
+        )
+        return {"status": "excluded", "judgments_excluded": exclusion.judgments_excluded}
+    return {}
+
+
+def _reopen_without_standing_decisions(item: ReviewItem) -> None:
+    """A resolved item whose decisions are all undone goes back to the queue."""
+    standing = (
+        AuditEntry.objects.filter(review_item=item, action__in=DECISIONS)
+        .filter(Q(undone_by__isnull=True))
+        .exists()
+    )
+    if not standing:
+        ReviewItem.objects.filter(pk=item.pk).update(
+            status=ReviewStatus.OPEN,
+            claimed_by=None,
+            claimed_at=None,
+            resolved_by=None,
+            resolved_at=None,
+        )
+        _set_candidate_state(item, ReviewState.OPEN)

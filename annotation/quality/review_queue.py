@@ -13,7 +13,7 @@ call aggregation, so this module sits below both: it depends on the loaded slice
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from django.db import connection
@@ -71,9 +71,9 @@ def review_items_sync(
     ids = data.candidates.ids
     now = timezone.now()
     if new_positions:
-        _insert_items(campaign, ids, rating_range, priority, new_positions, now)
+        _insert_items(campaign, _QueueRows(ids, rating_range, priority).at(new_positions), now)
     if update_positions:
-        _update_items(ids, rating_range, priority, update_positions)
+        _update_items(_QueueRows(ids, rating_range, priority).at(update_positions))
     if stale_ids:
         ReviewItem.objects.filter(id__in=stale_ids, status=ReviewStatus.OPEN).delete()
     state = current_review_state(data)
@@ -85,55 +85,50 @@ def review_items_sync(
     return state
 
 
-def _insert_items(
-    campaign: Campaign,
-    ids: NDArray[np.int64],
-    ranges: NDArray[np.float64],
-    priority: NDArray[np.float64],
-    positions: list[int],
-    now: Any,
-) -> None:
-    chosen = np.asarray(positions, dtype=np.int64)
-    _review_temp_table(ids[chosen], ranges[chosen], priority[chosen])
-    table = ReviewItem._meta.db_table
+def _insert_items(campaign: Campaign, rows: _QueueRows, now: Any) -> None:
+    _review_temp_table(rows)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {table} (campaign_candidate_id, campaign_id, status, rating_range, "
-            f"priority, created_at) "
+            f"INSERT INTO {ReviewItem._meta.db_table} (campaign_candidate_id, campaign_id, status, "
+            f"rating_range, priority, created_at) "
             f"SELECT t.id, %s, %s, t.range, t.priority, %s FROM qc_review AS t "
             f"ON CONFLICT (campaign_candidate_id) DO NOTHING",
             [campaign.pk, ReviewStatus.OPEN, now],
         )
 
 
-def _review_temp_table(
-    ids: NDArray[np.int64], ranges: NDArray[np.float64], priority: NDArray[np.float64]
-) -> None:
-    copy_to_temp_table(
-        "qc_review",
-        [
-            ("id", "int8", ids),
-            ("range", "int4", ranges.astype(np.int64)),
-            ("priority", "float8", priority),
-        ],
-    )
-
-
-def _update_items(
-    ids: NDArray[np.int64],
-    ranges: NDArray[np.float64],
-    priority: NDArray[np.float64],
-    positions: list[int],
-) -> None:
-    chosen = np.asarray(positions, dtype=np.int64)
-    _review_temp_table(ids[chosen], ranges[chosen], priority[chosen])
-    table = ReviewItem._meta.db_table
+def _update_items(rows: _QueueRows) -> None:
+    _review_temp_table(rows)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {table} AS r SET rating_range = t.range, priority = t.priority "
+            f"UPDATE {ReviewItem._meta.db_table} AS r "
+            f"SET rating_range = t.range, priority = t.priority "
             f"FROM qc_review AS t "
             f"WHERE r.campaign_candidate_id = t.id AND r.status IN (%s, %s) "
             f"AND (r.rating_range IS DISTINCT FROM t.range "
             f"OR r.priority IS DISTINCT FROM t.priority)",
             [ReviewStatus.OPEN, ReviewStatus.CLAIMED],
         )
+
+
+class _QueueRows(NamedTuple):
+    """Candidates (CampaignCandidate ids) with their rating range and queue priority."""
+
+    ids: NDArray[np.int64]
+    ranges: NDArray[np.float64]
+    priority: NDArray[np.float64]
+
+    def at(self, positions: list[int]) -> _QueueRows:
+        chosen = np.asarray(positions, dtype=np.int64)
+        return _QueueRows(self.ids[chosen], self.ranges[chosen], self.priority[chosen])
+
+
+def _review_temp_table(rows: _QueueRows) -> None:
+    copy_to_temp_table(
+        "qc_review",
+        [
+            ("id", "int8", rows.ids),
+            ("range", "int4", rows.ranges.astype(np.int64)),
+            ("priority", "float8", rows.priority),
+        ],
+    )

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 from django.db import transaction
@@ -36,10 +36,15 @@ from annotation.models import (
     WorkerExclusion,
 )
 from annotation.quality.aggregation import aggregation_apply, aggregation_recompute
-from annotation.quality.agreement import agreement_snapshots_store, alpha_from_columns
+from annotation.quality.agreement import (
+    Alpha,
+    AlphaFigures,
+    agreement_snapshots_store,
+    alpha_from_columns,
+)
 from annotation.quality.evaluation import worker_stats_store, workers_evaluate
 from annotation.quality.exclusions import workers_exclude
-from annotation.quality.jobs import campaign_run_queue
+from annotation.quality.jobs import campaign_run_inline, campaign_run_queue
 from annotation.quality.loading import CampaignSlice, campaign_median_remember, campaign_slice_load
 from annotation.quality.rules import qc_rules_merge
 from common.jobs import job_execute
@@ -49,29 +54,37 @@ logger = logging.getLogger(__name__)
 ProgressCallback = Callable[[float, str], None]
 
 
+class _Stopwatch:
+    """Seconds per step of a run, into the summary's `timings`."""
+
+    def __init__(self) -> None:
+        self.timings: dict[str, float] = {}
+        self.clock = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.timings[name] = round(now - self.clock, 3)
+        self.clock = now
+
+    def restart(self) -> None:
+        self.clock = time.perf_counter()
+
+
 def qc_campaign_full(
     *, campaign: Campaign, progress: ProgressCallback | None = None
-) -> dict[str, Any]:
+) -> QCRunSummary:
     """Full QC of a campaign; returns the summary stored on the QC run."""
 
     def report(fraction: float, message: str) -> None:
         if progress is not None:
             progress(fraction, message)
 
-    timings: dict[str, float] = {}
-    clock = time.perf_counter()
+    stopwatch = _Stopwatch()
     started_at = timezone.now()
-
-    def lap(name: str) -> None:
-        nonlocal clock
-        now = time.perf_counter()
-        timings[name] = round(now - clock, 3)
-        clock = now
-
     rules = qc_rules_merge(campaign.qc_rules)
     report(0.05, "reading judgments")
     data = campaign_slice_load(campaign=campaign)
-    lap("load")
+    stopwatch.lap("load")
     report(0.3, "worker statistics and rules")
     alpha_before = _alphas(data, kept_only=False)
     statistics, flags, decisions = workers_evaluate(data, rules=rules, campaign_median=None)
@@ -80,7 +93,7 @@ def qc_campaign_full(
         median=statistics.campaign_median_seconds,
         judgments=int(statistics.timed_judgments.sum()),
     )
-    lap("statistics")
+    stopwatch.lap("statistics")
     report(0.45, f"excluding {len(decisions)} worker(s)")
     outcome = workers_exclude(campaign=campaign, decisions=decisions)
     newly_excluded = {exclusion.participation_id for exclusion in outcome.exclusions}
@@ -88,63 +101,66 @@ def qc_campaign_full(
         leaving = np.isin(data.workers.ids, np.fromiter(newly_excluded, np.int64))
         data.judgments.excluded |= leaving[data.judgments.worker]
         data.workers.excluded |= leaving
-    lap("exclusions")
+    stopwatch.lap("exclusions")
     report(0.55, "storing worker statistics")
     worker_stats_store(data, statistics, flags, indices=range(len(data.workers)))
-    lap("store_statistics")
+    stopwatch.lap("store_statistics")
     report(0.65, "agreement")
-    alpha_after = _alphas(data, kept_only=True)
-    figures = {
+    figures = _agreement_figures(data, alpha_before, _alphas(data, kept_only=True))
+    agreement_snapshots_store(campaign=campaign, figures=figures)
+    stopwatch.lap("agreement")
+    report(0.75, "review queue and aggregation")
+    with transaction.atomic():
+        changed = aggregation_apply(data, detect_review=True, timings=stopwatch.timings)
+    stopwatch.restart()
+    late = _late_candidates(campaign, started_at=started_at, newly_excluded=newly_excluded)
+    if late:
+        aggregation_recompute(campaign=campaign, candidate_ids=late)
+    stopwatch.lap("catch_up")
+    report(0.95, "summary")
+    return {
+        **qc_summary(campaign=campaign),
+        "newly_excluded": [
+            {
+                "worker": data.workers.external_ids[int(np.searchsorted(data.workers.ids, pid))],
+                "participation": pid,
+            }
+            for pid in sorted(newly_excluded)
+        ],
+        "judgments_newly_excluded": outcome.judgments_excluded,
+        "candidates_updated": changed,
+        "agreement": figures,
+        "campaign_median_seconds": statistics.campaign_median_seconds,
+        "timings": stopwatch.timings,
+    }
+
+
+def _agreement_figures(
+    data: CampaignSlice, before: dict[str, Alpha], after: dict[str, Alpha]
+) -> dict[str, AlphaFigures]:
+    return {
         key: {
-            "alpha_all": alpha_before[key]["alpha"],
-            "alpha_kept": alpha_after[key]["alpha"],
-            "items": alpha_after[key]["items"],
-            "judgments": alpha_after[key]["judgments"],
+            "alpha_all": before[key]["alpha"],
+            "alpha_kept": after[key]["alpha"],
+            "items": after[key]["items"],
+            "judgments": after[key]["judgments"],
         }
         for key in data.question_keys
     }
-    agreement_snapshots_store(campaign=campaign, figures=figures)
-    lap("agreement")
-    report(0.75, "review queue and aggregation")
-    with transaction.atomic():
-        changed = aggregation_apply(data, detect_review=True, timings=timings)
-    clock = time.perf_counter()
-    # Submissions that arrived while this run computed: bring their candidates up to date.
-    late = set(
+
+
+def _late_candidates(campaign: Campaign, *, started_at: Any, newly_excluded: set[int]) -> set[int]:
+    """Candidates of submissions (or exclusions) that arrived while the run computed: brought up
+    to date after it. The run's own exclusions are already folded into its columns."""
+    return set(
         Judgment.objects.filter(campaign=campaign)
         .filter(Q(created_at__gte=started_at) | Q(excluded_at__gte=started_at))
-        .exclude(
-            participation_id__in=list(newly_excluded)
-        )  # already folded into this run's columns
+        .exclude(participation_id__in=list(newly_excluded))
         .values_list("campaign_candidate_id", flat=True)
     )
-    if late:
-        aggregation_recompute(campaign=campaign, candidate_ids=late)
-    lap("catch_up")
-    report(0.95, "summary")
-    summary = qc_summary(campaign=campaign)
-    summary.update(
-        {
-            "newly_excluded": [
-                {
-                    "worker": data.workers.external_ids[
-                        int(np.searchsorted(data.workers.ids, pid))
-                    ],
-                    "participation": pid,
-                }
-                for pid in sorted(newly_excluded)
-            ],
-            "judgments_newly_excluded": outcome.judgments_excluded,
-            "candidates_updated": changed,
-            "agreement": figures,
-            "campaign_median_seconds": statistics.campaign_median_seconds,
-            "timings": timings,
-        }
-    )
-    return summary
 
 
-def _alphas(data: CampaignSlice, *, kept_only: bool) -> dict[str, dict[str, Any]]:
+def _alphas(data: CampaignSlice, *, kept_only: bool) -> dict[str, Alpha]:
     """Alpha per question over the campaign's judgments (controls left out): every judgment
     (before QC, docs/figures.md) or the kept ones (after QC). Before QC is every judgment, not
     the judgments kept when this run started: those already lack what earlier runs, the passes
@@ -162,13 +178,42 @@ def _alphas(data: CampaignSlice, *, kept_only: bool) -> dict[str, dict[str, Any]
     return result
 
 
-def qc_summary(*, campaign: Campaign) -> dict[str, Any]:
+class WorkerRules(TypedDict):
+    worker: str
+    rules: list[str]
+
+
+class QCSummary(TypedDict):
+    workers: int
+    excluded: list[WorkerRules]
+    flagged: list[WorkerRules]
+    judgments_excluded: int
+    review_items: int
+
+
+class NewlyExcluded(TypedDict):
+    worker: str
+    participation: int
+
+
+class QCRunSummary(QCSummary):
+    """What a full run stores on its `QCRun` (the state after it, then what it did)."""
+
+    newly_excluded: list[NewlyExcluded]
+    judgments_newly_excluded: int
+    candidates_updated: int
+    agreement: dict[str, AlphaFigures]
+    campaign_median_seconds: float | None
+    timings: dict[str, float]
+
+
+def qc_summary(*, campaign: Campaign) -> QCSummary:
     """The state after QC, as `run_qc --json` prints it: participations evaluated, workers
     excluded now (with the rules of their standing exclusion), workers not excluded whom a rule
     flags (for a curator to look at: a rule set to flag, too little evidence yet to act, or a
     worker a curator re-included), judgments excluded now (for any reason), and candidates
     waiting in the review queue (open or claimed)."""
-    excluded = []
+    excluded: list[WorkerRules] = []
     participations = (
         Participation.objects.filter(campaign=campaign, status=ParticipationStatus.EXCLUDED)
         .select_related("worker")
@@ -189,7 +234,7 @@ def qc_summary(*, campaign: Campaign) -> dict[str, Any]:
                 "rules": standing.get(participation.pk, []),
             }
         )
-    flagged = [
+    flagged: list[WorkerRules] = [
         {"worker": external_id, "rules": list(dict.fromkeys(flag["rule"] for flag in flags))}
         for external_id, flags in Participation.objects.filter(
             campaign=campaign, qc_stats__isnull=False
@@ -230,10 +275,7 @@ def qc_run_start(*, campaign: Campaign, requested_by: Any = None) -> QCRun:
 def qc_run_inline(*, campaign: Campaign) -> QCRun:
     """A full QC run executed in this process (`manage.py run_qc`): the same `QCRun` row and job
     lifecycle as a queued run, without the broker. Returns the finished run."""
-    run = QCRun.objects.create(campaign=campaign)
-    qc_run_execute(run_id=run.pk)
-    run.refresh_from_db()
-    return run
+    return campaign_run_inline(model=QCRun, campaign=campaign, execute=qc_run_execute)
 
 
 def qc_run_execute(*, run_id: int, task_id: str = "") -> QCRun | None:

@@ -5,7 +5,7 @@ here writes."""
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any, cast
+from typing import Any, TypedDict, cast
 
 from django.db import connection
 from django.db.models import Avg, Count, FloatField, Q, QuerySet
@@ -14,7 +14,7 @@ from django.db.models.functions import Cast, TruncDate
 from django.utils import timezone
 
 from annotation.crowd.services.columns import json_number
-from annotation.figures import campaign_completion_estimate, campaign_figures
+from annotation.figures import CampaignFigures, campaign_completion_estimate, campaign_figures
 from annotation.models import (
     AgreementSnapshot,
     AuditEntry,
@@ -33,15 +33,29 @@ from annotation.quality.calibration_job import (
     severity_mean,
     worker_severities,
 )
-from annotation.quality.rules import STATISTIC_EXPLANATIONS, qc_rules_merge
-from datasets_app.models import ReferenceCaption
+from annotation.quality.rules import FlagJson, qc_rules_merge
+from annotation.quality.statistics import STATISTIC_EXPLANATIONS
+from datasets_app.models import CandidateCaption, Clip, ReferenceCaption
 
 # ----------------------------------------------------------------------------------------------
 # Progress
 # ----------------------------------------------------------------------------------------------
 
 
-def campaign_progress(*, campaign: Campaign, days: int = 30) -> dict[str, Any]:
+class DayCount(TypedDict):
+    day: str  # ISO date
+    judgments: int
+
+
+class CampaignProgress(TypedDict):
+    figures: CampaignFigures
+    judgments_per_day: list[DayCount]
+    recent_judgments_per_day: float
+    estimated_completion: str | None
+    no_estimate_reason: str
+
+
+def campaign_progress(*, campaign: Campaign, days: int = 30) -> CampaignProgress:
     """The campaign's figures (`annotation.figures`: candidates, slots, judgments, completeness),
     judgments per day over the last `days` days, and the completion estimate or why there is
     none."""
@@ -59,7 +73,7 @@ def campaign_progress(*, campaign: Campaign, days: int = 30) -> dict[str, Any]:
         .annotate(count=Count("id"))
         .values_list("day", "count")
     )
-    per_day: list[dict[str, Any]] = [
+    per_day: list[DayCount] = [
         {
             "day": (since + timedelta(days=offset)).isoformat(),
             "judgments": per_day_rows.get(since + timedelta(days=offset), 0),
@@ -103,9 +117,17 @@ def campaign_histograms(*, campaign: Campaign) -> dict[str, dict[str, list[int]]
     return result
 
 
-def agreement_history(*, campaign: Campaign, limit: int = 200) -> dict[str, list[dict[str, Any]]]:
+class AlphaPoint(TypedDict):
+    computed_at: str  # ISO time
+    alpha_all: float | None
+    alpha_kept: float | None
+    items: int
+    judgments: int
+
+
+def agreement_history(*, campaign: Campaign, limit: int = 200) -> dict[str, list[AlphaPoint]]:
     """Stored alpha per question over time (oldest first), for the history chart."""
-    history: dict[str, list[dict[str, Any]]] = {key: [] for key in campaign.question_keys}
+    history: dict[str, list[AlphaPoint]] = {key: [] for key in campaign.question_keys}
     rows = (
         AgreementSnapshot.objects.filter(campaign=campaign)
         .order_by("-computed_at")
@@ -261,7 +283,18 @@ def review_counts(*, campaign: Campaign) -> dict[str, int]:
     return {status: counts.get(status, 0) for status in ReviewStatus.values}
 
 
-def review_queue_summary(*, campaign: Campaign, limit: int | None = None) -> dict[str, Any]:
+class WaitingItem(TypedDict):
+    candidate: int  # CampaignCandidate id
+    range: int
+
+
+class ReviewQueueSummary(TypedDict):
+    open: int
+    resolved: int
+    items: list[WaitingItem]
+
+
+def review_queue_summary(*, campaign: Campaign, limit: int | None = None) -> ReviewQueueSummary:
     """What `manage.py review_queue --json` prints: items waiting (open or claimed) and resolved,
     and the waiting items worst first ({"candidate": CampaignCandidate id, "range": r}), at most
     `limit` of them."""
@@ -285,7 +318,44 @@ def review_queue_summary(*, campaign: Campaign, limit: int | None = None) -> dic
     }
 
 
-def review_item_detail(*, item: ReviewItem) -> dict[str, Any]:
+class JudgmentWorkerStats(TypedDict):
+    judgments: int
+    median_seconds_per_candidate: float | None
+    speed_vs_campaign: float | None
+    uniform_share: float | None
+    rating_variance: float | None
+    control_accuracy: float | None
+    agreement: float | None
+    flags: list[FlagJson]  # as stored
+
+
+class ReviewJudgment(TypedDict):
+    id: int
+    worker: str
+    participation: int
+    worker_status: str
+    source: str
+    values: dict[str, float]
+    reason: str
+    server_seconds: float | None
+    is_excluded: bool
+    excluded_by: str
+    exclusion_reason: str
+    worker_stats: JudgmentWorkerStats | None
+
+
+class ReviewItemDetail(TypedDict):
+    item: ReviewItem
+    candidate_item: CampaignCandidate
+    candidate: CandidateCaption
+    clip: Clip
+    references: list[str]
+    judgments: list[ReviewJudgment]
+    judgments_kept: int
+    audit: list[AuditEntry]
+
+
+def review_item_detail(*, item: ReviewItem) -> ReviewItemDetail:
     """Everything an expert needs to decide: clip, references, candidate, each judgment with its
     worker's QC statistics, and the decisions taken so far."""
     candidate_item = item.campaign_candidate
@@ -296,7 +366,7 @@ def review_item_detail(*, item: ReviewItem) -> dict[str, Any]:
         .order_by("position")
         .values_list("text", flat=True)
     )
-    judgments = []
+    judgments: list[ReviewJudgment] = []
     for judgment in (
         Judgment.objects.filter(campaign_candidate=candidate_item)
         .select_related("participation__worker", "participation__qc_stats")

@@ -5,8 +5,9 @@ gets 403. Every change is a CSRF-protected POST that calls one service and redir
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from typing import cast
 
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
@@ -15,9 +16,9 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from annotation import charts
-from annotation.figures import QC_NOT_RUN, campaign_agreement_figures
 from annotation.models import AuditEntry, Campaign, Participation, ReviewItem, ReviewStatus
 from annotation.quality.audit_text import audit_sentences
+from annotation.quality.campaign_charts import agreement_rows, histogram_rows
 from annotation.quality.consistency import campaign_retest
 from annotation.quality.exclusions import worker_exclude, worker_include
 from annotation.quality.review import (
@@ -34,9 +35,7 @@ from annotation.quality.rules import RULE_LABELS
 from annotation.quality.run import qc_run_start
 from annotation.quality.selectors import (
     WORKER_SORTS,
-    agreement_history,
     audit_entries,
-    campaign_histograms,
     campaign_progress,
     campaign_rules,
     qc_runs_recent,
@@ -56,77 +55,18 @@ def _campaign(slug: str) -> Campaign:
     return get_object_or_404(Campaign, slug=slug)
 
 
-def _parse_time(value: str) -> datetime:
-    return datetime.fromisoformat(value)
-
-
-# ----------------------------------------------------------------------------------------------
-# Campaign page
-# ----------------------------------------------------------------------------------------------
-
-
 @require_GET
 @curator_required
 def campaign_detail(request: HttpRequest, slug: str) -> HttpResponse:
     campaign = _campaign(slug)
     progress = campaign_progress(campaign=campaign)
     per_day = progress["judgments_per_day"]
-    history = agreement_history(campaign=campaign)
-    histograms = campaign_histograms(campaign=campaign)
     labels = {
         question["key"]: question.get("label", question["key"]) for question in campaign.questions
     }
-    agreement = campaign_agreement_figures(campaign=campaign)
-    agreement_rows = []
-    for key in campaign.question_keys:
-        points = history.get(key, [])
-        low = min(
-            [0.0]
-            + [
-                point[name]
-                for point in points
-                for name in ("alpha_all", "alpha_kept")
-                if point[name] is not None
-            ]
-        )
-        agreement_rows.append(
-            {
-                "key": key,
-                "label": labels.get(key, key),
-                "figures": agreement[key],
-                "chart": charts.line_chart(
-                    {
-                        "before QC (all)": [
-                            (_parse_time(point["computed_at"]), point["alpha_all"])
-                            for point in points
-                        ],
-                        "after QC (kept)": [
-                            (_parse_time(point["computed_at"]), point["alpha_kept"])
-                            for point in points
-                        ],
-                    },
-                    title=f"Krippendorff's alpha of {labels.get(key, key)} over time",
-                    low=low,
-                    high=1.0,
-                    empty_message=f"No alpha yet: {agreement[key]['reason'] or QC_NOT_RUN}.",
-                ),
-            }
-        )
-    histogram_rows = [
-        {
-            "key": key,
-            "label": labels.get(key, key),
-            "counts": histograms[key],
-            "empty": not any(histograms[key]["all"]),
-            "chart": charts.bar_chart(
-                [(str(value), histograms[key]["kept"][value - 1]) for value in range(1, 6)],
-                overlay=histograms[key]["all"],
-                legend=("kept", "all"),
-                title=f"Ratings of {labels.get(key, key)} (1 to 5)",
-            ),
-        }
-        for key in campaign.question_keys
-    ]
+    # Built before the per-day chart, as they always were: chart ids are numbered in order.
+    agreement = agreement_rows(campaign, labels)
+    histograms = histogram_rows(campaign, labels)
     context = {
         "campaign": campaign,
         "progress": progress,
@@ -137,8 +77,8 @@ def campaign_detail(request: HttpRequest, slug: str) -> HttpResponse:
             width=620,
             label_every=5,
         ),
-        "agreement_rows": agreement_rows,
-        "histogram_rows": histogram_rows,
+        "agreement_rows": agreement,
+        "histogram_rows": histograms,
         "runs": qc_runs_recent(campaign=campaign),
         "retest": campaign_retest(campaign=campaign),
         "review": review_counts(campaign=campaign),
@@ -354,10 +294,12 @@ def _review_item_page(
         for key in campaign.question_keys
     ]
     for judgment in detail["judgments"]:
-        judgment["ratings"] = [judgment["values"].get(key) for key in campaign.question_keys]
-        judgment["exclude_checked"] = str(judgment["id"]) in form.exclude
-        judgment["reason_value"] = form.reasons.get(str(judgment["id"]), "")
-        judgment["reason_errors"] = form.errors.get(f"reason_{judgment['id']}", [])
+        # The page adds the form's state to each judgment row (the template reads them there).
+        row = cast(MutableMapping[str, object], judgment)
+        row["ratings"] = [judgment["values"].get(key) for key in campaign.question_keys]
+        row["exclude_checked"] = str(judgment["id"]) in form.exclude
+        row["reason_value"] = form.reasons.get(str(judgment["id"]), "")
+        row["reason_errors"] = form.errors.get(f"reason_{judgment['id']}", [])
     overall_question = next((question for question in questions if question["is_overall"]), None)
     return render(
         request,

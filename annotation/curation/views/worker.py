@@ -6,7 +6,7 @@ exclusion and its reversal, and the worker's other campaigns."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
@@ -16,7 +16,7 @@ from annotation.curation.browse.forms import JudgmentTableForm
 from annotation.curation.browse.links import Links
 from annotation.curation.browse.pagination import DEFAULT_PAGE_SIZE, CursorInvalid, Page
 from annotation.curation.browse.selectors import judgments_page, worker_history
-from annotation.models import Campaign, Participation, WorkerExclusion
+from annotation.models import Campaign, Participation, WorkerExclusion, WorkerQCStats
 from annotation.quality.calibration_job import (
     SEVERITY_EXPLANATION,
     calibration_latest,
@@ -34,6 +34,25 @@ def _percent(value: float) -> float:
     return round(100.0 * (max(-AXIS, min(AXIS, value)) + AXIS) / (2 * AXIS), 2)
 
 
+# The statistics shown, in order, with their labels.
+STATISTIC_LABELS: tuple[tuple[str, str], ...] = (
+    ("judgments", "Judgments"),
+    ("median_seconds_per_candidate", "Median seconds per candidate"),
+    ("speed_vs_campaign", "× campaign"),
+    ("speed_vs_clip_length", "× clip length"),
+    ("uniform_share", "Uniform share"),
+    ("rating_variance", "Rating variance"),
+    ("control_accuracy", "Control accuracy"),
+    ("agreement", "Agreement"),
+)
+
+
+class StatisticRow(TypedDict):
+    label: str
+    value: float | int | None
+    help: str
+
+
 @require_GET
 @curator_required
 def worker_detail(request: HttpRequest, slug: str, participation_id: int) -> HttpResponse:
@@ -42,22 +61,47 @@ def worker_detail(request: HttpRequest, slug: str, participation_id: int) -> Htt
         Participation.objects.select_related("worker"), pk=participation_id, campaign=campaign
     )
     stats = getattr(participation, "qc_stats", None)
+    exclusion = (
+        WorkerExclusion.objects.filter(participation=participation, reversed_at__isnull=True)
+        .order_by("-created_at")
+        .first()
+    )
+    judgments = _judgments(participation, after=request.GET.get("after", "")[:600])
+    Links().judgments(judgments.rows)
+    return render(
+        request,
+        "annotation/dashboard/worker_detail.html",
+        {
+            "judgments": judgments,
+            **worker_history(participation=participation),
+            "campaign": campaign,
+            "participation": participation,
+            "stats": stats,
+            "statistics": _statistic_rows(stats),
+            "flags": stats.flags if stats else [],
+            "exclusion": exclusion,
+            "severities": _severity_rows(campaign, participation),
+            "severity_help": SEVERITY_EXPLANATION,
+            "calibration": calibration_latest(campaign=campaign),
+            "axis": AXIS,
+            "worker_retest": worker_retest(campaign=campaign, participation_id=participation.pk),
+            "worker_retest_min_pairs": retest_min_pairs(campaign=campaign),
+        },
+    )
+
+
+def _statistic_rows(stats: WorkerQCStats | None) -> list[StatisticRow]:
+    if stats is None:
+        return []
     explanations = statistic_explanations()
-    statistics: list[dict[str, Any]] = []
-    if stats is not None:
-        for key, label in (
-            ("judgments", "Judgments"),
-            ("median_seconds_per_candidate", "Median seconds per candidate"),
-            ("speed_vs_campaign", "× campaign"),
-            ("speed_vs_clip_length", "× clip length"),
-            ("uniform_share", "Uniform share"),
-            ("rating_variance", "Rating variance"),
-            ("control_accuracy", "Control accuracy"),
-            ("agreement", "Agreement"),
-        ):
-            statistics.append(
-                {"label": label, "value": getattr(stats, key), "help": explanations.get(key, "")}
-            )
+    return [
+        {"label": label, "value": getattr(stats, key), "help": explanations.get(key, "")}
+        for key, label in STATISTIC_LABELS
+    ]
+
+
+def _severity_rows(campaign: Campaign, participation: Participation) -> list[dict[str, Any]]:
+    """The worker's severity per question with the drawing of its 95% interval."""
     labels = {
         question["key"]: question.get("label", question["key"]) for question in campaign.questions
     }
@@ -78,11 +122,11 @@ def worker_detail(request: HttpRequest, slug: str, participation_id: int) -> Htt
                 "mark": _percent(entry["severity"]),
             }
         )
-    exclusion = (
-        WorkerExclusion.objects.filter(participation=participation, reversed_at__isnull=True)
-        .order_by("-created_at")
-        .first()
-    )
+    return severities
+
+
+def _judgments(participation: Participation, *, after: str) -> Page:
+    """A page of the worker's judgments, newest first."""
 
     def judgments_from(after: str) -> Page:
         return judgments_page(
@@ -94,27 +138,6 @@ def worker_detail(request: HttpRequest, slug: str, participation_id: int) -> Htt
         )
 
     try:
-        judgments = judgments_from(request.GET.get("after", "")[:600])
+        return judgments_from(after)
     except CursorInvalid:
-        judgments = judgments_from("")  # a mangled link: the newest judgments instead
-    Links().judgments(judgments.rows)
-    return render(
-        request,
-        "annotation/dashboard/worker_detail.html",
-        {
-            "judgments": judgments,
-            **worker_history(participation=participation),
-            "campaign": campaign,
-            "participation": participation,
-            "stats": stats,
-            "statistics": statistics,
-            "flags": stats.flags if stats else [],
-            "exclusion": exclusion,
-            "severities": severities,
-            "severity_help": SEVERITY_EXPLANATION,
-            "calibration": calibration_latest(campaign=campaign),
-            "axis": AXIS,
-            "worker_retest": worker_retest(campaign=campaign, participation_id=participation.pk),
-            "worker_retest_min_pairs": retest_min_pairs(campaign=campaign),
-        },
-    )
+        return judgments_from("")  # a mangled link: the newest judgments instead

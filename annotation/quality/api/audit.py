@@ -15,7 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from annotation.models import AuditEntry
-from annotation.quality.api.base import TAG, campaign_or_404
+from annotation.quality.api.base import TAG, campaign_or_404, validated
 from annotation.quality.audit_text import audit_sentence_one, audit_sentences
 from annotation.quality.review import ReviewError, audit_undo
 from annotation.quality.selectors import audit_entries
@@ -80,10 +80,9 @@ class AuditUndoApi(APIView):
     def post(self, request: Request, slug: str, entry_id: int) -> Response:
         campaign = campaign_or_404(slug)
         entry = get_object_or_404(AuditEntry, pk=entry_id, campaign=campaign)
-        data = UndoInputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
+        data = validated(UndoInputSerializer, request)
         try:
-            undo = audit_undo(entry=entry, user=request.user, note=data.validated_data["note"])
+            undo = audit_undo(entry=entry, user=request.user, note=data["note"])
         except ReviewError as error:
             return Response({"detail": str(error)}, status=status.HTTP_409_CONFLICT)
         return Response(AuditEntrySerializer(undo).data)

@@ -1,9 +1,9 @@
-"""What the quality API views share: the schema tag, the campaign lookup, bounded paging
-parameters, and the list/queue/detail views of a campaign's background runs (QC, calibration)."""
+"""What the quality API views share: the schema tag, the campaign lookup, the checked request
+body, bounded paging parameters, and the list/queue/detail views of a campaign's background runs (QC, calibration)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.db import models
@@ -22,6 +22,13 @@ TAG = ["quality"]
 
 def campaign_or_404(slug: str) -> Campaign:
     return get_object_or_404(Campaign, slug=slug)
+
+
+def validated(serializer: type[serializers.Serializer], request: Request) -> Mapping[str, Any]:
+    """The request body checked by `serializer` (a 400 with the field errors otherwise)."""
+    data = serializer(data=request.data)
+    data.is_valid(raise_exception=True)
+    return data.validated_data
 
 
 def bounded_int(raw: str | None, *, default: int, high: int) -> int:

@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from annotation.models import CampaignCandidate
-from annotation.quality.api.base import TAG, campaign_or_404
+from annotation.quality.api.base import TAG, campaign_or_404, validated
 from annotation.quality.controls import CONTROL_KINDS, controls_generate
 from common.api import FieldErrorsSerializer
 
@@ -42,13 +42,9 @@ class ControlsApi(APIView):
     )
     def post(self, request: Request, slug: str) -> Response:
         campaign = campaign_or_404(slug)
-        data = ControlsInputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
+        data = validated(ControlsInputSerializer, request)
         created = controls_generate(
-            campaign=campaign,
-            rate=data.validated_data["rate"],
-            seed=data.validated_data["seed"],
-            kinds=data.validated_data["kinds"],
+            campaign=campaign, rate=data["rate"], seed=data["seed"], kinds=data["kinds"]
         )
         total = CampaignCandidate.objects.filter(campaign=campaign, is_control=True).count()
         return Response(

@@ -5,7 +5,8 @@ serialize."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypedDict
 
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -14,9 +15,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from annotation.models import Campaign, ReviewItem, ReviewStatus
+from annotation.models import AuditEntry, Campaign, ReviewItem, ReviewStatus
 from annotation.quality.api.audit import AuditEntrySerializer
-from annotation.quality.api.base import TAG, bounded_int, campaign_or_404
+from annotation.quality.api.base import TAG, bounded_int, campaign_or_404, validated
 from annotation.quality.review import (
     JudgmentExclusionRequest,
     ReviewError,
@@ -25,7 +26,12 @@ from annotation.quality.review import (
     review_release,
     review_resolve,
 )
-from annotation.quality.selectors import review_counts, review_item_detail, review_queue
+from annotation.quality.selectors import (
+    ReviewJudgment,
+    review_counts,
+    review_item_detail,
+    review_queue,
+)
 from common.api import ErrorSerializer, FieldErrorsSerializer
 
 
@@ -151,7 +157,27 @@ class ReviewDetailSerializer(serializers.Serializer):
     audit = AuditEntrySerializer(many=True)
 
 
-def _detail_payload(item: ReviewItem) -> dict[str, Any]:
+class ReviewAggregate(TypedDict):
+    means: dict[str, float]
+    overall: float | None
+    normalized: float | None
+    training_class: int | None
+    kept_judgments: int
+    judgments_total: int
+    is_finalised: bool
+    dropped: bool
+    resolution: dict[str, Any]
+
+
+class ReviewDetailPayload(TypedDict):
+    item: ReviewItem
+    references: list[str]
+    aggregate: ReviewAggregate
+    judgments: list[ReviewJudgment]
+    audit: list[AuditEntry]
+
+
+def _detail_payload(item: ReviewItem) -> ReviewDetailPayload:
     detail = review_item_detail(item=item)
     candidate = detail["candidate_item"]
     return {
@@ -193,14 +219,13 @@ class ReviewClaimApi(APIView):
         operation_id="review_claim",
     )
     def post(self, request: Request, slug: str, item_id: int) -> Response:
-        campaign = campaign_or_404(slug)
-        item = _load_item(campaign, item_id)
-        if not review_claim(item=item, user=request.user):
-            return Response(
-                {"detail": "Someone else is reviewing this item, or it is resolved."},
-                status=status.HTTP_409_CONFLICT,
-            )
-        return Response(ReviewItemSerializer(_load_item(campaign, item_id)).data)
+        return _hold_change(
+            request,
+            slug,
+            item_id,
+            review_claim,
+            refused="Someone else is reviewing this item, or it is resolved.",
+        )
 
 
 class ReviewReleaseApi(APIView):
@@ -211,13 +236,24 @@ class ReviewReleaseApi(APIView):
         operation_id="review_release",
     )
     def post(self, request: Request, slug: str, item_id: int) -> Response:
-        campaign = campaign_or_404(slug)
-        item = _load_item(campaign, item_id)
-        if not review_release(item=item, user=request.user):
-            return Response(
-                {"detail": "You do not hold this item."}, status=status.HTTP_409_CONFLICT
-            )
-        return Response(ReviewItemSerializer(_load_item(campaign, item_id)).data)
+        return _hold_change(
+            request, slug, item_id, review_release, refused="You do not hold this item."
+        )
+
+
+def _hold_change(
+    request: Request,
+    slug: str,
+    item_id: int,
+    change: Callable[..., bool],
+    *,
+    refused: str,
+) -> Response:
+    """Claim or release (`change(item=, user=)`): the item as it is now, or 409 with `refused`."""
+    campaign = campaign_or_404(slug)
+    if not change(item=_load_item(campaign, item_id), user=request.user):
+        return Response({"detail": refused}, status=status.HTTP_409_CONFLICT)
+    return Response(ReviewItemSerializer(_load_item(campaign, item_id)).data)
 
 
 class JudgmentExclusionSerializer(serializers.Serializer):
@@ -251,8 +287,7 @@ class ReviewResolveApi(APIView):
     def post(self, request: Request, slug: str, item_id: int) -> Response:
         campaign = campaign_or_404(slug)
         item = _load_item(campaign, item_id)
-        data = ResolveInputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
+        data = validated(ResolveInputSerializer, request)
         if item.status == ReviewStatus.RESOLVED or (
             item.status == ReviewStatus.CLAIMED and item.claimed_by_id != request.user.pk
         ):
@@ -264,13 +299,13 @@ class ReviewResolveApi(APIView):
             review_resolve(
                 item=item,
                 user=request.user,
-                ratings=data.validated_data["ratings"],
+                ratings=data["ratings"],
                 exclude=[
                     JudgmentExclusionRequest(judgment_id=row["judgment_id"], reason=row["reason"])
-                    for row in data.validated_data["exclude"]
+                    for row in data["exclude"]
                 ],
-                drop=data.validated_data["drop"],
-                note=data.validated_data["note"],
+                drop=data["drop"],
+                note=data["note"],
             )
         except ReviewError as error:
             return Response({"detail": str(error)}, status=status.HTTP_400_BAD_REQUEST)

@@ -6,6 +6,9 @@ serialize."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
@@ -15,7 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from annotation.models import Campaign, Participation
-from annotation.quality.api.base import TAG, campaign_or_404
+from annotation.quality.api.base import TAG, campaign_or_404, validated
 from annotation.quality.exclusions import worker_exclude, worker_include
 from annotation.quality.selectors import WORKER_SORTS, statistic_explanations, worker_rows
 from common.api import ErrorSerializer
@@ -131,6 +134,7 @@ def _participation(campaign: Campaign, participation_id: int) -> Participation:
 
 
 ERASED_MEANWHILE = "the worker's participation was erased while this request ran"
+Outcome = TypeVar("Outcome")
 
 
 class WorkerExcludeApi(APIView):
@@ -143,17 +147,11 @@ class WorkerExcludeApi(APIView):
     def post(self, request: Request, slug: str, participation_id: int) -> Response:
         campaign = campaign_or_404(slug)
         participation = _participation(campaign, participation_id)
-        data = ExcludeInputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        try:  # an erasure may delete the participation between the lookup and here
-            outcome = worker_exclude(
-                participation=participation,
-                actor=request.user,
-                reason=data.validated_data["reason"],
-            )
-            participation.refresh_from_db()
-        except Participation.DoesNotExist as error:
-            raise NotFound(ERASED_MEANWHILE) from error
+        reason = validated(ExcludeInputSerializer, request)["reason"]
+        outcome = _unless_erased(
+            participation,
+            lambda: worker_exclude(participation=participation, actor=request.user, reason=reason),
+        )
         return Response(
             ExcludeOutputSerializer(
                 {
@@ -163,6 +161,17 @@ class WorkerExcludeApi(APIView):
                 }
             ).data
         )
+
+
+def _unless_erased(participation: Participation, change: Callable[[], Outcome]) -> Outcome:
+    """`change()`, then the participation as it is now; 404 when an erasure deleted it between
+    the lookup and here."""
+    try:
+        outcome = change()
+        participation.refresh_from_db()
+    except Participation.DoesNotExist as error:
+        raise NotFound(ERASED_MEANWHILE) from error
+    return outcome
 
 
 class WorkerIncludeApi(APIView):
@@ -175,15 +184,11 @@ class WorkerIncludeApi(APIView):
     def post(self, request: Request, slug: str, participation_id: int) -> Response:
         campaign = campaign_or_404(slug)
         participation = _participation(campaign, participation_id)
-        data = IncludeInputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        try:  # an erasure may delete the participation between the lookup and here
-            outcome = worker_include(
-                participation=participation, actor=request.user, note=data.validated_data["note"]
-            )
-            participation.refresh_from_db()
-        except Participation.DoesNotExist as error:
-            raise NotFound(ERASED_MEANWHILE) from error
+        note = validated(IncludeInputSerializer, request)["note"]
+        outcome = _unless_erased(
+            participation,
+            lambda: worker_include(participation=participation, actor=request.user, note=note),
+        )
         return Response(
             IncludeOutputSerializer(
                 {
