@@ -105,16 +105,9 @@ def images_import(
     source, watch, earlier = import_open(
         path=path, kind=ImportKind.IMAGES, target=campaign_slug, campaign=campaign_slug or None
     )
-    reader = ImageLineReader(source=source, folder=folder, scale=scale, campaign_slug=campaign_slug)
-    for line, row in iter_jsonl_objects(source):
-        try:
-            reader.image_line(row, line=line)
-        except FieldError as error:
-            raise source.reject(error.message, line=line, field=error.field)
-        if progress and len(reader.parsed.clips) % 500 == 0:
-            progress("validating", len(reader.parsed.clips), 0)
-    parsed = reader.parsed
-    import_checked(source, parsed.clips, noun="images")
+    parsed = _images_read(
+        source, folder=folder, scale=scale, campaign_slug=campaign_slug, progress=progress
+    )
     if earlier is not None:
         return earlier, parsed.files
     if parsed.judgments and not campaign_slug:
@@ -125,23 +118,12 @@ def images_import(
         )
 
     def write(batch: ImportBatch, counts: Counts) -> CampaignWritten | None:
-        dataset_rows_write(
-            source=source,
-            batch=batch,
-            clips=parsed.clips,
-            candidates=parsed.candidates,
-            counts=counts,
-            progress=progress,
-        )
-        if not parsed.judgments:
-            return None
-        return campaign_judgments_write(
+        return _images_write(
             source=source,
             batch=batch,
             counts=counts,
-            slug=campaign_slug,
-            keys=["overall"],
-            judgments=parsed.judgments,
+            parsed=parsed,
+            campaign_slug=campaign_slug,
             user=user,
             progress=progress,
         )
@@ -156,6 +138,60 @@ def images_import(
         campaign=campaign_slug or None,
     )
     return result, parsed.files
+
+
+def _images_write(
+    *,
+    source: ImportSource,
+    batch: ImportBatch,
+    counts: Counts,
+    parsed: ImageImport,
+    campaign_slug: str,
+    user: User | None,
+    progress: ProgressCallback | None,
+) -> CampaignWritten | None:
+    """The images as clips with their references and candidates, then any judgments."""
+    dataset_rows_write(
+        source=source,
+        batch=batch,
+        clips=parsed.clips,
+        candidates=parsed.candidates,
+        counts=counts,
+        progress=progress,
+    )
+    if not parsed.judgments:
+        return None
+    return campaign_judgments_write(
+        source=source,
+        batch=batch,
+        counts=counts,
+        slug=campaign_slug,
+        keys=["overall"],
+        judgments=parsed.judgments,
+        user=user,
+        progress=progress,
+    )
+
+
+def _images_read(
+    source: ImportSource,
+    *,
+    folder: Path | None,
+    scale: tuple[float, float] | None,
+    campaign_slug: str,
+    progress: ProgressCallback | None,
+) -> ImageImport:
+    """Check every line of the file (and every image file it names) before anything is written."""
+    reader = ImageLineReader(source=source, folder=folder, scale=scale, campaign_slug=campaign_slug)
+    for line, row in iter_jsonl_objects(source):
+        try:
+            reader.image_line(row, line=line)
+        except FieldError as error:
+            raise source.reject(error.message, line=line, field=error.field)
+        if progress and len(reader.parsed.clips) % 500 == 0:
+            progress("validating", len(reader.parsed.clips), 0)
+    import_checked(source, reader.parsed.clips, noun="images")
+    return reader.parsed
 
 
 def _images_options(
@@ -280,18 +316,9 @@ class ImageLineReader:
             if system is not None
             else DEFAULT_SYSTEM
         )
-        external_id = (
-            clean_identifier(candidate["id"], field="id", pattern=EXTERNAL_ID_PATTERN, what="id")
-            if candidate.get("id") is not None
-            else image_candidate_external_id(image_id, index)
+        external_id = self.candidate_id(
+            candidate.get("id"), image_id=image_id, index=index, line=line
         )
-        if external_id in self.seen_candidates:
-            raise FieldError(
-                "id",
-                f"the candidate id {external_id!r} is already on line "
-                f"{self.seen_candidates[external_id]}",
-            )
-        self.seen_candidates[external_id] = line
         self.parsed.candidates.append(
             CandidateSpec(
                 external_id=external_id,
@@ -304,15 +331,53 @@ class ImageLineReader:
                 field=f"candidates[{index}].caption",
             )
         )
-        judgments = candidate.get("judgments") or []
+        self.candidate_judgments(
+            candidate.get("judgments") or [],
+            external_id=external_id,
+            where=f"candidates[{index}]",
+            line=line,
+            low=low,
+            high=high,
+        )
+
+    def candidate_id(self, value: Any, *, image_id: str, index: int, line: int) -> str:
+        """The candidate's external id (its `id`, else one made of the image id and its index),
+        refused when an earlier line already has it."""
+        external_id = (
+            clean_identifier(value, field="id", pattern=EXTERNAL_ID_PATTERN, what="id")
+            if value is not None
+            else image_candidate_external_id(image_id, index)
+        )
+        if external_id in self.seen_candidates:
+            raise FieldError(
+                "id",
+                f"the candidate id {external_id!r} is already on line "
+                f"{self.seen_candidates[external_id]}",
+            )
+        self.seen_candidates[external_id] = line
+        return external_id
+
+    def candidate_judgments(
+        self,
+        judgments: Any,
+        *,
+        external_id: str,
+        where: str,
+        line: int,
+        low: float,
+        high: float,
+    ) -> None:
+        """A candidate's judgments, each by a different rater, mapped onto 1–5."""
         if not isinstance(judgments, list):
             raise FieldError("judgments", "expected a list of judgments")
         if len(judgments) > MAX_JUDGMENTS_PER_CANDIDATE:
             raise FieldError("judgments", f"more than {MAX_JUDGMENTS_PER_CANDIDATE} judgments")
         raters: set[str] = set()
         for number, judgment in enumerate(judgments):
-            where = f"judgments[{number}]"
-            rater, value = _image_judgment(judgment, where=where, low=low, high=high, raters=raters)
+            judgment_where = f"judgments[{number}]"
+            rater, value = _image_judgment(
+                judgment, where=judgment_where, low=low, high=high, raters=raters
+            )
             self.parsed.judgments.append(
                 JudgmentSpec(
                     candidate_external_id=external_id,
@@ -321,7 +386,7 @@ class ImageLineReader:
                     ),
                     values={"overall": scale_map(value, low=low, high=high)},
                     line=line,
-                    field=f"candidates[{index}].{where}.overall",
+                    field=f"{where}.{judgment_where}.overall",
                 )
             )
 

@@ -81,25 +81,9 @@ def vatex_eval_import(
     import_checked(source, rows.clips, noun="clips", complete=rows.complete)
 
     def write(batch: ImportBatch, counts: Counts) -> CampaignWritten:
-        campaign, campaign_created = _vatex_eval_campaign(source=source, user=user)
-        counts.add("campaigns", created=int(campaign_created), skipped=int(not campaign_created))
-        dataset_rows_write(
-            source=source,
-            batch=batch,
-            clips=rows.clips,
-            candidates=rows.candidates,
-            counts=counts,
-            progress=progress,
+        return _vatex_eval_write(
+            source=source, batch=batch, counts=counts, rows=rows, user=user, progress=progress
         )
-        judgment_rows_write(
-            source=source,
-            batch=batch,
-            campaign=campaign,
-            judgments=rows.judgments,
-            counts=counts,
-            progress=progress,
-        )
-        return {"campaign": campaign.slug, "campaign_created": campaign_created}
 
     return import_write_once(
         source=source,
@@ -110,6 +94,37 @@ def vatex_eval_import(
         write=write,
         campaign=VATEX_EVAL_CAMPAIGN_SLUG,
     )
+
+
+def _vatex_eval_write(
+    *,
+    source: ImportSource,
+    batch: ImportBatch,
+    counts: Counts,
+    rows: VatexEvalRows,
+    user: User | None,
+    progress: ProgressCallback | None,
+) -> CampaignWritten:
+    """The campaign, the clips with their references and candidates, then the ratings."""
+    campaign, campaign_created = _vatex_eval_campaign(source=source, user=user)
+    counts.add("campaigns", created=int(campaign_created), skipped=int(not campaign_created))
+    dataset_rows_write(
+        source=source,
+        batch=batch,
+        clips=rows.clips,
+        candidates=rows.candidates,
+        counts=counts,
+        progress=progress,
+    )
+    judgment_rows_write(
+        source=source,
+        batch=batch,
+        campaign=campaign,
+        judgments=rows.judgments,
+        counts=counts,
+        progress=progress,
+    )
+    return {"campaign": campaign.slug, "campaign_created": campaign_created}
 
 
 @dataclass

@@ -62,25 +62,7 @@ def judgment_rows_write(
 
     The candidates the judgments name must be stored already (an unknown one refuses the file)."""
     candidates = _judged_candidates(source=source, judgments=judgments)
-    worker_pks = _rows_ensure(
-        Worker,
-        key="external_id",
-        wanted=sorted({spec.worker_external_id for spec in judgments}),
-        counts=counts,
-        table="workers",
-        platform=Platform.IMPORTED,
-    )
-    participation_pks = _rows_ensure(
-        Participation,
-        key="worker_id",
-        wanted=sorted(set(worker_pks.values())),
-        counts=counts,
-        table="participations",
-        campaign=campaign,
-    )
-    rater_pks = {
-        external_id: participation_pks[worker_pk] for external_id, worker_pk in worker_pks.items()
-    }
+    rater_pks = _rater_participations(campaign=campaign, judgments=judgments, counts=counts)
     candidate_pks = sorted({candidates[spec.candidate_external_id].pk for spec in judgments})
     items = _pks_by_key(CampaignCandidate, "candidate_id", candidate_pks, campaign=campaign)
     new_specs = _new_judgments(
@@ -122,6 +104,32 @@ def judgment_rows_write(
 
     touched_clips = sorted({rows_by_pk[pk].clip_id for pk in candidate_pks})
     _write_campaign_clips(campaign=campaign, clip_pks=touched_clips, counts=counts)
+
+
+def _rater_participations(
+    *, campaign: Campaign, judgments: list[JudgmentSpec], counts: Counts
+) -> dict[str, int]:
+    """{rater's worker external id: pk of its participation in the campaign}, creating the
+    imported workers and participations missing."""
+    worker_pks = _rows_ensure(
+        Worker,
+        key="external_id",
+        wanted=sorted({spec.worker_external_id for spec in judgments}),
+        counts=counts,
+        table="workers",
+        platform=Platform.IMPORTED,
+    )
+    participation_pks = _rows_ensure(
+        Participation,
+        key="worker_id",
+        wanted=sorted(set(worker_pks.values())),
+        counts=counts,
+        table="participations",
+        campaign=campaign,
+    )
+    return {
+        external_id: participation_pks[worker_pk] for external_id, worker_pk in worker_pks.items()
+    }
 
 
 def _judged_candidates(
