@@ -83,10 +83,13 @@ def judgments_import(
 
     campaign = Campaign.objects.filter(slug=campaign_slug).first()
     levels = _campaign_levels(campaign) if campaign is not None else None
-    if detect_tabular_format(source, file_format) == "jsonl":
-        judgments, keys = _judgments_from_jsonl(source, levels, campaign_slug, progress)
-    else:
-        judgments, keys = _judgments_from_csv(source, levels, campaign_slug, progress)
+    rows = _JudgmentRows(source, levels, campaign_slug, progress)
+    keys = (
+        rows.read_jsonl()
+        if detect_tabular_format(source, file_format) == "jsonl"
+        else rows.read_csv()
+    )
+    judgments = rows.judgments
     import_checked(source, judgments, noun="judgments")
 
     def write(batch: ImportBatch, counts: Counts) -> CampaignWritten:
@@ -177,77 +180,6 @@ def _judgment_spec(
     return spec, expected
 
 
-def _judgments_from_jsonl(
-    source: ImportSource,
-    levels: dict[str, list[int]] | None,
-    campaign_slug: str,
-    progress: ProgressCallback | None,
-) -> tuple[list[JudgmentSpec], list[str]]:
-    rows = _JudgmentRows(source, levels, campaign_slug, progress)
-    keys: list[str] | None = None
-    for line, row in iter_jsonl_objects(source):
-        try:
-            unknown = sorted(set(row) - JUDGMENT_LINE_KEYS)
-            if unknown:
-                raise FieldError(unknown[0], "unknown field (see docs/import-formats.md)")
-            for name in ("rater_id", "candidate_id", "values"):
-                if name not in row:
-                    raise FieldError(name, "the field is missing")
-            if not isinstance(row["values"], dict):
-                raise FieldError("values", "expected an object {question: rating}")
-        except FieldError as error:
-            raise source.reject(error.message, line=line, field=error.field)
-        keys = rows.accept(
-            row, line=line, raw_values=row["values"], keys=keys, value_field="values."
-        )
-    return rows.judgments, keys or []
-
-
-def _judgments_from_csv(
-    source: ImportSource,
-    levels: dict[str, list[int]] | None,
-    campaign_slug: str,
-    progress: ProgressCallback | None,
-) -> tuple[list[JudgmentSpec], list[str]]:
-    rows = _JudgmentRows(source, levels, campaign_slug, progress)
-    keys: list[str] | None = None
-
-    def check_header(columns: list[str]) -> None:
-        nonlocal keys
-        questions = [name for name in columns if name not in JUDGMENT_CSV_FIXED]
-        if not questions:
-            raise source.reject("no rating columns: add one column per question", line=1)
-        for name in questions:
-            if not QUESTION_KEY_PATTERN.match(name):
-                raise source.reject(
-                    "a question column is lowercase letters, digits and _, starting with a letter",
-                    line=1,
-                    field=name,
-                )
-        if levels is not None:
-            for name in questions:
-                if name not in levels:
-                    raise source.reject(
-                        f"unknown question; the campaign's questions are {', '.join(levels)}",
-                        line=1,
-                        field=name,
-                    )
-            for name in levels:
-                if name not in questions:
-                    raise source.reject("the campaign's question has no column", line=1, field=name)
-        keys = questions
-
-    for line, row in iter_csv_rows(
-        source, required=["rater_id", "candidate_id"], check_header=check_header
-    ):
-        assert keys is not None
-        raw_values = {name: row[name] for name in keys}
-        rows.accept(row, line=line, raw_values=raw_values, keys=keys, value_field="")
-    if levels is not None and keys is not None:
-        keys = list(levels)
-    return rows.judgments, keys or []
-
-
 @dataclass
 class _JudgmentRows:
     """The judgments of a file checked so far, row by row (JSONL or CSV)."""
@@ -258,6 +190,71 @@ class _JudgmentRows:
     progress: ProgressCallback | None
     judgments: list[JudgmentSpec] = field(default_factory=list)
     seen: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def read_jsonl(self) -> list[str]:
+        """Every line of a JSON Lines file; returns the question keys."""
+        keys: list[str] | None = None
+        for line, row in iter_jsonl_objects(self.source):
+            try:
+                unknown = sorted(set(row) - JUDGMENT_LINE_KEYS)
+                if unknown:
+                    raise FieldError(unknown[0], "unknown field (see docs/import-formats.md)")
+                for name in ("rater_id", "candidate_id", "values"):
+                    if name not in row:
+                        raise FieldError(name, "the field is missing")
+                if not isinstance(row["values"], dict):
+                    raise FieldError("values", "expected an object {question: rating}")
+            except FieldError as error:
+                raise self.source.reject(error.message, line=line, field=error.field)
+            keys = self.accept(
+                row, line=line, raw_values=row["values"], keys=keys, value_field="values."
+            )
+        return keys or []
+
+    def read_csv(self) -> list[str]:
+        """Every row of a CSV file (its header names the questions); returns the question keys."""
+        keys: list[str] | None = None
+
+        def check_header(columns: list[str]) -> None:
+            nonlocal keys
+            keys = self.csv_questions(columns)
+
+        for line, row in iter_csv_rows(
+            self.source, required=["rater_id", "candidate_id"], check_header=check_header
+        ):
+            assert keys is not None
+            raw_values = {name: row[name] for name in keys}
+            self.accept(row, line=line, raw_values=raw_values, keys=keys, value_field="")
+        if self.levels is not None and keys is not None:
+            keys = list(self.levels)
+        return keys or []
+
+    def csv_questions(self, columns: list[str]) -> list[str]:
+        """The question columns of a CSV header, checked against the campaign's questions."""
+        questions = [name for name in columns if name not in JUDGMENT_CSV_FIXED]
+        if not questions:
+            raise self.source.reject("no rating columns: add one column per question", line=1)
+        for name in questions:
+            if not QUESTION_KEY_PATTERN.match(name):
+                raise self.source.reject(
+                    "a question column is lowercase letters, digits and _, starting with a letter",
+                    line=1,
+                    field=name,
+                )
+        if self.levels is not None:
+            for name in questions:
+                if name not in self.levels:
+                    raise self.source.reject(
+                        f"unknown question; the campaign's questions are {', '.join(self.levels)}",
+                        line=1,
+                        field=name,
+                    )
+            for name in self.levels:
+                if name not in questions:
+                    raise self.source.reject(
+                        "the campaign's question has no column", line=1, field=name
+                    )
+        return questions
 
     def accept(
         self,
