@@ -30,6 +30,7 @@ there is one (0 when they are identical).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import hashlib
 import json
@@ -97,18 +98,40 @@ def steps() -> list[Step]:
         # Imports of the data the repository ships: VATEX-EVAL, then the documented examples.
         Step("import_vatex_eval", ["import_vatex_eval", VATEX_EVAL, "--json"]),
         Step("import_vatex_eval-again", ["import_vatex_eval", VATEX_EVAL, "--json"]),
-        Step("import_vatex_eval-refused", ["import_vatex_eval", "docs/examples/vatex.json", "--json"]),
+        Step(
+            "import_vatex_eval-refused", ["import_vatex_eval", "docs/examples/vatex.json", "--json"]
+        ),
         Step("import_vatex", ["import_vatex", "docs/examples/vatex.json", "--json"]),
-        Step("import_candidates-jsonl", ["import_candidates", "docs/examples/candidates.jsonl", "--json"]),
-        Step("import_candidates-csv", ["import_candidates", "docs/examples/candidates.csv", "--json"]),
-        Step("import_candidates-scenes", ["import_candidates", "data/demo_scenes/scenes.jsonl", "--json"]),
+        Step(
+            "import_candidates-jsonl",
+            ["import_candidates", "docs/examples/candidates.jsonl", "--json"],
+        ),
+        Step(
+            "import_candidates-csv", ["import_candidates", "docs/examples/candidates.csv", "--json"]
+        ),
+        Step(
+            "import_candidates-scenes",
+            ["import_candidates", "data/demo_scenes/scenes.jsonl", "--json"],
+        ),
         Step(
             "import_judgments-jsonl",
-            ["import_judgments", "docs/examples/judgments.jsonl", "--campaign", "examples-jsonl", "--json"],
+            [
+                "import_judgments",
+                "docs/examples/judgments.jsonl",
+                "--campaign",
+                "examples-jsonl",
+                "--json",
+            ],
         ),
         Step(
             "import_judgments-csv",
-            ["import_judgments", "docs/examples/judgments.csv", "--campaign", "examples-csv", "--json"],
+            [
+                "import_judgments",
+                "docs/examples/judgments.csv",
+                "--campaign",
+                "examples-csv",
+                "--json",
+            ],
         ),
         Step(
             "import_judgments-refused",
@@ -136,38 +159,84 @@ def steps() -> list[Step]:
         Step("agreement-snapshot", ["agreement", CAMPAIGN, "--snapshot", "--json"]),
         Step(
             "payments_export-full",
-            ["payments_export", "--campaign", CAMPAIGN, "--format", "full", "--output",
-             "{scratch}/payments/full.csv", "--json"],
+            [
+                "payments_export",
+                "--campaign",
+                CAMPAIGN,
+                "--format",
+                "full",
+                "--output",
+                "{scratch}/payments/full.csv",
+                "--json",
+            ],
             writes=["payments/full.csv"],
         ),
         Step(
             "payments_export-prolific",
-            ["payments_export", "--campaign", CAMPAIGN, "--output",
-             "{scratch}/payments/prolific.csv", "--json"],
+            [
+                "payments_export",
+                "--campaign",
+                CAMPAIGN,
+                "--output",
+                "{scratch}/payments/prolific.csv",
+                "--json",
+            ],
             writes=["payments/prolific.csv"],
         ),
         Step("evaluate_metrics-list", ["evaluate_metrics", "--list", "--json"]),
         Step(
             "evaluate_metrics-lexical",
-            ["evaluate_metrics", "--campaign", CAMPAIGN, "--metrics", "bleu1,bleu4,rougeL,cider",
-             "--json"],
+            [
+                "evaluate_metrics",
+                "--campaign",
+                CAMPAIGN,
+                "--metrics",
+                "bleu1,bleu4,rougeL,cider",
+                "--json",
+            ],
         ),
         Step(
             "evaluate_metrics-save",
-            ["evaluate_metrics", "--campaign", CAMPAIGN, "--metrics", "bleu4", "--refs", "1",
-             "--save", "--json"],
+            [
+                "evaluate_metrics",
+                "--campaign",
+                CAMPAIGN,
+                "--metrics",
+                "bleu4",
+                "--refs",
+                "1",
+                "--save",
+                "--json",
+            ],
         ),
         Step(
             "create_campaign",
-            ["create_campaign", "--slug", "snapshot-crowd", "--system", "scene-template-writer",
-             "--judgments-per-candidate", "3", "--json"],
+            [
+                "create_campaign",
+                "--slug",
+                "snapshot-crowd",
+                "--system",
+                "scene-template-writer",
+                "--judgments-per-candidate",
+                "3",
+                "--json",
+            ],
         ),
         Step(
             "create_curator",
-            ["create_curator", "--username", "snapshot-curator", "--password",
-             "snapshot-password-1234", "--json"],
+            [
+                "create_curator",
+                "--username",
+                "snapshot-curator",
+                "--password",
+                "snapshot-password-1234",
+                "--json",
+            ],
         ),
-        Step("erase_participant-dry-run", ["erase_participant", "--participation", "1", "--dry-run", "--json"]),
+        Step(
+            "erase_participant-dry-run",
+            ["erase_participant", "--participation", "1", "--dry-run", "--json"],
+        ),
         Step("webhooks-list", ["webhooks", "--json", "list"]),
         Step("check_retraining-before", ["check_retraining", "--dry-run", "--json"]),
         # The release (every format; raw judgments bring the explanations file), then its checks.
@@ -182,8 +251,11 @@ def steps() -> list[Step]:
         ),
         Step("fit_metric", ["fit_metric", "--release", "1", "--metric", "bleu4", "--json"]),
         Step("check_retraining-after", ["check_retraining", "--dry-run", "--json"]),
-        Step("make_demo_scenes", ["make_demo_scenes", "--no-videos", "--out", "{scratch}/scenes", "--json"],
-             writes=["scenes/scenes.jsonl", "scenes/intended.jsonl"]),
+        Step(
+            "make_demo_scenes",
+            ["make_demo_scenes", "--no-videos", "--out", "{scratch}/scenes", "--json"],
+            writes=["scenes/scenes.jsonl", "scenes/intended.jsonl"],
+        ),
         Step("stats-after", ["stats", "--json"]),
     ]
 
@@ -197,7 +269,9 @@ def sha256(path: Path) -> str:
 
 
 class Snapshot:
-    def __init__(self, *, checkout: Path, database: str, out: Path, server: str, python: Path) -> None:
+    def __init__(
+        self, *, checkout: Path, database: str, out: Path, server: str, python: Path
+    ) -> None:
         self.checkout = checkout.resolve()
         self.database = database
         self.out = out.resolve()
@@ -208,9 +282,7 @@ class Snapshot:
 
     def _environment(self) -> dict[str, str]:
         kept = {
-            key: value
-            for key, value in os.environ.items()
-            if not key.startswith(DROPPED_PREFIXES)
+            key: value for key, value in os.environ.items() if not key.startswith(DROPPED_PREFIXES)
         }
         return {
             **kept,
@@ -221,7 +293,9 @@ class Snapshot:
         }
 
     def normalise(self, text: str) -> str:
-        return text.replace(str(self.scratch), "<scratch>").replace(str(self.checkout), "<checkout>")
+        return text.replace(str(self.scratch), "<scratch>").replace(
+            str(self.checkout), "<checkout>"
+        )
 
     def manage(self, argv: list[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
         completed = subprocess.run(
@@ -254,7 +328,11 @@ class Snapshot:
         self._release()
         self._coverage(json_commands, ran)
         commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=self.checkout, capture_output=True, text=True, check=False
+            ["git", "rev-parse", "HEAD"],
+            cwd=self.checkout,
+            capture_output=True,
+            text=True,
+            check=False,
         ).stdout.strip()
         meta = {
             "checkout": str(self.checkout),
@@ -306,10 +384,8 @@ class Snapshot:
         elapsed = time.monotonic() - started
         stdout = self.normalise(completed.stdout)
         parsed = None
-        try:
+        with contextlib.suppress(ValueError):  # a refusal or a crash prints no JSON
             parsed = json.loads(stdout)
-        except ValueError:
-            pass
         if step.argv[0] in IMPORT_COMMANDS and isinstance(parsed, dict) and "seconds" in parsed:
             parsed["seconds"] = "<seconds>"
             stdout = re.sub(r'"seconds": [0-9.e+-]+', '"seconds": "<seconds>"', stdout)
@@ -359,9 +435,13 @@ class Snapshot:
             for name in json_commands
         }
         self._write("coverage.json", json.dumps(coverage, indent=2, sort_keys=True) + "\n")
-        unplanned = [name for name, entry in coverage.items() if "NOT PLANNED" in entry.get("skipped", "")]
+        unplanned = [
+            name for name, entry in coverage.items() if "NOT PLANNED" in entry.get("skipped", "")
+        ]
         if unplanned:
-            print(f"commands with --json that no step runs: {', '.join(unplanned)}", file=sys.stderr)
+            print(
+                f"commands with --json that no step runs: {', '.join(unplanned)}", file=sys.stderr
+            )
 
     def _write(self, relative: str, text: str) -> None:
         target = self.out / relative
@@ -399,7 +479,9 @@ def compare(first: Path, second: Path) -> int:
             print("  (binary)")
             continue
         diff = list(
-            difflib.unified_diff(a_lines, b_lines, f"{first}/{relative}", f"{second}/{relative}", lineterm="", n=2)
+            difflib.unified_diff(
+                a_lines, b_lines, f"{first}/{relative}", f"{second}/{relative}", lineterm="", n=2
+            )
         )
         for line in diff[:200]:
             print(f"  {line}")
@@ -409,13 +491,23 @@ def compare(first: Path, second: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("checkout", nargs="?", type=Path, help="The checkout whose behaviour to record.")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "checkout", nargs="?", type=Path, help="The checkout whose behaviour to record."
+    )
     parser.add_argument("--database", help="Scratch database (dropped and created).")
     parser.add_argument("--out", type=Path, help="Snapshot folder (replaced).")
-    parser.add_argument("--server", default=DEFAULT_SERVER, help=f"PostgreSQL server URL ({DEFAULT_SERVER}).")
-    parser.add_argument("--python", type=Path, default=None, help="Interpreter (CHECKOUT/.venv/bin/python).")
-    parser.add_argument("--compare", nargs=2, type=Path, metavar=("A", "B"), help="Diff two snapshots.")
+    parser.add_argument(
+        "--server", default=DEFAULT_SERVER, help=f"PostgreSQL server URL ({DEFAULT_SERVER})."
+    )
+    parser.add_argument(
+        "--python", type=Path, default=None, help="Interpreter (CHECKOUT/.venv/bin/python)."
+    )
+    parser.add_argument(
+        "--compare", nargs=2, type=Path, metavar=("A", "B"), help="Diff two snapshots."
+    )
     options = parser.parse_args(argv)
     if options.compare:
         first, second = options.compare
