@@ -20,7 +20,9 @@ on a scratch database that it drops and creates first, with a clean environment 
   it or why none does.
 
 Normalised, and only these: the scratch folder's and the checkout's absolute paths (written as
-`<scratch>` and `<checkout>`), and the `seconds` an import took (`<seconds>`). `meta.json` (the
+`<scratch>` and `<checkout>`); every JSON field `seconds` (how long an import or a calibration fit
+took: `"<seconds>"`); and the log records on stderr are left out (time-stamped; the release
+builder's carry timings and memory), the rest of stderr (notes, errors) is kept. `meta.json` (the
 checkout's commit, the time) is not compared.
 
 `--compare` diffs two snapshot folders file by file, prints every difference and exits 1 when
@@ -42,9 +44,12 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 DEFAULT_SERVER = "postgres://postgres@127.0.0.1:5432"
 NOT_COMPARED = {"meta.json"}
+SECONDS = re.compile(r'"seconds": -?[0-9][0-9.eE+-]*')
+LOG_RECORD = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ ")
 # Settings that would otherwise make outputs depend on the machine or the run.
 FIXED_ENVIRONMENT = {
     "DJANGO_DEBUG": "0",
@@ -59,13 +64,6 @@ FIXED_ENVIRONMENT = {
 DROPPED_PREFIXES = ("LEPUS_", "DJANGO_", "DATABASE_", "CELERY_", "REDIS_", "AWS_", "PG")
 VATEX_EVAL = "data/vatex_eval/vid_cans_score_dict.json"
 CAMPAIGN = "vatex-eval"
-IMPORT_COMMANDS = {
-    "import_vatex_eval",
-    "import_vatex",
-    "import_candidates",
-    "import_judgments",
-    "import_images",
-}
 
 # Commands with --json that no step runs, and why.
 SKIPPED = {
@@ -260,6 +258,22 @@ def steps() -> list[Step]:
     ]
 
 
+def normalised_stdout(stdout: str) -> tuple[str, Any]:
+    """The stdout with every `"seconds": <number>` (how long something took) as "<seconds>", and
+    that text parsed as JSON (None when it is not JSON)."""
+    stdout = SECONDS.sub('"seconds": "<seconds>"', stdout)
+    parsed = None
+    with contextlib.suppress(ValueError):  # a refusal or a crash prints no JSON
+        parsed = json.loads(stdout)
+    return stdout, parsed
+
+
+def normalised_stderr(stderr: str) -> list[str]:
+    """The stderr lines without log records (each stamped with its time; the release builder's
+    also carry timings and memory): what stays is the commands' own notes and errors."""
+    return [line for line in stderr.splitlines() if not LOG_RECORD.match(line)]
+
+
 def sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
@@ -382,18 +396,12 @@ class Snapshot:
         started = time.monotonic()
         completed = self.manage(argv, check=False)
         elapsed = time.monotonic() - started
-        stdout = self.normalise(completed.stdout)
-        parsed = None
-        with contextlib.suppress(ValueError):  # a refusal or a crash prints no JSON
-            parsed = json.loads(stdout)
-        if step.argv[0] in IMPORT_COMMANDS and isinstance(parsed, dict) and "seconds" in parsed:
-            parsed["seconds"] = "<seconds>"
-            stdout = re.sub(r'"seconds": [0-9.e+-]+', '"seconds": "<seconds>"', stdout)
+        stdout, parsed = normalised_stdout(self.normalise(completed.stdout))
         record = {
             "argv": [self.normalise(part) for part in argv],
             "returncode": completed.returncode,
             "stdout_json": parsed,
-            "stderr": self.normalise(completed.stderr).splitlines(),
+            "stderr": normalised_stderr(self.normalise(completed.stderr)),
             "writes": {
                 relative: sha256(self.scratch / relative)
                 for relative in step.writes
