@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from devtools.behaviour_snapshot import main
+from devtools.behaviour_snapshot import main, normalised_stderr, normalised_stdout
 
 
 def _snapshot(root: Path, *, stats: dict[str, int], commit: str) -> Path:
@@ -63,3 +63,22 @@ def test_a_folder_that_is_not_a_snapshot_is_refused(tmp_path):
     with pytest.raises(SystemExit) as exited:
         main(["--compare", str(first), str(tmp_path / "empty")])
     assert exited.value.code == 2
+
+
+def test_only_durations_and_log_records_are_normalised():
+    stdout, parsed = normalised_stdout(
+        '{"batch_id": 1, "questions": {"overall": {"seconds": 0.879, "iterations": 25}}, '
+        '"seconds": 6.731}'
+    )
+    assert parsed == {
+        "batch_id": 1,
+        "questions": {"overall": {"seconds": "<seconds>", "iterations": 25}},
+        "seconds": "<seconds>",
+    }
+    assert stdout.endswith('"iterations": 25}}, "seconds": "<seconds>"}')
+    assert normalised_stdout("Imported 3 clips.") == ("Imported 3 clips.", None)
+    assert normalised_stderr(
+        "QC run of vatex-eval…\n"
+        "2026-11-27 23:41:11,198 INFO export.builder release 1: selection in 0.26 s\n"
+        "CommandError: no campaign with slug 'x'"
+    ) == ["QC run of vatex-eval…", "CommandError: no campaign with slug 'x'"]
