@@ -27,10 +27,10 @@ from django.contrib.auth.models import User
 from annotation.imports.judgments import (
     CAMPAIGN_SLUG_PATTERN,
     RATER_ID_PATTERN,
+    campaign_judgments_write,
     judgment_worker_external_id,
-    judgments_campaign,
 )
-from annotation.imports.writers import JudgmentSpec, judgment_rows_write
+from annotation.imports.writers import JudgmentSpec
 from datasets_app.models import ClipModality, ImportBatch, ImportKind
 from datasets_app.services.images import IMAGE_EXTENSIONS
 from datasets_app.services.imports.base import (
@@ -48,14 +48,14 @@ from datasets_app.services.imports.base import (
     first_undecodable_path,
     iter_jsonl_objects,
 )
-from datasets_app.services.imports.batches import import_checked, import_open, import_write_once
-from datasets_app.services.imports.vatex import MAX_CAPTIONS_PER_CLIP
-from datasets_app.services.imports.writers import (
-    CandidateSpec,
-    ClipSpec,
-    candidate_rows_lookup,
-    dataset_rows_write,
+from datasets_app.services.imports.batches import (
+    CampaignWritten,
+    import_checked,
+    import_open,
+    import_write_once,
 )
+from datasets_app.services.imports.vatex import MAX_CAPTIONS_PER_CLIP
+from datasets_app.services.imports.writers import CandidateSpec, ClipSpec, dataset_rows_write
 
 IMAGE_LINE_KEYS = {"image_id", "image", "references", "candidates", "scale"}
 CANDIDATE_KEYS = {"caption", "system", "id", "judgments"}
@@ -99,43 +99,15 @@ def images_import(
     in (every one must exist before anything is written; None skips the check and the files).
     Judgments go to the campaign `campaign_slug` (required when the file has any). Returns the
     result and {image id: image file} for the caller to queue (`image_attach_jobs_create`)."""
-    if campaign_slug and not CAMPAIGN_SLUG_PATTERN.match(campaign_slug):
-        raise ImportRejected(
-            file=str(path),
-            message=f"{campaign_slug!r} is not a campaign slug (lowercase letters, digits, - and _)",
-        )
-    if scale is not None:
-        try:
-            scale = _clean_scale(list(scale), field="--scale")
-        except FieldError as error:
-            raise ImportRejected(file=str(path), message=error.message, field=error.field)
-    folder = Path(images).resolve() if images is not None else None
-    if folder is not None and not folder.is_dir():
-        raise ImportRejected(file=str(path), message=f"no such images folder: {images}")
+    scale, folder = _images_options(
+        path=path, images=images, campaign_slug=campaign_slug, scale=scale
+    )
     source, watch, earlier = import_open(
         path=path, kind=ImportKind.IMAGES, target=campaign_slug, campaign=campaign_slug or None
     )
-    parsed = ImageImport()
-    seen_images: dict[str, int] = {}
-    seen_candidates: dict[str, int] = {}
-    for line, row in iter_jsonl_objects(source):
-        try:
-            _image_line(
-                row,
-                line=line,
-                source=source,
-                folder=folder,
-                scale=scale,
-                campaign_slug=campaign_slug,
-                parsed=parsed,
-                seen_images=seen_images,
-                seen_candidates=seen_candidates,
-            )
-        except FieldError as error:
-            raise source.reject(error.message, line=line, field=error.field)
-        if progress and len(parsed.clips) % 500 == 0:
-            progress("validating", len(parsed.clips), 0)
-    import_checked(source, parsed.clips, noun="images")
+    parsed = _images_read(
+        source, folder=folder, scale=scale, campaign_slug=campaign_slug, progress=progress
+    )
     if earlier is not None:
         return earlier, parsed.files
     if parsed.judgments and not campaign_slug:
@@ -145,38 +117,16 @@ def images_import(
             field=parsed.judgments[0].field,
         )
 
-    def write(batch: ImportBatch, counts: Counts) -> dict[str, Any]:
-        dataset_rows_write(
+    def write(batch: ImportBatch, counts: Counts) -> CampaignWritten | None:
+        return _images_write(
             source=source,
             batch=batch,
-            clips=parsed.clips,
-            candidates=parsed.candidates,
             counts=counts,
-            progress=progress,
-        )
-        if not parsed.judgments:
-            return {}
-        campaign, created = judgments_campaign(
-            source=source,
-            slug=campaign_slug,
-            keys=["overall"],
-            judgments=parsed.judgments,
+            parsed=parsed,
+            campaign_slug=campaign_slug,
             user=user,
-        )
-        counts.add("campaigns", created=int(created), skipped=int(not created))
-        rows = candidate_rows_lookup(
-            external_ids=[spec.candidate_external_id for spec in parsed.judgments]
-        )
-        judgment_rows_write(
-            source=source,
-            batch=batch,
-            campaign=campaign,
-            judgments=parsed.judgments,
-            candidates=rows,
-            counts=counts,
             progress=progress,
         )
-        return {"campaign": campaign.slug, "campaign_created": created}
 
     result = import_write_once(
         source=source,
@@ -190,166 +140,278 @@ def images_import(
     return result, parsed.files
 
 
-def _image_line(
-    row: dict[str, Any],
+def _images_write(
     *,
-    line: int,
     source: ImportSource,
+    batch: ImportBatch,
+    counts: Counts,
+    parsed: ImageImport,
+    campaign_slug: str,
+    user: User | None,
+    progress: ProgressCallback | None,
+) -> CampaignWritten | None:
+    """The images as clips with their references and candidates, then any judgments."""
+    dataset_rows_write(
+        source=source,
+        batch=batch,
+        clips=parsed.clips,
+        candidates=parsed.candidates,
+        counts=counts,
+        progress=progress,
+    )
+    if not parsed.judgments:
+        return None
+    return campaign_judgments_write(
+        source=source,
+        batch=batch,
+        counts=counts,
+        slug=campaign_slug,
+        keys=["overall"],
+        judgments=parsed.judgments,
+        user=user,
+        progress=progress,
+    )
+
+
+def _images_read(
+    source: ImportSource,
+    *,
     folder: Path | None,
     scale: tuple[float, float] | None,
     campaign_slug: str,
-    parsed: ImageImport,
-    seen_images: dict[str, int],
-    seen_candidates: dict[str, int],
-) -> None:
-    if source.first_bad_offset is not None:
-        bad = first_undecodable_path(row)
-        if bad:
-            raise FieldError(bad, "the text is not valid UTF-8")
-    unknown = sorted(set(row) - IMAGE_LINE_KEYS)
-    if unknown:
-        raise FieldError(unknown[0], "unknown field (see docs/import-formats.md)")
-    for name in ("image_id", "image", "candidates"):
-        if name not in row:
-            raise FieldError(name, "the field is missing")
-    image_id = clean_identifier(
-        row["image_id"], field="image_id", pattern=CLIP_ID_PATTERN, what="image id"
-    )
-    if image_id in seen_images:
-        raise FieldError(
-            "image_id", f"the image {image_id!r} is already on line {seen_images[image_id]}"
-        )
-    seen_images[image_id] = line
-    file_name = _clean_image_file(row["image"], folder=folder)
-    line_scale = _clean_scale(row["scale"], field="scale") if row.get("scale") is not None else None
-    low, high = line_scale or scale or DEFAULT_SCALE
-
-    references = row.get("references", [])
-    if not isinstance(references, list):
-        raise FieldError("references", "expected a list of reference captions")
-    if len(references) > MAX_CAPTIONS_PER_CLIP:
-        raise FieldError("references", f"more than {MAX_CAPTIONS_PER_CLIP} references")
-    texts = [clean_text(text, field=f"references[{i}]") for i, text in enumerate(references)]
-
-    candidates = row["candidates"]
-    if not isinstance(candidates, list) or not candidates:
-        raise FieldError("candidates", "expected a non-empty list of candidates")
-    if len(candidates) > MAX_CAPTIONS_PER_CLIP:
-        raise FieldError("candidates", f"more than {MAX_CAPTIONS_PER_CLIP} candidates")
-    for index, candidate in enumerate(candidates):
-        where = f"candidates[{index}]"
-        if not isinstance(candidate, dict):
-            raise FieldError(where, "expected an object with caption, system, judgments")
+    progress: ProgressCallback | None,
+) -> ImageImport:
+    """Check every line of the file (and every image file it names) before anything is written."""
+    reader = ImageLineReader(source=source, folder=folder, scale=scale, campaign_slug=campaign_slug)
+    for line, row in iter_jsonl_objects(source):
         try:
-            _image_candidate(
-                candidate,
-                image_id=image_id,
-                index=index,
-                line=line,
-                low=low,
-                high=high,
-                campaign_slug=campaign_slug,
-                parsed=parsed,
-                seen_candidates=seen_candidates,
-            )
+            reader.image_line(row, line=line)
         except FieldError as error:
-            raise error.within(where)
-
-    parsed.clips.append(
-        ClipSpec(
-            clip_id=image_id,
-            identity=ClipIdentity(image_id, "", 0.0, 0.0),
-            line=line,
-            field="image_id",
-            references=texts,
-            modality=ClipModality.IMAGE.value,
-        )
-    )
-    if folder is not None:
-        parsed.files[image_id] = folder / file_name
+            raise source.reject(error.message, line=line, field=error.field)
+        if progress and len(reader.parsed.clips) % 500 == 0:
+            progress("validating", len(reader.parsed.clips), 0)
+    import_checked(source, reader.parsed.clips, noun="images")
+    return reader.parsed
 
 
-def _image_candidate(
-    candidate: dict[str, Any],
+def _images_options(
     *,
-    image_id: str,
-    index: int,
-    line: int,
-    low: float,
-    high: float,
+    path: str | Path,
+    images: str | Path | None,
     campaign_slug: str,
-    parsed: ImageImport,
-    seen_candidates: dict[str, int],
-) -> None:
-    unknown = sorted(set(candidate) - CANDIDATE_KEYS)
-    if unknown:
-        raise FieldError(unknown[0], "unknown field (see docs/import-formats.md)")
-    if "caption" not in candidate:
-        raise FieldError("caption", "the field is missing")
-    text = clean_text(candidate["caption"], field="caption")
-    system = candidate.get("system")
-    system_name = (
-        clean_text(system, field="system", max_chars=200) if system is not None else DEFAULT_SYSTEM
-    )
-    external_id = (
-        clean_identifier(candidate["id"], field="id", pattern=EXTERNAL_ID_PATTERN, what="id")
-        if candidate.get("id") is not None
-        else image_candidate_external_id(image_id, index)
-    )
-    if external_id in seen_candidates:
-        raise FieldError(
-            "id",
-            f"the candidate id {external_id!r} is already on line {seen_candidates[external_id]}",
+    scale: tuple[float, float] | None,
+) -> tuple[tuple[float, float] | None, Path | None]:
+    """The importer's own options checked before the file is read: the cleaned `scale` and the
+    resolved images folder."""
+    if campaign_slug and not CAMPAIGN_SLUG_PATTERN.match(campaign_slug):
+        raise ImportRejected(
+            file=str(path),
+            message=f"{campaign_slug!r} is not a campaign slug (lowercase letters, digits, - and _)",
         )
-    seen_candidates[external_id] = line
-    parsed.candidates.append(
-        CandidateSpec(
-            external_id=external_id,
-            clip_id=image_id,
-            text=text,
-            system_name=system_name,
-            system_version="",
-            position=index,
-            line=line,
-            field=f"candidates[{index}].caption",
-        )
-    )
-    judgments = candidate.get("judgments") or []
-    if not isinstance(judgments, list):
-        raise FieldError("judgments", "expected a list of judgments")
-    if len(judgments) > MAX_JUDGMENTS_PER_CANDIDATE:
-        raise FieldError("judgments", f"more than {MAX_JUDGMENTS_PER_CANDIDATE} judgments")
-    raters: set[str] = set()
-    for number, judgment in enumerate(judgments):
-        where = f"judgments[{number}]"
-        if not isinstance(judgment, dict):
-            raise FieldError(where, "expected an object {rater, overall}")
-        unknown = sorted(set(judgment) - JUDGMENT_KEYS)
+    if scale is not None:
+        try:
+            scale = _clean_scale(list(scale), field="--scale")
+        except FieldError as error:
+            raise ImportRejected(file=str(path), message=error.message, field=error.field)
+    folder = Path(images).resolve() if images is not None else None
+    if folder is not None and not folder.is_dir():
+        raise ImportRejected(file=str(path), message=f"no such images folder: {images}")
+    return scale, folder
+
+
+@dataclass
+class ImageLineReader:
+    """Checks the lines of an image file one by one into `parsed`, remembering the image and
+    candidate ids seen so far (a repeated one names the line it first came on)."""
+
+    source: ImportSource
+    folder: Path | None
+    scale: tuple[float, float] | None
+    campaign_slug: str
+    parsed: ImageImport = field(default_factory=ImageImport)
+    seen_images: dict[str, int] = field(default_factory=dict)
+    seen_candidates: dict[str, int] = field(default_factory=dict)
+
+    def image_line(self, row: dict[str, Any], *, line: int) -> None:
+        if self.source.first_bad_offset is not None:
+            bad = first_undecodable_path(row)
+            if bad:
+                raise FieldError(bad, "the text is not valid UTF-8")
+        unknown = sorted(set(row) - IMAGE_LINE_KEYS)
         if unknown:
-            raise FieldError(f"{where}.{unknown[0]}", "unknown field (see docs/import-formats.md)")
-        for name in ("rater", "overall"):
-            if name not in judgment:
-                raise FieldError(f"{where}.{name}", "the field is missing")
-        rater = clean_identifier(
-            judgment["rater"], field=f"{where}.rater", pattern=RATER_ID_PATTERN, what="rater id"
+            raise FieldError(unknown[0], "unknown field (see docs/import-formats.md)")
+        for name in ("image_id", "image", "candidates"):
+            if name not in row:
+                raise FieldError(name, "the field is missing")
+        image_id = clean_identifier(
+            row["image_id"], field="image_id", pattern=CLIP_ID_PATTERN, what="image id"
         )
-        if rater in raters:
-            raise FieldError(f"{where}.rater", f"the rater {rater!r} already judged this candidate")
-        raters.add(rater)
-        value = _clean_source_rating(
-            judgment["overall"], field=f"{where}.overall", low=low, high=high
+        if image_id in self.seen_images:
+            raise FieldError(
+                "image_id",
+                f"the image {image_id!r} is already on line {self.seen_images[image_id]}",
+            )
+        self.seen_images[image_id] = line
+        file_name = _clean_image_file(row["image"], folder=self.folder)
+        line_scale = (
+            _clean_scale(row["scale"], field="scale") if row.get("scale") is not None else None
         )
-        parsed.judgments.append(
-            JudgmentSpec(
-                candidate_external_id=external_id,
-                worker_external_id=judgment_worker_external_id(
-                    campaign_slug=campaign_slug or "-", rater_id=rater
-                ),
-                values={"overall": scale_map(value, low=low, high=high)},
+        low, high = line_scale or self.scale or DEFAULT_SCALE
+
+        references = row.get("references", [])
+        if not isinstance(references, list):
+            raise FieldError("references", "expected a list of reference captions")
+        if len(references) > MAX_CAPTIONS_PER_CLIP:
+            raise FieldError("references", f"more than {MAX_CAPTIONS_PER_CLIP} references")
+        texts = [clean_text(text, field=f"references[{i}]") for i, text in enumerate(references)]
+
+        candidates = row["candidates"]
+        if not isinstance(candidates, list) or not candidates:
+            raise FieldError("candidates", "expected a non-empty list of candidates")
+        if len(candidates) > MAX_CAPTIONS_PER_CLIP:
+            raise FieldError("candidates", f"more than {MAX_CAPTIONS_PER_CLIP} candidates")
+        for index, candidate in enumerate(candidates):
+            where = f"candidates[{index}]"
+            if not isinstance(candidate, dict):
+                raise FieldError(where, "expected an object with caption, system, judgments")
+            try:
+                self.candidate(
+                    candidate, image_id=image_id, index=index, line=line, low=low, high=high
+                )
+            except FieldError as error:
+                raise error.within(where)
+
+        self.parsed.clips.append(
+            ClipSpec(
+                clip_id=image_id,
+                identity=ClipIdentity(image_id, "", 0.0, 0.0),
                 line=line,
-                field=f"candidates[{index}].{where}.overall",
+                field="image_id",
+                references=texts,
+                modality=ClipModality.IMAGE.value,
             )
         )
+        if self.folder is not None:
+            self.parsed.files[image_id] = self.folder / file_name
+
+    def candidate(
+        self,
+        candidate: dict[str, Any],
+        *,
+        image_id: str,
+        index: int,
+        line: int,
+        low: float,
+        high: float,
+    ) -> None:
+        unknown = sorted(set(candidate) - CANDIDATE_KEYS)
+        if unknown:
+            raise FieldError(unknown[0], "unknown field (see docs/import-formats.md)")
+        if "caption" not in candidate:
+            raise FieldError("caption", "the field is missing")
+        text = clean_text(candidate["caption"], field="caption")
+        system = candidate.get("system")
+        system_name = (
+            clean_text(system, field="system", max_chars=200)
+            if system is not None
+            else DEFAULT_SYSTEM
+        )
+        external_id = self.candidate_id(
+            candidate.get("id"), image_id=image_id, index=index, line=line
+        )
+        self.parsed.candidates.append(
+            CandidateSpec(
+                external_id=external_id,
+                clip_id=image_id,
+                text=text,
+                system_name=system_name,
+                system_version="",
+                position=index,
+                line=line,
+                field=f"candidates[{index}].caption",
+            )
+        )
+        self.candidate_judgments(
+            candidate.get("judgments") or [],
+            external_id=external_id,
+            where=f"candidates[{index}]",
+            line=line,
+            low=low,
+            high=high,
+        )
+
+    def candidate_id(self, value: Any, *, image_id: str, index: int, line: int) -> str:
+        """The candidate's external id (its `id`, else one made of the image id and its index),
+        refused when an earlier line already has it."""
+        external_id = (
+            clean_identifier(value, field="id", pattern=EXTERNAL_ID_PATTERN, what="id")
+            if value is not None
+            else image_candidate_external_id(image_id, index)
+        )
+        if external_id in self.seen_candidates:
+            raise FieldError(
+                "id",
+                f"the candidate id {external_id!r} is already on line "
+                f"{self.seen_candidates[external_id]}",
+            )
+        self.seen_candidates[external_id] = line
+        return external_id
+
+    def candidate_judgments(
+        self,
+        judgments: Any,
+        *,
+        external_id: str,
+        where: str,
+        line: int,
+        low: float,
+        high: float,
+    ) -> None:
+        """A candidate's judgments, each by a different rater, mapped onto 1–5."""
+        if not isinstance(judgments, list):
+            raise FieldError("judgments", "expected a list of judgments")
+        if len(judgments) > MAX_JUDGMENTS_PER_CANDIDATE:
+            raise FieldError("judgments", f"more than {MAX_JUDGMENTS_PER_CANDIDATE} judgments")
+        raters: set[str] = set()
+        for number, judgment in enumerate(judgments):
+            judgment_where = f"judgments[{number}]"
+            rater, value = _image_judgment(
+                judgment, where=judgment_where, low=low, high=high, raters=raters
+            )
+            self.parsed.judgments.append(
+                JudgmentSpec(
+                    candidate_external_id=external_id,
+                    worker_external_id=judgment_worker_external_id(
+                        campaign_slug=self.campaign_slug or "-", rater_id=rater
+                    ),
+                    values={"overall": scale_map(value, low=low, high=high)},
+                    line=line,
+                    field=f"{where}.{judgment_where}.overall",
+                )
+            )
+
+
+def _image_judgment(
+    judgment: Any, *, where: str, low: float, high: float, raters: set[str]
+) -> tuple[str, float]:
+    """One judgment {rater, overall} of a candidate: its rater id (added to `raters`, those who
+    judged the candidate so far) and its rating on the source scale [low, high]."""
+    if not isinstance(judgment, dict):
+        raise FieldError(where, "expected an object {rater, overall}")
+    unknown = sorted(set(judgment) - JUDGMENT_KEYS)
+    if unknown:
+        raise FieldError(f"{where}.{unknown[0]}", "unknown field (see docs/import-formats.md)")
+    for name in ("rater", "overall"):
+        if name not in judgment:
+            raise FieldError(f"{where}.{name}", "the field is missing")
+    rater = clean_identifier(
+        judgment["rater"], field=f"{where}.rater", pattern=RATER_ID_PATTERN, what="rater id"
+    )
+    if rater in raters:
+        raise FieldError(f"{where}.rater", f"the rater {rater!r} already judged this candidate")
+    raters.add(rater)
+    value = _clean_source_rating(judgment["overall"], field=f"{where}.overall", low=low, high=high)
+    return rater, value
 
 
 def _clean_image_file(value: Any, *, folder: Path | None) -> str:

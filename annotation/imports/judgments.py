@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +37,12 @@ from datasets_app.services.imports.base import (
     iter_csv_rows,
     iter_jsonl_objects,
 )
-from datasets_app.services.imports.batches import import_checked, import_open, import_write_once
-from datasets_app.services.imports.writers import candidate_rows_lookup
+from datasets_app.services.imports.batches import (
+    CampaignWritten,
+    import_checked,
+    import_open,
+    import_write_once,
+)
 
 # Stored as "<campaign slug>:<rater id>" in Worker.external_id (200 characters at most).
 RATER_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.:@+-]{1,99}$")
@@ -77,38 +83,26 @@ def judgments_import(
 
     campaign = Campaign.objects.filter(slug=campaign_slug).first()
     levels = _campaign_levels(campaign) if campaign is not None else None
-    if detect_tabular_format(source, file_format) == "jsonl":
-        judgments, keys = _judgments_from_jsonl(source, levels, campaign_slug, progress)
-    else:
-        judgments, keys = _judgments_from_csv(source, levels, campaign_slug, progress)
+    rows = _JudgmentRows(source, levels, campaign_slug, progress)
+    keys = (
+        rows.read_jsonl()
+        if detect_tabular_format(source, file_format) == "jsonl"
+        else rows.read_csv()
+    )
+    judgments = rows.judgments
     import_checked(source, judgments, noun="judgments")
 
-    def write(batch: ImportBatch, counts: Counts) -> dict[str, Any]:
-        campaign, created = judgments_campaign(
-            source=source, slug=campaign_slug, keys=keys, judgments=judgments, user=user
-        )
-        counts.add("campaigns", created=int(created), skipped=int(not created))
-        rows = candidate_rows_lookup(
-            external_ids=[spec.candidate_external_id for spec in judgments]
-        )
-        for spec in judgments:
-            if spec.candidate_external_id not in rows:
-                raise source.reject(
-                    f"unknown candidate id {spec.candidate_external_id!r} (import the candidates "
-                    "first)",
-                    line=spec.line,
-                    field="candidate_id",
-                )
-        judgment_rows_write(
+    def write(batch: ImportBatch, counts: Counts) -> CampaignWritten:
+        return campaign_judgments_write(
             source=source,
             batch=batch,
-            campaign=campaign,
-            judgments=judgments,
-            candidates=rows,
             counts=counts,
+            slug=campaign_slug,
+            keys=keys,
+            judgments=judgments,
+            user=user,
             progress=progress,
         )
-        return {"campaign": campaign.slug, "campaign_created": created}
 
     return import_write_once(
         source=source,
@@ -186,127 +180,113 @@ def _judgment_spec(
     return spec, expected
 
 
-def _judgments_from_jsonl(
-    source: ImportSource,
-    levels: dict[str, list[int]] | None,
-    campaign_slug: str,
-    progress: ProgressCallback | None,
-) -> tuple[list[JudgmentSpec], list[str]]:
-    judgments: list[JudgmentSpec] = []
-    keys: list[str] | None = None
-    seen: dict[tuple[str, str], int] = {}
-    for line, row in iter_jsonl_objects(source):
-        try:
-            unknown = sorted(set(row) - JUDGMENT_LINE_KEYS)
-            if unknown:
-                raise FieldError(unknown[0], "unknown field (see docs/import-formats.md)")
-            for name in ("rater_id", "candidate_id", "values"):
-                if name not in row:
-                    raise FieldError(name, "the field is missing")
-            if not isinstance(row["values"], dict):
-                raise FieldError("values", "expected an object {question: rating}")
-        except FieldError as error:
-            raise source.reject(error.message, line=line, field=error.field)
-        keys = _judgment_accept(
-            source,
-            line=line,
-            seen=seen,
-            judgments=judgments,
-            progress=progress,
-            raw_values=row["values"],
-            rater=row["rater_id"],
-            candidate=row["candidate_id"],
-            response_time=row.get("response_time_ms"),
-            reason=row.get("reason"),
-            levels=levels,
-            keys=keys,
-            campaign_slug=campaign_slug,
-            value_field="values.",
-        )
-    return judgments, keys or []
+@dataclass
+class _JudgmentRows:
+    """The judgments of a file checked so far, row by row (JSONL or CSV)."""
 
+    source: ImportSource
+    levels: dict[str, list[int]] | None
+    campaign_slug: str
+    progress: ProgressCallback | None
+    judgments: list[JudgmentSpec] = field(default_factory=list)
+    seen: dict[tuple[str, str], int] = field(default_factory=dict)
 
-def _judgments_from_csv(
-    source: ImportSource,
-    levels: dict[str, list[int]] | None,
-    campaign_slug: str,
-    progress: ProgressCallback | None,
-) -> tuple[list[JudgmentSpec], list[str]]:
-    judgments: list[JudgmentSpec] = []
-    keys: list[str] | None = None
-    seen: dict[tuple[str, str], int] = {}
+    def read_jsonl(self) -> list[str]:
+        """Every line of a JSON Lines file; returns the question keys."""
+        keys: list[str] | None = None
+        for line, row in iter_jsonl_objects(self.source):
+            try:
+                unknown = sorted(set(row) - JUDGMENT_LINE_KEYS)
+                if unknown:
+                    raise FieldError(unknown[0], "unknown field (see docs/import-formats.md)")
+                for name in ("rater_id", "candidate_id", "values"):
+                    if name not in row:
+                        raise FieldError(name, "the field is missing")
+                if not isinstance(row["values"], dict):
+                    raise FieldError("values", "expected an object {question: rating}")
+            except FieldError as error:
+                raise self.source.reject(error.message, line=line, field=error.field)
+            keys = self.accept(
+                row, line=line, raw_values=row["values"], keys=keys, value_field="values."
+            )
+        return keys or []
 
-    def check_header(columns: list[str]) -> None:
-        nonlocal keys
+    def read_csv(self) -> list[str]:
+        """Every row of a CSV file (its header names the questions); returns the question keys."""
+        keys: list[str] | None = None
+
+        def check_header(columns: list[str]) -> None:
+            nonlocal keys
+            keys = self.csv_questions(columns)
+
+        for line, row in iter_csv_rows(
+            self.source, required=["rater_id", "candidate_id"], check_header=check_header
+        ):
+            assert keys is not None
+            raw_values = {name: row[name] for name in keys}
+            self.accept(row, line=line, raw_values=raw_values, keys=keys, value_field="")
+        if self.levels is not None and keys is not None:
+            keys = list(self.levels)
+        return keys or []
+
+    def csv_questions(self, columns: list[str]) -> list[str]:
+        """The question columns of a CSV header, checked against the campaign's questions."""
         questions = [name for name in columns if name not in JUDGMENT_CSV_FIXED]
         if not questions:
-            raise source.reject("no rating columns: add one column per question", line=1)
+            raise self.source.reject("no rating columns: add one column per question", line=1)
         for name in questions:
             if not QUESTION_KEY_PATTERN.match(name):
-                raise source.reject(
+                raise self.source.reject(
                     "a question column is lowercase letters, digits and _, starting with a letter",
                     line=1,
                     field=name,
                 )
-        if levels is not None:
+        if self.levels is not None:
             for name in questions:
-                if name not in levels:
-                    raise source.reject(
-                        f"unknown question; the campaign's questions are {', '.join(levels)}",
+                if name not in self.levels:
+                    raise self.source.reject(
+                        f"unknown question; the campaign's questions are {', '.join(self.levels)}",
                         line=1,
                         field=name,
                     )
-            for name in levels:
+            for name in self.levels:
                 if name not in questions:
-                    raise source.reject("the campaign's question has no column", line=1, field=name)
-        keys = questions
+                    raise self.source.reject(
+                        "the campaign's question has no column", line=1, field=name
+                    )
+        return questions
 
-    for line, row in iter_csv_rows(
-        source, required=["rater_id", "candidate_id"], check_header=check_header
-    ):
-        assert keys is not None
-        _judgment_accept(
-            source,
-            line=line,
-            seen=seen,
-            judgments=judgments,
-            progress=progress,
-            raw_values={name: row[name] for name in keys},
-            rater=row["rater_id"],
-            candidate=row["candidate_id"],
-            response_time=row.get("response_time_ms"),
-            reason=row.get("reason"),
-            levels=levels,
-            keys=keys,
-            campaign_slug=campaign_slug,
-            value_field="",
-        )
-    if levels is not None and keys is not None:
-        keys = list(levels)
-    return judgments, keys or []
-
-
-def _judgment_accept(
-    source: ImportSource,
-    *,
-    line: int,
-    seen: dict[tuple[str, str], int],
-    judgments: list[JudgmentSpec],
-    progress: ProgressCallback | None,
-    **fields: Any,
-) -> list[str]:
-    """Check one row (JSONL or CSV) into a judgment, refuse a repeated (rater, candidate) pair,
-    and keep it; returns the question keys the rows have shown so far."""
-    try:
-        spec, keys = _judgment_spec(**fields)
-    except FieldError as error:
-        raise source.reject(error.message, line=line, field=error.field)
-    _remember(source, seen, spec, line)
-    spec.line = line
-    judgments.append(spec)
-    if progress and len(judgments) % 5000 == 0:
-        progress("validating", len(judgments), 0)
-    return keys
+    def accept(
+        self,
+        row: Mapping[str, Any],
+        *,
+        line: int,
+        raw_values: dict[str, Any],
+        keys: list[str] | None,
+        value_field: str,
+    ) -> list[str]:
+        """Check one row into a judgment, refuse a repeated (rater, candidate) pair, and keep it;
+        returns the question keys the rows have shown so far."""
+        try:
+            spec, keys = _judgment_spec(
+                raw_values=raw_values,
+                rater=row["rater_id"],
+                candidate=row["candidate_id"],
+                response_time=row.get("response_time_ms"),
+                reason=row.get("reason"),
+                levels=self.levels,
+                keys=keys,
+                campaign_slug=self.campaign_slug,
+                value_field=value_field,
+            )
+        except FieldError as error:
+            raise self.source.reject(error.message, line=line, field=error.field)
+        _remember(self.source, self.seen, spec, line)
+        spec.line = line
+        self.judgments.append(spec)
+        if self.progress and len(self.judgments) % 5000 == 0:
+            self.progress("validating", len(self.judgments), 0)
+        return keys
 
 
 def _remember(
@@ -321,6 +301,34 @@ def _remember(
             field="rater_id",
         )
     seen[key] = line
+
+
+def campaign_judgments_write(
+    *,
+    source: ImportSource,
+    batch: ImportBatch,
+    counts: Counts,
+    slug: str,
+    keys: list[str],
+    judgments: list[JudgmentSpec],
+    user: User | None,
+    progress: ProgressCallback | None,
+) -> CampaignWritten:
+    """Write `judgments` into the campaign `slug` (created when missing, see `judgments_campaign`);
+    the write step of the generic judgments and the image importers."""
+    campaign, created = judgments_campaign(
+        source=source, slug=slug, keys=keys, judgments=judgments, user=user
+    )
+    counts.add("campaigns", created=int(created), skipped=int(not created))
+    judgment_rows_write(
+        source=source,
+        batch=batch,
+        campaign=campaign,
+        judgments=judgments,
+        counts=counts,
+        progress=progress,
+    )
+    return {"campaign": campaign.slug, "campaign_created": created}
 
 
 def judgments_campaign(

@@ -5,6 +5,7 @@ candidates through `datasets_app`'s writers, the ratings as imported judgments o
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +28,14 @@ from datasets_app.services.imports.base import (
     iter_json_object_entries,
     parse_vatex_clip_id,
 )
-from datasets_app.services.imports.batches import import_checked, import_open, import_write_once
-from datasets_app.services.imports.vatex import MAX_CAPTIONS_PER_CLIP
-from datasets_app.services.imports.writers import (
-    CandidateSpec,
-    ClipSpec,
-    candidate_rows_lookup,
-    dataset_rows_write,
+from datasets_app.services.imports.batches import (
+    CampaignWritten,
+    import_checked,
+    import_open,
+    import_write_once,
 )
+from datasets_app.services.imports.vatex import MAX_CAPTIONS_PER_CLIP
+from datasets_app.services.imports.writers import CandidateSpec, ClipSpec, dataset_rows_write
 
 VATEX_EVAL_CAMPAIGN_SLUG = "vatex-eval"
 VATEX_EVAL_SYSTEM_NAME = "vatex-eval"
@@ -76,14 +77,76 @@ def vatex_eval_import(
     )
     if earlier is not None:
         return earlier
+    rows = _vatex_eval_rows(source, limit=limit, progress=progress)
+    import_checked(source, rows.clips, noun="clips", complete=rows.complete)
 
-    clips: list[ClipSpec] = []
-    candidates: list[CandidateSpec] = []
-    judgments: list[JudgmentSpec] = []
-    complete = True
+    def write(batch: ImportBatch, counts: Counts) -> CampaignWritten:
+        return _vatex_eval_write(
+            source=source, batch=batch, counts=counts, rows=rows, user=user, progress=progress
+        )
+
+    return import_write_once(
+        source=source,
+        watch=watch,
+        kind=ImportKind.VATEX_EVAL,
+        target=target,
+        user=user,
+        write=write,
+        campaign=VATEX_EVAL_CAMPAIGN_SLUG,
+    )
+
+
+def _vatex_eval_write(
+    *,
+    source: ImportSource,
+    batch: ImportBatch,
+    counts: Counts,
+    rows: VatexEvalRows,
+    user: User | None,
+    progress: ProgressCallback | None,
+) -> CampaignWritten:
+    """The campaign, the clips with their references and candidates, then the ratings."""
+    campaign, campaign_created = _vatex_eval_campaign(source=source, user=user)
+    counts.add("campaigns", created=int(campaign_created), skipped=int(not campaign_created))
+    dataset_rows_write(
+        source=source,
+        batch=batch,
+        clips=rows.clips,
+        candidates=rows.candidates,
+        counts=counts,
+        progress=progress,
+    )
+    judgment_rows_write(
+        source=source,
+        batch=batch,
+        campaign=campaign,
+        judgments=rows.judgments,
+        counts=counts,
+        progress=progress,
+    )
+    return {"campaign": campaign.slug, "campaign_created": campaign_created}
+
+
+@dataclass
+class VatexEvalRows:
+    """What the checked clips of a VATEX-EVAL file bring; `complete` is False when `limit` cut
+    the file short."""
+
+    clips: list[ClipSpec] = field(default_factory=list)
+    candidates: list[CandidateSpec] = field(default_factory=list)
+    judgments: list[JudgmentSpec] = field(default_factory=list)
+    complete: bool = True
+
+
+def _vatex_eval_rows(
+    source: ImportSource, *, limit: int | None, progress: ProgressCallback | None
+) -> VatexEvalRows:
+    """Check the file's clips in file order (the first `limit` of them), each spec placed at its
+    clip's line and column."""
+    rows = VatexEvalRows()
     for key, entry, offset in iter_json_object_entries(source):
-        if limit is not None and len(clips) >= limit:
-            complete = False
+        if limit is not None and len(rows.clips) >= limit:
+            rows.complete = False
             break
         line, column = source.position(offset)
         try:
@@ -97,45 +160,12 @@ def vatex_eval_import(
             candidate.line, candidate.column = line, column
         for judgment in clip_judgments:
             judgment.line, judgment.column = line, column
-        clips.append(clip)
-        candidates.extend(clip_candidates)
-        judgments.extend(clip_judgments)
-        if progress and len(clips) % 250 == 0:
-            progress("validating", len(clips), 0)
-    import_checked(source, clips, noun="clips", complete=complete)
-
-    def write(batch: ImportBatch, counts: Counts) -> dict[str, Any]:
-        campaign, campaign_created = _vatex_eval_campaign(source=source, user=user)
-        counts.add("campaigns", created=int(campaign_created), skipped=int(not campaign_created))
-        dataset_rows_write(
-            source=source,
-            batch=batch,
-            clips=clips,
-            candidates=candidates,
-            counts=counts,
-            progress=progress,
-        )
-        rows = candidate_rows_lookup(external_ids=[spec.external_id for spec in candidates])
-        judgment_rows_write(
-            source=source,
-            batch=batch,
-            campaign=campaign,
-            judgments=judgments,
-            candidates=rows,
-            counts=counts,
-            progress=progress,
-        )
-        return {"campaign": campaign.slug, "campaign_created": campaign_created}
-
-    return import_write_once(
-        source=source,
-        watch=watch,
-        kind=ImportKind.VATEX_EVAL,
-        target=target,
-        user=user,
-        write=write,
-        campaign=VATEX_EVAL_CAMPAIGN_SLUG,
-    )
+        rows.clips.append(clip)
+        rows.candidates.extend(clip_candidates)
+        rows.judgments.extend(clip_judgments)
+        if progress and len(rows.clips) % 250 == 0:
+            progress("validating", len(rows.clips), 0)
+    return rows
 
 
 def _vatex_eval_entry(

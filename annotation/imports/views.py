@@ -5,11 +5,12 @@ corrected file."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 from django import forms
 from django.conf import settings
 from django.contrib import messages
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -42,6 +43,17 @@ class ImportUploadForm(forms.Form):
     )
 
 
+class ImportPageContext(TypedDict):
+    """What the import page and an upload's page render."""
+
+    form: ImportUploadForm
+    upload_error: str
+    job: ImportUpload | None
+    uploads: QuerySet[ImportUpload]
+    accept: str
+    upload_limit: int
+
+
 def _accept_attribute() -> str:
     return ",".join(sorted({suffix for suffixes in KIND_SUFFIXES.values() for suffix in suffixes}))
 
@@ -54,7 +66,7 @@ def _page(
     status: int = 200,
     upload_error: str = "",
 ) -> HttpResponse:
-    context: dict[str, Any] = {
+    context: ImportPageContext = {
         "form": form,
         "upload_error": upload_error,
         "job": job,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sized
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from django.contrib.auth.models import User
 from django.db import transaction
@@ -122,6 +122,13 @@ def import_checked(source: ImportSource, items: Sized, *, noun: str, complete: b
         raise source.reject(f"the file holds no {noun}")
 
 
+class CampaignWritten(TypedDict):
+    """What an import that writes judgments says of their campaign (fields of `ImportResult`)."""
+
+    campaign: str
+    campaign_created: bool
+
+
 def import_write_once(
     *,
     source: ImportSource,
@@ -129,7 +136,7 @@ def import_write_once(
     kind: str,
     target: str,
     user: User | None,
-    write: Callable[[ImportBatch, Counts], dict[str, Any] | None],
+    write: Callable[[ImportBatch, Counts], CampaignWritten | None],
     campaign: str | None = None,
 ) -> ImportResult:
     """Write a checked file as one batch: under the import lock, in one transaction. `write`
@@ -142,6 +149,8 @@ def import_write_once(
             return result_for_existing_batch(existing, source, watch, campaign=campaign)
         batch = create_batch(source=source, kind=kind, target=target, user=user)
         counts = Counts()
-        extra = {"campaign": campaign, **(write(batch, counts) or {})}
+        written = write(batch, counts)
         finish_batch(batch, counts)
-    return result_for_new_batch(batch, source, watch, counts, **extra)
+    if written is None:
+        return result_for_new_batch(batch, source, watch, counts, campaign=campaign)
+    return result_for_new_batch(batch, source, watch, counts, **written)
