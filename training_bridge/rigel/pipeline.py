@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -392,15 +391,9 @@ def step_phase2(
         [str(checkpoint["key"])] if checkpoint and checkpoint.get("key") else []
     )
 
-    # Test-only: seconds to sleep after each step, so a fault-injection test can kill the worker
-    # mid-phase. Leave unset.
-    step_delay = float(os.environ.get("LEPUS_TRAINING_TEST_STEP_DELAY", "0") or 0)
-
     def on_step(done: int, total: int, loss: float) -> None:
         reporter.point({"phase": "phase2", "step": done, "loss": loss})
         reporter.progress(done / total, f"phase 2: step {done}/{total}, loss {loss:.4f}")
-        if step_delay:
-            time.sleep(step_delay)
 
     def on_checkpoint(done: int, data: bytes) -> None:
         key = spec.checkpoint_key("phase2", done)
