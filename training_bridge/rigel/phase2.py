@@ -30,7 +30,6 @@ raise `fused.LayerCompileError`, a failed backward compile torch's own error fro
 
 from __future__ import annotations
 
-import contextlib
 import io
 import tempfile
 import warnings
@@ -46,7 +45,11 @@ from training_bridge.rigel.data import ExampleLoader, ReleaseRecord
 from training_bridge.rigel.distributed import Distributed
 from training_bridge.rigel.head import ScoringHead
 from training_bridge.rigel.losses import phase2_loss
-from training_bridge.rigel.teacher import score_token_logits
+from training_bridge.rigel.score_logits import (
+    adapter_autocast,
+    head_score_logits,
+    hidden_score_logits,
+)
 
 StepCallback = Callable[[int, int, float], None]  # (step done, total steps, loss of that step)
 CheckpointCallback = Callable[[int, bytes], None]  # (step done, serialised checkpoint)
@@ -115,35 +118,6 @@ def save_adapter(peft_model: Any) -> dict[str, bytes]:
     with tempfile.TemporaryDirectory() as folder:
         peft_model.save_pretrained(folder)
         return {path.name: path.read_bytes() for path in Path(folder).iterdir() if path.is_file()}
-
-
-def adapter_autocast(backbone: Any) -> contextlib.AbstractContextManager[Any]:
-    """The context of a forward through a backbone that carries LoRA adapters.
-
-    The adapters are float32 master weights (with their Adam state) whatever the backbone's
-    dtype; on a bf16 / fp16 backbone the forward runs under autocast to that dtype, so every
-    matmul, the adapters' included, stays a bf16 product (autocast casts the float32 adapter
-    weights for the product, and their gradients come back float32). A float32 backbone, or one
-    without adapters, needs nothing."""
-    dtype = backbone.dtype
-    if dtype == torch.float32 or "peft_model" not in backbone.extra:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=backbone.device.type, dtype=dtype)
-
-
-def head_score_logits(
-    backbone: Any, head: ScoringHead | None, batch: dict[str, torch.Tensor]
-) -> torch.Tensor:
-    """Five score logits for a batch: through the scoring head, or (head None: the LM-head
-    ablation) through the LM head's rows of "1".."5". The backbone runs under
-    :func:`adapter_autocast`; the head (float32) outside it."""
-    with adapter_autocast(backbone):
-        outputs = backbone.model.model(**batch, use_cache=False)
-    hidden = outputs.last_hidden_state[:, -1]
-    if head is None:
-        return score_token_logits(backbone, hidden)
-    head_parameter = next(head.parameters())
-    return head(hidden.to(head_parameter.device, head_parameter.dtype))
 
 
 class _EngineMicroBatches:
@@ -219,10 +193,7 @@ class _EngineMicroBatches:
         embeds, deepstack = self.engine.cached_vision_features(batch, keys, self.cache)
         with adapter_autocast(backbone):
             hidden = self.engine.language_hidden(batch, embeds, deepstack)
-        if head is None:
-            return score_token_logits(backbone, hidden)
-        head_parameter = next(head.parameters())
-        return head(hidden.to(head_parameter.device, head_parameter.dtype))
+        return hidden_score_logits(backbone, head, hidden)
 
 
 def make_phase2_optimizer(

@@ -24,6 +24,7 @@ import torch
 
 from training_bridge.rigel.data import ExampleLoader, ReleaseRecord
 from training_bridge.rigel.distributed import Distributed
+from training_bridge.rigel.score_logits import score_token_logits
 from training_bridge.rigel.store import Store
 
 CACHE_ROOT = "training/cache"
@@ -107,16 +108,6 @@ def answer_position_outputs(
     hidden = outputs.last_hidden_state[:, -1]
     score_logits = score_token_logits(backbone, hidden)
     return hidden, score_logits
-
-
-def score_token_logits(backbone: Any, hidden: torch.Tensor) -> torch.Tensor:
-    lm_head = backbone.model.lm_head
-    ids = torch.as_tensor(backbone.score_token_ids, device=hidden.device)
-    weight = lm_head.weight.index_select(0, ids)
-    logits = hidden.to(weight.dtype) @ weight.T
-    if getattr(lm_head, "bias", None) is not None:
-        logits = logits + lm_head.bias.index_select(0, ids)
-    return logits.float()
 
 
 # --- the pass ---------------------------------------------------------------------------------
