@@ -33,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch
 from provenance import write_raw
 
+from tests.rigel.oracles import emd_1d
 from training_bridge.rigel.head import build_head
-from training_bridge.rigel.losses import emd_1d
 from training_bridge.rigel.phase1 import HeadStep, bf16_cpu_products, bf16_matmul_hardware
 
 HIDDEN, BATCH, POOL = 2048, 64, 30000
