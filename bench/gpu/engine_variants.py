@@ -89,7 +89,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--decoders", default="av,cv2")
+    parser.add_argument("--decoders", default="av")
     parser.add_argument("--compile", default="off,on")
     parser.add_argument("--fuse", action="store_true", help="fuse_elementwise=True as well")
     parser.add_argument("--smoke", action="store_true", help="tiny model on CPU (a dry run)")

@@ -99,18 +99,12 @@ def _rate(text: str | None) -> float:
 
 
 def available_decoders() -> list[str]:
-    """Installed decoders, fastest first: ``av`` (PyAV), ``cv2`` (OpenCV), ``ffmpeg`` (binary)."""
+    """Installed decoders, fastest first: ``av`` (PyAV), ``ffmpeg`` (binary)."""
     names: list[str] = []
     try:
         import av  # noqa: F401
 
         names.append("av")
-    except ImportError:
-        pass
-    try:
-        import cv2  # noqa: F401
-
-        names.append("cv2")
     except ImportError:
         pass
     if shutil.which("ffmpeg") and shutil.which("ffprobe"):
@@ -125,31 +119,28 @@ def decode_video(
     size: tuple[int, int] | None = None,
     backend: str = "auto",
 ) -> DecodedVideo:
-    """Decode ``num_frames`` uniformly sampled frames of an MP4 (or any file ffmpeg/OpenCV read).
+    """Decode ``num_frames`` uniformly sampled frames of an MP4 (or any file ffmpeg reads).
 
     ``size`` = (height, width) scales the frames while decoding (faster, but not bit-identical to
     the processor's bicubic resize); ``None`` keeps the native size (the processor path).
     ``backend``: ``av`` (PyAV, in-process, decodes only what the sampled frames need),
     ``av_cuda`` (the same through FFmpeg's CUDA hardware decoder, NVDEC, the frames copied back to
-    the CPU; it never falls back to software, so a machine without NVDEC raises), ``cv2``
-    (OpenCV, in-process), ``ffmpeg`` (a subprocess piping raw RGB), or ``auto``: the decoder named
-    by the ``LEPUS_VIDEO_DECODER`` environment variable, else the first of these installed.
-    ``av`` and ``cv2`` give the same pixels (both convert with libswscale's defaults);
-    ``ffmpeg``'s conversion differs slightly.
+    the CPU; it never falls back to software, so a machine without NVDEC raises), ``ffmpeg`` (a
+    subprocess piping raw RGB), or ``auto``: the decoder named by the ``LEPUS_VIDEO_DECODER``
+    environment variable, else the first of these installed. ``ffmpeg``'s colour conversion
+    differs slightly from ``av``'s (libswscale's defaults).
     """
     if backend == "auto":
         backend = os.environ.get(DECODER_ENV, "").strip() or "auto"
     if backend == "auto":
         names = available_decoders()
         if not names:
-            raise RuntimeError("no video decoder: install av, opencv-python-headless or ffmpeg")
+            raise RuntimeError("no video decoder: install av or ffmpeg")
         backend = names[0]
     if backend == "av":
         return _decode_av(path, num_frames, size)
     if backend == "av_cuda":
         return _decode_av(path, num_frames, size, hwaccel="cuda")
-    if backend == "cv2":
-        return _decode_cv2(path, num_frames, size)
     if backend == "ffmpeg":
         return _decode_ffmpeg(path, num_frames, size)
     raise ValueError(f"unknown decoder {backend!r}")
@@ -250,7 +241,7 @@ def _decode_av(
             keep(codec.decode(None))
     if not got:
         raise RuntimeError(f"PyAV decoded no frames from {path}")
-    # A stream shorter than its packets promise repeats its last decoded frame, as cv2 does.
+    # A stream shorter than its packets promise repeats its last decoded frame.
     last = got[max(got)]
     frames = np.stack([got.get(order[int(i)], last) for i in indices])
     return DecodedVideo(frames=frames, indices=indices, fps=fps, total_frames=total)
@@ -294,57 +285,6 @@ def _decode_ffmpeg(path: str | Path, num_frames: int, size: tuple[int, int] | No
     # Map each wanted index to its decoded frame (a short stream repeats its last frame).
     position = {index: min(k, got - 1) for k, index in enumerate(wanted)}
     frames = np.stack([decoded[position[int(i)]] for i in indices])
-    return DecodedVideo(frames=frames, indices=indices, fps=fps, total_frames=total)
-
-
-def _open_capture(cv2: Any, path: str) -> Any:
-    """An FFmpeg capture with ONE decoding thread. OpenCV's default is one thread per core in
-    every capture (``OPENCV_FFMPEG_CAPTURE_OPTIONS="threads;1"`` does not change it): with one
-    decoding process per core that oversubscribes the machine. Clips are decoded in parallel
-    by processes, so single-threaded decoding costs no throughput and no thread switching."""
-    prop = getattr(cv2, "CAP_PROP_N_THREADS", None)
-    if prop is not None and hasattr(cv2, "CAP_FFMPEG"):
-        cap = cv2.VideoCapture(path, cv2.CAP_FFMPEG, [prop, DECODE_THREADS])
-        if cap.isOpened():
-            return cap
-    return cv2.VideoCapture(path)
-
-
-DECODE_THREADS = 1
-
-
-def _decode_cv2(path: str | Path, num_frames: int, size: tuple[int, int] | None) -> DecodedVideo:
-    import cv2
-
-    cap = _open_capture(cv2, str(path))
-    if not cap.isOpened():
-        raise RuntimeError(f"OpenCV cannot open {path}")
-    try:
-        total = int(cap.get(cv2.CAP_PROP_FRAME_COUNT))
-        fps = float(cap.get(cv2.CAP_PROP_FPS)) or 24.0
-        indices = sample_indices(total, num_frames)
-        wanted = sorted(set(int(i) for i in indices))
-        by_index: dict[int, np.ndarray] = {}
-        last: np.ndarray | None = None
-        position = 0
-        for index in wanted:
-            while position < index:  # decode without colour conversion up to the next frame
-                if not cap.grab():
-                    break
-                position += 1
-            ok, frame = cap.read()
-            if not ok:
-                break
-            position += 1
-            if size is not None:
-                frame = cv2.resize(frame, (size[1], size[0]), interpolation=cv2.INTER_AREA)
-            last = cv2.cvtColor(frame, cv2.COLOR_BGR2RGB)
-            by_index[index] = last
-        if last is None:
-            raise RuntimeError(f"OpenCV decoded no frames from {path}")
-        frames = np.stack([by_index.get(int(i), last) for i in indices])
-    finally:
-        cap.release()
     return DecodedVideo(frames=frames, indices=indices, fps=fps, total_frames=total)
 
 
