@@ -1,10 +1,23 @@
-"""Phase 1's losses written with autograd (paper Eq. 2 and Appendix E): the oracles that
-`phase1.HeadStep`'s written-out gradient is checked against. Training uses `HeadStep` only."""
+"""The Rigel tests' oracles: what the product computes another way, written the plain way.
+
+- Phase 1's losses with autograd (paper Eq. 2 and Appendix E), against which
+  `phase1.HeadStep`'s written-out gradient is checked (training uses `HeadStep` only);
+- the processor's text expansion of ``<|video_pad|>`` (`video_placeholder`, `expand_prompt`),
+  against which `inputs.tokenize_expanded` is checked;
+- one clip through the batched preprocessing (`preprocess_video`) and the count of its video
+  tokens (`video_token_count`).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import numpy as np
 import torch
 import torch.nn.functional as F
+
+from training_bridge.rigel.backbone import Backbone, VisionSettings
+from training_bridge.rigel.video import frames_to_tensor, preprocess_clips, timestamps
 
 
 def emd_1d(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -38,3 +51,41 @@ def phase1_kl_loss(
     target = F.softmax(teacher_score_logits.float() / temperature, dim=-1)
     log_student = F.log_softmax(student_logits.float() / temperature, dim=-1)
     return F.kl_div(log_student, target, reduction="batchmean") * (temperature**2)
+
+
+def video_placeholder(
+    grid: Sequence[int], indices: Sequence[int], fps: float, backbone: Backbone
+) -> str:
+    """The text that replaces the prompt's ``<|video_pad|>`` (what the processor inserts)."""
+    vision = backbone.vision
+    tokenizer = backbone.tokenizer
+    pad = tokenizer.convert_ids_to_tokens(backbone.video_token_id)
+    t, h, w = (int(x) for x in grid)
+    per_group = h * w // (vision.merge_size**2)
+    if not vision.timestamps:  # Qwen2.5-VL: all groups in one run
+        return pad * (t * per_group)
+    start = tokenizer.convert_ids_to_tokens(backbone.vision_start_token_id)
+    end = tokenizer.convert_ids_to_tokens(backbone.vision_end_token_id)
+    times = timestamps(indices, fps, vision.temporal_patch_size)
+    return "".join(f"<{times[k]:.1f} seconds>{start}{pad * per_group}{end}" for k in range(t))
+
+
+def expand_prompt(prompt: str, placeholder: str, backbone: Backbone) -> str:
+    pad = backbone.tokenizer.convert_ids_to_tokens(backbone.video_token_id)
+    if prompt.count(pad) != 1:
+        raise ValueError(f"the prompt must hold exactly one {pad}")
+    return prompt.replace(pad, placeholder, 1)
+
+
+def video_token_count(grid: Sequence[int], vision: VisionSettings) -> int:
+    t, h, w = (int(x) for x in grid)
+    return t * h * w // (vision.merge_size**2)
+
+
+def preprocess_video(
+    frames: np.ndarray | torch.Tensor, vision: VisionSettings, *, device: str | torch.device = "cpu"
+) -> tuple[torch.Tensor, tuple[int, int, int]]:
+    """One clip (T, H, W, 3) uint8 -> (pixel_values_videos (N, C·tp·p·p) float32, (t, h, w))."""
+    tensor = frames_to_tensor(frames).to(device)
+    values, grid = preprocess_clips(tensor.unsqueeze(0), vision)
+    return values[0], grid

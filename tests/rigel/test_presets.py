@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from tests.rigel.oracles import expand_prompt, video_placeholder
 from training_bridge.rigel.backbone import (
     QWEN3_VL_HUB_VIDEO,
     _special_ids,
@@ -33,7 +34,7 @@ from training_bridge.rigel.config import (
 )
 from training_bridge.rigel.distributed import Distributed
 from training_bridge.rigel.engine.flops import forward_flops
-from training_bridge.rigel.inputs import RigelExample, build_batch, expand_prompt, video_placeholder
+from training_bridge.rigel.inputs import RigelExample, build_batch
 from training_bridge.rigel.pipeline import load_backbone_for
 from training_bridge.rigel.prompts import render_prompt
 from training_bridge.rigel.video import grid_thw, target_size

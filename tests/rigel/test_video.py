@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.rigel.oracles import preprocess_video, video_token_count
 from training_bridge.rigel.backbone import QWEN3_VL_BENCH_VIDEO, QWEN3_VL_HUB_VIDEO
 from training_bridge.rigel.video import (
     available_decoders,
@@ -17,12 +18,10 @@ from training_bridge.rigel.video import (
     grid_thw,
     load_frames,
     patchify,
-    preprocess_video,
     resize_uint8,
     sample_indices,
     target_size,
     timestamps,
-    video_token_count,
 )
 
 needs_ffmpeg = pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="ffmpeg is not installed")

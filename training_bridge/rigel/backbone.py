@@ -490,16 +490,6 @@ def _instantiate(
     return model
 
 
-def build_tiny_qwen3_vl(seed: int = 0) -> tuple[Any, Any]:
-    """A tiny randomly initialised Qwen3VLForConditionalGeneration and its local tokenizer."""
-    tokenizer = build_tokenizer("tiny")
-    config = tiny_qwen3_vl_config(tokenizer)
-    model = _instantiate(
-        config, device=torch.device("cpu"), dtype=torch.float32, seed=seed, attn="sdpa"
-    )
-    return model, tokenizer
-
-
 def _default_attn(device: torch.device) -> str:
     return "sdpa"
 

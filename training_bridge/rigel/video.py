@@ -420,11 +420,6 @@ def grid_thw(
     )
 
 
-def video_token_count(grid: Sequence[int], vision: VisionSettings) -> int:
-    t, h, w = (int(x) for x in grid)
-    return t * h * w // (vision.merge_size**2)
-
-
 def resize_uint8(frames: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     """Bicubic antialiased resize of uint8 (..., C, H, W) frames, as torchvision's v2 ``resize``:
     the native uint8 kernel on CPU, float32 + clamp + round on other devices."""
@@ -494,15 +489,6 @@ def preprocess_clips(
     resized = resize_uint8(clips, size)
     values, grid = patchify(normalize(resized, vision), vision)
     return values, grid
-
-
-def preprocess_video(
-    frames: np.ndarray | torch.Tensor, vision: VisionSettings, *, device: str | torch.device = "cpu"
-) -> tuple[torch.Tensor, tuple[int, int, int]]:
-    """One clip (T, H, W, 3) uint8 -> (pixel_values_videos (N, C·tp·p·p) float32, (t, h, w))."""
-    tensor = frames_to_tensor(frames).to(device)
-    values, grid = preprocess_clips(tensor.unsqueeze(0), vision)
-    return values[0], grid
 
 
 def timestamps(
