@@ -146,6 +146,63 @@ def decode_video(
     raise ValueError(f"unknown decoder {backend!r}")
 
 
+def _av_open_options(hwaccel: str | None) -> dict[str, Any]:
+    """`av.open`'s options: none in software; an FFmpeg hardware decoder that never falls back."""
+    if hwaccel is None:
+        return {}
+    from av.codec.hwaccel import HWAccel
+
+    # primary_ctx: every clip reuses the device's primary CUDA context (creating one per clip
+    # would cost more than decoding it)
+    return {
+        "hwaccel": HWAccel(
+            device_type=hwaccel,
+            allow_software_fallback=False,
+            options={"primary_ctx": "1"} if hwaccel == "cuda" else None,
+        )
+    }
+
+
+def _next_keyframes(packets: Sequence[Any], timestamps: bool) -> list[int | None]:
+    """next_key[k]: the timestamp of the first keyframe at or after decode position k (None when
+    there is none, or no timestamps)."""
+    next_key: list[int | None] = [None] * (len(packets) + 1)
+    for k in range(len(packets) - 1, -1, -1):
+        packet = packets[k]
+        next_key[k] = (
+            cast(int, packet.pts) if timestamps and packet.is_keyframe else next_key[k + 1]
+        )
+    return next_key
+
+
+class _WantedFrames:
+    """The sampled frames as they come out of the decoder, keyed by timestamp (or, without
+    timestamps, by output position), converted to RGB (scaled to `size` when given)."""
+
+    def __init__(self, wanted: set[int], *, size: tuple[int, int] | None, timestamps: bool) -> None:
+        self.remaining = set(wanted)
+        self.size = size
+        self.timestamps = timestamps
+        self.got: dict[int, np.ndarray] = {}
+        self.shown = 0  # frames out of the decoder, for streams without timestamps
+
+    def keep(self, frames: list[Any]) -> None:
+        for frame in frames:
+            key = int(frame.pts) if self.timestamps else self.shown
+            self.shown += 1
+            if key in self.remaining:
+                self.remaining.discard(key)
+                if self.size is None:
+                    self.got[key] = frame.to_ndarray(format="rgb24")
+                else:
+                    self.got[key] = frame.reformat(
+                        width=self.size[1],
+                        height=self.size[0],
+                        format="rgb24",
+                        interpolation="AREA",
+                    ).to_ndarray()
+
+
 def _decode_av(
     path: str | Path,
     num_frames: int,
@@ -176,18 +233,7 @@ def _decode_av(
     """
     import av
 
-    options: dict[str, Any] = {}
-    if hwaccel is not None:
-        from av.codec.hwaccel import HWAccel
-
-        # primary_ctx: every clip reuses the device's primary CUDA context (creating one per
-        # clip would cost more than decoding it)
-        options["hwaccel"] = HWAccel(
-            device_type=hwaccel,
-            allow_software_fallback=False,
-            options={"primary_ctx": "1"} if hwaccel == "cuda" else None,
-        )
-    with av.open(str(path), **options) as container:
+    with av.open(str(path), **_av_open_options(hwaccel)) as container:
         stream = container.streams.video[0]
         codec = stream.codec_context
         codec.thread_count = 1
@@ -202,43 +248,21 @@ def _decode_av(
         total = len(order)
         indices = sample_indices(total, num_frames)
         wanted = {order[int(i)] for i in indices}
-        # next_key[k]: the timestamp of the first keyframe at or after decode position k.
-        next_key: list[int | None] = [None] * (len(packets) + 1)
-        for k in range(len(packets) - 1, -1, -1):
-            packet = packets[k]
-            next_key[k] = (
-                cast(int, packet.pts) if timestamps and packet.is_keyframe else next_key[k + 1]
-            )
-        got: dict[int, np.ndarray] = {}
-        remaining = set(wanted)
-        shown = 0  # frames out of the decoder, for streams without timestamps
-
-        def keep(frames: list[Any]) -> None:
-            nonlocal shown
-            for frame in frames:
-                key = int(frame.pts) if timestamps else shown
-                shown += 1
-                if key in remaining:
-                    remaining.discard(key)
-                    if size is None:
-                        got[key] = frame.to_ndarray(format="rgb24")
-                    else:
-                        got[key] = frame.reformat(
-                            width=size[1], height=size[0], format="rgb24", interpolation="AREA"
-                        ).to_ndarray()
-
+        next_key = _next_keyframes(packets, timestamps)
+        kept = _WantedFrames(wanted, size=size, timestamps=timestamps)
         for k, packet in enumerate(packets):
-            if not remaining:
+            if not kept.remaining:
                 break
             if skip_unneeded:
                 later = next_key[k + 1]
-                if later is not None and min(remaining) >= later:
+                if later is not None and min(kept.remaining) >= later:
                     continue  # decoding restarts at that keyframe (this one too, if it is one)
                 codec.skip_frame = "DEFAULT" if cast(int, packet.pts) in wanted else "NONREF"
-            keep(codec.decode(packet))
-        if remaining:
+            kept.keep(codec.decode(packet))
+        if kept.remaining:
             codec.skip_frame = "DEFAULT"
-            keep(codec.decode(None))
+            kept.keep(codec.decode(None))
+    got = kept.got
     if not got:
         raise RuntimeError(f"PyAV decoded no frames from {path}")
     # A stream shorter than its packets promise repeats its last decoded frame.
