@@ -8,12 +8,11 @@ from typing import Any
 import pytest
 import torch
 
-from training_bridge.rigel.backbone import (
+from training_bridge.rigel.backbone import load_backbone, score_token_ids
+from training_bridge.rigel.local_backbones import (
     QWEN_FIRST_SPECIAL_ID,
     build_tokenizer,
-    load_backbone,
     qwen3_vl_2b_config,
-    score_token_ids,
 )
 
 
