@@ -242,7 +242,7 @@ def step_phase1(
 
 
 def _phase2_head(
-    *, spec: RunSpec, store: Store, results: dict[str, Any], backbone: Any, dist: Distributed
+    *, spec: RunSpec, store: Store, phase1_head_key: str | None, backbone: Any, dist: Distributed
 ) -> Any:
     """The frozen head Phase 2 trains under: Phase 1's, a random one (the random-head ablation,
     stored for scoring) or none (the LM-head ablation)."""
@@ -258,7 +258,7 @@ def _phase2_head(
                 spec.artifact("head.safetensors"), head_to_bytes(head, dropout=config.head_dropout)
             )
     elif Ablation.runs_phase1(config.ablation):  # full, kl_loss: the head Phase 1 distilled
-        head = head_from_bytes(store.read_bytes(results["phase1"]["head_key"]))
+        head = head_from_bytes(store.read_bytes(str(phase1_head_key)))
     if head is not None:
         head = head.to(backbone.device)
     return head
@@ -268,18 +268,14 @@ class _Phase2Checkpoints:
     """Stores Phase 2's checkpoints and keeps only the newest (written first, then the old one
     goes); `discard` removes the last once the adapter is stored."""
 
-    def __init__(
-        self, spec: RunSpec, store: Store, reporter: Reporter, checkpoint: dict[str, Any] | None
-    ) -> None:
+    def __init__(self, spec: RunSpec, store: Store, reporter: Reporter, key: str | None) -> None:
         self.spec = spec
         self.store = store
         self.reporter = reporter
-        self.previous: list[str] = (
-            [str(checkpoint["key"])] if checkpoint and checkpoint.get("key") else []
-        )
+        self.previous: list[str] = [str(key)] if key else []
         self.resume: bytes | None = None
-        if checkpoint and checkpoint.get("key") and store.exists(checkpoint["key"]):
-            self.resume = store.read_bytes(checkpoint["key"])
+        if key and store.exists(key):
+            self.resume = store.read_bytes(key)
 
     def on_checkpoint(self, done: int, data: bytes) -> None:
         key = self.spec.checkpoint_key("phase2", done)
@@ -314,9 +310,15 @@ def step_phase2(
         return {"skipped": True}
     release = training_release(spec=spec, store=store, reporter=reporter)
     backbone = load_backbone_for(config, dist)
-    head = _phase2_head(spec=spec, store=store, results=results, backbone=backbone, dist=dist)
+    # RANDOM_HEAD runs no Phase 1; the others that do stored its head.
+    phase1_head_key = (
+        results["phase1"]["head_key"] if Ablation.runs_phase1(config.ablation) else None
+    )
+    head = _phase2_head(
+        spec=spec, store=store, phase1_head_key=phase1_head_key, backbone=backbone, dist=dist
+    )
     apply_lora(backbone, config)
-    checkpoints = _Phase2Checkpoints(spec, store, reporter, checkpoint)
+    checkpoints = _Phase2Checkpoints(spec, store, reporter, (checkpoint or {}).get("key"))
     # On CUDA the fast engine prepares the micro-batches in worker processes (file paths are
     # decoded there) and caches the frozen vision tower's features per clip.
     engine = make_engine(backbone, config, batch_size=config.phase2_micro_batch_size)
