@@ -15,12 +15,16 @@ from training_bridge.rigel.data import TrainingRelease, read_training_release
 from training_bridge.rigel.distributed import Distributed
 from training_bridge.rigel.store import Store
 
+# One point of a run's curves: {"phase": "phase1", "epoch": 3, "loss": 0.41, "validation_tau": 0.52}
+# or {"phase": "phase2", "step": 12, "loss": 1.2} (JSON-ready; the run's history keeps them).
+CurvePoint = dict[str, str | int | float | None]
+
 
 class Reporter(Protocol):
     def progress(self, fraction: float, message: str) -> None:
         """Overall progress of the step in [0, 1]; may raise to stop the step (cancel)."""
 
-    def point(self, values: dict[str, Any]) -> None:
+    def point(self, values: CurvePoint) -> None:
         """One point of the run's curves: phase, epoch/step, loss, validation tau."""
 
     def log(self, message: str) -> None: ...
@@ -33,7 +37,7 @@ class NullReporter:
     def progress(self, fraction: float, message: str) -> None:
         pass
 
-    def point(self, values: dict[str, Any]) -> None:
+    def point(self, values: CurvePoint) -> None:
         pass
 
     def log(self, message: str) -> None:
