@@ -36,7 +36,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import torch
 
@@ -251,14 +251,26 @@ def epoch_orders(records: Sequence[ReleaseRecord], config: RigelConfig) -> list[
     ]
 
 
-def serialise_checkpoint(state: dict[str, Any]) -> bytes:
+class Phase2Checkpoint(TypedDict):
+    """What a Phase 2 checkpoint holds (`torch.save`d; loaded with ``weights_only=True``)."""
+
+    step: int  # optimiser steps done
+    lora: dict[str, torch.Tensor]  # the trainable LoRA weights by parameter name
+    optimizer: dict[str, Any]  # the optimiser's own state_dict
+    history: list[dict[str, float]]
+    loss_total: float  # summed step loss × step size so far (the mean loss's numerator)
+
+
+def serialise_checkpoint(state: Phase2Checkpoint) -> bytes:
     buffer = io.BytesIO()
     torch.save(state, buffer)
     return buffer.getvalue()
 
 
-def deserialise_checkpoint(data: bytes) -> dict[str, Any]:
-    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+def deserialise_checkpoint(data: bytes) -> Phase2Checkpoint:
+    return cast(
+        Phase2Checkpoint, torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    )
 
 
 @dataclass
