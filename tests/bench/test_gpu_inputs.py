@@ -14,7 +14,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import gpu_rigel  # noqa: E402
 
-from training_bridge.rigel import backbone  # noqa: E402
+from training_bridge.rigel import local_backbones  # noqa: E402
 
 
 def test_the_scoring_benchmark_stops_without_the_real_captions(monkeypatch, tmp_path):
@@ -38,6 +38,6 @@ def test_the_inputs_are_recorded_with_their_checksum(monkeypatch):
 
 
 def test_the_local_tokenizer_is_not_built_without_its_caption_corpus(monkeypatch, tmp_path):
-    monkeypatch.setattr(backbone, "CAPTION_CORPUS", tmp_path / "missing.json")
+    monkeypatch.setattr(local_backbones, "CAPTION_CORPUS", tmp_path / "missing.json")
     with pytest.raises(FileNotFoundError, match=r"caption corpus .* is missing"):
-        backbone._caption_corpus()
+        local_backbones._caption_corpus()

@@ -21,15 +21,16 @@ from export.publishing import keys_under
 from export.services import release_create, release_rerun, release_verify
 from tests.export.builders import build_campaign
 from tests.export.helpers import build
+from tests.support.paused_worker import PAUSES_VARIABLE
 from tests.support.processes import celery_worker, wait_until
 
 
 @pytest.fixture
 def slow_release_builds(monkeypatch):  # type: ignore[no-untyped-def]
-    """Make the next worker's builds slow (test-only settings; see docs/releases.md): three rows
-    per batch and half a second after each, so the test can kill the worker mid-build."""
+    """Make the next worker's builds slow: three rows per batch and half a second after each (a
+    pause of tests/support/paused_worker.py), so the test can kill the worker mid-build."""
     monkeypatch.setenv("LEPUS_RELEASE_BATCH_SIZE", "3")
-    monkeypatch.setenv("LEPUS_RELEASE_BATCH_DELAY", "0.5")
+    monkeypatch.setenv(PAUSES_VARIABLE, json.dumps({"release.batch": 0.5}))
 
 
 @pytest.mark.celery_worker
@@ -67,9 +68,7 @@ def test_a_build_killed_mid_way_publishes_nothing_and_a_rerun_succeeds(
     assert keys_under(f"releases/{release.pk}") == []
 
     assert release_rerun(release=release)
-    with celery_worker(
-        extra_env={"LEPUS_RELEASE_BATCH_DELAY": "0", "LEPUS_RELEASE_BATCH_SIZE": "500"}
-    ):
+    with celery_worker(extra_env={PAUSES_VARIABLE: "", "LEPUS_RELEASE_BATCH_SIZE": "500"}):
         wait_until(
             lambda: Release.objects.get(pk=release.pk).is_finished,
             timeout=120,

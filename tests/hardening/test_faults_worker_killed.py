@@ -51,11 +51,9 @@ def test_a_video_job_killed_mid_clip_is_reaped_shows_nothing_partial_and_reruns(
     assert job is not None
 
     purge_broker()
-    # Test-only hook: each clip sleeps after its video upload and before its poster, so the kill
-    # lands while the second clip is half uploaded.
-    slow = CeleryWorker(
-        extra_env={"LEPUS_VIDEO_TEST_UPLOAD_DELAY": "4", "LEPUS_VIDEO_FRAMES": "2"}
-    ).start()
+    # A pause of the test worker: each clip sleeps after its video upload and before its poster,
+    # so the kill lands while the second clip is half uploaded.
+    slow = CeleryWorker(pauses={"video.upload": 4}, extra_env={"LEPUS_VIDEO_FRAMES": "2"}).start()
     try:
         video_attach_job_publish(job=job)
 

@@ -3,17 +3,23 @@ tokenizers and the score token ids."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
-from training_bridge.rigel.backbone import (
+from training_bridge.rigel.backbone import load_backbone, score_token_ids
+from training_bridge.rigel.local_backbones import (
     QWEN_FIRST_SPECIAL_ID,
-    build_tiny_qwen3_vl,
     build_tokenizer,
-    load_backbone,
     qwen3_vl_2b_config,
-    score_token_ids,
 )
+
+
+def build_tiny_qwen3_vl(seed: int) -> tuple[Any, Any]:
+    """The tiny random Qwen3VLForConditionalGeneration (float32, CPU) and its tokenizer."""
+    backbone = load_backbone("tiny", seed=seed)
+    return backbone.model, backbone.tokenizer
 
 
 def test_tiny_model_and_tokenizer_agree_on_special_tokens() -> None:

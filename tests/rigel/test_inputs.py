@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.rigel.oracles import video_placeholder
 from training_bridge.rigel import prompts
 from training_bridge.rigel.backbone import load_backbone
 from training_bridge.rigel.inputs import (
@@ -13,7 +14,6 @@ from training_bridge.rigel.inputs import (
     build_batch,
     mm_token_type_ids,
     rope_position_ids,
-    video_placeholder,
 )
 
 
@@ -153,8 +153,9 @@ def test_prompt_ends_with_the_opened_assistant_turn(tiny) -> None:  # type: igno
 
 
 def test_segment_tokenisation_equals_tokenising_the_expanded_prompt(tiny) -> None:  # type: ignore[no-untyped-def]
+    from tests.rigel.oracles import expand_prompt
     from training_bridge.rigel.backbone import build_tokenizer
-    from training_bridge.rigel.inputs import expand_prompt, tokenize_expanded
+    from training_bridge.rigel.inputs import tokenize_expanded
 
     for tokenizer in (tiny.tokenizer, build_tokenizer("large")):
         backbone = type(tiny)(**{**tiny.__dict__, "tokenizer": tokenizer})

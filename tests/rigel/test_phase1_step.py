@@ -7,8 +7,8 @@ import copy
 import pytest
 import torch
 
+from tests.rigel.oracles import phase1_distillation_loss, phase1_kl_loss
 from training_bridge.rigel.head import build_head
-from training_bridge.rigel.losses import phase1_distillation_loss, phase1_kl_loss
 from training_bridge.rigel.phase1 import HeadStep, bf16_cpu_products, bf16_matmul_hardware
 
 HIDDEN, BATCH, TEMPERATURE = 48, 16, 2.0

@@ -17,10 +17,10 @@ from training_bridge.rigel.losses import phase2_loss
 from training_bridge.rigel.phase2 import (
     apply_lora,
     deserialise_checkpoint,
-    head_score_logits,
     lora_state,
     train_phase2,
 )
+from training_bridge.rigel.score_logits import head_score_logits
 from training_bridge.rigel.store import LocalStore
 
 

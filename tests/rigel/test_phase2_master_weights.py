@@ -20,12 +20,12 @@ from training_bridge.rigel.config import RigelConfig
 from training_bridge.rigel.data import ExampleLoader
 from training_bridge.rigel.head import build_head
 from training_bridge.rigel.phase2 import (
-    adapter_autocast,
     apply_lora,
     deserialise_checkpoint,
     lora_state,
     train_phase2,
 )
+from training_bridge.rigel.score_logits import adapter_autocast
 from training_bridge.rigel.store import LocalStore
 
 

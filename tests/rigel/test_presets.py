@@ -1,7 +1,7 @@
 """The visual-input presets (issue 26, point 2): "paper-budget" costs about the paper's 770 GFLOPs
 per inference (Appendix D, line 239 of the seed text) by the project's own FLOP counter
 (`engine.flops.forward_flops`, 2 FLOPs per multiply-add) on Qwen3-VL-2B-Instruct's architecture
-(`backbone.qwen3_vl_2b_config()`, no weights), with our reference-free prompt; and the pipeline
+(`local_backbones.qwen3_vl_2b_config()`, no weights), with our reference-free prompt; and the pipeline
 really feeds the backbone that input.
 
 The prompt is counted with the large locally built byte-level BPE tokenizer the GPU benchmarks use
@@ -17,14 +17,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from training_bridge.rigel.backbone import (
-    QWEN3_VL_HUB_VIDEO,
-    _special_ids,
-    build_tokenizer,
-    load_backbone,
-    qwen3_vl_2b_config,
-    with_frame_budget,
-)
+from tests.rigel.oracles import expand_prompt, video_placeholder
+from training_bridge.rigel.backbone import QWEN3_VL_HUB_VIDEO, load_backbone, with_frame_budget
 from training_bridge.rigel.config import (
     PAPER_GFLOPS_PER_INFERENCE,
     PRESETS,
@@ -33,7 +27,8 @@ from training_bridge.rigel.config import (
 )
 from training_bridge.rigel.distributed import Distributed
 from training_bridge.rigel.engine.flops import forward_flops
-from training_bridge.rigel.inputs import RigelExample, build_batch, expand_prompt, video_placeholder
+from training_bridge.rigel.inputs import RigelExample, build_batch
+from training_bridge.rigel.local_backbones import build_tokenizer, qwen3_vl_2b_config, special_ids
 from training_bridge.rigel.pipeline import load_backbone_for
 from training_bridge.rigel.prompts import render_prompt
 from training_bridge.rigel.video import grid_thw, target_size
@@ -56,7 +51,7 @@ def inference_gflops(tokenizer, *, preset: str, height: int, width: int, referen
     )
     size = target_size(values["frames"], height, width, vision)
     grid = grid_thw(values["frames"], *size, vision)
-    ids = _special_ids(tokenizer)
+    ids = special_ids(tokenizer)
     holder = SimpleNamespace(
         vision=vision,
         tokenizer=tokenizer,

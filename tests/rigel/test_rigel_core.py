@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import torch
 
+from tests.rigel.oracles import emd_1d, phase1_distillation_loss
 from training_bridge.rigel.config import Ablation, RigelConfig
 from training_bridge.rigel.head import build_head, count_parameters
-from training_bridge.rigel.losses import emd_1d, phase1_distillation_loss, phase2_loss
+from training_bridge.rigel.losses import phase2_loss
 from training_bridge.rigel.phase1 import predict_scores, train_head
 from training_bridge.rigel.scoring import expected_rating, normalised_score
 

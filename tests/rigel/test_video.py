@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.rigel.oracles import preprocess_video, video_token_count
 from training_bridge.rigel.backbone import QWEN3_VL_BENCH_VIDEO, QWEN3_VL_HUB_VIDEO
 from training_bridge.rigel.video import (
     available_decoders,
@@ -17,12 +18,10 @@ from training_bridge.rigel.video import (
     grid_thw,
     load_frames,
     patchify,
-    preprocess_video,
     resize_uint8,
     sample_indices,
     target_size,
     timestamps,
-    video_token_count,
 )
 
 needs_ffmpeg = pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="ffmpeg is not installed")
@@ -144,19 +143,7 @@ def test_ffmpeg_decoder_samples_the_right_frames(tmp_path: Path) -> None:
 
 
 @needs_ffmpeg
-@pytest.mark.skipif("cv2" not in available_decoders(), reason="OpenCV is not installed")
-def test_opencv_decoder_matches_ffmpeg_frames(tmp_path: Path) -> None:
-    mp4 = _make_mp4(tmp_path / "clip.mp4")
-    a = decode_video(mp4, 8, backend="cv2")
-    b = decode_video(mp4, 8, backend="ffmpeg")
-    assert a.indices.tolist() == b.indices.tolist() and a.total_frames == 48
-    # Different YUV->RGB conversions: close, not bit-identical.
-    assert np.abs(a.frames.astype(int) - b.frames.astype(int)).mean() < 4
-
-
-@needs_ffmpeg
 @pytest.mark.skipif("av" not in available_decoders(), reason="PyAV is not installed")
-@pytest.mark.skipif("cv2" not in available_decoders(), reason="OpenCV is not installed")
 @pytest.mark.parametrize(
     "x264",
     ["", "open-gop=1:b-pyramid=normal:bframes=3", "keyint=1"],
@@ -167,17 +154,15 @@ def test_pyav_decoder_skips_work_without_changing_a_pixel(
     tmp_path: Path, x264: str, count: int
 ) -> None:
     """PyAV leaves out packets before a keyframe and unwanted non-reference frames: the sampled
-    frames must equal its own full decode and OpenCV's bit for bit (B-frames, four GOPs)."""
+    frames must equal its own full decode bit for bit (B-frames, four GOPs)."""
     from training_bridge.rigel.video import _decode_av
 
     mp4 = _make_mp4(tmp_path / "clip.mp4", x264=x264)
     fast = decode_video(mp4, count, backend="av")
     full = _decode_av(mp4, count, None, skip_unneeded=False)
-    opencv = decode_video(mp4, count, backend="cv2")
-    assert fast.total_frames == opencv.total_frames == 48 and fast.fps == opencv.fps == 24.0
-    assert fast.indices.tolist() == opencv.indices.tolist() == sample_indices(48, count).tolist()
+    assert fast.total_frames == full.total_frames == 48 and fast.fps == full.fps == 24.0
+    assert fast.indices.tolist() == full.indices.tolist() == sample_indices(48, count).tolist()
     assert np.array_equal(fast.frames, full.frames)
-    assert np.array_equal(fast.frames, opencv.frames)
     if count == 48:  # testsrc2 changes every frame: all 48 distinct, in order
         assert len({frame.tobytes() for frame in fast.frames}) == 48
     scaled = decode_video(mp4, 4, size=(32, 48), backend="av")
@@ -198,23 +183,6 @@ def test_load_frames_from_a_directory(tmp_path: Path) -> None:
     assert video.indices.tolist() == [0, 4, 8, 12] and video.fps == 2.0
     default = load_frames(sorted(frames_dir.iterdir()))
     assert default.indices.tolist() == [0, 1, 2, 3] and default.fps == 24.0
-
-
-def test_opencv_capture_decodes_with_one_thread(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    cv2 = pytest.importorskip("cv2")
-    if shutil.which("ffmpeg") is None or not hasattr(cv2, "CAP_PROP_N_THREADS"):
-        pytest.skip("needs ffmpeg and OpenCV >= 4.6")
-    from training_bridge.rigel.video import _open_capture
-
-    path = tmp_path / "clip.mp4"
-    subprocess.run(
-        ["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i", "testsrc2=size=64x64:rate=8:duration=1",
-         "-pix_fmt", "yuv420p", "-c:v", "libx264", str(path)],
-        check=True,
-    )  # fmt: skip
-    cap = _open_capture(cv2, str(path))
-    assert cap.isOpened() and cap.grab()
-    assert cap.get(cv2.CAP_PROP_N_THREADS) == 1
 
 
 def _has_cuda() -> bool:

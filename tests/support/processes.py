@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -15,6 +16,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import connection
 
+from tests.support.paused_worker import PAUSES_VARIABLE
 from tests.support.plain import REPO_ROOT
 from tests.support.plain import free_port as free_port  # re-exported for the tests that use it
 
@@ -64,17 +66,24 @@ def wait_until(
 
 
 class CeleryWorker:
-    """A `celery -A config worker` child process; `kill()` sends SIGKILL like a crashed machine."""
+    """A `celery -A config worker` child process; `kill()` sends SIGKILL like a crashed machine.
+
+    `pauses` (point -> seconds; tests/support/paused_worker.py lists the points) make its jobs
+    stop for a while at those points, so that a test can kill it mid-job; the same goes for a
+    `LEPUS_TEST_PAUSES` already in the environment (a fixture's monkeypatch)."""
 
     def __init__(
         self,
         *,
         queues: str = "default,training",
         extra_env: dict[str, str] | None = None,
+        pauses: dict[str, float] | None = None,
         log_path: Path | None = None,
     ) -> None:
         self.queues = queues
-        self.extra_env = extra_env or {}
+        self.extra_env = dict(extra_env or {})
+        if pauses:
+            self.extra_env[PAUSES_VARIABLE] = json.dumps(pauses)
         self.log_path = (
             log_path or Path(settings.VAR_DIR) / f"celery-{os.getpid()}-{time.time_ns()}.log"
         )
@@ -84,11 +93,13 @@ class CeleryWorker:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "wb")  # noqa: SIM115 - owned by the child for its lifetime
         hostname = f"test-{os.getpid()}-{time.time_ns()}@%h"
+        env = process_environment(self.extra_env)
+        entry = "tests.support.paused_worker" if env.get(PAUSES_VARIABLE) else "celery"
         self.process = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
-                "celery",
+                entry,
                 "-A",
                 "config",
                 "worker",
@@ -104,7 +115,7 @@ class CeleryWorker:
                 "--loglevel=INFO",
             ],
             cwd=REPO_ROOT,
-            env=process_environment(self.extra_env),
+            env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

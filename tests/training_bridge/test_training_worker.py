@@ -121,8 +121,8 @@ def test_a_run_goes_through_the_chain_on_a_worker_and_scores_through_the_api(
 
 def test_a_killed_worker_leaves_the_run_resumable_from_its_checkpoint(settings, curator):
     release = make_published_release(seed=3)
-    # Slow Phase 2 steps (test-only delay) so the kill lands after a checkpoint, mid-phase.
-    slow = CeleryWorker(extra_env={"LEPUS_TRAINING_TEST_STEP_DELAY": "1.5"}).start()
+    # Slow Phase 2 steps (a pause of the test worker) so the kill lands after a checkpoint, mid-phase.
+    slow = CeleryWorker(pauses={"training.step": 1.5}).start()
     from tests.support.processes import purge_broker
 
     try:

@@ -33,6 +33,7 @@ from typing import Any
 from training_bridge.rigel.config import RigelConfig
 from training_bridge.rigel.distributed import Distributed
 from training_bridge.rigel.pipeline import STEPS, RunSpec, run_step
+from training_bridge.rigel.run_context import CurvePoint
 from training_bridge.rigel.store import store_from_location
 
 EVENT_PREFIX = "@@rigel "
@@ -52,7 +53,7 @@ class StdoutReporter:
     def progress(self, fraction: float, message: str) -> None:
         self._emit({"event": "progress", "fraction": fraction, "message": message})
 
-    def point(self, values: dict[str, Any]) -> None:
+    def point(self, values: CurvePoint) -> None:
         self._emit({"event": "point", "values": values})
 
     def log(self, message: str) -> None:

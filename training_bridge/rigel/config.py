@@ -222,7 +222,7 @@ class RigelConfig:
     # master copy (ours: issue 26 found bf16 adapters and Adam state on GPU taking 84-86 % of the
     # fp32 update, so CPU and GPU runs differed). With a bf16 / fp16 backbone Phase 2 runs its
     # forward under autocast, so the matmuls (LoRA's included) stay in that dtype while the 1.6M
-    # adapter weights and Adam's moments are float32 (`phase2.adapter_autocast`). "bfloat16"
+    # adapter weights and Adam's moments are float32 (`score_logits.adapter_autocast`). "bfloat16"
     # keeps the old bf16 adapters (benchmarks only); "float32" is the same as "auto".
     lora_dtype: str = "auto"
     # Phase 2 compiles the language model's decoder layers for training (forward and backward, the

@@ -56,11 +56,6 @@ def visual_target_size(
     return image_target_size(height, width, vision)
 
 
-def placeholder_token_id(modality: str, backbone: Backbone) -> int:
-    """The pad token the processor expands for this modality."""
-    return backbone.video_token_id if check_modality(modality) == VIDEO else backbone.image_token_id
-
-
 def image_token_ids(grid: Sequence[int], backbone: Backbone) -> list[int]:
     """What replaces the prompt's ``<|image_pad|>``: ``t·h·w / merge²`` image pads, no timestamp
     (Qwen3VLProcessor.replace_image_token)."""

@@ -108,30 +108,6 @@ def load_video(example: RigelExample, vision: VisionSettings) -> DecodedVideo:
     raise ValueError("the example has no frames, frame_paths or video_path")
 
 
-def video_placeholder(
-    grid: Sequence[int], indices: Sequence[int], fps: float, backbone: Backbone
-) -> str:
-    """The text that replaces the prompt's ``<|video_pad|>`` (what the processor inserts)."""
-    vision = backbone.vision
-    tokenizer = backbone.tokenizer
-    pad = tokenizer.convert_ids_to_tokens(backbone.video_token_id)
-    t, h, w = (int(x) for x in grid)
-    per_group = h * w // (vision.merge_size**2)
-    if not vision.timestamps:  # Qwen2.5-VL: all groups in one run
-        return pad * (t * per_group)
-    start = tokenizer.convert_ids_to_tokens(backbone.vision_start_token_id)
-    end = tokenizer.convert_ids_to_tokens(backbone.vision_end_token_id)
-    times = timestamps(indices, fps, vision.temporal_patch_size)
-    return "".join(f"<{times[k]:.1f} seconds>{start}{pad * per_group}{end}" for k in range(t))
-
-
-def expand_prompt(prompt: str, placeholder: str, backbone: Backbone) -> str:
-    pad = backbone.tokenizer.convert_ids_to_tokens(backbone.video_token_id)
-    if prompt.count(pad) != 1:
-        raise ValueError(f"the prompt must hold exactly one {pad}")
-    return prompt.replace(pad, placeholder, 1)
-
-
 def mm_token_type_ids(input_ids: Sequence[int] | np.ndarray, backbone: Backbone) -> np.ndarray:
     """0 text, 1 image pad, 2 video pad (what the processor returns)."""
     ids = np.asarray(input_ids)
@@ -186,7 +162,8 @@ def tokenize_expanded(
     *,
     modality: str = VIDEO,
 ) -> list[int]:
-    """Ids of ``expand_prompt(prompt, video_placeholder(...))`` without tokenising the hundreds of
+    """Ids of the prompt with the processor's expansion of its video pad (the text expansion is the
+    tests' oracle, tests/rigel/oracles.py) without tokenising the hundreds of
     video pads as text: special tokens split the text into segments that are tokenised
     independently, so the ids are the prefix's, then per group the timestamp's, the start token,
     the pads and the end token, then the suffix's (tests compare with the plain tokenisation).

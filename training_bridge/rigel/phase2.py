@@ -30,14 +30,13 @@ raise `fused.LayerCompileError`, a failed backward compile torch's own error fro
 
 from __future__ import annotations
 
-import contextlib
 import io
 import tempfile
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import torch
 
@@ -46,7 +45,11 @@ from training_bridge.rigel.data import ExampleLoader, ReleaseRecord
 from training_bridge.rigel.distributed import Distributed
 from training_bridge.rigel.head import ScoringHead
 from training_bridge.rigel.losses import phase2_loss
-from training_bridge.rigel.teacher import score_token_logits
+from training_bridge.rigel.score_logits import (
+    adapter_autocast,
+    head_score_logits,
+    hidden_score_logits,
+)
 
 StepCallback = Callable[[int, int, float], None]  # (step done, total steps, loss of that step)
 CheckpointCallback = Callable[[int, bytes], None]  # (step done, serialised checkpoint)
@@ -115,35 +118,6 @@ def save_adapter(peft_model: Any) -> dict[str, bytes]:
     with tempfile.TemporaryDirectory() as folder:
         peft_model.save_pretrained(folder)
         return {path.name: path.read_bytes() for path in Path(folder).iterdir() if path.is_file()}
-
-
-def adapter_autocast(backbone: Any) -> contextlib.AbstractContextManager[Any]:
-    """The context of a forward through a backbone that carries LoRA adapters.
-
-    The adapters are float32 master weights (with their Adam state) whatever the backbone's
-    dtype; on a bf16 / fp16 backbone the forward runs under autocast to that dtype, so every
-    matmul, the adapters' included, stays a bf16 product (autocast casts the float32 adapter
-    weights for the product, and their gradients come back float32). A float32 backbone, or one
-    without adapters, needs nothing."""
-    dtype = backbone.dtype
-    if dtype == torch.float32 or "peft_model" not in backbone.extra:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=backbone.device.type, dtype=dtype)
-
-
-def head_score_logits(
-    backbone: Any, head: ScoringHead | None, batch: dict[str, torch.Tensor]
-) -> torch.Tensor:
-    """Five score logits for a batch: through the scoring head, or (head None: the LM-head
-    ablation) through the LM head's rows of "1".."5". The backbone runs under
-    :func:`adapter_autocast`; the head (float32) outside it."""
-    with adapter_autocast(backbone):
-        outputs = backbone.model.model(**batch, use_cache=False)
-    hidden = outputs.last_hidden_state[:, -1]
-    if head is None:
-        return score_token_logits(backbone, hidden)
-    head_parameter = next(head.parameters())
-    return head(hidden.to(head_parameter.device, head_parameter.dtype))
 
 
 class _EngineMicroBatches:
@@ -219,10 +193,7 @@ class _EngineMicroBatches:
         embeds, deepstack = self.engine.cached_vision_features(batch, keys, self.cache)
         with adapter_autocast(backbone):
             hidden = self.engine.language_hidden(batch, embeds, deepstack)
-        if head is None:
-            return score_token_logits(backbone, hidden)
-        head_parameter = next(head.parameters())
-        return head(hidden.to(head_parameter.device, head_parameter.dtype))
+        return hidden_score_logits(backbone, head, hidden)
 
 
 def make_phase2_optimizer(
@@ -280,14 +251,215 @@ def epoch_orders(records: Sequence[ReleaseRecord], config: RigelConfig) -> list[
     ]
 
 
-def serialise_checkpoint(state: dict[str, Any]) -> bytes:
+class Phase2Checkpoint(TypedDict):
+    """What a Phase 2 checkpoint holds (`torch.save`d; loaded with ``weights_only=True``)."""
+
+    step: int  # optimiser steps done
+    lora: dict[str, torch.Tensor]  # the trainable LoRA weights by parameter name
+    optimizer: dict[str, Any]  # the optimiser's own state_dict
+    history: list[dict[str, float]]
+    loss_total: float  # summed step loss × step size so far (the mean loss's numerator)
+
+
+def serialise_checkpoint(state: Phase2Checkpoint) -> bytes:
     buffer = io.BytesIO()
     torch.save(state, buffer)
     return buffer.getvalue()
 
 
-def deserialise_checkpoint(data: bytes) -> dict[str, Any]:
-    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+def deserialise_checkpoint(data: bytes) -> Phase2Checkpoint:
+    return cast(
+        Phase2Checkpoint, torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    )
+
+
+@dataclass
+class _Step:
+    """One optimiser step of the schedule: its epoch, the global batch's record positions and this
+    process's micro-batches of them."""
+
+    index: int
+    epoch: int
+    batch_positions: list[int]
+    micros: list[list[int]]
+
+
+def _frozen(head: ScoringHead | None) -> ScoringHead | None:
+    if head is not None:
+        head.eval()  # no dropout: Phase 2 reads the head, it does not train it
+        for parameter in head.parameters():
+            parameter.requires_grad_(False)
+    return head
+
+
+def _schedule(
+    orders: list[list[int]], config: RigelConfig, dist: Distributed, start_step: int
+) -> tuple[int, list[_Step]]:
+    """(total steps, the steps from `start_step` on): one per global batch of each epoch's order,
+    with this process's share cut into micro-batches."""
+    global_batch = config.phase2_batch_size
+    micro_size = config.phase2_micro_batch_size
+    # (epoch, first position of the step in that epoch's order), one per optimiser step
+    steps = [
+        (epoch, first)
+        for epoch, order in enumerate(orders)
+        for first in range(0, len(order), global_batch)
+    ]
+    schedule: list[_Step] = []
+    for step in range(start_step, len(steps)):
+        epoch, first = steps[step]
+        batch_positions = orders[epoch][first : first + global_batch]
+        mine = dist.shard(batch_positions)
+        micros = [mine[first : first + micro_size] for first in range(0, len(mine), micro_size)]
+        schedule.append(_Step(step, epoch, batch_positions, micros))
+    return len(steps), schedule
+
+
+class _LossReadback:
+    """The steps' losses read back to the host one step late (``overlap_host``): each step's
+    summed loss is copied to pinned memory behind an event, and read once the next step's work is
+    queued, so the host never waits for the GPU to drain its queue (the losses, history, callbacks
+    and checkpoints are the same, the callbacks only come one step later)."""
+
+    def __init__(
+        self,
+        *,
+        total_steps: int,
+        history: list[dict[str, float]],
+        loss_total: float,
+        on_step: StepCallback | None,
+        is_main: bool,
+        overlap: bool,
+        on_cuda: bool,
+    ) -> None:
+        self.total_steps = total_steps
+        self.history = history
+        self.loss_total = loss_total
+        self.on_step = on_step if is_main else None
+        self.overlap = overlap
+        self.on_cuda = on_cuda
+        self.pending: list[tuple[int, int, int, torch.Tensor, Any]] = []
+
+    def push(self, done: int, epoch: int, size: int, step_loss: torch.Tensor) -> None:
+        if not self.overlap:
+            self.pending.append((done, epoch, size, step_loss.cpu(), None))
+            self.settle(keep=0)
+            return
+        if self.on_cuda:
+            host_loss = torch.empty((), dtype=torch.float32, pin_memory=True)
+            host_loss.copy_(step_loss, non_blocking=True)
+            event: Any = torch.cuda.Event()
+            event.record()
+        else:
+            host_loss, event = step_loss.detach().clone(), None
+        self.pending.append((done, epoch, size, host_loss, event))
+        self.settle(keep=1)
+
+    def settle(self, keep: int) -> None:
+        while len(self.pending) > keep:
+            done, epoch, size, host_loss, event = self.pending.pop(0)
+            if event is not None:
+                event.synchronize()
+            step_loss = float(host_loss)
+            self.loss_total += step_loss * size
+            self.history.append({"step": done, "epoch": epoch + 1, "loss": step_loss})
+            if self.on_step:
+                self.on_step(done, self.total_steps, step_loss)
+
+
+@dataclass
+class _Training:
+    """What every step reads: the backbone (with LoRA), the frozen head, the data, the config."""
+
+    backbone: Any
+    head: ScoringHead | None
+    loader: ExampleLoader
+    records: Sequence[ReleaseRecord]
+    config: RigelConfig
+
+
+def _prepare_steps(
+    schedule: list[_Step],
+    training: _Training,
+    engine: Any | None,
+    vision_cache_clips: int,
+    vision_lookahead: int,
+) -> _EngineMicroBatches | None:
+    """Compile the decoder layers when the config asks (after LoRA is injected: the adapters are
+    part of the compiled graph); with an engine, its micro-batches of the whole schedule."""
+    backbone = training.backbone
+    plan = [micro for step in schedule for micro in step.micros]  # this process's micro-batches
+    if training.config.compiles_phase2(backbone.device.type, sum(len(micro) for micro in plan)):
+        from training_bridge.rigel.fused import compile_decoder_layers
+
+        compile_decoder_layers(backbone.model.model.language_model)
+    if engine is None or not schedule:
+        return None
+    return _EngineMicroBatches(
+        engine, training.loader, training.records, plan, vision_cache_clips, vision_lookahead
+    )
+
+
+def _resumed(
+    resume: bytes | None, model: Any, optimizer: torch.optim.Optimizer
+) -> tuple[int, list[dict[str, float]], float]:
+    """(first step, history, summed loss so far): a checkpoint's, its LoRA weights and optimiser
+    state loaded; a fresh run's without one."""
+    if resume is None:
+        return 0, [], 0.0
+    state = deserialise_checkpoint(resume)
+    load_lora_state(model, state["lora"])
+    optimizer.load_state_dict(state["optimizer"])
+    return (
+        int(state["step"]),
+        list(state.get("history", [])),
+        float(state.get("loss_total", 0.0)),
+    )
+
+
+def _checkpoint(
+    done: int, model: Any, optimizer: torch.optim.Optimizer, readback: _LossReadback
+) -> bytes:
+    return serialise_checkpoint(
+        {
+            "step": done,
+            "lora": lora_state(model),
+            "optimizer": optimizer.state_dict(),
+            "history": readback.history,
+            "loss_total": readback.loss_total,
+        }
+    )
+
+
+def _step_loss(
+    step: _Step, training: _Training, fast: _EngineMicroBatches | None
+) -> list[torch.Tensor]:
+    """Forward and backward of the step's micro-batches; their weighted losses (not read back)."""
+    from training_bridge.rigel.inputs import build_batch
+
+    backbone, head = training.backbone, training.head
+    on_cuda = backbone.device.type == "cuda"
+    step_losses: list[torch.Tensor] = []
+    for positions in step.micros:
+        micro = [training.records[i] for i in positions]
+        targets = torch.tensor([r.class_index for r in micro])
+        targets = targets.to(backbone.device, non_blocking=on_cuda)
+        if fast is not None:
+            logits = fast.logits(backbone, head)
+        else:
+            batch = build_batch(
+                training.loader.examples(micro),
+                backbone,
+                reference_free=training.config.reference_free,
+                device=backbone.device,
+            )
+            logits = head_score_logits(backbone, head, batch)
+        # Each micro-batch's mean loss weighted by its share of the global batch: the sum
+        # over micro-batches and processes is the global batch's mean.
+        loss = phase2_loss(logits, targets) * (len(micro) / len(step.batch_positions))
+        loss.backward()
+        step_losses.append(loss.detach().float().reshape(1))
+    return step_losses
 
 
 def train_phase2(
@@ -313,149 +485,58 @@ def train_phase2(
     queueing work while the GPU runs; the step callback then comes one step late (False: at the
     end of each step, for comparisons). With the engine, the vision tower runs for the new clips
     of the next ``vision_lookahead`` micro-batches at once (1: each micro-batch's own)."""
-    from training_bridge.rigel.inputs import build_batch
-
     dist = dist or Distributed()
     model = backbone.extra.get("peft_model") or apply_lora(backbone, config)
-    if head is not None:
-        head.eval()  # no dropout: Phase 2 reads the head, it does not train it
-        for parameter in head.parameters():
-            parameter.requires_grad_(False)
-    named = trainable_parameters(model)
-    parameters = [p for _, p in named]
+    head = _frozen(head)
+    parameters = [p for _, p in trainable_parameters(model)]
     optimizer = make_phase2_optimizer(parameters, config, fused=backbone.device.type == "cuda")
-    count = len(records)
-    if count == 0:
+    if len(records) == 0:
         raise ValueError("no training samples for Phase 2")
-    global_batch = config.phase2_batch_size
     orders = epoch_orders(records, config)
     if not orders:
         raise ValueError("no training samples for Phase 2 under its image/video epochs")
-    # (epoch, first position of the step in that epoch's order), one per optimiser step
-    steps: list[tuple[int, int]] = [
-        (epoch, first)
-        for epoch, order in enumerate(orders)
-        for first in range(0, len(order), global_batch)
-    ]
-    total_steps = len(steps)
-    start_step = 0
-    history: list[dict[str, float]] = []
-    loss_total = 0.0
-    if resume is not None:
-        state = deserialise_checkpoint(resume)
-        load_lora_state(model, state["lora"])
-        optimizer.load_state_dict(state["optimizer"])
-        start_step = int(state["step"])
-        history = list(state.get("history", []))
-        loss_total = float(state.get("loss_total", 0.0))
-        if log:
-            log(f"phase 2: resumed from the checkpoint at step {start_step}/{total_steps}")
+    total_steps, _ = _schedule(orders, config, dist, start_step=0)
+    start_step, history, loss_total = _resumed(resume, model, optimizer)
+    if resume is not None and log:
+        log(f"phase 2: resumed from the checkpoint at step {start_step}/{total_steps}")
     model.train()
     # The vision tower has no trainable weight; keep it (and its dropout-free blocks) in eval.
     backbone.model.model.visual.eval()
     # The whole schedule first (the engine prepares its micro-batches ahead, in this order).
-    schedule: list[tuple[int, int, list[int], list[list[int]]]] = []
-    for step in range(start_step, total_steps):
-        epoch, first = steps[step]
-        batch_positions = orders[epoch][first : first + global_batch]
-        mine = dist.shard(batch_positions)
-        micro_size = config.phase2_micro_batch_size
-        micros = [mine[first : first + micro_size] for first in range(0, len(mine), micro_size)]
-        schedule.append((step, epoch, batch_positions, micros))
-    plan = [micro for *_, micros in schedule for micro in micros]  # this process's micro-batches
-    if config.compiles_phase2(backbone.device.type, sum(len(micro) for micro in plan)):
-        from training_bridge.rigel.fused import compile_decoder_layers
-
-        # After LoRA is injected: the adapters are part of the compiled graph.
-        compile_decoder_layers(backbone.model.model.language_model)
-    fast = None
-    if engine is not None and schedule:
-        fast = _EngineMicroBatches(
-            engine, loader, records, plan, vision_cache_clips, vision_lookahead
-        )
-    # Losses are read back to the host one step late (``overlap_host``): each step's summed loss
-    # is copied to pinned memory behind an event, and read once the next step's work is queued,
-    # so the host never waits for the GPU to drain its queue (the losses, history, callbacks and
-    # checkpoints are the same, the callbacks only come one step later).
-    on_cuda = backbone.device.type == "cuda"
-    pending: list[tuple[int, int, int, torch.Tensor, Any]] = []
-
-    def settle(keep: int) -> None:
-        nonlocal loss_total
-        while len(pending) > keep:
-            done, epoch, size, host_loss, event = pending.pop(0)
-            if event is not None:
-                event.synchronize()
-            step_loss = float(host_loss)
-            loss_total += step_loss * size
-            history.append({"step": done, "epoch": epoch + 1, "loss": step_loss})
-            if dist.is_main and on_step:
-                on_step(done, total_steps, step_loss)
-
-    for step, epoch, batch_positions, micros in schedule:
+    _, schedule = _schedule(orders, config, dist, start_step)
+    training = _Training(backbone, head, loader, records, config)
+    fast = _prepare_steps(schedule, training, engine, vision_cache_clips, vision_lookahead)
+    readback = _LossReadback(
+        total_steps=total_steps,
+        history=history,
+        loss_total=loss_total,
+        on_step=on_step,
+        is_main=dist.is_main,
+        overlap=overlap_host,
+        on_cuda=backbone.device.type == "cuda",
+    )
+    for step in schedule:
         optimizer.zero_grad(set_to_none=True)
-        step_losses: list[torch.Tensor] = []
-        for positions in micros:
-            micro = [records[i] for i in positions]
-            targets = torch.tensor([r.class_index for r in micro])
-            targets = targets.to(backbone.device, non_blocking=on_cuda)
-            if fast is not None:
-                logits = fast.logits(backbone, head)
-            else:
-                batch = build_batch(
-                    loader.examples(micro),
-                    backbone,
-                    reference_free=config.reference_free,
-                    device=backbone.device,
-                )
-                logits = head_score_logits(backbone, head, batch)
-            # Each micro-batch's mean loss weighted by its share of the global batch: the sum
-            # over micro-batches and processes is the global batch's mean.
-            loss = phase2_loss(logits, targets) * (len(micro) / len(batch_positions))
-            loss.backward()
-            step_losses.append(loss.detach().float().reshape(1))
+        step_losses = _step_loss(step, training, fast)
         dist.all_reduce_gradients(parameters)
         optimizer.step()
-        step_loss_t = dist.all_reduce_sum_tensor(
+        step_loss = dist.all_reduce_sum_tensor(
             torch.cat(step_losses).sum() if step_losses else torch.zeros((), device=backbone.device)
         )
-        done = step + 1
-        if overlap_host:
-            if on_cuda:
-                host_loss = torch.empty((), dtype=torch.float32, pin_memory=True)
-                host_loss.copy_(step_loss_t, non_blocking=True)
-                event: Any = torch.cuda.Event()
-                event.record()
-            else:
-                host_loss, event = step_loss_t.detach().clone(), None
-            pending.append((done, epoch, len(batch_positions), host_loss, event))
-            settle(keep=1)
-        else:
-            pending.append((done, epoch, len(batch_positions), step_loss_t.cpu(), None))
-            settle(keep=0)
+        done = step.index + 1
+        readback.push(done, step.epoch, len(step.batch_positions), step_loss)
         if on_checkpoint and (done % config.phase2_checkpoint_every == 0) and done < total_steps:
-            settle(keep=0)
+            readback.settle(keep=0)
             if dist.is_main:
-                on_checkpoint(
-                    done,
-                    serialise_checkpoint(
-                        {
-                            "step": done,
-                            "lora": lora_state(model),
-                            "optimizer": optimizer.state_dict(),
-                            "history": history,
-                            "loss_total": loss_total,
-                        }
-                    ),
-                )
+                on_checkpoint(done, _checkpoint(done, model, optimizer, readback))
             dist.barrier()
-    settle(keep=0)
+    readback.settle(keep=0)
     model.eval()
     samples = sum(len(order) for order in orders)
     return Phase2Result(
         steps=total_steps,
         samples=samples,
-        mean_loss=loss_total / max(1, samples),
+        mean_loss=readback.loss_total / max(1, samples),
         resumed_from_step=start_step,
         history=history,
     )

@@ -18,138 +18,28 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-from training_bridge.rigel.config import Ablation, RigelConfig
+from training_bridge.rigel.config import Ablation
 from training_bridge.rigel.data import (
     ExampleLoader,
     ReleaseRecord,
-    TrainingRelease,
-    read_training_release,
 )
 from training_bridge.rigel.distributed import Distributed
+from training_bridge.rigel.run_context import (
+    NullReporter,
+    Reporter,
+    RunSpec,
+    load_backbone_for,
+    make_engine,
+    training_release,
+)
 from training_bridge.rigel.store import Store
 
 STEPS = ("teacher", "phase1", "phase2", "evaluate")
 MULTI_PROCESS_STEPS = ("teacher", "phase2")
 TEACHER_SPLITS = ("train", "validation")
-
-
-class Reporter(Protocol):
-    def progress(self, fraction: float, message: str) -> None:
-        """Overall progress of the step in [0, 1]; may raise to stop the step (cancel)."""
-
-    def point(self, values: dict[str, Any]) -> None:
-        """One point of the run's curves: phase, epoch/step, loss, validation tau."""
-
-    def log(self, message: str) -> None: ...
-
-    def checkpoint(self, phase: str, key: str, step: int) -> None:
-        """A checkpoint was stored under `key`; remember it for a resume."""
-
-
-class NullReporter:
-    def progress(self, fraction: float, message: str) -> None:
-        pass
-
-    def point(self, values: dict[str, Any]) -> None:
-        pass
-
-    def log(self, message: str) -> None:
-        pass
-
-    def checkpoint(self, phase: str, key: str, step: int) -> None:
-        pass
-
-
-@dataclass
-class RunSpec:
-    run_prefix: str  # "training/runs/<id>"
-    release_prefix: str  # where the release's data/*.jsonl live
-    release_key: str  # stable identity of the release in the cache path (its id)
-    config: RigelConfig
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "run_prefix": self.run_prefix,
-            "release_prefix": self.release_prefix,
-            "release_key": self.release_key,
-            "config": self.config.to_dict(),
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunSpec:
-        return cls(
-            run_prefix=data["run_prefix"],
-            release_prefix=data["release_prefix"],
-            release_key=str(data["release_key"]),
-            config=RigelConfig.from_dict(data["config"]),
-        )
-
-    def artifact(self, name: str) -> str:
-        return f"{self.run_prefix}/artifacts/{name}"
-
-    def checkpoint_key(self, phase: str, step: int) -> str:
-        return f"{self.run_prefix}/checkpoints/{phase}-step-{step:06d}.pt"
-
-
-def _training_release(*, spec: RunSpec, store: Store, reporter: Reporter) -> TrainingRelease:
-    """The release's candidates whose clips have a video; the others are named in the log."""
-    release = read_training_release(store, spec.release_prefix)
-    if release.left_out:
-        reporter.log(release.describe_left_out())
-    return release
-
-
-def load_backbone_for(config: RigelConfig, dist: Distributed) -> Any:
-    from training_bridge.rigel.backbone import load_backbone, with_frame_budget
-
-    backbone = load_backbone(
-        config.backbone, device=dist.device_for(config.device), dtype=config.torch_dtype_name
-    )
-    backbone.vision = with_frame_budget(
-        backbone.vision, frames=config.frames, frame_pixels=config.frame_pixels
-    )
-    return backbone
-
-
-def make_engine(
-    backbone: Any,
-    config: RigelConfig,
-    *,
-    head: Any | None = None,
-    batch_size: int,
-    processes: int = 1,
-    samples: int | None = None,
-) -> Any | None:
-    """The fast inference engine when the config asks for it on this device, else None. Under
-    torchrun the processes share the machine's cores for their decoding workers. `samples`: how
-    many samples this process will run through it, when known (decides `engine_compile` "auto")."""
-    if not config.uses_engine(backbone.device.type):
-        return None
-    from training_bridge.rigel.engine import ScoringEngine
-
-    workers = config.engine_workers
-    if workers < 0:
-        workers = max(0, min(16, (os.cpu_count() or 1) // max(1, processes) - 1))
-    # Compiled, the engine also fuses the element-wise ops left outside the decoder layers (the
-    # vision tower's rotary embeddings above all): 8.7 against 10.4 ms/sample on an H100. Those
-    # patches are process-wide; `ScoringEngine.close()` undoes them.
-    compiled = config.compiles_engine(backbone.device.type, samples)
-    return ScoringEngine(
-        backbone,
-        head,
-        batch_size=batch_size,
-        reference_free=config.reference_free,
-        num_workers=workers,
-        compile_layers=compiled,
-        fuse_elementwise=compiled,
-        fp8=config.engine_fp8,
-    )
 
 
 def run_step(
@@ -209,7 +99,7 @@ def step_teacher(
     if not Ablation.runs_teacher(config.ablation):
         reporter.log(f"teacher pass skipped (ablation {config.ablation})")
         return {"skipped": True}
-    release = _training_release(spec=spec, store=store, reporter=reporter)
+    release = training_release(spec=spec, store=store, reporter=reporter)
     backbone = load_backbone_for(config, dist)
     fingerprint = backbone_fingerprint(backbone)
     version = prompt_version(
@@ -299,7 +189,7 @@ def step_phase1(
     teacher = results.get("teacher") or {}
     if "cache_prefix" not in teacher:
         raise RuntimeError("phase 1 needs the teacher pass's cache")
-    release = _training_release(spec=spec, store=store, reporter=reporter)
+    release = training_release(spec=spec, store=store, reporter=reporter)
     train = load_split(store, teacher["cache_prefix"], "train")
     validation = load_split(store, teacher["cache_prefix"], "validation")
     human = np.asarray(_human_in_order(release["validation"], validation.candidate_ids))
@@ -351,6 +241,58 @@ def step_phase1(
 # --- Phase 2 ----------------------------------------------------------------------------------
 
 
+def _phase2_head(
+    *, spec: RunSpec, store: Store, phase1_head_key: str | None, backbone: Any, dist: Distributed
+) -> Any:
+    """The frozen head Phase 2 trains under: Phase 1's, a random one (the random-head ablation,
+    stored for scoring) or none (the LM-head ablation)."""
+    from training_bridge.rigel.head import build_head, head_from_bytes, head_to_bytes
+
+    config = spec.config
+    head = None
+    if config.ablation == Ablation.RANDOM_HEAD:
+        # Metric (iii) of the paper: Phase 2 on a randomly initialised head, no Phase 1.
+        head = build_head(backbone.hidden_size, dropout=config.head_dropout, seed=config.seed)
+        if dist.is_main:
+            store.put_bytes(
+                spec.artifact("head.safetensors"), head_to_bytes(head, dropout=config.head_dropout)
+            )
+    elif Ablation.runs_phase1(config.ablation):  # full, kl_loss: the head Phase 1 distilled
+        head = head_from_bytes(store.read_bytes(str(phase1_head_key)))
+    if head is not None:
+        head = head.to(backbone.device)
+    return head
+
+
+class _Phase2Checkpoints:
+    """Stores Phase 2's checkpoints and keeps only the newest (written first, then the old one
+    goes); `discard` removes the last once the adapter is stored."""
+
+    def __init__(self, spec: RunSpec, store: Store, reporter: Reporter, key: str | None) -> None:
+        self.spec = spec
+        self.store = store
+        self.reporter = reporter
+        self.previous: list[str] = [str(key)] if key else []
+        self.resume: bytes | None = None
+        if key and store.exists(key):
+            self.resume = store.read_bytes(key)
+
+    def on_checkpoint(self, done: int, data: bytes) -> None:
+        key = self.spec.checkpoint_key("phase2", done)
+        self.store.put_bytes(key, data)
+        self.reporter.checkpoint("phase2", key, done)
+        self.reporter.log(f"phase 2: checkpoint at step {done}")
+        while self.previous:
+            old = self.previous.pop()
+            if old != key:
+                self.store.delete(old)
+        self.previous.append(key)
+
+    def discard(self) -> None:
+        for old in self.previous:
+            self.store.delete(old)
+
+
 def step_phase2(
     *,
     spec: RunSpec,
@@ -360,70 +302,41 @@ def step_phase2(
     checkpoint: dict[str, Any] | None,
     dist: Distributed,
 ) -> dict[str, Any]:
-    from training_bridge.rigel.head import build_head, head_from_bytes, head_to_bytes
     from training_bridge.rigel.phase2 import apply_lora, save_adapter, train_phase2
 
     config = spec.config
     if not Ablation.runs_phase2(config.ablation):
         reporter.log(f"phase 2 skipped (ablation {config.ablation})")
         return {"skipped": True}
-    release = _training_release(spec=spec, store=store, reporter=reporter)
+    release = training_release(spec=spec, store=store, reporter=reporter)
     backbone = load_backbone_for(config, dist)
-    head = None
-    head_key = spec.artifact("head.safetensors")
-    if config.ablation == Ablation.RANDOM_HEAD:
-        # Metric (iii) of the paper: Phase 2 on a randomly initialised head, no Phase 1.
-        head = build_head(backbone.hidden_size, dropout=config.head_dropout, seed=config.seed)
-        if dist.is_main:
-            store.put_bytes(head_key, head_to_bytes(head, dropout=config.head_dropout))
-    elif Ablation.runs_phase1(config.ablation):  # full, kl_loss: the head Phase 1 distilled
-        head = head_from_bytes(store.read_bytes(results["phase1"]["head_key"]))
-    if head is not None:
-        head = head.to(backbone.device)
+    # RANDOM_HEAD runs no Phase 1; the others that do stored its head.
+    phase1_head_key = (
+        results["phase1"]["head_key"] if Ablation.runs_phase1(config.ablation) else None
+    )
+    head = _phase2_head(
+        spec=spec, store=store, phase1_head_key=phase1_head_key, backbone=backbone, dist=dist
+    )
     apply_lora(backbone, config)
-    resume = None
-    if checkpoint and checkpoint.get("key") and store.exists(checkpoint["key"]):
-        resume = store.read_bytes(checkpoint["key"])
+    checkpoints = _Phase2Checkpoints(spec, store, reporter, (checkpoint or {}).get("key"))
     # On CUDA the fast engine prepares the micro-batches in worker processes (file paths are
     # decoded there) and caches the frozen vision tower's features per clip.
     engine = make_engine(backbone, config, batch_size=config.phase2_micro_batch_size)
-    loader = ExampleLoader(store, frames=config.frames, lazy=engine is not None)
-    previous_checkpoint: list[str] = (
-        [str(checkpoint["key"])] if checkpoint and checkpoint.get("key") else []
-    )
-
-    # Test-only: seconds to sleep after each step, so a fault-injection test can kill the worker
-    # mid-phase. Leave unset.
-    step_delay = float(os.environ.get("LEPUS_TRAINING_TEST_STEP_DELAY", "0") or 0)
 
     def on_step(done: int, total: int, loss: float) -> None:
         reporter.point({"phase": "phase2", "step": done, "loss": loss})
         reporter.progress(done / total, f"phase 2: step {done}/{total}, loss {loss:.4f}")
-        if step_delay:
-            time.sleep(step_delay)
-
-    def on_checkpoint(done: int, data: bytes) -> None:
-        key = spec.checkpoint_key("phase2", done)
-        store.put_bytes(key, data)
-        reporter.checkpoint("phase2", key, done)
-        reporter.log(f"phase 2: checkpoint at step {done}")
-        # Keep only the newest checkpoint (written first, then the old one goes).
-        while previous_checkpoint:
-            old = previous_checkpoint.pop()
-            if old != key:
-                store.delete(old)
-        previous_checkpoint.append(key)
 
     result = train_phase2(
         backbone=backbone,
         head=head,
-        loader=loader,
+        loader=ExampleLoader(store, frames=config.frames, lazy=engine is not None),
         records=release["train"],
         config=config,
         dist=dist,
         on_step=on_step,
-        on_checkpoint=on_checkpoint,
-        resume=resume,
+        on_checkpoint=checkpoints.on_checkpoint,
+        resume=checkpoints.resume,
         log=reporter.log if dist.is_main else None,
         engine=engine,
     )
@@ -433,8 +346,7 @@ def step_phase2(
             if name.endswith((".safetensors", ".json")):  # not PEFT's generated README
                 store.put_bytes(f"{adapter_prefix}/{name}", data)
         # The adapter is stored: the resume checkpoints have served their purpose.
-        for old in previous_checkpoint:
-            store.delete(old)
+        checkpoints.discard()
         reporter.log(
             f"phase 2: {result.steps} steps, mean loss {result.mean_loss:.4f}"
             + (f" (resumed at step {result.resumed_from_step})" if result.resumed_from_step else "")
@@ -442,7 +354,7 @@ def step_phase2(
     dist.barrier()
     return {
         "adapter_prefix": adapter_prefix,
-        "head_key": head_key if head is not None else None,
+        "head_key": spec.artifact("head.safetensors") if head is not None else None,
         "steps": result.steps,
         "samples": result.samples,
         # Table 4's "1 (image) / 1 (video)": the records of each modality Phase 2 trained on
@@ -514,7 +426,7 @@ def step_evaluate(
     from training_bridge.rigel.evaluate import evaluate_split, table_markdown
 
     config = spec.config
-    release = _training_release(spec=spec, store=store, reporter=reporter)
+    release = training_release(spec=spec, store=store, reporter=reporter)
     splits = [split for split in (RESULT_SPLIT, SELECTION_SPLIT) if split in release]
     model = load_run_model(spec=spec, store=store, results=results)
     loader = ExampleLoader(store, frames=config.frames, lazy=model.engine is not None)

@@ -42,7 +42,7 @@ class TrainedRigel:
     @torch.no_grad()
     def score_logits(self, examples: Sequence[Any]) -> torch.Tensor:
         from training_bridge.rigel.inputs import build_batch
-        from training_bridge.rigel.phase2 import head_score_logits
+        from training_bridge.rigel.score_logits import head_score_logits
 
         batch = build_batch(
             examples,

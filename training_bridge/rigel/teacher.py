@@ -24,6 +24,7 @@ import torch
 
 from training_bridge.rigel.data import ExampleLoader, ReleaseRecord
 from training_bridge.rigel.distributed import Distributed
+from training_bridge.rigel.score_logits import score_token_logits
 from training_bridge.rigel.store import Store
 
 CACHE_ROOT = "training/cache"
@@ -109,16 +110,6 @@ def answer_position_outputs(
     return hidden, score_logits
 
 
-def score_token_logits(backbone: Any, hidden: torch.Tensor) -> torch.Tensor:
-    lm_head = backbone.model.lm_head
-    ids = torch.as_tensor(backbone.score_token_ids, device=hidden.device)
-    weight = lm_head.weight.index_select(0, ids)
-    logits = hidden.to(weight.dtype) @ weight.T
-    if getattr(lm_head, "bias", None) is not None:
-        logits = logits + lm_head.bias.index_select(0, ids)
-    return logits.float()
-
-
 # --- the pass ---------------------------------------------------------------------------------
 
 
@@ -182,10 +173,6 @@ def run_teacher_split(
     through the backbone (0 when the cache was complete). With `engine` (a
     `training_bridge.rigel.engine.ScoringEngine`) the forward runs through it: same numbers,
     decoding in worker processes and a faster GPU path."""
-    from safetensors.torch import save as save_safetensors
-
-    from training_bridge.rigel.inputs import build_batch
-
     dist = dist or Distributed()
     ids = [record.candidate_id for record in records]
     if cached_split_is_complete(store, prefix, split, ids):
@@ -202,38 +189,17 @@ def run_teacher_split(
                 on_progress(end, total)
             continue
         positions = dist.shard(list(range(start, end)))
-        local: list[tuple[int, torch.Tensor, torch.Tensor]] = []
+        examples = [records[i] for i in positions]
         if engine is not None:
-            if positions:
-                output = engine.run(loader.examples([records[i] for i in positions]))
-                hidden_all = torch.from_numpy(output.hidden)
-                logits_all = torch.from_numpy(output.score_logits)
-                local = [(p, hidden_all[k], logits_all[k]) for k, p in enumerate(positions)]
-                computed += len(positions)
+            local = _engine_outputs(engine, loader, examples, positions)
         else:
-            for first in range(0, len(positions), batch_size):
-                chunk = positions[first : first + batch_size]
-                batch = build_batch(
-                    loader.examples([records[i] for i in chunk]),
-                    backbone,
-                    reference_free=reference_free,
-                    device=backbone.device,
-                )
-                hidden, logits = answer_position_outputs(backbone, batch)
-                for row, position in enumerate(chunk):
-                    local.append((position, hidden[row].cpu(), logits[row].cpu()))
-                computed += len(chunk)
+            local = _backbone_outputs(
+                backbone, loader, examples, positions, reference_free, batch_size
+            )
+        computed += len(local)
         gathered = [item for part in dist.gather_objects(local) for item in part]
         if dist.is_main:
-            gathered.sort(key=lambda item: item[0])
-            if [item[0] for item in gathered] != list(range(start, end)):
-                raise RuntimeError(f"teacher shard {index} of {split} is incomplete")
-            tensors = {
-                "hidden": torch.stack([item[1] for item in gathered]).contiguous(),
-                "score_logits": torch.stack([item[2] for item in gathered]).float().contiguous(),
-            }
-            metadata = {"candidate_ids": json.dumps(ids[start:end]), "first": str(start)}
-            store.put_bytes(key, save_safetensors(tensors, metadata=metadata))
+            _store_shard(store, key, gathered, ids, start, end, f"teacher shard {index} of {split}")
         dist.barrier()
         if on_progress:
             on_progress(end, total)
@@ -244,6 +210,67 @@ def run_teacher_split(
         store.put_bytes(marker_key(prefix, split), json.dumps(marker, sort_keys=True).encode())
     dist.barrier()
     return int(dist.all_reduce_sum(float(computed)))
+
+
+TeacherRow = tuple[int, torch.Tensor, torch.Tensor]  # (record position, hidden, score logits)
+
+
+def _engine_outputs(
+    engine: Any, loader: ExampleLoader, examples: list[ReleaseRecord], positions: list[int]
+) -> list[TeacherRow]:
+    if not positions:
+        return []
+    output = engine.run(loader.examples(examples))
+    hidden_all = torch.from_numpy(output.hidden)
+    logits_all = torch.from_numpy(output.score_logits)
+    return [(p, hidden_all[k], logits_all[k]) for k, p in enumerate(positions)]
+
+
+def _backbone_outputs(
+    backbone: Any,
+    loader: ExampleLoader,
+    examples: list[ReleaseRecord],
+    positions: list[int],
+    reference_free: bool,
+    batch_size: int,
+) -> list[TeacherRow]:
+    from training_bridge.rigel.inputs import build_batch
+
+    local: list[TeacherRow] = []
+    for first in range(0, len(positions), batch_size):
+        batch = build_batch(
+            loader.examples(examples[first : first + batch_size]),
+            backbone,
+            reference_free=reference_free,
+            device=backbone.device,
+        )
+        hidden, logits = answer_position_outputs(backbone, batch)
+        for row, position in enumerate(positions[first : first + batch_size]):
+            local.append((position, hidden[row].cpu(), logits[row].cpu()))
+    return local
+
+
+def _store_shard(
+    store: Store,
+    key: str,
+    gathered: list[TeacherRow],
+    ids: Sequence[str],
+    start: int,
+    end: int,
+    name: str,
+) -> None:
+    """One shard of every process's rows, in record order, with its candidate ids."""
+    from safetensors.torch import save as save_safetensors
+
+    gathered.sort(key=lambda item: item[0])
+    if [item[0] for item in gathered] != list(range(start, end)):
+        raise RuntimeError(f"{name} is incomplete")
+    tensors = {
+        "hidden": torch.stack([item[1] for item in gathered]).contiguous(),
+        "score_logits": torch.stack([item[2] for item in gathered]).float().contiguous(),
+    }
+    metadata = {"candidate_ids": json.dumps(ids[start:end]), "first": str(start)}
+    store.put_bytes(key, save_safetensors(tensors, metadata=metadata))
 
 
 def _shard_matches(data: bytes, ids: Sequence[str]) -> bool:

@@ -99,18 +99,12 @@ def _rate(text: str | None) -> float:
 
 
 def available_decoders() -> list[str]:
-    """Installed decoders, fastest first: ``av`` (PyAV), ``cv2`` (OpenCV), ``ffmpeg`` (binary)."""
+    """Installed decoders, fastest first: ``av`` (PyAV), ``ffmpeg`` (binary)."""
     names: list[str] = []
     try:
         import av  # noqa: F401
 
         names.append("av")
-    except ImportError:
-        pass
-    try:
-        import cv2  # noqa: F401
-
-        names.append("cv2")
     except ImportError:
         pass
     if shutil.which("ffmpeg") and shutil.which("ffprobe"):
@@ -125,34 +119,88 @@ def decode_video(
     size: tuple[int, int] | None = None,
     backend: str = "auto",
 ) -> DecodedVideo:
-    """Decode ``num_frames`` uniformly sampled frames of an MP4 (or any file ffmpeg/OpenCV read).
+    """Decode ``num_frames`` uniformly sampled frames of an MP4 (or any file ffmpeg reads).
 
     ``size`` = (height, width) scales the frames while decoding (faster, but not bit-identical to
     the processor's bicubic resize); ``None`` keeps the native size (the processor path).
     ``backend``: ``av`` (PyAV, in-process, decodes only what the sampled frames need),
     ``av_cuda`` (the same through FFmpeg's CUDA hardware decoder, NVDEC, the frames copied back to
-    the CPU; it never falls back to software, so a machine without NVDEC raises), ``cv2``
-    (OpenCV, in-process), ``ffmpeg`` (a subprocess piping raw RGB), or ``auto``: the decoder named
-    by the ``LEPUS_VIDEO_DECODER`` environment variable, else the first of these installed.
-    ``av`` and ``cv2`` give the same pixels (both convert with libswscale's defaults);
-    ``ffmpeg``'s conversion differs slightly.
+    the CPU; it never falls back to software, so a machine without NVDEC raises), ``ffmpeg`` (a
+    subprocess piping raw RGB), or ``auto``: the decoder named by the ``LEPUS_VIDEO_DECODER``
+    environment variable, else the first of these installed. ``ffmpeg``'s colour conversion
+    differs slightly from ``av``'s (libswscale's defaults).
     """
     if backend == "auto":
         backend = os.environ.get(DECODER_ENV, "").strip() or "auto"
     if backend == "auto":
         names = available_decoders()
         if not names:
-            raise RuntimeError("no video decoder: install av, opencv-python-headless or ffmpeg")
+            raise RuntimeError("no video decoder: install av or ffmpeg")
         backend = names[0]
     if backend == "av":
         return _decode_av(path, num_frames, size)
     if backend == "av_cuda":
         return _decode_av(path, num_frames, size, hwaccel="cuda")
-    if backend == "cv2":
-        return _decode_cv2(path, num_frames, size)
     if backend == "ffmpeg":
         return _decode_ffmpeg(path, num_frames, size)
     raise ValueError(f"unknown decoder {backend!r}")
+
+
+def _av_open_options(hwaccel: str | None) -> dict[str, Any]:
+    """`av.open`'s options: none in software; an FFmpeg hardware decoder that never falls back."""
+    if hwaccel is None:
+        return {}
+    from av.codec.hwaccel import HWAccel
+
+    # primary_ctx: every clip reuses the device's primary CUDA context (creating one per clip
+    # would cost more than decoding it)
+    return {
+        "hwaccel": HWAccel(
+            device_type=hwaccel,
+            allow_software_fallback=False,
+            options={"primary_ctx": "1"} if hwaccel == "cuda" else None,
+        )
+    }
+
+
+def _next_keyframes(packets: Sequence[Any], timestamps: bool) -> list[int | None]:
+    """next_key[k]: the timestamp of the first keyframe at or after decode position k (None when
+    there is none, or no timestamps)."""
+    next_key: list[int | None] = [None] * (len(packets) + 1)
+    for k in range(len(packets) - 1, -1, -1):
+        packet = packets[k]
+        next_key[k] = (
+            cast(int, packet.pts) if timestamps and packet.is_keyframe else next_key[k + 1]
+        )
+    return next_key
+
+
+class _WantedFrames:
+    """The sampled frames as they come out of the decoder, keyed by timestamp (or, without
+    timestamps, by output position), converted to RGB (scaled to `size` when given)."""
+
+    def __init__(self, wanted: set[int], *, size: tuple[int, int] | None, timestamps: bool) -> None:
+        self.remaining = set(wanted)
+        self.size = size
+        self.timestamps = timestamps
+        self.got: dict[int, np.ndarray] = {}
+        self.shown = 0  # frames out of the decoder, for streams without timestamps
+
+    def keep(self, frames: list[Any]) -> None:
+        for frame in frames:
+            key = int(frame.pts) if self.timestamps else self.shown
+            self.shown += 1
+            if key in self.remaining:
+                self.remaining.discard(key)
+                if self.size is None:
+                    self.got[key] = frame.to_ndarray(format="rgb24")
+                else:
+                    self.got[key] = frame.reformat(
+                        width=self.size[1],
+                        height=self.size[0],
+                        format="rgb24",
+                        interpolation="AREA",
+                    ).to_ndarray()
 
 
 def _decode_av(
@@ -185,18 +233,7 @@ def _decode_av(
     """
     import av
 
-    options: dict[str, Any] = {}
-    if hwaccel is not None:
-        from av.codec.hwaccel import HWAccel
-
-        # primary_ctx: every clip reuses the device's primary CUDA context (creating one per
-        # clip would cost more than decoding it)
-        options["hwaccel"] = HWAccel(
-            device_type=hwaccel,
-            allow_software_fallback=False,
-            options={"primary_ctx": "1"} if hwaccel == "cuda" else None,
-        )
-    with av.open(str(path), **options) as container:
+    with av.open(str(path), **_av_open_options(hwaccel)) as container:
         stream = container.streams.video[0]
         codec = stream.codec_context
         codec.thread_count = 1
@@ -211,46 +248,24 @@ def _decode_av(
         total = len(order)
         indices = sample_indices(total, num_frames)
         wanted = {order[int(i)] for i in indices}
-        # next_key[k]: the timestamp of the first keyframe at or after decode position k.
-        next_key: list[int | None] = [None] * (len(packets) + 1)
-        for k in range(len(packets) - 1, -1, -1):
-            packet = packets[k]
-            next_key[k] = (
-                cast(int, packet.pts) if timestamps and packet.is_keyframe else next_key[k + 1]
-            )
-        got: dict[int, np.ndarray] = {}
-        remaining = set(wanted)
-        shown = 0  # frames out of the decoder, for streams without timestamps
-
-        def keep(frames: list[Any]) -> None:
-            nonlocal shown
-            for frame in frames:
-                key = int(frame.pts) if timestamps else shown
-                shown += 1
-                if key in remaining:
-                    remaining.discard(key)
-                    if size is None:
-                        got[key] = frame.to_ndarray(format="rgb24")
-                    else:
-                        got[key] = frame.reformat(
-                            width=size[1], height=size[0], format="rgb24", interpolation="AREA"
-                        ).to_ndarray()
-
+        next_key = _next_keyframes(packets, timestamps)
+        kept = _WantedFrames(wanted, size=size, timestamps=timestamps)
         for k, packet in enumerate(packets):
-            if not remaining:
+            if not kept.remaining:
                 break
             if skip_unneeded:
                 later = next_key[k + 1]
-                if later is not None and min(remaining) >= later:
+                if later is not None and min(kept.remaining) >= later:
                     continue  # decoding restarts at that keyframe (this one too, if it is one)
                 codec.skip_frame = "DEFAULT" if cast(int, packet.pts) in wanted else "NONREF"
-            keep(codec.decode(packet))
-        if remaining:
+            kept.keep(codec.decode(packet))
+        if kept.remaining:
             codec.skip_frame = "DEFAULT"
-            keep(codec.decode(None))
+            kept.keep(codec.decode(None))
+    got = kept.got
     if not got:
         raise RuntimeError(f"PyAV decoded no frames from {path}")
-    # A stream shorter than its packets promise repeats its last decoded frame, as cv2 does.
+    # A stream shorter than its packets promise repeats its last decoded frame.
     last = got[max(got)]
     frames = np.stack([got.get(order[int(i)], last) for i in indices])
     return DecodedVideo(frames=frames, indices=indices, fps=fps, total_frames=total)
@@ -294,57 +309,6 @@ def _decode_ffmpeg(path: str | Path, num_frames: int, size: tuple[int, int] | No
     # Map each wanted index to its decoded frame (a short stream repeats its last frame).
     position = {index: min(k, got - 1) for k, index in enumerate(wanted)}
     frames = np.stack([decoded[position[int(i)]] for i in indices])
-    return DecodedVideo(frames=frames, indices=indices, fps=fps, total_frames=total)
-
-
-def _open_capture(cv2: Any, path: str) -> Any:
-    """An FFmpeg capture with ONE decoding thread. OpenCV's default is one thread per core in
-    every capture (``OPENCV_FFMPEG_CAPTURE_OPTIONS="threads;1"`` does not change it): with one
-    decoding process per core that oversubscribes the machine. Clips are decoded in parallel
-    by processes, so single-threaded decoding costs no throughput and no thread switching."""
-    prop = getattr(cv2, "CAP_PROP_N_THREADS", None)
-    if prop is not None and hasattr(cv2, "CAP_FFMPEG"):
-        cap = cv2.VideoCapture(path, cv2.CAP_FFMPEG, [prop, DECODE_THREADS])
-        if cap.isOpened():
-            return cap
-    return cv2.VideoCapture(path)
-
-
-DECODE_THREADS = 1
-
-
-def _decode_cv2(path: str | Path, num_frames: int, size: tuple[int, int] | None) -> DecodedVideo:
-    import cv2
-
-    cap = _open_capture(cv2, str(path))
-    if not cap.isOpened():
-        raise RuntimeError(f"OpenCV cannot open {path}")
-    try:
-        total = int(cap.get(cv2.CAP_PROP_FRAME_COUNT))
-        fps = float(cap.get(cv2.CAP_PROP_FPS)) or 24.0
-        indices = sample_indices(total, num_frames)
-        wanted = sorted(set(int(i) for i in indices))
-        by_index: dict[int, np.ndarray] = {}
-        last: np.ndarray | None = None
-        position = 0
-        for index in wanted:
-            while position < index:  # decode without colour conversion up to the next frame
-                if not cap.grab():
-                    break
-                position += 1
-            ok, frame = cap.read()
-            if not ok:
-                break
-            position += 1
-            if size is not None:
-                frame = cv2.resize(frame, (size[1], size[0]), interpolation=cv2.INTER_AREA)
-            last = cv2.cvtColor(frame, cv2.COLOR_BGR2RGB)
-            by_index[index] = last
-        if last is None:
-            raise RuntimeError(f"OpenCV decoded no frames from {path}")
-        frames = np.stack([by_index.get(int(i), last) for i in indices])
-    finally:
-        cap.release()
     return DecodedVideo(frames=frames, indices=indices, fps=fps, total_frames=total)
 
 
@@ -480,11 +444,6 @@ def grid_thw(
     )
 
 
-def video_token_count(grid: Sequence[int], vision: VisionSettings) -> int:
-    t, h, w = (int(x) for x in grid)
-    return t * h * w // (vision.merge_size**2)
-
-
 def resize_uint8(frames: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     """Bicubic antialiased resize of uint8 (..., C, H, W) frames, as torchvision's v2 ``resize``:
     the native uint8 kernel on CPU, float32 + clamp + round on other devices."""
@@ -554,15 +513,6 @@ def preprocess_clips(
     resized = resize_uint8(clips, size)
     values, grid = patchify(normalize(resized, vision), vision)
     return values, grid
-
-
-def preprocess_video(
-    frames: np.ndarray | torch.Tensor, vision: VisionSettings, *, device: str | torch.device = "cpu"
-) -> tuple[torch.Tensor, tuple[int, int, int]]:
-    """One clip (T, H, W, 3) uint8 -> (pixel_values_videos (N, C·tp·p·p) float32, (t, h, w))."""
-    tensor = frames_to_tensor(frames).to(device)
-    values, grid = preprocess_clips(tensor.unsqueeze(0), vision)
-    return values[0], grid
 
 
 def timestamps(

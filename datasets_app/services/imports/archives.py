@@ -68,10 +68,6 @@ class UnpackedArchive:
     skipped: list[str]  # hidden files and folders' own entries (e.g. __MACOSX/, .DS_Store)
 
 
-def is_archive_name(name: str) -> bool:
-    return name.lower().endswith(ARCHIVE_SUFFIXES)
-
-
 def archive_unpack(
     *,
     path: Path,

@@ -91,21 +91,14 @@ def worker_init(worker_id: int) -> None:
     """One decoding thread per worker process (the workers are the parallelism)."""
     os.environ.update(WORKER_ENV)
     torch.set_num_threads(1)
-    try:
-        import cv2
-
-        cv2.setNumThreads(1)
-    except ImportError:
-        pass
 
 
 def multiprocessing_context(name: str) -> Any:
     """The workers' multiprocessing context (``ScoringEngine(mp_context=...)``).
 
     ``fork`` (the default): workers start in well under a second (measured on the H200 machine:
-    first batch after 0.7 s). Each worker runs with one thread per library (``worker_init``) and
-    OpenCV decodes with one thread per capture (``video._open_capture``); the parent should not
-    have used OpenCV's or OpenMP's thread pools (benchmarks set ``OMP_NUM_THREADS=1``, as torchrun
+    first batch after 0.7 s). Each worker runs with one thread per library (``worker_init``); the
+    parent should not have used OpenMP's thread pools (benchmarks set ``OMP_NUM_THREADS=1``, as torchrun
     does). ``forkserver``: workers start from a clean server that preloads the modules below —
     immune to thread pools inherited from the parent, but each worker unpickles the dataset (the
     tokenizer) and re-imports the main module: about 10 s per loader on the H200 machine."""
@@ -117,7 +110,6 @@ def multiprocessing_context(name: str) -> Any:
             [
                 "torch",
                 "numpy",
-                "cv2",
                 "transformers.tokenization_utils_tokenizers",  # the unpickled tokenizer's class
                 "training_bridge.rigel.engine",
             ]

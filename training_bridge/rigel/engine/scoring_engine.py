@@ -81,6 +81,21 @@ class EngineOutput:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
+def _patch_transformers(
+    *, linear_patch_embed: bool, fuse_elementwise: bool, sync_free_deepstack: bool
+) -> None:
+    """The engine's process-wide patches of transformers' Qwen3-VL modules (`fused`)."""
+    if linear_patch_embed or fuse_elementwise or sync_free_deepstack:
+        from .. import fused
+
+        if sync_free_deepstack:
+            fused.deepstack_without_sync()
+        if linear_patch_embed:
+            fused.linear_patch_embed()
+        if fuse_elementwise:
+            fused.fuse_elementwise()
+
+
 class ScoringEngine:
     """Batched teacher pass / scoring on one device (one rank under torchrun)."""
 
@@ -121,21 +136,40 @@ class ScoringEngine:
         self.mp_context = mp_context
         self.share_prefix = share_prefix
         self.group_loader_batch = max(1, group_loader_batch)
-        if linear_patch_embed or fuse_elementwise or sync_free_deepstack:
-            from .. import fused
-
-            if sync_free_deepstack:
-                fused.deepstack_without_sync()
-            if linear_patch_embed:
-                fused.linear_patch_embed()
-            if fuse_elementwise:
-                fused.fuse_elementwise()
+        _patch_transformers(
+            linear_patch_embed=linear_patch_embed,
+            fuse_elementwise=fuse_elementwise,
+            sync_free_deepstack=sync_free_deepstack,
+        )
         self.fuse_elementwise = fuse_elementwise
         self.device = torch.device(backbone.device)
-        model = backbone.model
         if fast_vision:
-            enable_fast_vision_attention(model)
+            enable_fast_vision_attention(backbone.model)
         self.fast_vision = fast_vision
+        self._speed_up(
+            fp8=fp8,
+            fp8_parts=fp8_parts,
+            cuda_graphs=cuda_graphs,
+            compile_layers=compile_layers,
+            compile_vision=compile_vision,
+        )
+        lm_head = backbone.model.lm_head.weight
+        self.score_rows = lm_head[backbone.score_token_ids].detach()  # (5, H)
+        if isinstance(head, torch.nn.Module):
+            head.to(self.device).eval()
+
+    def _speed_up(
+        self,
+        *,
+        fp8: bool,
+        fp8_parts: Sequence[str],
+        cuda_graphs: bool,
+        compile_layers: bool,
+        compile_vision: bool,
+    ) -> None:
+        """FP8 linears, then the compiled decoder layers and vision blocks (see __init__'s
+        arguments); sets the flags `close` reads to undo them."""
+        model = self.backbone.model
         # FP8 matrix products (engine.fp8) for the linears of the language model's decoder layers
         # (and of the vision tower with fp8_parts=("language", "vision"): slower as long as the
         # tower runs eagerly, each of its linears paying a separate scaling pass); before the
@@ -154,7 +188,7 @@ class ScoringEngine:
         self.cuda_graphs = cuda_graphs
         if cuda_graphs:
             compile_layers = True
-            self.pad_multiple = max(pad_multiple, 64)
+            self.pad_multiple = max(self.pad_multiple, 64)
         self.compile_layers = compile_layers
         if compile_layers:
             self._compile()
@@ -162,13 +196,9 @@ class ScoringEngine:
         # LayerNorms, GELU, residual adds and, with FP8 there, the activations' scaling fused
         # into few kernels instead of ~700 eager launches a batch. Needs fast_vision (the
         # uniform-group attention it compiles); groups of mixed sizes run eagerly as before.
-        self.compile_vision = compile_vision and fast_vision
+        self.compile_vision = compile_vision and self.fast_vision
         if self.compile_vision:
             compile_vision_blocks(model)
-        lm_head = model.lm_head.weight
-        self.score_rows = lm_head[backbone.score_token_ids].detach()  # (5, H)
-        if isinstance(head, torch.nn.Module):
-            head.to(self.device).eval()
 
     # -- public API ---------------------------------------------------------------------------
 
