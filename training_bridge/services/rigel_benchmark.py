@@ -83,6 +83,8 @@ from training_bridge.services.metric_benchmark import (
 
 logger = logging.getLogger(__name__)
 
+# The task (training_bridge/tasks.py) imports this module, so it is sent by its name.
+RIGEL_EVALUATION_TASK = "training_bridge.tasks.rigel_evaluation"
 PROTOCOL_CHOICES = (*PROTOCOLS, FOIL, NOUN_SWAP)
 FOIL_PROTOCOLS = (FOIL, NOUN_SWAP)  # the two foil benchmarks; one of them per evaluation
 FOIL_BENCHMARK_LABELS = {
@@ -813,9 +815,7 @@ def rigel_evaluation_create(
         storage.put_bytes(key, foil_file)
         evaluation.foil_key = key
         evaluation.save(update_fields=["foil_key"])
-    from training_bridge.tasks import rigel_evaluation as task
-
-    enqueue(task, evaluation.pk)
+    enqueue(RIGEL_EVALUATION_TASK, evaluation.pk)
     return evaluation
 
 

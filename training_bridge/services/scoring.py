@@ -22,6 +22,9 @@ from common.tasks import enqueue
 from datasets_app.models import Clip
 from training_bridge.models import ScoreRequest, TrainingRun
 
+# The task (training_bridge/tasks.py) imports this module, so it is sent by its name.
+SCORE_REQUEST_TASK = "training_bridge.tasks.score_request"
+
 logger = logging.getLogger(__name__)
 
 MAX_REFERENCES = 32
@@ -107,9 +110,7 @@ def score_request_create(*, run: TrainingRun, items: Any, created_by: Any = None
         items=cleaned,
         created_by=created_by if getattr(created_by, "pk", None) else None,
     )
-    from training_bridge.tasks import score_request as score_task
-
-    enqueue(score_task, request.pk)
+    enqueue(SCORE_REQUEST_TASK, request.pk)
     return request
 
 
