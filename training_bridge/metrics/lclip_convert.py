@@ -39,10 +39,10 @@ preprocessing): they are copied from `tokenizer_from`, a transformers CLIP check
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 TEXT_ROOT = "token_embedding."
 VISION_ROOT = "visual.class_embedding"
@@ -54,10 +54,38 @@ class ConversionError(ValueError):
     """The checkpoint is not in a layout this converter can turn into a plain CLIP."""
 
 
+class TextConfig(TypedDict):
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    max_position_embeddings: int
+    hidden_act: str
+
+
+class VisionConfig(TypedDict):
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    image_size: int
+    patch_size: int
+    hidden_act: str
+
+
+class ClipConfig(TypedDict):
+    """The arguments of transformers' `CLIPConfig` for the converted towers."""
+
+    projection_dim: int
+    text_config: TextConfig
+    vision_config: VisionConfig
+
+
 @dataclass(frozen=True)
 class Conversion:
-    state_dict: dict[str, Any]
-    config: dict[str, Any]
+    state_dict: dict[str, Any]  # transformers key -> torch tensor
+    config: ClipConfig
     text_layers: int
     vision_layers: int
     factorised_embedding: bool
@@ -195,8 +223,8 @@ def _token_embedding(state: Mapping[str, Any], text: str) -> tuple[Any, bool]:
 
 
 def _clip_config(
-    text_layers: list[dict[str, Any]],
-    vision_layers: list[dict[str, Any]],
+    text_layers: Sequence[Mapping[str, Any]],
+    vision_layers: Sequence[Mapping[str, Any]],
     *,
     embedding: Any,
     text_projection: Any,
@@ -206,30 +234,30 @@ def _clip_config(
     vision_width: int,
     text_heads: int | None,
     vision_heads: int | None,
-) -> dict[str, Any]:
-    """The transformers `CLIPConfig` (as a dict) of the converted towers."""
+) -> ClipConfig:
+    """The transformers `CLIPConfig` (its arguments) of the converted towers."""
     text_width = int(embedding.shape[1])
-    return {
-        "projection_dim": int(text_projection.shape[1]),
-        "text_config": {
-            "vocab_size": int(embedding.shape[0]),
-            "hidden_size": text_width,
-            "intermediate_size": int(text_layers[0]["mlp.c_fc.weight"].shape[0]),
-            "num_hidden_layers": len(text_layers),
-            "num_attention_heads": text_heads or max(text_width // 64, 1),
-            "max_position_embeddings": text_positions,
-            "hidden_act": "quick_gelu",
-        },
-        "vision_config": {
-            "hidden_size": vision_width,
-            "intermediate_size": int(vision_layers[0]["mlp.c_fc.weight"].shape[0]),
-            "num_hidden_layers": len(vision_layers),
-            "num_attention_heads": vision_heads or max(vision_width // 64, 1),
-            "image_size": image_size,
-            "patch_size": patch_size,
-            "hidden_act": "quick_gelu",
-        },
-    }
+    return ClipConfig(
+        projection_dim=int(text_projection.shape[1]),
+        text_config=TextConfig(
+            vocab_size=int(embedding.shape[0]),
+            hidden_size=text_width,
+            intermediate_size=int(text_layers[0]["mlp.c_fc.weight"].shape[0]),
+            num_hidden_layers=len(text_layers),
+            num_attention_heads=text_heads or max(text_width // 64, 1),
+            max_position_embeddings=text_positions,
+            hidden_act="quick_gelu",
+        ),
+        vision_config=VisionConfig(
+            hidden_size=vision_width,
+            intermediate_size=int(vision_layers[0]["mlp.c_fc.weight"].shape[0]),
+            num_hidden_layers=len(vision_layers),
+            num_attention_heads=vision_heads or max(vision_width // 64, 1),
+            image_size=image_size,
+            patch_size=patch_size,
+            hidden_act="quick_gelu",
+        ),
+    )
 
 
 def convert_lclip_state_dict(
@@ -343,7 +371,7 @@ def convert_lclip_checkpoint(
             "eos_token_id": tokenizer.eos_token_id,
             "pad_token_id": tokenizer.pad_token_id,
         },
-        vision_config=conversion.config["vision_config"],
+        vision_config=dict(conversion.config["vision_config"]),
         projection_dim=conversion.config["projection_dim"],
     )
     model = CLIPModel(config)

@@ -23,6 +23,7 @@ from training_bridge.services.rigel_benchmark.plan import (
     Progress,
     ProtocolPair,
     RigelEvaluationError,
+    RunIdentity,
     evaluation_header,
     mismatch_text,
     protocol_plan,
@@ -197,13 +198,21 @@ def _benchmark_items(
     return items
 
 
-def _run_entry(run: TrainingRun) -> dict[str, Any]:
-    return {
+class ImageBenchmarkRun(RunIdentity):
+    """A run's entry in an image benchmark's result."""
+
+    paper_variant: str
+    trained_setting: str
+    backbone: str
+
+
+def _run_entry(run: TrainingRun) -> ImageBenchmarkRun:
+    return ImageBenchmarkRun(
         **run_identity(run),
-        "paper_variant": paper_variant(run),
-        "trained_setting": run_setting(run),
-        "backbone": run.backbone,
-    }
+        paper_variant=paper_variant(run),
+        trained_setting=run_setting(run),
+        backbone=run.backbone,
+    )
 
 
 def _protocol_records(pairs: Sequence[tuple[Any, Any]], protocol: str) -> list[Any]:

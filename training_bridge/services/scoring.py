@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -197,7 +198,7 @@ class CheckedInput:
     candidate: str
 
 
-def score_input_examples(*, run: TrainingRun, lines: list[dict[str, Any]]) -> list[Any]:
+def score_input_examples(*, run: TrainingRun, lines: Sequence[Mapping[str, object]]) -> list[Any]:
     """Examples for `manage.py score` input lines: {"video": <local file or frames folder, or a
     clip id>, "references": [...] (absent for reference-free), "candidate": "..."}, or
     {"image": <local JPEG/PNG/WebP file>, ...} for a still image (one frame, T = 1, the image
@@ -218,7 +219,7 @@ def score_input_examples(*, run: TrainingRun, lines: list[dict[str, Any]]) -> li
     return examples
 
 
-def _checked_input(run: TrainingRun, line: dict[str, Any], *, where: str) -> CheckedInput:
+def _checked_input(run: TrainingRun, line: Mapping[str, object], *, where: str) -> CheckedInput:
     video = line.get("video")
     candidate = _clean_text(line.get("candidate"), what=f"{where}: candidate")
     references = line.get("references") or []

@@ -33,6 +33,7 @@ from training_bridge.services.rigel_benchmark.plan import (
     Progress,
     ProtocolPlan,
     RigelEvaluationError,
+    RunIdentity,
     check_foil_inputs,
     default_protocols,
     evaluation_header,
@@ -172,15 +173,25 @@ def _foil_set(
     return foil_set
 
 
-def _run_entry(run: TrainingRun) -> dict[str, Any]:
-    return {
+class CampaignRun(RunIdentity):
+    """A run's entry in a campaign evaluation's result."""
+
+    release: int
+    trained_reference_free: bool
+    trained_setting: str
+    preset: str
+    backbone: str
+
+
+def _run_entry(run: TrainingRun) -> CampaignRun:
+    return CampaignRun(
         **run_identity(run),
-        "release": run.release_id,
-        "trained_reference_free": run.reference_free,
-        "trained_setting": run_setting(run),
-        "preset": _run_preset(run),
-        "backbone": run.backbone,
-    }
+        release=run.release_id,
+        trained_reference_free=run.reference_free,
+        trained_setting=run_setting(run),
+        preset=_run_preset(run),
+        backbone=run.backbone,
+    )
 
 
 def _benchmark_summary(

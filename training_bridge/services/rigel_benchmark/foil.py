@@ -5,7 +5,7 @@ trained in, the standard metrics score the same pairs, and the result gives each
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from training_bridge.metrics.plugins import (
     CaptionMetric,
@@ -38,6 +38,46 @@ PAPER_FOIL_SOURCE = (
 )
 # setting -> "caption" or "foil" -> run key -> one score per chosen pair
 FoilScores = dict[str, dict[str, dict[str, list[float]]]]
+
+
+class FoilRow(TypedDict):
+    """A run's or a metric's FOIL accuracy (%) in one setting."""
+
+    accuracy: float | None
+    unavailable: NotRequired[str]  # why a metric could not score
+    protocol_mismatch: NotRequired[str]  # the setting a mismatched run was trained in
+
+
+class PublishedAccuracy(TypedDict):
+    accuracy: float
+    source: str
+
+
+class FoilSetting(TypedDict):
+    """One FOIL setting (reference-free or reference-based) of the result."""
+
+    videos: int | None  # paragraph benchmarks: the videos scored
+    published: PublishedAccuracy | None
+    pairs: int
+    rows: dict[str, FoilRow]
+    order: list[str]
+    notes: list[str]
+
+
+class FoilResult(TypedDict):
+    """The result's `foil` part."""
+
+    benchmark: str
+    benchmark_label: str
+    source: str
+    seed: int | None
+    pairs: int
+    videos: int | None
+    skipped_clips: dict[str, int]
+    corpus_nouns: list[str]
+    rule: str
+    settings: dict[str, FoilSetting]
+    swaps: list[dict[str, object]]
 
 
 def score_foils(
@@ -109,7 +149,7 @@ def foil_result(
     settings: Mapping[str, str] | None,
     data: CampaignData,
     plan: ProtocolPlan,
-) -> dict[str, Any]:
+) -> FoilResult:
     """The FOIL part of the result: per setting, the runs' and the standard metrics' accuracy."""
     videos = _clip_videos(
         [data.clip_pks[pair.clip_id] for pair in foil_set.pairs],
@@ -123,24 +163,24 @@ def foil_result(
         )
         for setting in FOIL_SETTINGS
     }
-    return {
-        "benchmark": foil_set.benchmark,
-        "benchmark_label": FOIL_BENCHMARK_LABELS.get(foil_set.benchmark, foil_set.benchmark),
-        "source": foil_set.source,
-        "seed": foil_set.seed,
-        "pairs": len(foil_set.pairs),
-        "videos": len(foil_set.paragraphs) or None,
-        "skipped_clips": foil_set.skipped,
-        "corpus_nouns": foil_set.corpus_nouns,
-        "rule": (
+    return FoilResult(
+        benchmark=foil_set.benchmark,
+        benchmark_label=FOIL_BENCHMARK_LABELS.get(foil_set.benchmark, foil_set.benchmark),
+        source=foil_set.source,
+        seed=foil_set.seed,
+        pairs=len(foil_set.pairs),
+        videos=len(foil_set.paragraphs) or None,
+        skipped_clips=foil_set.skipped,
+        corpus_nouns=foil_set.corpus_nouns,
+        rule=(
             "a video is right when its correct paragraph (the mean of its sentences' scores) "
             "scores strictly higher than its foil paragraph"
             if foil_set.paragraphs
             else "right when the correct caption scores strictly higher than its foil"
         ),
-        "settings": table,
-        "swaps": [pair.swap() for pair in foil_set.pairs],
-    }
+        settings=table,
+        swaps=[pair.swap() for pair in foil_set.pairs],
+    )
 
 
 def _foil_setting(
@@ -153,13 +193,13 @@ def _foil_setting(
     videos: Mapping[int, Video],
     data: CampaignData,
     plan: ProtocolPlan,
-) -> dict[str, Any]:
+) -> FoilSetting:
     """One FOIL setting's block: the runs' rows, then the standard metrics', and the notes."""
     free = setting == REFERENCE_FREE
     chosen, paragraphs = foil_units(foil_set, free=free)
     captions, foils = run_scores["caption"], run_scores["foil"]
-    rows: dict[str, Any] = {
-        name: {"accuracy": foil_set_accuracy(captions[name], foils[name], paragraphs)}
+    rows: dict[str, FoilRow] = {
+        name: FoilRow(accuracy=foil_set_accuracy(captions[name], foils[name], paragraphs))
         for name in captions
     }
     # captions and foils in one call (one METEOR start; CIDEr's document frequencies are
@@ -177,27 +217,27 @@ def _foil_setting(
     for metric in wanted:
         why = reasons.get(metric) or failed.get(metric)
         if why or metric not in scores:
-            rows[metric] = {"accuracy": None, "unavailable": why or "no pair to score"}
+            rows[metric] = FoilRow(accuracy=None, unavailable=why or "no pair to score")
         else:
             values = scores[metric]
-            rows[metric] = {
-                "accuracy": foil_set_accuracy(values[:count], values[count:], paragraphs)
-            }
+            rows[metric] = FoilRow(
+                accuracy=foil_set_accuracy(values[:count], values[count:], paragraphs)
+            )
     for pair in plan.mismatches:
         if pair["protocol"] == foil_key(setting):
             rows[f"run:{pair['run']}"]["protocol_mismatch"] = pair["trained"]
-    return {
-        "videos": len(paragraphs) if paragraphs else None,
-        "published": (
-            {"accuracy": PAPER_FOIL_ACCURACY[setting], "source": PAPER_FOIL_SOURCE}
+    return FoilSetting(
+        videos=len(paragraphs) if paragraphs else None,
+        published=(
+            PublishedAccuracy(accuracy=PAPER_FOIL_ACCURACY[setting], source=PAPER_FOIL_SOURCE)
             if foil_set.benchmark == ACTIVITYNET_FOIL
             else None
         ),
-        "pairs": len(chosen),
-        "rows": rows,
-        "order": list(rows),
-        "notes": _foil_notes(foil_set, setting, chosen, paragraphs, plan),
-    }
+        pairs=len(chosen),
+        rows=rows,
+        order=list(rows),
+        notes=_foil_notes(foil_set, setting, chosen, paragraphs, plan),
+    )
 
 
 def _foil_notes(

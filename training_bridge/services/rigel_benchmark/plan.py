@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from training_bridge.models import TrainingRun
 from training_bridge.rigel.benchmark import FOIL, PROTOCOLS, REFERENCE_FREE
@@ -177,11 +177,20 @@ def mismatch_text(pair: ProtocolPair) -> str:
     )
 
 
+class RunIdentity(TypedDict):
+    """The first fields of a run's entry in a result (`runs`); each evaluation adds its own."""
+
+    key: str  # "run:<id>", the key of the run's rows
+    run: int
+    label: str
+    ablation: str
+
+
 class EvaluationHeader(TypedDict):
     """The part of an evaluation's result that says what was scored with what (the same keys, in
     the same order, for a campaign and an image benchmark)."""
 
-    runs: list[dict[str, Any]]
+    runs: list[RunIdentity]
     labels: dict[str, str]
     leakage: dict[str, dict[str, int]]
     protocol_runs: dict[str, list[int]]
@@ -190,14 +199,8 @@ class EvaluationHeader(TypedDict):
     protocol_skipped: list[ProtocolPair]
 
 
-def run_identity(run: TrainingRun) -> dict[str, Any]:
-    """The first fields of a run's entry in a result (`runs`)."""
-    return {
-        "key": f"run:{run.pk}",
-        "run": run.pk,
-        "label": run_label(run),
-        "ablation": run.ablation,
-    }
+def run_identity(run: TrainingRun) -> RunIdentity:
+    return RunIdentity(key=f"run:{run.pk}", run=run.pk, label=run_label(run), ablation=run.ablation)
 
 
 def evaluation_header(
@@ -206,7 +209,7 @@ def evaluation_header(
     plan: ProtocolPlan,
     leakage: dict[str, dict[str, int]],
     allow_mismatch: bool,
-    run_entry: Callable[[TrainingRun], dict[str, Any]],
+    run_entry: Callable[[TrainingRun], RunIdentity],
 ) -> EvaluationHeader:
     """The runs (each described by `run_entry`), their labels, the leakage counts and the protocol
     plan, as both kinds of evaluation report them. A mismatched pair is only ever scored when
