@@ -113,13 +113,7 @@ def rigel_image_benchmark_evaluate(
         "candidates": len(pairs),
         "protocol_order": chosen,
         "protocols": {},
-        **evaluation_header(
-            runs,
-            plan=plan,
-            leakage=leakage,
-            allow_mismatch=allow_protocol_mismatch,
-            run_entry=_run_entry,
-        ),
+        **evaluation_header(runs, plan, leakage, allow_protocol_mismatch, _run_entry),
         "scores": {},
         "paper_note": "the paper's rows are the targets a run with real weights trained on "
         "Vid-Lepus and Spica should approach; nothing in this repository reproduced them",

@@ -116,13 +116,7 @@ def rigel_benchmark_evaluate(
         "campaign": campaign.slug,
         "correlation": correlation,
         "protocols": {},
-        **evaluation_header(
-            runs,
-            plan=plan,
-            leakage=leakage,
-            allow_mismatch=allow_protocol_mismatch,
-            run_entry=_run_entry,
-        ),
+        **evaluation_header(runs, plan, leakage, allow_protocol_mismatch, _run_entry),
     }
     result.update(_benchmark_summary(campaign, data, correlating))
     if data.benchmark is not None:

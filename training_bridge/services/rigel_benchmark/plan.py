@@ -205,7 +205,6 @@ def run_identity(run: TrainingRun) -> RunIdentity:
 
 def evaluation_header(
     runs: Sequence[TrainingRun],
-    *,
     plan: ProtocolPlan,
     leakage: dict[str, dict[str, int]],
     allow_mismatch: bool,
