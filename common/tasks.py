@@ -8,7 +8,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from celery import Task, shared_task, signature
+from celery import current_app, shared_task
+from celery.canvas import Signature
 from django.conf import settings
 from django.db import transaction
 
@@ -18,36 +19,35 @@ logger = logging.getLogger(__name__)
 _broker_down_until = 0.0
 
 
-def publish_now(task: Task | str, *args: Any, **kwargs: Any) -> bool:
+def publish_now(task: Any, *args: Any, **kwargs: Any) -> bool:
     """Send `task` now; False (logged, never raised) when the broker is down.
-
-    `task` is a task or a task's registered name: a service whose task module imports it sends by
-    name, so the two don't import each other (the name is what the queues and routes know anyway).
 
     The web path must not depend on the broker. After a failed publish this process skips the
     broker for `LEPUS_BROKER_DOWN_BACKOFF` seconds, so requests don't each wait for another
     connection timeout; periodic sweeps pick the work up when the broker is back.
     """
     global _broker_down_until
-    name = task if isinstance(task, str) else task.name
     if time.monotonic() < _broker_down_until:
-        logger.info("broker down; not publishing %s%s", name, args)
+        logger.info("broker down; not publishing %s%s", task.name, args)
         return False
     try:
-        if isinstance(task, str):
-            signature(task, args=args, kwargs=kwargs).apply_async(retry=False)
-        else:
-            task.apply_async(args=args, kwargs=kwargs, retry=False)
+        task.apply_async(args=args, kwargs=kwargs, retry=False)
     except Exception as error:  # kombu raises OperationalError, socket errors, timeouts
         _broker_down_until = time.monotonic() + settings.LEPUS_BROKER_DOWN_BACKOFF
-        logger.warning("could not publish %s%s: %s; a sweep will catch up", name, args, error)
+        logger.warning("could not publish %s%s: %s; a sweep will catch up", task.name, args, error)
         return False
     return True
 
 
-def enqueue(task: Task | str, *args: Any, **kwargs: Any) -> None:
-    """Send `task`, a task or its name (see `publish_now`), once the current transaction commits."""
+def enqueue(task: Any, *args: Any, **kwargs: Any) -> None:
+    """Send `task` (see `publish_now`) once the current transaction commits."""
     transaction.on_commit(lambda: publish_now(task, *args, **kwargs))
+
+
+def task_named(name: str) -> Signature:
+    """The task registered as `name`, for `publish_now` and `enqueue`: a service whose task calls
+    it back sends the task by name, so only the task module imports the service (no cycle)."""
+    return current_app.signature(name)
 
 
 @shared_task(name="common.reap_orphaned_jobs", ignore_result=True)

@@ -20,7 +20,7 @@ from django.db import transaction
 
 from common.jobs import job_claim, job_finish
 from common.models import JobStatus
-from common.tasks import enqueue
+from common.tasks import enqueue, task_named
 from datasets_app.models import Clip
 from training_bridge.models import ScoreRequest, TrainingRun
 
@@ -112,7 +112,7 @@ def score_request_create(*, run: TrainingRun, items: Any, created_by: Any = None
         items=cleaned,
         created_by=created_by if getattr(created_by, "pk", None) else None,
     )
-    enqueue(SCORE_REQUEST_TASK, request.pk)
+    enqueue(task_named(SCORE_REQUEST_TASK), request.pk)
     return request
 
 

@@ -14,7 +14,7 @@ from annotation.models import Campaign
 from common import storage
 from common.jobs import job_claim, job_finish, job_progress, json_safe
 from common.models import JobStatus
-from common.tasks import enqueue
+from common.tasks import enqueue, task_named
 from training_bridge.metrics.plugins import METRIC_NAMES, TABLE_METRICS
 from training_bridge.models import RigelEvaluation
 from training_bridge.services.rigel_benchmark.evaluation import rigel_benchmark_evaluate
@@ -81,7 +81,7 @@ def rigel_evaluation_create(
         storage.put_bytes(key, foil_file)
         evaluation.foil_key = key
         evaluation.save(update_fields=["foil_key"])
-    enqueue(RIGEL_EVALUATION_TASK, evaluation.pk)
+    enqueue(task_named(RIGEL_EVALUATION_TASK), evaluation.pk)
     return evaluation
 
 
