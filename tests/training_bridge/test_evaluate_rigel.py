@@ -263,10 +263,10 @@ def test_foil_accuracy_of_a_user_file_for_rigel_and_the_standard_metrics(
 def test_generated_foils_through_the_command(published_release):
     campaign = benchmark_campaign(24)
     run = finished_run(published_release)
-    from training_bridge.services import rigel_benchmark
+    from training_bridge.services.rigel_benchmark import evaluation
 
-    original = rigel_benchmark._scorer_for
-    rigel_benchmark._scorer_for = lambda _run: StandInScorer()  # type: ignore[assignment]
+    original = evaluation._scorer_for
+    evaluation._scorer_for = lambda _run: StandInScorer()  # type: ignore[assignment]
     try:
         outputs = []
         for _ in range(2):
@@ -278,7 +278,7 @@ def test_generated_foils_through_the_command(published_release):
             )  # fmt: skip
             outputs.append(json.loads(out.getvalue()))
     finally:
-        rigel_benchmark._scorer_for = original  # type: ignore[assignment]
+        evaluation._scorer_for = original  # type: ignore[assignment]
     first, second = outputs
     assert first["foil"]["swaps"] == second["foil"]["swaps"]  # deterministic
     swaps = first["foil"]["swaps"]
@@ -344,10 +344,10 @@ def test_a_protocol_no_run_was_trained_for_is_refused_before_any_scoring(publish
 def test_an_allowed_mismatch_is_scored_and_labelled_loudly(published_release):
     campaign = benchmark_campaign(12)
     run = finished_run(published_release)  # reference-based
-    from training_bridge.services import rigel_benchmark
+    from training_bridge.services.rigel_benchmark import evaluation
 
-    original = rigel_benchmark._scorer_for
-    rigel_benchmark._scorer_for = lambda _run: StandInScorer()  # type: ignore[assignment]
+    original = evaluation._scorer_for
+    evaluation._scorer_for = lambda _run: StandInScorer()  # type: ignore[assignment]
     try:
         out = io.StringIO()
         call_command(
@@ -363,7 +363,7 @@ def test_an_allowed_mismatch_is_scored_and_labelled_loudly(published_release):
             "--allow-protocol-mismatch", stdout=text_out, stderr=io.StringIO(),
         )  # fmt: skip
     finally:
-        rigel_benchmark._scorer_for = original  # type: ignore[assignment]
+        evaluation._scorer_for = original  # type: ignore[assignment]
     assert result["protocol_mismatch_allowed"] is True
     assert result["protocol_mismatch"] == [
         {"run": run.pk, "trained": "reference-based", "protocol": "reference-free"}
@@ -403,7 +403,7 @@ def test_the_preset_is_set_by_train_and_checked_by_evaluate_rigel_and_score(
 ):
     from training_bridge.models import TrainingRun
     from training_bridge.rigel.config import PRESETS
-    from training_bridge.services import rigel_benchmark
+    from training_bridge.services.rigel_benchmark import evaluation
 
     out = io.StringIO()
     call_command(
@@ -418,8 +418,8 @@ def test_the_preset_is_set_by_train_and_checked_by_evaluate_rigel_and_score(
     campaign = benchmark_campaign(12)
     budget = finished_run(published_release, hyperparameters=dict(PRESETS["paper-budget"]))
     plain = finished_run(published_release)
-    original = rigel_benchmark._scorer_for
-    rigel_benchmark._scorer_for = lambda _run: StandInScorer()  # type: ignore[assignment]
+    original = evaluation._scorer_for
+    evaluation._scorer_for = lambda _run: StandInScorer()  # type: ignore[assignment]
     try:
         out = io.StringIO()
         call_command(
@@ -437,7 +437,7 @@ def test_the_preset_is_set_by_train_and_checked_by_evaluate_rigel_and_score(
                 stdout=io.StringIO(), stderr=io.StringIO(),
             )  # fmt: skip
     finally:
-        rigel_benchmark._scorer_for = original  # type: ignore[assignment]
+        evaluation._scorer_for = original  # type: ignore[assignment]
     triples = tmp_path / "triples.jsonl"
     triples.write_text(json.dumps({"video": "nowhere", "references": ["a"], "candidate": "b"}))
     with pytest.raises(CommandError, match=rf"run {budget.pk} \(paper-budget\) trained with"):

@@ -60,7 +60,7 @@ from typing import Any
 
 import numpy as np
 
-from training_bridge.metrics.plugins import LABELS, MetricItem, Video
+from training_bridge.metrics.interface import LABELS, MetricItem, Video
 from training_bridge.metrics.standard import MetricUnavailable
 
 CLIP_S_WEIGHT = 2.5

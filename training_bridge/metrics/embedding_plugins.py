@@ -26,6 +26,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from training_bridge.metrics.interface import LABELS
+
 PACS_METRIC_NAMES = ("pacs", "refpacs", "pacs_plus", "refpacs_plus")
 FACTVC_METRIC_NAMES = ("factvc", "factvc_ref")
 POLOS_METRIC_NAMES = ("polos",)
@@ -36,16 +38,7 @@ EMBEDDING_METRIC_NAMES = (
     *POLOS_METRIC_NAMES,
     *REDEMPTION_METRIC_NAMES,
 )
-EMBEDDING_LABELS = {
-    "pacs": "PAC-S",
-    "refpacs": "RefPAC-S",
-    "pacs_plus": "PAC-S++",
-    "refpacs_plus": "RefPAC-S++",
-    "factvc": "FactVC",
-    "factvc_ref": "FactVC (ref)",
-    "polos": "Polos",
-    "redemption": "Redemption Score",
-}
+EMBEDDING_LABELS = {name: LABELS[name] for name in EMBEDDING_METRIC_NAMES}
 EMBEDDING_SETTING_KEYS = (
     "pacs_model",
     "pacs_plus_model",

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from training_bridge.metrics.clip import EMScore, EMScoreParts
-from training_bridge.metrics.plugins import MetricItem
+from training_bridge.metrics.interface import MetricItem
 
 
 def factvc_from_parts(parts: EMScoreParts) -> float:

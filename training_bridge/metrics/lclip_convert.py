@@ -39,10 +39,10 @@ preprocessing): they are copied from `tokenizer_from`, a transformers CLIP check
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 TEXT_ROOT = "token_embedding."
 VISION_ROOT = "visual.class_embedding"
@@ -54,10 +54,38 @@ class ConversionError(ValueError):
     """The checkpoint is not in a layout this converter can turn into a plain CLIP."""
 
 
+class TextConfig(TypedDict):
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    max_position_embeddings: int
+    hidden_act: str
+
+
+class VisionConfig(TypedDict):
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    image_size: int
+    patch_size: int
+    hidden_act: str
+
+
+class ClipConfig(TypedDict):
+    """The arguments of transformers' `CLIPConfig` for the converted towers."""
+
+    projection_dim: int
+    text_config: TextConfig
+    vision_config: VisionConfig
+
+
 @dataclass(frozen=True)
 class Conversion:
-    state_dict: dict[str, Any]
-    config: dict[str, Any]
+    state_dict: dict[str, Any]  # transformers key -> torch tensor
+    config: ClipConfig
     text_layers: int
     vision_layers: int
     factorised_embedding: bool
@@ -173,6 +201,65 @@ def _layer_keys(
     }
 
 
+def _required(state: Mapping[str, Any], key: str) -> Any:
+    if key not in state:
+        raise ConversionError(f"missing {key}")
+    return state[key]
+
+
+def _token_embedding(state: Mapping[str, Any], text: str) -> tuple[Any, bool]:
+    """(the token embedding, whether L-CLIP factorised it): a factorised embedding is the product
+    of its low-rank table and its up-projection (E = A Wᵀ + b), computed in float64."""
+    factorised = f"{text}token_embedding.0.weight" in state
+    if not factorised:
+        return _required(state, f"{text}token_embedding.weight"), False
+    low_rank = _required(state, f"{text}token_embedding.0.weight")
+    up = _required(state, f"{text}token_embedding.1.weight")
+    up_bias = state.get(f"{text}token_embedding.1.bias")
+    embedding = low_rank.double() @ up.double().T  # E = A Wᵀ + b, in float64 then back
+    if up_bias is not None:
+        embedding = embedding + up_bias.double()
+    return embedding.to(up.dtype), True
+
+
+def _clip_config(
+    text_layers: Sequence[Mapping[str, Any]],
+    vision_layers: Sequence[Mapping[str, Any]],
+    *,
+    embedding: Any,
+    text_projection: Any,
+    text_positions: int,
+    image_size: int,
+    patch_size: int,
+    vision_width: int,
+    text_heads: int | None,
+    vision_heads: int | None,
+) -> ClipConfig:
+    """The transformers `CLIPConfig` (its arguments) of the converted towers."""
+    text_width = int(embedding.shape[1])
+    return ClipConfig(
+        projection_dim=int(text_projection.shape[1]),
+        text_config=TextConfig(
+            vocab_size=int(embedding.shape[0]),
+            hidden_size=text_width,
+            intermediate_size=int(text_layers[0]["mlp.c_fc.weight"].shape[0]),
+            num_hidden_layers=len(text_layers),
+            num_attention_heads=text_heads or max(text_width // 64, 1),
+            max_position_embeddings=text_positions,
+            hidden_act="quick_gelu",
+        ),
+        vision_config=VisionConfig(
+            hidden_size=vision_width,
+            intermediate_size=int(vision_layers[0]["mlp.c_fc.weight"].shape[0]),
+            num_hidden_layers=len(vision_layers),
+            num_attention_heads=vision_heads or max(vision_width // 64, 1),
+            image_size=image_size,
+            patch_size=patch_size,
+            hidden_act="quick_gelu",
+        ),
+    )
+
+
 def convert_lclip_state_dict(
     state: Mapping[str, Any],
     *,
@@ -198,30 +285,13 @@ def convert_lclip_state_dict(
     text = _prefix(keys, TEXT_ROOT, "text tower")
     vision = _prefix(keys, VISION_ROOT, "vision tower") + "visual."
 
-    def get(key: str) -> Any:
-        if key not in state:
-            raise ConversionError(f"missing {key}")
-        return state[key]
-
-    factorised = f"{text}token_embedding.0.weight" in state
-    if factorised:
-        low_rank = get(f"{text}token_embedding.0.weight")
-        up = get(f"{text}token_embedding.1.weight")
-        up_bias = state.get(f"{text}token_embedding.1.bias")
-        embedding = low_rank.double() @ up.double().T  # E = A Wᵀ + b, in float64 then back
-        if up_bias is not None:
-            embedding = embedding + up_bias.double()
-        embedding = embedding.to(up.dtype)
-    else:
-        embedding = get(f"{text}token_embedding.weight")
+    embedding, factorised = _token_embedding(state, text)
     text_layers = _blocks(state, text)
     vision_layers = _blocks(state, vision)
-    text_projection = get(f"{text}text_projection")
-    vision_projection = get(f"{vision}proj")
-    patch = get(f"{vision}conv1.weight")
-    positions = get(f"{vision}positional_embedding")
-    text_width = int(embedding.shape[1])
-    vision_width = int(patch.shape[0])
+    text_projection = _required(state, f"{text}text_projection")
+    vision_projection = _required(state, f"{vision}proj")
+    patch = _required(state, f"{vision}conv1.weight")
+    positions = _required(state, f"{vision}positional_embedding")
     patch_size = int(patch.shape[-1])
     grid = round((positions.shape[0] - 1) ** 0.5)
     if grid * grid + 1 != positions.shape[0]:
@@ -231,17 +301,19 @@ def convert_lclip_state_dict(
 
     converted: dict[str, Any] = {
         "text_model.embeddings.token_embedding.weight": embedding,
-        "text_model.embeddings.position_embedding.weight": get(f"{text}positional_embedding"),
-        "text_model.final_layer_norm.weight": get(f"{text}ln_final.weight"),
-        "text_model.final_layer_norm.bias": get(f"{text}ln_final.bias"),
+        "text_model.embeddings.position_embedding.weight": _required(
+            state, f"{text}positional_embedding"
+        ),
+        "text_model.final_layer_norm.weight": _required(state, f"{text}ln_final.weight"),
+        "text_model.final_layer_norm.bias": _required(state, f"{text}ln_final.bias"),
         "text_projection.weight": text_projection.T.contiguous(),
-        "vision_model.embeddings.class_embedding": get(f"{vision}class_embedding"),
+        "vision_model.embeddings.class_embedding": _required(state, f"{vision}class_embedding"),
         "vision_model.embeddings.patch_embedding.weight": patch,
         "vision_model.embeddings.position_embedding.weight": positions,
-        "vision_model.pre_layrnorm.weight": get(f"{vision}ln_pre.weight"),
-        "vision_model.pre_layrnorm.bias": get(f"{vision}ln_pre.bias"),
-        "vision_model.post_layernorm.weight": get(f"{vision}ln_post.weight"),
-        "vision_model.post_layernorm.bias": get(f"{vision}ln_post.bias"),
+        "vision_model.pre_layrnorm.weight": _required(state, f"{vision}ln_pre.weight"),
+        "vision_model.pre_layrnorm.bias": _required(state, f"{vision}ln_pre.bias"),
+        "vision_model.post_layernorm.weight": _required(state, f"{vision}ln_post.weight"),
+        "vision_model.post_layernorm.bias": _required(state, f"{vision}ln_post.bias"),
         "visual_projection.weight": vision_projection.T.contiguous(),
         "logit_scale": next(
             (v for k, v in state.items() if k.split(".")[-1] == "logit_scale"),
@@ -253,29 +325,18 @@ def convert_lclip_state_dict(
     for index, layer in enumerate(vision_layers):
         converted.update(_layer_keys(f"vision_model.encoder.layers.{index}", layer, lora_scaling))
     converted = {key: value.detach().clone().contiguous() for key, value in converted.items()}
-    text_intermediate = int(text_layers[0]["mlp.c_fc.weight"].shape[0])
-    vision_intermediate = int(vision_layers[0]["mlp.c_fc.weight"].shape[0])
-    config = {
-        "projection_dim": int(text_projection.shape[1]),
-        "text_config": {
-            "vocab_size": int(embedding.shape[0]),
-            "hidden_size": text_width,
-            "intermediate_size": text_intermediate,
-            "num_hidden_layers": len(text_layers),
-            "num_attention_heads": text_heads or max(text_width // 64, 1),
-            "max_position_embeddings": int(get(f"{text}positional_embedding").shape[0]),
-            "hidden_act": "quick_gelu",
-        },
-        "vision_config": {
-            "hidden_size": vision_width,
-            "intermediate_size": vision_intermediate,
-            "num_hidden_layers": len(vision_layers),
-            "num_attention_heads": vision_heads or max(vision_width // 64, 1),
-            "image_size": grid * patch_size,
-            "patch_size": patch_size,
-            "hidden_act": "quick_gelu",
-        },
-    }
+    config = _clip_config(
+        text_layers,
+        vision_layers,
+        embedding=embedding,
+        text_projection=text_projection,
+        text_positions=int(_required(state, f"{text}positional_embedding").shape[0]),
+        image_size=grid * patch_size,
+        patch_size=patch_size,
+        vision_width=int(patch.shape[0]),
+        text_heads=text_heads,
+        vision_heads=vision_heads,
+    )
     return Conversion(converted, config, len(text_layers), len(vision_layers), factorised)
 
 
@@ -310,7 +371,7 @@ def convert_lclip_checkpoint(
             "eos_token_id": tokenizer.eos_token_id,
             "pad_token_id": tokenizer.pad_token_id,
         },
-        vision_config=conversion.config["vision_config"],
+        vision_config=dict(conversion.config["vision_config"]),
         projection_dim=conversion.config["projection_dim"],
     )
     model = CLIPModel(config)

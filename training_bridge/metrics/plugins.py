@@ -10,7 +10,8 @@ says which of them can run here.
     # scores: {name: np.ndarray of len(items)}; failed: {name: why} (weights that would not load,
     # items without the video or references the metric needs)
 
-The contract of a metric (`CaptionMetric`):
+The contract of a metric (`CaptionMetric`; it and the item types live in interface.py, below the
+metrics, and are re-exported here):
 
 - `name` (the table key, e.g. "cider", "clipscore"), `label` (for people, e.g. "CLIP-S");
 - `needs_references`, `needs_video`: what every item must carry for it to score;
@@ -52,7 +53,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 
@@ -62,12 +63,15 @@ from training_bridge.metrics.captionqa import (
     captionqa_options,
 )
 from training_bridge.metrics.embedding_plugins import (
-    EMBEDDING_LABELS,
     EMBEDDING_METRIC_NAMES,
     EMBEDDING_SETTING_KEYS,
     build_embedding_metric,
     check_embedding_settings,
 )
+from training_bridge.metrics.interface import LABELS as LABELS
+from training_bridge.metrics.interface import CaptionMetric as CaptionMetric
+from training_bridge.metrics.interface import MetricItem as MetricItem
+from training_bridge.metrics.interface import Video as Video
 from training_bridge.metrics.judge import (
     JUDGE_METRIC_NAMES,
     JUDGE_SETTING_KEYS,
@@ -122,56 +126,6 @@ SETTING_KEYS = (
     *CAPTIONQA_SETTING_KEYS,
 )
 DEFAULT_CLIP_PROMPT = "A photo depicts"
-LABELS = {
-    "bleu1": "BLEU-1",
-    "bleu2": "BLEU-2",
-    "bleu3": "BLEU-3",
-    "bleu4": "BLEU-4",
-    "rougeL": "ROUGE-L",
-    "meteor": "METEOR",
-    "cider": "CIDEr",
-    "clipscore": "CLIP-S",
-    "refclipscore": "RefCLIP-S",
-    "emscore": "EMScore",
-    "emscore_ref": "EMScore (ref)",
-    "lclipscore": "L-CLIPScore",
-    "reflclipscore": "RefL-CLIPScore",
-    **EMBEDDING_LABELS,
-    "expert_judge": "EXPERT (judge)",
-    "gveval_judge": "G-VEval style (judge)",
-    "captionqa": "CaptionQA",
-}
-
-
-@dataclass(frozen=True)
-class Video:
-    """A clip's sampled frames, loaded on demand: `key` names the clip (one embedding per key)."""
-
-    key: str
-    load: Callable[[], np.ndarray]
-
-    @classmethod
-    def of(cls, key: str, frames: np.ndarray) -> Video:
-        return cls(key, lambda: frames)
-
-
-@dataclass(frozen=True)
-class MetricItem:
-    """One candidate caption to score, with its references and (optionally) its clip."""
-
-    candidate: str
-    references: tuple[str, ...] = ()
-    video: Video | None = None
-
-
-@runtime_checkable
-class CaptionMetric(Protocol):
-    name: str
-    label: str
-    needs_references: bool
-    needs_video: bool
-
-    def score(self, items: Sequence[MetricItem]) -> list[float]: ...
 
 
 @dataclass

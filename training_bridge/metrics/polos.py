@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from training_bridge.metrics.plugins import LABELS, MetricItem
+from training_bridge.metrics.interface import LABELS, MetricItem
 from training_bridge.metrics.standard import MetricUnavailable
 
 POLOS_PROMPT = "A photo depicts "

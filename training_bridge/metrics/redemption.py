@@ -54,7 +54,7 @@ import numpy as np
 from scipy import stats
 
 from training_bridge.metrics.clip import ClipEncoder, normalized, video_embedding
-from training_bridge.metrics.plugins import LABELS, MetricItem, Video
+from training_bridge.metrics.interface import LABELS, MetricItem, Video
 from training_bridge.metrics.standard import MetricUnavailable
 
 MINIMUM_WEIGHT = 0.15  # seed 002 l.219-220

@@ -4,7 +4,7 @@ The benchmark is a generic image JSONL (``training_bridge.rigel.image_benchmarks
 write it from Flickr8K-Expert, Flickr8K-CF, Composite and Nebula's published files) and a folder of
 its images, read from disk without importing them. Every image is one frame (T = 1) through the
 image path; each protocol (``reference-free``, ``all-refs``) is scored with runs trained in its
-setting (the rule of `rigel_benchmark.protocol_plan`, mismatches refused or labelled), and the
+setting (the rule of `rigel_benchmark.plan.protocol_plan`, mismatches refused or labelled), and the
 result gives Kendall tau_b and tau_c (x100) as the paper reports them, beside the paper's own row
 for the benchmark, protocol and method variant where the paper prints one (Table 1 for the full
 method; Tables 3 and 5, run reference-free, for the ablations).
@@ -17,13 +17,17 @@ from pathlib import Path
 from typing import Any
 
 from training_bridge.models import TrainingRun
-from training_bridge.services.rigel_benchmark import (
+from training_bridge.rigel.benchmark import REFERENCE_FREE
+from training_bridge.services.rigel_benchmark.campaign import refuse_leakage
+from training_bridge.services.rigel_benchmark.plan import (
     Progress,
+    ProtocolPair,
     RigelEvaluationError,
+    RunIdentity,
+    evaluation_header,
     mismatch_text,
     protocol_plan,
-    refuse_leakage,
-    run_label,
+    run_identity,
     run_setting,
 )
 
@@ -87,17 +91,7 @@ def rigel_image_benchmark_evaluate(
     """The image benchmark's table (JSON-safe): per protocol and run, Kendall tau_b / tau_c x100
     and the points correlated, the paper's row where it prints one, and every candidate's score
     (in file order) so that the figures can be recomputed."""
-    from training_bridge.rigel.benchmark import REFERENCE_FREE, protocol_references
-    from training_bridge.rigel.data import ReleaseRecord
-    from training_bridge.rigel.image_benchmarks import (
-        IMAGE_BENCHMARKS,
-        ImageBenchmarkError,
-        benchmark_row,
-        flat_candidates,
-        paper_row,
-        read_image_benchmark,
-    )
-    from training_bridge.rigel.modality import IMAGE
+    from training_bridge.rigel.image_benchmarks import IMAGE_BENCHMARKS, flat_candidates
 
     report = progress or (lambda fraction, message: None)
     spec = IMAGE_BENCHMARKS.get(benchmark)
@@ -107,21 +101,9 @@ def rigel_image_benchmark_evaluate(
         )
     chosen = image_protocols(protocols, runs)
     plan = protocol_plan(runs, chosen, allow_mismatch=allow_protocol_mismatch)
-    try:
-        items = read_image_benchmark(lines, scale=scale, name=file_name)
-    except ImageBenchmarkError as error:
-        raise RigelEvaluationError(str(error)) from error
-    if not images.is_dir():
-        raise RigelEvaluationError(f"no images folder at {images}")
-    missing = sorted({item.image for item in items if not (images / item.image).is_file()})
-    if missing:
-        raise RigelEvaluationError(
-            f"{len(missing)} image(s) of the benchmark are not in {images} (e.g. "
-            f"{', '.join(missing[:3])})"
-        )
+    items = _benchmark_items(lines, images, scale=scale, file_name=file_name)
     leakage = refuse_leakage(runs, {item.image_id for item in items})
     pairs = flat_candidates(items)
-    labels = {f"run:{run.pk}": run_label(run) for run in runs}
     result: dict[str, Any] = {
         "benchmark": spec.name,
         "title": spec.title,
@@ -131,24 +113,7 @@ def rigel_image_benchmark_evaluate(
         "candidates": len(pairs),
         "protocol_order": chosen,
         "protocols": {},
-        "runs": [
-            {
-                "key": f"run:{run.pk}",
-                "run": run.pk,
-                "label": labels[f"run:{run.pk}"],
-                "ablation": run.ablation,
-                "paper_variant": paper_variant(run),
-                "trained_setting": run_setting(run),
-                "backbone": run.backbone,
-            }
-            for run in runs
-        ],
-        "labels": labels,
-        "leakage": leakage,
-        "protocol_runs": plan.scored,
-        "protocol_mismatch_allowed": bool(allow_protocol_mismatch),
-        "protocol_mismatch": plan.mismatches,
-        "protocol_skipped": plan.skipped,
+        **evaluation_header(runs, plan, leakage, allow_protocol_mismatch, _run_entry),
         "scores": {},
         "paper_note": "the paper's rows are the targets a run with real weights trained on "
         "Vid-Lepus and Spica should approach; nothing in this repository reproduced them",
@@ -164,48 +129,131 @@ def rigel_image_benchmark_evaluate(
         scorer = (scorer_factory or _image_scorer)(run, images)
         try:
             for name in names:
-                records = [
-                    ReleaseRecord(
-                        clip_id=item.image_id,
-                        candidate_id=str(index),
-                        text=candidate.caption,
-                        references=tuple(protocol_references(item.references, name)),
-                        normalized=0.0,
-                        training_class=1,
-                        modality=IMAGE,
-                        image_key=item.image,
-                    )
-                    for index, (item, candidate) in enumerate(pairs)
-                ]
-                offset = done
-
-                def step(
-                    count: int, _total: int, offset: int = offset, label: str = f"{key} {name}"
-                ) -> None:
-                    report((offset + count) / total, f"{label}: {count}/{len(pairs)}")
-
-                scores = scorer.score(records, reference_free=name == REFERENCE_FREE, progress=step)
+                scores = _score_protocol(
+                    scorer,
+                    pairs,
+                    name,
+                    report=report,
+                    done=done,
+                    total=total,
+                    label=f"{key} {name}",
+                )
                 done += len(pairs)
-                row = benchmark_row(spec, pairs, scores)
-                row["protocol_mismatch"] = (run.pk, name) in mismatched
-                row["paper"] = paper_row(spec, name, paper_variant(run))
-                block = result["protocols"].setdefault(name, {"rows": {}, "notes": []})
-                block["rows"][key] = row
-                if row["protocol_mismatch"]:
-                    block["notes"].append(
-                        mismatch_text(
-                            {"run": run.pk, "trained": run_setting(run), "protocol": name}
-                        )
-                    )
-                result["scores"].setdefault(key, {})[name] = [
-                    round(float(value), 6) for value in scores
-                ]
+                _add_run_row(
+                    result, spec, pairs, scores, run, name, mismatched=(run.pk, name) in mismatched
+                )
         finally:
             close = getattr(scorer, "close", None)
             if close is not None:
                 close()
     report(1.0, "done")
     return result
+
+
+def _score_protocol(
+    scorer: Any,
+    pairs: Sequence[tuple[Any, Any]],
+    protocol: str,
+    *,
+    report: Progress,
+    done: int,
+    total: int,
+    label: str,
+) -> Any:
+    """The scorer's score of every candidate under `protocol`; the progress counts from `done` of
+    `total` candidates over all runs and protocols."""
+
+    def step(count: int, _total: int) -> None:
+        report((done + count) / total, f"{label}: {count}/{len(pairs)}")
+
+    return scorer.score(
+        _protocol_records(pairs, protocol), reference_free=protocol == REFERENCE_FREE, progress=step
+    )
+
+
+def _benchmark_items(
+    lines: Sequence[str], images: Path, *, scale: Sequence[float] | None, file_name: str
+) -> list[Any]:
+    """The benchmark's items, each image found in `images`."""
+    from training_bridge.rigel.image_benchmarks import ImageBenchmarkError, read_image_benchmark
+
+    try:
+        items = read_image_benchmark(lines, scale=scale, name=file_name)
+    except ImageBenchmarkError as error:
+        raise RigelEvaluationError(str(error)) from error
+    if not images.is_dir():
+        raise RigelEvaluationError(f"no images folder at {images}")
+    missing = sorted({item.image for item in items if not (images / item.image).is_file()})
+    if missing:
+        raise RigelEvaluationError(
+            f"{len(missing)} image(s) of the benchmark are not in {images} (e.g. "
+            f"{', '.join(missing[:3])})"
+        )
+    return items
+
+
+class ImageBenchmarkRun(RunIdentity):
+    """A run's entry in an image benchmark's result."""
+
+    paper_variant: str
+    trained_setting: str
+    backbone: str
+
+
+def _run_entry(run: TrainingRun) -> ImageBenchmarkRun:
+    return ImageBenchmarkRun(
+        **run_identity(run),
+        paper_variant=paper_variant(run),
+        trained_setting=run_setting(run),
+        backbone=run.backbone,
+    )
+
+
+def _protocol_records(pairs: Sequence[tuple[Any, Any]], protocol: str) -> list[Any]:
+    """Every candidate as one record on its image (T = 1), with the protocol's references."""
+    from training_bridge.rigel.benchmark import protocol_references
+    from training_bridge.rigel.data import ReleaseRecord
+    from training_bridge.rigel.modality import IMAGE
+
+    return [
+        ReleaseRecord(
+            clip_id=item.image_id,
+            candidate_id=str(index),
+            text=candidate.caption,
+            references=tuple(protocol_references(item.references, protocol)),
+            normalized=0.0,
+            training_class=1,
+            modality=IMAGE,
+            image_key=item.image,
+        )
+        for index, (item, candidate) in enumerate(pairs)
+    ]
+
+
+def _add_run_row(
+    result: dict[str, Any],
+    spec: Any,
+    pairs: Sequence[tuple[Any, Any]],
+    scores: Sequence[float],
+    run: TrainingRun,
+    protocol: str,
+    *,
+    mismatched: bool,
+) -> None:
+    """A run's row under a protocol (beside the paper's), its mismatch note and its scores."""
+    from training_bridge.rigel.image_benchmarks import benchmark_row, paper_row
+
+    key = f"run:{run.pk}"
+    row = benchmark_row(spec, pairs, scores)
+    row["protocol_mismatch"] = mismatched
+    row["paper"] = paper_row(spec, protocol, paper_variant(run))
+    block = result["protocols"].setdefault(protocol, {"rows": {}, "notes": []})
+    block["rows"][key] = row
+    if row["protocol_mismatch"]:
+        block["notes"].append(
+            mismatch_text(ProtocolPair(run=run.pk, trained=run_setting(run), protocol=protocol))
+        )
+    result["scores"].setdefault(key, {})[protocol] = [round(float(value), 6) for value in scores]
 
 
 def image_result_text(result: dict[str, Any]) -> str:

@@ -44,6 +44,8 @@ from training_bridge.services.reporting import RunReporter, heartbeat
 
 logger = logging.getLogger(__name__)
 
+# The task (training_bridge/tasks.py) imports this module, so the chain names it.
+RUN_STEP_TASK = "training_bridge.tasks.run_step"
 MULTI_PROCESS_STEPS = ("teacher", "phase2")  # the same tuple as rigel.pipeline's (kept torch-free)
 
 
@@ -245,12 +247,15 @@ def training_run_publish(*, run: TrainingRun) -> None:
     run_id, token, steps = run.pk, run.chain_token, run.remaining_steps
 
     def publish() -> None:
-        from celery import chain
-
-        from training_bridge.tasks import run_step
+        from celery import chain, signature
 
         try:
-            chain(*(run_step.si(run_id, step, token) for step in steps)).apply_async(retry=False)
+            chain(
+                *(
+                    signature(RUN_STEP_TASK, args=(run_id, step, token), immutable=True)
+                    for step in steps
+                )
+            ).apply_async(retry=False)
         except Exception as error:  # kombu raises OperationalError, socket errors, timeouts
             logger.warning(
                 "could not publish training run %s: %s; a sweep will retry", run_id, error

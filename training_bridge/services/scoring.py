@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +20,12 @@ from django.db import transaction
 
 from common.jobs import job_claim, job_finish
 from common.models import JobStatus
-from common.tasks import enqueue
+from common.tasks import enqueue, task_named
 from datasets_app.models import Clip
 from training_bridge.models import ScoreRequest, TrainingRun
+
+# The task (training_bridge/tasks.py) imports this module, so it is sent by its name.
+SCORE_REQUEST_TASK = "training_bridge.tasks.score_request"
 
 logger = logging.getLogger(__name__)
 
@@ -107,9 +112,7 @@ def score_request_create(*, run: TrainingRun, items: Any, created_by: Any = None
         items=cleaned,
         created_by=created_by if getattr(created_by, "pk", None) else None,
     )
-    from training_bridge.tasks import score_request as score_task
-
-    enqueue(score_task, request.pk)
+    enqueue(task_named(SCORE_REQUEST_TASK), request.pk)
     return request
 
 
@@ -185,86 +188,97 @@ def score_examples(*, run: TrainingRun, examples: list[Any]) -> list[float]:
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
 
 
-def score_input_examples(*, run: TrainingRun, lines: list[dict[str, Any]]) -> list[Any]:
+@dataclass(frozen=True)
+class CheckedInput:
+    """One checked input line of `manage.py score`: where its media is, and what to score."""
+
+    kind: str  # "image", "file" (a video file), "folder" (of frames) or "clip" (a clip row)
+    source: Any  # a Path, or the Clip
+    references: list[str]
+    candidate: str
+
+
+def score_input_examples(*, run: TrainingRun, lines: Sequence[Mapping[str, object]]) -> list[Any]:
     """Examples for `manage.py score` input lines: {"video": <local file or frames folder, or a
     clip id>, "references": [...] (absent for reference-free), "candidate": "..."}, or
     {"image": <local JPEG/PNG/WebP file>, ...} for a still image (one frame, T = 1, the image
     path). Every line is checked before the model is loaded."""
-    from training_bridge.rigel.data import ExampleLoader, ReleaseRecord
-    from training_bridge.rigel.inputs import RigelExample
+    from training_bridge.rigel.data import ExampleLoader
     from training_bridge.store import DjangoStore
 
-    checked: list[tuple[str, Any, list[str], str]] = []  # (kind, source, references, candidate)
-    for number, line in enumerate(lines, start=1):
-        where = f"line {number}"
-        video = line.get("video")
-        candidate = _clean_text(line.get("candidate"), what=f"{where}: candidate")
-        references = line.get("references") or []
-        if not isinstance(references, list) or not all(isinstance(r, str) for r in references):
-            raise ValidationError(f"{where}: references must be a list of strings")
-        if not run.reference_free and not references:
-            raise ValidationError(f"{where}: this run is reference-based; give references")
-        image = line.get("image")
-        if image is not None:
-            if video is not None:
-                raise ValidationError(f"{where}: give a video or an image, not both")
-            if (
-                not isinstance(image, str)
-                or not Path(image).is_file()
-                or Path(image).suffix.lower() not in IMAGE_SUFFIXES
-            ):
-                raise ValidationError(
-                    f"{where}: image must be a local {'/'.join(IMAGE_SUFFIXES)} file"
-                )
-            checked.append(("image", Path(image), references, candidate))
-            continue
-        if not isinstance(video, str) or not video:
-            raise ValidationError(f"{where}: video must be a file path or a clip id")
-        path = Path(video)
-        if path.is_file():
-            checked.append(("file", path, references, candidate))
-        elif path.is_dir():
-            checked.append(("folder", path, references, candidate))
-        else:
-            clip = Clip.objects.filter(vatex_id=video).first()
-            if clip is None or not (clip.frames_key or clip.video_key):
-                raise ValidationError(f"{where}: {video!r} is neither a file nor a ready clip")
-            checked.append(("clip", clip, references, candidate))
-
+    checked = [
+        _checked_input(run, line, where=f"line {number}")
+        for number, line in enumerate(lines, start=1)
+    ]
     frames = int((run.hyperparameters or {}).get("frames", 8))
     lazy = trained_model(run=run).engine is not None
     loader = ExampleLoader(DjangoStore(), frames=frames, lazy=lazy)
     examples: list[Any] = []
-    for number, (kind, source, references, candidate) in enumerate(checked, start=1):
-        if kind == "image":
-            examples.append(
-                RigelExample(
-                    references=references,
-                    candidate=candidate,
-                    frame_paths=[source],
-                    frame_indices=[0],
-                    modality="image",
-                )
-            )
-        elif kind == "file":
-            examples.append(
-                RigelExample(references=references, candidate=candidate, video_path=source)
-            )
-        elif kind == "folder":
-            examples.append(
-                RigelExample(references=references, candidate=candidate, frame_paths=source)
-            )
-        else:
-            record = ReleaseRecord(
-                clip_id=source.vatex_id,
-                candidate_id=str(number),
-                text=candidate,
-                references=tuple(references),
-                normalized=0.0,
-                training_class=1,
-                frames_key=source.frames_key,
-                video_key=source.video_key,
-                duration=source.duration,
-            )
-            examples.extend(loader.examples([record]))
+    for number, line in enumerate(checked, start=1):
+        examples.extend(_input_examples(line, number, loader))
     return examples
+
+
+def _checked_input(run: TrainingRun, line: Mapping[str, object], *, where: str) -> CheckedInput:
+    video = line.get("video")
+    candidate = _clean_text(line.get("candidate"), what=f"{where}: candidate")
+    references = line.get("references") or []
+    if not isinstance(references, list) or not all(isinstance(r, str) for r in references):
+        raise ValidationError(f"{where}: references must be a list of strings")
+    if not run.reference_free and not references:
+        raise ValidationError(f"{where}: this run is reference-based; give references")
+    image = line.get("image")
+    if image is not None:
+        if video is not None:
+            raise ValidationError(f"{where}: give a video or an image, not both")
+        if (
+            not isinstance(image, str)
+            or not Path(image).is_file()
+            or Path(image).suffix.lower() not in IMAGE_SUFFIXES
+        ):
+            raise ValidationError(f"{where}: image must be a local {'/'.join(IMAGE_SUFFIXES)} file")
+        return CheckedInput("image", Path(image), references, candidate)
+    if not isinstance(video, str) or not video:
+        raise ValidationError(f"{where}: video must be a file path or a clip id")
+    path = Path(video)
+    if path.is_file():
+        return CheckedInput("file", path, references, candidate)
+    if path.is_dir():
+        return CheckedInput("folder", path, references, candidate)
+    clip = Clip.objects.filter(vatex_id=video).first()
+    if clip is None or not (clip.frames_key or clip.video_key):
+        raise ValidationError(f"{where}: {video!r} is neither a file nor a ready clip")
+    return CheckedInput("clip", clip, references, candidate)
+
+
+def _input_examples(line: CheckedInput, number: int, loader: Any) -> list[Any]:
+    from training_bridge.rigel.data import ReleaseRecord
+    from training_bridge.rigel.inputs import RigelExample
+
+    references, candidate, source = line.references, line.candidate, line.source
+    if line.kind == "image":
+        return [
+            RigelExample(
+                references=references,
+                candidate=candidate,
+                frame_paths=[source],
+                frame_indices=[0],
+                modality="image",
+            )
+        ]
+    if line.kind == "file":
+        return [RigelExample(references=references, candidate=candidate, video_path=source)]
+    if line.kind == "folder":
+        return [RigelExample(references=references, candidate=candidate, frame_paths=source)]
+    record = ReleaseRecord(
+        clip_id=source.vatex_id,
+        candidate_id=str(number),
+        text=candidate,
+        references=tuple(references),
+        normalized=0.0,
+        training_class=1,
+        frames_key=source.frames_key,
+        video_key=source.video_key,
+        duration=source.duration,
+    )
+    return list(loader.examples([record]))
