@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from celery import shared_task
+from celery import shared_task, signature
 from django.conf import settings
 from django.db import transaction
 
@@ -19,27 +19,37 @@ _broker_down_until = 0.0
 
 
 def publish_now(task: Any, *args: Any, **kwargs: Any) -> bool:
-    """Send `task` now; False (logged, never raised) when the broker is down.
+    """Send `task` (a task, or a task's registered name) now; False (logged, never raised) when
+    the broker is down.
 
     The web path must not depend on the broker. After a failed publish this process skips the
     broker for `LEPUS_BROKER_DOWN_BACKOFF` seconds, so requests don't each wait for another
     connection timeout; periodic sweeps pick the work up when the broker is back.
+
+    A service whose task imports it sends by name, so that the two modules don't import each
+    other; the name resolves to the registered task (same routing and options as sending the
+    task object).
     """
     global _broker_down_until
+    name = task if isinstance(task, str) else task.name
     if time.monotonic() < _broker_down_until:
-        logger.info("broker down; not publishing %s%s", task.name, args)
+        logger.info("broker down; not publishing %s%s", name, args)
         return False
     try:
-        task.apply_async(args=args, kwargs=kwargs, retry=False)
+        if isinstance(task, str):
+            signature(task, args=args, kwargs=kwargs).apply_async(retry=False)
+        else:
+            task.apply_async(args=args, kwargs=kwargs, retry=False)
     except Exception as error:  # kombu raises OperationalError, socket errors, timeouts
         _broker_down_until = time.monotonic() + settings.LEPUS_BROKER_DOWN_BACKOFF
-        logger.warning("could not publish %s%s: %s; a sweep will catch up", task.name, args, error)
+        logger.warning("could not publish %s%s: %s; a sweep will catch up", name, args, error)
         return False
     return True
 
 
 def enqueue(task: Any, *args: Any, **kwargs: Any) -> None:
-    """Send `task` (see `publish_now`) once the current transaction commits."""
+    """Send `task` (a task or a task's name; see `publish_now`) once the current transaction
+    commits."""
     transaction.on_commit(lambda: publish_now(task, *args, **kwargs))
 
 
