@@ -18,9 +18,9 @@ from django.utils import timezone
 
 from annotation.models import Campaign
 from common import storage, webhooks
+from common.broker import enqueue
 from common.jobs import JobCancelled, job_claim, job_finish, job_progress, job_requeue
 from common.models import JobStatus
-from common.tasks import enqueue
 from export.builder import build_release_files
 from export.licences import DEFAULT_JUDGMENT_LICENSE, JudgmentLicense
 from export.models import Release
@@ -28,6 +28,9 @@ from export.publishing import Staging, keys_under, release_prefix, stored_sha256
 from export.splitting import DEFAULT_RATIOS
 
 logger = logging.getLogger(__name__)
+
+# `export.tasks.build_release`, sent by name: the task imports this module.
+BUILD_RELEASE_TASK = "export.build_release"
 
 DEFAULT_SEED = 0
 
@@ -60,8 +63,6 @@ def release_create(
     created_by: User | AnonymousUser | None = None,
 ) -> Release:
     """Record a release request and enqueue its build (after commit, on the default queue)."""
-    from export.tasks import build_release
-
     chosen = sorted(
         {campaign.pk: campaign for campaign in campaigns}.values(), key=lambda c: c.slug
     )
@@ -87,7 +88,7 @@ def release_create(
     release.storage_prefix = release_prefix(release.pk)
     release.location = storage.storage_uri(release.storage_prefix)
     release.save(update_fields=["storage_prefix", "location"])
-    enqueue(build_release, release.pk)
+    enqueue(BUILD_RELEASE_TASK, release.pk)
     return release
 
 
@@ -185,11 +186,9 @@ def release_requeue(*, release: Release) -> bool:
 
 def release_rerun(*, release: Release) -> bool:
     """Queue a failed or cancelled release again and enqueue its build (after commit)."""
-    from export.tasks import build_release
-
     if not release_requeue(release=release):
         return False
-    enqueue(build_release, release.pk)
+    enqueue(BUILD_RELEASE_TASK, release.pk)
     return True
 
 
@@ -197,8 +196,6 @@ def releases_enqueue_stale(*, older_than: timedelta, limit: int = 100) -> int:
     """Publish again the builds of releases still queued after `older_than` (the broker was down
     when they were created); returns how many. A duplicate message is harmless: the build claims
     its row with a conditional UPDATE."""
-    from export.tasks import build_release
-
     stale = timezone.now() - older_than
     release_ids = list(
         Release.objects.filter(status=JobStatus.QUEUED, created_at__lt=stale).values_list(
@@ -206,7 +203,7 @@ def releases_enqueue_stale(*, older_than: timedelta, limit: int = 100) -> int:
         )[:limit]
     )
     for release_id in release_ids:
-        enqueue(build_release, release_id)
+        enqueue(BUILD_RELEASE_TASK, release_id)
     return len(release_ids)
 
 

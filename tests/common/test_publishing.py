@@ -9,7 +9,7 @@ import json
 import redis
 from django.conf import settings
 
-from common.tasks import enqueue, publish_now
+from common.broker import enqueue, publish_now
 from tests.support.processes import purge_broker
 
 
