@@ -25,6 +25,7 @@ from export.builder import build_release_files
 from export.licences import DEFAULT_JUDGMENT_LICENSE, JudgmentLicense
 from export.models import Release
 from export.publishing import Staging, keys_under, release_prefix, stored_sha256
+from export.selectors import release_compare
 from export.splitting import DEFAULT_RATIOS
 
 logger = logging.getLogger(__name__)
@@ -115,8 +116,6 @@ def release_build(*, release_id: int, task_id: str = "") -> Release | None:
     """Build a queued release: write its files under a staging prefix, verify, publish, and only
     then mark it succeeded. Returns None when the release was not queued (taken by another worker,
     finished, or cancelled)."""
-    from export.selectors import release_compare
-
     release = job_claim(model=Release, job_id=release_id, task_id=task_id)
     if release is None:
         return None
@@ -137,7 +136,7 @@ def release_build(*, release_id: int, task_id: str = "") -> Release | None:
         changes = (
             release_compare(release=release, other=previous, examples=0)["summary"]
             if previous
-            else {}
+            else None
         )
     except JobCancelled:
         if staging:
@@ -160,7 +159,7 @@ def release_build(*, release_id: int, task_id: str = "") -> Release | None:
         total_bytes=output.total_bytes,
         counts=output.counts,
         stats=output.stats,
-        changes=changes,
+        changes=changes or {},
         previous=previous,
         storage_prefix=release_prefix(release.pk),
         location=storage.storage_uri(release_prefix(release.pk)),
