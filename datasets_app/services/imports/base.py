@@ -16,14 +16,12 @@ import io
 import json
 import math
 import re
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
 
 # (stage, done, total): the bulk writer's progress callback, which a command turns into progress
 # bars on stderr.
@@ -37,10 +35,6 @@ VATEX_ID_PATTERN = re.compile(r"^(?P<source>[A-Za-z0-9_-]+)_(?P<start>\d{1,9})_(
 SOURCE_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
 # Candidate ids and rater ids travel in exports and URLs: no whitespace, a conservative alphabet.
 EXTERNAL_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.:/@+-]{1,300}$")
-
-# PostgreSQL serialises concurrent imports on this advisory lock, so the content-level checks
-# ("is this clip already stored?") are not raced by a second import of an overlapping file.
-IMPORT_ADVISORY_LOCK = 0x1E9E5_0001
 
 
 class ImportRejected(Exception):
@@ -544,12 +538,6 @@ def detect_tabular_format(source: ImportSource, explicit: str | None) -> str:
 # --- Writing ------------------------------------------------------------------------------------
 
 
-def lock_imports() -> None:
-    """Serialise imports (an advisory lock held until the transaction ends)."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [IMPORT_ADVISORY_LOCK])
-
-
 def chunked(items: list[Any], size: int = 1000) -> Iterator[list[Any]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
@@ -594,12 +582,3 @@ class ImportResult:
             "campaign_created": self.campaign_created,
             "seconds": round(self.seconds, 3),
         }
-
-
-class Stopwatch:
-    def __init__(self) -> None:
-        self.started = time.perf_counter()
-
-    @property
-    def seconds(self) -> float:
-        return time.perf_counter() - self.started
