@@ -57,11 +57,18 @@ def release_download_name(*, release: Release, relative: str) -> str:
     return f"{safe_name}-{relative.replace('/', '-')}"
 
 
-def release_files(*, release: Release, with_urls: bool = True) -> list[dict[str, Any]]:
+class ReleaseFile(TypedDict):
+    path: str
+    sha256: str
+    url: str | None
+    format: str
+
+
+def release_files(*, release: Release, with_urls: bool = True) -> list[ReleaseFile]:
     """The files of a published release with short-lived download URLs; empty otherwise."""
     if not release.is_published:
         return []
-    rows = []
+    rows: list[ReleaseFile] = []
     for relative, sha256 in sorted(release.files.items()):
         key = f"{release.storage_prefix}/{relative}"
         url = None

@@ -9,7 +9,7 @@ import math
 import time
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import ValidationError
@@ -219,13 +219,25 @@ def release_cancel(*, release: Release) -> bool:
     )
 
 
-def release_verify(*, release: Release) -> dict[str, Any]:
+class VerifyMismatch(TypedDict):
+    path: str
+    problem: str
+    expected: NotRequired[str]
+    actual: NotRequired[str]
+
+
+class ReleaseVerification(TypedDict):
+    ok: bool
+    mismatches: list[VerifyMismatch]
+
+
+def release_verify(*, release: Release) -> ReleaseVerification:
     """Re-hash a published release's files against the database and manifest.json.
 
     Mismatches: a file whose sha256 differs, a listed file that is missing, a stored file that is
     not listed, and a manifest whose list disagrees with the database.
     """
-    mismatches: list[dict[str, Any]] = []
+    mismatches: list[VerifyMismatch] = []
     if release.status != JobStatus.SUCCEEDED:
         return {
             "ok": False,

@@ -265,24 +265,10 @@ def _line_parts(snapshot: ReleaseSnapshot, schema: RecordSchema) -> _LineParts:
         raw_inner = "COALESCE(raw.json, '[]') AS raw_json,"
         raw_json = "|| '\"raw_judgments\":' || raw_json || ','"
         raw_csv = "|| " + sql_csv_string("raw_json") + " || ','"
-    means = "".join(
-        f"{sql_number(f'(o.means->>{sql_literal(key)})::float8')} AS m{index},"
-        for index, key in enumerate(keys)
+    means, scores_json, scores_csv = _score_columns(keys, column="o.means", alias="m")
+    calibrated, calibrated_json, calibrated_csv = _score_columns(
+        keys, column="o.calibrated_scores", alias="k"
     )
-    scores_json = " || ',' || ".join(
-        f"{sql_literal(json.dumps(key, ensure_ascii=False) + ':')} || COALESCE(m{index}, 'null')"
-        for index, key in enumerate(keys)
-    )
-    scores_csv = " || ',' || ".join(f"COALESCE(m{index}, '')" for index in range(len(keys)))
-    calibrated = "".join(
-        f"{sql_number(f'(o.calibrated_scores->>{sql_literal(key)})::float8')} AS k{index},"
-        for index, key in enumerate(keys)
-    )
-    calibrated_json = " || ',' || ".join(
-        f"{sql_literal(json.dumps(key, ensure_ascii=False) + ':')} || COALESCE(k{index}, 'null')"
-        for index, key in enumerate(keys)
-    )
-    calibrated_csv = " || ',' || ".join(f"COALESCE(k{index}, '')" for index in range(len(keys)))
     calibrated_line_json = calibrated_line_csv = ""
     if schema.include_calibration:
         calibrated_line_json = (
@@ -304,3 +290,19 @@ def _line_parts(snapshot: ReleaseSnapshot, schema: RecordSchema) -> _LineParts:
         calibrated_line_json=calibrated_line_json,
         calibrated_line_csv=calibrated_line_csv,
     )
+
+
+def _score_columns(keys: list[str], *, column: str, alias: str) -> tuple[str, str, str]:
+    """Per question, a score from the JSON object `column`: the inner query's formatted columns
+    (`<alias><index>`), and the outer query's JSON members and CSV fields built from them."""
+    select = "".join(
+        f"{sql_number(f'({column}->>{sql_literal(key)})::float8')} AS {alias}{index},"
+        for index, key in enumerate(keys)
+    )
+    as_json = " || ',' || ".join(
+        f"{sql_literal(json.dumps(key, ensure_ascii=False) + ':')}"
+        f" || COALESCE({alias}{index}, 'null')"
+        for index, key in enumerate(keys)
+    )
+    as_csv = " || ',' || ".join(f"COALESCE({alias}{index}, '')" for index in range(len(keys)))
+    return select, as_json, as_csv
