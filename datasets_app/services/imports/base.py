@@ -356,16 +356,22 @@ def _skip_whitespace(text: str, index: int) -> int:
     return match.end() if match else index
 
 
+def _open_top_level(source: ImportSource, opener: str, what: str) -> int:
+    """The offset just after the top-level `opener` and the whitespace that follows it."""
+    text = source.text
+    index = _skip_whitespace(text, 0)
+    if index >= len(text) or text[index] != opener:
+        raise source.reject_at_offset(
+            index, f"expected {what} at the top level", field="(JSON syntax)"
+        )
+    return _skip_whitespace(text, index + 1)
+
+
 def iter_json_object_entries(source: ImportSource) -> Iterator[tuple[str, Any, int]]:
     """(key, value, offset of the key) of a top-level JSON object, in file order, so that errors
     can name the line and column of the entry. Duplicate keys are refused."""
     text = source.text
-    index = _skip_whitespace(text, 0)
-    if index >= len(text) or text[index] != "{":
-        raise source.reject_at_offset(
-            index, "expected a JSON object ({...}) at the top level", field="(JSON syntax)"
-        )
-    index = _skip_whitespace(text, index + 1)
+    index = _open_top_level(source, "{", "a JSON object ({...})")
     if index < len(text) and text[index] == "}":
         return
     seen: set[str] = set()
@@ -406,12 +412,7 @@ def iter_json_object_entries(source: ImportSource) -> Iterator[tuple[str, Any, i
 def iter_json_array_items(source: ImportSource) -> Iterator[tuple[int, Any, int]]:
     """(index, value, offset) of the items of a top-level JSON array, in file order."""
     text = source.text
-    index = _skip_whitespace(text, 0)
-    if index >= len(text) or text[index] != "[":
-        raise source.reject_at_offset(
-            index, "expected a JSON list ([...]) at the top level", field="(JSON syntax)"
-        )
-    index = _skip_whitespace(text, index + 1)
+    index = _open_top_level(source, "[", "a JSON list ([...])")
     if index < len(text) and text[index] == "]":
         _expect_end(source, index + 1)
         return
