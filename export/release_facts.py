@@ -5,7 +5,7 @@ facts with the workers pseudonymised."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from export.licences import SourceLicence, hub_license_ids, release_licences
 from export.models import Release
@@ -20,6 +20,17 @@ REVIEW_DECISION_ACTIONS = (
 )
 
 
+class ExcludedWorker(TypedDict):
+    """A worker the release's campaigns excluded, as the manifest lists them (pseudonymised)."""
+
+    campaign: str
+    worker: str
+    decided_by: str  # "curator" or "rules"
+    rules: list[str]
+    judgments_excluded: int
+    reasons: list[str]
+
+
 @dataclass(frozen=True)
 class ReleaseFacts:
     release: Release
@@ -31,7 +42,7 @@ class ReleaseFacts:
     counts: dict[str, Any]
     stats: dict[str, Any]
     sources: list[dict[str, str]]
-    excluded_workers: list[dict[str, Any]]
+    excluded_workers: list[ExcludedWorker]
     judgment_exclusions: dict[str, dict[str, int]]
     review_by_campaign: dict[str, dict[str, int]]
     code_version: str
@@ -101,7 +112,7 @@ def release_counts(
 
 def excluded_workers(
     *, workers: list[dict[str, Any]], pseudonyms: dict[int, str]
-) -> list[dict[str, Any]]:
+) -> list[ExcludedWorker]:
     """The reads' excluded workers with their pseudonyms instead of database ids, in a fixed order."""
     return sorted(
         (
