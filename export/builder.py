@@ -26,7 +26,7 @@ from export.manifest import write_manifest
 from export.models import SPLIT_NAMES, Release
 from export.reads import ReleaseReads
 from export.records import RecordSchema, pseudonym
-from export.release_facts import ReleaseFacts, excluded_workers, release_counts
+from export.release_facts import ReleaseCounts, ReleaseFacts, excluded_workers, release_counts
 from export.release_files import ProgressCallback, SplitFilesWritten, write_split_files
 from export.statistics import release_statistics
 
@@ -67,7 +67,7 @@ def pseudonym_key() -> bytes:
 class BuildOutput:
     files: dict[str, str]
     total_bytes: int
-    counts: dict[str, Any]
+    counts: ReleaseCounts
     stats: dict[str, Any]
 
 

@@ -9,6 +9,7 @@ from typing import Any, TypedDict
 
 from export.licences import SourceLicence, hub_license_ids, release_licences
 from export.models import Release
+from export.reads.sql_selection import Selection
 
 REVIEW_DECISION_ACTIONS = (
     "set_ratings",
@@ -18,6 +19,16 @@ REVIEW_DECISION_ACTIONS = (
     "exclude_worker",
     "include_worker",
 )
+
+
+class ReleaseCounts(TypedDict):
+    """The release's `counts` (database and API)."""
+
+    splits: dict[str, dict[str, int]]  # {split: {"candidates": n, "clips": n}}
+    released: int
+    excluded: dict[str, int]
+    candidates_in_campaigns: int
+    per_campaign: dict[str, dict[str, int]]
 
 
 class ExcludedWorker(TypedDict):
@@ -35,11 +46,11 @@ class ExcludedWorker(TypedDict):
 class ReleaseFacts:
     release: Release
     split_names: list[str]
-    selection: dict[str, Any]
+    selection: Selection
     question_keys: list[str]
     campaigns: list[dict[str, Any]]
     split_method: dict[str, Any]
-    counts: dict[str, Any]
+    counts: ReleaseCounts
     stats: dict[str, Any]
     sources: list[dict[str, str]]
     excluded_workers: list[ExcludedWorker]
@@ -95,8 +106,8 @@ class ReleaseFacts:
 
 
 def release_counts(
-    *, split_names: list[str], selection: dict[str, Any], per_split: dict[int, dict[str, int]]
-) -> dict[str, Any]:
+    *, split_names: list[str], selection: Selection, per_split: dict[int, dict[str, int]]
+) -> ReleaseCounts:
     """The release's `counts` (database and API): candidates and clips per split, the selection."""
     return {
         "splits": {
