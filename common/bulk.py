@@ -22,6 +22,9 @@ from django.utils import timezone
 
 # (stage, done, total): a command turns these into progress bars on stderr.
 ProgressCallback = Callable[[str, int, int], None]
+# How a given value becomes what COPY's text is made from: (value, connection) -> prepared value;
+# None where the value goes as it is.
+Preparer = Callable[[Any, Any], Any] | None
 
 BULK_BATCH_SIZE = 2000
 _DRIVER_NATIVE_TYPES = {
@@ -46,7 +49,7 @@ def _report(progress: ProgressCallback | None, stage: str, done: int, total: int
         progress(stage, done, total)
 
 
-def _json_text_preparer(model_field: Any) -> Any:
+def _json_text_preparer(model_field: Any) -> Preparer:
     encoder = model_field.encoder
 
     def prepare(value: Any, database: Any) -> str:
@@ -141,11 +144,11 @@ def _default_constants(
     return constants
 
 
-def _value_preparers(fields: list[models.Field[Any, Any]], given: list[str]) -> dict[str, Any]:
+def _value_preparers(fields: list[models.Field[Any, Any]], given: list[str]) -> dict[str, Preparer]:
     """Each given column: how a value becomes COPY text (None: the value as it is)."""
     # Plain numbers, texts and booleans go to COPY's text as they are; anything else (JSON,
     # dates) through the field's own preparation.
-    preparers: dict[str, Any] = {}
+    preparers: dict[str, Preparer] = {}
     for model_field in fields:
         if model_field.attname not in given:
             continue
@@ -167,7 +170,7 @@ def _rows_copy(
     *,
     table: str,
     column_names: dict[str, str],
-    preparers: dict[str, Any],
+    preparers: dict[str, Preparer],
     constants: dict[str, Any],
     rows: list[dict[str, Any]],
     stage: str,
