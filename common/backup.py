@@ -422,26 +422,8 @@ def restore_run(
     directory = Path(directory)
     manifest = backup_verify(directory=directory, progress=report)
     database = manifest["database"]
-    unknown = _unknown_migrations(database["migrations"])
-    if unknown:
-        raise BackupError(
-            f"the backup was made by newer code ({manifest['code_version']}): this code does "
-            f"not know its migrations {', '.join(unknown[:5])}"
-            + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
-        )
     target = connection.settings_dict.get("NAME") or ""
-    present = _relations_in_database()
-    if present:
-        raise BackupError(
-            f"database {target!r} is not empty ({len(present)} relations, e.g. "
-            f"{', '.join(present[:3])}); restore needs an empty database"
-        )
-    first_object = next(iter(storage.every_key()), None)
-    if first_object is not None:
-        raise BackupError(
-            f"storage {storage.storage_root()} is not empty (it holds {first_object!r}); "
-            "restore needs an empty bucket or folder"
-        )
+    _restore_refusals(manifest, target=target)
     with connection.cursor() as cursor:
         server_major = _server_major(cursor)
     restore_tool = postgres_tool(
@@ -483,17 +465,47 @@ def restore_run(
             storage.put_stream(item["key"], handle)
     report("objects", len(objects), len(objects))
 
-    with connection.cursor() as cursor:
-        tables = _table_rows(cursor)
-    if tables != database["tables"]:
-        differing = sorted(
-            name
-            for name in set(tables) | set(database["tables"])
-            if tables.get(name) != database["tables"].get(name)
-        )
-        raise BackupError(f"restored row counts differ from the manifest in {differing[:5]}")
-    stored = sum(1 for _ in storage.every_key())
-    if stored != len(objects):
-        raise BackupError(f"storage holds {stored} objects after the restore, not {len(objects)}")
+    _restore_recount(manifest)
     outcome["migrations_pending"] = _pending_migrations()
     return outcome
+
+
+def _restore_refusals(manifest: dict[str, Any], *, target: str) -> None:
+    """Raise BackupError when the backup is of newer code, or the database or storage is not
+    empty."""
+    unknown = _unknown_migrations(manifest["database"]["migrations"])
+    if unknown:
+        raise BackupError(
+            f"the backup was made by newer code ({manifest['code_version']}): this code does "
+            f"not know its migrations {', '.join(unknown[:5])}"
+            + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+        )
+    present = _relations_in_database()
+    if present:
+        raise BackupError(
+            f"database {target!r} is not empty ({len(present)} relations, e.g. "
+            f"{', '.join(present[:3])}); restore needs an empty database"
+        )
+    first_object = next(iter(storage.every_key()), None)
+    if first_object is not None:
+        raise BackupError(
+            f"storage {storage.storage_root()} is not empty (it holds {first_object!r}); "
+            "restore needs an empty bucket or folder"
+        )
+
+
+def _restore_recount(manifest: dict[str, Any]) -> None:
+    """Raise BackupError unless every table has the manifest's row count and storage holds the
+    manifest's objects."""
+    expected = manifest["database"]["tables"]
+    with connection.cursor() as cursor:
+        tables = _table_rows(cursor)
+    if tables != expected:
+        differing = sorted(
+            name for name in set(tables) | set(expected) if tables.get(name) != expected.get(name)
+        )
+        raise BackupError(f"restored row counts differ from the manifest in {differing[:5]}")
+    objects = len(manifest["storage"]["objects"])
+    stored = sum(1 for _ in storage.every_key())
+    if stored != objects:
+        raise BackupError(f"storage holds {stored} objects after the restore, not {objects}")

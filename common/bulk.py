@@ -22,6 +22,9 @@ from django.utils import timezone
 
 # (stage, done, total): a command turns these into progress bars on stderr.
 ProgressCallback = Callable[[str, int, int], None]
+# How a given value becomes what COPY's text is made from: (value, connection) -> prepared value;
+# None where the value goes as it is.
+Preparer = Callable[[Any, Any], Any] | None
 
 BULK_BATCH_SIZE = 2000
 _DRIVER_NATIVE_TYPES = {
@@ -46,7 +49,7 @@ def _report(progress: ProgressCallback | None, stage: str, done: int, total: int
         progress(stage, done, total)
 
 
-def _json_text_preparer(model_field: Any) -> Any:
+def _json_text_preparer(model_field: Any) -> Preparer:
     encoder = model_field.encoder
 
     def prepare(value: Any, database: Any) -> str:
@@ -76,6 +79,32 @@ def rows_insert(
         return
     meta = model._meta
     given = list(rows[0])
+    fields = _insert_fields(model, given)
+    # The real connection object: `django.db.connection` is a proxy with a lookup per access.
+    database = connections[DEFAULT_DB_ALIAS]
+    constants = _default_constants(fields, given, database)
+    preparers = _value_preparers(fields, given)
+    quote = database.ops.quote_name
+    table = quote(meta.db_table)
+    column_names = {model_field.attname: quote(str(model_field.column)) for model_field in fields}
+    with database.cursor() as cursor:
+        _rows_copy(
+            cursor,
+            database,
+            table=table,
+            column_names=column_names,
+            preparers=preparers,
+            constants=constants,
+            rows=rows,
+            stage=stage,
+            progress=progress,
+        )
+
+
+def _insert_fields(model: type[models.Model], given: list[str]) -> list[models.Field[Any, Any]]:
+    """The columns to load: the given ones and those with a field default. Raises ValueError for
+    a given name the model has no column for."""
+    meta = model._meta
     fields = [
         model_field
         for model_field in meta.concrete_fields
@@ -95,8 +124,13 @@ def rows_insert(
     unknown = [name for name in given if name not in known]
     if unknown:
         raise ValueError(f"{meta.label} has no column(s) {unknown}")
-    # The real connection object: `django.db.connection` is a proxy with a lookup per access.
-    database = connections[DEFAULT_DB_ALIAS]
+    return fields
+
+
+def _default_constants(
+    fields: list[models.Field[Any, Any]], given: list[str], database: Any
+) -> dict[str, Any]:
+    """Each column the rows do not give: its default, prepared once for the database."""
     now = timezone.now()
     constants: dict[str, Any] = {}
     for model_field in fields:
@@ -107,9 +141,14 @@ def rows_insert(
         else:
             default = model_field.get_default()
         constants[model_field.attname] = model_field.get_db_prep_save(default, database)
+    return constants
+
+
+def _value_preparers(fields: list[models.Field[Any, Any]], given: list[str]) -> dict[str, Preparer]:
+    """Each given column: how a value becomes COPY text (None: the value as it is)."""
     # Plain numbers, texts and booleans go to COPY's text as they are; anything else (JSON,
     # dates) through the field's own preparation.
-    preparers: dict[str, Any] = {}
+    preparers: dict[str, Preparer] = {}
     for model_field in fields:
         if model_field.attname not in given:
             continue
@@ -122,21 +161,7 @@ def rows_insert(
             preparers[model_field.attname] = _json_text_preparer(model_field)
         else:
             preparers[model_field.attname] = model_field.get_db_prep_save
-    quote = database.ops.quote_name
-    table = quote(meta.db_table)
-    column_names = {model_field.attname: quote(str(model_field.column)) for model_field in fields}
-    with database.cursor() as cursor:
-        _rows_copy(
-            cursor,
-            database,
-            table=table,
-            column_names=column_names,
-            preparers=preparers,
-            constants=constants,
-            rows=rows,
-            stage=stage,
-            progress=progress,
-        )
+    return preparers
 
 
 def _rows_copy(
@@ -145,7 +170,7 @@ def _rows_copy(
     *,
     table: str,
     column_names: dict[str, str],
-    preparers: dict[str, Any],
+    preparers: dict[str, Preparer],
     constants: dict[str, Any],
     rows: list[dict[str, Any]],
     stage: str,

@@ -26,6 +26,11 @@ LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "[::1]", "::1"}
 
 @register(deploy=True)
 def deploy_checks(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    return [*_shared_services_warnings(), *_unsafe_settings_warnings()]
+
+
+def _shared_services_warnings() -> list[CheckMessage]:
+    """Cache, storage and broker local to one machine, where a deployment runs on several."""
     found: list[CheckMessage] = []
     if settings.CACHES["default"]["BACKEND"] != REDIS_CACHE_BACKEND:
         found.append(
@@ -55,6 +60,12 @@ def deploy_checks(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
                 id="lepus.W003",
             )
         )
+    return found
+
+
+def _unsafe_settings_warnings() -> list[CheckMessage]:
+    """Settings for tests and closed networks left on in production."""
+    found: list[CheckMessage] = []
     if settings.LEPUS_WEBHOOK_ALLOW_PRIVATE:
         found.append(
             Warning(

@@ -1,47 +1,21 @@
-"""Publishing tasks safely from web requests, retrying jobs after a storage outage, and the
-periodic reaper of orphaned jobs."""
+"""Retrying jobs after a storage outage, the periodic reaper of orphaned jobs, and webhook
+delivery. Publishing lives in `common.broker`; `enqueue` and `publish_now` are re-exported here for
+the callers that import them from this module."""
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
 from celery import current_app, shared_task
 from celery.canvas import Signature
 from django.conf import settings
-from django.db import transaction
+
+from common.broker import enqueue as enqueue
+from common.broker import publish_now as publish_now
 
 logger = logging.getLogger(__name__)
-
-# Until when (time.monotonic()) this process skips publishing after a failed publish.
-_broker_down_until = 0.0
-
-
-def publish_now(task: Any, *args: Any, **kwargs: Any) -> bool:
-    """Send `task` now; False (logged, never raised) when the broker is down.
-
-    The web path must not depend on the broker. After a failed publish this process skips the
-    broker for `LEPUS_BROKER_DOWN_BACKOFF` seconds, so requests don't each wait for another
-    connection timeout; periodic sweeps pick the work up when the broker is back.
-    """
-    global _broker_down_until
-    if time.monotonic() < _broker_down_until:
-        logger.info("broker down; not publishing %s%s", task.name, args)
-        return False
-    try:
-        task.apply_async(args=args, kwargs=kwargs, retry=False)
-    except Exception as error:  # kombu raises OperationalError, socket errors, timeouts
-        _broker_down_until = time.monotonic() + settings.LEPUS_BROKER_DOWN_BACKOFF
-        logger.warning("could not publish %s%s: %s; a sweep will catch up", task.name, args, error)
-        return False
-    return True
-
-
-def enqueue(task: Any, *args: Any, **kwargs: Any) -> None:
-    """Send `task` (see `publish_now`) once the current transaction commits."""
-    transaction.on_commit(lambda: publish_now(task, *args, **kwargs))
 
 
 def task_named(name: str) -> Signature:

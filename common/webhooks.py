@@ -32,6 +32,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from common.broker import publish_now
 from common.models import (
     WebhookDelivery,
     WebhookDeliveryStatus,
@@ -269,10 +270,8 @@ def emit_many(
 
 
 def _publish(delivery_ids: list[int]) -> None:
-    from common.tasks import publish_now, webhook_deliver
-
     for delivery_id in delivery_ids:
-        publish_now(webhook_deliver, delivery_id)
+        publish_now("common.tasks.webhook_deliver", delivery_id)
 
 
 def redeliver(delivery: WebhookDelivery) -> WebhookDelivery:

@@ -4,7 +4,7 @@ batches and video jobs. The platform-wide counts (with campaigns and judgments) 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 from django.db.models import Count, QuerySet
 
@@ -37,7 +37,19 @@ def clip_modality_counts() -> dict[str, int]:
     return counts
 
 
-def dataset_stats() -> dict[str, Any]:
+class DatasetStats(TypedDict):
+    clips: int
+    clips_servable: int
+    clips_by_status: dict[str, int]
+    clips_by_modality: dict[str, int]
+    references: int
+    systems: int
+    candidates: int
+    import_batches: int
+    video_jobs: dict[str, int]
+
+
+def dataset_stats() -> DatasetStats:
     """Row counts of the data layer's tables (clips, references, systems, candidates, import
     batches, video jobs)."""
     return {

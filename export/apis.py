@@ -5,7 +5,7 @@ Each view validates, calls one service or selector and serialises the result.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.shortcuts import get_object_or_404
@@ -26,7 +26,7 @@ from common.api import ErrorSerializer, FieldErrorsSerializer
 from common.models import JobStatus
 from export.licences import DEFAULT_JUDGMENT_LICENSE, JudgmentLicense
 from export.models import Release
-from export.selectors import release_compare, release_files, release_list
+from export.selectors import ReleaseFile, release_compare, release_files, release_list
 from export.services import (
     DEFAULT_RATIOS,
     DEFAULT_SEED,
@@ -97,7 +97,7 @@ class ReleaseDetailSerializer(ReleaseSerializer):
         read_only_fields = fields
 
     @extend_schema_field(ReleaseFileSerializer(many=True))
-    def get_files(self, release: Release) -> list[dict[str, Any]]:
+    def get_files(self, release: Release) -> list[ReleaseFile]:
         return release_files(release=release)
 
 
@@ -238,16 +238,12 @@ class ReleaseRerunApi(APIView):
         },
     )
     def post(self, request: Request, release_id: int) -> Response:
-        release = get_object_or_404(release_list(user=request.user, status="all"), pk=release_id)
-        if not release_rerun(release=release):
-            return Response(
-                {
-                    "detail": f"only failed or cancelled releases can be re-run (this one is {release.status})"
-                },
-                status=status.HTTP_409_CONFLICT,
-            )
-        release.refresh_from_db()
-        return Response({"id": release.pk, "status": release.status})
+        return _release_action(
+            request,
+            release_id,
+            release_rerun,
+            refusal="only failed or cancelled releases can be re-run",
+        )
 
 
 class ReleaseCancelApi(APIView):
@@ -260,13 +256,24 @@ class ReleaseCancelApi(APIView):
         },
     )
     def post(self, request: Request, release_id: int) -> Response:
-        release = get_object_or_404(release_list(user=request.user, status="all"), pk=release_id)
-        if not release_cancel(release=release):
-            return Response(
-                {
-                    "detail": f"only queued or running releases can be cancelled (this one is {release.status})"
-                },
-                status=status.HTTP_409_CONFLICT,
-            )
-        release.refresh_from_db()
-        return Response({"id": release.pk, "status": release.status})
+        return _release_action(
+            request,
+            release_id,
+            release_cancel,
+            refusal="only queued or running releases can be cancelled",
+        )
+
+
+def _release_action(
+    request: Request, release_id: int, action: Callable[..., bool], *, refusal: str
+) -> Response:
+    """Change the state of one of the caller's releases: its new status, or 409 with `refusal`
+    and the status that refused it."""
+    release = get_object_or_404(release_list(user=request.user, status="all"), pk=release_id)
+    if not action(release=release):
+        return Response(
+            {"detail": f"{refusal} (this one is {release.status})"},
+            status=status.HTTP_409_CONFLICT,
+        )
+    release.refresh_from_db()
+    return Response({"id": release.pk, "status": release.status})

@@ -26,8 +26,8 @@ from export.manifest import write_manifest
 from export.models import SPLIT_NAMES, Release
 from export.reads import ReleaseReads
 from export.records import RecordSchema, pseudonym
-from export.release_facts import ReleaseFacts, excluded_workers, release_counts
-from export.release_files import ProgressCallback, write_split_files
+from export.release_facts import ReleaseCounts, ReleaseFacts, excluded_workers, release_counts
+from export.release_files import ProgressCallback, SplitFilesWritten, write_split_files
 from export.statistics import release_statistics
 
 logger = logging.getLogger(__name__)
@@ -67,13 +67,12 @@ def pseudonym_key() -> bytes:
 class BuildOutput:
     files: dict[str, str]
     total_bytes: int
-    counts: dict[str, Any]
+    counts: ReleaseCounts
     stats: dict[str, Any]
 
 
 def build_release_files(*, release: Release, root: Path, progress: ProgressCallback) -> BuildOutput:
     """Write every file of `release` under `root`; returns their hashes, counts and statistics."""
-    batch_size = settings.LEPUS_RELEASE_BATCH_SIZE
     split_names = list(SPLIT_NAMES[: len(release.ratios)])
     campaign_ids = list(release.campaigns.values_list("pk", flat=True))
     timer = PhaseTimer(release.pk)
@@ -91,47 +90,25 @@ def build_release_files(*, release: Release, root: Path, progress: ProgressCallb
         timer.done("splits")
         per_split = reads.store_records(release_id=release.pk)
         timer.done("release records")
-        key = pseudonym_key()
-        pseudonyms = {
-            worker_pk: pseudonym(key, platform=platform, external_id=external_id)
-            for worker_pk, (platform, external_id) in reads.worker_identities().items()
-        }
-        schema = RecordSchema(
-            question_keys=keys,
-            include_raw_judgments=release.include_raw_judgments,
-            include_calibration=bool(calibration),
-        )
-        reads.prepare_fragments(
-            pseudonyms=pseudonyms if release.include_raw_judgments else None, schema=schema
+        pseudonyms = _pseudonyms(reads)
+        schema = _prepare_lines(
+            reads, release=release, keys=keys, calibrated=bool(calibration), pseudonyms=pseudonyms
         )
         timer.done("clip fragments")
-        total = selection["released"]
-        progress(0.1, f"writing {total} candidates")
-        written = write_split_files(
-            reads=reads,
+        written, explanation_files, explained = _write_lines(
+            reads,
             schema=schema,
             split_names=split_names,
             root=root,
-            total=total,
+            total=selection["released"],
             progress=progress,
-            phase_done=timer.done,
+            timer=timer,
         )
-        explanation_files: dict[str, str] = {}
-        explained: int | None = None
-        if release.include_raw_judgments:
-            explanation_files, explained = write_explanations(
-                rows=reads.explanation_rows(batch_size=batch_size),
-                root=root,
-                split_names=split_names,
-                question_keys=keys,
-                batch_size=batch_size,
-            )
-            timer.done("explanations")
         progress(0.72, "agreement and statistics")
         split_facts = reads.split_statistics(splits=len(split_names))
         timer.done("split statistics")
         judgments, agreement = reads.judgments_and_agreement(
-            question_keys=keys, batch_size=batch_size
+            question_keys=keys, batch_size=settings.LEPUS_RELEASE_BATCH_SIZE
         )
         timer.done("judgments and agreement")
         sources = reads.sources(judgment_batches=judgments["judgment_import_batches"])
@@ -167,11 +144,76 @@ def build_release_files(*, release: Release, root: Path, progress: ProgressCallb
     )
     files = {**written.files, **explanation_files, **write_card(facts=facts, root=root)}
     files["manifest.json"] = write_manifest(facts=facts, files=files, root=root)
-    total_bytes = sum((root / relative).stat().st_size for relative in files)
     timer.done("card and manifest")
     return BuildOutput(
         files=dict(sorted(files.items())),
-        total_bytes=total_bytes,
+        total_bytes=sum((root / relative).stat().st_size for relative in files),
         counts=facts.counts,
         stats=facts.stats,
     )
+
+
+def _pseudonyms(reads: ReleaseReads) -> dict[int, str]:
+    """Worker -> pseudonym, for the raw judgments and the excluded workers."""
+    key = pseudonym_key()
+    return {
+        worker_pk: pseudonym(key, platform=platform, external_id=external_id)
+        for worker_pk, (platform, external_id) in reads.worker_identities().items()
+    }
+
+
+def _prepare_lines(
+    reads: ReleaseReads,
+    *,
+    release: Release,
+    keys: list[str],
+    calibrated: bool,
+    pseudonyms: dict[int, str],
+) -> RecordSchema:
+    """The lines' schema, and the per clip pieces the line queries join (pseudonyms only for a
+    release with raw judgments)."""
+    schema = RecordSchema(
+        question_keys=keys,
+        include_raw_judgments=release.include_raw_judgments,
+        include_calibration=calibrated,
+    )
+    reads.prepare_fragments(
+        pseudonyms=pseudonyms if release.include_raw_judgments else None, schema=schema
+    )
+    return schema
+
+
+def _write_lines(
+    reads: ReleaseReads,
+    *,
+    schema: RecordSchema,
+    split_names: list[str],
+    root: Path,
+    total: int,
+    progress: ProgressCallback,
+    timer: PhaseTimer,
+) -> tuple[SplitFilesWritten, dict[str, str], int | None]:
+    """The split files, then (with raw judgments) the explanations: (the split files, the
+    explanation files, how many candidates have an explanation or None)."""
+    batch_size = settings.LEPUS_RELEASE_BATCH_SIZE
+    progress(0.1, f"writing {total} candidates")
+    written = write_split_files(
+        reads=reads,
+        schema=schema,
+        split_names=split_names,
+        root=root,
+        total=total,
+        progress=progress,
+        phase_done=timer.done,
+    )
+    if not schema.include_raw_judgments:
+        return written, {}, None
+    explanation_files, explained = write_explanations(
+        rows=reads.explanation_rows(batch_size=batch_size),
+        root=root,
+        split_names=split_names,
+        question_keys=schema.question_keys,
+        batch_size=batch_size,
+    )
+    timer.done("explanations")
+    return written, explanation_files, explained

@@ -114,13 +114,11 @@ def _fixed(value: float | None, digits: int) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
-def card_context(facts: ReleaseFacts) -> dict[str, Any]:
-    """The template's context. Numbers are pre-formatted as strings, so the card never depends on
-    localisation settings; the release name, the one free text a curator types, is escaped."""
-    stats = facts.stats
-    split_names = facts.split_names
-    ratios = facts.ratios
-    rows = [
+Row = tuple[str, ...]
+
+
+def _statistics_rows(stats: dict[str, Any]) -> list[Row]:
+    return [
         ("Clips (videos and still images)", str(stats["clips"])),
         # Releases built before still images existed hold videos only.
         ("Video clips", str(stats.get("video_clips", stats["clips"]))),
@@ -143,40 +141,39 @@ def card_context(facts: ReleaseFacts) -> dict[str, Any]:
         ("Judgments per candidate (max)", str(stats["judgments_per_candidate"]["max"])),
         ("Annotators", str(stats["annotators"])),
     ]
-    agreement_rows = [
-        (
-            key,
-            _fixed(entry["alpha"], 4),
-            str(entry["items"]),
-            str(entry["ratings"]),
-        )
-        for key, entry in stats["agreement"].items()
-    ]
-    split_rows = [
-        (
-            name,
-            str(stats["splits"][name]["clips"]),
-            str(stats["splits"][name]["candidates"]),
-            _fixed(stats["splits"][name]["mean_overall"], 4),
-            f"{ratios[name]!r}",
-        )
-        for name in split_names
-    ]
-    histogram_rows = [
-        (label, *[str(stats["splits"][name]["overall_histogram"][label]) for name in split_names])
-        for label in SCORE_BINS
-    ]
-    class_rows = [
-        (
-            str(value),
-            *[str(stats["splits"][name]["class_histogram"][str(value)]) for name in split_names],
-        )
-        for value in range(1, 6)
-    ]
-    excluded_rows = [
-        (exclusion_label(reason), str(count)) for reason, count in stats["excluded"].items()
-    ]
-    calibration_rows = [
+
+
+def _split_tables(facts: ReleaseFacts) -> dict[str, list[Row]]:
+    """The per-split tables: sizes and mean score, the score histogram, the class histogram."""
+    stats, split_names, ratios = facts.stats, facts.split_names, facts.ratios
+    splits = stats["splits"]
+    return {
+        "split_rows": [
+            (
+                name,
+                str(splits[name]["clips"]),
+                str(splits[name]["candidates"]),
+                _fixed(splits[name]["mean_overall"], 4),
+                f"{ratios[name]!r}",
+            )
+            for name in split_names
+        ],
+        "histogram_rows": [
+            (label, *[str(splits[name]["overall_histogram"][label]) for name in split_names])
+            for label in SCORE_BINS
+        ],
+        "class_rows": [
+            (
+                str(value),
+                *[str(splits[name]["class_histogram"][str(value)]) for name in split_names],
+            )
+            for value in range(1, 6)
+        ],
+    }
+
+
+def _calibration_rows(calibration: list[dict[str, Any]]) -> list[Row]:
+    return [
         (
             entry["campaign"],
             key,
@@ -191,45 +188,56 @@ def card_context(facts: ReleaseFacts) -> dict[str, Any]:
             _fixed(fit["calibrated_vs_raw_correlation"], 4),
             "yes" if fit["converged"] else "no",
         )
-        for entry in facts.calibration
+        for entry in calibration
         for key, fit in entry["questions"].items()
     ]
-    retest_rows = [
-        (
-            entry["campaign"],
-            key,
-            f"{entry['retest_share']:.0%}",
-            str(entry["retest_min_gap"]),
-            str(fit["pairs"]),
-            _fixed(fit["worker_kappa_mean"], 3),
-            _fixed(fit["worker_kappa_median"], 3),
-            _fixed(fit["pooled_kappa"], 3),
-            _fixed(fit["exact_agreement"], 3),
-        )
-        for entry in facts.retest
-        for key, fit in entry["questions"].items()
-    ]
-    retest_campaigns = [
-        (
-            entry["campaign"],
-            str(entry["repeats_submitted"]),
-            str(entry["workers_with_pairs"]),
-            str(entry["workers_with_enough_pairs"]),
-            str(entry["min_pairs"]),
-            _fixed(entry["worker_kappa_mean"], 3),
-            _fixed(entry["worker_kappa_median"], 3),
-            _fixed(entry["pooled_kappa"], 3),
-        )
-        for entry in facts.retest
-    ]
+
+
+def _retest_tables(retest: list[dict[str, Any]]) -> dict[str, list[Row]]:
+    """Test-retest agreement: per question, and per campaign."""
+    return {
+        "retest_rows": [
+            (
+                entry["campaign"],
+                key,
+                f"{entry['retest_share']:.0%}",
+                str(entry["retest_min_gap"]),
+                str(fit["pairs"]),
+                _fixed(fit["worker_kappa_mean"], 3),
+                _fixed(fit["worker_kappa_median"], 3),
+                _fixed(fit["pooled_kappa"], 3),
+                _fixed(fit["exact_agreement"], 3),
+            )
+            for entry in retest
+            for key, fit in entry["questions"].items()
+        ],
+        "retest_campaigns": [
+            (
+                entry["campaign"],
+                str(entry["repeats_submitted"]),
+                str(entry["workers_with_pairs"]),
+                str(entry["workers_with_enough_pairs"]),
+                str(entry["min_pairs"]),
+                _fixed(entry["worker_kappa_mean"], 3),
+                _fixed(entry["worker_kappa_median"], 3),
+                _fixed(entry["pooled_kappa"], 3),
+            )
+            for entry in retest
+        ],
+    }
+
+
+def card_context(facts: ReleaseFacts) -> dict[str, Any]:
+    """The template's context. Numbers are pre-formatted as strings, so the card never depends on
+    localisation settings; the release name, the one free text a curator types, is escaped."""
+    stats = facts.stats
     campaign_rubric_rows, rubric_notes = rubric_rows(facts.campaigns)
     return {
         "rubric_rows": campaign_rubric_rows,
         "facts_explanations": facts.explanations,
         "rubric_notes": rubric_notes,
-        "retest_rows": retest_rows,
-        "retest_campaigns": retest_campaigns,
-        "calibration_rows": calibration_rows,
+        **_retest_tables(facts.retest),
+        "calibration_rows": _calibration_rows(facts.calibration),
         "release": facts.release,
         "name_markdown": markdown_text(facts.release.name),
         "pretty_name_yaml": json.dumps(
@@ -241,7 +249,7 @@ def card_context(facts: ReleaseFacts) -> dict[str, Any]:
         "code_version": facts.code_version,
         "campaigns": facts.campaigns,
         "seed": str(facts.release.seed),
-        "split_names": split_names,
+        "split_names": facts.split_names,
         "split_method": facts.split_method,
         "question_keys": facts.question_keys,
         "sources": facts.sources,
@@ -249,12 +257,15 @@ def card_context(facts: ReleaseFacts) -> dict[str, Any]:
         "includes_vatex_eval": facts.includes_vatex_eval,
         "excluded_workers": len(facts.excluded_workers),
         "review_decisions": facts.review_decisions,
-        "statistics_rows": rows,
-        "agreement_rows": agreement_rows,
-        "split_rows": split_rows,
-        "histogram_rows": histogram_rows,
-        "class_rows": class_rows,
-        "excluded_rows": excluded_rows,
+        "statistics_rows": _statistics_rows(stats),
+        "agreement_rows": [
+            (key, _fixed(entry["alpha"], 4), str(entry["items"]), str(entry["ratings"]))
+            for key, entry in stats["agreement"].items()
+        ],
+        **_split_tables(facts),
+        "excluded_rows": [
+            (exclusion_label(reason), str(count)) for reason, count in stats["excluded"].items()
+        ],
         "candidates_in_campaigns": str(stats["candidates_in_campaigns"]),
         "imported_rater_slots": str(stats["imported_rater_slots"]),
     }

@@ -5,10 +5,11 @@ facts with the workers pseudonymised."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from export.licences import SourceLicence, hub_license_ids, release_licences
 from export.models import Release
+from export.reads.sql_selection import Selection
 
 REVIEW_DECISION_ACTIONS = (
     "set_ratings",
@@ -20,18 +21,39 @@ REVIEW_DECISION_ACTIONS = (
 )
 
 
+class ReleaseCounts(TypedDict):
+    """The release's `counts` (database and API)."""
+
+    splits: dict[str, dict[str, int]]  # {split: {"candidates": n, "clips": n}}
+    released: int
+    excluded: dict[str, int]
+    candidates_in_campaigns: int
+    per_campaign: dict[str, dict[str, int]]
+
+
+class ExcludedWorker(TypedDict):
+    """A worker the release's campaigns excluded, as the manifest lists them (pseudonymised)."""
+
+    campaign: str
+    worker: str
+    decided_by: str  # "curator" or "rules"
+    rules: list[str]
+    judgments_excluded: int
+    reasons: list[str]
+
+
 @dataclass(frozen=True)
 class ReleaseFacts:
     release: Release
     split_names: list[str]
-    selection: dict[str, Any]
+    selection: Selection
     question_keys: list[str]
     campaigns: list[dict[str, Any]]
     split_method: dict[str, Any]
-    counts: dict[str, Any]
+    counts: ReleaseCounts
     stats: dict[str, Any]
     sources: list[dict[str, str]]
-    excluded_workers: list[dict[str, Any]]
+    excluded_workers: list[ExcludedWorker]
     judgment_exclusions: dict[str, dict[str, int]]
     review_by_campaign: dict[str, dict[str, int]]
     code_version: str
@@ -84,8 +106,8 @@ class ReleaseFacts:
 
 
 def release_counts(
-    *, split_names: list[str], selection: dict[str, Any], per_split: dict[int, dict[str, int]]
-) -> dict[str, Any]:
+    *, split_names: list[str], selection: Selection, per_split: dict[int, dict[str, int]]
+) -> ReleaseCounts:
     """The release's `counts` (database and API): candidates and clips per split, the selection."""
     return {
         "splits": {
@@ -101,7 +123,7 @@ def release_counts(
 
 def excluded_workers(
     *, workers: list[dict[str, Any]], pseudonyms: dict[int, str]
-) -> list[dict[str, Any]]:
+) -> list[ExcludedWorker]:
     """The reads' excluded workers with their pseudonyms instead of database ids, in a fixed order."""
     return sorted(
         (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, TypedDict
 
 from django.core.cache import cache
 from django.db import connection
@@ -57,11 +57,18 @@ def release_download_name(*, release: Release, relative: str) -> str:
     return f"{safe_name}-{relative.replace('/', '-')}"
 
 
-def release_files(*, release: Release, with_urls: bool = True) -> list[dict[str, Any]]:
+class ReleaseFile(TypedDict):
+    path: str
+    sha256: str
+    url: str | None
+    format: str
+
+
+def release_files(*, release: Release, with_urls: bool = True) -> list[ReleaseFile]:
     """The files of a published release with short-lived download URLs; empty otherwise."""
     if not release.is_published:
         return []
-    rows = []
+    rows: list[ReleaseFile] = []
     for relative, sha256 in sorted(release.files.items()):
         key = f"{release.storage_prefix}/{relative}"
         url = None
@@ -100,7 +107,55 @@ def _fetch(sql: str, parameters: list[Any]) -> list[tuple[Any, ...]]:
         return cursor.fetchall()
 
 
-def release_compare(*, release: Release, other: Release, examples: int = 20) -> dict[str, Any]:
+# What `release_compare` returns (the compare API's payload, and the release's `changes` summary).
+SplitMove = TypedDict("SplitMove", {"from": str, "to": str, "candidates": int, "clips": int})
+
+
+class CompareSummary(TypedDict):
+    against: int
+    added: int
+    removed: int
+    in_both: int
+    score_changed: int
+    mean_shift: float | None
+    mean_absolute_shift: float | None
+    largest_shift: float
+    class_changed: int
+    moved_between_splits: int
+    split_moves: list[SplitMove]
+    shift_histogram: dict[str, int]
+
+
+class CompareExample(TypedDict):
+    """A candidate only one release holds (the other's score is None)."""
+
+    candidate_id: str
+    campaign: str
+    split: str
+    new_overall: float | None
+    old_overall: float | None
+
+
+class ScoreChange(TypedDict):
+    candidate_id: str
+    campaign: str
+    old_overall: float
+    new_overall: float
+    shift: float
+    old_split: str
+    new_split: str
+
+
+class ReleaseComparison(TypedDict):
+    release: int
+    other: int
+    summary: CompareSummary
+    added: list[CompareExample]
+    removed: list[CompareExample]
+    largest_changes: list[ScoreChange]
+
+
+def release_compare(*, release: Release, other: Release, examples: int = 20) -> ReleaseComparison:
     """What changed from `other` (older) to `release`: candidates added and removed, scores that
     moved (and by how much), training classes that changed, and clips that moved between splits.
 
@@ -108,8 +163,43 @@ def release_compare(*, release: Release, other: Release, examples: int = 20) -> 
     releases' ReleaseRecord rows: no release file is read.
     """
     new, old = release.pk, other.pk
-    # One pass: a full join of the two releases' records (both read in primary-key order).
-    pairs = [(before, after) for before in range(3) for after in range(3) if before != after]
+    # The example lists are always present (empty with examples=0), as the API schema says.
+    result: ReleaseComparison = {
+        "release": new,
+        "other": old,
+        "summary": _compare_summary(new=new, old=old),
+        "added": [],
+        "removed": [],
+        "largest_changes": [],
+    }
+    if examples:
+        result["added"] = _examples(
+            f"""SELECT cand.external_id, camp.slug, r.split, r.overall, NULL
+                FROM {T_RECORD} r {_EXAMPLE_CANDIDATE}
+                WHERE r.release_id = %s AND NOT EXISTS (SELECT 1 FROM {T_RECORD} o
+                  WHERE o.release_id = %s AND o.campaign_candidate_id = r.campaign_candidate_id)
+                ORDER BY cand.external_id LIMIT %s""",
+            [new, old, examples],
+        )
+        result["removed"] = _examples(
+            f"""SELECT cand.external_id, camp.slug, r.split, NULL, r.overall
+                FROM {T_RECORD} r {_EXAMPLE_CANDIDATE}
+                WHERE r.release_id = %s AND NOT EXISTS (SELECT 1 FROM {T_RECORD} n
+                  WHERE n.release_id = %s AND n.campaign_candidate_id = r.campaign_candidate_id)
+                ORDER BY cand.external_id LIMIT %s""",
+            [old, new, examples],
+        )
+        result["largest_changes"] = _largest_changes(new=new, old=old, examples=examples)
+    return result
+
+
+# Split moves the summary counts: every ordered pair of different splits.
+_SPLIT_PAIRS = [(before, after) for before in range(3) for after in range(3) if before != after]
+
+
+def _compare_summary(*, new: int, old: int) -> CompareSummary:
+    """The counts of `release_compare`, in one pass: a full join of the two releases' records
+    (both read in primary-key order)."""
     both = "n.campaign_candidate_id IS NOT NULL AND o.campaign_candidate_id IS NOT NULL"
     buckets = "".join(
         ", count(*) FILTER (WHERE n.overall <> o.overall"
@@ -121,7 +211,7 @@ def release_compare(*, release: Release, other: Release, examples: int = 20) -> 
     moves = "".join(
         f", count(*) FILTER (WHERE o.split = {before} AND n.split = {after}),"
         f" count(DISTINCT n.clip_id) FILTER (WHERE o.split = {before} AND n.split = {after})"
-        for before, after in pairs
+        for before, after in _SPLIT_PAIRS
     )
     row = _fetch(
         f"""
@@ -155,7 +245,7 @@ def release_compare(*, release: Release, other: Release, examples: int = 20) -> 
     ) = row[:9]
     bucket_counts = row[9 : 9 + len(SHIFT_BUCKETS)]
     move_counts = row[9 + len(SHIFT_BUCKETS) :]
-    summary = {
+    return {
         "against": old,
         "added": int(added),
         "removed": int(removed),
@@ -175,7 +265,7 @@ def release_compare(*, release: Release, other: Release, examples: int = 20) -> 
                 "candidates": int(move_counts[2 * index]),
                 "clips": int(move_counts[2 * index + 1]),
             }
-            for index, (before, after) in enumerate(pairs)
+            for index, (before, after) in enumerate(_SPLIT_PAIRS)
             if move_counts[2 * index]
         ],
         "shift_histogram": {
@@ -183,59 +273,38 @@ def release_compare(*, release: Release, other: Release, examples: int = 20) -> 
             for (label, _, _), count in zip(SHIFT_BUCKETS, bucket_counts, strict=True)
         },
     }
-    # The example lists are always present (empty with examples=0), as the API schema says.
-    result: dict[str, Any] = {
-        "release": new,
-        "other": old,
-        "summary": summary,
-        "added": [],
-        "removed": [],
-        "largest_changes": [],
-    }
-    if examples:
-        candidate = f"""JOIN {T_CAND} cand ON cand.id = r.candidate_id
+
+
+# The candidate, campaign candidate and campaign of a ReleaseRecord `r` (the example lists).
+_EXAMPLE_CANDIDATE = f"""JOIN {T_CAND} cand ON cand.id = r.candidate_id
                         JOIN {T_CC} cc ON cc.id = r.campaign_candidate_id
                         JOIN {T_CAMPAIGN} camp ON camp.id = cc.campaign_id"""
-        result["added"] = _examples(
-            f"""SELECT cand.external_id, camp.slug, r.split, r.overall, NULL
-                FROM {T_RECORD} r {candidate}
-                WHERE r.release_id = %s AND NOT EXISTS (SELECT 1 FROM {T_RECORD} o
-                  WHERE o.release_id = %s AND o.campaign_candidate_id = r.campaign_candidate_id)
-                ORDER BY cand.external_id LIMIT %s""",
-            [new, old, examples],
-        )
-        result["removed"] = _examples(
-            f"""SELECT cand.external_id, camp.slug, r.split, NULL, r.overall
-                FROM {T_RECORD} r {candidate}
-                WHERE r.release_id = %s AND NOT EXISTS (SELECT 1 FROM {T_RECORD} n
-                  WHERE n.release_id = %s AND n.campaign_candidate_id = r.campaign_candidate_id)
-                ORDER BY cand.external_id LIMIT %s""",
-            [old, new, examples],
-        )
-        result["largest_changes"] = [
-            {
-                "candidate_id": external_id,
-                "campaign": slug,
-                "old_overall": old_overall,
-                "new_overall": new_overall,
-                "shift": new_overall - old_overall,
-                "old_split": SPLIT_NAMES[old_split],
-                "new_split": SPLIT_NAMES[new_split],
-            }
-            for external_id, slug, old_overall, new_overall, old_split, new_split in _fetch(
-                f"""SELECT cand.external_id, camp.slug, o.overall, r.overall, o.split, r.split
+
+
+def _largest_changes(*, new: int, old: int, examples: int) -> list[ScoreChange]:
+    return [
+        {
+            "candidate_id": external_id,
+            "campaign": slug,
+            "old_overall": old_overall,
+            "new_overall": new_overall,
+            "shift": new_overall - old_overall,
+            "old_split": SPLIT_NAMES[old_split],
+            "new_split": SPLIT_NAMES[new_split],
+        }
+        for external_id, slug, old_overall, new_overall, old_split, new_split in _fetch(
+            f"""SELECT cand.external_id, camp.slug, o.overall, r.overall, o.split, r.split
                     FROM {T_RECORD} r JOIN {T_RECORD} o
                       ON o.campaign_candidate_id = r.campaign_candidate_id AND o.release_id = %s
-                    {candidate}
+                    {_EXAMPLE_CANDIDATE}
                     WHERE r.release_id = %s AND (r.overall <> o.overall OR r.split <> o.split)
                     ORDER BY abs(r.overall - o.overall) DESC, cand.external_id LIMIT %s""",
-                [old, new, examples],
-            )
-        ]
-    return result
+            [old, new, examples],
+        )
+    ]
 
 
-def _examples(sql: str, parameters: list[Any]) -> list[dict[str, Any]]:
+def _examples(sql: str, parameters: list[Any]) -> list[CompareExample]:
     return [
         {
             "candidate_id": external_id,

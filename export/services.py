@@ -9,7 +9,7 @@ import math
 import time
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import ValidationError
@@ -18,16 +18,20 @@ from django.utils import timezone
 
 from annotation.models import Campaign
 from common import storage, webhooks
+from common.broker import enqueue
 from common.jobs import JobCancelled, job_claim, job_finish, job_progress, job_requeue
 from common.models import JobStatus
-from common.tasks import enqueue
 from export.builder import build_release_files
 from export.licences import DEFAULT_JUDGMENT_LICENSE, JudgmentLicense
 from export.models import Release
 from export.publishing import Staging, keys_under, release_prefix, stored_sha256
+from export.selectors import release_compare
 from export.splitting import DEFAULT_RATIOS
 
 logger = logging.getLogger(__name__)
+
+# `export.tasks.build_release`, sent by name: the task imports this module.
+BUILD_RELEASE_TASK = "export.build_release"
 
 DEFAULT_SEED = 0
 
@@ -60,8 +64,6 @@ def release_create(
     created_by: User | AnonymousUser | None = None,
 ) -> Release:
     """Record a release request and enqueue its build (after commit, on the default queue)."""
-    from export.tasks import build_release
-
     chosen = sorted(
         {campaign.pk: campaign for campaign in campaigns}.values(), key=lambda c: c.slug
     )
@@ -87,7 +89,7 @@ def release_create(
     release.storage_prefix = release_prefix(release.pk)
     release.location = storage.storage_uri(release.storage_prefix)
     release.save(update_fields=["storage_prefix", "location"])
-    enqueue(build_release, release.pk)
+    enqueue(BUILD_RELEASE_TASK, release.pk)
     return release
 
 
@@ -114,8 +116,6 @@ def release_build(*, release_id: int, task_id: str = "") -> Release | None:
     """Build a queued release: write its files under a staging prefix, verify, publish, and only
     then mark it succeeded. Returns None when the release was not queued (taken by another worker,
     finished, or cancelled)."""
-    from export.selectors import release_compare
-
     release = job_claim(model=Release, job_id=release_id, task_id=task_id)
     if release is None:
         return None
@@ -136,7 +136,7 @@ def release_build(*, release_id: int, task_id: str = "") -> Release | None:
         changes = (
             release_compare(release=release, other=previous, examples=0)["summary"]
             if previous
-            else {}
+            else None
         )
     except JobCancelled:
         if staging:
@@ -159,7 +159,7 @@ def release_build(*, release_id: int, task_id: str = "") -> Release | None:
         total_bytes=output.total_bytes,
         counts=output.counts,
         stats=output.stats,
-        changes=changes,
+        changes=changes or {},
         previous=previous,
         storage_prefix=release_prefix(release.pk),
         location=storage.storage_uri(release_prefix(release.pk)),
@@ -185,11 +185,9 @@ def release_requeue(*, release: Release) -> bool:
 
 def release_rerun(*, release: Release) -> bool:
     """Queue a failed or cancelled release again and enqueue its build (after commit)."""
-    from export.tasks import build_release
-
     if not release_requeue(release=release):
         return False
-    enqueue(build_release, release.pk)
+    enqueue(BUILD_RELEASE_TASK, release.pk)
     return True
 
 
@@ -197,8 +195,6 @@ def releases_enqueue_stale(*, older_than: timedelta, limit: int = 100) -> int:
     """Publish again the builds of releases still queued after `older_than` (the broker was down
     when they were created); returns how many. A duplicate message is harmless: the build claims
     its row with a conditional UPDATE."""
-    from export.tasks import build_release
-
     stale = timezone.now() - older_than
     release_ids = list(
         Release.objects.filter(status=JobStatus.QUEUED, created_at__lt=stale).values_list(
@@ -206,7 +202,7 @@ def releases_enqueue_stale(*, older_than: timedelta, limit: int = 100) -> int:
         )[:limit]
     )
     for release_id in release_ids:
-        enqueue(build_release, release_id)
+        enqueue(BUILD_RELEASE_TASK, release_id)
     return len(release_ids)
 
 
@@ -223,13 +219,25 @@ def release_cancel(*, release: Release) -> bool:
     )
 
 
-def release_verify(*, release: Release) -> dict[str, Any]:
+class VerifyMismatch(TypedDict):
+    path: str
+    problem: str
+    expected: NotRequired[str]
+    actual: NotRequired[str]
+
+
+class ReleaseVerification(TypedDict):
+    ok: bool
+    mismatches: list[VerifyMismatch]
+
+
+def release_verify(*, release: Release) -> ReleaseVerification:
     """Re-hash a published release's files against the database and manifest.json.
 
     Mismatches: a file whose sha256 differs, a listed file that is missing, a stored file that is
     not listed, and a manifest whose list disagrees with the database.
     """
-    mismatches: list[dict[str, Any]] = []
+    mismatches: list[VerifyMismatch] = []
     if release.status != JobStatus.SUCCEEDED:
         return {
             "ok": False,

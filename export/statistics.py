@@ -5,7 +5,7 @@ that the card shows and manifest.json carries."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -13,6 +13,9 @@ import pyarrow.compute as pc
 
 from annotation.quality.krippendorff import CoincidenceSum, alpha_from_coincidence
 from export.records import WORD_SPLIT_PATTERN
+
+if TYPE_CHECKING:  # the reads import this module's alpha accumulation
+    from export.reads.sql_selection import Selection
 
 RATING_VALUES = (1, 2, 3, 4, 5)
 # Overall-score histogram bins of the card: [1.0, 1.5), [1.5, 2.0), ..., [4.5, 5.0].
@@ -72,7 +75,7 @@ def release_statistics(
     words: WordCounter,
     judgments: dict[str, Any],
     agreement: dict[str, dict[str, Any]],
-    selection: dict[str, Any],
+    selection: Selection,
 ) -> dict[str, Any]:
     """The statistics of the card and of manifest.json "statistics", from the reads' facts and
     the words counted while the files were written."""

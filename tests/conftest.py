@@ -55,9 +55,9 @@ def _isolated_media_root(tmp_path: Path, settings) -> Iterator[None]:  # type: i
 @pytest.fixture(autouse=True)
 def _broker_reachable_again() -> None:
     """A publish that failed in an earlier test must not make this one skip the broker."""
-    import common.tasks
+    import common.broker
 
-    common.tasks._broker_down_until = 0.0
+    common.broker._broker_down_until = 0.0
 
 
 @pytest.fixture(autouse=True)

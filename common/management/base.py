@@ -51,7 +51,7 @@ class LepusCommand(BaseCommand):
             total=total, desc=description, file=sys.stderr, disable=disable, dynamic_ncols=True
         )
 
-    def emit(self, payload: Mapping[str, Any], human: str | None = None) -> None:
+    def emit(self, payload: Mapping[str, object], human: str | None = None) -> None:
         """Print the result: one JSON object with --json, else the human-readable text."""
         if self.as_json:
             self.stdout.write(json.dumps(payload, sort_keys=True, default=str))

@@ -2,9 +2,10 @@
 worker, decode each with Pillow, write a browser-safe display JPEG and ONE training frame
 (`<frames_key>/000.jpg`, frame_count = 1), and upload them next to the clips' files.
 
-Images ride the video pipeline's job (`VideoAttachJob`, `datasets_app.services.video`): one job may
-hold videos and images, its run dispatches each clip by modality (`clip_process_media`), and the
-claim, progress, cancel, retry and outage handling are the video job's. The same rules hold: never
+Images ride the video pipeline's job (`VideoAttachJob`, `datasets_app.services.video`; the
+per-clip rules are `datasets_app.services.clip_media`'s): one job may hold videos and images, its
+run dispatches each clip by modality (`clip_process_media`), and the claim, progress, cancel,
+retry and outage handling are the video job's. The same rules hold: never
 inside a database transaction, a broken source marks the clip error with the reason and such a
 clip is never served.
 
@@ -24,15 +25,15 @@ from pathlib import Path
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
-from django.utils import timezone
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from common import storage
 from datasets_app.models import Clip, ClipModality, ClipStatus, VideoAttachJob
-from datasets_app.services.video import (
+from datasets_app.services.clip_media import (
     ClipVideoOutcome,
     SourceMissing,
     clip_media_failed,
+    clip_media_ready,
     clip_requeue,
     clip_source_file,
     clip_storage_prefix,
@@ -130,17 +131,14 @@ def clip_process_image(*, clip_id: int) -> ClipVideoOutcome:
     except BaseException:
         clip_requeue(clip_id)
         raise
-    Clip.objects.filter(pk=clip_id).update(
+    return clip_media_ready(
+        clip_id,
         image_key=image_key,
         frames_key=f"{prefix}/frames",
         frame_count=1,
         width=image.width,
         height=image.height,
-        status=ClipStatus.READY,
-        error_reason="",
-        processed_at=timezone.now(),
     )
-    return ClipVideoOutcome(clip_id, ready=True)
 
 
 def image_attach_jobs_create(

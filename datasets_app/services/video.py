@@ -11,28 +11,31 @@ from __future__ import annotations
 
 import logging
 import shutil
-import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
+from celery import signature
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
 from common import media, storage
+from common.broker import enqueue
 from common.jobs import JobCancelled, job_claim, job_finish, job_progress, job_requeue
 from common.models import FINISHED_JOB_STATUSES, JobStatus
-from common.tasks import enqueue
 from datasets_app.models import Clip, ClipModality, ClipStatus, VideoAttachJob
+from datasets_app.services.clip_media import ClipVideoOutcome, clip_process_video
+from datasets_app.services.images import clip_process_image
 from datasets_app.services.imports.base import CLIP_ID_PATTERN, SOURCE_ID_PATTERN
 
 logger = logging.getLogger(__name__)
+
+# `datasets_app.tasks.attach_videos`, sent by name: the task imports this module.
+ATTACH_VIDEOS_TASK = "datasets_app.attach_videos"
 
 VIDEO_EXTENSIONS = (
     ".mp4",
@@ -49,17 +52,7 @@ VIDEO_EXTENSIONS = (
     ".webm",
     ".wmv",
 )
-# A full source may end this much before the clip's window does (VATEX windows are whole seconds).
-SOURCE_SHORTFALL_TOLERANCE = 0.5
 UNMATCHED_LISTED = 50
-
-
-class SourceMissing(Exception):
-    """The clip's source video is not where its source key says."""
-
-
-def clip_storage_prefix(vatex_id: str) -> str:
-    return f"clips/{vatex_id}"
 
 
 # --- Matching files to clips ---------------------------------------------------------------------
@@ -236,9 +229,7 @@ def video_attach_jobs_create(
 def video_attach_job_publish(*, job: VideoAttachJob) -> None:
     """Send the job to a Celery worker now; raises when the broker cannot be reached (the job
     stays queued and `video_attach_job_retry` or a re-publish picks it up)."""
-    from datasets_app.tasks import attach_videos
-
-    attach_videos.apply_async(args=[job.pk], retry=False)
+    signature(ATTACH_VIDEOS_TASK, args=[job.pk]).apply_async(retry=False)
 
 
 def video_attach_job_retry(*, job_id: int) -> VideoAttachJob:
@@ -263,11 +254,9 @@ def video_attach_job_requeue(*, job_id: int) -> VideoAttachJob:
     """Retry the job (`video_attach_job_retry`) and send it to a worker once the transaction
     commits; a broker that is down is logged, never raised (the web path does not wait on it, and
     the job stays queued for the next retry)."""
-    from datasets_app.tasks import attach_videos
-
     with transaction.atomic():
         job = video_attach_job_retry(job_id=job_id)
-        enqueue(attach_videos, job.pk)
+        enqueue(ATTACH_VIDEOS_TASK, job.pk)
     return job
 
 
@@ -380,159 +369,11 @@ def video_attach_job_run(*, job_id: int, task_id: str = "") -> VideoAttachJob | 
 def clip_process_media(
     *, clip_id: int, heartbeat: media.Heartbeat | None = None
 ) -> ClipVideoOutcome:
-    """Process one clip of a job by its modality: a video (`clip_process_video`) or a still image
-    (`datasets_app.services.images.clip_process_image`); one job may hold both."""
+    """Process one clip of a job by its modality: a video (`clip_media.clip_process_video`) or a
+    still image (`images.clip_process_image`); one job may hold both."""
     if Clip.objects.filter(pk=clip_id, modality=ClipModality.IMAGE).exists():
-        from datasets_app.services.images import clip_process_image
-
         return clip_process_image(clip_id=clip_id)
     return clip_process_video(clip_id=clip_id, heartbeat=heartbeat)
-
-
-@dataclass(frozen=True)
-class ClipVideoOutcome:
-    clip_id: int
-    ready: bool
-    error: str = ""
-
-
-@contextmanager
-def clip_source_file(clip: Clip) -> Iterator[Path]:
-    key = clip.source_key
-    noun = "image" if clip.is_image else "video"
-    if not key:
-        raise SourceMissing(
-            f"the clip has no source {noun} (attach one with attach_videos or import_images)"
-        )
-    if key.startswith("/"):
-        path = Path(key)
-        if not path.is_file():
-            raise SourceMissing(f"source {noun} not found: {key}")
-        yield path
-        return
-    try:
-        found = storage.exists(key)
-    except ValueError as error:
-        raise SourceMissing(f"invalid source key {key!r}: {error}") from error
-    if not found:
-        raise SourceMissing(f"source {noun} not found in storage: {key}")
-    with storage.local_copy(key) as path:
-        yield path
-
-
-def _is_precut(clip: Clip) -> bool:
-    return Path(clip.source_key).stem == clip.vatex_id
-
-
-def clip_media_failed(clip: Clip, error: Exception, *, what: str) -> ClipVideoOutcome:
-    """A source that cannot become media (missing, unreadable, refused): the clip (video or still
-    image) goes to the error state with the reason, and none of its media keys stays set, so it is
-    never servable."""
-    reason = str(error)[:2000]
-    Clip.objects.filter(pk=clip.pk).update(
-        status=ClipStatus.ERROR,
-        error_reason=reason,
-        video_key="",
-        poster_key="",
-        image_key="",
-        frames_key="",
-        frame_count=0,
-        processed_at=timezone.now(),
-    )
-    logger.warning("%s %s: %s", what, clip.vatex_id, reason)
-    return ClipVideoOutcome(clip.pk, ready=False, error=reason)
-
-
-def clip_requeue(clip_id: int) -> None:
-    """Any other failure (storage down, the worker stopping): the clip goes back to the queue and
-    a re-run processes it."""
-    Clip.objects.filter(pk=clip_id, status=ClipStatus.PROCESSING).update(status=ClipStatus.QUEUED)
-
-
-def clip_process_video(
-    *, clip_id: int, heartbeat: media.Heartbeat | None = None
-) -> ClipVideoOutcome:
-    """Probe the clip's source, cut its window (or take a pre-cut file whole), transcode it to a
-    browser-safe MP4, make a poster and LEPUS_VIDEO_FRAMES training frames, upload them under
-    `clips/<clip id>/`, and mark the clip ready. A missing or unreadable source marks the clip
-    error with the reason. Other failures (storage down) put the clip back in the queue and raise."""
-    clip = Clip.objects.get(pk=clip_id)
-    Clip.objects.filter(pk=clip_id).update(status=ClipStatus.PROCESSING)
-    prefix = clip_storage_prefix(clip.vatex_id)
-    frame_count = settings.LEPUS_VIDEO_FRAMES
-    try:
-        with (
-            clip_source_file(clip) as source,
-            tempfile.TemporaryDirectory(prefix="lepus-clip-") as tmp,
-        ):
-            work = Path(tmp)
-            try:
-                source_info = media.probe(source)
-            except media.MediaError as error:
-                raise media.MediaError(f"the source video cannot be read: {error}") from error
-            if not source_info.has_video:
-                raise media.MediaError("the source file has no video stream")
-            if _is_precut(clip):
-                start, length = None, None
-            else:
-                if source_info.duration < clip.end_seconds - SOURCE_SHORTFALL_TOLERANCE:
-                    raise media.MediaError(
-                        f"the source video is {source_info.duration:.2f} s long; the clip's "
-                        f"window [{clip.start_seconds:g}, {clip.end_seconds:g}] s ends after it"
-                    )
-                start = clip.start_seconds
-                length = min(clip.end_seconds, source_info.duration) - clip.start_seconds
-            output = work / "video.mp4"
-            media.transcode(
-                source,
-                output,
-                source_info=source_info,
-                max_height=settings.LEPUS_VIDEO_MAX_HEIGHT,
-                start=start,
-                duration=length,
-                heartbeat=heartbeat,
-            )
-            info = media.probe(output)
-            if not media.is_browser_safe(info):
-                raise media.MediaError(
-                    f"the transcoded video is not browser-safe ({info.video_codec}/"
-                    f"{info.audio_codec}, {info.width}x{info.height})"
-                )
-            media.extract_poster(
-                output, work / "poster.jpg", at_seconds=info.duration / 2, heartbeat=heartbeat
-            )
-            frames = media.extract_frames(
-                output,
-                work / "frames",
-                count=frame_count,
-                duration=info.duration,
-                heartbeat=heartbeat,
-            )
-            # Uploads: no transaction is open here; the clip is not servable until the update
-            # below, so a half-finished upload is never shown.
-            storage.delete_prefix(f"{prefix}/frames")
-            video_key = storage.put_file(f"{prefix}/video.mp4", output)
-            poster_key = storage.put_file(f"{prefix}/poster.jpg", work / "poster.jpg")
-            for path in frames:
-                storage.put_file(f"{prefix}/frames/{path.name}", path)
-    except (media.MediaError, SourceMissing) as error:
-        return clip_media_failed(clip, error, what="clip")
-    except BaseException:
-        clip_requeue(clip_id)
-        raise
-    Clip.objects.filter(pk=clip_id).update(
-        video_key=video_key,
-        poster_key=poster_key,
-        frames_key=f"{prefix}/frames",
-        frame_count=len(frames),
-        duration=round(info.duration, 3),
-        width=info.width,
-        height=info.height,
-        status=ClipStatus.READY,
-        error_reason="",
-        processed_at=timezone.now(),
-    )
-    return ClipVideoOutcome(clip_id, ready=True)
 
 
 # --- Synthetic videos for the demo and the tests ------------------------------------------------

@@ -70,7 +70,7 @@ class ReleaseReads:
             raise RuntimeError("the release reads are used outside their `with` block")
         return self._snapshot
 
-    def select_items(self) -> dict[str, Any]:
+    def select_items(self) -> sql_selection.Selection:
         """Choose the released candidates; count the others per reason (EXCLUSION_REASONS):
         {"excluded", "released", "candidates_in_campaigns", "per_campaign"}."""
         return sql_selection.select_items(self.snapshot)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import io
 import json
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg2.extensions
 
@@ -38,110 +38,128 @@ def prepare_fragments(
     with raw judgments, a worker -> pseudonym table for the line query."""
     with snapshot.cursor() as cursor:
         cursor.execute("SET LOCAL extra_float_digits = 1")
-        cursor.execute(
-            f"""
-            CREATE TEMP TABLE {snapshot.fragments} ON COMMIT DROP AS
-            WITH refs AS (
-              SELECT s.clip_id,
-                     COALESCE(to_json(array_agg(r.text ORDER BY r.position, r.id)
-                                      FILTER (WHERE r.id IS NOT NULL))::text, '[]') AS json
-              FROM {snapshot.clips} s LEFT JOIN {T_REF} r ON r.clip_id = s.clip_id
-                AND (lower(r.language) = 'en' OR lower(r.language) LIKE 'en-%%')
-              GROUP BY s.clip_id
-            ), clip AS (
-              SELECT s.clip_id, s.split, c.vatex_id, c.video_key, c.frames_key,
-                     c.image_key, c.modality,
-                     -- a still image has no window: start, end and duration are null
-                     CASE WHEN c.modality = 'image' THEN NULL ELSE c.start_seconds END AS start,
-                     CASE WHEN c.modality = 'image' THEN NULL ELSE c.end_seconds END AS stop,
-                     CASE WHEN c.modality = 'image' THEN NULL
-                          ELSE COALESCE(c.duration, c.end_seconds - c.start_seconds)
-                     END AS duration,
-                     refs.json AS refs
-              FROM {snapshot.clips} s JOIN {T_CLIP} c ON c.id = s.clip_id
-                JOIN refs ON refs.clip_id = s.clip_id
-            )
-            SELECT clip_id, split, vatex_id,
-              '"clip_id":' || {sql_json_string("vatex_id")} || ',"duration":'
-                || COALESCE({sql_number("duration")}, 'null') || ',"end":'
-                || COALESCE({sql_number("stop")}, 'null')
-                || ',"frames_key":' || {sql_json_string("frames_key")}
-                || ',"image_key":' || {sql_json_string("image_key")} || ',' AS json_head,
-              '"modality":' || {sql_json_string("modality")} || ',' AS json_modality,
-              refs AS json_refs,
-              '"start":' || COALESCE({sql_number("start")}, 'null') || ',' AS json_start,
-              '"video_key":' || {sql_json_string("video_key")} AS json_video,
-              {sql_csv_string("vatex_id")} || ',' || COALESCE({sql_number("duration")}, '')
-                || ',' || COALESCE({sql_number("stop")}, '') || ','
-                || {sql_csv_string("frames_key")} || ',' || {sql_csv_string("image_key")}
-                AS csv_head,
-              {sql_csv_string("modality")} AS csv_modality,
-              COALESCE({sql_number("start")}, '') AS csv_start,
-              {sql_csv_string("video_key")} AS csv_video
-            FROM clip
-            """,
-            {"unused": None},
-        )
-        cursor.execute(f"CREATE UNIQUE INDEX ON {snapshot.fragments} (clip_id)")
-        # File order computed once on narrow rows (row_number over the sort keys), so the line
-        # queries read it through an index instead of sorting their wide output rows.
-        cursor.execute(
-            f"""
-            CREATE TEMP TABLE {snapshot.ordered} ON COMMIT DROP AS
-            SELECT i.cc_id, i.clip_id, s.split, i.overall, i.training_class, i.kept_judgments,
-                   i.review_state, i.means, i.calibrated_scores, i.calibrated_overall,
-                   camp.slug, cand.external_id, cand.text,
-                   COALESCE(sys.name, '') AS system_name,
-                   COALESCE(sys.version, '') AS system_version,
-                   row_number() OVER (ORDER BY s.split, c.vatex_id COLLATE "C",
-                                      cand.external_id COLLATE "C", camp.slug COLLATE "C") AS ord
-            FROM {snapshot.items} i
-              JOIN {snapshot.clips} s ON s.clip_id = i.clip_id
-              JOIN {T_CLIP} c ON c.id = i.clip_id
-              JOIN {T_CAND} cand ON cand.id = i.candidate_id
-              LEFT JOIN {T_SYSTEM} sys ON sys.id = cand.system_id
-              JOIN {T_CAMPAIGN} camp ON camp.id = i.campaign_id
-            """
-        )
-        cursor.execute(f"CREATE UNIQUE INDEX ON {snapshot.ordered} (split, ord)")
-        cursor.execute(f"ANALYZE {snapshot.ordered} (split, ord, clip_id)")
-        cursor.execute(f"ANALYZE {snapshot.fragments} (clip_id, split)")
+        _create_fragments(cursor, snapshot)
+        _create_ordered(cursor, snapshot)
         if pseudonyms is not None:
-            cursor.execute(
-                f"CREATE TEMP TABLE {snapshot.pseudonyms} (worker_id bigint PRIMARY KEY,"
-                " json text NOT NULL) ON COMMIT DROP"
-            )
-            buffer = io.StringIO()
-            for worker_pk, name in pseudonyms.items():
-                buffer.write(f"{worker_pk}\t{json.dumps(name)}\n")
-            buffer.seek(0)
-            cursor.copy_expert(f"COPY {snapshot.pseudonyms} (worker_id, json) FROM STDIN", buffer)
-            cursor.execute(f"ANALYZE {snapshot.pseudonyms}")
-            # Every candidate's kept judgments as one JSON array, in one grouped pass (cheaper
-            # than a lookup per candidate while the lines are written).
-            judgment = (
-                "'{\"reason\":' || "
-                + sql_json_string("j.reason")
-                + " || ',\"values\":' || "
-                + schema.ratings_json_sql("j.values")
-                + " || ',\"worker\":' || ps.json || '}'"
-            )
-            cursor.execute(
-                f"""
-                CREATE TEMP TABLE {snapshot.raw} ON COMMIT DROP AS
-                SELECT j.campaign_candidate_id AS cc_id,
-                       '[' || string_agg({judgment}, ',' ORDER BY j.id) || ']' AS json
-                FROM {T_JUDGMENT} j
-                  JOIN {snapshot.items} i ON i.cc_id = j.campaign_candidate_id
-                  JOIN {T_PARTICIPATION} p ON p.id = j.participation_id
-                  JOIN {snapshot.pseudonyms} ps ON ps.worker_id = p.worker_id
-                WHERE NOT j.is_excluded
-                GROUP BY j.campaign_candidate_id
-                """,
-                {"unused": None},
-            )
-            cursor.execute(f"CREATE UNIQUE INDEX ON {snapshot.raw} (cc_id)")
-            cursor.execute(f"ANALYZE {snapshot.raw} (cc_id)")
+            _create_raw_judgments(cursor, snapshot, pseudonyms=pseudonyms, schema=schema)
+
+
+def _create_fragments(cursor: Any, snapshot: ReleaseSnapshot) -> None:
+    """The `fragments` table: per clip, its JSON and CSV pieces."""
+    cursor.execute(
+        f"""
+        CREATE TEMP TABLE {snapshot.fragments} ON COMMIT DROP AS
+        WITH refs AS (
+          SELECT s.clip_id,
+                 COALESCE(to_json(array_agg(r.text ORDER BY r.position, r.id)
+                                  FILTER (WHERE r.id IS NOT NULL))::text, '[]') AS json
+          FROM {snapshot.clips} s LEFT JOIN {T_REF} r ON r.clip_id = s.clip_id
+            AND (lower(r.language) = 'en' OR lower(r.language) LIKE 'en-%%')
+          GROUP BY s.clip_id
+        ), clip AS (
+          SELECT s.clip_id, s.split, c.vatex_id, c.video_key, c.frames_key,
+                 c.image_key, c.modality,
+                 -- a still image has no window: start, end and duration are null
+                 CASE WHEN c.modality = 'image' THEN NULL ELSE c.start_seconds END AS start,
+                 CASE WHEN c.modality = 'image' THEN NULL ELSE c.end_seconds END AS stop,
+                 CASE WHEN c.modality = 'image' THEN NULL
+                      ELSE COALESCE(c.duration, c.end_seconds - c.start_seconds)
+                 END AS duration,
+                 refs.json AS refs
+          FROM {snapshot.clips} s JOIN {T_CLIP} c ON c.id = s.clip_id
+            JOIN refs ON refs.clip_id = s.clip_id
+        )
+        SELECT clip_id, split, vatex_id,
+          '"clip_id":' || {sql_json_string("vatex_id")} || ',"duration":'
+            || COALESCE({sql_number("duration")}, 'null') || ',"end":'
+            || COALESCE({sql_number("stop")}, 'null')
+            || ',"frames_key":' || {sql_json_string("frames_key")}
+            || ',"image_key":' || {sql_json_string("image_key")} || ',' AS json_head,
+          '"modality":' || {sql_json_string("modality")} || ',' AS json_modality,
+          refs AS json_refs,
+          '"start":' || COALESCE({sql_number("start")}, 'null') || ',' AS json_start,
+          '"video_key":' || {sql_json_string("video_key")} AS json_video,
+          {sql_csv_string("vatex_id")} || ',' || COALESCE({sql_number("duration")}, '')
+            || ',' || COALESCE({sql_number("stop")}, '') || ','
+            || {sql_csv_string("frames_key")} || ',' || {sql_csv_string("image_key")}
+            AS csv_head,
+          {sql_csv_string("modality")} AS csv_modality,
+          COALESCE({sql_number("start")}, '') AS csv_start,
+          {sql_csv_string("video_key")} AS csv_video
+        FROM clip
+        """,
+        {"unused": None},
+    )
+    cursor.execute(f"CREATE UNIQUE INDEX ON {snapshot.fragments} (clip_id)")
+
+
+def _create_ordered(cursor: Any, snapshot: ReleaseSnapshot) -> None:
+    """The `ordered` table: file order computed once on narrow rows (row_number over the sort
+    keys), so the line queries read it through an index instead of sorting their wide output
+    rows."""
+    cursor.execute(
+        f"""
+        CREATE TEMP TABLE {snapshot.ordered} ON COMMIT DROP AS
+        SELECT i.cc_id, i.clip_id, s.split, i.overall, i.training_class, i.kept_judgments,
+               i.review_state, i.means, i.calibrated_scores, i.calibrated_overall,
+               camp.slug, cand.external_id, cand.text,
+               COALESCE(sys.name, '') AS system_name,
+               COALESCE(sys.version, '') AS system_version,
+               row_number() OVER (ORDER BY s.split, c.vatex_id COLLATE "C",
+                                  cand.external_id COLLATE "C", camp.slug COLLATE "C") AS ord
+        FROM {snapshot.items} i
+          JOIN {snapshot.clips} s ON s.clip_id = i.clip_id
+          JOIN {T_CLIP} c ON c.id = i.clip_id
+          JOIN {T_CAND} cand ON cand.id = i.candidate_id
+          LEFT JOIN {T_SYSTEM} sys ON sys.id = cand.system_id
+          JOIN {T_CAMPAIGN} camp ON camp.id = i.campaign_id
+        """
+    )
+    cursor.execute(f"CREATE UNIQUE INDEX ON {snapshot.ordered} (split, ord)")
+    cursor.execute(f"ANALYZE {snapshot.ordered} (split, ord, clip_id)")
+    cursor.execute(f"ANALYZE {snapshot.fragments} (clip_id, split)")
+
+
+def _create_raw_judgments(
+    cursor: Any, snapshot: ReleaseSnapshot, *, pseudonyms: dict[int, str], schema: RecordSchema
+) -> None:
+    """The `pseudonyms` table (worker -> pseudonym), then `raw`: per candidate, its kept
+    judgments as one JSON array."""
+    cursor.execute(
+        f"CREATE TEMP TABLE {snapshot.pseudonyms} (worker_id bigint PRIMARY KEY,"
+        " json text NOT NULL) ON COMMIT DROP"
+    )
+    buffer = io.StringIO()
+    for worker_pk, name in pseudonyms.items():
+        buffer.write(f"{worker_pk}\t{json.dumps(name)}\n")
+    buffer.seek(0)
+    cursor.copy_expert(f"COPY {snapshot.pseudonyms} (worker_id, json) FROM STDIN", buffer)
+    cursor.execute(f"ANALYZE {snapshot.pseudonyms}")
+    # Every candidate's kept judgments as one JSON array, in one grouped pass (cheaper
+    # than a lookup per candidate while the lines are written).
+    judgment = (
+        "'{\"reason\":' || "
+        + sql_json_string("j.reason")
+        + " || ',\"values\":' || "
+        + schema.ratings_json_sql("j.values")
+        + " || ',\"worker\":' || ps.json || '}'"
+    )
+    cursor.execute(
+        f"""
+        CREATE TEMP TABLE {snapshot.raw} ON COMMIT DROP AS
+        SELECT j.campaign_candidate_id AS cc_id,
+               '[' || string_agg({judgment}, ',' ORDER BY j.id) || ']' AS json
+        FROM {T_JUDGMENT} j
+          JOIN {snapshot.items} i ON i.cc_id = j.campaign_candidate_id
+          JOIN {T_PARTICIPATION} p ON p.id = j.participation_id
+          JOIN {snapshot.pseudonyms} ps ON ps.worker_id = p.worker_id
+        WHERE NOT j.is_excluded
+        GROUP BY j.campaign_candidate_id
+        """,
+        {"unused": None},
+    )
+    cursor.execute(f"CREATE UNIQUE INDEX ON {snapshot.raw} (cc_id)")
+    cursor.execute(f"ANALYZE {snapshot.raw} (cc_id)")
 
 
 def split_lines(
@@ -155,40 +173,8 @@ def split_lines(
     to hash, merge or sort for this one statement). The inner query escapes and formats every
     value once (JSON and CSV share the numbers); the outer one only concatenates.
     """
+    parts = _line_parts(snapshot, schema)
     keys = schema.question_keys
-    raw_inner = raw_join = raw_json = raw_csv = ""
-    if schema.include_raw_judgments:
-        raw_join = f"LEFT JOIN {snapshot.raw} raw ON raw.cc_id = o.cc_id"
-        raw_inner = "COALESCE(raw.json, '[]') AS raw_json,"
-        raw_json = "|| '\"raw_judgments\":' || raw_json || ','"
-        raw_csv = "|| " + sql_csv_string("raw_json") + " || ','"
-    means = "".join(
-        f"{sql_number(f'(o.means->>{sql_literal(key)})::float8')} AS m{index},"
-        for index, key in enumerate(keys)
-    )
-    scores_json = " || ',' || ".join(
-        f"{sql_literal(json.dumps(key, ensure_ascii=False) + ':')} || COALESCE(m{index}, 'null')"
-        for index, key in enumerate(keys)
-    )
-    scores_csv = " || ',' || ".join(f"COALESCE(m{index}, '')" for index in range(len(keys)))
-    calibrated = "".join(
-        f"{sql_number(f'(o.calibrated_scores->>{sql_literal(key)})::float8')} AS k{index},"
-        for index, key in enumerate(keys)
-    )
-    calibrated_json = " || ',' || ".join(
-        f"{sql_literal(json.dumps(key, ensure_ascii=False) + ':')} || COALESCE(k{index}, 'null')"
-        for index, key in enumerate(keys)
-    )
-    calibrated_csv = " || ',' || ".join(f"COALESCE(k{index}, '')" for index in range(len(keys)))
-    calibrated_line_json = calibrated_line_csv = ""
-    if schema.include_calibration:
-        calibrated_line_json = (
-            "|| '\"calibrated_overall\":' || COALESCE(n_calibrated, 'null')"
-            " || ',\"calibrated_scores\":{' || " + (calibrated_json or "''") + " || '},'"
-        )
-        calibrated_line_csv = "COALESCE(n_calibrated, '') || ',' || " + (
-            calibrated_csv + " || ',' ||" if keys else ""
-        )
     review = "COALESCE(NULLIF(o.review_state, ''), 'none')"
     planner = ("enable_hashjoin", "enable_mergejoin", "enable_sort")
     with snapshot.cursor() as settings_cursor:
@@ -201,22 +187,22 @@ def split_lines(
         cursor.execute(
             f"""
             SELECT
-              '{{' {calibrated_line_json} || '"campaign":' || j_campaign
+              '{{' {parts.calibrated_line_json} || '"campaign":' || j_campaign
                 || ',"candidate_id":' || j_candidate || ','
                 || json_head || '"judgments":' || n_judgments || ',' || json_modality
                 || '"normalized":' || n_normalized
-                || ',"overall":' || n_overall || ',' {raw_json} || '"references":' || json_refs
+                || ',"overall":' || n_overall || ',' {parts.raw_json} || '"references":' || json_refs
                 || ',' || '"review_status":' || j_review || ',"scores":{{'
-                || {scores_json or "''"} || '}},' || json_start || '"system":' || j_system
+                || {parts.scores_json or "''"} || '}},' || json_start || '"system":' || j_system
                 || ',"system_version":' || j_version || ',"text":' || j_text
                 || ',"training_class":' || n_class || ',' || json_video || '}}',
-              {calibrated_line_csv} c_campaign || ',' || c_candidate || ',' || csv_head || ',' || n_judgments || ','
-                || csv_modality || ',' || n_normalized || ',' || n_overall || ',' {raw_csv} || csv_refs || ','
-                || c_review || ',' || {scores_csv + " || ','" if keys else "''"} || csv_start
+              {parts.calibrated_line_csv} c_campaign || ',' || c_candidate || ',' || csv_head || ',' || n_judgments || ','
+                || csv_modality || ',' || n_normalized || ',' || n_overall || ',' {parts.raw_csv} || csv_refs || ','
+                || c_review || ',' || {parts.scores_csv + " || ','" if keys else "''"} || csv_start
                 || ',' || c_system || ',' || c_version || ',' || c_text || ',' || n_class || ','
                 || csv_video
             FROM (
-                SELECT o.ord, {raw_inner} {means} {calibrated}
+                SELECT o.ord, {parts.raw_inner} {parts.means} {parts.calibrated}
                   {sql_number("o.calibrated_overall")} AS n_calibrated,
                   {sql_json_string("o.slug")} AS j_campaign,
                   {sql_csv_string("o.slug")} AS c_campaign,
@@ -239,7 +225,7 @@ def split_lines(
                   f.csv_start, f.csv_video
                 FROM {snapshot.ordered} o
                   JOIN {snapshot.fragments} f ON f.clip_id = o.clip_id
-                  {raw_join}
+                  {parts.raw_join}
                 WHERE o.split = %(split)s
                 ORDER BY o.ord
                 OFFSET 0
@@ -253,3 +239,70 @@ def split_lines(
             for setting in planner:
                 settings_cursor.execute(f"SET LOCAL {setting} = on")
     return cursor
+
+
+class _LineParts(NamedTuple):
+    """The pieces of the line query that depend on the schema: raw judgments (a join and their
+    JSON and CSV), each question's mean and calibrated score, and the calibrated columns."""
+
+    raw_inner: str
+    raw_join: str
+    raw_json: str
+    raw_csv: str
+    means: str
+    scores_json: str
+    scores_csv: str
+    calibrated: str
+    calibrated_line_json: str
+    calibrated_line_csv: str
+
+
+def _line_parts(snapshot: ReleaseSnapshot, schema: RecordSchema) -> _LineParts:
+    keys = schema.question_keys
+    raw_inner = raw_join = raw_json = raw_csv = ""
+    if schema.include_raw_judgments:
+        raw_join = f"LEFT JOIN {snapshot.raw} raw ON raw.cc_id = o.cc_id"
+        raw_inner = "COALESCE(raw.json, '[]') AS raw_json,"
+        raw_json = "|| '\"raw_judgments\":' || raw_json || ','"
+        raw_csv = "|| " + sql_csv_string("raw_json") + " || ','"
+    means, scores_json, scores_csv = _score_columns(keys, column="o.means", alias="m")
+    calibrated, calibrated_json, calibrated_csv = _score_columns(
+        keys, column="o.calibrated_scores", alias="k"
+    )
+    calibrated_line_json = calibrated_line_csv = ""
+    if schema.include_calibration:
+        calibrated_line_json = (
+            "|| '\"calibrated_overall\":' || COALESCE(n_calibrated, 'null')"
+            " || ',\"calibrated_scores\":{' || " + (calibrated_json or "''") + " || '},'"
+        )
+        calibrated_line_csv = "COALESCE(n_calibrated, '') || ',' || " + (
+            calibrated_csv + " || ',' ||" if keys else ""
+        )
+    return _LineParts(
+        raw_inner=raw_inner,
+        raw_join=raw_join,
+        raw_json=raw_json,
+        raw_csv=raw_csv,
+        means=means,
+        scores_json=scores_json,
+        scores_csv=scores_csv,
+        calibrated=calibrated,
+        calibrated_line_json=calibrated_line_json,
+        calibrated_line_csv=calibrated_line_csv,
+    )
+
+
+def _score_columns(keys: list[str], *, column: str, alias: str) -> tuple[str, str, str]:
+    """Per question, a score from the JSON object `column`: the inner query's formatted columns
+    (`<alias><index>`), and the outer query's JSON members and CSV fields built from them."""
+    select = "".join(
+        f"{sql_number(f'({column}->>{sql_literal(key)})::float8')} AS {alias}{index},"
+        for index, key in enumerate(keys)
+    )
+    as_json = " || ',' || ".join(
+        f"{sql_literal(json.dumps(key, ensure_ascii=False) + ':')}"
+        f" || COALESCE({alias}{index}, 'null')"
+        for index, key in enumerate(keys)
+    )
+    as_csv = " || ',' || ".join(f"COALESCE({alias}{index}, '')" for index in range(len(keys)))
+    return select, as_json, as_csv

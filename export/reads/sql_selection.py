@@ -5,7 +5,7 @@ cannot carry."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 from datasets_app.models import CandidateKind
 from export import splitting
@@ -29,7 +29,16 @@ _ELIGIBLE = (
 )
 
 
-def select_items(snapshot: ReleaseSnapshot) -> dict[str, Any]:
+class Selection(TypedDict):
+    """Which candidates a release holds: how many, why the others stay out, per campaign."""
+
+    excluded: dict[str, int]  # {exclusion reason: candidates}
+    released: int
+    candidates_in_campaigns: int
+    per_campaign: dict[str, dict[str, int]]
+
+
+def select_items(snapshot: ReleaseSnapshot) -> Selection:
     """Create the items table (the release's candidates) and count what was left out and why."""
     parameters = {"campaigns": snapshot.campaign_ids, "control_kind": CandidateKind.CONTROL}
     with snapshot.cursor() as cursor:

@@ -4,6 +4,7 @@ judgments for their counts and Krippendorff's alpha."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -94,63 +95,105 @@ def judgments_and_agreement(
     scan is repeated with plain counts. Alpha is accumulated exactly (see
     `accumulate_coincidence`), so it does not depend on batching or order.
     """
+    totals = _ScanTotals()
+    try:
+        agreement = accumulate_coincidence(
+            _scan(snapshot, question_keys, batch_size, totals, packed=True),
+            question_keys=question_keys,
+        )
+    except _PackingOverflow:
+        agreement = accumulate_coincidence(
+            _scan(snapshot, question_keys, batch_size, totals, packed=False),
+            question_keys=question_keys,
+        )
+    released, annotators, imported_slots, batches = _judgment_sources(snapshot)
+    statistics = {
+        "judgments": totals.judgments,
+        "annotators": int(annotators),
+        "imported_rater_slots": int(imported_slots),
+        # Candidates without a kept judgment (resolved by an expert) have no group in the scan.
+        "judgments_per_candidate_min": 0 if totals.candidates < released else int(totals.low or 0),
+        "judgments_per_candidate_max": int(totals.high),
+        "judgment_import_batches": batches,
+    }
+    return statistics, agreement
+
+
+@dataclass
+class _ScanTotals:
+    """Kept judgments counted by the scan: in all, candidates, and the fewest and most per
+    candidate (reset when the scan starts again with plain counts)."""
+
+    judgments: int = 0
+    candidates: int = 0
+    low: int | None = None
+    high: int = 0
+
+
+def _scan(
+    snapshot: ReleaseSnapshot,
+    question_keys: Sequence[str],
+    batch_size: int,
+    totals: _ScanTotals,
+    *,
+    packed: bool,
+) -> Iterator[np.ndarray]:
+    """Per batch of candidates, each question's counts of the values 1..5 (candidates x
+    questions x 5), counting into `totals`. Raises `_PackingOverflow` when packed counts could
+    overflow."""
     parameters = {f"q{index}": key for index, key in enumerate(question_keys)}
     extracts = "".join(
         f", (j.values->>%(q{index})s)::float8 AS q{index}" for index in range(len(question_keys))
     )
     width = len(RATING_VALUES)
     shifts = np.arange(width, dtype=np.int64) * 6
-    totals: dict[str, Any] = {"judgments": 0, "candidates": 0, "low": None, "high": 0}
-
-    def scan(packed: bool) -> Iterator[np.ndarray]:
-        if packed:
-            aggregates = "".join(
-                f", sum(CASE WHEN q{index} IN (1, 2, 3, 4, 5) THEN 1 << (6 * (q{index}::int - 1))"
-                " ELSE 0 END)"
-                for index in range(len(question_keys))
-            )
-        else:
-            aggregates = "".join(
-                f", count(*) FILTER (WHERE q{index} = {value})"
-                for index in range(len(question_keys))
-                for value in RATING_VALUES
-            )
-        totals.update(judgments=0, candidates=0, low=None, high=0)
-        cursor = snapshot.named_cursor("export_release_judgments", batch_size)
-        try:
-            cursor.execute(
-                f"""
-                SELECT count(*) {aggregates}
-                FROM (SELECT j.campaign_candidate_id AS cc_id {extracts}
-                      FROM {T_JUDGMENT} j
-                        JOIN {snapshot.items} i ON i.cc_id = j.campaign_candidate_id
-                      WHERE NOT j.is_excluded) kept
-                GROUP BY cc_id
-                """,
-                parameters,
-            )
-            while rows := cursor.fetchmany(batch_size):
-                table = np.asarray(rows, dtype=np.int64)
-                counts = table[:, 0]
-                totals["judgments"] += int(counts.sum())
-                totals["candidates"] += len(counts)
-                low, high = int(counts.min()), int(counts.max())
-                totals["low"] = low if totals["low"] is None else min(totals["low"], low)
-                totals["high"] = max(totals["high"], high)
-                if packed and high >= 64:
-                    raise _PackingOverflow
-                if packed:
-                    yield (table[:, 1:, None] >> shifts) & 63
-                else:
-                    yield table[:, 1:].reshape(len(rows), len(question_keys), width)
-        finally:
-            cursor.close()
-
+    if packed:
+        aggregates = "".join(
+            f", sum(CASE WHEN q{index} IN (1, 2, 3, 4, 5) THEN 1 << (6 * (q{index}::int - 1))"
+            " ELSE 0 END)"
+            for index in range(len(question_keys))
+        )
+    else:
+        aggregates = "".join(
+            f", count(*) FILTER (WHERE q{index} = {value})"
+            for index in range(len(question_keys))
+            for value in RATING_VALUES
+        )
+    totals.judgments, totals.candidates, totals.low, totals.high = 0, 0, None, 0
+    cursor = snapshot.named_cursor("export_release_judgments", batch_size)
     try:
-        agreement = accumulate_coincidence(scan(packed=True), question_keys=question_keys)
-    except _PackingOverflow:
-        agreement = accumulate_coincidence(scan(packed=False), question_keys=question_keys)
+        cursor.execute(
+            f"""
+            SELECT count(*) {aggregates}
+            FROM (SELECT j.campaign_candidate_id AS cc_id {extracts}
+                  FROM {T_JUDGMENT} j
+                    JOIN {snapshot.items} i ON i.cc_id = j.campaign_candidate_id
+                  WHERE NOT j.is_excluded) kept
+            GROUP BY cc_id
+            """,
+            parameters,
+        )
+        while rows := cursor.fetchmany(batch_size):
+            table = np.asarray(rows, dtype=np.int64)
+            counts = table[:, 0]
+            totals.judgments += int(counts.sum())
+            totals.candidates += len(counts)
+            low, high = int(counts.min()), int(counts.max())
+            totals.low = low if totals.low is None else min(totals.low, low)
+            totals.high = max(totals.high, high)
+            if packed and high >= 64:
+                raise _PackingOverflow
+            if packed:
+                yield (table[:, 1:, None] >> shifts) & 63
+            else:
+                yield table[:, 1:].reshape(len(rows), len(question_keys), width)
+    finally:
+        cursor.close()
 
+
+def _judgment_sources(snapshot: ReleaseSnapshot) -> tuple[int, int, int, list[int]]:
+    """(released candidates, annotators, imported rater slots, import batches) of the kept
+    judgments."""
     with snapshot.cursor() as cursor:
         cursor.execute(f"SELECT count(*) FROM {snapshot.items}")
         (released,) = cursor.fetchone()
@@ -187,18 +230,7 @@ def judgments_and_agreement(
             {"campaigns": snapshot.campaign_ids},
         )
         batches = sorted(int(row[0]) for row in cursor.fetchall())
-    statistics = {
-        "judgments": totals["judgments"],
-        "annotators": int(annotators),
-        "imported_rater_slots": int(imported_slots),
-        # Candidates without a kept judgment (resolved by an expert) have no group in the scan.
-        "judgments_per_candidate_min": 0
-        if totals["candidates"] < released
-        else int(totals["low"] or 0),
-        "judgments_per_candidate_max": int(totals["high"]),
-        "judgment_import_batches": batches,
-    }
-    return statistics, agreement
+    return released, annotators, imported_slots, batches
 
 
 class _PackingOverflow(Exception):

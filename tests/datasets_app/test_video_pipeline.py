@@ -16,8 +16,8 @@ from django.core.management import call_command
 from common import media, storage
 from common.models import JobStatus
 from datasets_app.models import Clip, ClipStatus, VideoAttachJob
+from datasets_app.services.clip_media import clip_process_video
 from datasets_app.services.video import (
-    clip_process_video,
     video_attach_job_create,
     video_attach_job_retry,
     video_attach_job_run,

@@ -10,8 +10,8 @@ import pytest
 from kombu.exceptions import OperationalError
 
 from annotation.models import Assignment, AssignmentStatus, Judgment
-from common import tasks as common_tasks
-from common.tasks import enqueue
+from common import broker
+from common.broker import enqueue
 from tests.annotation.crowd_factories import all_candidate_ratings, crowd_campaign
 from tests.support.processes import free_port
 
@@ -74,7 +74,7 @@ class _UnreachableBrokerTask:
 
 @pytest.mark.django_db(transaction=True)
 def test_after_a_failed_publish_the_process_skips_the_broker_for_a_while(settings, monkeypatch):
-    monkeypatch.setattr(common_tasks, "_broker_down_until", 0.0)
+    monkeypatch.setattr(broker, "_broker_down_until", 0.0)
     settings.LEPUS_BROKER_DOWN_BACKOFF = 0.5
     task = _UnreachableBrokerTask()
     enqueue(task, 1)  # no transaction open: published at once, and the failure swallowed

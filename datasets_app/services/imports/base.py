@@ -16,14 +16,12 @@ import io
 import json
 import math
 import re
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
 
 # (stage, done, total): the bulk writer's progress callback, which a command turns into progress
 # bars on stderr.
@@ -37,10 +35,6 @@ VATEX_ID_PATTERN = re.compile(r"^(?P<source>[A-Za-z0-9_-]+)_(?P<start>\d{1,9})_(
 SOURCE_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
 # Candidate ids and rater ids travel in exports and URLs: no whitespace, a conservative alphabet.
 EXTERNAL_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.:/@+-]{1,300}$")
-
-# PostgreSQL serialises concurrent imports on this advisory lock, so the content-level checks
-# ("is this clip already stored?") are not raced by a second import of an overlapping file.
-IMPORT_ADVISORY_LOCK = 0x1E9E5_0001
 
 
 class ImportRejected(Exception):
@@ -362,16 +356,22 @@ def _skip_whitespace(text: str, index: int) -> int:
     return match.end() if match else index
 
 
+def _open_top_level(source: ImportSource, opener: str, what: str) -> int:
+    """The offset just after the top-level `opener` and the whitespace that follows it."""
+    text = source.text
+    index = _skip_whitespace(text, 0)
+    if index >= len(text) or text[index] != opener:
+        raise source.reject_at_offset(
+            index, f"expected {what} at the top level", field="(JSON syntax)"
+        )
+    return _skip_whitespace(text, index + 1)
+
+
 def iter_json_object_entries(source: ImportSource) -> Iterator[tuple[str, Any, int]]:
     """(key, value, offset of the key) of a top-level JSON object, in file order, so that errors
     can name the line and column of the entry. Duplicate keys are refused."""
     text = source.text
-    index = _skip_whitespace(text, 0)
-    if index >= len(text) or text[index] != "{":
-        raise source.reject_at_offset(
-            index, "expected a JSON object ({...}) at the top level", field="(JSON syntax)"
-        )
-    index = _skip_whitespace(text, index + 1)
+    index = _open_top_level(source, "{", "a JSON object ({...})")
     if index < len(text) and text[index] == "}":
         return
     seen: set[str] = set()
@@ -412,12 +412,7 @@ def iter_json_object_entries(source: ImportSource) -> Iterator[tuple[str, Any, i
 def iter_json_array_items(source: ImportSource) -> Iterator[tuple[int, Any, int]]:
     """(index, value, offset) of the items of a top-level JSON array, in file order."""
     text = source.text
-    index = _skip_whitespace(text, 0)
-    if index >= len(text) or text[index] != "[":
-        raise source.reject_at_offset(
-            index, "expected a JSON list ([...]) at the top level", field="(JSON syntax)"
-        )
-    index = _skip_whitespace(text, index + 1)
+    index = _open_top_level(source, "[", "a JSON list ([...])")
     if index < len(text) and text[index] == "]":
         _expect_end(source, index + 1)
         return
@@ -544,12 +539,6 @@ def detect_tabular_format(source: ImportSource, explicit: str | None) -> str:
 # --- Writing ------------------------------------------------------------------------------------
 
 
-def lock_imports() -> None:
-    """Serialise imports (an advisory lock held until the transaction ends)."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [IMPORT_ADVISORY_LOCK])
-
-
 def chunked(items: list[Any], size: int = 1000) -> Iterator[list[Any]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
@@ -594,12 +583,3 @@ class ImportResult:
             "campaign_created": self.campaign_created,
             "seconds": round(self.seconds, 3),
         }
-
-
-class Stopwatch:
-    def __init__(self) -> None:
-        self.started = time.perf_counter()
-
-    @property
-    def seconds(self) -> float:
-        return time.perf_counter() - self.started

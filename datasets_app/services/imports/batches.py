@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sized
 from pathlib import Path
 from typing import TypedDict
 
 from django.contrib.auth.models import User
-from django.db import transaction
+from django.db import connection, transaction
 
 from datasets_app.models import ImportBatch
 from datasets_app.services.imports.base import (
@@ -16,10 +17,27 @@ from datasets_app.services.imports.base import (
     ImportRejected,
     ImportResult,
     ImportSource,
-    Stopwatch,
     import_source_read,
-    lock_imports,
 )
+
+# PostgreSQL serialises concurrent imports on this advisory lock, so the content-level checks
+# ("is this clip already stored?") are not raced by a second import of an overlapping file.
+IMPORT_ADVISORY_LOCK = 0x1E9E5_0001
+
+
+def lock_imports() -> None:
+    """Serialise imports (an advisory lock held until the transaction ends)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [IMPORT_ADVISORY_LOCK])
+
+
+class Stopwatch:
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+
+    @property
+    def seconds(self) -> float:
+        return time.perf_counter() - self.started
 
 
 def existing_batch(*, kind: str, sha256: str, target: str) -> ImportBatch | None:

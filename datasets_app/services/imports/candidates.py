@@ -295,26 +295,7 @@ def _candidates_from_csv(
                 raise FieldError("role", f"{role!r} is not a role (use reference or candidate)")
         except FieldError as error:
             raise source.reject(error.message, line=line, field=error.field)
-        spec = clips.get(clip_id)
-        if spec is None:
-            spec = clips[clip_id] = ClipSpec(
-                clip_id=clip_id,
-                identity=identity,
-                line=line,
-                field="clip_id",
-                references=[],
-                reference_field="text",
-                reference_locations=[],
-            )
-        elif identity is not None:
-            if spec.identity is None:
-                spec.identity = identity
-            elif spec.identity != identity:
-                raise source.reject(
-                    f"the clip {clip_id!r} has another youtube_id/start/end on line {spec.line}",
-                    line=line,
-                    field="youtube_id",
-                )
+        spec = _csv_clip(source, clips, clip_id=clip_id, identity=identity, line=line)
         if role == "reference":
             spec.references.append(text)
             assert spec.reference_locations is not None
@@ -340,6 +321,39 @@ def _candidates_from_csv(
         if progress and line % 1000 == 0:
             progress("validating", line, 0)
     return list(clips.values()), candidates
+
+
+def _csv_clip(
+    source: ImportSource,
+    clips: dict[str, ClipSpec],
+    *,
+    clip_id: str,
+    identity: ClipIdentity | None,
+    line: int,
+) -> ClipSpec:
+    """The clip of a CSV row: made on its first row; a row that names its YouTube window must
+    agree with the one an earlier row gave."""
+    spec = clips.get(clip_id)
+    if spec is None:
+        spec = clips[clip_id] = ClipSpec(
+            clip_id=clip_id,
+            identity=identity,
+            line=line,
+            field="clip_id",
+            references=[],
+            reference_field="text",
+            reference_locations=[],
+        )
+    elif identity is not None:
+        if spec.identity is None:
+            spec.identity = identity
+        elif spec.identity != identity:
+            raise source.reject(
+                f"the clip {clip_id!r} has another youtube_id/start/end on line {spec.line}",
+                line=line,
+                field="youtube_id",
+            )
+    return spec
 
 
 def _refuse_duplicate_candidate_ids(source: ImportSource, candidates: list[CandidateSpec]) -> None:
