@@ -8,7 +8,8 @@ import logging
 import time
 from typing import Any
 
-from celery import signature
+from celery import current_app
+from celery.canvas import Signature
 from django.conf import settings
 from django.db import transaction
 
@@ -18,8 +19,15 @@ logger = logging.getLogger(__name__)
 _broker_down_until = 0.0
 
 
+def task_named(name: str) -> Signature:
+    """The task registered as `name`, for `publish_now` and `enqueue`: a service whose task calls
+    it back sends the task by name, so only the task module imports the service (no cycle). Same
+    routing and options as sending the task object."""
+    return current_app.signature(name)
+
+
 def publish_now(task: Any, *args: Any, **kwargs: Any) -> bool:
-    """Send `task` (a task, or a task's registered name) now; False (logged, never raised) when
+    """Send `task` (a task, or `task_named(name)`) now; False (logged, never raised) when
     the broker is down.
 
     The web path must not depend on the broker. After a failed publish this process skips the
@@ -31,15 +39,12 @@ def publish_now(task: Any, *args: Any, **kwargs: Any) -> bool:
     task object).
     """
     global _broker_down_until
-    name = task if isinstance(task, str) else task.name
+    name = task.name
     if time.monotonic() < _broker_down_until:
         logger.info("broker down; not publishing %s%s", name, args)
         return False
     try:
-        if isinstance(task, str):
-            signature(task, args=args, kwargs=kwargs).apply_async(retry=False)
-        else:
-            task.apply_async(args=args, kwargs=kwargs, retry=False)
+        task.apply_async(args=args, kwargs=kwargs, retry=False)
     except Exception as error:  # kombu raises OperationalError, socket errors, timeouts
         _broker_down_until = time.monotonic() + settings.LEPUS_BROKER_DOWN_BACKOFF
         logger.warning("could not publish %s%s: %s; a sweep will catch up", name, args, error)
@@ -48,6 +53,6 @@ def publish_now(task: Any, *args: Any, **kwargs: Any) -> bool:
 
 
 def enqueue(task: Any, *args: Any, **kwargs: Any) -> None:
-    """Send `task` (a task or a task's name; see `publish_now`) once the current transaction
+    """Send `task` (a task or `task_named(name)`; see `publish_now`) once the current transaction
     commits."""
     transaction.on_commit(lambda: publish_now(task, *args, **kwargs))

@@ -8,20 +8,14 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from celery import current_app, shared_task
-from celery.canvas import Signature
+from celery import shared_task
 from django.conf import settings
 
 from common.broker import enqueue as enqueue
 from common.broker import publish_now as publish_now
+from common.broker import task_named as task_named
 
 logger = logging.getLogger(__name__)
-
-
-def task_named(name: str) -> Signature:
-    """The task registered as `name`, for `publish_now` and `enqueue`: a service whose task calls
-    it back sends the task by name, so only the task module imports the service (no cycle)."""
-    return current_app.signature(name)
 
 
 @shared_task(name="common.reap_orphaned_jobs", ignore_result=True)

@@ -32,7 +32,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from common.broker import publish_now
+from common.broker import publish_now, task_named
 from common.models import (
     WebhookDelivery,
     WebhookDeliveryStatus,
@@ -271,7 +271,7 @@ def emit_many(
 
 def _publish(delivery_ids: list[int]) -> None:
     for delivery_id in delivery_ids:
-        publish_now("common.tasks.webhook_deliver", delivery_id)
+        publish_now(task_named("common.tasks.webhook_deliver"), delivery_id)
 
 
 def redeliver(delivery: WebhookDelivery) -> WebhookDelivery:

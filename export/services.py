@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from annotation.models import Campaign
 from common import storage, webhooks
-from common.broker import enqueue
+from common.broker import enqueue, task_named
 from common.jobs import JobCancelled, job_claim, job_finish, job_progress, job_requeue
 from common.models import JobStatus
 from export.builder import build_release_files
@@ -89,7 +89,7 @@ def release_create(
     release.storage_prefix = release_prefix(release.pk)
     release.location = storage.storage_uri(release.storage_prefix)
     release.save(update_fields=["storage_prefix", "location"])
-    enqueue(BUILD_RELEASE_TASK, release.pk)
+    enqueue(task_named(BUILD_RELEASE_TASK), release.pk)
     return release
 
 
@@ -187,7 +187,7 @@ def release_rerun(*, release: Release) -> bool:
     """Queue a failed or cancelled release again and enqueue its build (after commit)."""
     if not release_requeue(release=release):
         return False
-    enqueue(BUILD_RELEASE_TASK, release.pk)
+    enqueue(task_named(BUILD_RELEASE_TASK), release.pk)
     return True
 
 
@@ -202,7 +202,7 @@ def releases_enqueue_stale(*, older_than: timedelta, limit: int = 100) -> int:
         )[:limit]
     )
     for release_id in release_ids:
-        enqueue(BUILD_RELEASE_TASK, release_id)
+        enqueue(task_named(BUILD_RELEASE_TASK), release_id)
     return len(release_ids)
 
 

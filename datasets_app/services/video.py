@@ -17,14 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from celery import signature
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
 from common import media, storage
-from common.broker import enqueue
+from common.broker import enqueue, task_named
 from common.jobs import JobCancelled, job_claim, job_finish, job_progress, job_requeue
 from common.models import FINISHED_JOB_STATUSES, JobStatus
 from datasets_app.models import Clip, ClipModality, ClipStatus, VideoAttachJob
@@ -229,7 +228,7 @@ def video_attach_jobs_create(
 def video_attach_job_publish(*, job: VideoAttachJob) -> None:
     """Send the job to a Celery worker now; raises when the broker cannot be reached (the job
     stays queued and `video_attach_job_retry` or a re-publish picks it up)."""
-    signature(ATTACH_VIDEOS_TASK, args=[job.pk]).apply_async(retry=False)
+    task_named(ATTACH_VIDEOS_TASK).apply_async(args=[job.pk], retry=False)
 
 
 def video_attach_job_retry(*, job_id: int) -> VideoAttachJob:
@@ -256,7 +255,7 @@ def video_attach_job_requeue(*, job_id: int) -> VideoAttachJob:
     the job stays queued for the next retry)."""
     with transaction.atomic():
         job = video_attach_job_retry(job_id=job_id)
-        enqueue(ATTACH_VIDEOS_TASK, job.pk)
+        enqueue(task_named(ATTACH_VIDEOS_TASK), job.pk)
     return job
 
 

@@ -1,4 +1,4 @@
-"""`common.tasks.publish_now` / `enqueue` with a task named by `task_named`: what a service uses to
+"""`common.broker.publish_now` / `enqueue` (re-exported by `common.tasks`) with a task named by `task_named`: what a service uses to
 send the task whose module imports the service (no import back). The broker is replaced by the
 task's `apply_async` seam (as in the debouncing tests); a real broker is exercised by the worker
 tests."""
@@ -8,14 +8,14 @@ from __future__ import annotations
 import pytest
 from kombu.exceptions import OperationalError
 
-from common import tasks as common_tasks
+from common import broker as common_broker
 from common.tasks import enqueue, publish_now, task_named
 
 
 @pytest.fixture
 def sent(monkeypatch):  # type: ignore[no-untyped-def]
     calls: list[tuple[tuple[object, ...], dict[str, object], bool]] = []
-    monkeypatch.setattr(common_tasks, "_broker_down_until", 0.0)
+    monkeypatch.setattr(common_broker, "_broker_down_until", 0.0)
     monkeypatch.setattr(
         "common.tasks.webhook_deliver.apply_async",
         lambda args, kwargs, retry: calls.append((args, kwargs, retry)),
@@ -37,7 +37,7 @@ def test_a_named_task_is_sent_after_commit(sent, db, django_capture_on_commit_ca
 
 
 def test_a_failed_publish_of_a_named_task_is_logged_not_raised(monkeypatch, settings):  # type: ignore[no-untyped-def]
-    monkeypatch.setattr(common_tasks, "_broker_down_until", 0.0)
+    monkeypatch.setattr(common_broker, "_broker_down_until", 0.0)
     settings.LEPUS_BROKER_DOWN_BACKOFF = 30
     attempts: list[object] = []
 

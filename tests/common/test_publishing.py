@@ -1,4 +1,4 @@
-"""Sending a task by its registered name: the message is the one the task object would send
+"""Sending a task by its registered name (`task_named`): the message is the one the task object would send
 (same task name, arguments and queue), after commit when enqueued."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import json
 import redis
 from django.conf import settings
 
-from common.broker import enqueue, publish_now
+from common.broker import enqueue, publish_now, task_named
 from tests.support.processes import purge_broker
 
 
@@ -26,8 +26,8 @@ def waiting(queue: str) -> list[tuple[str, list[object]]]:
 
 def test_a_task_sent_by_name_goes_to_its_routed_queue(db):
     purge_broker()
-    assert publish_now("export.build_release", 41)
-    assert publish_now("training_bridge.tasks.score_request", 42)
+    assert publish_now(task_named("export.build_release"), 41)
+    assert publish_now(task_named("training_bridge.tasks.score_request"), 42)
     assert waiting("default") == [("export.build_release", [41])]
     assert waiting("training") == [("training_bridge.tasks.score_request", [42])]
     purge_broker()
@@ -38,7 +38,7 @@ def test_a_task_enqueued_by_name_is_sent_once_the_transaction_commits(
 ):
     purge_broker()
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
-        enqueue("datasets_app.attach_videos", 7)
+        enqueue(task_named("datasets_app.attach_videos"), 7)
     assert waiting("default") == []  # nothing before the commit
     assert len(callbacks) == 1
     callbacks[0]()
