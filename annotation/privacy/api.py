@@ -17,7 +17,7 @@ from annotation.crowd.api.worker import WORKER_ERRORS, MeThrottle
 from annotation.crowd.auth import IsWorker, WorkerTokenAuthentication
 from annotation.models import ErasureMode, Participation
 from annotation.privacy.services import ErasureRefused, participation_erase, participation_erase_own
-from annotation.quality.api.base import TAG, campaign_or_404
+from annotation.quality.api.base import TAG, campaign_or_404, validated
 from common.api import ErrorSerializer, FieldErrorsSerializer
 
 
@@ -67,8 +67,7 @@ class WorkerEraseApi(APIView):
         },
     )
     def post(self, request: Request) -> Response:
-        data = EraseInputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
+        validated(EraseInputSerializer, request)
         participation = cast(Participation, request.auth)
         outcome = participation_erase_own(
             participation=Participation.objects.select_related("worker").get(pk=participation.pk)
@@ -97,8 +96,7 @@ class CuratorEraseApi(APIView):
             pk=participation_id,
             campaign=campaign,
         )
-        data = EraseInputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
+        validated(EraseInputSerializer, request)
         try:
             outcome = participation_erase(
                 participation=participation, actor=request.user, requested_by="curator"
