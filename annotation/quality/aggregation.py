@@ -73,6 +73,28 @@ def round_half_up(value: float) -> int:
     return int(math.floor(round(value, 9) + 0.5))
 
 
+def overall_scores(
+    scores: NDArray[np.float64], *, question_keys: list[str], overall_key: str
+) -> NDArray[np.float64]:
+    """The overall score of each row of `scores` (rows × questions, NaN where not rated), rounded
+    to 9 places: the overall question's where the campaign names one it asks, else the mean of
+    the questions rated (NaN where none is). One rule for the crowd mean and the calibrated
+    score alike."""
+    if overall_key and overall_key in question_keys:
+        overall = scores[:, question_keys.index(overall_key)].copy()
+    elif question_keys:
+        with np.errstate(invalid="ignore"):
+            answered = ~np.isnan(scores)
+            overall = np.where(
+                answered.any(axis=1),
+                np.nansum(scores, axis=1) / np.maximum(answered.sum(axis=1), 1),
+                np.nan,
+            )
+    else:
+        overall = np.full(scores.shape[0], np.nan)
+    return np.round(overall, 9)
+
+
 def aggregates_compute(data: CampaignSlice, *, review_state: NDArray[Any]) -> Aggregates:
     """Aggregates of every candidate in `data`; `review_state` is the final review state per
     candidate (finalisation needs to know which were resolved by an expert)."""
@@ -112,20 +134,9 @@ def aggregates_compute(data: CampaignSlice, *, review_state: NDArray[Any]) -> Ag
             if key in resolution:
                 means[position, question] = resolution[key]
 
-    overall_key = data.campaign.overall_question_key
-    if overall_key and overall_key in data.question_keys:
-        overall = means[:, data.question_keys.index(overall_key)].copy()
-    elif questions:
-        with np.errstate(invalid="ignore"):
-            answered = ~np.isnan(means)
-            overall = np.where(
-                answered.any(axis=1),
-                np.nansum(means, axis=1) / np.maximum(answered.sum(axis=1), 1),
-                np.nan,
-            )
-    else:
-        overall = np.full(items, np.nan)
-    overall = np.round(overall, 9)
+    overall = overall_scores(
+        means, question_keys=data.question_keys, overall_key=data.campaign.overall_question_key
+    )
     normalized = np.clip((overall - 1.0) / 4.0, 0.0, 1.0)
     training_class = np.floor(overall + 0.5)
 
