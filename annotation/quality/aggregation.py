@@ -36,6 +36,7 @@ from annotation.crowd.services.columns import copy_to_temp_table
 from annotation.models import Campaign, CampaignCandidate, ReviewState
 from annotation.quality.loading import CampaignSlice, campaign_slice_load
 from annotation.quality.review_queue import current_review_state, review_items_sync
+from annotation.quality.statistics import overall_scores
 from common import webhooks
 
 # The `CampaignCandidate` columns aggregation writes (the API's aggregate rows show the same).
@@ -71,28 +72,6 @@ class Aggregates:
 def round_half_up(value: float) -> int:
     """2.5 → 3 and 3.5 → 4 (Python's round() would give 2 and 4)."""
     return int(math.floor(round(value, 9) + 0.5))
-
-
-def overall_scores(
-    scores: NDArray[np.float64], *, question_keys: list[str], overall_key: str
-) -> NDArray[np.float64]:
-    """The overall score of each row of `scores` (rows × questions, NaN where not rated), rounded
-    to 9 places: the overall question's where the campaign names one it asks, else the mean of
-    the questions rated (NaN where none is). One rule for the crowd mean and the calibrated
-    score alike."""
-    if overall_key and overall_key in question_keys:
-        overall = scores[:, question_keys.index(overall_key)].copy()
-    elif question_keys:
-        with np.errstate(invalid="ignore"):
-            answered = ~np.isnan(scores)
-            overall = np.where(
-                answered.any(axis=1),
-                np.nansum(scores, axis=1) / np.maximum(answered.sum(axis=1), 1),
-                np.nan,
-            )
-    else:
-        overall = np.full(scores.shape[0], np.nan)
-    return np.round(overall, 9)
 
 
 def aggregates_compute(data: CampaignSlice, *, review_state: NDArray[Any]) -> Aggregates:

@@ -42,7 +42,6 @@ from annotation.models import (
     QCRun,
     WorkerSeverity,
 )
-from annotation.quality.aggregation import overall_scores
 from annotation.quality.calibration import (
     MODEL_NAME,
     CalibrationFit,
@@ -51,6 +50,7 @@ from annotation.quality.calibration import (
     calibration_fit,
 )
 from annotation.quality.jobs import campaign_run_inline, campaign_run_queue
+from annotation.quality.statistics import overall_scores
 from common.jobs import job_execute
 from common.models import JobStatus
 
