@@ -31,6 +31,29 @@ def validated(serializer: type[serializers.Serializer], request: Request) -> Map
     return data.validated_data
 
 
+# A campaign's background run (QC, calibration); a subclass names the model, and its fields end
+# with `RUN_FIELDS`. No docstring: the schema would take it as each subclass's description.
+class CampaignRunSerializer(serializers.ModelSerializer):
+    campaign: serializers.SlugRelatedField[Campaign] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
+    status = serializers.CharField(
+        read_only=True, help_text="queued, running, succeeded, failed or cancelled."
+    )
+
+
+RUN_FIELDS = [
+    "status",
+    "progress",
+    "progress_message",
+    "error",
+    "summary",
+    "created_at",
+    "started_at",
+    "finished_at",
+]
+
+
 def bounded_int(raw: str | None, *, default: int, high: int) -> int:
     """A query parameter as an int in [0, high]; `default` when absent or not a number."""
     try:
