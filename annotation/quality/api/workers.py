@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.exceptions import NotFound
@@ -17,8 +16,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from annotation.models import Campaign, Participation
-from annotation.quality.api.base import TAG, campaign_or_404, validated
+from annotation.models import Participation
+from annotation.quality.api.base import TAG, campaign_or_404, participation_or_404, validated
 from annotation.quality.exclusions import worker_exclude, worker_include
 from annotation.quality.selectors import WORKER_SORTS, statistic_explanations, worker_rows
 from common.api import ErrorSerializer
@@ -126,14 +125,6 @@ class IncludeOutputSerializer(_WorkerChangeOutputSerializer):
     )
 
 
-def _participation(campaign: Campaign, participation_id: int) -> Participation:
-    return get_object_or_404(
-        Participation.objects.select_related("worker", "campaign"),
-        pk=participation_id,
-        campaign=campaign,
-    )
-
-
 ERASED_MEANWHILE = "the worker's participation was erased while this request ran"
 Outcome = TypeVar("Outcome")
 
@@ -159,7 +150,7 @@ def _worker_change_api(
             operation_id=operation,
         )
         def post(self, request: Request, slug: str, participation_id: int) -> Response:
-            participation = _participation(campaign_or_404(slug), participation_id)
+            participation = participation_or_404(campaign_or_404(slug), participation_id)
             data = validated(body, request)
             try:
                 outcome = change(participation, request.user, data)
