@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import cast
 
-from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
@@ -17,7 +16,7 @@ from annotation.crowd.api.worker import WORKER_ERRORS, MeThrottle
 from annotation.crowd.auth import IsWorker, WorkerTokenAuthentication
 from annotation.models import ErasureMode, Participation
 from annotation.privacy.services import ErasureRefused, participation_erase, participation_erase_own
-from annotation.quality.api.base import TAG, campaign_or_404
+from annotation.quality.api.base import TAG, campaign_or_404, participation_or_404, validated
 from common.api import ErrorSerializer, FieldErrorsSerializer
 
 
@@ -67,8 +66,7 @@ class WorkerEraseApi(APIView):
         },
     )
     def post(self, request: Request) -> Response:
-        data = EraseInputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
+        validated(EraseInputSerializer, request)
         participation = cast(Participation, request.auth)
         outcome = participation_erase_own(
             participation=Participation.objects.select_related("worker").get(pk=participation.pk)
@@ -92,13 +90,8 @@ class CuratorEraseApi(APIView):
     )
     def post(self, request: Request, slug: str, participation_id: int) -> Response:
         campaign = campaign_or_404(slug)
-        participation = get_object_or_404(
-            Participation.objects.select_related("worker", "campaign"),
-            pk=participation_id,
-            campaign=campaign,
-        )
-        data = EraseInputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
+        participation = participation_or_404(campaign, participation_id)
+        validated(EraseInputSerializer, request)
         try:
             outcome = participation_erase(
                 participation=participation, actor=request.user, requested_by="curator"

@@ -36,6 +36,7 @@ from annotation.crowd.services.columns import copy_to_temp_table
 from annotation.models import Campaign, CampaignCandidate, ReviewState
 from annotation.quality.loading import CampaignSlice, campaign_slice_load
 from annotation.quality.review_queue import current_review_state, review_items_sync
+from annotation.quality.statistics import overall_scores
 from common import webhooks
 
 # The `CampaignCandidate` columns aggregation writes (the API's aggregate rows show the same).
@@ -112,20 +113,9 @@ def aggregates_compute(data: CampaignSlice, *, review_state: NDArray[Any]) -> Ag
             if key in resolution:
                 means[position, question] = resolution[key]
 
-    overall_key = data.campaign.overall_question_key
-    if overall_key and overall_key in data.question_keys:
-        overall = means[:, data.question_keys.index(overall_key)].copy()
-    elif questions:
-        with np.errstate(invalid="ignore"):
-            answered = ~np.isnan(means)
-            overall = np.where(
-                answered.any(axis=1),
-                np.nansum(means, axis=1) / np.maximum(answered.sum(axis=1), 1),
-                np.nan,
-            )
-    else:
-        overall = np.full(items, np.nan)
-    overall = np.round(overall, 9)
+    overall = overall_scores(
+        means, question_keys=data.question_keys, overall_key=data.campaign.overall_question_key
+    )
     normalized = np.clip((overall - 1.0) / 4.0, 0.0, 1.0)
     training_class = np.floor(overall + 0.5)
 

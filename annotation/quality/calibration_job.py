@@ -50,6 +50,7 @@ from annotation.quality.calibration import (
     calibration_fit,
 )
 from annotation.quality.jobs import campaign_run_inline, campaign_run_queue
+from annotation.quality.statistics import overall_scores
 from common.jobs import job_execute
 from common.models import JobStatus
 
@@ -272,18 +273,9 @@ def candidate_scores(
                 columns[f"score:{key}"][position] = value
                 columns[f"se:{key}"][position] = np.nan
     scores = np.column_stack([columns[f"score:{key}"] for key in data.question_keys])
-    if overall_key and overall_key in data.question_keys:
-        overall = columns[f"score:{overall_key}"].copy()
-    elif data.question_keys:
-        answered = ~np.isnan(scores)
-        overall = np.where(
-            answered.any(axis=1),
-            np.nansum(scores, axis=1) / np.maximum(answered.sum(axis=1), 1),
-            np.nan,
-        )
-    else:
-        overall = np.full(count, np.nan)
-    columns["overall"] = np.round(overall, 9)
+    columns["overall"] = overall_scores(
+        scores, question_keys=data.question_keys, overall_key=overall_key
+    )
     return columns
 
 

@@ -393,3 +393,25 @@ def leave_one_out_agreement(
         correlation = covariance / np.sqrt(spread)
     correlation[~np.isfinite(correlation) | (spread <= 1e-9)] = np.nan
     return n.astype(np.int64), np.clip(correlation, -1.0, 1.0)
+
+
+def overall_scores(
+    scores: NDArray[np.float64], *, question_keys: list[str], overall_key: str
+) -> NDArray[np.float64]:
+    """The overall score of each row of `scores` (rows × questions, NaN where not rated), rounded
+    to 9 places: the overall question's where the campaign names one it asks, else the mean of
+    the questions rated (NaN where none is). One rule for the crowd mean and the calibrated
+    score alike."""
+    if overall_key and overall_key in question_keys:
+        overall = scores[:, question_keys.index(overall_key)].copy()
+    elif question_keys:
+        with np.errstate(invalid="ignore"):
+            answered = ~np.isnan(scores)
+            overall = np.where(
+                answered.any(axis=1),
+                np.nansum(scores, axis=1) / np.maximum(answered.sum(axis=1), 1),
+                np.nan,
+            )
+    else:
+        overall = np.full(scores.shape[0], np.nan)
+    return np.round(overall, 9)

@@ -12,6 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from annotation.quality.api.base import validated
 from annotation.webhooks.services import (
     campaign_slugs,
     delivery_redeliver,
@@ -98,9 +99,7 @@ class EndpointListCreateApi(APIView):
         },
     )
     def post(self, request: Request) -> Response:
-        serializer = EndpointCreateSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
+        data = validated(EndpointCreateSerializer, request)
         try:
             endpoint = endpoint_register(
                 url=data["url"],

@@ -1,5 +1,6 @@
-"""What the quality API views share: the schema tag, the campaign lookup, the checked request
-body, bounded paging parameters, and the list/queue/detail views of a campaign's background runs (QC, calibration)."""
+"""What the quality API views share (the privacy and webhook APIs too): the schema tag, the campaign
+and participation lookups, the checked request body, bounded paging parameters, and the
+serializer and list/queue/detail views of a campaign's background runs (QC, calibration)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from annotation.models import Campaign
+from annotation.models import Campaign, Participation
 from common.api import ErrorSerializer
 
 TAG = ["quality"]
@@ -24,11 +25,43 @@ def campaign_or_404(slug: str) -> Campaign:
     return get_object_or_404(Campaign, slug=slug)
 
 
+def participation_or_404(campaign: Campaign, participation_id: int) -> Participation:
+    """One of the campaign's participations, with its worker and campaign."""
+    return get_object_or_404(
+        Participation.objects.select_related("worker", "campaign"),
+        pk=participation_id,
+        campaign=campaign,
+    )
+
+
 def validated(serializer: type[serializers.Serializer], request: Request) -> Mapping[str, Any]:
     """The request body checked by `serializer` (a 400 with the field errors otherwise)."""
     data = serializer(data=request.data)
     data.is_valid(raise_exception=True)
     return data.validated_data
+
+
+# A campaign's background run (QC, calibration); a subclass names the model, and its fields end
+# with `RUN_FIELDS`. No docstring: the schema would take it as each subclass's description.
+class CampaignRunSerializer(serializers.ModelSerializer):
+    campaign: serializers.SlugRelatedField[Campaign] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
+    status = serializers.CharField(
+        read_only=True, help_text="queued, running, succeeded, failed or cancelled."
+    )
+
+
+RUN_FIELDS = [
+    "status",
+    "progress",
+    "progress_message",
+    "error",
+    "summary",
+    "created_at",
+    "started_at",
+    "finished_at",
+]
 
 
 def bounded_int(raw: str | None, *, default: int, high: int) -> int:

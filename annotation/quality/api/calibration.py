@@ -10,8 +10,14 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from annotation.models import CalibrationRun, Campaign
-from annotation.quality.api.base import TAG, campaign_or_404, campaign_run_apis
+from annotation.models import CalibrationRun
+from annotation.quality.api.base import (
+    RUN_FIELDS,
+    TAG,
+    CampaignRunSerializer,
+    campaign_or_404,
+    campaign_run_apis,
+)
 from annotation.quality.calibration_job import (
     calibration_latest,
     calibration_run_start,
@@ -20,13 +26,7 @@ from annotation.quality.calibration_job import (
 from common.api import ErrorSerializer
 
 
-class CalibrationRunSerializer(serializers.ModelSerializer):
-    campaign: serializers.SlugRelatedField[Campaign] = serializers.SlugRelatedField(
-        slug_field="slug", read_only=True
-    )
-    status = serializers.CharField(
-        read_only=True, help_text="queued, running, succeeded, failed or cancelled."
-    )
+class CalibrationRunSerializer(CampaignRunSerializer):
     summary = serializers.DictField(
         read_only=True,
         help_text='The model, its settings and per question its fit statistics ("questions").',
@@ -34,19 +34,7 @@ class CalibrationRunSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = CalibrationRun
-        fields = [
-            "id",
-            "campaign",
-            "qc_run",
-            "status",
-            "progress",
-            "progress_message",
-            "error",
-            "summary",
-            "created_at",
-            "started_at",
-            "finished_at",
-        ]
+        fields = ["id", "campaign", "qc_run", *RUN_FIELDS]
 
 
 class SeveritySerializer(serializers.Serializer):

@@ -5,35 +5,15 @@ serialize."""
 
 from __future__ import annotations
 
-from rest_framework import serializers
-
-from annotation.models import Campaign, QCRun
-from annotation.quality.api.base import campaign_run_apis
+from annotation.models import QCRun
+from annotation.quality.api.base import RUN_FIELDS, CampaignRunSerializer, campaign_run_apis
 from annotation.quality.run import qc_run_start
 
 
-class QCRunSerializer(serializers.ModelSerializer):
-    campaign: serializers.SlugRelatedField[Campaign] = serializers.SlugRelatedField(
-        slug_field="slug", read_only=True
-    )
-    status = serializers.CharField(
-        read_only=True, help_text="queued, running, succeeded, failed or cancelled."
-    )
-
+class QCRunSerializer(CampaignRunSerializer):
     class Meta:
         model = QCRun
-        fields = [
-            "id",
-            "campaign",
-            "status",
-            "progress",
-            "progress_message",
-            "error",
-            "summary",
-            "created_at",
-            "started_at",
-            "finished_at",
-        ]
+        fields = ["id", "campaign", *RUN_FIELDS]
 
 
 QCRunListApi, QCRunDetailApi = campaign_run_apis(

@@ -6,10 +6,9 @@ serialize."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
-from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.exceptions import NotFound
@@ -17,8 +16,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from annotation.models import Campaign, Participation
-from annotation.quality.api.base import TAG, campaign_or_404, validated
+from annotation.models import Participation
+from annotation.quality.api.base import TAG, campaign_or_404, participation_or_404, validated
 from annotation.quality.exclusions import worker_exclude, worker_include
 from annotation.quality.selectors import WORKER_SORTS, statistic_explanations, worker_rows
 from common.api import ErrorSerializer
@@ -106,9 +105,12 @@ class ExcludeInputSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
 
 
-class ExcludeOutputSerializer(serializers.Serializer):
+class _WorkerChangeOutputSerializer(serializers.Serializer):
     participation = serializers.IntegerField()
     status = serializers.CharField()
+
+
+class ExcludeOutputSerializer(_WorkerChangeOutputSerializer):
     judgments_excluded = serializers.IntegerField()
 
 
@@ -116,20 +118,10 @@ class IncludeInputSerializer(serializers.Serializer):
     note = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
 
 
-class IncludeOutputSerializer(serializers.Serializer):
-    participation = serializers.IntegerField()
-    status = serializers.CharField()
+class IncludeOutputSerializer(_WorkerChangeOutputSerializer):
     judgments_included = serializers.IntegerField()
     judgments_kept_out = serializers.IntegerField(
         help_text="Judgments left excluded because other workers refilled their slots."
-    )
-
-
-def _participation(campaign: Campaign, participation_id: int) -> Participation:
-    return get_object_or_404(
-        Participation.objects.select_related("worker", "campaign"),
-        pk=participation_id,
-        campaign=campaign,
     )
 
 
@@ -137,65 +129,61 @@ ERASED_MEANWHILE = "the worker's participation was erased while this request ran
 Outcome = TypeVar("Outcome")
 
 
-class WorkerExcludeApi(APIView):
-    @extend_schema(
-        tags=TAG,
-        request=ExcludeInputSerializer,
-        responses={200: ExcludeOutputSerializer, 404: ErrorSerializer},
-        operation_id="quality_worker_exclude",
-    )
-    def post(self, request: Request, slug: str, participation_id: int) -> Response:
-        campaign = campaign_or_404(slug)
-        participation = _participation(campaign, participation_id)
-        reason = validated(ExcludeInputSerializer, request)["reason"]
-        outcome = _unless_erased(
-            participation,
-            lambda: worker_exclude(participation=participation, actor=request.user, reason=reason),
+def _worker_change_api(
+    *,
+    name: str,
+    body: type[serializers.Serializer],
+    output: type[serializers.Serializer],
+    operation: str,
+    change: Callable[[Participation, Any, Mapping[str, Any]], Outcome],
+    counts: Callable[[Outcome], Mapping[str, int]],
+) -> type[APIView]:
+    """The view that excludes or includes one worker: `change(participation, actor, checked body)`,
+    then the participation as it is afterwards with the judgment `counts` of the outcome; 404 when
+    an erasure deleted the participation between the lookup and here."""
+
+    class WorkerChangeApi(APIView):
+        @extend_schema(
+            tags=TAG,
+            request=body,
+            responses={200: output, 404: ErrorSerializer},
+            operation_id=operation,
         )
-        return Response(
-            ExcludeOutputSerializer(
-                {
-                    "participation": participation.pk,
-                    "status": participation.status,
-                    "judgments_excluded": outcome.judgments_excluded,
-                }
-            ).data
-        )
+        def post(self, request: Request, slug: str, participation_id: int) -> Response:
+            participation = participation_or_404(campaign_or_404(slug), participation_id)
+            data = validated(body, request)
+            try:
+                outcome = change(participation, request.user, data)
+                participation.refresh_from_db()
+            except Participation.DoesNotExist as error:
+                raise NotFound(ERASED_MEANWHILE) from error
+            payload = {"participation": participation.pk, "status": participation.status}
+            return Response(output({**payload, **counts(outcome)}).data)
+
+    WorkerChangeApi.__name__ = WorkerChangeApi.__qualname__ = name
+    return WorkerChangeApi
 
 
-def _unless_erased(participation: Participation, change: Callable[[], Outcome]) -> Outcome:
-    """`change()`, then the participation as it is now; 404 when an erasure deleted it between
-    the lookup and here."""
-    try:
-        outcome = change()
-        participation.refresh_from_db()
-    except Participation.DoesNotExist as error:
-        raise NotFound(ERASED_MEANWHILE) from error
-    return outcome
-
-
-class WorkerIncludeApi(APIView):
-    @extend_schema(
-        tags=TAG,
-        request=IncludeInputSerializer,
-        responses={200: IncludeOutputSerializer, 404: ErrorSerializer},
-        operation_id="quality_worker_include",
-    )
-    def post(self, request: Request, slug: str, participation_id: int) -> Response:
-        campaign = campaign_or_404(slug)
-        participation = _participation(campaign, participation_id)
-        note = validated(IncludeInputSerializer, request)["note"]
-        outcome = _unless_erased(
-            participation,
-            lambda: worker_include(participation=participation, actor=request.user, note=note),
-        )
-        return Response(
-            IncludeOutputSerializer(
-                {
-                    "participation": participation.pk,
-                    "status": participation.status,
-                    "judgments_included": outcome.judgments_included,
-                    "judgments_kept_out": outcome.judgments_kept_out,
-                }
-            ).data
-        )
+WorkerExcludeApi = _worker_change_api(
+    name="WorkerExcludeApi",
+    body=ExcludeInputSerializer,
+    output=ExcludeOutputSerializer,
+    operation="quality_worker_exclude",
+    change=lambda participation, actor, data: worker_exclude(
+        participation=participation, actor=actor, reason=data["reason"]
+    ),
+    counts=lambda outcome: {"judgments_excluded": outcome.judgments_excluded},
+)
+WorkerIncludeApi = _worker_change_api(
+    name="WorkerIncludeApi",
+    body=IncludeInputSerializer,
+    output=IncludeOutputSerializer,
+    operation="quality_worker_include",
+    change=lambda participation, actor, data: worker_include(
+        participation=participation, actor=actor, note=data["note"]
+    ),
+    counts=lambda outcome: {
+        "judgments_included": outcome.judgments_included,
+        "judgments_kept_out": outcome.judgments_kept_out,
+    },
+)
