@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from django.core.management.base import CommandError
 from tqdm import tqdm
 
+from common.management.arguments import refuse
 from common.management.base import LepusCommand
 from datasets_app.services.imports import ImportRejected, ImportResult
 
@@ -50,9 +50,7 @@ class ImportCommand(LepusCommand):
             result = self.run_import(progress, **options)
         except ImportRejected as error:
             progress.close()
-            if self.as_json:
-                self.emit(error.as_dict())
-            raise CommandError(error.describe())
+            refuse(self, error.describe(), error.as_dict())
         progress.close()
         payload = result.as_dict()
         self.emit(payload, human=self.describe(payload))

@@ -2,9 +2,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandParser
 
 from annotation.imports.images import images_import
+from common.management.arguments import refuse
 from common.models import JobStatus
 from datasets_app.management.base import ImportCommand, StageProgress
 from datasets_app.services.images import image_attach_jobs_create
@@ -81,9 +82,7 @@ class Command(ImportCommand):
             )
         except ImportRejected as error:
             progress.close()
-            if self.as_json:
-                self.emit(error.as_dict())
-            raise CommandError(error.describe())
+            refuse(self, error.describe(), error.as_dict())
         progress.close()
         payload = result.as_dict()
         jobs = image_attach_jobs_create(
@@ -108,24 +107,22 @@ class Command(ImportCommand):
                         f"once the broker is up, run: python manage.py attach_videos --retry-job "
                         f"{job.pk}"
                     )
-                    if self.as_json:
-                        self.emit({**payload, "ok": False, "error": message})
-                    raise CommandError(message)
+                    refuse(self, message, {**payload, "ok": False, "error": message})
         if jobs and options["wait"]:
             try:
                 finished = video_attach_jobs_follow(
                     job_ids=payload["job_ids"], timeout=options["timeout"]
                 )
             except TimeoutError as error:
-                if self.as_json:
-                    self.emit({**payload, "ok": False, "error": str(error)})
-                raise CommandError(str(error))
+                refuse(self, str(error), {**payload, "ok": False, "error": str(error)})
             outcome = video_attach_jobs_outcome(jobs=finished)
             payload["processing"] = outcome
             if outcome["status"] != JobStatus.SUCCEEDED:
-                if self.as_json:
-                    self.emit({**payload, "ok": False})
-                raise CommandError(f"image job ended {outcome['status']}: {outcome['error']}")
+                refuse(
+                    self,
+                    f"image job ended {outcome['status']}: {outcome['error']}",
+                    {**payload, "ok": False},
+                )
         human = self.describe(payload)
         if jobs:
             human += f"\n  {payload['images_queued']} images queued for processing (job(s) "

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandError, CommandParser
-
-from annotation.models import Campaign
+from annotation.management.campaign_command import CampaignCommand
 from annotation.quality.consistency import campaign_retest
-from common.management.base import LepusCommand
 
 
 def _format(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
-class Command(LepusCommand):
+class Command(CampaignCommand):
     help = (
         "Test-retest consistency of a campaign: repeats served, repeat pairs, and "
         "quadratic-weighted kappa between first and second ratings per worker (only with at "
@@ -25,14 +22,8 @@ class Command(LepusCommand):
         "the same object as GET /api/v1/campaigns/<slug>/quality/retest."
     )
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        super().add_arguments(parser)
-        parser.add_argument("slug", help="Campaign slug.")
-
     def handle(self, *args: Any, **options: Any) -> None:
-        campaign = Campaign.objects.filter(slug=options["slug"]).first()
-        if campaign is None:
-            raise CommandError(f"no campaign with slug {options['slug']!r}")
+        campaign = self.campaign(options)
         figures = campaign_retest(campaign=campaign)
         lines = [
             f"repeat share {figures['retest_share']:.0%}, gap {figures['retest_min_gap']} clips; "
