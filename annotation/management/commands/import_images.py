@@ -8,11 +8,10 @@ from annotation.imports.images import images_import
 from common.management.arguments import refuse
 from common.models import JobStatus
 from datasets_app.management.base import ImportCommand, StageProgress
+from datasets_app.management.jobs import jobs_start
 from datasets_app.services.images import image_attach_jobs_create
 from datasets_app.services.imports import ImportRejected
 from datasets_app.services.video import (
-    video_attach_job_publish,
-    video_attach_job_run,
     video_attach_jobs_follow,
     video_attach_jobs_outcome,
 )
@@ -93,22 +92,9 @@ class Command(ImportCommand):
         )
         payload["job_ids"] = [job.pk for job in jobs]
         payload["images_queued"] = sum(job.total for job in jobs)
-        if jobs and options["in_process"]:
-            for job in jobs:
-                video_attach_job_run(job_id=job.pk)
-            options["wait"] = True
-        elif jobs:
-            for job in jobs:
-                try:
-                    video_attach_job_publish(job=job)
-                except Exception as error:  # broker unreachable: the job stays queued
-                    message = (
-                        f"job {job.pk} was created but could not be sent to a worker ({error}); "
-                        f"once the broker is up, run: python manage.py attach_videos --retry-job "
-                        f"{job.pk}"
-                    )
-                    refuse(self, message, {**payload, "ok": False, "error": message})
-        if jobs and options["wait"]:
+        if jobs:
+            jobs_start(self, jobs, in_process=options["in_process"], label="job", payload=payload)
+        if jobs and (options["wait"] or options["in_process"]):
             try:
                 finished = video_attach_jobs_follow(
                     job_ids=payload["job_ids"], timeout=options["timeout"]

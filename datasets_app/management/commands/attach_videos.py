@@ -7,11 +7,10 @@ from django.core.management.base import CommandParser
 from common.management.arguments import LazyBar, refuse
 from common.management.base import LepusCommand
 from common.models import JobStatus
+from datasets_app.management.jobs import jobs_start
 from datasets_app.models import VideoAttachJob
 from datasets_app.services.video import (
-    video_attach_job_publish,
     video_attach_job_retry,
-    video_attach_job_run,
     video_attach_jobs_create,
     video_attach_jobs_follow,
     video_attach_jobs_outcome,
@@ -97,22 +96,8 @@ class Command(LepusCommand):
         if not jobs:
             self.emit(payload, human=self._describe(payload))
             return
-        if options["in_process"]:
-            for job in jobs:
-                video_attach_job_run(job_id=job.pk)
-            options["wait"] = True
-        else:
-            for job in jobs:
-                try:
-                    video_attach_job_publish(job=job)
-                except Exception as error:  # broker unreachable: the job stays queued
-                    refuse(
-                        self,
-                        f"video job {job.pk} was created but could not be sent to a worker "
-                        f"({error}); once the broker is up, run: python manage.py attach_videos "
-                        f"--retry-job {job.pk}",
-                    )
-        if options["wait"]:
+        jobs_start(self, jobs, in_process=options["in_process"], label="video job", payload={})
+        if options["wait"] or options["in_process"]:
             finished = self._follow([job.pk for job in jobs], timeout=options["timeout"])
             payload.update(video_attach_jobs_outcome(jobs=finished))
             if payload["status"] != JobStatus.SUCCEEDED:
