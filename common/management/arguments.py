@@ -51,3 +51,8 @@ def add_file_format_argument(parser: CommandParser) -> None:
         dest="file_format",
         help="The file's format (default: from the extension).",
     )
+
+
+def figure(value: float | None, digits: int) -> str:
+    """A statistic for the human report: "n/a" where there was too little data to compute it."""
+    return "n/a" if value is None else f"{value:.{digits}f}"

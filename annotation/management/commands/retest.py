@@ -6,10 +6,7 @@ from typing import Any
 
 from annotation.management.campaign_command import CampaignCommand
 from annotation.quality.consistency import campaign_retest
-
-
-def _format(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}"
+from common.management.arguments import figure
 
 
 class Command(CampaignCommand):
@@ -29,20 +26,20 @@ class Command(CampaignCommand):
             f"repeat share {figures['retest_share']:.0%}, gap {figures['retest_min_gap']} clips; "
             f"{figures['repeats_submitted']} of {figures['repeats_served']} repeats rated, "
             f"{figures['pairs']} pairs; workers' own kappa: mean "
-            f"{_format(figures['worker_kappa_mean'])}, median "
-            f"{_format(figures['worker_kappa_median'])} over {figures['workers_with_kappa']} "
-            f"worker(s); pooled across workers {_format(figures['pooled_kappa'])}"
+            f"{figure(figures['worker_kappa_mean'], 3)}, median "
+            f"{figure(figures['worker_kappa_median'], 3)} over {figures['workers_with_kappa']} "
+            f"worker(s); pooled across workers {figure(figures['pooled_kappa'], 3)}"
         ]
         lines += [
-            f"{row['key']}: workers' kappa mean {_format(row['worker_kappa_mean'])}, median "
-            f"{_format(row['worker_kappa_median'])}; pooled {_format(row['pooled_kappa'])} over "
-            f"{row['pairs']} pairs, exact agreement {_format(row['exact_agreement'])}"
+            f"{row['key']}: workers' kappa mean {figure(row['worker_kappa_mean'], 3)}, median "
+            f"{figure(row['worker_kappa_median'], 3)}; pooled {figure(row['pooled_kappa'], 3)} over "
+            f"{row['pairs']} pairs, exact agreement {figure(row['exact_agreement'], 3)}"
             for row in figures["questions"]
         ]
         lines += [
             f"worker {row['platform']}:{row['external_id']}: {row['pairs']} pairs, kappa "
             + (
-                _format(row["kappa"])
+                figure(row["kappa"], 3)
                 if row["enough_pairs"]
                 else f"not shown (fewer than {figures['min_pairs']} pairs)"
             )
