@@ -7,10 +7,9 @@ from django.core.management.base import CommandParser
 from annotation.imports.images import images_import
 from common.management.arguments import refuse
 from common.models import JobStatus
-from datasets_app.management.base import ImportCommand, StageProgress
+from datasets_app.management.base import ImportCommand
 from datasets_app.management.jobs import jobs_start
 from datasets_app.services.images import image_attach_jobs_create
-from datasets_app.services.imports import ImportRejected
 from datasets_app.services.video import (
     video_attach_jobs_follow,
     video_attach_jobs_outcome,
@@ -70,19 +69,15 @@ class Command(ImportCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        progress = StageProgress(self)
-        try:
-            result, files = images_import(
+        result, files = self.staged(
+            lambda progress: images_import(
                 path=options["path"],
                 images=options["images"],
                 campaign_slug=options["campaign"],
                 scale=tuple(options["scale"]) if options["scale"] else None,
                 progress=progress,
             )
-        except ImportRejected as error:
-            progress.close()
-            refuse(self, error.describe(), error.as_dict())
-        progress.close()
+        )
         payload = result.as_dict()
         jobs = image_attach_jobs_create(
             sources=files,
