@@ -4,13 +4,15 @@ and a non-zero exit with the error (file, line, field) on stderr when a file is 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
-from django.core.management.base import CommandError
 from tqdm import tqdm
 
+from common.management.arguments import refuse
 from common.management.base import LepusCommand
 from datasets_app.services.imports import ImportRejected, ImportResult
+
+T = TypeVar("T")
 
 
 class StageProgress:
@@ -44,16 +46,19 @@ class ImportCommand(LepusCommand):
     def run_import(self, progress: Callable[[str, int, int], None], **options: Any) -> ImportResult:
         raise NotImplementedError
 
-    def handle(self, *args: Any, **options: Any) -> None:
+    def staged(self, run: Callable[[StageProgress], T]) -> T:
+        """`run(progress)` with stage bars; a refused file ends the command with its error."""
         progress = StageProgress(self)
         try:
-            result = self.run_import(progress, **options)
+            result = run(progress)
         except ImportRejected as error:
             progress.close()
-            if self.as_json:
-                self.emit(error.as_dict())
-            raise CommandError(error.describe())
+            refuse(self, error.describe(), error.as_dict())
         progress.close()
+        return result
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        result = self.staged(lambda progress: self.run_import(progress, **options))
         payload = result.as_dict()
         self.emit(payload, human=self.describe(payload))
 

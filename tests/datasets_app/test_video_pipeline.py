@@ -12,6 +12,7 @@ import boto3
 import pytest
 import requests
 from django.core.management import call_command
+from django.core.management.base import CommandError
 
 from common import media, storage
 from common.models import JobStatus
@@ -190,6 +191,30 @@ def test_attach_videos_reports_when_nothing_matches(tmp_path):
     assert result["job_id"] is None
     assert (result["files"], result["unmatched_files"], result["matched_clips"]) == (1, 1, 0)
     assert not VideoAttachJob.objects.exists()
+
+
+@pytest.mark.django_db
+def test_attach_videos_refuses_when_the_broker_is_down_and_says_how_to_resend(
+    tmp_path, monkeypatch
+):
+    _clip("Ab_cd-EFGHI_000010_000020")
+    (tmp_path / "Ab_cd-EFGHI_000010_000020.mp4").write_bytes(b"")
+
+    def broker_down(*, job: VideoAttachJob) -> None:
+        raise ConnectionError("no broker")
+
+    monkeypatch.setattr("datasets_app.management.jobs.video_attach_job_publish", broker_down)
+    out = io.StringIO()
+    with pytest.raises(CommandError) as refused:
+        call_command("attach_videos", str(tmp_path), "--json", stdout=out, stderr=io.StringIO())
+    job = VideoAttachJob.objects.get()
+    message = (
+        f"video job {job.pk} was created but could not be sent to a worker (no broker); once "
+        f"the broker is up, run: python manage.py attach_videos --retry-job {job.pk}"
+    )
+    assert str(refused.value) == message
+    assert json.loads(out.getvalue()) == {"ok": False, "error": message}
+    assert job.status == JobStatus.QUEUED
 
 
 @pytest.mark.django_db

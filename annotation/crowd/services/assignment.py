@@ -424,6 +424,36 @@ def assignments_expire(*, now: datetime | None = None, limit: int = 50_000) -> i
     return sum(assignment_expire(assignment_id=pk, now=now) for pk in expired_ids)
 
 
+def _free_slots_lock(
+    *, campaign_id: int, clip_id: int, candidate_ids: list[int]
+) -> tuple[int | None, list[int]]:
+    """Lock the campaign clip's row, then (the engine's lock order) those of `candidate_ids` that
+    still have a free slot; returns the clip row's id (None when the clip left the campaign) and
+    the free candidates' ids."""
+    campaign_clip_id = (
+        CampaignClip.objects.select_for_update()
+        .filter(campaign_id=campaign_id, clip_id=clip_id)
+        .values_list("id", flat=True)
+        .first()
+    )
+    free = list(
+        CampaignCandidate.objects.select_for_update()
+        .filter(id__in=candidate_ids, slots_taken__lt=F("quota"))
+        .values_list("id", flat=True)
+    )
+    return campaign_clip_id, free
+
+
+def _by_clip(campaign_candidate_ids: Iterable[int]) -> dict[tuple[int, int], list[int]]:
+    """Campaign candidate ids grouped by (campaign, clip): the unit the slot counters are locked in."""
+    by_clip: dict[tuple[int, int], list[int]] = {}
+    for pk, campaign_id, clip_id in CampaignCandidate.objects.filter(
+        id__in=list(campaign_candidate_ids)
+    ).values_list("id", "campaign_id", "clip_id"):
+        by_clip.setdefault((campaign_id, clip_id), []).append(pk)
+    return by_clip
+
+
 def assignment_slots_retake(*, assignment: Assignment) -> bool:
     """For a late submit of an expired assignment (caller holds its row lock inside a
     transaction): take one slot on each of its candidates again, all or nothing. False when any
@@ -433,16 +463,8 @@ def assignment_slots_retake(*, assignment: Assignment) -> bool:
             "campaign_candidate_id", flat=True
         )
     )
-    campaign_clip_id = (
-        CampaignClip.objects.select_for_update()
-        .filter(campaign_id=assignment.campaign_id, clip_id=assignment.clip_id)
-        .values_list("id", flat=True)
-        .first()
-    )
-    free = list(
-        CampaignCandidate.objects.select_for_update()
-        .filter(id__in=candidate_ids, slots_taken__lt=F("quota"))
-        .values_list("id", flat=True)
+    campaign_clip_id, free = _free_slots_lock(
+        campaign_id=assignment.campaign_id, clip_id=assignment.clip_id, candidate_ids=candidate_ids
     )
     if campaign_clip_id is None or len(free) != len(candidate_ids):
         return False
@@ -457,11 +479,7 @@ def campaign_candidate_slots_release(*, campaign_candidate_ids: Iterable[int]) -
     """Give back one slot on each of these campaign candidates (e.g. QC excluded a kept judgment
     of each), keeping `CampaignClip.open_slots` in step and the engine's lock order. Call inside
     the caller's transaction or alone; returns how many slots were released."""
-    by_clip: dict[tuple[int, int], list[int]] = {}
-    for pk, campaign_id, clip_id in CampaignCandidate.objects.filter(
-        id__in=list(campaign_candidate_ids)
-    ).values_list("id", "campaign_id", "clip_id"):
-        by_clip.setdefault((campaign_id, clip_id), []).append(pk)
+    by_clip = _by_clip(campaign_candidate_ids)
     released = 0
     with transaction.atomic():
         for (campaign_id, clip_id), ids in sorted(by_clip.items()):
@@ -472,24 +490,12 @@ def campaign_candidate_slots_release(*, campaign_candidate_ids: Iterable[int]) -
 def campaign_candidate_slots_take(*, campaign_candidate_ids: Iterable[int]) -> list[int]:
     """Take one slot on each of these campaign candidates where one is free (e.g. a curator
     re-includes an excluded judgment); returns the ids that got one. Same lock order."""
-    by_clip: dict[tuple[int, int], list[int]] = {}
-    for pk, campaign_id, clip_id in CampaignCandidate.objects.filter(
-        id__in=list(campaign_candidate_ids)
-    ).values_list("id", "campaign_id", "clip_id"):
-        by_clip.setdefault((campaign_id, clip_id), []).append(pk)
+    by_clip = _by_clip(campaign_candidate_ids)
     taken: list[int] = []
     with transaction.atomic():
         for (campaign_id, clip_id), ids in sorted(by_clip.items()):
-            campaign_clip_id = (
-                CampaignClip.objects.select_for_update()
-                .filter(campaign_id=campaign_id, clip_id=clip_id)
-                .values_list("id", flat=True)
-                .first()
-            )
-            free = list(
-                CampaignCandidate.objects.select_for_update()
-                .filter(id__in=ids, slots_taken__lt=F("quota"))
-                .values_list("id", flat=True)
+            campaign_clip_id, free = _free_slots_lock(
+                campaign_id=campaign_id, clip_id=clip_id, candidate_ids=ids
             )
             if not free:
                 continue

@@ -76,6 +76,17 @@ def _error(status: int, detail: str) -> JsonResponse:
     return JsonResponse({"detail": detail}, status=status)
 
 
+def _json_body(request: HttpRequest, *, empty: bytes) -> Any:
+    """The parsed body (`empty` parsed when there is none), or the 413/400 answer the worker API
+    gives for a body too large or not JSON."""
+    if len(request.body) > MAX_BODY_BYTES:
+        return _error(413, "The request body is too large.")
+    try:
+        return json_parse(request.body or empty)
+    except JSONInvalid as invalid:
+        return _error(400, invalid.detail)
+
+
 def _with_session(
     view: Callable[[HttpRequest, PreviewSession, dict[str, Any]], HttpResponse],
 ) -> Callable[..., HttpResponse]:
@@ -107,12 +118,9 @@ def _with_session(
 @csrf_exempt
 @require_POST
 def preview_join(request: HttpRequest, slug: str) -> JsonResponse:
-    if len(request.body) > MAX_BODY_BYTES:
-        return _error(413, "The request body is too large.")
-    try:
-        body = json_parse(request.body or b"{}")
-    except JSONInvalid as invalid:
-        return _error(400, invalid.detail)
+    body = _json_body(request, empty=b"{}")
+    if isinstance(body, JsonResponse):
+        return body
     try:
         token = body["preview_token"]
         if not isinstance(token, str):
@@ -135,12 +143,9 @@ def _next(request: HttpRequest, session: PreviewSession, kwargs: dict[str, Any])
 
 
 def _submit(request: HttpRequest, session: PreviewSession, kwargs: dict[str, Any]) -> JsonResponse:
-    if len(request.body) > MAX_BODY_BYTES:
-        return _error(413, "The request body is too large.")
-    try:
-        body = json_parse(request.body or b"null")
-    except JSONInvalid as invalid:
-        return _error(400, invalid.detail)
+    body = _json_body(request, empty=b"null")
+    if isinstance(body, JsonResponse):
+        return body
     try:
         result = preview_submit(session=session, number=kwargs["assignment_id"], body=body)
     except SubmissionInvalid as invalid:

@@ -8,10 +8,7 @@ from django.core.management.base import CommandParser
 
 from annotation.management.campaign_command import CampaignCommand
 from annotation.quality.agreement import campaign_agreement
-
-
-def _format(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.4f}"
+from common.management.arguments import figure
 
 
 class Command(CampaignCommand):
@@ -43,8 +40,8 @@ class Command(CampaignCommand):
             }
         }
         lines = [
-            f"{key}: alpha all {_format(values['alpha_all'])}, kept "
-            f"{_format(values['alpha_kept'])} over {values['items']} candidates"
+            f"{key}: alpha all {figure(values['alpha_all'], 4)}, kept "
+            f"{figure(values['alpha_kept'], 4)} over {values['items']} candidates"
             for key, values in figures.items()
         ]
         self.emit(payload, "\n".join(lines))

@@ -2,16 +2,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandParser
 
 from annotation.imports.images import images_import
+from common.management.arguments import refuse
 from common.models import JobStatus
-from datasets_app.management.base import ImportCommand, StageProgress
+from datasets_app.management.base import ImportCommand
+from datasets_app.management.jobs import jobs_start
 from datasets_app.services.images import image_attach_jobs_create
-from datasets_app.services.imports import ImportRejected
 from datasets_app.services.video import (
-    video_attach_job_publish,
-    video_attach_job_run,
     video_attach_jobs_follow,
     video_attach_jobs_outcome,
 )
@@ -70,21 +69,15 @@ class Command(ImportCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        progress = StageProgress(self)
-        try:
-            result, files = images_import(
+        result, files = self.staged(
+            lambda progress: images_import(
                 path=options["path"],
                 images=options["images"],
                 campaign_slug=options["campaign"],
                 scale=tuple(options["scale"]) if options["scale"] else None,
                 progress=progress,
             )
-        except ImportRejected as error:
-            progress.close()
-            if self.as_json:
-                self.emit(error.as_dict())
-            raise CommandError(error.describe())
-        progress.close()
+        )
         payload = result.as_dict()
         jobs = image_attach_jobs_create(
             sources=files,
@@ -94,38 +87,23 @@ class Command(ImportCommand):
         )
         payload["job_ids"] = [job.pk for job in jobs]
         payload["images_queued"] = sum(job.total for job in jobs)
-        if jobs and options["in_process"]:
-            for job in jobs:
-                video_attach_job_run(job_id=job.pk)
-            options["wait"] = True
-        elif jobs:
-            for job in jobs:
-                try:
-                    video_attach_job_publish(job=job)
-                except Exception as error:  # broker unreachable: the job stays queued
-                    message = (
-                        f"job {job.pk} was created but could not be sent to a worker ({error}); "
-                        f"once the broker is up, run: python manage.py attach_videos --retry-job "
-                        f"{job.pk}"
-                    )
-                    if self.as_json:
-                        self.emit({**payload, "ok": False, "error": message})
-                    raise CommandError(message)
-        if jobs and options["wait"]:
+        if jobs:
+            jobs_start(self, jobs, in_process=options["in_process"], label="job", payload=payload)
+        if jobs and (options["wait"] or options["in_process"]):
             try:
                 finished = video_attach_jobs_follow(
                     job_ids=payload["job_ids"], timeout=options["timeout"]
                 )
             except TimeoutError as error:
-                if self.as_json:
-                    self.emit({**payload, "ok": False, "error": str(error)})
-                raise CommandError(str(error))
+                refuse(self, str(error), {**payload, "ok": False, "error": str(error)})
             outcome = video_attach_jobs_outcome(jobs=finished)
             payload["processing"] = outcome
             if outcome["status"] != JobStatus.SUCCEEDED:
-                if self.as_json:
-                    self.emit({**payload, "ok": False})
-                raise CommandError(f"image job ended {outcome['status']}: {outcome['error']}")
+                refuse(
+                    self,
+                    f"image job ended {outcome['status']}: {outcome['error']}",
+                    {**payload, "ok": False},
+                )
         human = self.describe(payload)
         if jobs:
             human += f"\n  {payload['images_queued']} images queued for processing (job(s) "

@@ -4,18 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandError, CommandParser
-
-from annotation.models import Campaign
+from annotation.management.campaign_command import CampaignCommand
 from annotation.quality.consistency import campaign_retest
-from common.management.base import LepusCommand
+from common.management.arguments import figure
 
 
-def _format(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}"
-
-
-class Command(LepusCommand):
+class Command(CampaignCommand):
     help = (
         "Test-retest consistency of a campaign: repeats served, repeat pairs, and "
         "quadratic-weighted kappa between first and second ratings per worker (only with at "
@@ -25,33 +19,27 @@ class Command(LepusCommand):
         "the same object as GET /api/v1/campaigns/<slug>/quality/retest."
     )
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        super().add_arguments(parser)
-        parser.add_argument("slug", help="Campaign slug.")
-
     def handle(self, *args: Any, **options: Any) -> None:
-        campaign = Campaign.objects.filter(slug=options["slug"]).first()
-        if campaign is None:
-            raise CommandError(f"no campaign with slug {options['slug']!r}")
+        campaign = self.campaign(options)
         figures = campaign_retest(campaign=campaign)
         lines = [
             f"repeat share {figures['retest_share']:.0%}, gap {figures['retest_min_gap']} clips; "
             f"{figures['repeats_submitted']} of {figures['repeats_served']} repeats rated, "
             f"{figures['pairs']} pairs; workers' own kappa: mean "
-            f"{_format(figures['worker_kappa_mean'])}, median "
-            f"{_format(figures['worker_kappa_median'])} over {figures['workers_with_kappa']} "
-            f"worker(s); pooled across workers {_format(figures['pooled_kappa'])}"
+            f"{figure(figures['worker_kappa_mean'], 3)}, median "
+            f"{figure(figures['worker_kappa_median'], 3)} over {figures['workers_with_kappa']} "
+            f"worker(s); pooled across workers {figure(figures['pooled_kappa'], 3)}"
         ]
         lines += [
-            f"{row['key']}: workers' kappa mean {_format(row['worker_kappa_mean'])}, median "
-            f"{_format(row['worker_kappa_median'])}; pooled {_format(row['pooled_kappa'])} over "
-            f"{row['pairs']} pairs, exact agreement {_format(row['exact_agreement'])}"
+            f"{row['key']}: workers' kappa mean {figure(row['worker_kappa_mean'], 3)}, median "
+            f"{figure(row['worker_kappa_median'], 3)}; pooled {figure(row['pooled_kappa'], 3)} over "
+            f"{row['pairs']} pairs, exact agreement {figure(row['exact_agreement'], 3)}"
             for row in figures["questions"]
         ]
         lines += [
             f"worker {row['platform']}:{row['external_id']}: {row['pairs']} pairs, kappa "
             + (
-                _format(row["kappa"])
+                figure(row["kappa"], 3)
                 if row["enough_pairs"]
                 else f"not shown (fewer than {figures['min_pairs']} pairs)"
             )

@@ -142,29 +142,21 @@ class Command(LepusCommand):
         attached = _attach_and_wait(videos_dir, timeout=float(options["video_timeout"]))
         stills = self._stills(timeout=float(options["video_timeout"]))
         scene_clips = [scene.clip_id for scene in demo_scenes.make_scenes(scenes)]
-        campaign: dict[str, Any]
-        if not Campaign.objects.filter(slug=slug).exists():
-            self.note(f"creating campaign {slug}")
-            try:
-                created = campaign_create(
-                    slug=slug,
-                    name="Demo campaign",
-                    judgments_per_candidate=3,
-                    clip_vatex_ids=scene_clips,
-                    completion_code="LEPUS-DEMO",
-                    screen_out_code="LEPUS-DEMO-SCREENED",
-                )
-            except CampaignInvalid as invalid:
-                raise CommandError(str(invalid))
-            counts = campaign_counts(campaign=created)
-            campaign = {
-                "slug": created.slug,
-                "candidates": counts["candidates"],
-                "clips": counts["clips"],
-            }
-        else:
-            campaign = {"slug": slug, "existing": True}
-        stills["campaign"] = self._stills_campaign(f"{slug}-stills")
+        campaign = self._demo_campaign(
+            slug,
+            name="Demo campaign",
+            clip_ids=scene_clips,
+            unit="clips",
+            completion_code="LEPUS-DEMO",
+            screen_out_code="LEPUS-DEMO-SCREENED",
+        )
+        stills["campaign"] = self._demo_campaign(
+            f"{slug}-stills",
+            name="Demo still images",
+            clip_ids=[still.image_id for still in demo_images.STILLS],
+            unit="images",
+            completion_code="LEPUS-DEMO-STILLS",
+        )
         password = _curator_password()
         curator_save(username="curator", password=password)
         self.emit(
@@ -196,20 +188,19 @@ class Command(LepusCommand):
         payload = {"import": result.as_dict(), "job_ids": [job.pk for job in jobs]}
         return _run_and_wait(jobs, payload, timeout=timeout)
 
-    def _stills_campaign(self, slug: str) -> dict[str, Any]:
-        """A crowd campaign over the demo's still images (created once)."""
+    def _demo_campaign(
+        self, slug: str, *, name: str, clip_ids: list[str], unit: str, **options: Any
+    ) -> dict[str, Any]:
+        """A crowd campaign of 3 judgments per candidate over these clips (created once); its
+        clip count is reported under `unit` ("clips", or "images" for the stills)."""
         if Campaign.objects.filter(slug=slug).exists():
             return {"slug": slug, "existing": True}
         self.note(f"creating campaign {slug}")
         try:
             created = campaign_create(
-                slug=slug,
-                name="Demo still images",
-                judgments_per_candidate=3,
-                clip_vatex_ids=[still.image_id for still in demo_images.STILLS],
-                completion_code="LEPUS-DEMO-STILLS",
+                slug=slug, name=name, judgments_per_candidate=3, clip_vatex_ids=clip_ids, **options
             )
         except CampaignInvalid as invalid:
             raise CommandError(str(invalid))
         counts = campaign_counts(campaign=created)
-        return {"slug": created.slug, "candidates": counts["candidates"], "images": counts["clips"]}
+        return {"slug": created.slug, "candidates": counts["candidates"], unit: counts["clips"]}

@@ -1,16 +1,16 @@
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from typing import Any
 
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandParser
 
+from common.management.arguments import LazyBar, refuse
 from common.management.base import LepusCommand
 from common.models import JobStatus
+from datasets_app.management.jobs import jobs_start
 from datasets_app.models import VideoAttachJob
 from datasets_app.services.video import (
-    video_attach_job_publish,
     video_attach_job_retry,
-    video_attach_job_run,
     video_attach_jobs_create,
     video_attach_jobs_follow,
     video_attach_jobs_outcome,
@@ -70,7 +70,7 @@ class Command(LepusCommand):
             try:
                 jobs = [video_attach_job_retry(job_id=options["retry_job"])]
             except (VideoAttachJob.DoesNotExist, ValueError) as error:
-                self._fail(str(error) or f"no video job {options['retry_job']}")
+                refuse(self, str(error) or f"no video job {options['retry_job']}")
             payload: dict[str, Any] = {
                 "ok": True,
                 "retried": True,
@@ -79,16 +79,8 @@ class Command(LepusCommand):
             }
         else:
             if not options["directory"]:
-                self._fail("give a DIRECTORY (or --retry-job ID)")
-            bar = None
-
-            def upload_progress(done: int, total: int) -> None:
-                nonlocal bar
-                if bar is None:
-                    bar = self.progress_bar(total=total, description="uploading sources")
-                bar.n = done
-                bar.refresh()
-
+                refuse(self, "give a DIRECTORY (or --retry-job ID)")
+            upload_progress = LazyBar(self, "uploading sources")
             try:
                 jobs, plan = video_attach_jobs_create(
                     directory=options["directory"],
@@ -98,45 +90,26 @@ class Command(LepusCommand):
                     progress=upload_progress,
                 )
             except (FileNotFoundError, ValueError) as error:
-                self._fail(str(error))
-            if bar is not None:
-                bar.close()
+                refuse(self, str(error))
+            upload_progress.close()
             payload = video_attach_jobs_summary(jobs=jobs, plan=plan)
         if not jobs:
             self.emit(payload, human=self._describe(payload))
             return
-        if options["in_process"]:
-            for job in jobs:
-                video_attach_job_run(job_id=job.pk)
-            options["wait"] = True
-        else:
-            for job in jobs:
-                try:
-                    video_attach_job_publish(job=job)
-                except Exception as error:  # broker unreachable: the job stays queued
-                    self._fail(
-                        f"video job {job.pk} was created but could not be sent to a worker "
-                        f"({error}); once the broker is up, run: python manage.py attach_videos "
-                        f"--retry-job {job.pk}"
-                    )
-        if options["wait"]:
+        jobs_start(self, jobs, in_process=options["in_process"], label="video job", payload={})
+        if options["wait"] or options["in_process"]:
             finished = self._follow([job.pk for job in jobs], timeout=options["timeout"])
             payload.update(video_attach_jobs_outcome(jobs=finished))
             if payload["status"] != JobStatus.SUCCEEDED:
-                if self.as_json:
-                    self.emit({**payload, "ok": False})
-                raise CommandError(
+                refuse(
+                    self,
                     f"video job(s) {', '.join(str(job.pk) for job in jobs)} ended "
-                    f"{payload['status']}: {payload['error']}"
+                    f"{payload['status']}: {payload['error']}",
+                    {**payload, "ok": False},
                 )
         else:
             payload["status"] = JobStatus.QUEUED.value
         self.emit(payload, human=self._describe(payload))
-
-    def _fail(self, message: str) -> NoReturn:
-        if self.as_json:
-            self.emit({"ok": False, "error": message})
-        raise CommandError(message)
 
     def _follow(self, job_ids: list[int], *, timeout: float | None) -> list[VideoAttachJob]:
         jobs = list(VideoAttachJob.objects.filter(pk__in=job_ids).order_by("pk"))
@@ -155,7 +128,7 @@ class Command(LepusCommand):
         try:
             return video_attach_jobs_follow(job_ids=job_ids, timeout=timeout, progress=progress)
         except TimeoutError as error:
-            self._fail(str(error))
+            refuse(self, str(error))
         finally:
             bar.close()
 

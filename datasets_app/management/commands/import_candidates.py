@@ -5,6 +5,7 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
+from common.management.arguments import add_file_format_argument
 from datasets_app.management.base import ImportCommand
 from datasets_app.services.imports import ImportResult, candidates_import
 
@@ -18,13 +19,7 @@ class Command(ImportCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         super().add_arguments(parser)
         parser.add_argument("path", help="A .jsonl or .csv file.")
-        parser.add_argument(
-            "--format",
-            choices=["jsonl", "csv"],
-            default=None,
-            dest="file_format",
-            help="The file's format (default: from the extension).",
-        )
+        add_file_format_argument(parser)
 
     def run_import(self, progress: Callable[[str, int, int], None], **options: Any) -> ImportResult:
         return candidates_import(

@@ -4,8 +4,9 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandParser
 
+from common.management.arguments import refuse
 from common.management.base import LepusCommand
 from common.media import MediaError
 from datasets_app import demo_scenes
@@ -62,9 +63,7 @@ class Command(LepusCommand):
                 finally:
                     bar.close()
         except (ValueError, MediaError) as error:
-            if self.as_json:
-                self.emit({"ok": False, "error": str(error)})
-            raise CommandError(str(error))
+            refuse(self, str(error))
         self.emit(
             {
                 "ok": True,

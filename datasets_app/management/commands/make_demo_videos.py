@@ -4,8 +4,9 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandParser
 
+from common.management.arguments import LazyBar, refuse
 from common.management.base import LepusCommand
 from common.media import MediaError
 from datasets_app.services.video import demo_videos_make
@@ -38,14 +39,7 @@ class Command(LepusCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         directory = Path(options["out"] or Path(settings.VAR_DIR) / "demo-videos")
-        bar = None
-
-        def progress(done: int, total: int) -> None:
-            nonlocal bar
-            if bar is None:
-                bar = self.progress_bar(total=total, description="synthesising videos")
-            bar.n = done
-            bar.refresh()
+        progress = LazyBar(self, "synthesising videos")
 
         try:
             result = demo_videos_make(
@@ -58,12 +52,9 @@ class Command(LepusCommand):
                 progress=progress,
             )
         except (ValueError, MediaError) as error:
-            if self.as_json:
-                self.emit({"ok": False, "error": str(error)})
-            raise CommandError(str(error))
+            refuse(self, str(error))
         finally:
-            if bar is not None:
-                bar.close()
+            progress.close()
         payload = result.as_dict()
         self.emit(
             payload,
