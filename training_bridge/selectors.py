@@ -10,15 +10,7 @@ from django.db.models import QuerySet
 
 from training_bridge.models import TrainingRun
 from training_bridge.rigel.config import RigelConfig
-
-STATISTICS = ("kendall_b", "kendall_c", "spearman", "pearson")
-METRIC_LABELS = {
-    "rigel": "Rigel",
-    "bleu4": "BLEU-4",
-    "rougeL": "ROUGE-L",
-    "cider": "CIDEr",
-    "meteor": "METEOR",
-}
+from training_bridge.rigel.evaluate import METRIC_LABELS, STATISTICS
 
 
 def training_run_list(

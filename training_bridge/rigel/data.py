@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,17 +132,35 @@ def _optional_float(value: Any) -> float | None:
 
 
 def parse_lines(lines: Iterable[str], *, name: str) -> Iterator[ReleaseRecord]:
+    for where, raw in json_objects(
+        lines,
+        where=lambda number: f"{name}, line {number}",
+        error=ReleaseFormatError,
+        expected="a JSON object",
+    ):
+        yield parse_record(raw, where=where)
+
+
+def json_objects(
+    lines: Iterable[str],
+    *,
+    where: Callable[[int], str],
+    error: type[ValueError],
+    expected: str,
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The objects of a JSON Lines file with where each stands (`where` names a line by its
+    number); blank lines skipped, anything else that is not an object refused with `error`."""
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
-        where = f"{name}, line {number}"
+        place = where(number)
         try:
             raw = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ReleaseFormatError(f"{where}: not JSON ({error.msg})") from error
+        except json.JSONDecodeError as failure:
+            raise error(f"{place}: not JSON ({failure.msg})") from failure
         if not isinstance(raw, dict):
-            raise ReleaseFormatError(f"{where}: expected a JSON object")
-        yield parse_record(raw, where=where)
+            raise error(f"{place}: expected {expected}")
+        yield place, raw
 
 
 def read_split(store: Store, prefix: str, split: str) -> list[ReleaseRecord]:
