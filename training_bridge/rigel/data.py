@@ -147,13 +147,17 @@ def json_objects(
     where: Callable[[int], str],
     error: type[ValueError],
     expected: str,
+    max_bytes: int | None = None,
 ) -> Iterator[tuple[str, dict[str, Any]]]:
     """The objects of a JSON Lines file with where each stands (`where` names a line by its
-    number); blank lines skipped, anything else that is not an object refused with `error`."""
+    number); blank lines skipped, anything else that is not an object (or a line over
+    `max_bytes`, blank or not) refused with `error`."""
     for number, line in enumerate(lines, start=1):
+        place = where(number)
+        if max_bytes is not None and len(line.encode("utf-8")) > max_bytes:
+            raise error(f"{place}: longer than {max_bytes} bytes")
         if not line.strip():
             continue
-        place = where(number)
         try:
             raw = json.loads(line)
         except json.JSONDecodeError as failure:
