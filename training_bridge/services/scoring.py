@@ -12,7 +12,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -37,6 +37,17 @@ _loaded: dict[str, Any] = {}  # {"run": run id, "model": TrainedRigel}
 # --- validation -------------------------------------------------------------------------------
 
 
+class ScoreItem(TypedDict):
+    """One checked triple of a score request, as `ScoreRequest.items` stores it."""
+
+    clip: str
+    frames_key: str
+    video_key: str
+    duration: float | None
+    references: list[str]  # empty for a reference-free run
+    candidate: str
+
+
 def _clean_text(value: Any, *, what: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValidationError(f"{what} must be a non-empty string")
@@ -49,7 +60,7 @@ def _clean_text(value: Any, *, what: str) -> str:
 
 def score_item_clean(
     *, item: Any, index: int, reference_free: bool, clips: dict[str, Clip]
-) -> dict[str, Any]:
+) -> ScoreItem:
     """One triple, checked: the clip exists and has frames or a video; references are given for
     a reference-based run (and ignored by a reference-free one)."""
     where = f"item {index}"
@@ -83,7 +94,7 @@ def score_item_clean(
     }
 
 
-def score_items_clean(*, items: Any, run: TrainingRun) -> list[dict[str, Any]]:
+def score_items_clean(*, items: Any, run: TrainingRun) -> list[ScoreItem]:
     if not isinstance(items, list) or not items:
         raise ValidationError("items must be a non-empty list")
     if len(items) > settings.LEPUS_SCORE_MAX_ITEMS:
@@ -153,7 +164,7 @@ def trained_model(*, run: TrainingRun) -> Any:
         return _loaded["model"]
 
 
-def score_records(*, run: TrainingRun, items: list[dict[str, Any]]) -> list[float]:
+def score_records(*, run: TrainingRun, items: Sequence[ScoreItem]) -> list[float]:
     """Scores in [0, 1] for cleaned items (clips in storage)."""
     from training_bridge.rigel.data import ExampleLoader, ReleaseRecord
     from training_bridge.store import DjangoStore
