@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,28 +132,23 @@ def _optional_float(value: Any) -> float | None:
 
 
 def parse_lines(lines: Iterable[str], *, name: str) -> Iterator[ReleaseRecord]:
-    for where, raw in json_objects(
-        lines,
-        where=lambda number: f"{name}, line {number}",
-        error=ReleaseFormatError,
-        expected="a JSON object",
-    ):
+    for where, raw in json_objects(lines, f"{name}, line", ReleaseFormatError):
         yield parse_record(raw, where=where)
 
 
 def json_objects(
     lines: Iterable[str],
-    *,
-    where: Callable[[int], str],
+    label: str,
     error: type[ValueError],
-    expected: str,
+    *,
+    expected: str = "a JSON object",
     max_bytes: int | None = None,
 ) -> Iterator[tuple[str, dict[str, Any]]]:
-    """The objects of a JSON Lines file with where each stands (`where` names a line by its
-    number); blank lines skipped, anything else that is not an object (or a line over
-    `max_bytes`, blank or not) refused with `error`."""
+    """The objects of a JSON Lines file with where each stands (`label` and the line number);
+    blank lines skipped, anything else that is not an object (or a line over `max_bytes`, blank
+    or not) refused with `error`."""
     for number, line in enumerate(lines, start=1):
-        place = where(number)
+        place = f"{label} {number}"
         if max_bytes is not None and len(line.encode("utf-8")) > max_bytes:
             raise error(f"{place}: longer than {max_bytes} bytes")
         if not line.strip():

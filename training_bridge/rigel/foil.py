@@ -261,12 +261,7 @@ def parse_foil_file(
     benchmarks: set[str] = set()
     videos: set[str] = set()
     kinds: set[str] = set()
-    for where, raw in json_objects(
-        lines,
-        where=lambda number: f"FOIL file line {number}",
-        error=FoilFormatError,
-        expected="an object",
-    ):
+    for where, raw in json_objects(lines, "FOIL file line", FoilFormatError, expected="an object"):
         kind = "paragraphs" if "segments" in raw else "pairs"
         kinds.add(kind)
         if len(kinds) > 1:

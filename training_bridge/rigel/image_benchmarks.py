@@ -185,11 +185,7 @@ def read_image_benchmark(
     items: list[ImageItem] = []
     seen: set[str] = set()
     for where, raw in json_objects(
-        lines,
-        where=lambda number: f"{name}, line {number}",
-        error=ImageBenchmarkError,
-        expected="a JSON object",
-        max_bytes=MAX_LINE_BYTES,
+        lines, f"{name}, line", ImageBenchmarkError, max_bytes=MAX_LINE_BYTES
     ):
         image_id = _text(raw.get("image_id"), f"{where}: image_id")
         if image_id in seen:
