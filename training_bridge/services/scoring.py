@@ -166,23 +166,24 @@ def trained_model(*, run: TrainingRun) -> Any:
 
 def score_records(*, run: TrainingRun, items: Sequence[ScoreItem]) -> list[float]:
     """Scores in [0, 1] for cleaned items (clips in storage)."""
-    from training_bridge.rigel.data import ExampleLoader, ReleaseRecord
+    from training_bridge.rigel.benchmark import BenchmarkClip, benchmark_record
+    from training_bridge.rigel.data import ExampleLoader
     from training_bridge.store import DjangoStore
 
     config_frames = int((run.hyperparameters or {}).get("frames", 8))
     lazy = trained_model(run=run).engine is not None
     loader = ExampleLoader(DjangoStore(), frames=config_frames, lazy=lazy)
     records = [
-        ReleaseRecord(
-            clip_id=item["clip"],
-            candidate_id=str(index),
-            text=item["candidate"],
-            references=tuple(item.get("references") or ()),
-            normalized=0.0,
-            training_class=1,
-            frames_key=item.get("frames_key", ""),
-            video_key=item.get("video_key", ""),
-            duration=item.get("duration"),
+        benchmark_record(
+            BenchmarkClip(
+                clip_id=item["clip"],
+                frames_key=item.get("frames_key", ""),
+                video_key=item.get("video_key", ""),
+                duration=item.get("duration"),
+            ),
+            item["candidate"],
+            item.get("references") or (),
+            str(index),
         )
         for index, item in enumerate(items)
     ]
@@ -263,7 +264,7 @@ def _checked_input(run: TrainingRun, line: Mapping[str, object], *, where: str) 
 
 
 def _input_examples(line: CheckedInput, number: int, loader: Any) -> list[Any]:
-    from training_bridge.rigel.data import ReleaseRecord
+    from training_bridge.rigel.benchmark import BenchmarkClip, benchmark_record
     from training_bridge.rigel.inputs import RigelExample
 
     references, candidate, source = line.references, line.candidate, line.source
@@ -281,15 +282,10 @@ def _input_examples(line: CheckedInput, number: int, loader: Any) -> list[Any]:
         return [RigelExample(references=references, candidate=candidate, video_path=source)]
     if line.kind == "folder":
         return [RigelExample(references=references, candidate=candidate, frame_paths=source)]
-    record = ReleaseRecord(
+    clip = BenchmarkClip(
         clip_id=source.vatex_id,
-        candidate_id=str(number),
-        text=candidate,
-        references=tuple(references),
-        normalized=0.0,
-        training_class=1,
         frames_key=source.frames_key,
         video_key=source.video_key,
         duration=source.duration,
     )
-    return list(loader.examples([record]))
+    return list(loader.examples([benchmark_record(clip, candidate, references, str(number))]))
