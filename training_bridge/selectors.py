@@ -4,21 +4,43 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 from django.db.models import QuerySet
 
 from training_bridge.models import TrainingRun
 from training_bridge.rigel.config import RigelConfig
+from training_bridge.rigel.evaluate import METRIC_LABELS, STATISTICS
 
-STATISTICS = ("kendall_b", "kendall_c", "spearman", "pearson")
-METRIC_LABELS = {
-    "rigel": "Rigel",
-    "bleu4": "BLEU-4",
-    "rougeL": "ROUGE-L",
-    "cider": "CIDEr",
-    "meteor": "METEOR",
-}
+
+class EvaluationTable(TypedDict):
+    """One split's block of the run page's evaluation section."""
+
+    split: str
+    role: str
+    title: str
+    rows: list[dict[str, Any]]  # {"metric", "label", statistic: value}, statistics as stored
+    notes: list[str]
+    n: int | None
+
+
+class SettingRow(TypedDict):
+    name: str
+    values: list[Any]  # one per run, as the run stores it
+    differs: bool
+
+
+class MetricRow(TypedDict):
+    name: str
+    values: list[float | None]
+
+
+class RunComparison(TypedDict):
+    """Runs side by side: their settings, their test-split statistics, the best of each."""
+
+    settings: list[SettingRow]
+    metrics: list[MetricRow]
+    best: dict[str, float | None]
 
 
 def training_run_list(
@@ -72,10 +94,10 @@ SPLIT_TITLES = {
 }
 
 
-def evaluation_tables(run: TrainingRun) -> list[dict[str, Any]]:
+def evaluation_tables(run: TrainingRun) -> list[EvaluationTable]:
     """The blocks of the run page's evaluation section, each with its title and notes."""
     splits = (run.evaluation or {}).get("splits", {})
-    tables = []
+    tables: list[EvaluationTable] = []
     for split in evaluation_splits(run):
         block = splits.get(split, {})
         role = block.get("role") or ("result" if split == "test" else "model selection")
@@ -92,10 +114,10 @@ def evaluation_tables(run: TrainingRun) -> list[dict[str, Any]]:
     return tables
 
 
-def training_runs_compare(*, runs: Sequence[TrainingRun]) -> dict[str, Any]:
+def training_runs_compare(*, runs: Sequence[TrainingRun]) -> RunComparison:
     """What differs between runs (settings) and their results (test split) side by side."""
     defaults = RigelConfig().to_dict()
-    settings_rows = []
+    settings_rows: list[SettingRow] = []
     names = sorted({name for run in runs for name in (run.hyperparameters or {})})
     fixed = [
         ("release", lambda run: run.release_id),
@@ -115,12 +137,12 @@ def training_runs_compare(*, runs: Sequence[TrainingRun]) -> dict[str, Any]:
         settings_rows.append(
             {"name": name, "values": values, "differs": len(set(map(str, values))) > 1}
         )
-    metric_rows = []
+    metric_rows: list[MetricRow] = []
     for statistic in STATISTICS:
         metric_rows.append(
             {"name": statistic, "values": [run.result_metric(statistic) for run in runs]}
         )
-    best = {}
+    best: dict[str, float | None] = {}
     for row in metric_rows:
         finite = [v for v in row["values"] if isinstance(v, (int, float))]
         best[row["name"]] = max(finite) if finite else None

@@ -3,6 +3,7 @@ evaluation table, a comparison of runs, and the forms that start, cancel and res
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import messages
@@ -141,22 +142,25 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
 @require_POST
 @curator_required
 def run_cancel(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = get_object_or_404(TrainingRun, pk=run_id)
-    try:
-        training_run_cancel(run=run)
-        messages.success(request, f"Cancellation of run {run.pk} requested.")
-    except ValidationError as error:
-        messages.error(request, "; ".join(error.messages))
-    return redirect("training_bridge:run-detail", run_id=run.pk)
+    return _run_action(request, run_id, training_run_cancel, "Cancellation of run {} requested.")
 
 
 @require_POST
 @curator_required
 def run_resume(request: HttpRequest, run_id: int) -> HttpResponse:
+    return _run_action(
+        request, run_id, training_run_resume, "Run {} re-queued from its last checkpoint."
+    )
+
+
+def _run_action(
+    request: HttpRequest, run_id: int, action: Callable[..., object], success: str
+) -> HttpResponse:
+    """Cancel and resume differ only in the service they call and what they say on success."""
     run = get_object_or_404(TrainingRun, pk=run_id)
     try:
-        training_run_resume(run=run)
-        messages.success(request, f"Run {run.pk} re-queued from its last checkpoint.")
+        action(run=run)
+        messages.success(request, success.format(run.pk))
     except ValidationError as error:
         messages.error(request, "; ".join(error.messages))
     return redirect("training_bridge:run-detail", run_id=run.pk)

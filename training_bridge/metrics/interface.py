@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -73,3 +73,17 @@ class CaptionMetric(Protocol):
     needs_video: bool
 
     def score(self, items: Sequence[MetricItem]) -> list[float]: ...
+
+
+def whole_setting(value: Any, default: int, key: str) -> int:
+    """A metric setting that counts something (frames, a batch, tokens): a whole number of at
+    least 1, `default` where it is not given. The registry and the judges read theirs alike."""
+    if value is None:
+        return default
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{key} must be a whole number, not {value!r}") from None
+    if number < 1:
+        raise ValueError(f"{key} must be at least 1")
+    return number

@@ -50,6 +50,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from training_bridge.metrics.interface import whole_setting
 from training_bridge.metrics.standard import MetricUnavailable, load_offline
 
 CRITERIA = ("fluency", "relevance", "descriptiveness")
@@ -499,12 +500,5 @@ def judge_metric(name: str, model: str, options: Mapping[str, Any], *, device: s
 
 
 def _whole(value: Any, default: int, key: str) -> int:
-    if value is None or str(value).strip() == "":
-        return default
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{key} must be a whole number, not {value!r}") from None
-    if number < 1:
-        raise ValueError(f"{key} must be at least 1")
-    return number
+    # A blank field of the page's form means "not given" here.
+    return whole_setting(None if value is None or str(value).strip() == "" else value, default, key)

@@ -72,6 +72,7 @@ from training_bridge.metrics.interface import LABELS as LABELS
 from training_bridge.metrics.interface import CaptionMetric as CaptionMetric
 from training_bridge.metrics.interface import MetricItem as MetricItem
 from training_bridge.metrics.interface import Video as Video
+from training_bridge.metrics.interface import whole_setting
 from training_bridge.metrics.judge import (
     JUDGE_METRIC_NAMES,
     JUDGE_SETTING_KEYS,
@@ -186,16 +187,7 @@ def parse_settings(settings: Mapping[str, Any] | None = None) -> Settings:
         return value or None
 
     def positive(key: str, default: int) -> int:
-        value = raw.get(key)
-        if value is None:
-            return default
-        try:
-            number = int(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"{key} must be a whole number, not {value!r}") from None
-        if number < 1:
-            raise ValueError(f"{key} must be at least 1")
-        return number
+        return whole_setting(raw.get(key), default, key)
 
     idf = str(raw.get("emscore_idf", "true")).strip().lower()
     if idf not in ("true", "false", "1", "0", "yes", "no"):

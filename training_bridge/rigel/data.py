@@ -132,17 +132,34 @@ def _optional_float(value: Any) -> float | None:
 
 
 def parse_lines(lines: Iterable[str], *, name: str) -> Iterator[ReleaseRecord]:
+    for where, raw in json_objects(lines, f"{name}, line", ReleaseFormatError):
+        yield parse_record(raw, where=where)
+
+
+def json_objects(
+    lines: Iterable[str],
+    label: str,
+    error: type[ValueError],
+    *,
+    expected: str = "a JSON object",
+    max_bytes: int | None = None,
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The objects of a JSON Lines file with where each stands (`label` and the line number);
+    blank lines skipped, anything else that is not an object (or a line over `max_bytes`, blank
+    or not) refused with `error`."""
     for number, line in enumerate(lines, start=1):
+        place = f"{label} {number}"
+        if max_bytes is not None and len(line.encode("utf-8")) > max_bytes:
+            raise error(f"{place}: longer than {max_bytes} bytes")
         if not line.strip():
             continue
-        where = f"{name}, line {number}"
         try:
             raw = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ReleaseFormatError(f"{where}: not JSON ({error.msg})") from error
+        except json.JSONDecodeError as failure:
+            raise error(f"{place}: not JSON ({failure.msg})") from failure
         if not isinstance(raw, dict):
-            raise ReleaseFormatError(f"{where}: expected a JSON object")
-        yield parse_record(raw, where=where)
+            raise error(f"{place}: expected {expected}")
+        yield place, raw
 
 
 def read_split(store: Store, prefix: str, split: str) -> list[ReleaseRecord]:

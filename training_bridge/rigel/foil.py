@@ -38,12 +38,13 @@ not both.
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from training_bridge.rigel.data import json_objects
 
 # Concrete, depictable nouns of everyday video captions (people, animals, objects, places), each
 # with its plural. The list is fixed so that generation does not depend on a tagger's version.
@@ -260,16 +261,7 @@ def parse_foil_file(
     benchmarks: set[str] = set()
     videos: set[str] = set()
     kinds: set[str] = set()
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        where = f"FOIL file line {number}"
-        try:
-            raw = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise FoilFormatError(f"{where}: not JSON ({error.msg})") from error
-        if not isinstance(raw, dict):
-            raise FoilFormatError(f"{where}: expected an object")
+    for where, raw in json_objects(lines, "FOIL file line", FoilFormatError, expected="an object"):
         kind = "paragraphs" if "segments" in raw else "pairs"
         kinds.add(kind)
         if len(kinds) > 1:

@@ -29,7 +29,6 @@ of "yes" votes, the one rating, the published mean score).
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from training_bridge.rigel.benchmark import ALL_REFS, REFERENCE_FREE
+from training_bridge.rigel.data import json_objects
 from training_bridge.rigel.evaluate import correlation_row
 
 IMAGE_PROTOCOLS = (REFERENCE_FREE, ALL_REFS)
@@ -184,18 +184,9 @@ def read_image_benchmark(
     default = _scale(list(scale), "--scale") if scale is not None else None
     items: list[ImageItem] = []
     seen: set[str] = set()
-    for number, line in enumerate(lines, start=1):
-        where = f"{name}, line {number}"
-        if len(line.encode("utf-8")) > MAX_LINE_BYTES:
-            raise ImageBenchmarkError(f"{where}: longer than {MAX_LINE_BYTES} bytes")
-        if not line.strip():
-            continue
-        try:
-            raw = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ImageBenchmarkError(f"{where}: not JSON ({error.msg})") from error
-        if not isinstance(raw, dict):
-            raise ImageBenchmarkError(f"{where}: expected a JSON object")
+    for where, raw in json_objects(
+        lines, f"{name}, line", ImageBenchmarkError, max_bytes=MAX_LINE_BYTES
+    ):
         image_id = _text(raw.get("image_id"), f"{where}: image_id")
         if image_id in seen:
             raise ImageBenchmarkError(f"{where}: image_id {image_id!r} appears twice")

@@ -236,75 +236,72 @@ def qwen3_vl_2b_config() -> Any:
 def tiny_qwen3_vl_config(tokenizer: Any) -> Any:
     from transformers import Qwen3VLConfig
 
-    ids = special_ids(tokenizer)
-    return Qwen3VLConfig(
-        text_config={
-            "vocab_size": len(tokenizer),
-            "hidden_size": 64,
-            "intermediate_size": 128,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 2,
-            "num_key_value_heads": 1,
-            "head_dim": 32,
-            "max_position_embeddings": 4096,
-            "rms_norm_eps": 1e-6,
-            "tie_word_embeddings": True,
-            "pad_token_id": ids["pad"],
-            "rope_parameters": _text_rope(5000000.0, [6, 5, 5]),
-        },
-        vision_config={
-            "depth": 2,
-            "hidden_size": 32,
-            "intermediate_size": 64,
-            "num_heads": 2,
-            "patch_size": 16,
-            "spatial_merge_size": 2,
-            "temporal_patch_size": 2,
-            "out_hidden_size": 64,
-            "num_position_embeddings": 64,
-            "deepstack_visual_indexes": [0],
-        },
-        image_token_id=ids["image"],
-        video_token_id=ids["video"],
-        vision_start_token_id=ids["vision_start"],
-        vision_end_token_id=ids["vision_end"],
-        tie_word_embeddings=True,
+    return _tiny_vl_config(
+        Qwen3VLConfig,
+        tokenizer,
+        head_dim=32,
+        rope=_text_rope(5000000.0, [6, 5, 5]),
+        patch_size=16,
+        vision={"num_position_embeddings": 64, "deepstack_visual_indexes": [0]},
     )
 
 
 def tiny_qwen2_5_vl_config(tokenizer: Any) -> Any:
     from transformers import Qwen2_5_VLConfig
 
+    return _tiny_vl_config(
+        Qwen2_5_VLConfig,
+        tokenizer,
+        head_dim=None,
+        rope={"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [4, 6, 6]},
+        patch_size=14,
+        vision={"window_size": 112, "fullatt_block_indexes": [1]},
+    )
+
+
+def _tiny_vl_config(
+    config_class: Any,
+    tokenizer: Any,
+    *,
+    head_dim: int | None,
+    rope: dict[str, Any],
+    patch_size: int,
+    vision: dict[str, Any],
+) -> Any:
+    """The two tiny families share every size; only the rope, the patch and the vision tower's
+    family-specific keys differ (keys kept in the order the configs always had)."""
     ids = special_ids(tokenizer)
-    return Qwen2_5_VLConfig(
-        text_config={
-            "vocab_size": len(tokenizer),
-            "hidden_size": 64,
-            "intermediate_size": 128,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 2,
-            "num_key_value_heads": 1,
+    text: dict[str, Any] = {
+        "vocab_size": len(tokenizer),
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+    }
+    if head_dim is not None:
+        text["head_dim"] = head_dim
+    text.update(
+        {
             "max_position_embeddings": 4096,
             "rms_norm_eps": 1e-6,
             "tie_word_embeddings": True,
             "pad_token_id": ids["pad"],
-            "rope_parameters": {
-                "rope_type": "default",
-                "rope_theta": 1000000.0,
-                "mrope_section": [4, 6, 6],
-            },
-        },
+            "rope_parameters": rope,
+        }
+    )
+    return config_class(
+        text_config=text,
         vision_config={
             "depth": 2,
             "hidden_size": 32,
             "intermediate_size": 64,
             "num_heads": 2,
-            "patch_size": 14,
+            "patch_size": patch_size,
             "spatial_merge_size": 2,
             "temporal_patch_size": 2,
             "out_hidden_size": 64,
-            "window_size": 112,
-            "fullatt_block_indexes": [1],
+            **vision,
         },
         image_token_id=ids["image"],
         video_token_id=ids["video"],

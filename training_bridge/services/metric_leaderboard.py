@@ -15,7 +15,8 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Mapping, Sequence
-from typing import Any
+from datetime import datetime
+from typing import Any, TypedDict
 
 from django.db.models import JSONField
 from django.db.models.expressions import RawSQL
@@ -44,6 +45,56 @@ NO_JUDGMENTS = (
     "convert-images), import them (manage.py import_images --campaign SLUG), then manage.py "
     "evaluate_metrics --campaign SLUG --save; the table shows as its own section"
 )
+
+
+class LeaderboardSection(TypedDict):
+    """One stored table: its campaign, protocol and reference setting, and a row per metric
+    ({"metric", "label", correlation: value, "unavailable", "published"})."""
+
+    id: int
+    campaign: str
+    campaign_name: str
+    benchmark: str
+    kind: str
+    protocol: str
+    protocol_label: str
+    references: int | None
+    references_label: str
+    candidates: int
+    computed_at: str
+    settings: dict[str, str]
+    rows: list[dict[str, Any]]
+
+
+class PublishedOnly(TypedDict):
+    """A benchmark Lepus holds no judgments for: its published figures only."""
+
+    benchmark: str
+    kind: str
+    ours: str
+    rows: list[dict[str, object]]
+
+
+class Leaderboard(TypedDict):
+    sections: list[LeaderboardSection]
+    published_only: list[PublishedOnly]
+
+
+class JudgeAnswer(TypedDict):
+    label: str
+    score: float | None
+    criteria: list[tuple[str, str]]
+    answer: str
+    table: int
+    computed_at: datetime
+
+
+class JudgePanel(TypedDict):
+    """What the candidate page renders with `template`."""
+
+    title: str
+    template: str
+    rows: list[JudgeAnswer]
 
 
 def metric_board_save(
@@ -103,11 +154,11 @@ def _row(metric: str, values: Mapping[str, Any] | None, published: list[Any]) ->
     }
 
 
-def metric_leaderboard() -> dict[str, Any]:
+def metric_leaderboard() -> Leaderboard:
     """{"sections": [one per stored table], "published_only": [image benchmarks]}; each section's
     rows are every registered metric (one not in the run says so) plus any other metric the run
     holds, each with its published figures."""
-    sections = []
+    sections: list[LeaderboardSection] = []
     for board in _latest_tables():
         benchmark = BENCHMARK_OF_CAMPAIGN.get(board.campaign.slug, "")
         names = list(METRIC_NAMES) + [name for name in board.table if name not in METRIC_NAMES]
@@ -137,7 +188,7 @@ def metric_leaderboard() -> dict[str, Any]:
                 "rows": rows,
             }
         )
-    published_only = []
+    published_only: list[PublishedOnly] = []
     for benchmark in IMAGE_BENCHMARKS:
         figures = [figure for figure in PUBLISHED if figure.benchmark == benchmark]
         published_only.append(
@@ -170,7 +221,7 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def metric_leaderboard_csv(board: Mapping[str, Any]) -> str:
+def metric_leaderboard_csv(board: Leaderboard) -> str:
     """One line per (section, metric) and per published-only figure: ours and the published."""
     out = io.StringIO()
     writer = csv.writer(out)
@@ -246,10 +297,10 @@ def metric_leaderboard_csv(board: Mapping[str, Any]) -> str:
     return out.getvalue()
 
 
-def judge_explanations_panel(*, campaign_candidate_id: int) -> dict[str, Any] | None:
+def judge_explanations_panel(*, campaign_candidate_id: int) -> JudgePanel | None:
     """The candidate page's panel (annotation's `LEPUS_CANDIDATE_PANELS`): the latest stored
     answer of each generative judge for this campaign candidate, beside the workers' reasons."""
-    rows: dict[str, dict[str, Any]] = {}
+    rows: dict[str, JudgeAnswer] = {}
     key = str(campaign_candidate_id)
     # Only this candidate's entry is read from each stored table (a table of a full benchmark
     # holds thousands).

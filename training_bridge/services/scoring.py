@@ -12,7 +12,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -37,6 +37,17 @@ _loaded: dict[str, Any] = {}  # {"run": run id, "model": TrainedRigel}
 # --- validation -------------------------------------------------------------------------------
 
 
+class ScoreItem(TypedDict):
+    """One checked triple of a score request, as `ScoreRequest.items` stores it."""
+
+    clip: str
+    frames_key: str
+    video_key: str
+    duration: float | None
+    references: list[str]  # empty for a reference-free run
+    candidate: str
+
+
 def _clean_text(value: Any, *, what: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValidationError(f"{what} must be a non-empty string")
@@ -49,7 +60,7 @@ def _clean_text(value: Any, *, what: str) -> str:
 
 def score_item_clean(
     *, item: Any, index: int, reference_free: bool, clips: dict[str, Clip]
-) -> dict[str, Any]:
+) -> ScoreItem:
     """One triple, checked: the clip exists and has frames or a video; references are given for
     a reference-based run (and ignored by a reference-free one)."""
     where = f"item {index}"
@@ -83,7 +94,7 @@ def score_item_clean(
     }
 
 
-def score_items_clean(*, items: Any, run: TrainingRun) -> list[dict[str, Any]]:
+def score_items_clean(*, items: Any, run: TrainingRun) -> list[ScoreItem]:
     if not isinstance(items, list) or not items:
         raise ValidationError("items must be a non-empty list")
     if len(items) > settings.LEPUS_SCORE_MAX_ITEMS:
@@ -153,25 +164,26 @@ def trained_model(*, run: TrainingRun) -> Any:
         return _loaded["model"]
 
 
-def score_records(*, run: TrainingRun, items: list[dict[str, Any]]) -> list[float]:
+def score_records(*, run: TrainingRun, items: Sequence[ScoreItem]) -> list[float]:
     """Scores in [0, 1] for cleaned items (clips in storage)."""
-    from training_bridge.rigel.data import ExampleLoader, ReleaseRecord
+    from training_bridge.rigel.benchmark import BenchmarkClip, benchmark_record
+    from training_bridge.rigel.data import ExampleLoader
     from training_bridge.store import DjangoStore
 
     config_frames = int((run.hyperparameters or {}).get("frames", 8))
     lazy = trained_model(run=run).engine is not None
     loader = ExampleLoader(DjangoStore(), frames=config_frames, lazy=lazy)
     records = [
-        ReleaseRecord(
-            clip_id=item["clip"],
-            candidate_id=str(index),
-            text=item["candidate"],
-            references=tuple(item.get("references") or ()),
-            normalized=0.0,
-            training_class=1,
-            frames_key=item.get("frames_key", ""),
-            video_key=item.get("video_key", ""),
-            duration=item.get("duration"),
+        benchmark_record(
+            BenchmarkClip(
+                clip_id=item["clip"],
+                frames_key=item.get("frames_key", ""),
+                video_key=item.get("video_key", ""),
+                duration=item.get("duration"),
+            ),
+            item["candidate"],
+            item.get("references") or (),
+            str(index),
         )
         for index, item in enumerate(items)
     ]
@@ -252,7 +264,7 @@ def _checked_input(run: TrainingRun, line: Mapping[str, object], *, where: str) 
 
 
 def _input_examples(line: CheckedInput, number: int, loader: Any) -> list[Any]:
-    from training_bridge.rigel.data import ReleaseRecord
+    from training_bridge.rigel.benchmark import BenchmarkClip, benchmark_record
     from training_bridge.rigel.inputs import RigelExample
 
     references, candidate, source = line.references, line.candidate, line.source
@@ -270,15 +282,10 @@ def _input_examples(line: CheckedInput, number: int, loader: Any) -> list[Any]:
         return [RigelExample(references=references, candidate=candidate, video_path=source)]
     if line.kind == "folder":
         return [RigelExample(references=references, candidate=candidate, frame_paths=source)]
-    record = ReleaseRecord(
+    clip = BenchmarkClip(
         clip_id=source.vatex_id,
-        candidate_id=str(number),
-        text=candidate,
-        references=tuple(references),
-        normalized=0.0,
-        training_class=1,
         frames_key=source.frames_key,
         video_key=source.video_key,
         duration=source.duration,
     )
-    return list(loader.examples([record]))
+    return list(loader.examples([benchmark_record(clip, candidate, references, str(number))]))
