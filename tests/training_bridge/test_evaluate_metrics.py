@@ -514,3 +514,15 @@ def test_the_emscore_protocol_samples_10_frames_and_takes_the_idf_corpus_or_says
     assert benchmark.rater_scores is not None
     wanted = emscore_row(np.array(expected), benchmark.rater_scores)
     assert {key: row[key] for key in KEYS} == pytest.approx(wanted, abs=1e-3)
+
+
+def test_metric_settings_parse_from_the_command_line(capsys):  # type: ignore[no-untyped-def]
+    """`--set KEY=VALUE` through manage.py's own argument parsing (not call_command): its
+    destination must not be Django's `--settings` option, which named a settings module."""
+    from django.core.management import ManagementUtility
+
+    ManagementUtility(
+        ["manage.py", "evaluate_metrics", "--list", "--set", "device=cpu", "--json"]
+    ).execute()
+    listed = json.loads(capsys.readouterr().out)
+    assert listed["metrics"]["bleu4"]["available"] is True

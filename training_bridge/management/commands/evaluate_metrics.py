@@ -106,7 +106,7 @@ class Command(LepusCommand):
         parser.add_argument(
             "--set",
             action="append",
-            dest="settings",
+            dest="metric_settings",
             metavar="KEY=VALUE",
             help="A metric setting (repeatable): clip_model=PATH|MODEL_ID, lclip_model=..., "
             "clip_prompt=..., emscore_idf=true|false, device=cpu|cuda, batch_size=N, frames=N, "
@@ -158,7 +158,7 @@ class Command(LepusCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["list"]:
-            self._list(_settings(options["settings"]))
+            self._list(_settings(options["metric_settings"]))
             return
         campaign = None
         if options["campaign"]:
@@ -174,7 +174,7 @@ class Command(LepusCommand):
         protocol = cast(Protocol, options["protocol"] or "default")
         reference_count = _reference_count(str(options["refs"]))
         metrics = _metric_list(options["metrics"])
-        settings = _settings(options["settings"])
+        settings = _settings(options["metric_settings"])
         if options["emscore_idf_corpus"]:
             settings["emscore_idf_corpus"] = options["emscore_idf_corpus"]
         emscore_rows = {"emscore", "emscore_ref"} & set(metrics)
