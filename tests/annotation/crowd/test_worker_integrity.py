@@ -439,8 +439,8 @@ def test_the_depth_scan_counts_only_structure():
     [
         b'{"platform": "prolific", "external_id": 1' + b"0" * 5000 + b"}",  # an int of 5001 digits
         b'{"platform": "prolific", "external_id": "\xff"}',
-        b'{"platform": "prolific", "external_id": "a\u0000b"}',
-        b'{"platform": "prolific", "external_id": "\ud800"}',
+        rb'{"platform": "prolific", "external_id": "a\u0000b"}',
+        rb'{"platform": "prolific", "external_id": "\ud800"}',
     ],
     ids=["huge-integer", "invalid-utf8", "nul", "lone-surrogate"],
 )
