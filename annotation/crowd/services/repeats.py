@@ -60,15 +60,14 @@ def _lease_id_next() -> int:
 
 def _offer(
     *,
-    repeat_id: int,
+    lease: tuple[int, datetime, datetime],
     campaign: Campaign,
     participation_id: int,
     clip_id: int,
-    issued_at: datetime,
-    expires_at: datetime,
     candidate_ids: list[int],
 ) -> Offer:
-    """The repeat as the offer `assignment_offer_payload` renders."""
+    """The repeat as the offer `assignment_offer_payload` renders; `lease` is (repeat id, issued
+    at, expires at)."""
     texts = dict(
         Judgment.objects.filter(
             participation_id=participation_id, campaign_candidate_id__in=candidate_ids
@@ -77,7 +76,7 @@ def _offer(
     media = Clip.objects.values_list(*MEDIA_COLUMNS).get(pk=clip_id)
     return Offer.of_clip(
         media,
-        lease=(repeat_id, issued_at, expires_at),
+        lease=lease,
         clip_id=clip_id,
         candidates=((candidate_id, texts[candidate_id]) for candidate_id in candidate_ids),
         references=clip_references(campaign=campaign, clip_id=clip_id),
@@ -102,13 +101,12 @@ def repeat_live_claim(
             status=AssignmentStatus.EXPIRED
         )
         return None
+    lease = (repeat_id, issued_at, expires_at)
     return _offer(
-        repeat_id=repeat_id,
+        lease=lease,
         campaign=campaign,
         participation_id=participation.pk,
         clip_id=clip_id,
-        issued_at=issued_at,
-        expires_at=expires_at,
         candidate_ids=candidate_ids,
     )
 
@@ -184,13 +182,12 @@ def repeat_claim(
         issued_at=now,
         expires_at=expires_at,
     )
+    lease = (repeat.pk, now, expires_at)
     return _offer(
-        repeat_id=repeat.pk,
+        lease=lease,
         campaign=campaign,
         participation_id=participation.pk,
         clip_id=clip_id,
-        issued_at=now,
-        expires_at=expires_at,
         candidate_ids=candidate_ids,
     )
 
