@@ -59,7 +59,6 @@ def _lease_id_next() -> int:
 
 
 def _offer(
-    *,
     lease: tuple[int, datetime, datetime],
     campaign: Campaign,
     participation_id: int,
@@ -102,13 +101,7 @@ def repeat_live_claim(
         )
         return None
     lease = (repeat_id, issued_at, expires_at)
-    return _offer(
-        lease=lease,
-        campaign=campaign,
-        participation_id=participation.pk,
-        clip_id=clip_id,
-        candidate_ids=candidate_ids,
-    )
+    return _offer(lease, campaign, participation.pk, clip_id, candidate_ids)
 
 
 def repeats_due(*, share: float, submitted: int, served: int) -> bool:
@@ -183,13 +176,7 @@ def repeat_claim(
         expires_at=expires_at,
     )
     lease = (repeat.pk, now, expires_at)
-    return _offer(
-        lease=lease,
-        campaign=campaign,
-        participation_id=participation.pk,
-        clip_id=clip_id,
-        candidate_ids=candidate_ids,
-    )
+    return _offer(lease, campaign, participation.pk, clip_id, candidate_ids)
 
 
 def repeat_live_id(*, participation_id: int, now: datetime) -> int | None:

@@ -211,49 +211,41 @@ class ReviewDetailApi(APIView):
         return Response(ReviewDetailSerializer(_detail_payload(item)).data)
 
 
-class ReviewClaimApi(APIView):
-    @extend_schema(
-        tags=TAG,
-        request=None,
-        responses={200: ReviewItemSerializer, 409: ErrorSerializer},
-        operation_id="review_claim",
-    )
-    def post(self, request: Request, slug: str, item_id: int) -> Response:
-        return _hold_change(
-            request,
-            slug,
-            item_id,
-            review_claim,
-            refused="Someone else is reviewing this item, or it is resolved.",
+def _hold_change_api(
+    *, name: str, operation: str, change: Callable[..., bool], refused: str
+) -> type[APIView]:
+    """The view that claims or releases an item (`change(item=, user=)`): the item as it is now,
+    or 409 with `refused`."""
+
+    class HoldChangeApi(APIView):
+        @extend_schema(
+            tags=TAG,
+            request=None,
+            responses={200: ReviewItemSerializer, 409: ErrorSerializer},
+            operation_id=operation,
         )
+        def post(self, request: Request, slug: str, item_id: int) -> Response:
+            campaign = campaign_or_404(slug)
+            if not change(item=_load_item(campaign, item_id), user=request.user):
+                return Response({"detail": refused}, status=status.HTTP_409_CONFLICT)
+            return Response(ReviewItemSerializer(_load_item(campaign, item_id)).data)
+
+    HoldChangeApi.__name__ = HoldChangeApi.__qualname__ = name
+    return HoldChangeApi
 
 
-class ReviewReleaseApi(APIView):
-    @extend_schema(
-        tags=TAG,
-        request=None,
-        responses={200: ReviewItemSerializer, 409: ErrorSerializer},
-        operation_id="review_release",
-    )
-    def post(self, request: Request, slug: str, item_id: int) -> Response:
-        return _hold_change(
-            request, slug, item_id, review_release, refused="You do not hold this item."
-        )
-
-
-def _hold_change(
-    request: Request,
-    slug: str,
-    item_id: int,
-    change: Callable[..., bool],
-    *,
-    refused: str,
-) -> Response:
-    """Claim or release (`change(item=, user=)`): the item as it is now, or 409 with `refused`."""
-    campaign = campaign_or_404(slug)
-    if not change(item=_load_item(campaign, item_id), user=request.user):
-        return Response({"detail": refused}, status=status.HTTP_409_CONFLICT)
-    return Response(ReviewItemSerializer(_load_item(campaign, item_id)).data)
+ReviewClaimApi = _hold_change_api(
+    name="ReviewClaimApi",
+    operation="review_claim",
+    change=review_claim,
+    refused="Someone else is reviewing this item, or it is resolved.",
+)
+ReviewReleaseApi = _hold_change_api(
+    name="ReviewReleaseApi",
+    operation="review_release",
+    change=review_release,
+    refused="You do not hold this item.",
+)
 
 
 class JudgmentExclusionSerializer(serializers.Serializer):
