@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, TypedDict
 
 import numpy as np
@@ -49,14 +49,13 @@ from annotation.quality.calibration import (
     RatingTable,
     calibration_fit,
 )
-from annotation.quality.jobs import campaign_run_inline, campaign_run_queue
+from annotation.quality.jobs import ProgressCallback, campaign_run_inline, campaign_run_queue
 from annotation.quality.statistics import overall_scores
 from common.jobs import job_execute
 from common.models import JobStatus
 
 logger = logging.getLogger(__name__)
 
-ProgressCallback = Callable[[float, str], None]
 DEFAULT_SCALE_POINTS = 5
 SEVERITY_EXPLANATION = (
     "How much harsher (positive) or more lenient (negative) than the campaign's average rater "

@@ -11,6 +11,8 @@ from django.db import models, transaction
 from annotation.models import Campaign
 
 Run = TypeVar("Run", bound=models.Model)
+# What a run reports as it goes: the share done (0..1) and the step it is on.
+ProgressCallback = Callable[[float, str], None]
 
 
 def campaign_run_inline(

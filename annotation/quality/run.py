@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from typing import Any, TypedDict
 
 import numpy as np
@@ -44,14 +43,12 @@ from annotation.quality.agreement import (
 )
 from annotation.quality.evaluation import worker_stats_store, workers_evaluate
 from annotation.quality.exclusions import workers_exclude
-from annotation.quality.jobs import campaign_run_inline, campaign_run_queue
+from annotation.quality.jobs import ProgressCallback, campaign_run_inline, campaign_run_queue
 from annotation.quality.loading import CampaignSlice, campaign_median_remember, campaign_slice_load
 from annotation.quality.rules import qc_rules_merge
 from common.jobs import job_execute
 
 logger = logging.getLogger(__name__)
-
-ProgressCallback = Callable[[float, str], None]
 
 
 class _Stopwatch:
