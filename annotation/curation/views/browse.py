@@ -5,6 +5,7 @@ behind their rows (a worker's row opens the campaign's worker page). Curators on
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from django.http import Http404, HttpRequest, HttpResponse
@@ -107,21 +108,33 @@ browse_judgments = _table_view("judgments")
 browse_workers = _table_view("workers")
 
 
+def _detail(
+    request: HttpRequest,
+    page: str,
+    read: Callable[[], dict[str, Any]],
+    missing: tuple[type[Exception], str],
+) -> HttpResponse:
+    """The detail page `page` of what `read` returns; 404 with the message of `missing` (the
+    exception that says it does not exist, the message)."""
+    absent, message = missing
+    try:
+        context = read()
+    except absent as error:
+        raise Http404(message) from error
+    return render(request, f"annotation/data/{page}.html", context)
+
+
 @require_GET
 @curator_required
 def browse_clip(request: HttpRequest, clip_id: int) -> HttpResponse:
-    try:
-        context = selectors.clip_detail(clip_id=clip_id)
-    except Clip.DoesNotExist as error:
-        raise Http404("No such clip.") from error
-    return render(request, "annotation/data/clip_detail.html", context)
+    read = partial(selectors.clip_detail, clip_id=clip_id)
+    return _detail(request, "clip_detail", read, (Clip.DoesNotExist, "No such clip."))
 
 
 @require_GET
 @curator_required
 def browse_candidate(request: HttpRequest, item_id: int) -> HttpResponse:
-    try:
-        context = selectors.candidate_detail(campaign_candidate_id=item_id)
-    except CampaignCandidate.DoesNotExist as error:
-        raise Http404("No such candidate.") from error
-    return render(request, "annotation/data/candidate_detail.html", context)
+    read = partial(selectors.candidate_detail, campaign_candidate_id=item_id)
+    return _detail(
+        request, "candidate_detail", read, (CampaignCandidate.DoesNotExist, "No such candidate.")
+    )
