@@ -217,13 +217,10 @@ def _hold_change_api(
     """The view that claims or releases an item (`change(item=, user=)`): the item as it is now,
     or 409 with `refused`."""
 
+    responses = {200: ReviewItemSerializer, 409: ErrorSerializer}
+
     class HoldChangeApi(APIView):
-        @extend_schema(
-            tags=TAG,
-            request=None,
-            responses={200: ReviewItemSerializer, 409: ErrorSerializer},
-            operation_id=operation,
-        )
+        @extend_schema(tags=TAG, request=None, responses=responses, operation_id=operation)
         def post(self, request: Request, slug: str, item_id: int) -> Response:
             campaign = campaign_or_404(slug)
             if not change(item=_load_item(campaign, item_id), user=request.user):
