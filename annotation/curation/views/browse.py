@@ -111,7 +111,7 @@ browse_workers = _table_view("workers")
 def _detail(
     request: HttpRequest,
     page: str,
-    read: Callable[[], dict[str, Any]],
+    read: Callable[[], dict[str, object]],
     missing: tuple[type[Exception], str],
 ) -> HttpResponse:
     """The detail page `page` of what `read` returns; 404 with the message of `missing` (the
