@@ -3,7 +3,9 @@
 
 Each surface declares its fields one by one (`lease_seconds = option_form_field("lease_seconds")`)
 so that the field order, and with it the page and the OpenAPI schema, stays the table's; what a
-surface adds is presentation alone (a widget, a required name at creation).
+surface adds is presentation alone (a widget, a required name at creation). The API's half is
+`annotation.crowd.api.option_fields`: the admin loads this module at `django.setup()`, and DRF's
+serializers would otherwise load with it into every process (a release build, a QC run).
 """
 
 from __future__ import annotations
@@ -11,19 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
-from rest_framework import serializers
 
 from annotation.crowd.campaign_options import OPTIONS_BY_NAME, CampaignOption, Kind
 
 
-class QuestionInputSerializer(serializers.Serializer):
-    key = serializers.CharField()
-    label = serializers.CharField(required=False)  # type: ignore[assignment]
-    help = serializers.CharField(required=False, allow_blank=True)
-    levels = serializers.ListField(child=serializers.DictField(), required=False)
-
-
-def _rule(option: CampaignOption) -> dict[str, Any]:
+def option_rule(option: CampaignOption) -> dict[str, Any]:
     """The option's rule in the keywords DRF's and Django's fields share: bounds, lengths, digits,
     choices. (A DECIMAL's maximum is in its digits: 8 digits, 2 places is below 1,000,000.)"""
     if option.kind == Kind.CHOICE:
@@ -42,17 +36,6 @@ def _rule(option: CampaignOption) -> dict[str, Any]:
     return {key: value for key, value in rule.items() if value is not None}
 
 
-_SERIALIZER_FIELDS: dict[Kind, type[serializers.Field]] = {
-    Kind.TEXT: serializers.CharField,
-    Kind.CODE: serializers.CharField,
-    Kind.URL: serializers.URLField,
-    Kind.INTEGER: serializers.IntegerField,
-    Kind.NUMBER: serializers.FloatField,
-    Kind.DECIMAL: serializers.DecimalField,
-    Kind.CHOICE: serializers.ChoiceField,
-    Kind.BOOLEAN: serializers.BooleanField,
-    Kind.JSON: serializers.JSONField,
-}
 _FORM_FIELDS: dict[Kind, type[forms.Field]] = {
     Kind.SLUG: forms.SlugField,
     Kind.TEXT: forms.CharField,
@@ -64,28 +47,6 @@ _FORM_FIELDS: dict[Kind, type[forms.Field]] = {
     Kind.CHOICE: forms.ChoiceField,
     Kind.BOOLEAN: forms.BooleanField,
 }
-
-
-def option_serializer_field(name: str, *, required: bool = False) -> serializers.Field:
-    """The API's input field for a setting (`required` at creation for the slug and the name)."""
-    option = OPTIONS_BY_NAME[name]
-    common: dict[str, Any] = {"required": required}
-    if option.help:
-        common["help_text"] = option.help
-    if option.kind == Kind.SLUG:
-        return serializers.RegexField(
-            option.pattern,
-            max_length=option.max_length,
-            error_messages={"invalid": option.error},
-            **common,
-        )
-    if option.kind == Kind.QUESTIONS:
-        return QuestionInputSerializer(many=True, **common)
-    if option.kind in (Kind.TEXT, Kind.CODE, Kind.URL):
-        common["allow_blank"] = option.blank
-    if option.kind in (Kind.INTEGER, Kind.NUMBER):
-        common["allow_null"] = option.nullable
-    return _SERIALIZER_FIELDS[option.kind](**_rule(option), **common)
 
 
 def option_form_field(name: str, **presentation: Any) -> forms.Field:
@@ -103,4 +64,4 @@ def option_form_field(name: str, **presentation: Any) -> forms.Field:
         **({"assume_scheme": "https"} if option.kind == Kind.URL else {}),
         **presentation,
     }
-    return _FORM_FIELDS[option.kind](**_rule(option), **common)
+    return _FORM_FIELDS[option.kind](**option_rule(option), **common)

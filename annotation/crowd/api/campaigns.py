@@ -12,7 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from annotation.crowd.campaign_option_fields import option_serializer_field
+from annotation.crowd.api.option_fields import option_serializer_field
 from annotation.crowd.campaign_options import CAMPAIGN_FIELDS, INTEGER_MAX, OPTIONS_BY_NAME
 from annotation.crowd.services.campaigns import (
     CampaignInvalid,
