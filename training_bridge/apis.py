@@ -4,7 +4,8 @@ resume training runs; score (clip, references, candidate) triples with a finishe
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -41,6 +42,8 @@ from training_bridge.services.rigel_benchmark import (
 )
 
 MAX_LIST = 100
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def _django_errors(error: DjangoValidationError) -> ValidationError:
@@ -241,40 +244,37 @@ class TrainingRunDetailApi(APIView):
         return Response(TrainingRunDetailSerializer(run).data)
 
 
-class TrainingRunCancelApi(APIView):
-    @extend_schema(
-        operation_id="training_runs_cancel",
+def _transition_schema(operation_id: str, verb: str) -> Callable[[_F], _F]:
+    return extend_schema(
+        operation_id=operation_id,
         request=None,
         responses={
             200: TrainingRunSerializer,
-            409: OpenApiResponse(FieldErrorsSerializer, description="Not in a state to cancel."),
+            409: OpenApiResponse(FieldErrorsSerializer, description=f"Not in a state to {verb}."),
         },
     )
+
+
+def _transition(run_id: int, service: Callable[..., TrainingRun]) -> Response:
+    """Cancel and resume refuse the same way: 409 with the service's messages."""
+    run = get_object_or_404(TrainingRun, pk=run_id)
+    try:
+        run = service(run=run)
+    except DjangoValidationError as error:
+        return Response({"detail": error.messages}, status=status.HTTP_409_CONFLICT)
+    return Response(TrainingRunSerializer(run).data)
+
+
+class TrainingRunCancelApi(APIView):
+    @_transition_schema("training_runs_cancel", "cancel")
     def post(self, request: Request, run_id: int) -> Response:
-        run = get_object_or_404(TrainingRun, pk=run_id)
-        try:
-            run = training_run_cancel(run=run)
-        except DjangoValidationError as error:
-            return Response({"detail": error.messages}, status=status.HTTP_409_CONFLICT)
-        return Response(TrainingRunSerializer(run).data)
+        return _transition(run_id, training_run_cancel)
 
 
 class TrainingRunResumeApi(APIView):
-    @extend_schema(
-        operation_id="training_runs_resume",
-        request=None,
-        responses={
-            200: TrainingRunSerializer,
-            409: OpenApiResponse(FieldErrorsSerializer, description="Not in a state to resume."),
-        },
-    )
+    @_transition_schema("training_runs_resume", "resume")
     def post(self, request: Request, run_id: int) -> Response:
-        run = get_object_or_404(TrainingRun, pk=run_id)
-        try:
-            run = training_run_resume(run=run)
-        except DjangoValidationError as error:
-            return Response({"detail": error.messages}, status=status.HTTP_409_CONFLICT)
-        return Response(TrainingRunSerializer(run).data)
+        return _transition(run_id, training_run_resume)
 
 
 # --- scoring ----------------------------------------------------------------------------------

@@ -48,7 +48,7 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from scipy import stats
@@ -56,6 +56,8 @@ from scipy import stats
 from training_bridge.metrics.clip import ClipEncoder, normalized, video_embedding
 from training_bridge.metrics.interface import LABELS, MetricItem, Video
 from training_bridge.metrics.standard import MetricUnavailable
+
+_T = TypeVar("_T")
 
 MINIMUM_WEIGHT = 0.15  # seed 002 l.219-220
 WEIGHT_STEP = 0.05  # seed 002 l.228
@@ -217,19 +219,26 @@ def fit_fusion(
 # Encoders (torch/transformers, imported lazily)
 
 
-def _load(model: str, *, what: str) -> tuple[Any, Any]:
+def _offline(model: str, load: Callable[[], _T]) -> _T:
+    """Weights are never downloaded here: whatever stops them loading is the metric's refusal."""
     try:
-        from transformers import AutoImageProcessor, AutoModel, AutoTokenizer
-
-        loaded = AutoModel.from_pretrained(model, local_files_only=True)
-        if what == "image":
-            helper = AutoImageProcessor.from_pretrained(model, local_files_only=True)
-        else:
-            helper = AutoTokenizer.from_pretrained(model, local_files_only=True)
+        return load()
     except Exception as error:
         raise MetricUnavailable(
             f"could not load {model} offline: {type(error).__name__}: {error}"
         ) from error
+
+
+def _load(model: str, *, what: str) -> tuple[Any, Any]:
+    def load() -> tuple[Any, Any]:
+        from transformers import AutoImageProcessor, AutoModel, AutoTokenizer
+
+        loaded = AutoModel.from_pretrained(model, local_files_only=True)
+        if what == "image":
+            return loaded, AutoImageProcessor.from_pretrained(model, local_files_only=True)
+        return loaded, AutoTokenizer.from_pretrained(model, local_files_only=True)
+
+    loaded, helper = _offline(model, load)
     return loaded.eval(), helper
 
 
@@ -312,12 +321,9 @@ def diffusers_generator(model: str, *, device: str = "cpu", steps: int = 28) -> 
                     "the text-to-image generator needs the diffusers package, which is not "
                     "installed"
                 ) from error
-            try:
-                loaded = DiffusionPipeline.from_pretrained(model, local_files_only=True)
-            except Exception as error:
-                raise MetricUnavailable(
-                    f"could not load {model} offline: {type(error).__name__}: {error}"
-                ) from error
+            loaded = _offline(
+                model, lambda: DiffusionPipeline.from_pretrained(model, local_files_only=True)
+            )
             pipeline.append((loaded.to(device), torch))
         loaded, torch = pipeline[0]
         images = []

@@ -25,6 +25,7 @@ from training_bridge.rigel.config import Ablation
 from training_bridge.rigel.data import (
     ExampleLoader,
     ReleaseRecord,
+    TrainingRelease,
 )
 from training_bridge.rigel.distributed import Distributed
 from training_bridge.rigel.run_context import (
@@ -82,6 +83,24 @@ def run_step(
     raise ValueError(f"unknown step {step!r}")
 
 
+def _step_inputs(
+    spec: RunSpec,
+    store: Store,
+    reporter: Reporter,
+    dist: Distributed,
+    runs: Callable[[str], bool],
+    name: str,
+) -> tuple[TrainingRelease, Any] | None:
+    """A step its ablation leaves out says so and loads nothing (None); one that runs gets the
+    release and the backbone."""
+    if not runs(spec.config.ablation):
+        reporter.log(f"{name} skipped (ablation {spec.config.ablation})")
+        return None
+    return training_release(spec=spec, store=store, reporter=reporter), load_backbone_for(
+        spec.config, dist
+    )
+
+
 # --- teacher pass -----------------------------------------------------------------------------
 
 
@@ -96,11 +115,10 @@ def step_teacher(
     )
 
     config = spec.config
-    if not Ablation.runs_teacher(config.ablation):
-        reporter.log(f"teacher pass skipped (ablation {config.ablation})")
+    inputs = _step_inputs(spec, store, reporter, dist, Ablation.runs_teacher, "teacher pass")
+    if inputs is None:
         return {"skipped": True}
-    release = training_release(spec=spec, store=store, reporter=reporter)
-    backbone = load_backbone_for(config, dist)
+    release, backbone = inputs
     fingerprint = backbone_fingerprint(backbone)
     version = prompt_version(
         reference_free=config.reference_free,
@@ -305,11 +323,10 @@ def step_phase2(
     from training_bridge.rigel.phase2 import apply_lora, save_adapter, train_phase2
 
     config = spec.config
-    if not Ablation.runs_phase2(config.ablation):
-        reporter.log(f"phase 2 skipped (ablation {config.ablation})")
+    inputs = _step_inputs(spec, store, reporter, dist, Ablation.runs_phase2, "phase 2")
+    if inputs is None:
         return {"skipped": True}
-    release = training_release(spec=spec, store=store, reporter=reporter)
-    backbone = load_backbone_for(config, dist)
+    release, backbone = inputs
     # RANDOM_HEAD runs no Phase 1; the others that do stored its head.
     phase1_head_key = (
         results["phase1"]["head_key"] if Ablation.runs_phase1(config.ablation) else None

@@ -22,6 +22,7 @@ from django.core.management.base import CommandError, CommandParser
 
 from annotation.models import Campaign
 from common.management.base import LepusCommand
+from training_bridge.management.options import add_metrics_option
 from training_bridge.metrics.benchmark import CORRELATION_KEYS, PROTOCOLS, Protocol
 from training_bridge.metrics.plugins import (
     LABELS,
@@ -97,9 +98,8 @@ class Command(LepusCommand):
             help="emscore: the VATEX-EVAL protocol of the EMScore paper (scores rounded to 4 "
             "decimals, correlations per rater slot, averaged). Default: against the overall score.",
         )
-        parser.add_argument(
-            "--metrics",
-            default=",".join(TABLE_METRICS),
+        add_metrics_option(
+            parser,
             help=f"Comma-separated metrics (default {','.join(TABLE_METRICS)}; "
             f"known: {','.join(METRIC_NAMES)}).",
         )

@@ -38,7 +38,8 @@ from django.core.management.base import CommandError, CommandParser
 
 from annotation.models import Campaign
 from common.management.base import LepusCommand
-from training_bridge.metrics.plugins import METRIC_NAMES, TABLE_METRICS
+from training_bridge.management.options import add_metrics_option
+from training_bridge.metrics.plugins import METRIC_NAMES
 from training_bridge.rigel.config import PRESETS, preset_name
 from training_bridge.rigel.image_benchmarks import IMAGE_BENCHMARKS
 from training_bridge.services.rigel_benchmark import (
@@ -151,9 +152,8 @@ class Command(LepusCommand):
             help="emscore: per rater slot, averaged (evaluate_metrics --protocol emscore; the "
             "default); default: against each candidate's aggregate score.",
         )
-        parser.add_argument(
-            "--metrics",
-            default=",".join(TABLE_METRICS),
+        add_metrics_option(
+            parser,
             help=f"Metrics beside Rigel (known: {','.join(METRIC_NAMES)}); a learned one without "
             "weights is listed with the reason.",
         )
