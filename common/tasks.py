@@ -33,6 +33,13 @@ def reap_orphaned_jobs() -> int:
     return reaped
 
 
+def job_task(name: str) -> Any:
+    """The decorator of a task that runs one job row: bound (it retries itself), acknowledged only
+    after it ran (a worker that dies leaves the message to another), no result, and no retry cap
+    of its own (`retry_job_after_outage` counts against LEPUS_STORAGE_RETRIES)."""
+    return shared_task(name=name, bind=True, ignore_result=True, acks_late=True, max_retries=None)
+
+
 def storage_retry_countdown(retries: int) -> float:
     """Seconds before retry number `retries + 1`: the base backoff, doubled each time, capped."""
     base = settings.LEPUS_STORAGE_RETRY_BACKOFF

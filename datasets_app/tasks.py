@@ -4,16 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from celery import shared_task
+from common.tasks import job_task
 
 
-@shared_task(
-    name="datasets_app.attach_videos",
-    bind=True,
-    ignore_result=True,
-    acks_late=True,
-    max_retries=None,  # `retry_job_after_outage` counts against LEPUS_STORAGE_RETRIES
-)
+@job_task("datasets_app.attach_videos")
 def attach_videos(self: Any, job_id: int) -> None:
     """Process the clips of a `VideoAttachJob` (probe, cut, transcode, poster, frames, upload).
     When storage is unreachable the job is queued again and retried with a backoff."""

@@ -14,6 +14,7 @@ from drf_spectacular.utils import (
     OpenApiResponse,
     extend_schema,
     extend_schema_field,
+    extend_schema_view,
     inline_serializer,
 )
 from rest_framework import serializers, status
@@ -228,52 +229,45 @@ class ReleaseCompareApi(APIView):
         return Response(release_compare(release=release, other=other, examples=examples))
 
 
-class ReleaseRerunApi(APIView):
-    @extend_schema(
-        operation_id="releases_rerun",
-        request=None,
-        responses={
-            200: ActionResultSerializer,
-            409: OpenApiResponse(ErrorSerializer, description="Not failed or cancelled."),
-        },
-    )
+# Changes the state of one of the caller's releases: its new status, or 409 with `refusal` and the
+# status that refused it. (A comment, not a docstring: the schema would take it as a description.)
+class _ReleaseActionApi(APIView):
+    change: Callable[..., bool]
+    refusal: str
+
     def post(self, request: Request, release_id: int) -> Response:
-        return _release_action(
-            request,
-            release_id,
-            release_rerun,
-            refusal="only failed or cancelled releases can be re-run",
+        release = get_object_or_404(release_list(user=request.user, status="all"), pk=release_id)
+        if not self.change(release=release):
+            return Response(
+                {"detail": f"{self.refusal} (this one is {release.status})"},
+                status=status.HTTP_409_CONFLICT,
+            )
+        release.refresh_from_db()
+        return Response({"id": release.pk, "status": release.status})
+
+
+def _action_schema(
+    operation_id: str, conflict: str
+) -> Callable[[type[_ReleaseActionApi]], type[_ReleaseActionApi]]:
+    return extend_schema_view(
+        post=extend_schema(
+            operation_id=operation_id,
+            request=None,
+            responses={
+                200: ActionResultSerializer,
+                409: OpenApiResponse(ErrorSerializer, description=conflict),
+            },
         )
-
-
-class ReleaseCancelApi(APIView):
-    @extend_schema(
-        operation_id="releases_cancel",
-        request=None,
-        responses={
-            200: ActionResultSerializer,
-            409: OpenApiResponse(ErrorSerializer, description="Not queued or running."),
-        },
     )
-    def post(self, request: Request, release_id: int) -> Response:
-        return _release_action(
-            request,
-            release_id,
-            release_cancel,
-            refusal="only queued or running releases can be cancelled",
-        )
 
 
-def _release_action(
-    request: Request, release_id: int, action: Callable[..., bool], *, refusal: str
-) -> Response:
-    """Change the state of one of the caller's releases: its new status, or 409 with `refusal`
-    and the status that refused it."""
-    release = get_object_or_404(release_list(user=request.user, status="all"), pk=release_id)
-    if not action(release=release):
-        return Response(
-            {"detail": f"{refusal} (this one is {release.status})"},
-            status=status.HTTP_409_CONFLICT,
-        )
-    release.refresh_from_db()
-    return Response({"id": release.pk, "status": release.status})
+@_action_schema("releases_rerun", "Not failed or cancelled.")
+class ReleaseRerunApi(_ReleaseActionApi):
+    change = staticmethod(release_rerun)
+    refusal = "only failed or cancelled releases can be re-run"
+
+
+@_action_schema("releases_cancel", "Not queued or running.")
+class ReleaseCancelApi(_ReleaseActionApi):
+    change = staticmethod(release_cancel)
+    refusal = "only queued or running releases can be cancelled"

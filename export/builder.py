@@ -27,7 +27,12 @@ from export.models import SPLIT_NAMES, Release
 from export.reads import ReleaseReads
 from export.records import RecordSchema, pseudonym
 from export.release_facts import ReleaseCounts, ReleaseFacts, excluded_workers, release_counts
-from export.release_files import ProgressCallback, SplitFilesWritten, write_split_files
+from export.release_files import (
+    ProgressCallback,
+    SplitFilesWritten,
+    SplitWrite,
+    write_split_files,
+)
 from export.statistics import release_statistics
 
 logger = logging.getLogger(__name__)
@@ -96,13 +101,15 @@ def build_release_files(*, release: Release, root: Path, progress: ProgressCallb
         )
         timer.done("clip fragments")
         written, explanation_files, explained = _write_lines(
-            reads,
-            schema=schema,
-            split_names=split_names,
-            root=root,
-            total=selection["released"],
-            progress=progress,
-            timer=timer,
+            SplitWrite(
+                reads=reads,
+                schema=schema,
+                split_names=split_names,
+                root=root,
+                total=selection["released"],
+                progress=progress,
+                phase_done=timer.done,
+            )
         )
         progress(0.72, "agreement and statistics")
         split_facts = reads.split_statistics(splits=len(split_names))
@@ -183,37 +190,20 @@ def _prepare_lines(
     return schema
 
 
-def _write_lines(
-    reads: ReleaseReads,
-    *,
-    schema: RecordSchema,
-    split_names: list[str],
-    root: Path,
-    total: int,
-    progress: ProgressCallback,
-    timer: PhaseTimer,
-) -> tuple[SplitFilesWritten, dict[str, str], int | None]:
+def _write_lines(job: SplitWrite) -> tuple[SplitFilesWritten, dict[str, str], int | None]:
     """The split files, then (with raw judgments) the explanations: (the split files, the
     explanation files, how many candidates have an explanation or None)."""
     batch_size = settings.LEPUS_RELEASE_BATCH_SIZE
-    progress(0.1, f"writing {total} candidates")
-    written = write_split_files(
-        reads=reads,
-        schema=schema,
-        split_names=split_names,
-        root=root,
-        total=total,
-        progress=progress,
-        phase_done=timer.done,
-    )
-    if not schema.include_raw_judgments:
+    job.progress(0.1, f"writing {job.total} candidates")
+    written = write_split_files(job)
+    if not job.schema.include_raw_judgments:
         return written, {}, None
     explanation_files, explained = write_explanations(
-        rows=reads.explanation_rows(batch_size=batch_size),
-        root=root,
-        split_names=split_names,
-        question_keys=schema.question_keys,
+        rows=job.reads.explanation_rows(batch_size=batch_size),
+        root=job.root,
+        split_names=job.split_names,
+        question_keys=job.schema.question_keys,
         batch_size=batch_size,
     )
-    timer.done("explanations")
+    job.phase_done("explanations")
     return written, explanation_files, explained

@@ -4,6 +4,8 @@ releases can be compared in SQL without reading their files."""
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -86,6 +88,17 @@ class Release(Job):
         return self.status == JobStatus.SUCCEEDED
 
 
+_M = TypeVar("_M", bound=models.Model)
+
+
+def _frozen_reference(to: type[_M]) -> models.ForeignKey[_M, _M]:
+    """A record's link to campaign data: no constraint, no index, no reverse accessor, and
+    nothing happens to the record when the row goes (see ReleaseRecord)."""
+    return models.ForeignKey(
+        to, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+
+
 class ReleaseRecord(models.Model):
     """A candidate of a release: its split and score, for comparisons between releases.
 
@@ -105,23 +118,9 @@ class ReleaseRecord(models.Model):
         db_constraint=False,
         db_index=False,  # the primary key starts with it
     )
-    campaign_candidate = models.ForeignKey(
-        CampaignCandidate,
-        on_delete=models.DO_NOTHING,
-        db_constraint=False,
-        db_index=False,
-        related_name="+",
-    )
-    candidate = models.ForeignKey(
-        CandidateCaption,
-        on_delete=models.DO_NOTHING,
-        db_constraint=False,
-        db_index=False,
-        related_name="+",
-    )
-    clip = models.ForeignKey(
-        Clip, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
-    )
+    campaign_candidate = _frozen_reference(CampaignCandidate)
+    candidate = _frozen_reference(CandidateCaption)
+    clip = _frozen_reference(Clip)
     split = models.PositiveSmallIntegerField(choices=ReleaseSplit.choices)
     overall = models.FloatField()
     training_class = models.PositiveSmallIntegerField(null=True, blank=True)

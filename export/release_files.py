@@ -132,23 +132,29 @@ class SplitFilesWritten:
     words: WordCounter
 
 
-def write_split_files(
-    *,
-    reads: ReleaseReads,
-    schema: RecordSchema,
-    split_names: list[str],
-    root: Path,
-    total: int,
-    progress: ProgressCallback,
-    phase_done: Callable[[str], None],
-) -> SplitFilesWritten:
+@dataclass(frozen=True)
+class SplitWrite:
+    """What writing a release's lines needs: the builder gathers it once for the split files and
+    the explanations after them."""
+
+    reads: ReleaseReads
+    schema: RecordSchema
+    split_names: list[str]
+    root: Path
+    total: int
+    progress: ProgressCallback
+    phase_done: Callable[[str], None]
+
+
+def write_split_files(job: SplitWrite) -> SplitFilesWritten:
     """Write data/<split>.jsonl, csv/<split>.csv and parquet/<split>.parquet under `root` for every
     split; progress goes from 0.1 to 0.7 with the lines written."""
+    reads, schema, root, total, progress = job.reads, job.schema, job.root, job.total, job.progress
     batch_size = settings.LEPUS_RELEASE_BATCH_SIZE
     files: dict[str, str] = {}
     words = WordCounter()
     written = 0
-    for index, name in enumerate(split_names):
+    for index, name in enumerate(job.split_names):
         jsonl = HashingWriter(root / f"data/{name}.jsonl")
         csv = HashingWriter(root / f"csv/{name}.csv")
         csv.write(schema.csv_header.encode())
@@ -171,5 +177,5 @@ def write_split_files(
         files[f"data/{name}.jsonl"] = jsonl.close()
         files[f"csv/{name}.csv"] = csv.close()
         files[f"parquet/{name}.parquet"] = sha256_file(root / f"parquet/{name}.parquet")
-        phase_done(f"{name} JSONL, CSV and Parquet")
+        job.phase_done(f"{name} JSONL, CSV and Parquet")
     return SplitFilesWritten(files=files, words=words)

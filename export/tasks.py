@@ -6,14 +6,10 @@ from datetime import timedelta
 
 from celery import shared_task
 
+from common.tasks import job_task
 
-@shared_task(
-    name="export.build_release",
-    ignore_result=True,
-    acks_late=True,
-    bind=True,
-    max_retries=None,  # `retry_job_after_outage` counts against LEPUS_STORAGE_RETRIES
-)
+
+@job_task("export.build_release")
 def build_release(self, release_id: int) -> None:  # type: ignore[no-untyped-def]
     """Build a queued release (default queue). A second delivery of the same message is a no-op:
     the build claims its row with a conditional UPDATE. When storage is unreachable the release

@@ -128,42 +128,32 @@ def release_download(request: HttpRequest, release_id: int) -> HttpResponse:
     return response  # type: ignore[return-value]  # the decorators' type is HttpResponse
 
 
-@require_POST
-@curator_required
-def release_rerun_page(request: HttpRequest, release_id: int) -> HttpResponse:
-    return _release_action_page(
-        request,
-        release_id,
-        release_rerun,
-        done="Release {pk} is queued again.",
-        refused="Only failed or cancelled releases can be re-run.",
-    )
-
-
-@require_POST
-@curator_required
-def release_cancel_page(request: HttpRequest, release_id: int) -> HttpResponse:
-    return _release_action_page(
-        request,
-        release_id,
-        release_cancel,
-        done="Release {pk}: cancellation requested.",
-        refused="Only queued or running releases can be cancelled.",
-    )
-
-
 def _release_action_page(
-    request: HttpRequest,
-    release_id: int,
-    action: Callable[..., bool],
-    *,
-    done: str,
-    refused: str,
-) -> HttpResponse:
-    """Change a release's state from its page, say how it went, and go back to the page."""
-    release = get_object_or_404(Release, pk=release_id)
-    if action(release=release):
-        messages.success(request, done.format(pk=release.pk))
-    else:
-        messages.error(request, refused)
-    return redirect("export:detail", release_id=release.pk)
+    action: Callable[..., bool], *, done: str, refused: str
+) -> Callable[[HttpRequest, int], HttpResponse]:
+    """A curator's POST that changes a release's state from its page, says how it went, and goes
+    back to the page."""
+
+    @require_POST
+    @curator_required
+    def page(request: HttpRequest, release_id: int) -> HttpResponse:
+        release = get_object_or_404(Release, pk=release_id)
+        if action(release=release):
+            messages.success(request, done.format(pk=release.pk))
+        else:
+            messages.error(request, refused)
+        return redirect("export:detail", release_id=release.pk)
+
+    return page
+
+
+release_rerun_page = _release_action_page(
+    release_rerun,
+    done="Release {pk} is queued again.",
+    refused="Only failed or cancelled releases can be re-run.",
+)
+release_cancel_page = _release_action_page(
+    release_cancel,
+    done="Release {pk}: cancellation requested.",
+    refused="Only queued or running releases can be cancelled.",
+)

@@ -36,6 +36,13 @@ def clip_storage_prefix(vatex_id: str) -> str:
     return f"clips/{vatex_id}"
 
 
+def clip_claim(clip_id: int, **lookups: object) -> tuple[Clip, str]:
+    """Load the clip (matching `lookups` too), mark it processing, and say where its media go."""
+    clip = Clip.objects.get(pk=clip_id, **lookups)
+    Clip.objects.filter(pk=clip_id).update(status=ClipStatus.PROCESSING)
+    return clip, clip_storage_prefix(clip.vatex_id)
+
+
 @dataclass(frozen=True)
 class ClipVideoOutcome:
     clip_id: int
@@ -193,9 +200,7 @@ def clip_process_video(
     browser-safe MP4, make a poster and LEPUS_VIDEO_FRAMES training frames, upload them under
     `clips/<clip id>/`, and mark the clip ready. A missing or unreadable source marks the clip
     error with the reason. Other failures (storage down) put the clip back in the queue and raise."""
-    clip = Clip.objects.get(pk=clip_id)
-    Clip.objects.filter(pk=clip_id).update(status=ClipStatus.PROCESSING)
-    prefix = clip_storage_prefix(clip.vatex_id)
+    clip, prefix = clip_claim(clip_id)
     try:
         with (
             clip_source_file(clip) as source,

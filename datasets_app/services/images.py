@@ -32,11 +32,11 @@ from datasets_app.models import Clip, ClipModality, ClipStatus, VideoAttachJob
 from datasets_app.services.clip_media import (
     ClipVideoOutcome,
     SourceMissing,
+    clip_claim,
     clip_media_failed,
     clip_media_ready,
     clip_requeue,
     clip_source_file,
-    clip_storage_prefix,
 )
 
 logger = logging.getLogger(__name__)
@@ -107,9 +107,7 @@ def clip_process_image(*, clip_id: int) -> ClipVideoOutcome:
     one training frame (`clips/<id>/frames/000.jpg`), and mark it ready. An unreadable, missing or
     oversized source marks the clip error with the reason. Other failures (storage down) put the
     clip back in the queue and raise."""
-    clip = Clip.objects.get(pk=clip_id, modality=ClipModality.IMAGE)
-    Clip.objects.filter(pk=clip_id).update(status=ClipStatus.PROCESSING)
-    prefix = clip_storage_prefix(clip.vatex_id)
+    clip, prefix = clip_claim(clip_id, modality=ClipModality.IMAGE)
     try:
         with (
             clip_source_file(clip) as source,

@@ -137,6 +137,24 @@ def _candidate_fields(
     return external_id, text, system, version, id_field
 
 
+def _candidate_spec(
+    fields: tuple[str, str, str, str, str], *, clip_id: str, position: int, line: int
+) -> CandidateSpec:
+    """One candidate from `_candidate_fields`' answer; the JSON and CSV readers differ only in
+    where its position comes from."""
+    external_id, text, system, version, where = fields
+    return CandidateSpec(
+        external_id=external_id,
+        clip_id=clip_id,
+        text=text,
+        system_name=system,
+        system_version=version,
+        position=position,
+        line=line,
+        field=where,
+    )
+
+
 # --- Candidates ---------------------------------------------------------------------------------
 
 
@@ -207,7 +225,7 @@ def _candidates_from_jsonl(
                 unknown = sorted(set(item) - CANDIDATE_ITEM_KEYS)
                 if unknown:
                     raise FieldError(f"{prefix}.{unknown[0]}", "unknown field")
-                external_id, text, system, version, where = _candidate_fields(
+                fields = _candidate_fields(
                     item,
                     clip_id=clip_id,
                     id_field=f"{prefix}.id",
@@ -216,16 +234,7 @@ def _candidates_from_jsonl(
                     version_field=f"{prefix}.system_version",
                 )
                 clip_candidates.append(
-                    CandidateSpec(
-                        external_id=external_id,
-                        clip_id=clip_id,
-                        text=text,
-                        system_name=system,
-                        system_version=version,
-                        position=index,
-                        line=line,
-                        field=where,
-                    )
+                    _candidate_spec(fields, clip_id=clip_id, position=index, line=line)
                 )
         except FieldError as error:
             raise source.reject(error.message, line=line, field=error.field)
@@ -278,7 +287,7 @@ def _candidates_from_csv(
                         raise FieldError(name, "must be empty on a reference row")
                 text = clean_text(row["text"], field="text")
             elif role == "candidate":
-                external_id, text, system, version, where = _candidate_fields(
+                fields = _candidate_fields(
                     {
                         "text": row["text"],
                         "system": row.get("system", ""),
@@ -306,16 +315,7 @@ def _candidates_from_csv(
                 )
         else:
             candidates.append(
-                CandidateSpec(
-                    external_id=external_id,
-                    clip_id=clip_id,
-                    text=text,
-                    system_name=system,
-                    system_version=version,
-                    position=positions[clip_id],
-                    line=line,
-                    field=where,
-                )
+                _candidate_spec(fields, clip_id=clip_id, position=positions[clip_id], line=line)
             )
             positions[clip_id] += 1
         if progress and line % 1000 == 0:

@@ -81,33 +81,26 @@ def dataset_rows_write(
     progress: ProgressCallback | None = None,
 ) -> dict[str, int]:
     """Clips, references, systems and candidates; returns {vatex id: clip pk} of the file's clips."""
-    clip_pks = _write_clips(
-        source=source, batch=batch, clips=clips, counts=counts, progress=progress
-    )
-    _write_references(
-        source=source, batch=batch, clips=clips, clip_pks=clip_pks, counts=counts, progress=progress
-    )
+    job = _RowsWrite(source=source, batch=batch, counts=counts, progress=progress)
+    clip_pks = _write_clips(job, clips=clips)
+    _write_references(job, clips=clips, clip_pks=clip_pks)
     system_pks = _write_systems(candidates=candidates, counts=counts)
-    _write_candidates(
-        source=source,
-        batch=batch,
-        candidates=candidates,
-        clip_pks=clip_pks,
-        system_pks=system_pks,
-        counts=counts,
-        progress=progress,
-    )
+    _write_candidates(job, candidates=candidates, clip_pks=clip_pks, system_pks=system_pks)
     return clip_pks
 
 
-def _write_clips(
-    *,
-    source: ImportSource,
-    batch: ImportBatch,
-    clips: list[ClipSpec],
-    counts: Counts,
-    progress: ProgressCallback | None,
-) -> dict[str, int]:
+@dataclass(frozen=True)
+class _RowsWrite:
+    """What each table's writer of one import needs besides its rows."""
+
+    source: ImportSource
+    batch: ImportBatch
+    counts: Counts
+    progress: ProgressCallback | None
+
+
+def _write_clips(job: _RowsWrite, *, clips: list[ClipSpec]) -> dict[str, int]:
+    source, batch, counts, progress = job.source, job.batch, job.counts, job.progress
     ids = [spec.clip_id for spec in clips]
     stored: dict[str, tuple[int, str, float, float, str]] = {}
     for chunk in chunked(ids):
@@ -172,15 +165,8 @@ def _write_clips(
     return mapping
 
 
-def _write_references(
-    *,
-    source: ImportSource,
-    batch: ImportBatch,
-    clips: list[ClipSpec],
-    clip_pks: dict[str, int],
-    counts: Counts,
-    progress: ProgressCallback | None,
-) -> None:
+def _write_references(job: _RowsWrite, *, clips: list[ClipSpec], clip_pks: dict[str, int]) -> None:
+    source, batch, counts, progress = job.source, job.batch, job.counts, job.progress
     pks = list({clip_pks[spec.clip_id] for spec in clips})
     stored: dict[tuple[int, int], str] = {}
     for chunk in chunked(pks):
@@ -236,15 +222,13 @@ def _write_systems(
 
 
 def _write_candidates(
+    job: _RowsWrite,
     *,
-    source: ImportSource,
-    batch: ImportBatch,
     candidates: list[CandidateSpec],
     clip_pks: dict[str, int],
     system_pks: dict[tuple[str, str], int],
-    counts: Counts,
-    progress: ProgressCallback | None,
 ) -> None:
+    source, batch, counts, progress = job.source, job.batch, job.counts, job.progress
     stored: dict[str, tuple[int, str, int | None, str]] = {}
     for chunk in chunked([spec.external_id for spec in candidates]):
         for external_id, clip_id, text, system_id, kind in CandidateCaption.objects.filter(
