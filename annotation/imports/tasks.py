@@ -5,16 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from celery import shared_task
+from common.tasks import job_task, retry_job_after_outage
 
 
-@shared_task(
-    name="annotation.import_upload",
-    bind=True,
-    ignore_result=True,
-    acks_late=True,
-    max_retries=None,  # `retry_job_after_outage` counts against LEPUS_STORAGE_RETRIES
-)
+@job_task("annotation.import_upload")
 def import_upload(self: Any, job_id: int) -> None:
     """Import a file uploaded on the import page (an `ImportUpload` row). When storage is
     unreachable the job is queued again and retried with a backoff."""
@@ -22,7 +16,6 @@ def import_upload(self: Any, job_id: int) -> None:
     from annotation.models import ImportUpload
     from common.jobs import job_requeue
     from common.storage import StorageUnavailable
-    from common.tasks import retry_job_after_outage
 
     try:
         import_upload_run(job_id=job_id, task_id=self.request.id or "")
