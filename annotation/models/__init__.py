@@ -16,6 +16,7 @@ from annotation.models.campaigns import (
     CampaignStatus,
     ErasureMode,
     ReviewState,
+    StopReason,
 )
 from annotation.models.crowd import (
     Assignment,
@@ -75,6 +76,7 @@ __all__ = [
     "ReviewItem",
     "ReviewState",
     "ReviewStatus",
+    "StopReason",
     "UploadKind",
     "Worker",
     "WorkerExclusion",

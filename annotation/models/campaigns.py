@@ -56,6 +56,13 @@ class Campaign(models.Model):
     # Key of an explicit overall question; empty means "overall = mean of the questions".
     overall_question_key = models.CharField(max_length=50, blank=True, default="")
     judgments_per_candidate = models.PositiveSmallIntegerField(default=3)
+    # How many judgments a candidate gets (issue 28; annotation.quality.allocation): {} is the
+    # fixed policy (`judgments_per_candidate` each), else an `AdaptivePolicy.as_dict()`.
+    allocation = models.JSONField(default=dict, blank=True, db_default={})
+    # A metric whose scores join the adaptive "unsettled" rule and the campaign page's
+    # metric-vs-crowd agreement: "" (none), "rigel-run:<TrainingRun id>" or "plugin:<name>".
+    # A string, not a foreign key: annotation sits below training_bridge (docs/architecture.md).
+    metric = models.CharField(max_length=100, blank=True, default="", db_default="")
     reference_free = models.BooleanField(default=False)
     lease_seconds = models.PositiveIntegerField(default=900)
     min_seconds_on_clip = models.PositiveIntegerField(default=0)
@@ -143,6 +150,13 @@ class ReviewState(models.TextChoices):
     RESOLVED = "resolved", "Resolved by an expert"
 
 
+class StopReason(models.TextChoices):
+    OPEN = "", "Still wants judgments"
+    SETTLED = "settled", "Settled: its raters agree"
+    MAXIMUM = "maximum", "Reached the maximum"
+    REVIEW = "review", "Sent to expert review"
+
+
 class CampaignCandidate(models.Model):
     """A candidate inside a campaign: its quota, its slot counter and its aggregate.
 
@@ -166,6 +180,17 @@ class CampaignCandidate(models.Model):
     normalized = models.FloatField(null=True, blank=True)
     training_class = models.PositiveSmallIntegerField(null=True, blank=True)
     rating_range = models.PositiveSmallIntegerField(null=True, blank=True)
+    # Allocation (issue 28): why the candidate stopped getting judgments ("" while it still
+    # wants more; settled, maximum or review) and the rules that opened slots beyond the policy's
+    # minimum (a list of "range", "standard_error", "metric", each once).
+    stop_reason = models.CharField(
+        max_length=10, choices=StopReason.choices, blank=True, default="", db_default=""
+    )
+    opened_by = models.JSONField(default=list, blank=True, db_default=[])
+    # The campaign metric's score on the 1..K rating scale and its uncertainty (the spread of the
+    # metric's K-way distribution, same scale); None until the scoring job has run.
+    metric_score = models.FloatField(null=True, blank=True)
+    metric_uncertainty = models.FloatField(null=True, blank=True)
     # Not indexed on purpose: aggregation rewrites these columns for whole campaigns, and with
     # no index on any column it writes, PostgreSQL updates rows in place (HOT) instead of adding
     # an entry to every index of the table for every row (see migration 0003 and
