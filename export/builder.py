@@ -81,8 +81,6 @@ def build_release_files(*, release: Release, root: Path, progress: ProgressCallb
     split_names = list(SPLIT_NAMES[: len(release.ratios)])
     campaign_ids = list(release.campaigns.values_list("pk", flat=True))
     timer = PhaseTimer(release.pk)
-    # Calibrated columns only when a campaign of the release has been calibrated, so the files of
-    # an uncalibrated release keep their format (and no loader meets an all-null column).
     calibration = calibration_release_facts(campaign_ids=campaign_ids)
 
     with ReleaseReads(tag=f"{release.pk}_{release.attempts}", campaign_ids=campaign_ids) as reads:
@@ -96,7 +94,7 @@ def build_release_files(*, release: Release, root: Path, progress: ProgressCallb
         per_split = reads.store_records(release_id=release.pk)
         timer.done("release records")
         pseudonyms = _pseudonyms(reads)
-        schema = _prepare_lines(
+        schema, allocation = _prepare_lines(
             reads, release=release, keys=keys, calibrated=bool(calibration), pseudonyms=pseudonyms
         )
         timer.done("clip fragments")
@@ -148,6 +146,7 @@ def build_release_files(*, release: Release, root: Path, progress: ProgressCallb
         calibration=calibration,
         retest=retest_release_facts(campaign_ids=campaign_ids),
         explanations=explained,
+        allocation=allocation,
     )
     files = {**written.files, **explanation_files, **write_card(facts=facts, root=root)}
     files["manifest.json"] = write_manifest(facts=facts, files=files, root=root)
@@ -176,18 +175,26 @@ def _prepare_lines(
     keys: list[str],
     calibrated: bool,
     pseudonyms: dict[int, str],
-) -> RecordSchema:
+) -> tuple[RecordSchema, list[dict[str, Any]]]:
     """The lines' schema, and the per clip pieces the line queries join (pseudonyms only for a
-    release with raw judgments)."""
+    release with raw judgments); and the campaigns' allocation facts, read before the lines.
+
+    Optional columns appear only where they carry something, so the files of other releases
+    keep their format and no loader meets a column it cannot type (all nulls, all empty lists):
+    the calibrated columns only when a campaign of the release has been calibrated, `opened_by`
+    only when one allocates judgments adaptively."""
+    allocation = reads.allocation()
+    adaptive = any(entry["policy"]["kind"] != "fixed" for entry in allocation)
     schema = RecordSchema(
         question_keys=keys,
         include_raw_judgments=release.include_raw_judgments,
         include_calibration=calibrated,
+        include_allocation=adaptive,
     )
     reads.prepare_fragments(
         pseudonyms=pseudonyms if release.include_raw_judgments else None, schema=schema
     )
-    return schema
+    return schema, allocation
 
 
 def _write_lines(job: SplitWrite) -> tuple[SplitFilesWritten, dict[str, str], int | None]:

@@ -20,6 +20,7 @@ from django.template.loader import render_to_string
 from annotation.questions import Rubric
 from export.licences import CODE_LICENSE
 from export.reads.reasons import exclusion_label
+from export.reads.sql_allocation import OPENED_BY, STOP_REASONS
 from export.records import sha256_file
 from export.release_facts import ReleaseFacts
 from export.statistics import SCORE_BINS
@@ -227,6 +228,52 @@ def _retest_tables(retest: list[dict[str, Any]]) -> dict[str, list[Row]]:
     }
 
 
+def policy_parameters(policy: dict[str, Any]) -> str:
+    """A campaign's allocation policy (`AdaptivePolicy.as_dict()` / `FixedPolicy.as_dict()`
+    shape) in words, every parameter stated."""
+    review = f"review at a rating range of {policy['review_range_threshold']} or more"
+    if policy["kind"] == "fixed":
+        return f"{policy['judgments']} judgments per candidate; {review}"
+    rules = []
+    if policy["disagreement_range"] is not None:
+        rules.append(f"the kept ratings' range is {policy['disagreement_range']} or more")
+    if policy["standard_error_threshold"] is not None:
+        rules.append(
+            f"the calibrated score's standard error is above {policy['standard_error_threshold']!r}"
+        )
+    if policy["metric_disagreement_threshold"] is not None:
+        rules.append(
+            "the metric's score is further from the crowd's mean than "
+            f"{policy['metric_disagreement_threshold']!r} plus the metric's uncertainty"
+        )
+    more = "; one more at a time while " + " or ".join(rules) if rules else "; no rule adds more"
+    return f"minimum {policy['minimum']}, maximum {policy['maximum']}{more}; {review}"
+
+
+def _allocation_tables(allocation: list[dict[str, Any]]) -> dict[str, list[Row]]:
+    """Per campaign: the policy and its parameters, and the stop reasons of its candidates."""
+    return {
+        "allocation_rows": [
+            (
+                f"`{entry['campaign']}`",
+                entry["policy"]["kind"],
+                policy_parameters(entry["policy"]),
+                f"`{entry['metric']}`" if entry["metric"] else "none",
+            )
+            for entry in allocation
+        ],
+        "stop_reason_rows": [
+            (
+                f"`{entry['campaign']}`",
+                *(str(entry["stop_reasons"][name]) for name in STOP_REASONS),
+                str(entry["stop_reasons"]["open"]),
+                *(str(entry["opened_by"][name]) for name in OPENED_BY),
+            )
+            for entry in allocation
+        ],
+    }
+
+
 def card_context(facts: ReleaseFacts) -> dict[str, Any]:
     """The template's context. Numbers are pre-formatted as strings, so the card never depends on
     localisation settings; the release name, the one free text a curator types, is escaped."""
@@ -237,6 +284,7 @@ def card_context(facts: ReleaseFacts) -> dict[str, Any]:
         "facts_explanations": facts.explanations,
         "rubric_notes": rubric_notes,
         **_retest_tables(facts.retest),
+        **_allocation_tables(facts.allocation),
         "calibration_rows": _calibration_rows(facts.calibration),
         "release": facts.release,
         "name_markdown": markdown_text(facts.release.name),

@@ -33,6 +33,7 @@ def write_manifest(*, facts: ReleaseFacts, files: dict[str, str], root: Path) ->
         "ratios": facts.ratios,
         "split_method": facts.split_method,
         "campaigns": facts.campaigns,
+        "allocation": facts.allocation,
         "question_keys": facts.question_keys,
         "selection": {
             "candidates_in_campaigns": selection["candidates_in_campaigns"],

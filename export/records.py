@@ -9,7 +9,8 @@ shortest round-trip form that Python's `repr(float)` also uses, below 1e15 in ma
 whole numbers get their ".0" back. tests/export checks every line against the definition.
 
 CSV carries the same columns in the same (sorted) order, `scores` flattened to `scores.<key>`
-columns (and `calibrated_scores` to `calibrated_scores.<key>`) and `references` / `raw_judgments` as the same JSON text as in the JSONL; every string is
+columns (and `calibrated_scores` to `calibrated_scores.<key>`) and `references` / `raw_judgments` /
+`opened_by` as the same JSON text as in the JSONL; every string is
 quoted (doubling inner quotes), numbers never are, a missing number is an empty field, lines end
 with "\n". Parquet is converted from the JSONL with the fixed Arrow schema below.
 
@@ -105,7 +106,9 @@ def sql_literal(text: str) -> str:
 class RecordSchema:
     """Column set of a release: fixed by the questions of its campaigns, the raw-judgment flag and
     whether any of its campaigns was calibrated (then `calibrated_overall` and
-    `calibrated_scores` sit beside the raw means, null for a candidate without calibration)."""
+    `calibrated_scores` sit beside the raw means, null for a candidate without calibration) and
+    whether any allocates judgments adaptively (then `opened_by` lists the rules that opened
+    judgments beyond the minimum; `stop_reason` is in every release)."""
 
     def __init__(
         self,
@@ -113,10 +116,12 @@ class RecordSchema:
         question_keys: Sequence[str],
         include_raw_judgments: bool,
         include_calibration: bool = False,
+        include_allocation: bool = False,
     ) -> None:
         self.question_keys = sorted(question_keys)
         self.include_raw_judgments = include_raw_judgments
         self.include_calibration = include_calibration
+        self.include_allocation = include_allocation
 
     @property
     def columns(self) -> list[str]:
@@ -136,6 +141,7 @@ class RecordSchema:
             "review_status",
             "scores",
             "start",
+            "stop_reason",
             "system",
             "system_version",
             "text",
@@ -144,6 +150,8 @@ class RecordSchema:
         ]
         if self.include_raw_judgments:
             names.insert(names.index("references"), "raw_judgments")
+        if self.include_allocation:
+            names.insert(names.index("overall"), "opened_by")
         if self.include_calibration:
             names[0:0] = ["calibrated_overall", "calibrated_scores"]
         return names
@@ -181,11 +189,13 @@ class RecordSchema:
             "judgments": pa.int64(),
             "modality": pa.string(),
             "normalized": pa.float64(),
+            "opened_by": pa.list_(pa.string()),
             "overall": pa.float64(),
             "references": pa.list_(pa.string()),
             "review_status": pa.string(),
             "scores": scores,
             "start": pa.float64(),
+            "stop_reason": pa.string(),
             "system": pa.string(),
             "system_version": pa.string(),
             "text": pa.string(),

@@ -65,6 +65,9 @@ class ReleaseFacts:
     # Released candidates with at least one worker reason in explanations.jsonl (None: no file,
     # the release has no raw judgments; export.explanations).
     explanations: int | None = None
+    # Per campaign: its allocation policy with every parameter, its metric, and the released
+    # candidates per stop reason and per rule that opened slots (export.reads.sql_allocation).
+    allocation: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ratios(self) -> dict[str, float]:

@@ -6,7 +6,7 @@ A build uses one instance as a context manager: the reads are valid between `__e
 snapshot opens) and `__exit__` (it closes, committing the release's records, or rolling back after
 an error). The calls come in this order: `select_items`, then `question_keys`, `assign_splits`,
 `check_values`, `store_records`, `worker_identities`, `prepare_fragments`, `split_lines` per split,
-then the statistics and manifest facts.
+then the statistics, allocation and manifest facts.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from export.reads import (
+    sql_allocation,
     sql_explanations,
     sql_facts,
     sql_lines,
@@ -125,6 +126,11 @@ class ReleaseReads:
     def sources(self, *, judgment_batches: Sequence[int]) -> list[dict[str, str]]:
         """The import batches the released rows came from (kind, file name, sha256)."""
         return sql_facts.sources(self.snapshot, judgment_batches=judgment_batches)
+
+    def allocation(self) -> list[dict[str, Any]]:
+        """Per campaign: its allocation policy, its metric, and the released candidates per stop
+        reason and per rule that opened slots (sql_allocation)."""
+        return sql_allocation.allocation_facts(self.snapshot)
 
     def exclusions(self) -> dict[str, Any]:
         """Excluded workers (by worker pk), judgment exclusions and review actions per campaign."""

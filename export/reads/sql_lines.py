@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 
 import psycopg2.extensions
 
+from export.reads.sql_allocation import stop_reason_sql
 from export.reads.sql_snapshot import (
     T_CAMPAIGN,
     T_CAND,
@@ -93,15 +94,28 @@ def _create_fragments(cursor: Any, snapshot: ReleaseSnapshot) -> None:
     cursor.execute(f"CREATE UNIQUE INDEX ON {snapshot.fragments} (clip_id)")
 
 
+# `opened_by` as the canonical JSON text of its strings ("[]" for most candidates; PostgreSQL's
+# own jsonb text has a space after each comma).
+_OPENED_BY_JSON = (
+    "(CASE WHEN jsonb_typeof(i.opened_by) <> 'array' OR i.opened_by = '[]'::jsonb THEN '[]'"
+    " ELSE '[' || (SELECT string_agg(to_json(rule)::text, ',' ORDER BY position)"
+    " FROM jsonb_array_elements_text(i.opened_by) WITH ORDINALITY AS o(rule, idx)) || ']'"
+    " END)"
+)
+
+
 def _create_ordered(cursor: Any, snapshot: ReleaseSnapshot) -> None:
     """The `ordered` table: file order computed once on narrow rows (row_number over the sort
     keys), so the line queries read it through an index instead of sorting their wide output
-    rows."""
+    rows. It carries each candidate's stop reason (stored, else derived: sql_allocation) and
+    `opened_by` as JSON text."""
+    decisions_join, stop_reason = stop_reason_sql(snapshot)
     cursor.execute(
         f"""
         CREATE TEMP TABLE {snapshot.ordered} ON COMMIT DROP AS
         SELECT i.cc_id, i.clip_id, s.split, i.overall, i.training_class, i.kept_judgments,
                i.review_state, i.means, i.calibrated_scores, i.calibrated_overall,
+               {stop_reason} AS stop_reason, {_OPENED_BY_JSON} AS opened_by,
                camp.slug, cand.external_id, cand.text,
                COALESCE(sys.name, '') AS system_name,
                COALESCE(sys.version, '') AS system_version,
@@ -113,6 +127,7 @@ def _create_ordered(cursor: Any, snapshot: ReleaseSnapshot) -> None:
           JOIN {T_CAND} cand ON cand.id = i.candidate_id
           LEFT JOIN {T_SYSTEM} sys ON sys.id = cand.system_id
           JOIN {T_CAMPAIGN} camp ON camp.id = i.campaign_id
+          {decisions_join}
         """
     )
     cursor.execute(f"CREATE UNIQUE INDEX ON {snapshot.ordered} (split, ord)")
@@ -190,16 +205,18 @@ def split_lines(
               '{{' {parts.calibrated_line_json} || '"campaign":' || j_campaign
                 || ',"candidate_id":' || j_candidate || ','
                 || json_head || '"judgments":' || n_judgments || ',' || json_modality
-                || '"normalized":' || n_normalized
+                || '"normalized":' || n_normalized {parts.opened_json}
                 || ',"overall":' || n_overall || ',' {parts.raw_json} || '"references":' || json_refs
                 || ',' || '"review_status":' || j_review || ',"scores":{{'
-                || {parts.scores_json or "''"} || '}},' || json_start || '"system":' || j_system
+                || {parts.scores_json or "''"} || '}},' || json_start
+                || '"stop_reason":' || j_stop || ',"system":' || j_system
                 || ',"system_version":' || j_version || ',"text":' || j_text
                 || ',"training_class":' || n_class || ',' || json_video || '}}',
               {parts.calibrated_line_csv} c_campaign || ',' || c_candidate || ',' || csv_head || ',' || n_judgments || ','
-                || csv_modality || ',' || n_normalized || ',' || n_overall || ',' {parts.raw_csv} || csv_refs || ','
+                || csv_modality || ',' || n_normalized || ',' {parts.opened_csv} || n_overall || ','
+                {parts.raw_csv} || csv_refs || ','
                 || c_review || ',' || {parts.scores_csv + " || ','" if keys else "''"} || csv_start
-                || ',' || c_system || ',' || c_version || ',' || c_text || ',' || n_class || ','
+                || ',' || c_stop || ',' || c_system || ',' || c_version || ',' || c_text || ',' || n_class || ','
                 || csv_video
             FROM (
                 SELECT o.ord, {parts.raw_inner} {parts.means} {parts.calibrated}
@@ -216,6 +233,9 @@ def split_lines(
                   {sql_csv_string("o.system_version")} AS c_version,
                   {sql_json_string(review)} AS j_review,
                   {sql_csv_string(review)} AS c_review,
+                  {parts.opened_inner}
+                  {sql_json_string("o.stop_reason")} AS j_stop,
+                  {sql_csv_string("o.stop_reason")} AS c_stop,
                   {sql_number("((o.overall - 1) / 4)")} AS n_normalized,
                   {sql_number("o.overall")} AS n_overall,
                   o.kept_judgments::text AS n_judgments,
@@ -243,7 +263,8 @@ def split_lines(
 
 class _LineParts(NamedTuple):
     """The pieces of the line query that depend on the schema: raw judgments (a join and their
-    JSON and CSV), each question's mean and calibrated score, and the calibrated columns."""
+    JSON and CSV), each question's mean and calibrated score, the calibrated columns, and
+    `opened_by` (only in a release with an adaptive campaign)."""
 
     raw_inner: str
     raw_join: str
@@ -255,6 +276,9 @@ class _LineParts(NamedTuple):
     calibrated: str
     calibrated_line_json: str
     calibrated_line_csv: str
+    opened_inner: str = ""
+    opened_json: str = ""
+    opened_csv: str = ""
 
 
 def _line_parts(snapshot: ReleaseSnapshot, schema: RecordSchema) -> _LineParts:
@@ -289,7 +313,20 @@ def _line_parts(snapshot: ReleaseSnapshot, schema: RecordSchema) -> _LineParts:
         calibrated=calibrated,
         calibrated_line_json=calibrated_line_json,
         calibrated_line_csv=calibrated_line_csv,
+        **_opened_by_parts(schema),
     )
+
+
+def _opened_by_parts(schema: RecordSchema) -> dict[str, str]:
+    """The `opened_by` column's inner formatted columns, JSON member and CSV field (none when the
+    schema has no allocation columns)."""
+    if not schema.include_allocation:
+        return {}
+    return {
+        "opened_inner": f"o.opened_by AS j_opened, {sql_csv_string('o.opened_by')} AS c_opened,",
+        "opened_json": "|| ',\"opened_by\":' || j_opened",
+        "opened_csv": "|| c_opened || ','",
+    }
 
 
 def _score_columns(keys: list[str], *, column: str, alias: str) -> tuple[str, str, str]:

@@ -10,6 +10,7 @@ from typing import Any, TypedDict
 from datasets_app.models import CandidateKind
 from export import splitting
 from export.reads.reasons import EXCLUSION_REASONS
+from export.reads.sql_allocation import derive_stop_reasons
 from export.reads.sql_snapshot import (
     T_CALIBRATION,
     T_CAMPAIGN,
@@ -39,7 +40,8 @@ class Selection(TypedDict):
 
 
 def select_items(snapshot: ReleaseSnapshot) -> Selection:
-    """Create the items table (the release's candidates) and count what was left out and why."""
+    """Create the items table (the release's candidates) and the derived stop reasons of fixed
+    campaigns (sql_allocation), and count what was left out and why."""
     parameters = {"campaigns": snapshot.campaign_ids, "control_kind": CandidateKind.CONTROL}
     with snapshot.cursor() as cursor:
         cursor.execute(
@@ -48,6 +50,7 @@ def select_items(snapshot: ReleaseSnapshot) -> Selection:
             SELECT cc.id AS cc_id, cc.campaign_id, cc.candidate_id, cc.clip_id, cc.overall,
                    COALESCE(cc.training_class, floor(cc.overall + 0.5)::int) AS training_class,
                    cc.kept_judgments, cc.review_state, cc.means,
+                   cc.quota, cc.rating_range, cc.stop_reason, cc.opened_by,
                    cal.scores AS calibrated_scores, cal.overall AS calibrated_overall
             FROM {T_CC} cc JOIN {T_CAND} cand ON cand.id = cc.candidate_id
             LEFT JOIN {T_CALIBRATION} cal ON cal.campaign_candidate_id = cc.id
@@ -57,6 +60,7 @@ def select_items(snapshot: ReleaseSnapshot) -> Selection:
         )
         cursor.execute(f"CREATE UNIQUE INDEX ON {snapshot.items} (cc_id)")
         cursor.execute(f"ANALYZE {snapshot.items} (cc_id, clip_id, candidate_id, campaign_id)")
+        derive_stop_reasons(snapshot)
         cursor.execute(
             f"""
             SELECT camp.slug,

@@ -68,6 +68,7 @@ class ReleaseSnapshot:
     ordered: str  # temp table: the released candidates with everything a line needs, in order
     pseudonyms: str  # temp table: worker -> pseudonym (raw judgments only)
     raw: str  # temp table: candidate -> its kept judgments as JSON (raw judgments only)
+    decisions: str  # temp table: a fixed campaign's derived stop reasons (sql_allocation)
     campaign_ids: list[int]
 
     def cursor(self) -> Any:
@@ -108,6 +109,7 @@ def open_snapshot(*, tag: str, campaign_ids: Sequence[int]) -> Iterator[ReleaseS
         ordered=f"export_ordered_{tag}",
         pseudonyms=f"export_pseudonyms_{tag}",
         raw=f"export_raw_{tag}",
+        decisions=f"export_decisions_{tag}",
         campaign_ids=sorted(campaign_ids),
     )
     try:
@@ -122,7 +124,8 @@ def open_snapshot(*, tag: str, campaign_ids: Sequence[int]) -> Iterator[ReleaseS
         with raw.cursor() as cursor:
             cursor.execute(
                 f"DROP TABLE IF EXISTS {snapshot.items}, {snapshot.clips}, {snapshot.fragments},"
-                f" {snapshot.ordered}, {snapshot.pseudonyms}, {snapshot.raw}"
+                f" {snapshot.ordered}, {snapshot.pseudonyms}, {snapshot.raw},"
+                f" {snapshot.decisions}"
             )
         if dedicated:
             raw.commit()

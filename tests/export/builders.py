@@ -262,6 +262,11 @@ def _exclude_one_worker(data: CampaignData) -> None:
     for item in CampaignCandidate.objects.filter(pk__in=touched):
         kept = list(item.judgments.filter(is_excluded=False).values_list("values", flat=True))
         item.kept_judgments = len(kept)
+        # The aggregation's range of the kept ratings (what a fixed campaign's stop reason reads).
+        item.rating_range = max(
+            (max(value[key] for value in kept) - min(value[key] for value in kept) for key in keys),
+            default=None,
+        )
         if item.review_state != ReviewState.RESOLVED and kept:
             item.means, item.overall = aggregate(kept, keys)
             item.normalized = (item.overall - 1) / 4

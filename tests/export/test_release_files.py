@@ -89,7 +89,7 @@ def _csv_expected(record: dict) -> dict[str, str]:  # type: ignore[type-arg]
                 expected[f"{key}.{question}"] = "" if mean is None else repr(mean)
         elif value is None:
             expected[key] = ""
-        elif key in ("references", "raw_judgments"):
+        elif key in ("references", "raw_judgments", "opened_by"):
             expected[key] = spreadsheet_safe(
                 json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
             )
@@ -159,6 +159,19 @@ def test_every_record_is_canonical_normalised_and_the_same_in_all_three_formats(
     assert total == len(eligible(data.campaign))
 
 
+def fixed_stop_reason(item: CampaignCandidate, kept: list[Judgment]) -> str:
+    """Why a candidate of a fixed campaign stopped, from its kept judgments: "" below its quota,
+    "review" when a question's ratings span the campaign's review range, else "maximum"."""
+    if len(kept) < item.quota:
+        return ""
+    widest = max(
+        max(judgment.values[key] for judgment in kept)
+        - min(judgment.values[key] for judgment in kept)
+        for key in item.means
+    )
+    return "review" if widest >= item.campaign.review_range_threshold else "maximum"
+
+
 def test_records_carry_the_database_values(db):
     data = build_campaign(slug="values", clips=16, workers=9, excluded_worker=False)
     calibrate_leaving_one_out(data.campaign)
@@ -174,6 +187,7 @@ def test_records_carry_the_database_values(db):
         for record in jsonl_records(release, split)
     }
     resolved_seen = False
+    reasons_seen: set[str] = set()
     for item in eligible(data.campaign):
         candidate = item.candidate
         clip = candidate.clip
@@ -218,6 +232,7 @@ def test_records_carry_the_database_values(db):
             "review_status": "resolved" if item.review_state == ReviewState.RESOLVED else "none",
             "scores": {key: item.means[key] for key in sorted(item.means)},
             "start": clip.start_seconds,
+            "stop_reason": fixed_stop_reason(item, kept),
             "system": candidate.system.name,
             "system_version": candidate.system.version,
             "text": candidate.text,
@@ -225,8 +240,10 @@ def test_records_carry_the_database_values(db):
             "video_key": clip.video_key,
         }
         resolved_seen = resolved_seen or record["review_status"] == "resolved"
+        reasons_seen.add(record["stop_reason"])
     assert records == {}
     assert resolved_seen
+    assert reasons_seen == {"maximum", "review"}
     assert null_seen or len(calibrations) == len(eligible(data.campaign))
 
 

@@ -152,6 +152,10 @@ def test_a_release_worked_out_by_hand_has_exactly_these_bytes(db, settings):
       golden:d:1 (one judgment) are left out; w3's excluded judgment of golden:b:0 is not counted.
     - scores are the means of the kept judgments, `overall` their mean rounded to 9 decimals,
       `normalized` (overall - 1) / 4, `training_class` overall rounded half up.
+    - stop reason: a fixed campaign (so no `opened_by` column), N = the quota 2, review at a
+      range of 3: every released caption has at least 2 kept judgments and no question's kept
+      ratings span 3 or more (the widest is 1: a0's fluency 5, 4, 4, a1's 2, 3, c0's 1, 2), so
+      each stopped at its "maximum".
     - splits (seed 11, 80/20): the five clips form one stratum (fewer than the 25 clips a band
       needs), ordered by md5("11:<clip id>"): D 4027f6e8…, E 461466f7…, B 5d76e1af…,
       C 7b2d4d9c…, A 87ec431c…; laid end to end by released captions (1, 1, 1, 1, 2 of 6), a
@@ -192,6 +196,7 @@ def test_a_release_worked_out_by_hand_has_exactly_these_bytes(db, settings):
             "review_status": "none",
             "scores": scores,
             "start": start,
+            "stop_reason": "maximum",
             "system": "captioner",
             "system_version": "2.1",
             "text": text,
@@ -227,9 +232,9 @@ def test_a_release_worked_out_by_hand_has_exactly_these_bytes(db, settings):
     w1, w2, w3 = pseudonym("w1"), pseudonym("w2"), pseudonym("w3")
     header = (
         '"campaign","candidate_id","clip_id","duration","end","frames_key","image_key",'
-        '"judgments","modality","normalized","overall","raw_judgments","references","review_status",'
-        '"scores.fluency","scores.relevance","start","system","system_version","text",'
-        '"training_class","video_key"\n'
+        '"judgments","modality","normalized","overall","raw_judgments","references",'
+        '"review_status","scores.fluency","scores.relevance","start","stop_reason","system",'
+        '"system_version","text","training_class","video_key"\n'
     )
     csv = {
         "train": (
@@ -237,19 +242,19 @@ def test_a_release_worked_out_by_hand_has_exactly_these_bytes(db, settings):
             + '"golden","golden:b:0","Bb2_000005_000012",6.75,12.0,"frames/b","",2,"video",1.0,5.0,'
             f'"[{{""reason"":"""",""values"":{{""fluency"":5,""relevance"":5}},""worker"":""{w1}""}},'
             f'{{""reason"":"""",""values"":{{""fluency"":5,""relevance"":5}},""worker"":""{w2}""}}]",'
-            '"[]","none",5.0,5.0,5.0,"captioner","2.1","Line\nbreak.",5,""\n'
+            '"[]","none",5.0,5.0,5.0,"maximum","captioner","2.1","Line\nbreak.",5,""\n'
             '"golden","golden:c:0","Cc3_000001_000004",2.75,4.25,"frames/c","",2,"video",0.1875,1.75,'
             f'"[{{""reason"":"""",""values"":{{""fluency"":1,""relevance"":2}},""worker"":""{w2}""}},'
             f'{{""reason"":"""",""values"":{{""fluency"":2,""relevance"":2}},""worker"":""{w3}""}}]",'
-            '"[""é 😀""]","none",1.5,2.0,1.5,"captioner","2.1","C.",2,"clips/c.mp4"\n'
+            '"[""é 😀""]","none",1.5,2.0,1.5,"maximum","captioner","2.1","C.",2,"clips/c.mp4"\n'
             '"golden","golden:d:0","Dd4_000000_000010",9.5,10.0,"","",2,"video",0.6875,3.75,'
             f'"[{{""reason"":"""",""values"":{{""fluency"":3,""relevance"":4}},""worker"":""{w1}""}},'
             f'{{""reason"":"""",""values"":{{""fluency"":4,""relevance"":4}},""worker"":""{w3}""}}]",'
-            '"[""a dog""]","none",3.5,4.0,0.0,"captioner","2.1","D.",4,""\n'
+            '"[""a dog""]","none",3.5,4.0,0.0,"maximum","captioner","2.1","D.",4,""\n'
             '"golden","golden:e:0","Ee5_000003_000013",10.0,13.0,"","",2,"video",0.5625,3.25,'
             f'"[{{""reason"":"""",""values"":{{""fluency"":3,""relevance"":3}},""worker"":""{w1}""}},'
             f'{{""reason"":"""",""values"":{{""fluency"":4,""relevance"":3}},""worker"":""{w2}""}}]",'
-            '"[""e""]","none",3.5,3.0,3.0,"captioner","2.1","E.",3,"clips/e.mp4"\n'
+            '"[""e""]","none",3.5,3.0,3.0,"maximum","captioner","2.1","E.",3,"clips/e.mp4"\n'
         ),
         "validation": (
             header
@@ -260,13 +265,13 @@ def test_a_release_worked_out_by_hand_has_exactly_these_bytes(db, settings):
             f'""worker"":""{w2}""}},'
             f'{{""reason"":"""",""values"":{{""fluency"":4,""relevance"":4}},""worker"":""{w3}""}}]",'
             '"[""A man, \\""quoted\\"", plays."",""two""]","none",4.333333333333333,4.0,0.0,'
-            '"captioner","2.1",'
+            '"maximum","captioner","2.1",'
             '"Quotes ""x"", a comma, — unicode é 😀, a tab\there, \\ a backslash, \x1f and '
             '\u2028end",4,"clips/a.mp4"\n'
             '"golden","golden:a:1","Aa1_000000_000010",10.0,10.0,"","",2,"video",0.4375,2.75,'
             f'"[{{""reason"":"""",""values"":{{""fluency"":2,""relevance"":3}},""worker"":""{w1}""}},'
             f'{{""reason"":"""",""values"":{{""fluency"":3,""relevance"":3}},""worker"":""{w2}""}}]",'
-            '"[""A man, \\""quoted\\"", plays."",""two""]","none",2.5,3.0,0.0,"captioner","2.1",'
+            '"[""A man, \\""quoted\\"", plays."",""two""]","none",2.5,3.0,0.0,"maximum","captioner","2.1",'
             '"A dog runs.",3,"clips/a.mp4"\n'
         ),
     }
