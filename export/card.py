@@ -285,6 +285,7 @@ def card_context(facts: ReleaseFacts) -> dict[str, Any]:
         "rubric_notes": rubric_notes,
         **_retest_tables(facts.retest),
         **_allocation_tables(facts.allocation),
+        "adaptive": facts.adaptive,
         "calibration_rows": _calibration_rows(facts.calibration),
         "release": facts.release,
         "name_markdown": markdown_text(facts.release.name),

@@ -74,6 +74,12 @@ class ReleaseFacts:
         return dict(zip(self.split_names, self.release.ratios, strict=True))
 
     @property
+    def adaptive(self) -> bool:
+        """Whether a campaign of the release allocates judgments adaptively (then the records
+        have `opened_by`)."""
+        return any(entry["policy"]["kind"] != "fixed" for entry in self.allocation)
+
+    @property
     def review_decisions(self) -> int:
         return sum(
             count

@@ -149,7 +149,7 @@ def test_an_adaptive_release_records_judgments_stop_reasons_and_opened_by_in_eve
         str(fixed_reasons[reason]) for reason in ("settled", "maximum", "review", "")
     )
     assert f"| `fixedmix` | {fixed_row} | 0 | 0 | 0 |" in card
-    assert "`opened_by` (the rules that opened more judgments" in card
+    assert "`normalized`, `opened_by` (the rules that opened more judgments" in card
 
     assert manifest(release)["allocation"] == [
         {

@@ -244,6 +244,12 @@ def test_records_carry_the_database_values(db):
     assert records == {}
     assert resolved_seen
     assert reasons_seen == {"maximum", "review"}
+    # A fixed campaign opens nothing beyond its N: no `opened_by` column, none in the card.
+    assert "opened_by" not in read_file(release, "README.md").decode()
+    assert (
+        "| `values` | fixed | 3 judgments per candidate;"
+        in read_file(release, "README.md").decode()
+    )
     assert null_seen or len(calibrations) == len(eligible(data.campaign))
 
 
