@@ -98,7 +98,7 @@ def _create_fragments(cursor: Any, snapshot: ReleaseSnapshot) -> None:
 # own jsonb text has a space after each comma).
 _OPENED_BY_JSON = (
     "(CASE WHEN jsonb_typeof(i.opened_by) <> 'array' OR i.opened_by = '[]'::jsonb THEN '[]'"
-    " ELSE '[' || (SELECT string_agg(to_json(rule)::text, ',' ORDER BY position)"
+    " ELSE '[' || (SELECT string_agg(to_json(rule)::text, ',' ORDER BY idx)"
     " FROM jsonb_array_elements_text(i.opened_by) WITH ORDINALITY AS o(rule, idx)) || ']'"
     " END)"
 )

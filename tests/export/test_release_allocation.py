@@ -31,7 +31,7 @@ POLICY = AdaptivePolicy(
 SCENARIOS = (
     (2, "settled", [], False),
     (5, "maximum", ["range", "metric"], False),
-    (3, "review", ["standard_error"], True),
+    (3, "review", ["standard_error", "range"], True),
     (4, "", ["range"], True),
 )
 SPLITS = ("train", "validation")
