@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import datasets
+
 from annotation.models import Campaign, CampaignCandidate, ReviewState
 from annotation.quality.allocation import AdaptivePolicy
 from tests.export.builders import aggregate, build_campaign
@@ -17,6 +19,7 @@ from tests.export.helpers import (
     manifest,
     parquet_rows,
     read_file,
+    release_root,
 )
 
 POLICY = AdaptivePolicy(
@@ -80,7 +83,9 @@ def adaptive_campaign() -> tuple[Campaign, dict[str, tuple[int, str, list[str]]]
     return data.campaign, expected
 
 
-def test_an_adaptive_release_records_judgments_stop_reasons_and_opened_by_in_every_format(db):
+def test_an_adaptive_release_records_judgments_stop_reasons_and_opened_by_in_every_format(
+    db, tmp_path
+):
     campaign, expected = adaptive_campaign()
     # A fixed campaign beside it: no opened rules, its stop reasons derived from the kept ratings.
     fixed = build_campaign(slug="fixedmix", clips=8, workers=6, dropped=0, under_review=0)
@@ -105,6 +110,23 @@ def test_an_adaptive_release_records_judgments_stop_reasons_and_opened_by_in_eve
                 assert record["opened_by"] == []
                 assert record["stop_reason"] in ("maximum", "review", "")
     assert seen == expected
+    # Hugging Face `datasets` types the new columns the same from the JSONL and the Parquet.
+    loaded = {
+        kind: datasets.load_dataset(
+            kind,
+            data_files={
+                split: str(release_root(release) / f"{folder}/{split}.{extension}")
+                for split in SPLITS
+            },
+            cache_dir=str(tmp_path / "hf-cache"),
+        )
+        for kind, folder, extension in (
+            ("json", "data", "jsonl"),
+            ("parquet", "parquet", "parquet"),
+        )
+    }
+    assert loaded["json"]["train"].features == loaded["parquet"]["train"].features
+    assert str(loaded["json"]["train"].features["opened_by"]) == "List(Value('string'))"
 
     counts = {reason: 0 for reason in ("settled", "maximum", "review", "")}
     opened = {rule: 0 for rule in ("range", "standard_error", "metric")}
