@@ -18,7 +18,12 @@ from scipy.stats import kendalltau
 from annotation.figures import NO_METRIC, TOO_FEW_PAIRS
 from annotation.models import Campaign, CampaignCandidate, Judgment
 from tests.metrics.vatex_eval_data import vatex_eval_subset
-from tests.support.browser import assert_fits_viewport, chromium_browser, log_in, page_at
+from tests.support.browser import (
+    assert_fits_viewport,
+    chromium_browser,
+    log_in,
+    page_at,
+)
 from tests.training_bridge.metric_benchmark_data import build_vatex_eval_campaign
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -130,6 +135,11 @@ def test_the_panel_in_chromium_at_desktop_and_phone_width(live_server, curator, 
             first = links.nth(0)
             assert first.get_attribute("href") == f"/dashboard/datasets/candidates/{order[0]}/"
             assert_fits_viewport(page)
+            # The panel shows its whole width: the numbers are in view on a phone too.
+            assert panel.evaluate(
+                "(panel) => [panel, ...panel.querySelectorAll('*')].every("
+                "(element) => element.scrollWidth <= element.clientWidth + 1)"
+            )
             panel.scroll_into_view_if_needed()
             size = page.viewport_size["width"]
             panel.screenshot(path=str(shots / f"campaign-metric-agreement-{size}.png"))
