@@ -273,3 +273,31 @@ def test_rigel_moments_are_the_expected_rating_and_its_spread():
     expected, spread = rating_moments(probabilities)
     assert expected.tolist() == [3.0, 3.0]
     assert spread.tolist() == [0.0, 2.0]
+
+
+@pytest.mark.django_db
+def test_a_judgments_import_that_adds_candidates_asks_for_their_scores(
+    django_capture_on_commit_callbacks,
+):
+    from annotation.questions import default_questions
+    from datasets_app.services.imports import candidates_import
+    from tests.datasets_app.helpers import EXAMPLES, created_counts, run_command
+    from tests.factories import CampaignFactory
+    from tests.support.processes import purge_broker
+
+    purge_broker()
+    candidates_import(path=EXAMPLES / "candidates.jsonl")
+    judgments = str(EXAMPLES / "judgments.jsonl")
+    # A campaign without a metric asks for nothing.
+    CampaignFactory(slug="plain", questions=default_questions())
+    with django_capture_on_commit_callbacks(execute=True):
+        result = run_command("import_judgments", judgments, "--campaign", "plain")
+    assert created_counts(result)["campaign_candidates"] == 3
+    assert _broker_messages("training") == []
+    campaign = CampaignFactory(slug="crowd", questions=default_questions(), metric="plugin:bleu1")
+    with django_capture_on_commit_callbacks(execute=True):
+        result = run_command("import_judgments", judgments, "--campaign", "crowd")
+    assert created_counts(result)["campaign_candidates"] == 3
+    assert _broker_messages("training") == [
+        ("training_bridge.tasks.campaign_metric_score", {"campaign_id": campaign.pk})
+    ]
