@@ -294,7 +294,8 @@ def test_a_judgments_import_that_adds_candidates_asks_for_their_scores(
         result = run_command("import_judgments", judgments, "--campaign", "plain")
     assert created_counts(result)["campaign_candidates"] == 3
     assert _broker_messages("training") == []
-    campaign = CampaignFactory(slug="crowd", questions=default_questions(), metric="plugin:bleu1")
+    CampaignFactory(slug="crowd", questions=default_questions(), metric="plugin:bleu1")
+    campaign = Campaign.objects.get(slug="crowd")
     with django_capture_on_commit_callbacks(execute=True):
         result = run_command("import_judgments", judgments, "--campaign", "crowd")
     assert created_counts(result)["campaign_candidates"] == 3
