@@ -17,7 +17,9 @@ Selectors, one per figure group:
 - `campaign_agreement_figures`: the latest measured Krippendorff's alpha per question, or why
   there is none;
 - `candidates_with_judgment_counts`: a candidate's judgments and kept judgments (the data
-  browser's candidate list and clip page; the candidate page counts the judgments it lists).
+  browser's candidate list and clip page; the candidate page counts the judgments it lists);
+- `campaign_metric_agreement`: the campaign metric against the crowd (Kendall's tau so far and
+  the candidates where they disagree most; issue 28).
 """
 
 from __future__ import annotations
@@ -344,3 +346,88 @@ def campaign_agreement_figures(*, campaign: Campaign) -> dict[str, dict[str, Any
             "reason": reason,
         }
     return result
+
+
+# --- the metric in the loop ---------------------------------------------------------------------
+
+NO_METRIC = "the campaign names no metric"
+TOO_FEW_PAIRS = "fewer than 2 candidates have both a metric score and a kept rating"
+NO_TAU = "the scores or the crowd means do not vary, so tau is undefined"
+DISAGREEMENTS_SHOWN = 10
+
+
+@dataclass(frozen=True)
+class MetricDisagreement:
+    """A candidate, its metric score and its crowd mean (same scale), and their difference."""
+
+    campaign_candidate_id: int
+    clip: str
+    candidate: str
+    metric_score: float
+    crowd_mean: float
+    difference: float  # metric − crowd
+
+
+@dataclass(frozen=True)
+class MetricAgreement:
+    """The campaign metric against the crowd so far, over the candidates (controls and dropped ones
+    left out) that have both a metric score and at least one kept rating (`pairs`)."""
+
+    metric: str
+    candidates_scored: int
+    pairs: int
+    kendall_tau: float | None  # tau-b, as scipy computes it; None with `reason`
+    reason: str
+    disagreements: list[MetricDisagreement]  # the largest |difference| first, at most 10
+
+
+def _crowd_means(campaign: Campaign, item_ids: list[int]) -> dict[int, float]:
+    """Each candidate's crowd mean of the overall, from its kept judgments: the overall question's
+    mean where the campaign names one, else the mean of its questions' means (the aggregate's
+    rule, `annotation.quality.statistics.overall_scores`), rounded to 9 places."""
+    keys = campaign.question_keys
+    if campaign.overall_question_key in keys:
+        keys = [campaign.overall_question_key]
+    sums: dict[int, dict[str, list[float]]] = {}
+    rows = Judgment.objects.filter(campaign_candidate_id__in=item_ids, is_excluded=False)
+    for item_id, values in rows.values_list("campaign_candidate_id", "values").iterator():
+        per_key = sums.setdefault(item_id, {})
+        for key in keys:
+            if isinstance(values.get(key), int | float):
+                per_key.setdefault(key, []).append(float(values[key]))
+    means = {}
+    for item_id, per_key in sums.items():
+        question_means = [sum(found) / len(found) for found in per_key.values() if found]
+        if question_means:
+            means[item_id] = round(sum(question_means) / len(question_means), 9)
+    return means
+
+
+def campaign_metric_agreement(*, campaign: Campaign) -> MetricAgreement:
+    """Kendall's tau between the metric's scores and the crowd means, and the candidates where
+    they disagree most (docs/quality.md, "The metric in the loop")."""
+    from scipy.stats import kendalltau
+
+    scored = list(
+        CampaignCandidate.objects.filter(
+            campaign=campaign, is_control=False, dropped=False, metric_score__isnull=False
+        ).values_list("id", "metric_score", "clip__vatex_id", "candidate__text")
+    )
+    crowd = _crowd_means(campaign, [row[0] for row in scored])
+    pairs = [
+        MetricDisagreement(item_id, clip, text, score, crowd[item_id], score - crowd[item_id])
+        for item_id, score, clip, text in scored
+        if item_id in crowd and score is not None
+    ]
+    tau: float | None = None
+    reason = "" if campaign.metric else NO_METRIC
+    if len(pairs) < 2:
+        reason = reason or TOO_FEW_PAIRS
+    else:
+        value = kendalltau([p.metric_score for p in pairs], [p.crowd_mean for p in pairs])[0]
+        tau = None if math.isnan(value) else float(value)
+        reason = reason or ("" if tau is not None else NO_TAU)
+    pairs.sort(key=lambda pair: (-abs(pair.difference), pair.campaign_candidate_id))
+    return MetricAgreement(
+        campaign.metric, len(scored), len(pairs), tau, reason, pairs[:DISAGREEMENTS_SHOWN]
+    )

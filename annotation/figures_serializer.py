@@ -4,6 +4,9 @@ campaigns API and the quality summary, so both answer the same object under the 
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.urls import reverse
 from rest_framework import serializers
 
 
@@ -32,3 +35,33 @@ class CampaignFiguresSerializer(serializers.Serializer):
     judgments_kept = _count("Judgments not excluded by quality control or review.")
     judgments_excluded = _count("Judgments excluded by quality control or review.")
     judgments_needed = _count("Kept judgments still needed: slots_total - slots_filled.")
+
+
+class MetricDisagreementSerializer(serializers.Serializer):
+    campaign_candidate_id = serializers.IntegerField()
+    clip = serializers.CharField()
+    candidate = serializers.CharField()
+    metric_score = serializers.FloatField(help_text="The metric's score on the rating scale.")
+    crowd_mean = serializers.FloatField(help_text="The mean overall of the kept judgments.")
+    difference = serializers.FloatField(help_text="metric_score − crowd_mean.")
+    browse_url = serializers.SerializerMethodField(help_text="The candidate in the data browser.")
+
+    def get_browse_url(self, row: Any) -> str:
+        return reverse("annotation:browse-candidate", args=[row.campaign_candidate_id])
+
+
+class MetricAgreementSerializer(serializers.Serializer):
+    """`annotation.figures.campaign_metric_agreement`: the campaign metric against the crowd."""
+
+    metric = serializers.CharField(help_text='The campaign\'s metric ("" when none).')
+    candidates_scored = serializers.IntegerField(help_text="Candidates with a metric score.")
+    pairs = serializers.IntegerField(
+        help_text="n: candidates with a metric score and at least one kept judgment."
+    )
+    kendall_tau = serializers.FloatField(
+        allow_null=True, help_text="Kendall's tau-b between metric scores and crowd means."
+    )
+    reason = serializers.CharField(help_text="Why tau is missing; empty when it is there.")
+    disagreements = MetricDisagreementSerializer(
+        many=True, help_text="The candidates where they disagree most (largest |difference|)."
+    )

@@ -45,3 +45,20 @@ def check_retraining() -> dict:
     outcome = retraining_check()
     outcome["republished_runs"] = training_runs_republish_stale()
     return outcome
+
+
+@shared_task(name="training_bridge.tasks.campaign_metric_score", ignore_result=True, acks_late=True)
+def campaign_metric_score(campaign_id: int) -> dict:
+    """Score a campaign's candidates that have no metric score yet with the campaign's metric
+    (sent by name by annotation after candidates are added or a metric is set); progress and
+    every candidate left unscored go to the log, and the counts to the return value."""
+    from training_bridge.services.campaign_metric import campaign_metric_score as score
+
+    result = score(campaign_id=campaign_id)
+    return {
+        "campaign": result.campaign_id,
+        "metric": result.metric,
+        "scored": len(result.scored),
+        "failed": len(result.failed),
+        "refused": result.refused,
+    }

@@ -38,6 +38,10 @@ RETEST_GAP_MAX = 1000
 SMALL_INTEGER_MAX = 32767
 INTEGER_MAX = 2**31 - 1
 RETURN_URL_MAX_LENGTH = 500
+# The campaign's metric (issue 28): a finished Rigel run or a metric plug-in, by name (annotation
+# never imports training_bridge; `common.campaign_metric` checks the rest).
+METRIC_PATTERN = r"rigel-run:[1-9][0-9]{0,18}|plugin:[a-z][a-z0-9_]{0,60}"
+METRIC_HELP = "rigel-run:<training run id> or plugin:<metric name> (e.g. plugin:bleu4), or empty."
 
 
 class Kind(StrEnum):
@@ -343,6 +347,20 @@ CAMPAIGN_OPTIONS: tuple[CampaignOption, ...] = (
         maximum=SMALL_INTEGER_MAX,
         default=3,
         on_page=False,
+    ),
+    CampaignOption(
+        "metric",
+        Kind.CODE,
+        error=METRIC_HELP,
+        max_length=100,
+        pattern=METRIC_PATTERN,
+        blank=True,
+        label="Metric in the loop",
+        help=METRIC_HELP + " Checked by training_bridge: the run must have finished and its "
+        "release must share no train or validation clip with the campaign. Setting it scores "
+        "every candidate without a metric score (a job on the training queue).",
+        page_help=METRIC_HELP + " A finished run trained on none of this campaign's clips; its "
+        "scores are compared with the crowd's on the campaign page. Empty: none.",
     ),
     CampaignOption(
         "pay_per_assignment",

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple, TypeVar
 from django.db.models import Count, F, Model, OuterRef, Subquery, Sum
 from django.db.models.functions import Coalesce, Greatest
 
+from annotation.crowd.services.campaign_metric import campaign_metric_score_enqueue
 from annotation.models import (
     Campaign,
     CampaignCandidate,
@@ -249,6 +250,8 @@ def _write_campaign_candidates(
     if new_items:
         new_pks = [item["candidate_id"] for item in new_items]
         items.update(_pks_by_key(CampaignCandidate, "candidate_id", new_pks, campaign=campaign))
+        # The campaign's metric scores the new candidates once the import commits.
+        campaign_metric_score_enqueue(campaign=campaign)
 
 
 def _pks_by_key(

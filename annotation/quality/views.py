@@ -16,6 +16,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from annotation import charts
+from annotation.figures import campaign_metric_agreement
 from annotation.models import AuditEntry, Campaign, Participation, ReviewItem, ReviewStatus
 from annotation.quality.audit_text import audit_sentences
 from annotation.quality.campaign_charts import agreement_rows, histogram_rows
@@ -78,6 +79,7 @@ def campaign_detail(request: HttpRequest, slug: str) -> HttpResponse:
             label_every=5,
         ),
         "agreement_rows": agreement,
+        "metric_agreement": campaign_metric_agreement(campaign=campaign),
         "histogram_rows": histograms,
         "runs": qc_runs_recent(campaign=campaign),
         "retest": campaign_retest(campaign=campaign),

@@ -3,6 +3,7 @@ way round): each name they send is the name of the task that runs it, registered
 
 from __future__ import annotations
 
+from common.campaign_metric import CAMPAIGN_METRIC_SCORE_TASK
 from config.celery import app
 from training_bridge import tasks
 from training_bridge.services.rigel_benchmark import RIGEL_EVALUATION_TASK
@@ -15,6 +16,8 @@ def test_every_name_a_service_sends_is_its_registered_task():
         RUN_STEP_TASK: tasks.run_step,
         SCORE_REQUEST_TASK: tasks.score_request,
         RIGEL_EVALUATION_TASK: tasks.rigel_evaluation,
+        # Sent by annotation (which cannot import this app) after candidates are added.
+        CAMPAIGN_METRIC_SCORE_TASK: tasks.campaign_metric_score,
     }
     app.loader.import_default_modules()
     for name, task in sent.items():

@@ -21,6 +21,15 @@ def expected_rating(logits: torch.Tensor) -> torch.Tensor:
     return (probabilities * labels).sum(dim=-1)
 
 
+def rating_moments(probabilities: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The expected rating on the 1..K scale and the distribution's standard deviation (same
+    scale), per row of K-way probabilities [N, K]: the metric's score and its uncertainty."""
+    labels = np.arange(1, probabilities.shape[-1] + 1, dtype=np.float64)
+    expected = probabilities @ labels
+    variance = probabilities @ (labels**2) - expected**2
+    return expected, np.sqrt(np.clip(variance, 0.0, None))
+
+
 def normalised_score(logits: torch.Tensor) -> torch.Tensor:
     """The score in [0, 1]: the expected rating mapped linearly from [1, 5] to [0, 1]."""
     return (expected_rating(logits) - 1.0) / (logits.shape[-1] - 1)
@@ -66,6 +75,22 @@ class TrainedRigel:
         ]
         if not parts:
             return np.zeros(0)
+        return torch.cat(parts).double().numpy()
+
+    def rating_distribution(self, examples: Sequence[Any], *, batch_size: int = 16) -> np.ndarray:
+        """The K-way rating distribution (softmax of the score logits), one row per example."""
+        if self.engine is not None:
+            if not examples:
+                return np.zeros((0, 5))
+            output = self.engine.run(list(examples))
+            logits = output.head_logits if output.head_logits is not None else output.score_logits
+            return torch.softmax(torch.from_numpy(logits).float(), dim=-1).double().numpy()
+        parts = [
+            torch.softmax(self.score_logits(examples[start : start + batch_size]), dim=-1)
+            for start in range(0, len(examples), batch_size)
+        ]
+        if not parts:
+            return np.zeros((0, 5))
         return torch.cat(parts).double().numpy()
 
 

@@ -166,6 +166,18 @@ def trained_model(*, run: TrainingRun) -> Any:
 
 def score_records(*, run: TrainingRun, items: Sequence[ScoreItem]) -> list[float]:
     """Scores in [0, 1] for cleaned items (clips in storage)."""
+    return score_examples(run=run, examples=_record_examples(run=run, items=items))
+
+
+def rating_distributions(*, run: TrainingRun, items: Sequence[ScoreItem]) -> Any:
+    """The run's K-way rating distribution [N, K] for cleaned items (the metric in the loop takes
+    its score and uncertainty from it: `training_bridge.rigel.scoring.rating_moments`)."""
+    examples = _record_examples(run=run, items=items)
+    batch_size = int((run.hyperparameters or {}).get("eval_batch_size", 16))
+    return trained_model(run=run).rating_distribution(examples, batch_size=batch_size)
+
+
+def _record_examples(*, run: TrainingRun, items: Sequence[ScoreItem]) -> list[Any]:
     from training_bridge.rigel.benchmark import BenchmarkClip, benchmark_record
     from training_bridge.rigel.data import ExampleLoader
     from training_bridge.store import DjangoStore
@@ -187,7 +199,7 @@ def score_records(*, run: TrainingRun, items: Sequence[ScoreItem]) -> list[float
         )
         for index, item in enumerate(items)
     ]
-    return score_examples(run=run, examples=loader.examples(records))
+    return list(loader.examples(records))
 
 
 def score_examples(*, run: TrainingRun, examples: list[Any]) -> list[float]:

@@ -92,6 +92,7 @@ class CampaignOptionsSerializer(serializers.Serializer):
     control_settings = option_serializer_field("control_settings")
     qc_rules = option_serializer_field("qc_rules")
     review_range_threshold = option_serializer_field("review_range_threshold")
+    metric = option_serializer_field("metric")
     pay_per_assignment = option_serializer_field("pay_per_assignment")
     currency = option_serializer_field("currency")
     completion_code = option_serializer_field("completion_code")

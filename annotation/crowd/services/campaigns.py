@@ -38,6 +38,11 @@ from annotation.crowd.campaign_options import (
     SLUG_PATTERN,
     options_check,
 )
+from annotation.crowd.services.campaign_metric import (
+    campaign_metric_check,
+    campaign_metric_score_enqueue,
+    campaign_metric_scores_clear,
+)
 from annotation.models import (
     Campaign,
     CampaignCandidate,
@@ -285,6 +290,12 @@ def campaign_create(
         "clips": clip_list,
         "clip_limit": clip_limit,
     }
+    if clean_options.get("metric"):
+        problem = campaign_metric_check(
+            metric=clean_options["metric"], clip_ids=selected.values_list("clip_id", flat=True)
+        )
+        if problem:
+            raise CampaignInvalid({"metric": [problem]})
     with transaction.atomic():
         campaign = Campaign.objects.create(
             slug=slug,
@@ -370,6 +381,8 @@ def campaign_items_add(
             )
         added = len(rows)
         _clip_counters_rebuild(campaign=campaign, clip_ids=clip_ids)
+        if not is_control:  # a control item's score would mean nothing
+            campaign_metric_score_enqueue(campaign=campaign)
     return added
 
 
@@ -476,10 +489,19 @@ def campaign_update(*, campaign: Campaign, **changes: Any) -> Campaign:
     overall_key = clean.get("overall_question_key", campaign.overall_question_key)
     if overall_key and overall_key not in {question["key"] for question in questions}:
         raise CampaignInvalid({"overall_question_key": ["Not one of the question keys."]})
+    metric_changed = "metric" in clean and clean["metric"] != campaign.metric
+    if metric_changed and clean["metric"]:
+        clip_ids = CampaignCandidate.objects.filter(campaign=campaign).values_list("clip_id")
+        problem = campaign_metric_check(metric=clean["metric"], clip_ids=(c for (c,) in clip_ids))
+        if problem:
+            raise CampaignInvalid({"metric": [problem]})
 
     with transaction.atomic():
         for key, value in clean.items():
             setattr(campaign, key, value)
+        if metric_changed:  # another metric's scores are not this one's
+            campaign_metric_scores_clear(campaign=campaign)
+            campaign_metric_score_enqueue(campaign=campaign)
         if quota is not None and quota != campaign.judgments_per_candidate:
             campaign.judgments_per_candidate = quota
             list(

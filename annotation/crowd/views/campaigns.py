@@ -81,6 +81,7 @@ class CampaignSettingsForm(forms.Form):
     max_assignments_per_worker = option_form_field("max_assignments_per_worker")
     retest_share = option_form_field("retest_share")
     retest_min_gap = option_form_field("retest_min_gap")
+    metric = option_form_field("metric")
     pay_per_assignment = option_form_field("pay_per_assignment")
     currency = option_form_field("currency")
     completion_code = option_form_field("completion_code")

@@ -11,8 +11,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from annotation.figures import campaign_agreement_figures
-from annotation.figures_serializer import CampaignFiguresSerializer
+from annotation.figures import campaign_agreement_figures, campaign_metric_agreement
+from annotation.figures_serializer import CampaignFiguresSerializer, MetricAgreementSerializer
 from annotation.models import QCRun
 from annotation.quality.api.base import TAG, campaign_or_404
 from annotation.quality.api.runs import QCRunSerializer
@@ -66,6 +66,9 @@ class QualitySummarySerializer(serializers.Serializer):
     agreement = serializers.DictField(
         child=AgreementFigureSerializer(), help_text="The last QC run's alpha per question."
     )
+    metric_agreement = MetricAgreementSerializer(
+        help_text="The campaign metric against the crowd so far (issue 28)."
+    )
     histograms = serializers.DictField(child=HistogramSerializer())
     review = serializers.DictField(child=serializers.IntegerField())
     rules = serializers.DictField(child=serializers.DictField())
@@ -85,6 +88,7 @@ class QualitySummaryApi(APIView):
             "campaign": campaign.slug,
             "progress": campaign_progress(campaign=campaign),
             "agreement": campaign_agreement_figures(campaign=campaign),
+            "metric_agreement": campaign_metric_agreement(campaign=campaign),
             "histograms": campaign_histograms(campaign=campaign),
             "review": review_counts(campaign=campaign),
             "rules": campaign_rules(campaign=campaign),

@@ -97,6 +97,15 @@ def _probes(option: CampaignOption) -> list[Probe]:
             Probe(option, "http://example.org/", "rule"),
             Probe(option, ""),
         ]
+    if option.name == "metric":
+        # Which runs and plug-ins exist is training_bridge's to say (test_campaign_metric.py):
+        # here only the values refused before it is asked, and the empty metric.
+        return [
+            Probe(option, ""),
+            Probe(option, "plugin:" + "a" * 94, "max_length"),
+            Probe(option, "bleu4", "rule"),
+            Probe(option, "rigel-run:0", "rule"),
+        ]
     if option.kind in (Kind.TEXT, Kind.CODE) and option.max_length is not None:
         letter = "a" if option.case == "lower" else "A"
         probes = [
