@@ -20,6 +20,7 @@ from annotation.models import Campaign, CampaignCandidate, Judgment
 from tests.metrics.vatex_eval_data import vatex_eval_subset
 from tests.support.browser import (
     assert_fits_viewport,
+    assert_no_sideways_scroll,
     chromium_browser,
     log_in,
     page_at,
@@ -135,6 +136,9 @@ def test_the_panel_in_chromium_at_desktop_and_phone_width(live_server, curator, 
             first = links.nth(0)
             assert first.get_attribute("href") == f"/dashboard/datasets/candidates/{order[0]}/"
             assert_fits_viewport(page)
+            # The whole campaign page shows every card's full width (the rules table's long
+            # settings wrap on a phone).
+            assert_no_sideways_scroll(page)
             # The panel shows its whole width: the numbers are in view on a phone too.
             assert panel.evaluate(
                 "(panel) => [panel, ...panel.querySelectorAll('*')].every("
