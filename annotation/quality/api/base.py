@@ -4,7 +4,7 @@ serializer and list/queue/detail views of a campaign's background runs (QC, cali
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from django.db import models
@@ -32,13 +32,6 @@ def participation_or_404(campaign: Campaign, participation_id: int) -> Participa
         pk=participation_id,
         campaign=campaign,
     )
-
-
-def validated(serializer: type[serializers.Serializer], request: Request) -> Mapping[str, Any]:
-    """The request body checked by `serializer` (a 400 with the field errors otherwise)."""
-    data = serializer(data=request.data)
-    data.is_valid(raise_exception=True)
-    return data.validated_data
 
 
 # A campaign's background run (QC, calibration); a subclass names the model, and its fields end

@@ -22,7 +22,6 @@ from annotation.quality.api.base import (
     TAG,
     campaign_or_404,
     page_window,
-    validated,
 )
 from annotation.quality.review import (
     JudgmentExclusionRequest,
@@ -38,7 +37,7 @@ from annotation.quality.selectors import (
     review_item_detail,
     review_queue,
 )
-from common.api import ErrorSerializer, FieldErrorsSerializer
+from common.api import ErrorSerializer, FieldErrorsSerializer, validated
 
 
 class ReviewItemSerializer(serializers.ModelSerializer):
