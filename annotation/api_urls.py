@@ -5,13 +5,9 @@ from __future__ import annotations
 from django.urls import include, path
 
 app_name = "annotation_api"
-urlpatterns = [
-    # Crowd entry, assignments, submissions, campaigns.
-    path("", include("annotation.crowd.api_urls")),
-    # Erasure (the worker's own request and a curator's).
-    path("", include("annotation.privacy.api_urls")),
-    # The import page's uploads: create, list, poll one job.
-    path("", include("annotation.imports.api_urls")),
-    # Quality control, agreement, review, aggregation.
-    path("", include("annotation.quality.api_urls")),
-]
+# Each wing's API, in this order: crowd entry, assignments, submissions, campaigns; erasure (the
+# worker's own request and a curator's); the import page's uploads (create, list, poll one job);
+# quality control, agreement, review, aggregation.
+WINGS = ("crowd", "privacy", "imports", "quality")
+
+urlpatterns = [path("", include(f"annotation.{wing}.api_urls")) for wing in WINGS]

@@ -6,16 +6,19 @@ from __future__ import annotations
 from django.urls import include, path
 
 app_name = "annotation"
-urlpatterns = [
+# Each wing's pages, in the order Django tries them.
+WINGS = (
     # The Data page and the data browser (before the campaign routes).
-    path("", include("annotation.curation.urls")),
+    "curation",
     # The import page under the Data page.
-    path("", include("annotation.imports.urls")),
+    "imports",
     # Campaign list, creation and editing, payments export, the preview (before quality's
     # campaigns/<slug>/, which would take campaigns/new/).
-    path("", include("annotation.crowd.urls")),
+    "crowd",
     # Quality control, agreement, review queue, leaderboard.
-    path("", include("annotation.quality.urls")),
+    "quality",
     # The curator's erase action on a worker's page.
-    path("", include("annotation.privacy.urls")),
-]
+    "privacy",
+)
+
+urlpatterns = [path("", include(f"annotation.{wing}.urls")) for wing in WINGS]

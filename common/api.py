@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from django.db import InterfaceError, OperationalError
@@ -112,6 +113,15 @@ def server_error(request: HttpRequest) -> HttpResponse:
 
 
 # --- OpenAPI ----------------------------------------------------------------------------------
+
+
+def validated(
+    serializer: type[serializers.Serializer], request: Request, *, partial: bool = False
+) -> Mapping[str, Any]:
+    """The request body checked by `serializer` (a 400 with the field errors otherwise)."""
+    data = serializer(data=request.data, partial=partial)
+    data.is_valid(raise_exception=True)
+    return data.validated_data
 
 
 class ErrorSerializer(serializers.Serializer):

@@ -23,7 +23,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from annotation.models import Campaign
-from common.api import ErrorSerializer, FieldErrorsSerializer
+from common.api import ErrorSerializer, FieldErrorsSerializer, validated
 from common.models import JobStatus
 from export.licences import DEFAULT_JUDGMENT_LICENSE, JudgmentLicense
 from export.models import Release
@@ -178,9 +178,7 @@ class ReleaseListCreateApi(APIView):
         responses={202: ReleaseSerializer},
     )
     def post(self, request: Request) -> Response:
-        serializer = ReleaseCreateSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
+        data = validated(ReleaseCreateSerializer, request)
         try:
             release = release_create(
                 campaigns=data["campaigns"],

@@ -7,11 +7,11 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib import messages
-from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from common.forms import form_created
 from common.permissions import curator_required
 from export.download import release_zip_folder, release_zip_stream
 from export.forms import ReleaseForm
@@ -47,15 +47,13 @@ def release_list_page(request: HttpRequest) -> HttpResponse:
 @curator_required
 def release_create_page(request: HttpRequest) -> HttpResponse:
     form = ReleaseForm(request.POST)
-    if form.is_valid():
-        try:
-            release = release_create(**form.service_arguments(), created_by=request.user)
-        except ValidationError as error:
-            form.add_error(None, error)
-        else:
-            messages.success(request, f"Release {release.pk} is queued.")
-            return redirect("export:detail", release_id=release.pk)
-    return render(request, "export/release_list.html", _list_context(request, form), status=400)
+    release = form_created(
+        form, lambda: release_create(**form.service_arguments(), created_by=request.user)
+    )
+    if release is None:
+        return render(request, "export/release_list.html", _list_context(request, form), status=400)
+    messages.success(request, f"Release {release.pk} is queued.")
+    return redirect("export:detail", release_id=release.pk)
 
 
 @require_GET

@@ -17,7 +17,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from common.api import ErrorSerializer, FailOpenScopedRateThrottle, FieldErrorsSerializer
+from common.api import (
+    ErrorSerializer,
+    FailOpenScopedRateThrottle,
+    FieldErrorsSerializer,
+    validated,
+)
 from common.models import JobStatus
 from training_bridge import selectors
 from training_bridge.metrics.plugins import METRIC_NAMES
@@ -213,9 +218,7 @@ class TrainingRunListApi(APIView):
     def post(self, request: Request) -> Response:
         from export.models import Release
 
-        incoming = TrainingRunCreateSerializer(data=request.data)
-        incoming.is_valid(raise_exception=True)
-        data = incoming.validated_data
+        data = validated(TrainingRunCreateSerializer, request)
         release = Release.objects.filter(pk=data["release"]).first()
         if release is None:
             raise ValidationError({"release": ["no such release"]})
@@ -302,9 +305,7 @@ class ScoreCreateApi(APIView):
             raise ValidationError(
                 {"items": [f"at most {settings.LEPUS_SCORE_MAX_ITEMS} items per request"]}
             )
-        incoming = ScoreCreateSerializer(data=request.data)
-        incoming.is_valid(raise_exception=True)
-        data = incoming.validated_data
+        data = validated(ScoreCreateSerializer, request)
         run = TrainingRun.objects.filter(pk=data["run"]).first()
         if run is None:
             raise ValidationError({"run": ["no such run"]})
@@ -425,9 +426,7 @@ class RigelEvaluationListApi(APIView):
 
         from annotation.models import Campaign
 
-        incoming = RigelEvaluationCreateSerializer(data=request.data)
-        incoming.is_valid(raise_exception=True)
-        data = incoming.validated_data
+        data = validated(RigelEvaluationCreateSerializer, request)
         campaign = Campaign.objects.filter(slug=data["campaign"]).first()
         if campaign is None:
             raise ValidationError({"campaign": ["no such campaign"]})

@@ -25,6 +25,11 @@ def _label(value: float) -> str:
     return f"{value:.3g}"
 
 
+def _text(x: str, y: str, content: str, *, anchor: str, more: str = "") -> str:
+    """An 11-pixel label at (x, y) as written; `content` already escaped, `more` attributes."""
+    return f'<text x="{x}" y="{y}" font-size="11" text-anchor="{anchor}"{more}>{content}</text>'
+
+
 def line_chart(
     series: Sequence[tuple[str, Sequence[tuple[float, float]]]],
     *,
@@ -65,21 +70,16 @@ def line_chart(
         parts.append(
             f'<line x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>'
         )
-        parts.append(
-            f'<text x="{LEFT - 6}" y="{y + 4:.1f}" font-size="11" text-anchor="end">{_label(value)}</text>'
-        )
+        parts.append(_text(f"{LEFT - 6}", f"{y + 4:.1f}", _label(value), anchor="end"))
     for value in _ticks(x_low, x_high):
         x = sx(value)
-        parts.append(
-            f'<text x="{x:.1f}" y="{TOP + plot_h + 14}" font-size="11" text-anchor="middle">{_label(value)}</text>'
-        )
+        parts.append(_text(f"{x:.1f}", f"{TOP + plot_h + 14}", _label(value), anchor="middle"))
     parts.append(
-        f'<text x="{LEFT + plot_w / 2:.0f}" y="{HEIGHT - 4}" font-size="11" text-anchor="middle">{escape(x_label)}</text>'
+        _text(f"{LEFT + plot_w / 2:.0f}", f"{HEIGHT - 4}", escape(x_label), anchor="middle")
     )
-    parts.append(
-        f'<text x="12" y="{TOP + plot_h / 2:.0f}" font-size="11" text-anchor="middle" '
-        f'transform="rotate(-90 12 {TOP + plot_h / 2:.0f})">{escape(y_label)}</text>'
-    )
+    middle = f"{TOP + plot_h / 2:.0f}"
+    rotated = f' transform="rotate(-90 12 {middle})"'
+    parts.append(_text("12", middle, escape(y_label), anchor="middle", more=rotated))
     for index, (name, points) in enumerate(drawn):
         colour = COLOURS[index % len(COLOURS)]
         if len(points) > max_points:  # thin long Phase 2 curves evenly, keeping the last point
@@ -93,9 +93,8 @@ def line_chart(
         if len(points) == 1:
             x, y = points[0]
             parts.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{colour}"/>')
-        parts.append(
-            f'<text x="{LEFT + plot_w - 4}" y="{TOP + 14 + 14 * index}" font-size="11" '
-            f'text-anchor="end" fill="{colour}">{escape(name)}</text>'
-        )
+        legend_y = f"{TOP + 14 + 14 * index}"
+        fill = f' fill="{colour}"'
+        parts.append(_text(f"{LEFT + plot_w - 4}", legend_y, escape(name), anchor="end", more=fill))
     parts.append("</svg>")
     return mark_safe("".join(parts))

@@ -14,6 +14,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from common import storage
+from common.forms import form_created
 from common.models import JobStatus
 from common.permissions import curator_required
 from training_bridge import selectors
@@ -68,21 +69,21 @@ def run_list(request: HttpRequest) -> HttpResponse:
 @curator_required
 def run_start(request: HttpRequest) -> HttpResponse:
     form = TrainingRunForm(request.POST)
-    if form.is_valid():
-        try:
-            run = training_run_create(
-                **form.service_arguments(),
-                trigger=TrainingTrigger.DASHBOARD,
-                created_by=request.user,
-            )
-        except ValidationError as error:
-            form.add_error(None, "; ".join(error.messages))
-        else:
-            coverage = training_release_video_coverage(release=run.release)
-            messages.success(request, f"Training run {run.pk} queued. {coverage.summary()}".strip())
-            return redirect("training_bridge:run-detail", run_id=run.pk)
-    # Invalid, or a large backbone not yet confirmed: the form again, saying what it needs.
-    return _run_list_page(request, form, status=400)
+    run = form_created(
+        form,
+        lambda: training_run_create(
+            **form.service_arguments(),
+            trigger=TrainingTrigger.DASHBOARD,
+            created_by=request.user,
+        ),
+        joined=True,
+    )
+    if run is None:
+        # Invalid, or a large backbone not yet confirmed: the form again, saying what it needs.
+        return _run_list_page(request, form, status=400)
+    coverage = training_release_video_coverage(release=run.release)
+    messages.success(request, f"Training run {run.pk} queued. {coverage.summary()}".strip())
+    return redirect("training_bridge:run-detail", run_id=run.pk)
 
 
 def _artifact_links(run: TrainingRun) -> list[dict[str, str]]:

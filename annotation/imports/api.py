@@ -18,7 +18,7 @@ from annotation.imports.uploads import (
 )
 from annotation.models import ImportUpload, UploadKind
 from annotation.selectors import import_uploads_recent
-from common.api import ErrorSerializer, FieldErrorsSerializer
+from common.api import ErrorSerializer, FieldErrorsSerializer, validated
 
 
 class RejectionSerializer(serializers.Serializer):
@@ -104,9 +104,7 @@ class ImportUploadListCreateApi(APIView):
                 {"detail": "The upload is over the size limit (LEPUS_MAX_UPLOAD_BYTES)."},
                 status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
             )
-        serializer = ImportUploadCreateSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
+        data = validated(ImportUploadCreateSerializer, request)
         try:
             job = import_upload_create(
                 kind=data["kind"],

@@ -32,7 +32,11 @@ from annotation.models import (
 from common.bulk import BULK_BATCH_SIZE, rows_insert
 from datasets_app.models import ImportBatch
 from datasets_app.services.imports.base import Counts, ImportSource, ProgressCallback, chunked
-from datasets_app.services.imports.writers import CandidateRow, candidate_rows_lookup
+from datasets_app.services.imports.writers import (
+    CandidateRow,
+    candidate_rows_lookup,
+    spec_refused,
+)
 
 KeyT = TypeVar("KeyT", str, int)
 
@@ -190,13 +194,12 @@ def _new_judgments(
                 if existing.reason != spec.reason
                 else ("response time")
             )
-            raise source.reject(
+            raise spec_refused(
+                source,
+                spec,
                 f"the rater {spec.worker_external_id!r} already has a judgment of the candidate "
                 f"{spec.candidate_external_id!r} in the campaign {campaign.slug!r} with different "
                 f"{what}",
-                line=spec.line,
-                column=spec.column,
-                field=spec.field,
             )
     return new_specs
 

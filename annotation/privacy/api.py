@@ -16,8 +16,8 @@ from annotation.crowd.api.worker import WORKER_ERRORS, MeThrottle
 from annotation.crowd.auth import IsWorker, WorkerTokenAuthentication
 from annotation.models import ErasureMode, Participation
 from annotation.privacy.services import ErasureRefused, participation_erase, participation_erase_own
-from annotation.quality.api.base import TAG, campaign_or_404, participation_or_404, validated
-from common.api import ErrorSerializer, FieldErrorsSerializer
+from annotation.quality.api.base import TAG, campaign_or_404, participation_or_404
+from common.api import ErrorSerializer, FieldErrorsSerializer, validated
 
 
 class EraseInputSerializer(serializers.Serializer):

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 Reason = Literal["settled", "maximum", "review"]
@@ -58,11 +58,8 @@ class FixedPolicy:
             raise ValueError("the review range threshold is at least 1")
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "judgments": self.judgments,
-            "review_range_threshold": self.review_range_threshold,
-        }
+        # `kind` first, then the fields in declaration order (the stored policy's key order).
+        return {"kind": self.kind, **asdict(self)}
 
 
 @dataclass(frozen=True)
@@ -97,15 +94,7 @@ class AdaptivePolicy:
                 raise ValueError(f"{name} must be a positive number or None")
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "minimum": self.minimum,
-            "maximum": self.maximum,
-            "disagreement_range": self.disagreement_range,
-            "standard_error_threshold": self.standard_error_threshold,
-            "metric_disagreement_threshold": self.metric_disagreement_threshold,
-            "review_range_threshold": self.review_range_threshold,
-        }
+        return {"kind": self.kind, **asdict(self)}
 
 
 Policy = FixedPolicy | AdaptivePolicy

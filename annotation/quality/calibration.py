@@ -58,7 +58,7 @@ No Django here: `annotation.quality.calibration_job` reads the database and stor
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -89,14 +89,7 @@ class CalibrationSettings:
     gradient_tolerance: float = 1e-5
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "quality_prior_sd": self.quality_prior_sd,
-            "severity_prior_sd": self.severity_prior_sd,
-            "threshold_prior_sd": self.threshold_prior_sd,
-            "max_iterations": self.max_iterations,
-            "relative_tolerance": self.relative_tolerance,
-            "gradient_tolerance": self.gradient_tolerance,
-        }
+        return asdict(self)
 
 
 @dataclass

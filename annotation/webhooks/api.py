@@ -12,14 +12,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from annotation.quality.api.base import validated
 from annotation.webhooks.services import (
     campaign_slugs,
     delivery_redeliver,
     endpoint_register,
     endpoint_rotate,
 )
-from common.api import ErrorSerializer, FieldErrorsSerializer
+from common.api import ErrorSerializer, FieldErrorsSerializer, validated
 from common.models import WebhookDelivery, WebhookEndpoint
 from common.webhooks import EVENTS
 

@@ -8,7 +8,6 @@ from typing import Any
 
 from django import forms
 from django.contrib import messages
-from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.csrf import csrf_exempt
@@ -24,6 +23,7 @@ from annotation.webhooks.services import (
     endpoint_register,
     endpoint_rotate,
 )
+from common.forms import form_created
 from common.models import WebhookDelivery, WebhookEndpoint
 from common.permissions import curator_required
 from common.webhooks import EVENTS, demo_receiver_url
@@ -68,22 +68,20 @@ def webhook_list_page(request: HttpRequest) -> HttpResponse:
 @curator_required
 def webhook_create_page(request: HttpRequest) -> HttpResponse:
     form = EndpointForm(request.POST)
-    if form.is_valid():
-        try:
-            endpoint = endpoint_register(
-                url=form.cleaned_data["url"],
-                events=list(form.cleaned_data["events"]),
-                campaign_slug=form.cleaned_data["campaign"] or None,
-                description=form.cleaned_data["description"],
-            )
-        except ValidationError as error:
-            form.add_error("url", error)
-        else:
-            messages.success(
-                request, f"Endpoint registered. Its secret (shown once): {endpoint.secret}"
-            )
-            return redirect("webhooks:detail", endpoint_id=endpoint.pk)
-    return _list(request, form, status=400)
+    endpoint = form_created(
+        form,
+        lambda: endpoint_register(
+            url=form.cleaned_data["url"],
+            events=list(form.cleaned_data["events"]),
+            campaign_slug=form.cleaned_data["campaign"] or None,
+            description=form.cleaned_data["description"],
+        ),
+        field="url",
+    )
+    if endpoint is None:
+        return _list(request, form, status=400)
+    messages.success(request, f"Endpoint registered. Its secret (shown once): {endpoint.secret}")
+    return redirect("webhooks:detail", endpoint_id=endpoint.pk)
 
 
 @require_GET

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from training_bridge.metrics.standard import MetricUnavailable, load_offline
+from training_bridge.metrics.standard import MetricUnavailable, OfflineModel
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 CANNOT_ANSWER = "Cannot answer from the caption"
@@ -153,24 +153,12 @@ class Answerer(Protocol):
     def choose(self, system: str, prompt: str, letters: Sequence[str]) -> int: ...
 
 
-class LmAnswerer:
+class LmAnswerer(OfflineModel):
     """A local causal LM ranking the letters by log-likelihood (see the module docstring)."""
 
-    def __init__(self, model: str, *, device: str = "cpu") -> None:
-        self.model_name = model
-        self.device = device
-        self._loaded: tuple[Any, Any] | None = None
-
-    def _load(self) -> tuple[Any, Any]:
-        if self._loaded is None:
-            self._loaded = load_offline(
-                "CaptionQA",
-                self.model_name,
-                device=self.device,
-                processor="AutoTokenizer",
-                model_class="AutoModelForCausalLM",
-            )
-        return self._loaded
+    what = "CaptionQA"
+    processor = "AutoTokenizer"
+    model_class = "AutoModelForCausalLM"
 
     def context(self, system: str, prompt: str) -> tuple[str, str]:
         """(the text before the answer, what goes before the letter): the chat template's

@@ -51,7 +51,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from training_bridge.metrics.interface import whole_setting
-from training_bridge.metrics.standard import MetricUnavailable, load_offline
+from training_bridge.metrics.standard import MetricUnavailable, OfflineModel
 
 CRITERIA = ("fluency", "relevance", "descriptiveness")
 SCORE_STEP = 0.1
@@ -268,27 +268,18 @@ class Vlm(Protocol):
     ) -> str: ...
 
 
-class TransformersVlm:
+class TransformersVlm(OfflineModel):
     """A local transformers vision-language model (see the module docstring), loaded lazily."""
+
+    what = "judge"
+    processor = "AutoProcessor"
+    model_class = "AutoModelForImageTextToText"
 
     def __init__(
         self, model: str, *, device: str = "cpu", max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     ) -> None:
-        self.model_name = model
-        self.device = device
+        super().__init__(model, device=device)
         self.max_new_tokens = max_new_tokens
-        self._loaded: tuple[Any, Any] | None = None
-
-    def _load(self) -> tuple[Any, Any]:
-        if self._loaded is None:
-            self._loaded = load_offline(
-                "judge",
-                self.model_name,
-                device=self.device,
-                processor="AutoProcessor",
-                model_class="AutoModelForImageTextToText",
-            )
-        return self._loaded
 
     def render(self, messages: Sequence[tuple[str, str]], image_count: int) -> str:
         """The prompt text the chat template makes of `messages` (images in the first turn)."""

@@ -20,7 +20,7 @@ still show their figures, with our column empty and how to fill it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 RIGEL_T1 = "Rigel paper (seed 000), Table 1"
 RIGEL_T2 = "Rigel paper (seed 000), Table 2"
@@ -47,17 +47,8 @@ class PublishedFigure:
     note: str = ""
 
     def as_dict(self) -> dict[str, object]:
-        return {
-            "metric": self.metric,
-            "label": self.label,
-            "benchmark": self.benchmark,
-            "setting": self.setting,
-            "values": dict(self.values),
-            "source": self.source,
-            "place": self.place,
-            "verified": self.verified,
-            "note": self.note,
-        }
+        # The fields in declaration order, `values` as a mapping.
+        return {**asdict(self), "values": dict(self.values)}
 
 
 def _t2(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -53,6 +53,31 @@ def load_offline(
         raise MetricUnavailable(f"the {what} model {model} would not load: {error}") from error
     loaded.to(device).eval()
     return loaded_processor, loaded
+
+
+class OfflineModel:
+    """A local checkpoint loaded on first use by `load_offline`: a subclass names what it is for
+    (`what`, in the unavailable message) and its transformers classes."""
+
+    what: ClassVar[str]
+    processor: ClassVar[str]
+    model_class: ClassVar[str]
+
+    def __init__(self, model: str, *, device: str = "cpu") -> None:
+        self.model_name = model
+        self.device = device
+        self._loaded: tuple[Any, Any] | None = None
+
+    def _load(self) -> tuple[Any, Any]:
+        if self._loaded is None:
+            self._loaded = load_offline(
+                self.what,
+                self.model_name,
+                device=self.device,
+                processor=self.processor,
+                model_class=self.model_class,
+            )
+        return self._loaded
 
 
 def metric_unavailable_reasons(

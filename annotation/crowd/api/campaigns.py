@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -26,7 +27,7 @@ from annotation.crowd.services.workers import invite_create, invite_url_path
 from annotation.figures import campaigns_with_figures
 from annotation.figures_serializer import CampaignFiguresSerializer
 from annotation.models import Campaign
-from common.api import ErrorSerializer, FieldErrorsSerializer
+from common.api import ErrorSerializer, FieldErrorsSerializer, validated
 
 
 class CampaignSerializer(serializers.ModelSerializer):
@@ -150,7 +151,7 @@ def _campaign_response(campaign: Campaign, *, status_code: int = 200) -> Respons
     return Response(CampaignSerializer(annotated).data, status=status_code)
 
 
-def _option_values(data: dict[str, Any]) -> dict[str, Any]:
+def _option_values(data: Mapping[str, Any]) -> dict[str, Any]:
     values = dict(data)
     if "questions" in values:
         values["questions"] = [dict(question) for question in values["questions"]]
@@ -174,9 +175,7 @@ class CampaignListApi(APIView):
         responses={201: CampaignSerializer, 400: FieldErrorsSerializer},
     )
     def post(self, request: Request) -> Response:
-        serializer = CampaignCreateSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        data = _option_values(serializer.validated_data)
+        data = _option_values(validated(CampaignCreateSerializer, request))
         try:
             campaign = campaign_create(
                 slug=data.pop("slug"),
@@ -212,12 +211,9 @@ class CampaignDetailApi(APIView):
     )
     def patch(self, request: Request, slug: str) -> Response:
         campaign = get_object_or_404(Campaign, slug=slug)
-        serializer = CampaignOptionsSerializer(data=request.data, partial=True)
-        serializer.is_valid(raise_exception=True)
+        options = validated(CampaignOptionsSerializer, request, partial=True)
         try:
-            campaign = campaign_update(
-                campaign=campaign, **_option_values(serializer.validated_data)
-            )
+            campaign = campaign_update(campaign=campaign, **_option_values(options))
         except CampaignInvalid as invalid:
             return Response(invalid.errors, status=status.HTTP_400_BAD_REQUEST)
         return _campaign_response(campaign)
@@ -249,13 +245,12 @@ class CampaignInviteApi(APIView):
     )
     def post(self, request: Request, slug: str) -> Response:
         campaign = get_object_or_404(Campaign, slug=slug, is_imported=False)
-        serializer = InviteInputSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        invitee = serializer.validated_data["invitee"].strip()
+        data = validated(InviteInputSerializer, request)
+        invitee = data["invitee"].strip()
         token, expires_at = invite_create(
             campaign=campaign,
             invitee=invitee,
-            valid_for=timedelta(days=serializer.validated_data["valid_days"]),
+            valid_for=timedelta(days=data["valid_days"]),
         )
         body = {
             "invitee": invitee,

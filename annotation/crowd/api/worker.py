@@ -42,7 +42,12 @@ from annotation.crowd.services.workers import (
     worker_join,
 )
 from annotation.models import Campaign, Participation
-from common.api import ErrorSerializer, FailOpenSimpleRateThrottle, FieldErrorsSerializer
+from common.api import (
+    ErrorSerializer,
+    FailOpenSimpleRateThrottle,
+    FieldErrorsSerializer,
+    validated,
+)
 from common.storage import StorageUnavailable
 
 # --- throttles ---------------------------------------------------------------------------------
@@ -335,9 +340,7 @@ class CampaignJoinApi(APIView):
         if too_large is not None:
             return too_large
         campaign = get_object_or_404(Campaign, slug=slug, is_imported=False)
-        serializer = JoinInputSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
+        data = validated(JoinInputSerializer, request)
         try:
             joined = worker_join(
                 campaign=campaign,

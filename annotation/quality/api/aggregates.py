@@ -13,7 +13,7 @@ from rest_framework.views import APIView
 
 from annotation.models import CampaignCandidate
 from annotation.quality.aggregation import AGGREGATE_FIELDS
-from annotation.quality.api.base import TAG, bounded_int, campaign_or_404
+from annotation.quality.api.base import PAGE_PARAMETERS, TAG, campaign_or_404, page_window
 
 
 class AggregateSerializer(serializers.ModelSerializer):
@@ -38,11 +38,7 @@ class AggregatePageSerializer(serializers.Serializer):
 class AggregateListApi(APIView):
     @extend_schema(
         tags=TAG,
-        parameters=[
-            OpenApiParameter("finalised", bool),
-            OpenApiParameter("limit", int),
-            OpenApiParameter("offset", int),
-        ],
+        parameters=[OpenApiParameter("finalised", bool), *PAGE_PARAMETERS],
         responses={200: AggregatePageSerializer},
         operation_id="aggregates_list",
         description="Per-candidate aggregates (control items left out).",
@@ -56,10 +52,8 @@ class AggregateListApi(APIView):
         )
         if request.query_params.get("finalised") in ("1", "true", "yes"):
             items = items.filter(is_finalised=True)
-        limit = bounded_int(request.query_params.get("limit"), default=100, high=1000)
-        offset = bounded_int(request.query_params.get("offset"), default=0, high=10**9)
         return Response(
             AggregatePageSerializer(
-                {"count": items.count(), "results": items[offset : offset + limit]}
+                {"count": items.count(), "results": items[page_window(request)]}
             ).data
         )

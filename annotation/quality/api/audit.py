@@ -15,11 +15,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from annotation.models import AuditEntry
-from annotation.quality.api.base import TAG, campaign_or_404, validated
+from annotation.quality.api.base import TAG, campaign_or_404
 from annotation.quality.audit_text import audit_sentence_one, audit_sentences
 from annotation.quality.review import ReviewError, audit_undo
 from annotation.quality.selectors import audit_entries
-from common.api import ErrorSerializer
+from common.api import ErrorSerializer, validated
 
 
 class AuditEntrySerializer(serializers.ModelSerializer):

@@ -4,12 +4,12 @@ serializer and list/queue/detail views of a campaign's background runs (QC, cali
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from django.db import models
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -32,13 +32,6 @@ def participation_or_404(campaign: Campaign, participation_id: int) -> Participa
         pk=participation_id,
         campaign=campaign,
     )
-
-
-def validated(serializer: type[serializers.Serializer], request: Request) -> Mapping[str, Any]:
-    """The request body checked by `serializer` (a 400 with the field errors otherwise)."""
-    data = serializer(data=request.data)
-    data.is_valid(raise_exception=True)
-    return data.validated_data
 
 
 # A campaign's background run (QC, calibration); a subclass names the model, and its fields end
@@ -71,6 +64,17 @@ def bounded_int(raw: str | None, *, default: int, high: int) -> int:
     except ValueError:
         value = default
     return max(0, min(value, high))
+
+
+# The limit/offset window of a list answer: its query parameters in the schema, and the rows it
+# selects (100 by default, at most 1000).
+PAGE_PARAMETERS = [OpenApiParameter("limit", int), OpenApiParameter("offset", int)]
+
+
+def page_window(request: Request) -> slice:
+    limit = bounded_int(request.query_params.get("limit"), default=100, high=1000)
+    offset = bounded_int(request.query_params.get("offset"), default=0, high=10**9)
+    return slice(offset, offset + limit)
 
 
 def campaign_run_apis(

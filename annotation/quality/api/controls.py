@@ -12,9 +12,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from annotation.models import CampaignCandidate
-from annotation.quality.api.base import TAG, campaign_or_404, validated
+from annotation.quality.api.base import TAG, campaign_or_404
 from annotation.quality.controls import CONTROL_KINDS, controls_generate
-from common.api import FieldErrorsSerializer
+from common.api import FieldErrorsSerializer, validated
 
 
 class ControlsInputSerializer(serializers.Serializer):

@@ -17,7 +17,12 @@ from rest_framework.views import APIView
 
 from annotation.models import AuditEntry, Campaign, ReviewItem, ReviewStatus
 from annotation.quality.api.audit import AuditEntrySerializer
-from annotation.quality.api.base import TAG, bounded_int, campaign_or_404, validated
+from annotation.quality.api.base import (
+    PAGE_PARAMETERS,
+    TAG,
+    campaign_or_404,
+    page_window,
+)
 from annotation.quality.review import (
     JudgmentExclusionRequest,
     ReviewError,
@@ -32,7 +37,7 @@ from annotation.quality.selectors import (
     review_item_detail,
     review_queue,
 )
-from common.api import ErrorSerializer, FieldErrorsSerializer
+from common.api import ErrorSerializer, FieldErrorsSerializer, validated
 
 
 class ReviewItemSerializer(serializers.ModelSerializer):
@@ -84,8 +89,7 @@ class ReviewQueueApi(APIView):
         tags=TAG,
         parameters=[
             OpenApiParameter("status", str, enum=["waiting", *ReviewStatus.values]),
-            OpenApiParameter("limit", int),
-            OpenApiParameter("offset", int),
+            *PAGE_PARAMETERS,
         ],
         responses={200: ReviewQueueSerializer},
         operation_id="review_queue",
@@ -98,9 +102,7 @@ class ReviewQueueApi(APIView):
             if wanted in ReviewStatus.values
             else (ReviewStatus.OPEN, ReviewStatus.CLAIMED)
         )
-        limit = bounded_int(request.query_params.get("limit"), default=100, high=1000)
-        offset = bounded_int(request.query_params.get("offset"), default=0, high=10**9)
-        items = review_queue(campaign=campaign, statuses=statuses)[offset : offset + limit]
+        items = review_queue(campaign=campaign, statuses=statuses)[page_window(request)]
         counts = review_counts(campaign=campaign)
         return Response(ReviewQueueSerializer({**counts, "items": items}).data)
 

@@ -17,10 +17,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from annotation.models import Participation
-from annotation.quality.api.base import TAG, campaign_or_404, participation_or_404, validated
+from annotation.quality.api.base import TAG, campaign_or_404, participation_or_404
 from annotation.quality.exclusions import worker_exclude, worker_include
 from annotation.quality.selectors import WORKER_SORTS, statistic_explanations, worker_rows
-from common.api import ErrorSerializer
+from common.api import ErrorSerializer, validated
 
 
 class FlagSerializer(serializers.Serializer):

@@ -388,25 +388,15 @@ def iter_json_object_entries(source: ImportSource) -> Iterator[tuple[str, Any, i
             raise source.reject_at_offset(
                 index, "expected ':' after the key", field="(JSON syntax)"
             )
-        index = _skip_whitespace(text, index + 1)
-        try:
-            value, index = _decoder.raw_decode(text, index)
-        except json.JSONDecodeError as error:
-            raise _json_error(source, error)
-        except RecursionError:
-            raise _too_deep(source, index)
+        value, index = _json_value(source, _skip_whitespace(text, index + 1))
         if key in seen:
             raise source.reject_at_offset(key_offset, f"the key {key!r} appears twice", field=key)
         seen.add(key)
         yield key, value, key_offset
-        index = _skip_whitespace(text, index)
-        if index < len(text) and text[index] == ",":
-            index = _skip_whitespace(text, index + 1)
-            continue
-        if index < len(text) and text[index] == "}":
-            break
-        raise source.reject_at_offset(index, "expected ',' or '}'", field="(JSON syntax)")
-    _expect_end(source, index + 1)
+        following = _next_item(source, index, closer="}")
+        if following is None:
+            return
+        index = following
 
 
 def iter_json_array_items(source: ImportSource) -> Iterator[tuple[int, Any, int]]:
@@ -419,22 +409,37 @@ def iter_json_array_items(source: ImportSource) -> Iterator[tuple[int, Any, int]
     position = 0
     while True:
         start = index
-        try:
-            value, index = _decoder.raw_decode(text, index)
-        except json.JSONDecodeError as error:
-            raise _json_error(source, error)
-        except RecursionError:
-            raise _too_deep(source, start)
+        value, index = _json_value(source, start)
         yield position, value, start
         position += 1
-        index = _skip_whitespace(text, index)
-        if index < len(text) and text[index] == ",":
-            index = _skip_whitespace(text, index + 1)
-            continue
-        if index < len(text) and text[index] == "]":
-            break
-        raise source.reject_at_offset(index, "expected ',' or ']'", field="(JSON syntax)")
-    _expect_end(source, index + 1)
+        following = _next_item(source, index, closer="]")
+        if following is None:
+            return
+        index = following
+
+
+def _json_value(source: ImportSource, index: int) -> tuple[Any, int]:
+    """The JSON value at `index` and the index just past it (a refusal naming where it fails)."""
+    try:
+        value, end = _decoder.raw_decode(source.text, index)
+    except json.JSONDecodeError as error:
+        raise _json_error(source, error)
+    except RecursionError:
+        raise _too_deep(source, index)
+    return value, end
+
+
+def _next_item(source: ImportSource, index: int, *, closer: str) -> int | None:
+    """After an item of the top-level object or list: where the next item starts (past the
+    ','), or None at its closing `closer` (then nothing may follow it)."""
+    text = source.text
+    index = _skip_whitespace(text, index)
+    if index < len(text) and text[index] == ",":
+        return _skip_whitespace(text, index + 1)
+    if index < len(text) and text[index] == closer:
+        _expect_end(source, index + 1)
+        return None
+    raise source.reject_at_offset(index, f"expected ',' or '{closer}'", field="(JSON syntax)")
 
 
 def _expect_end(source: ImportSource, index: int) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from common.bulk import rows_insert
 from datasets_app.models import (
@@ -26,6 +26,7 @@ from datasets_app.models import (
 from datasets_app.services.imports.base import (
     ClipIdentity,
     Counts,
+    ImportRejected,
     ImportSource,
     ProgressCallback,
     chunked,
@@ -62,6 +63,17 @@ class CandidateSpec:
     line: int | None
     field: str
     column: int | None = None
+
+
+class _Placed(Protocol):
+    line: int | None
+    column: int | None
+    field: str
+
+
+def spec_refused(source: ImportSource, spec: _Placed, message: str) -> ImportRejected:
+    """The file refused at the place a row was read from (its line, column and field)."""
+    return source.reject(message, line=spec.line, column=spec.column, field=spec.field)
 
 
 @dataclass(frozen=True)
@@ -114,12 +126,11 @@ def _write_clips(job: _RowsWrite, *, clips: list[ClipSpec]) -> dict[str, int]:
         existing = stored.get(spec.clip_id)
         if existing is None:
             if identity is None:
-                raise source.reject(
+                raise spec_refused(
+                    source,
+                    spec,
                     f"unknown clip {spec.clip_id!r}: it is not stored yet and the file gives no "
                     "youtube_id, start and end to create it",
-                    line=spec.line,
-                    column=spec.column,
-                    field=spec.field,
                 )
             new.append(
                 {
@@ -136,25 +147,23 @@ def _write_clips(job: _RowsWrite, *, clips: list[ClipSpec]) -> dict[str, int]:
             continue
         _, youtube_id, start, end, modality = existing
         if modality != spec.modality:
-            raise source.reject(
+            raise spec_refused(
+                source,
+                spec,
                 f"the id {spec.clip_id!r} is already stored as a {modality} clip; this file "
                 f"gives a {spec.modality} under the same id",
-                line=spec.line,
-                column=spec.column,
-                field=spec.field,
             )
         if (youtube_id, start, end) != (
             identity.youtube_id,
             identity.start_seconds,
             identity.end_seconds,
         ):
-            raise source.reject(
+            raise spec_refused(
+                source,
+                spec,
                 f"the clip {spec.clip_id!r} is already stored with source {youtube_id!r} "
                 f"and window [{start:g}, {end:g}] s; this file says {identity.youtube_id!r} and "
                 f"[{identity.start_seconds:g}, {identity.end_seconds:g}] s",
-                line=spec.line,
-                column=spec.column,
-                field=spec.field,
             )
     rows_insert(Clip, new, stage="writing clips", progress=progress)
     counts.add("clips", created=len(new), skipped=len(clips) - len(new))
@@ -269,12 +278,11 @@ def _write_candidates(
                 if stored_system != system_pk
                 else "kind"
             )
-            raise source.reject(
+            raise spec_refused(
+                source,
+                spec,
                 f"the candidate id {spec.external_id!r} is already stored with a different "
                 f"{what}; give this candidate another id",
-                line=spec.line,
-                column=spec.column,
-                field=spec.field,
             )
     rows_insert(CandidateCaption, new, stage="writing candidates", progress=progress)
     counts.add("candidates", created=len(new), skipped=len(candidates) - len(new))

@@ -141,6 +141,21 @@ def test_without_the_setting_loopback_is_refused_and_there_is_no_receiver(
 
 
 @pytest.mark.django_db
+def test_the_create_page_puts_a_refused_url_on_its_field(settings, curator):
+    """The registration service's refusal comes back on the form's URL field (status 400), and
+    nothing is stored."""
+    settings.LEPUS_DEMO_WEBHOOK_RECEIVER = ""
+    settings.LEPUS_WEBHOOK_ALLOW_PRIVATE = False
+    client = Client()
+    client.force_login(curator)
+    response = client.post("/dashboard/webhooks/new/", {"url": "http://127.0.0.1:8000/hook"})
+    assert response.status_code == 400
+    errors = response.context["form"].errors
+    assert list(errors) == ["url"]
+    assert WebhookEndpoint.objects.count() == 0
+
+
+@pytest.mark.django_db
 def test_with_the_setting_only_the_receiver_itself_is_allowed_on_loopback(settings):
     settings.LEPUS_DEMO_WEBHOOK_RECEIVER = "http://127.0.0.1:8000"
     settings.LEPUS_WEBHOOK_ALLOW_PRIVATE = False

@@ -15,9 +15,9 @@ import contextlib
 import functools
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -44,6 +44,9 @@ from .prefix import (
     plan_groups,
     suffix_attention_mask,
 )
+
+# The two kinds of batch the workers prepare: single examples, or clips with their candidates.
+_Batch = TypeVar("_Batch", PreparedBatch, GroupBatch)
 
 
 class VisionCache:
@@ -348,16 +351,7 @@ class ScoringEngine:
         self, examples: Sequence[RigelExample], groups: Sequence[Sequence[int]]
     ) -> Iterator[GroupBatch]:
         """Batches of about ``batch_size`` candidates (whole clips) on the device."""
-        pending: list[GroupBatch] = []
-        count = 0
-        for sub in self.prepared_groups(examples, groups):
-            pending.append(sub.to(self.device))
-            count += len(sub.indices)
-            if count >= self.batch_size:
-                yield merge_group_batches(pending, self.backbone.pad_token_id)
-                pending, count = [], 0
-        if pending:
-            yield merge_group_batches(pending, self.backbone.pad_token_id)
+        return self._merged_on_device(self.prepared_groups(examples, groups), merge_group_batches)
 
     def prepared_groups(
         self, examples: Sequence[RigelExample], groups: Sequence[Sequence[int]]
@@ -375,16 +369,23 @@ class ScoringEngine:
     def device_batches(self, examples: Sequence[RigelExample]) -> Iterator[PreparedBatch]:
         """Batches of ``batch_size`` on the device, merged from the workers' smaller batches
         (small worker batches keep the shared/pinned memory in flight small)."""
-        pending: list[PreparedBatch] = []
+        return self._merged_on_device(self.prepared_batches(examples), merge_batches)
+
+    def _merged_on_device(
+        self, subs: Iterable[_Batch], merge: Callable[[Sequence[_Batch], int], _Batch]
+    ) -> Iterator[_Batch]:
+        """The workers' batches moved to the device and merged, in order, into batches of at
+        least ``batch_size`` rows (the last one whatever is left)."""
+        pending: list[_Batch] = []
         count = 0
-        for sub in self.prepared_batches(examples):
+        for sub in subs:
             pending.append(sub.to(self.device))
             count += len(sub.indices)
             if count >= self.batch_size:
-                yield merge_batches(pending, self.backbone.pad_token_id)
+                yield merge(pending, self.backbone.pad_token_id)
                 pending, count = [], 0
         if pending:
-            yield merge_batches(pending, self.backbone.pad_token_id)
+            yield merge(pending, self.backbone.pad_token_id)
 
     def prepared_batches(
         self,
@@ -459,28 +460,38 @@ class ScoringEngine:
         head_logits = self.head(hidden.float()) if self.head is not None else None
         return hidden, score_logits, head_logits
 
-    def prefix_cache(
-        self, prefix: PreparedBatch, video_embeds: torch.Tensor, deepstack: list[torch.Tensor]
-    ) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
-        """Keys and values of every layer for the clips' prefixes (right-padded, causal)."""
-        recording, _ = cache_classes()
+    def _language_model(
+        self,
+        batch: PreparedBatch,
+        video_embeds: torch.Tensor,
+        deepstack: list[torch.Tensor],
+        **cache_options: Any,
+    ) -> Any:
+        """The language model over ``batch`` (right padding, causal, no mask) with the video
+        features in the vision tokens' places; ``cache_options`` say what it caches."""
         lm = self.backbone.model.model.language_model
-        ids = prefix.input_ids
+        ids = batch.input_ids
         inputs_embeds = lm.embed_tokens(ids)
         mask = vision_token_mask(ids, self.backbone)
         inputs_embeds = inputs_embeds.masked_scatter(
             mask.unsqueeze(-1), video_embeds.to(inputs_embeds.dtype)
         )
-        cache = recording(lm.config)
-        lm(
+        return lm(
             inputs_embeds=inputs_embeds,
-            position_ids=prefix.positions,
+            position_ids=batch.positions,
             attention_mask=None,
             visual_pos_masks=mask,
             deepstack_visual_embeds=[d.to(inputs_embeds.dtype) for d in deepstack],
-            cache=cache,
-            use_cache=True,
+            **cache_options,
         )
+
+    def prefix_cache(
+        self, prefix: PreparedBatch, video_embeds: torch.Tensor, deepstack: list[torch.Tensor]
+    ) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+        """Keys and values of every layer for the clips' prefixes (right-padded, causal)."""
+        recording, _ = cache_classes()
+        cache = recording(self.backbone.model.model.language_model.config)
+        self._language_model(prefix, video_embeds, deepstack, cache=cache, use_cache=True)
         return cache.recorded
 
     def suffix_hidden(
@@ -575,20 +586,7 @@ class ScoringEngine:
         self, batch: PreparedBatch, video_embeds: torch.Tensor, deepstack: list[torch.Tensor]
     ) -> torch.Tensor:
         """Final hidden state at each row's last real token (right padding, causal, no mask)."""
-        lm = self.backbone.model.model.language_model
+        out = self._language_model(batch, video_embeds, deepstack, use_cache=False)
         ids = batch.input_ids
-        inputs_embeds = lm.embed_tokens(ids)
-        mask = vision_token_mask(ids, self.backbone)
-        inputs_embeds = inputs_embeds.masked_scatter(
-            mask.unsqueeze(-1), video_embeds.to(inputs_embeds.dtype)
-        )
-        out = lm(
-            inputs_embeds=inputs_embeds,
-            position_ids=batch.positions,
-            attention_mask=None,
-            visual_pos_masks=mask,
-            deepstack_visual_embeds=[d.to(inputs_embeds.dtype) for d in deepstack],
-            use_cache=False,
-        )
         last = (batch.lengths - 1).to(ids.device)
         return out.last_hidden_state[torch.arange(ids.shape[0], device=ids.device), last]
