@@ -7,38 +7,39 @@ the run for a Celery worker, or run it here, fail loudly unless it succeeded, an
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandError
 
 from annotation.models import Campaign
+from common.management.arguments import found
 from common.management.base import LepusCommand
+from common.management.declared import Arg, Row
 from common.models import Job, JobStatus
 
 
+def campaign_by_slug(slug: str) -> Campaign:
+    """The campaign, or the command's error naming the slug (every command that takes one)."""
+    return found(Campaign.objects.filter(slug=slug).first(), f"no campaign with slug {slug!r}")
+
+
 class CampaignCommand(LepusCommand):
-    def add_arguments(self, parser: CommandParser) -> None:
-        super().add_arguments(parser)
-        parser.add_argument("slug", help="Campaign slug.")
+    arguments: ClassVar[tuple[Row, ...]] = (Arg("slug", help="Campaign slug."),)
 
     def campaign(self, options: dict[str, Any]) -> Campaign:
-        campaign = Campaign.objects.filter(slug=options["slug"]).first()
-        if campaign is None:
-            raise CommandError(f"no campaign with slug {options['slug']!r}")
-        return campaign
+        return campaign_by_slug(options["slug"])
 
 
 class CampaignRunCommand(CampaignCommand):
     run_label = "Run"  # "QC run", "Calibration run": how messages name the run
-
-    def add_arguments(self, parser: CommandParser) -> None:
-        super().add_arguments(parser)
-        parser.add_argument(
+    arguments: ClassVar[tuple[Row, ...]] = (
+        Arg(
             "--async",
             action="store_true",
             dest="run_async",
             help="Queue the run for a Celery worker instead of running it here.",
-        )
+        ),
+    )
 
     def run_start(self, campaign: Campaign) -> Job:
         """Queue a run (or return the one already queued or running)."""

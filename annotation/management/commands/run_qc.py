@@ -10,13 +10,11 @@ from annotation.quality.run import qc_run_inline, qc_run_start
 
 
 class Command(CampaignRunCommand):
-    help = (
-        "Recompute worker statistics, apply the campaign's QC rules (excluding workers who trip "
-        "them), measure agreement, refresh the review queue and the aggregates. Prints "
-        '{"workers", "excluded": [{"worker", "rules"}], "flagged": [{"worker", "rules"}], '
-        '"judgments_excluded", "review_items"} with --json: the state after the run (flagged: '
-        "workers not excluded whom a rule flags, for a curator to look at)."
-    )
+    """Recompute worker statistics, apply the campaign's QC rules (excluding workers who trip
+    them), measure agreement, refresh the review queue and the aggregates. Prints {"workers",
+    "excluded": [{"worker", "rules"}], "flagged": [{"worker", "rules"}], "judgments_excluded",
+    "review_items"} with --json: the state after the run (flagged: workers not excluded whom a
+    rule flags, for a curator to look at)."""
 
     run_label = "QC run"
 
