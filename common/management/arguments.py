@@ -34,10 +34,12 @@ OVERWRITE = Arg("--overwrite", action="store_true")
 
 
 def error_message(error: Exception) -> str:
-    """What the user reads: a ValidationError's messages joined by "; ", else the error's text."""
+    """What the user reads: a ValidationError's messages joined by "; ", an error that describes
+    itself (a refused import: file, line, field) by `describe()`, else the error's text."""
     if isinstance(error, ValidationError):
         return "; ".join(error.messages)
-    return str(error)
+    describe = getattr(error, "describe", None)
+    return str(describe()) if callable(describe) else str(error)
 
 
 @contextlib.contextmanager

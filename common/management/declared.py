@@ -45,6 +45,11 @@ class Arg:
     dest: str | None = None
     required: bool = False
 
+    @property
+    def key(self) -> str:
+        """The key of the parsed value in the command's `options`."""
+        return self.dest or self.name.lstrip("-").replace("-", "_")
+
     def but(self, **changes: Any) -> Arg:
         """The same row with some fields changed (most often a command's own help)."""
         return replace(self, **changes)
