@@ -7,6 +7,8 @@ the run for a Celery worker, or run it here, fail loudly unless it succeeded, an
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from django.core.management.base import CommandError
@@ -30,8 +32,17 @@ class CampaignCommand(LepusCommand):
         return campaign_by_slug(options["slug"])
 
 
+@dataclass(frozen=True)
+class RunServices:
+    """The two services of a campaign's background run, each called with `campaign=`."""
+
+    label: str  # "QC run", "Calibration run": how messages name the run
+    start: Callable[..., Job]  # queue a run (or return the one already queued or running)
+    inline: Callable[..., Job]  # run it in this process; return the finished run
+
+
 class CampaignRunCommand(CampaignCommand):
-    run_label = "Run"  # "QC run", "Calibration run": how messages name the run
+    runs: ClassVar[RunServices]
     arguments: ClassVar[tuple[Row, ...]] = (
         Arg(
             "--async",
@@ -41,27 +52,20 @@ class CampaignRunCommand(CampaignCommand):
         ),
     )
 
-    def run_start(self, campaign: Campaign) -> Job:
-        """Queue a run (or return the one already queued or running)."""
-        raise NotImplementedError
-
-    def run_inline(self, campaign: Campaign) -> Job:
-        """Run it in this process; return the finished run."""
-        raise NotImplementedError
-
     def report(self, campaign: Campaign, run: Any, options: dict[str, Any]) -> None:
         """Emit the succeeded run's figures."""
         raise NotImplementedError
 
     def handle(self, *args: Any, **options: Any) -> None:
         campaign = self.campaign(options)
+        label = self.runs.label
         if options["run_async"]:
-            run = self.run_start(campaign)
-            self.emit({"run": run.pk, "status": run.status}, f"{self.run_label} {run.pk} queued.")
+            run = self.runs.start(campaign=campaign)
+            self.emit({"run": run.pk, "status": run.status}, f"{label} {run.pk} queued.")
             return
-        self.note(f"{self.run_label} of {campaign.slug}…")
-        run = self.run_inline(campaign)
+        self.note(f"{label} of {campaign.slug}…")
+        run = self.runs.inline(campaign=campaign)
         if run.status != JobStatus.SUCCEEDED:
             reason = run.error.splitlines()[0] if run.error else ""
-            raise CommandError(f"{self.run_label} {run.pk} {run.status}: {reason[:500]}")
+            raise CommandError(f"{label} {run.pk} {run.status}: {reason[:500]}")
         self.report(campaign, run, options)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from annotation.management.campaign_command import CampaignRunCommand
-from annotation.models import CalibrationRun, Campaign
+from annotation.management.campaign_command import CampaignRunCommand, RunServices
+from annotation.models import Campaign
 from annotation.quality.calibration_job import (
     calibration_run_inline,
     calibration_run_start,
@@ -22,16 +22,12 @@ class Command(CampaignRunCommand):
     "judgments", "workers", "candidates", "questions": {key: fit statistics}} with --json;
     --workers adds {"severities": {worker: {key: {...}}}}."""
 
-    run_label = "Calibration run"
+    runs = RunServices(
+        label="Calibration run", start=calibration_run_start, inline=calibration_run_inline
+    )
     arguments = (
         Arg("--workers", action="store_true", help="Also print every worker's severities."),
     )
-
-    def run_start(self, campaign: Campaign) -> CalibrationRun:
-        return calibration_run_start(campaign=campaign)
-
-    def run_inline(self, campaign: Campaign) -> CalibrationRun:
-        return calibration_run_inline(campaign=campaign)
 
     def report(self, campaign: Campaign, run: Any, options: dict[str, Any]) -> None:
         summary = run.summary

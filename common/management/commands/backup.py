@@ -14,7 +14,7 @@ from common.backup import BackupError, backup_create
 from common.management.arguments import command_errors
 from common.management.base import LepusCommand
 from common.management.declared import Arg
-from common.management.progress import PhaseBars
+from common.management.progress import phase_bars
 
 BACKUP_FOLDER = Arg("directory", type=Path)  # also restore's
 
@@ -26,8 +26,8 @@ class Command(LepusCommand):
     arguments = (BACKUP_FOLDER.but(help="A new or empty folder."),)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        with PhaseBars(self) as bars, command_errors(BackupError):
-            result = backup_create(directory=options["directory"], progress=bars.update)
+        with phase_bars(self) as progress, command_errors(BackupError):
+            result = backup_create(directory=options["directory"], progress=progress)
         database, objects = result["database"], result["objects"]
         self.emit(
             result,

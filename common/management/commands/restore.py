@@ -16,7 +16,7 @@ from common.backup import BackupError, restore_run
 from common.management.arguments import DRY_RUN, command_errors
 from common.management.base import LepusCommand
 from common.management.commands.backup import BACKUP_FOLDER
-from common.management.progress import PhaseBars
+from common.management.progress import phase_bars
 
 
 class Command(LepusCommand):
@@ -29,11 +29,11 @@ class Command(LepusCommand):
     )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        with PhaseBars(self) as bars, command_errors(BackupError):
+        with phase_bars(self) as progress, command_errors(BackupError):
             result = restore_run(
                 directory=options["directory"],
                 dry_run=bool(options["dry_run"]),
-                progress=bars.update,
+                progress=progress,
             )
         database, objects = result["database"], result["objects"]
         if result["dry_run"]:
