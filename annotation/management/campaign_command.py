@@ -16,7 +16,7 @@ from django.core.management.base import CommandError
 from annotation.models import Campaign
 from common.management.arguments import found
 from common.management.base import LepusCommand
-from common.management.declared import Arg, Row
+from common.management.declared import Arg, Row, flag
 from common.models import Job, JobStatus
 
 
@@ -44,9 +44,8 @@ class RunServices:
 class CampaignRunCommand(CampaignCommand):
     runs: ClassVar[RunServices]
     arguments: ClassVar[tuple[Row, ...]] = (
-        Arg(
+        flag(
             "--async",
-            action="store_true",
             dest="run_async",
             help="Queue the run for a Celery worker instead of running it here.",
         ),

@@ -14,7 +14,7 @@ from django.core.management.base import CommandError
 from tqdm import tqdm
 
 from common.management.base import LepusCommand
-from common.management.declared import Arg
+from common.management.declared import Arg, flag
 
 T = TypeVar("T")
 
@@ -28,9 +28,9 @@ FILE_FORMAT = Arg(
 )
 LIMIT = Arg("--limit", type=int, default=None)
 SCALE = Arg("--scale", nargs=2, type=float, metavar=("LOW", "HIGH"))
-DRY_RUN = Arg("--dry-run", action="store_true")
+DRY_RUN = flag("--dry-run")
 OUT_FOLDER = Arg("--out", default=None)
-OVERWRITE = Arg("--overwrite", action="store_true")
+OVERWRITE = flag("--overwrite")
 
 
 def error_message(error: Exception) -> str:

@@ -14,16 +14,15 @@ from typing import Any, ClassVar, TypeVar
 
 from tqdm import tqdm
 
-from common.management.declared import Arg, DeclaredCommand, Row
+from common.management.declared import DeclaredCommand, Row, flag
 
 T = TypeVar("T")
 
 
 class LepusCommand(DeclaredCommand):
     arguments: ClassVar[tuple[Row, ...]] = (
-        Arg(
+        flag(
             "--json",
-            action="store_true",
             dest="as_json",
             help="Print one JSON object on stdout (progress goes to stderr).",
         ),

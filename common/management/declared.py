@@ -1,7 +1,8 @@
 """Commands declare their interface; `DeclaredCommand` builds it.
 
 A command states its help once, as the class docstring (folded to one line, as argparse shows it),
-and its arguments as a class-level tuple of rows: `Arg` (one `add_argument` call), `OneOf` (a
+and its arguments as a class-level tuple of rows: `Arg` (one `add_argument` call; `flag` for an
+on/off option), `OneOf` (a
 mutually exclusive group) or `Subcommands`. `add_arguments` adds the rows of every class on the
 way down the MRO, the base's first, so a base class (`LepusCommand`'s --json, `CampaignCommand`'s
 SLUG) declares its own and a subclass only what it adds. A row several commands share is a
@@ -61,6 +62,11 @@ class Arg:
             if field.name != "name" and getattr(self, field.name) != field.default
         }
         parser.add_argument(self.name, **options)
+
+
+def flag(name: str, help: str | None = None, *, dest: str | None = None) -> Arg:
+    """An on/off option (`action="store_true"`), the most common row."""
+    return Arg(name, action="store_true", help=help, dest=dest)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from typing import Any
 from annotation.management.campaign_command import CampaignCommand
 from annotation.quality.agreement import campaign_agreement
 from common.management.arguments import figure
-from common.management.declared import Arg
+from common.management.declared import flag
 
 
 class Command(CampaignCommand):
@@ -16,9 +16,8 @@ class Command(CampaignCommand):
     {"questions": {"<key>": {"alpha_all", "alpha_kept", "items"}}} with --json."""
 
     arguments = (
-        Arg(
+        flag(
             "--snapshot",
-            action="store_true",
             help="Also store the figures in the agreement history (dashboard chart).",
         ),
     )

@@ -12,7 +12,7 @@ from annotation.quality.calibration_job import (
     calibration_run_start,
     worker_severities,
 )
-from common.management.declared import Arg
+from common.management.declared import flag
 
 
 class Command(CampaignRunCommand):
@@ -25,9 +25,7 @@ class Command(CampaignRunCommand):
     runs = RunServices(
         label="Calibration run", start=calibration_run_start, inline=calibration_run_inline
     )
-    arguments = (
-        Arg("--workers", action="store_true", help="Also print every worker's severities."),
-    )
+    arguments = (flag("--workers", help="Also print every worker's severities."),)
 
     def report(self, campaign: Campaign, run: Any, options: dict[str, Any]) -> None:
         summary = run.summary

@@ -16,7 +16,7 @@ from annotation.crowd.campaign_options import OPTIONS_BY_NAME
 from annotation.crowd.services.campaigns import CampaignInvalid, campaign_counts, campaign_create
 from common.management.arguments import command_errors
 from common.management.base import LepusCommand
-from common.management.declared import Arg
+from common.management.declared import Arg, flag
 
 
 def _repeatable(name: str, metavar: str, help: str, **options: Any) -> Arg:
@@ -62,7 +62,7 @@ class Command(LepusCommand):
             "--import-batch", "ID", "Only candidates of this import batch (repeatable).", type=int
         ),
         _repeatable("--clip-id", "VATEX_ID", "Only this clip (repeatable)."),
-        Arg("--reference-free", action="store_true"),
+        flag("--reference-free"),
         *(row for row, _ in SETTINGS),
     )
 

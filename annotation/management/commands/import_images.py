@@ -4,7 +4,7 @@ from typing import Any
 
 from annotation.imports.images import images_import
 from common.management.arguments import SCALE, refuse
-from common.management.declared import Arg
+from common.management.declared import Arg, flag
 from common.models import JobStatus
 from datasets_app.management.base import ImportCommand
 from datasets_app.management.jobs import IN_PROCESS, JOB_TIMEOUT, jobs_start
@@ -35,15 +35,12 @@ class Command(ImportCommand):
             default=None,
             help="The source scale of `overall` (default 1 5; a line's own `scale` wins).",
         ),
-        Arg(
+        flag(
             "--upload-sources",
-            action="store_true",
             help="Copy the image files into storage first, for workers on other machines.",
         ),
-        Arg(
-            "--force", action="store_true", help="Also re-process images that are ready or queued."
-        ),
-        Arg("--wait", action="store_true", help="Follow the processing job to the end."),
+        flag("--force", help="Also re-process images that are ready or queued."),
+        flag("--wait", help="Follow the processing job to the end."),
         IN_PROCESS.but(help="Process the images in this process instead of a Celery worker."),
         JOB_TIMEOUT.but(
             help="With --wait: give up waiting after this many seconds (the job continues)."

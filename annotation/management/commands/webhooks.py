@@ -16,7 +16,7 @@ from annotation.webhooks.services import (
     endpoint_rotate,
 )
 from common.management.arguments import command_errors
-from common.management.declared import Arg, DeclaredCommand, Subcommands
+from common.management.declared import Arg, DeclaredCommand, Subcommands, flag
 from common.models import WebhookDelivery, WebhookEndpoint
 from common.webhooks import EVENTS
 
@@ -50,7 +50,7 @@ class Command(DeclaredCommand):
 
     # Not a LepusCommand: its --json prints indented JSON, a list for `list` and `deliveries`.
     arguments = (
-        Arg("--json", action="store_true", help="Print JSON."),
+        flag("--json", help="Print JSON."),
         Subcommands(
             dest="action",
             commands={

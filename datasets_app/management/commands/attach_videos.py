@@ -4,7 +4,7 @@ from typing import Any
 
 from common.management.arguments import LazyBar, command_errors, refuse
 from common.management.base import LepusCommand
-from common.management.declared import Arg
+from common.management.declared import Arg, flag
 from common.models import JobStatus
 from datasets_app.management.jobs import IN_PROCESS, JOB_TIMEOUT, jobs_start
 from datasets_app.models import VideoAttachJob
@@ -25,10 +25,9 @@ class Command(LepusCommand):
 
     arguments = (
         Arg("directory", nargs="?", help="Folder holding the video files."),
-        Arg("--force", action="store_true", help="Also re-process clips that are ready or queued."),
-        Arg(
+        flag("--force", help="Also re-process clips that are ready or queued."),
+        flag(
             "--upload-sources",
-            action="store_true",
             help="Copy the source files into storage first, for workers on other machines.",
         ),
         Arg(
@@ -37,9 +36,7 @@ class Command(LepusCommand):
             default=None,
             help="Split the work into jobs of N clips, so that several workers share it.",
         ),
-        Arg(
-            "--wait", action="store_true", help="Follow the job(s) with a progress bar to the end."
-        ),
+        flag("--wait", help="Follow the job(s) with a progress bar to the end."),
         IN_PROCESS.but(
             help="Run the job(s) in this process instead of a Celery worker (maintenance without "
             "a worker)."

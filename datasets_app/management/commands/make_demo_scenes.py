@@ -7,7 +7,7 @@ from django.conf import settings
 
 from common.management.arguments import OUT_FOLDER, OVERWRITE, command_errors
 from common.management.base import LepusCommand
-from common.management.declared import Arg
+from common.management.declared import Arg, flag
 from common.media import MediaError
 from datasets_app import demo_scenes
 
@@ -26,7 +26,7 @@ class Command(LepusCommand):
             help="How many scenes (default 24).",
         ),
         Arg("--seed", type=int, default=demo_scenes.DEFAULT_SEED, help="Random seed."),
-        Arg("--no-videos", action="store_true", help="Write the two JSONL files only."),
+        flag("--no-videos", help="Write the two JSONL files only."),
         OVERWRITE.but(help="Redraw videos that exist."),
     )
 

@@ -7,7 +7,7 @@ from django.conf import settings
 
 from common.management.arguments import OUT_FOLDER, OVERWRITE, LazyBar, command_errors
 from common.management.base import LepusCommand
-from common.management.declared import Arg
+from common.management.declared import Arg, flag
 from common.media import MediaError
 from datasets_app.services.video import demo_videos_make
 
@@ -21,9 +21,8 @@ class Command(LepusCommand):
         OUT_FOLDER.but(help="Output folder (default: <LEPUS_VAR_DIR>/demo-videos)."),
         Arg("--seconds", type=float, default=4.0, help="Length of each pre-cut clip (default 4)."),
         Arg("--height", type=int, default=240, help="Frame height (default 240)."),
-        Arg(
+        flag(
             "--full-sources",
-            action="store_true",
             help="Write full-length sources <youtube id>.mkv to be cut, instead of pre-cut clips.",
         ),
         OVERWRITE.but(help="Rewrite existing files."),

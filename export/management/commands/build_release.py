@@ -20,7 +20,7 @@ from django.core.management.base import CommandError
 from annotation.models import Campaign
 from common.management.arguments import command_errors
 from common.management.base import LepusCommand
-from common.management.declared import Arg, OneOf
+from common.management.declared import Arg, OneOf, flag
 from common.models import JobStatus
 from export.models import Release
 from export.services import DEFAULT_SEED, release_build, release_create
@@ -46,17 +46,15 @@ class Command(LepusCommand):
             help="train,validation[,test] (default 0.8,0.1,0.1: a test split for the results)",
         ),
         Arg("--name", default=None),
-        Arg(
+        flag(
             "--raw-judgments",
-            action="store_true",
             help="Include the kept judgments with pseudonymous worker ids.",
         ),
         OneOf(
             (
-                Arg("--wait", action="store_true", help="Wait until a Celery worker has built it."),
-                Arg(
+                flag("--wait", help="Wait until a Celery worker has built it."),
+                flag(
                     "--inline",
-                    action="store_true",
                     help="Build in this process instead of a worker.",
                 ),
             )

@@ -23,7 +23,7 @@ from django.core.management.base import CommandError
 from annotation.management.campaign_command import campaign_by_slug
 from common.management.arguments import command_errors
 from common.management.base import LepusCommand
-from common.management.declared import Arg
+from common.management.declared import Arg, flag
 from training_bridge.management.options import METRIC_SETTING, METRICS, REFS, RELEASE
 from training_bridge.metrics.benchmark import CORRELATION_KEYS, PROTOCOLS, Protocol
 from training_bridge.metrics.plugins import (
@@ -112,15 +112,13 @@ class Command(LepusCommand):
             "authors' VATEX-EVAL protocol uses the VATEX training captions; without this the IDF "
             "comes from the scored batch (said loudly under --protocol emscore).",
         ),
-        Arg(
+        flag(
             "--save",
-            action="store_true",
             help="Store the table for the Metrics leaderboard page (needs --campaign, no "
             "--release): the page shows the latest per campaign, protocol and --refs.",
         ),
-        Arg(
+        flag(
             "--list",
-            action="store_true",
             help="List every metric with whether it can run here (with the --set settings) and, "
             "if not, why; scores nothing.",
         ),

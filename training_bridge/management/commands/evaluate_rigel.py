@@ -39,7 +39,7 @@ from django.core.management.base import CommandError
 from annotation.management.campaign_command import campaign_by_slug
 from common.management.arguments import SCALE, command_errors
 from common.management.base import LepusCommand
-from common.management.declared import Arg, OneOf
+from common.management.declared import Arg, OneOf, flag
 from training_bridge.management.options import METRIC_SETTING, METRICS, PRESET
 from training_bridge.metrics.plugins import METRIC_NAMES
 from training_bridge.rigel.config import preset_name
@@ -137,9 +137,8 @@ class Command(LepusCommand):
             help="Check that every run was trained with this visual-input preset (default or "
             "paper-budget; a run scores with the frames and resolution it was trained on)."
         ),
-        Arg(
+        flag(
             "--allow-protocol-mismatch",
-            action="store_true",
             help="Score every run under every protocol, also those of the setting it was not "
             "trained in; the output labels each such row (protocol_mismatch in --json).",
         ),

@@ -12,7 +12,7 @@ from django.core.exceptions import ValidationError
 
 from common.management.arguments import command_errors, found
 from common.management.base import LepusCommand
-from common.management.declared import Arg
+from common.management.declared import flag
 from training_bridge.management.commands.train import run_payload, wait_for
 from training_bridge.management.options import RUN_TIMEOUT, TRAINING_RUN
 from training_bridge.models import TrainingRun
@@ -22,7 +22,7 @@ from training_bridge.services import training_run_resume
 class Command(LepusCommand):
     """Resume a failed or cancelled training run from its checkpoint."""
 
-    arguments = (TRAINING_RUN, Arg("--wait", action="store_true"), RUN_TIMEOUT)
+    arguments = (TRAINING_RUN, flag("--wait"), RUN_TIMEOUT)
 
     def handle(self, *args: Any, **options: Any) -> None:
         run = found(

@@ -17,7 +17,7 @@ from django.core.management.base import CommandError
 
 from common.management.arguments import command_errors, found
 from common.management.base import LepusCommand
-from common.management.declared import Arg
+from common.management.declared import Arg, flag
 from training_bridge.management.options import PRESET, RELEASE, RUN_TIMEOUT
 from training_bridge.models import STEP_NAMES, TrainingAblation, TrainingRun, TrainingTrigger
 from training_bridge.rigel.config import PRESETS, Ablation
@@ -79,9 +79,8 @@ class Command(LepusCommand):
             help="full, or one switch of the paper's Tables 3 and 5: lm-head, no-phase2, "
             "random-head, kl-loss (the run differs from the full method only there).",
         ),
-        Arg(
+        flag(
             "--reference-free",
-            action="store_true",
             help="Train the whole method (teacher pass, Phase 1, Phase 2) on the reference-free "
             "prompt: the run for the paper's reference-free rows (Table 2, Tables 3 and 5).",
         ),
@@ -99,10 +98,9 @@ class Command(LepusCommand):
             metavar="NAME=VALUE",
             help="A hyper-parameter, e.g. --set phase1_epochs=20 --set temperature=2.0.",
         ),
-        Arg("--wait", action="store_true", help="Return when the run finished."),
-        Arg(
+        flag("--wait", help="Return when the run finished."),
+        flag(
             "--inline",
-            action="store_true",
             help="Run the steps in this process instead of on a Celery worker (implies --wait).",
         ),
         RUN_TIMEOUT,
