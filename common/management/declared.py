@@ -2,11 +2,11 @@
 
 A command states its help once, as the class docstring (folded to one line, as argparse shows it),
 and its arguments as a class-level tuple of rows: `Arg` (one `add_argument` call; `flag` for an
-on/off option), `OneOf` (a
-mutually exclusive group) or `Subcommands`. `add_arguments` adds the rows of every class on the
-way down the MRO, the base's first, so a base class (`LepusCommand`'s --json, `CampaignCommand`'s
-SLUG) declares its own and a subclass only what it adds. A row several commands share is a
-module-level constant, and `row.but(help=...)` keeps its shape with a command's own words.
+on/off option), `OneOf` (a mutually exclusive group) or `Subcommands`. `add_arguments` adds the
+rows of every class on the way down the MRO, the base's first, so a base class (`LepusCommand`'s
+--json, `CampaignCommand`'s SLUG) declares its own and a subclass only what it adds. A row several
+commands share is a module-level constant, and `row.but(help=...)` keeps its shape with a
+command's own words.
 """
 
 from __future__ import annotations
