@@ -11,6 +11,7 @@ command's own words.
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, fields, replace
 from typing import Any, ClassVar, Protocol
@@ -76,7 +77,7 @@ class OneOf:
     rows: tuple[Arg, ...]
     required: bool = False
 
-    def add_to(self, parser: CommandParser) -> None:
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
         group = parser.add_mutually_exclusive_group(required=self.required)
         for row in self.rows:
             row.add_to(group)
@@ -91,7 +92,7 @@ class Subcommands:
     commands: Mapping[str, tuple[Arg, ...]]
     required: bool = True
 
-    def add_to(self, parser: CommandParser) -> None:
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
         subparsers = parser.add_subparsers(dest=self.dest, required=self.required)
         for name, rows in self.commands.items():
             subparser = subparsers.add_parser(name)
