@@ -1,7 +1,8 @@
 """Base class for management commands that report figures.
 
 `--json` makes the command print exactly one JSON object on stdout; progress bars and chatter go to
-stderr, so scripts can pipe stdout straight into a JSON parser.
+stderr, so scripts can pipe stdout straight into a JSON parser. A command declares its help (the
+class docstring) and its arguments (rows) as `DeclaredCommand` (common/management/declared.py) says.
 """
 
 from __future__ import annotations
@@ -9,22 +10,23 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
-from django.core.management.base import BaseCommand, CommandParser
 from tqdm import tqdm
+
+from common.management.declared import DeclaredCommand, Row, flag
 
 T = TypeVar("T")
 
 
-class LepusCommand(BaseCommand):
-    def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument(
+class LepusCommand(DeclaredCommand):
+    arguments: ClassVar[tuple[Row, ...]] = (
+        flag(
             "--json",
-            action="store_true",
             dest="as_json",
             help="Print one JSON object on stdout (progress goes to stderr).",
-        )
+        ),
+    )
 
     def execute(self, *args: Any, **options: Any) -> str | None:
         self.as_json = bool(options.get("as_json"))

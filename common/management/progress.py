@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from types import TracebackType
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from tqdm import tqdm
@@ -10,25 +11,20 @@ from tqdm import tqdm
 from common.management.base import LepusCommand
 
 
-class PhaseBars:
-    def __init__(self, command: LepusCommand) -> None:
-        self.command = command
-        self.bars: dict[str, tqdm[Any]] = {}
+@contextlib.contextmanager
+def phase_bars(command: LepusCommand) -> Iterator[Callable[[str, int, int], None]]:
+    """The `progress(phase, done, total)` callback; a phase's bar opens on its first report and
+    every bar closes when the block ends."""
+    bars: dict[str, tqdm[Any]] = {}
 
-    def update(self, phase: str, done: int, total: int) -> None:
-        bar = self.bars.get(phase)
+    def update(phase: str, done: int, total: int) -> None:
+        bar = bars.get(phase)
         if bar is None:
-            bar = self.bars[phase] = self.command.progress_bar(total=total, description=phase)
+            bar = bars[phase] = command.progress_bar(total=total, description=phase)
         bar.update(done - bar.n)  # tqdm redraws at most every `mininterval` seconds
 
-    def __enter__(self) -> PhaseBars:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        for bar in self.bars.values():
+    try:
+        yield update
+    finally:
+        for bar in bars.values():
             bar.close()

@@ -10,9 +10,12 @@ from tqdm import tqdm
 
 from common.management.arguments import refuse
 from common.management.base import LepusCommand
+from common.management.declared import Arg
 from datasets_app.services.imports import ImportRejected, ImportResult
 
 T = TypeVar("T")
+
+DATA_FILE = Arg("path", help="A .jsonl or .csv file.")  # the generic formats' positional
 
 
 class StageProgress:

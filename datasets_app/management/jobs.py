@@ -9,8 +9,13 @@ from typing import Any
 
 from common.management.arguments import refuse
 from common.management.base import LepusCommand
+from common.management.declared import Arg, flag
 from datasets_app.models import VideoAttachJob
 from datasets_app.services.video import video_attach_job_publish, video_attach_job_run
+
+# The options both job-creating commands declare (each words the help for its own files).
+IN_PROCESS = flag("--in-process")
+JOB_TIMEOUT = Arg("--timeout", type=float, default=None)
 
 
 def jobs_start(

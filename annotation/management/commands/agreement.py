@@ -4,27 +4,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandParser
-
 from annotation.management.campaign_command import CampaignCommand
 from annotation.quality.agreement import campaign_agreement
 from common.management.arguments import figure
+from common.management.declared import flag
 
 
 class Command(CampaignCommand):
-    help = (
-        "Krippendorff's alpha (ordinal, values 1-5) per question of a campaign, over every "
-        "judgment (alpha_all, before QC) and over kept judgments (alpha_kept, after QC). "
-        'Prints {"questions": {"<key>": {"alpha_all", "alpha_kept", "items"}}} with --json.'
-    )
+    """Krippendorff's alpha (ordinal, values 1-5) per question of a campaign, over every judgment
+    (alpha_all, before QC) and over kept judgments (alpha_kept, after QC). Prints
+    {"questions": {"<key>": {"alpha_all", "alpha_kept", "items"}}} with --json."""
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        super().add_arguments(parser)
-        parser.add_argument(
+    arguments = (
+        flag(
             "--snapshot",
-            action="store_true",
             help="Also store the figures in the agreement history (dashboard chart).",
-        )
+        ),
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
         campaign = self.campaign(options)

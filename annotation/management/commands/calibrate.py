@@ -5,39 +5,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandParser
-
-from annotation.management.campaign_command import CampaignRunCommand
-from annotation.models import CalibrationRun, Campaign
+from annotation.management.campaign_command import CampaignRunCommand, RunServices
+from annotation.models import Campaign
 from annotation.quality.calibration_job import (
     calibration_run_inline,
     calibration_run_start,
     worker_severities,
 )
+from common.management.declared import flag
 
 
 class Command(CampaignRunCommand):
-    help = (
-        "Fit the ordinal rater-severity model of the campaign per question (item quality + rater "
-        "severity through shared thresholds) on its kept judgments, and store every worker's "
-        "severity with its standard error and every candidate's calibrated scores. Prints "
-        '{"run", "status", "judgments", "workers", "candidates", "questions": {key: fit '
-        'statistics}} with --json; --workers adds {"severities": {worker: {key: {...}}}}.'
+    """Fit the ordinal rater-severity model of the campaign per question (item quality + rater
+    severity through shared thresholds) on its kept judgments, and store every worker's severity
+    with its standard error and every candidate's calibrated scores. Prints {"run", "status",
+    "judgments", "workers", "candidates", "questions": {key: fit statistics}} with --json;
+    --workers adds {"severities": {worker: {key: {...}}}}."""
+
+    runs = RunServices(
+        label="Calibration run", start=calibration_run_start, inline=calibration_run_inline
     )
-
-    run_label = "Calibration run"
-
-    def add_arguments(self, parser: CommandParser) -> None:
-        super().add_arguments(parser)
-        parser.add_argument(
-            "--workers", action="store_true", help="Also print every worker's severities."
-        )
-
-    def run_start(self, campaign: Campaign) -> CalibrationRun:
-        return calibration_run_start(campaign=campaign)
-
-    def run_inline(self, campaign: Campaign) -> CalibrationRun:
-        return calibration_run_inline(campaign=campaign)
+    arguments = (flag("--workers", help="Also print every worker's severities."),)
 
     def report(self, campaign: Campaign, run: Any, options: dict[str, Any]) -> None:
         summary = run.summary

@@ -7,20 +7,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandParser
-
 from common.accounts import curator_save
 from common.management.base import LepusCommand
+from common.management.declared import Arg
 
 
 class Command(LepusCommand):
-    help = "Create a curator (a user in the 'curator' group); idempotent."
+    """Create a curator (a user in the 'curator' group); idempotent."""
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        super().add_arguments(parser)
-        parser.add_argument("--username", required=True)
-        parser.add_argument("--password", required=True)
-        parser.add_argument("--email", default="")
+    arguments = (
+        Arg("--username", required=True),
+        Arg("--password", required=True),
+        Arg("--email", default=""),
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
         user, created = curator_save(

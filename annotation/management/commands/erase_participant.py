@@ -5,41 +5,39 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandError
 
 from annotation.models import Platform
 from annotation.privacy.services import ErasureRefused, participant_erase_by_reference
+from common.management.arguments import DRY_RUN, command_errors
 from common.management.base import LepusCommand
+from common.management.declared import Arg
 
 
 class Command(LepusCommand):
-    help = (
-        "Erase a participant everywhere: platform ids and free text deleted, judgments deleted "
-        "or kept under a random pseudonym per campaign (its erasure_mode), aggregates and review "
-        "queue recomputed, an audit entry per campaign. Prints "
-        '{"erased": bool, "dry_run": bool, "participations": n, "campaigns": {slug: mode}, '
-        '"judgments_deleted": n, "judgments_pseudonymised": n, "reasons_erased": n} with --json.'
-    )
+    """Erase a participant everywhere: platform ids and free text deleted, judgments deleted or
+    kept under a random pseudonym per campaign (its erasure_mode), aggregates and review queue
+    recomputed, an audit entry per campaign. Prints {"erased": bool, "dry_run": bool,
+    "participations": n, "campaigns": {slug: mode}, "judgments_deleted": n,
+    "judgments_pseudonymised": n, "reasons_erased": n} with --json."""
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        super().add_arguments(parser)
-        parser.add_argument("--participation", type=int, help="A participation id of the person.")
-        parser.add_argument(
+    arguments = (
+        Arg("--participation", type=int, help="A participation id of the person."),
+        Arg(
             "--platform",
             choices=[Platform.PROLIFIC, Platform.MTURK, Platform.INVITE],
             help="The crowd platform of --external-id.",
-        )
-        parser.add_argument("--external-id", help="The person's id on that platform.")
-        parser.add_argument(
-            "--dry-run", action="store_true", help="Count what would be erased; change nothing."
-        )
+        ),
+        Arg("--external-id", help="The person's id on that platform."),
+        DRY_RUN.but(help="Count what would be erased; change nothing."),
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["participation"] is None and not (
             options["platform"] and options["external_id"]
         ):
             raise CommandError("give --participation, or --platform with --external-id")
-        try:
+        with command_errors(ErasureRefused):
             outcome = participant_erase_by_reference(
                 participation_id=options["participation"],
                 platform=options["platform"],
@@ -47,8 +45,6 @@ class Command(LepusCommand):
                 requested_by="command",
                 dry_run=options["dry_run"],
             )
-        except ErasureRefused as refused:
-            raise CommandError(str(refused)) from refused
         payload = outcome.as_dict()
         verb = "Would erase" if outcome.dry_run else "Erased"
         campaigns = ", ".join(f"{slug} ({mode})" for slug, mode in payload["campaigns"].items())

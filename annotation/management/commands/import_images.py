@@ -2,13 +2,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandParser
-
 from annotation.imports.images import images_import
-from common.management.arguments import refuse
+from common.management.arguments import SCALE, refuse
+from common.management.declared import Arg, flag
 from common.models import JobStatus
 from datasets_app.management.base import ImportCommand
-from datasets_app.management.jobs import jobs_start
+from datasets_app.management.jobs import IN_PROCESS, JOB_TIMEOUT, jobs_start
 from datasets_app.services.images import image_attach_jobs_create
 from datasets_app.services.video import (
     video_attach_jobs_follow,
@@ -17,56 +16,36 @@ from datasets_app.services.video import (
 
 
 class Command(ImportCommand):
-    help = (
-        "Import still images from the generic image JSONL of docs/import-formats.md (image id, "
-        "image file, references, candidates, optional judgments on a source scale mapped to 1–5) "
-        "and process their files from DIR in a Celery job of the video pipeline: decode, display "
-        "JPEG, one training frame, upload. Idempotent and all-or-nothing; every image file is "
-        "checked before anything is written."
-    )
+    """Import still images from the generic image JSONL of docs/import-formats.md (image id, image
+    file, references, candidates, optional judgments on a source scale mapped to 1–5) and process
+    their files from DIR in a Celery job of the video pipeline: decode, display JPEG, one training
+    frame, upload. Idempotent and all-or-nothing; every image file is checked before anything is
+    written."""
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        super().add_arguments(parser)
-        parser.add_argument("path", help="A .jsonl file, one image per line.")
-        parser.add_argument(
-            "--images", required=True, help="Folder holding the image files the lines name."
-        )
-        parser.add_argument(
+    arguments = (
+        Arg("path", help="A .jsonl file, one image per line."),
+        Arg("--images", required=True, help="Folder holding the image files the lines name."),
+        Arg(
             "--campaign",
             default="",
             help="Slug of the (imported) campaign the file's judgments go to; required when the "
             "file has judgments.",
-        )
-        parser.add_argument(
-            "--scale",
-            nargs=2,
-            type=float,
-            metavar=("LOW", "HIGH"),
+        ),
+        SCALE.but(
             default=None,
             help="The source scale of `overall` (default 1 5; a line's own `scale` wins).",
-        )
-        parser.add_argument(
+        ),
+        flag(
             "--upload-sources",
-            action="store_true",
             help="Copy the image files into storage first, for workers on other machines.",
-        )
-        parser.add_argument(
-            "--force", action="store_true", help="Also re-process images that are ready or queued."
-        )
-        parser.add_argument(
-            "--wait", action="store_true", help="Follow the processing job to the end."
-        )
-        parser.add_argument(
-            "--in-process",
-            action="store_true",
-            help="Process the images in this process instead of a Celery worker.",
-        )
-        parser.add_argument(
-            "--timeout",
-            type=float,
-            default=None,
-            help="With --wait: give up waiting after this many seconds (the job continues).",
-        )
+        ),
+        flag("--force", help="Also re-process images that are ready or queued."),
+        flag("--wait", help="Follow the processing job to the end."),
+        IN_PROCESS.but(help="Process the images in this process instead of a Celery worker."),
+        JOB_TIMEOUT.but(
+            help="With --wait: give up waiting after this many seconds (the job continues)."
+        ),
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
         result, files = self.staged(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandError
 
 from annotation.crowd.services.payments import (
     payments_full_csv,
@@ -19,22 +19,25 @@ from annotation.crowd.services.payments import (
     payments_total,
 )
 from annotation.models import Campaign
+from common.management.arguments import found
 from common.management.base import LepusCommand
+from common.management.declared import Arg
 
 
 class Command(LepusCommand):
-    help = "Export what each worker of a campaign is owed (Prolific bulk bonus or full CSV)."
+    """Export what each worker of a campaign is owed (Prolific bulk bonus or full CSV)."""
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        super().add_arguments(parser)
-        parser.add_argument("--campaign", required=True, metavar="SLUG")
-        parser.add_argument("--format", choices=["prolific", "full"], default="prolific")
-        parser.add_argument("--output", default=None, help="Write the CSV here.")
+    arguments = (
+        Arg("--campaign", required=True, metavar="SLUG"),
+        Arg("--format", choices=["prolific", "full"], default="prolific"),
+        Arg("--output", default=None, help="Write the CSV here."),
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        campaign = Campaign.objects.filter(slug=options["campaign"]).first()
-        if campaign is None:
-            raise CommandError(f"no campaign {options['campaign']!r}")
+        campaign = found(
+            Campaign.objects.filter(slug=options["campaign"]).first(),
+            f"no campaign {options['campaign']!r}",
+        )
         if self.as_json and not options["output"]:
             raise CommandError("--json needs --output (stdout carries the JSON summary)")
         skipped: list[str] = []

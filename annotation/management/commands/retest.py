@@ -10,14 +10,11 @@ from common.management.arguments import figure
 
 
 class Command(CampaignCommand):
-    help = (
-        "Test-retest consistency of a campaign: repeats served, repeat pairs, and "
-        "quadratic-weighted kappa between first and second ratings per worker (only with at "
-        "least min_pairs pairs), summarised per question and for the campaign by the mean and "
-        "median over the workers (the kappa of the pooled tables beside it, labelled pooled). "
-        "With --json prints "
-        "the same object as GET /api/v1/campaigns/<slug>/quality/retest."
-    )
+    """Test-retest consistency of a campaign: repeats served, repeat pairs, and quadratic-weighted
+    kappa between first and second ratings per worker (only with at least min_pairs pairs),
+    summarised per question and for the campaign by the mean and median over the workers (the
+    kappa of the pooled tables beside it, labelled pooled). With --json prints the same object as
+    GET /api/v1/campaigns/<slug>/quality/retest."""
 
     def handle(self, *args: Any, **options: Any) -> None:
         campaign = self.campaign(options)

@@ -4,22 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandParser
-
 from annotation.management.campaign_command import CampaignCommand
 from annotation.quality.selectors import review_queue_summary
+from common.management.arguments import LIMIT
 
 
 class Command(CampaignCommand):
-    help = (
-        "List the review queue, worst disagreement first. Prints "
-        '{"open": n, "resolved": n, "items": [{"candidate": id, "range": r}, ...]} with --json '
-        "(items: open and claimed, candidate = CampaignCandidate id)."
-    )
+    """List the review queue, worst disagreement first. Prints {"open": n, "resolved": n,
+    "items": [{"candidate": id, "range": r}, ...]} with --json (items: open and claimed,
+    candidate = CampaignCandidate id)."""
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        super().add_arguments(parser)
-        parser.add_argument("--limit", type=int, default=None, help="List at most this many items.")
+    arguments = (LIMIT.but(help="List at most this many items."),)
 
     def handle(self, *args: Any, **options: Any) -> None:
         campaign = self.campaign(options)

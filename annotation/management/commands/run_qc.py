@@ -4,27 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from annotation.management.campaign_command import CampaignRunCommand
-from annotation.models import Campaign, QCRun
+from annotation.management.campaign_command import CampaignRunCommand, RunServices
+from annotation.models import Campaign
 from annotation.quality.run import qc_run_inline, qc_run_start
 
 
 class Command(CampaignRunCommand):
-    help = (
-        "Recompute worker statistics, apply the campaign's QC rules (excluding workers who trip "
-        "them), measure agreement, refresh the review queue and the aggregates. Prints "
-        '{"workers", "excluded": [{"worker", "rules"}], "flagged": [{"worker", "rules"}], '
-        '"judgments_excluded", "review_items"} with --json: the state after the run (flagged: '
-        "workers not excluded whom a rule flags, for a curator to look at)."
-    )
+    """Recompute worker statistics, apply the campaign's QC rules (excluding workers who trip
+    them), measure agreement, refresh the review queue and the aggregates. Prints {"workers",
+    "excluded": [{"worker", "rules"}], "flagged": [{"worker", "rules"}], "judgments_excluded",
+    "review_items"} with --json: the state after the run (flagged: workers not excluded whom a
+    rule flags, for a curator to look at)."""
 
-    run_label = "QC run"
-
-    def run_start(self, campaign: Campaign) -> QCRun:
-        return qc_run_start(campaign=campaign)
-
-    def run_inline(self, campaign: Campaign) -> QCRun:
-        return qc_run_inline(campaign=campaign)
+    runs = RunServices(label="QC run", start=qc_run_start, inline=qc_run_inline)
 
     def report(self, campaign: Campaign, run: Any, options: dict[str, Any]) -> None:
         summary = run.summary

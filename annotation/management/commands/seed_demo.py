@@ -15,14 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandError
 
 from annotation.crowd.services.campaigns import CampaignInvalid, campaign_counts, campaign_create
 from annotation.imports import vatex_eval_import
 from annotation.imports.images import images_import
 from annotation.models import Campaign
 from common.accounts import curator_save
+from common.management.arguments import command_errors
 from common.management.base import LepusCommand
+from common.management.declared import Arg
 from common.media import MediaError
 from common.models import JobStatus
 from datasets_app import demo_images, demo_scenes
@@ -44,10 +46,8 @@ SCENES_FILE = Path(settings.BASE_DIR) / "data" / "demo_scenes" / "scenes.jsonl"
 def _attach_and_wait(directory: Path, *, timeout: float) -> dict[str, Any]:
     """`attach_videos DIRECTORY --wait --timeout T`: the jobs sent to the Celery worker and
     followed to the end."""
-    try:
+    with command_errors(FileNotFoundError, ValueError):
         jobs, plan = video_attach_jobs_create(directory=directory)
-    except (FileNotFoundError, ValueError) as error:
-        raise CommandError(str(error))
     payload = video_attach_jobs_summary(jobs=jobs, plan=plan)
     return _run_and_wait(jobs, payload, timeout=timeout)
 
@@ -60,10 +60,8 @@ def _run_and_wait(
         return payload
     for job in jobs:
         video_attach_job_publish(job=job)
-    try:
+    with command_errors(TimeoutError):
         finished = video_attach_jobs_follow(job_ids=[job.pk for job in jobs], timeout=timeout)
-    except TimeoutError as error:
-        raise CommandError(str(error))
     payload.update(video_attach_jobs_outcome(jobs=finished))
     if payload["status"] != JobStatus.SUCCEEDED:
         raise CommandError(
@@ -83,56 +81,47 @@ def _curator_password() -> str:
 
 
 class Command(LepusCommand):
-    help = (
-        "Seed the demo data: the scene corpus and a crowd campaign over it, a few drawn still "
-        "images and a crowd campaign over them, a VATEX-EVAL slice (imported judgments), a "
-        "curator."
-    )
+    """Seed the demo data: the scene corpus and a crowd campaign over it, a few drawn still images
+    and a crowd campaign over them, a VATEX-EVAL slice (imported judgments), a curator."""
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        super().add_arguments(parser)
-        parser.add_argument(
+    arguments = (
+        Arg(
             "--clips",
             type=int,
             default=24,
             help="How many VATEX-EVAL clips to import (default 24).",
-        )
-        parser.add_argument(
+        ),
+        Arg(
             "--scenes",
             type=int,
             default=demo_scenes.DEFAULT_SCENES,
             help="How many of the shipped scenes the crowd campaign rates (default: all 24).",
-        )
-        parser.add_argument("--campaign", default="demo", help="Slug of the demo campaign.")
-        parser.add_argument(
+        ),
+        Arg("--campaign", default="demo", help="Slug of the demo campaign."),
+        Arg(
             "--video-timeout",
             type=int,
             default=900,
             help="Seconds to wait for the Celery worker to transcode the videos.",
-        )
+        ),
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
         clips = int(options["clips"])
         slug = options["campaign"]
         self.note(f"importing {clips} VATEX-EVAL clips")
-        try:
+        with command_errors(ImportRejected):
             imported = vatex_eval_import(path=VATEX_EVAL_FILE, limit=clips).as_dict()
-        except ImportRejected as error:
-            raise CommandError(error.describe())
         scenes = int(options["scenes"])
         if not 1 <= scenes <= demo_scenes.DEFAULT_SCENES:
             raise CommandError(f"--scenes must be between 1 and {demo_scenes.DEFAULT_SCENES}")
         self.note("importing the demo scenes (clips, references, candidates)")
-        try:
+        with command_errors(ImportRejected):
             scene_import = candidates_import(path=SCENES_FILE).as_dict()
-        except ImportRejected as error:
-            raise CommandError(error.describe())
         self.note(f"drawing {scenes} scene videos with ffmpeg")
         videos_dir = Path(settings.VAR_DIR) / "demo-scenes"
-        try:
+        with command_errors(ValueError, MediaError):
             written, existing = demo_scenes.render_videos(videos_dir, count=scenes)
-        except (ValueError, MediaError) as error:
-            raise CommandError(str(error))
         generated = {
             "directory": str(videos_dir.resolve()),
             "written": len(written),
@@ -180,10 +169,8 @@ class Command(LepusCommand):
         self.note("drawing the demo's still images and processing them in the Celery worker")
         folder = Path(settings.VAR_DIR) / "demo-stills"
         path = demo_images.write_stills(folder)
-        try:
+        with command_errors(ImportRejected):
             result, files = images_import(path=path, images=folder)
-        except ImportRejected as error:
-            raise CommandError(error.describe())
         jobs = image_attach_jobs_create(sources=files, directory=folder)
         payload = {"import": result.as_dict(), "job_ids": [job.pk for job in jobs]}
         return _run_and_wait(jobs, payload, timeout=timeout)
@@ -196,11 +183,9 @@ class Command(LepusCommand):
         if Campaign.objects.filter(slug=slug).exists():
             return {"slug": slug, "existing": True}
         self.note(f"creating campaign {slug}")
-        try:
+        with command_errors(CampaignInvalid):
             created = campaign_create(
                 slug=slug, name=name, judgments_per_candidate=3, clip_vatex_ids=clip_ids, **options
             )
-        except CampaignInvalid as invalid:
-            raise CommandError(str(invalid))
         counts = campaign_counts(campaign=created)
         return {"slug": created.slug, "candidates": counts["candidates"], unit: counts["clips"]}

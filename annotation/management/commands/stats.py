@@ -7,10 +7,8 @@ from common.management.base import LepusCommand
 
 
 class Command(LepusCommand):
-    help = (
-        "Row counts of the core tables: clips, references, candidates, judgments, campaigns, "
-        "systems, import batches, workers, assignments, clips by status, ..."
-    )
+    """Row counts of the core tables: clips, references, candidates, judgments, campaigns,
+    systems, import batches, workers, assignments, clips by status, ..."""
 
     def handle(self, *args: Any, **options: Any) -> None:
         stats = platform_stats()

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError
 
 from annotation.webhooks.services import (
     campaign_slugs,
@@ -15,6 +15,8 @@ from annotation.webhooks.services import (
     endpoint_register,
     endpoint_rotate,
 )
+from common.management.arguments import command_errors
+from common.management.declared import Arg, DeclaredCommand, Subcommands, flag
 from common.models import WebhookDelivery, WebhookEndpoint
 from common.webhooks import EVENTS
 
@@ -43,24 +45,28 @@ def _delivery(delivery: WebhookDelivery) -> dict[str, Any]:
     }
 
 
-class Command(BaseCommand):
-    help = "List, register, rotate and inspect signed webhook endpoints."
+class Command(DeclaredCommand):
+    """List, register, rotate and inspect signed webhook endpoints."""
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--json", action="store_true", help="Print JSON.")
-        sub = parser.add_subparsers(dest="action", required=True)
-        sub.add_parser("list")
-        add = sub.add_parser("add")
-        add.add_argument("url")
-        add.add_argument("--campaign", default=None, help="Campaign slug; default: all campaigns.")
-        add.add_argument("--event", action="append", default=[], choices=EVENTS)
-        add.add_argument("--description", default="")
-        rotate = sub.add_parser("rotate")
-        rotate.add_argument("endpoint_id", type=int)
-        deliveries = sub.add_parser("deliveries")
-        deliveries.add_argument("endpoint_id", type=int)
-        redeliver = sub.add_parser("redeliver")
-        redeliver.add_argument("delivery_id", type=int)
+    # Not a LepusCommand: its --json prints indented JSON, a list for `list` and `deliveries`.
+    arguments = (
+        flag("--json", help="Print JSON."),
+        Subcommands(
+            dest="action",
+            commands={
+                "list": (),
+                "add": (
+                    Arg("url"),
+                    Arg("--campaign", default=None, help="Campaign slug; default: all campaigns."),
+                    Arg("--event", action="append", default=[], choices=EVENTS),
+                    Arg("--description", default=""),
+                ),
+                "rotate": (Arg("endpoint_id", type=int),),
+                "deliveries": (Arg("endpoint_id", type=int),),
+                "redeliver": (Arg("delivery_id", type=int),),
+            },
+        ),
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
         result = self._run(options)
@@ -77,15 +83,13 @@ class Command(BaseCommand):
             slugs = campaign_slugs({e.campaign_id for e in endpoints if e.campaign_id})
             return [_endpoint(e, slugs.get(e.campaign_id or 0)) for e in endpoints]
         if action == "add":
-            try:
+            with command_errors(ValidationError):
                 endpoint = endpoint_register(
                     url=options["url"],
                     events=options["event"],
                     campaign_slug=options["campaign"],
                     description=options["description"],
                 )
-            except ValidationError as error:
-                raise CommandError("; ".join(error.messages)) from error
             return {**_endpoint(endpoint, options["campaign"]), "secret": endpoint.secret}
         if action == "rotate":
             endpoint = self._get(WebhookEndpoint, options["endpoint_id"])

@@ -10,29 +10,24 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import CommandError, CommandParser
-
 from common.backup import BackupError, backup_create
+from common.management.arguments import command_errors
 from common.management.base import LepusCommand
-from common.management.progress import PhaseBars
+from common.management.declared import Arg
+from common.management.progress import phase_bars
+
+BACKUP_FOLDER = Arg("directory", type=Path)  # also restore's
 
 
 class Command(LepusCommand):
-    help = (
-        "Write a backup: a pg_dump of the whole database, a copy of every stored object and a "
-        "manifest of their sha256 sums, into DIRECTORY (new or empty)."
-    )
+    """Write a backup: a pg_dump of the whole database, a copy of every stored object and a
+    manifest of their sha256 sums, into DIRECTORY (new or empty)."""
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        super().add_arguments(parser)
-        parser.add_argument("directory", type=Path, help="A new or empty folder.")
+    arguments = (BACKUP_FOLDER.but(help="A new or empty folder."),)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        with PhaseBars(self) as bars:
-            try:
-                result = backup_create(directory=options["directory"], progress=bars.update)
-            except BackupError as error:
-                raise CommandError(str(error))
+        with phase_bars(self) as progress, command_errors(BackupError):
+            result = backup_create(directory=options["directory"], progress=progress)
         database, objects = result["database"], result["objects"]
         self.emit(
             result,

@@ -10,41 +10,31 @@ storage, or a file that does not match, is refused (exit status 1, the file name
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from django.core.management.base import CommandError, CommandParser
-
 from common.backup import BackupError, restore_run
+from common.management.arguments import DRY_RUN, command_errors
 from common.management.base import LepusCommand
-from common.management.progress import PhaseBars
+from common.management.commands.backup import BACKUP_FOLDER
+from common.management.progress import phase_bars
 
 
 class Command(LepusCommand):
-    help = (
-        "Restore a backup folder into the configured database and storage, both empty; every "
-        "file's sha256 is checked first."
+    """Restore a backup folder into the configured database and storage, both empty; every file's
+    sha256 is checked first."""
+
+    arguments = (
+        BACKUP_FOLDER.but(help="A folder written by `backup`."),
+        DRY_RUN.but(help="Only check the files and that the database and storage are empty."),
     )
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        super().add_arguments(parser)
-        parser.add_argument("directory", type=Path, help="A folder written by `backup`.")
-        parser.add_argument(
-            "--dry-run",
-            action="store_true",
-            help="Only check the files and that the database and storage are empty.",
-        )
-
     def handle(self, *args: Any, **options: Any) -> None:
-        with PhaseBars(self) as bars:
-            try:
-                result = restore_run(
-                    directory=options["directory"],
-                    dry_run=bool(options["dry_run"]),
-                    progress=bars.update,
-                )
-            except BackupError as error:
-                raise CommandError(str(error))
+        with phase_bars(self) as progress, command_errors(BackupError):
+            result = restore_run(
+                directory=options["directory"],
+                dry_run=bool(options["dry_run"]),
+                progress=progress,
+            )
         database, objects = result["database"], result["objects"]
         if result["dry_run"]:
             human = (

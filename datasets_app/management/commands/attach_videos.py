@@ -2,12 +2,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandParser
-
-from common.management.arguments import LazyBar, refuse
+from common.management.arguments import LazyBar, command_errors, refuse
 from common.management.base import LepusCommand
+from common.management.declared import Arg, flag
 from common.models import JobStatus
-from datasets_app.management.jobs import jobs_start
+from datasets_app.management.jobs import IN_PROCESS, JOB_TIMEOUT, jobs_start
 from datasets_app.models import VideoAttachJob
 from datasets_app.services.video import (
     video_attach_job_retry,
@@ -19,51 +18,39 @@ from datasets_app.services.video import (
 
 
 class Command(LepusCommand):
-    help = (
-        "Attach the videos of DIR to clips by file name (<clip id>.<ext>: a pre-cut clip; "
-        "<youtube id>.<ext>: a full source cut to each clip's window) and process them in a "
-        "Celery job: probe, cut, transcode to H.264/AAC MP4, poster, frames, upload. By default "
-        "the job is queued and its id printed; --wait follows it to the end."
-    )
+    """Attach the videos of DIR to clips by file name (<clip id>.<ext>: a pre-cut clip;
+    <youtube id>.<ext>: a full source cut to each clip's window) and process them in a Celery job:
+    probe, cut, transcode to H.264/AAC MP4, poster, frames, upload. By default the job is queued
+    and its id printed; --wait follows it to the end."""
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        super().add_arguments(parser)
-        parser.add_argument("directory", nargs="?", help="Folder holding the video files.")
-        parser.add_argument(
-            "--force", action="store_true", help="Also re-process clips that are ready or queued."
-        )
-        parser.add_argument(
+    arguments = (
+        Arg("directory", nargs="?", help="Folder holding the video files."),
+        flag("--force", help="Also re-process clips that are ready or queued."),
+        flag(
             "--upload-sources",
-            action="store_true",
             help="Copy the source files into storage first, for workers on other machines.",
-        )
-        parser.add_argument(
+        ),
+        Arg(
             "--clips-per-job",
             type=int,
             default=None,
             help="Split the work into jobs of N clips, so that several workers share it.",
-        )
-        parser.add_argument(
-            "--wait", action="store_true", help="Follow the job(s) with a progress bar to the end."
-        )
-        parser.add_argument(
-            "--in-process",
-            action="store_true",
+        ),
+        flag("--wait", help="Follow the job(s) with a progress bar to the end."),
+        IN_PROCESS.but(
             help="Run the job(s) in this process instead of a Celery worker (maintenance without "
-            "a worker).",
-        )
-        parser.add_argument(
-            "--timeout",
-            type=float,
-            default=None,
-            help="With --wait: give up waiting after this many seconds (the jobs continue).",
-        )
-        parser.add_argument(
+            "a worker)."
+        ),
+        JOB_TIMEOUT.but(
+            help="With --wait: give up waiting after this many seconds (the jobs continue)."
+        ),
+        Arg(
             "--retry-job",
             type=int,
             default=None,
             help="Send a failed, cancelled or still queued job to a worker again.",
-        )
+        ),
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["retry_job"] is not None:
@@ -81,7 +68,7 @@ class Command(LepusCommand):
             if not options["directory"]:
                 refuse(self, "give a DIRECTORY (or --retry-job ID)")
             upload_progress = LazyBar(self, "uploading sources")
-            try:
+            with command_errors(FileNotFoundError, ValueError, command=self):
                 jobs, plan = video_attach_jobs_create(
                     directory=options["directory"],
                     force=options["force"],
@@ -89,8 +76,6 @@ class Command(LepusCommand):
                     clips_per_job=options["clips_per_job"],
                     progress=upload_progress,
                 )
-            except (FileNotFoundError, ValueError) as error:
-                refuse(self, str(error))
             upload_progress.close()
             payload = video_attach_jobs_summary(jobs=jobs, plan=plan)
         if not jobs:

@@ -4,44 +4,36 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import CommandParser
 
-from common.management.arguments import refuse
+from common.management.arguments import OUT_FOLDER, OVERWRITE, command_errors
 from common.management.base import LepusCommand
+from common.management.declared import Arg, flag
 from common.media import MediaError
 from datasets_app import demo_scenes
 
 
 class Command(LepusCommand):
-    help = (
-        "Write the demo's scene corpus: scenes.jsonl (clips, references and candidates for "
-        "`import_candidates`), intended.jsonl (each candidate's flaw and intended quality) and the "
-        "drawn videos <clip id>.mp4 for `attach_videos`. The same --scenes and --seed give the same files."
-    )
+    """Write the demo's scene corpus: scenes.jsonl (clips, references and candidates for
+    `import_candidates`), intended.jsonl (each candidate's flaw and intended quality) and the drawn
+    videos <clip id>.mp4 for `attach_videos`. The same --scenes and --seed give the same files."""
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        super().add_arguments(parser)
-        parser.add_argument(
-            "--out", default=None, help="Folder (default: <LEPUS_VAR_DIR>/demo-scenes)."
-        )
-        parser.add_argument(
+    arguments = (
+        OUT_FOLDER.but(help="Folder (default: <LEPUS_VAR_DIR>/demo-scenes)."),
+        Arg(
             "--scenes",
             type=int,
             default=demo_scenes.DEFAULT_SCENES,
             help="How many scenes (default 24).",
-        )
-        parser.add_argument(
-            "--seed", type=int, default=demo_scenes.DEFAULT_SEED, help="Random seed."
-        )
-        parser.add_argument(
-            "--no-videos", action="store_true", help="Write the two JSONL files only."
-        )
-        parser.add_argument("--overwrite", action="store_true", help="Redraw videos that exist.")
+        ),
+        Arg("--seed", type=int, default=demo_scenes.DEFAULT_SEED, help="Random seed."),
+        flag("--no-videos", help="Write the two JSONL files only."),
+        OVERWRITE.but(help="Redraw videos that exist."),
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
         folder = Path(options["out"] or Path(settings.VAR_DIR) / "demo-scenes")
         count, seed = options["scenes"], options["seed"]
-        try:
+        with command_errors(ValueError, MediaError, command=self):
             scenes_path, intended_path = demo_scenes.write_corpus(folder, count=count, seed=seed)
             written: list[str] = []
             existing: list[str] = []
@@ -62,8 +54,6 @@ class Command(LepusCommand):
                     )
                 finally:
                     bar.close()
-        except (ValueError, MediaError) as error:
-            refuse(self, str(error))
         self.emit(
             {
                 "ok": True,

@@ -4,55 +4,44 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import CommandParser
 
-from common.management.arguments import LazyBar, refuse
+from common.management.arguments import OUT_FOLDER, OVERWRITE, LazyBar, command_errors
 from common.management.base import LepusCommand
+from common.management.declared import Arg, flag
 from common.media import MediaError
 from datasets_app.services.video import demo_videos_make
 
 
 class Command(LepusCommand):
-    help = (
-        "Generate synthetic videos (lavfi test patterns with a sine tone, different per clip) for "
-        "clips that have no video yet, named so that `attach_videos DIR` picks them up."
-    )
+    """Generate synthetic videos (lavfi test patterns with a sine tone, different per clip) for
+    clips that have no video yet, named so that `attach_videos DIR` picks them up."""
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        super().add_arguments(parser)
-        parser.add_argument("--clips", type=int, default=10, help="How many clips (default 10).")
-        parser.add_argument(
-            "--out",
-            default=None,
-            help="Output folder (default: <LEPUS_VAR_DIR>/demo-videos).",
-        )
-        parser.add_argument(
-            "--seconds", type=float, default=4.0, help="Length of each pre-cut clip (default 4)."
-        )
-        parser.add_argument("--height", type=int, default=240, help="Frame height (default 240).")
-        parser.add_argument(
+    arguments = (
+        Arg("--clips", type=int, default=10, help="How many clips (default 10)."),
+        OUT_FOLDER.but(help="Output folder (default: <LEPUS_VAR_DIR>/demo-videos)."),
+        Arg("--seconds", type=float, default=4.0, help="Length of each pre-cut clip (default 4)."),
+        Arg("--height", type=int, default=240, help="Frame height (default 240)."),
+        flag(
             "--full-sources",
-            action="store_true",
             help="Write full-length sources <youtube id>.mkv to be cut, instead of pre-cut clips.",
-        )
-        parser.add_argument("--overwrite", action="store_true", help="Rewrite existing files.")
+        ),
+        OVERWRITE.but(help="Rewrite existing files."),
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
         directory = Path(options["out"] or Path(settings.VAR_DIR) / "demo-videos")
         progress = LazyBar(self, "synthesising videos")
-
         try:
-            result = demo_videos_make(
-                directory=directory,
-                clips=options["clips"],
-                seconds=options["seconds"],
-                height=options["height"],
-                full_sources=options["full_sources"],
-                overwrite=options["overwrite"],
-                progress=progress,
-            )
-        except (ValueError, MediaError) as error:
-            refuse(self, str(error))
+            with command_errors(ValueError, MediaError, command=self):
+                result = demo_videos_make(
+                    directory=directory,
+                    clips=options["clips"],
+                    seconds=options["seconds"],
+                    height=options["height"],
+                    full_sources=options["full_sources"],
+                    overwrite=options["overwrite"],
+                    progress=progress,
+                )
         finally:
             progress.close()
         payload = result.as_dict()

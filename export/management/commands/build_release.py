@@ -15,10 +15,12 @@ import time
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandError
 
 from annotation.models import Campaign
+from common.management.arguments import command_errors
 from common.management.base import LepusCommand
+from common.management.declared import Arg, OneOf, flag
 from common.models import JobStatus
 from export.models import Release
 from export.services import DEFAULT_SEED, release_build, release_create
@@ -33,35 +35,32 @@ def parse_ratios(text: str) -> list[float]:
 
 
 class Command(LepusCommand):
-    help = "Build a Vid-Lepus release of one or more campaigns (a Celery job)."
+    """Build a Vid-Lepus release of one or more campaigns (a Celery job)."""
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        super().add_arguments(parser)
-        parser.add_argument(
-            "--campaign", action="append", required=True, dest="campaigns", help="Campaign slug."
-        )
-        parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
-        parser.add_argument(
+    arguments = (
+        Arg("--campaign", action="append", required=True, dest="campaigns", help="Campaign slug."),
+        Arg("--seed", type=int, default=DEFAULT_SEED),
+        Arg(
             "--ratios",
             default=",".join(str(ratio) for ratio in DEFAULT_RATIOS),
             help="train,validation[,test] (default 0.8,0.1,0.1: a test split for the results)",
-        )
-        parser.add_argument("--name", default=None)
-        parser.add_argument(
+        ),
+        Arg("--name", default=None),
+        flag(
             "--raw-judgments",
-            action="store_true",
             help="Include the kept judgments with pseudonymous worker ids.",
-        )
-        mode = parser.add_mutually_exclusive_group()
-        mode.add_argument(
-            "--wait", action="store_true", help="Wait until a Celery worker has built it."
-        )
-        mode.add_argument(
-            "--inline", action="store_true", help="Build in this process instead of a worker."
-        )
-        parser.add_argument(
-            "--timeout", type=float, default=3600.0, help="Seconds --wait waits at most."
-        )
+        ),
+        OneOf(
+            (
+                flag("--wait", help="Wait until a Celery worker has built it."),
+                flag(
+                    "--inline",
+                    help="Build in this process instead of a worker.",
+                ),
+            )
+        ),
+        Arg("--timeout", type=float, default=3600.0, help="Seconds --wait waits at most."),
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
         slugs = list(dict.fromkeys(options["campaigns"]))
@@ -69,7 +68,7 @@ class Command(LepusCommand):
         missing = sorted(set(slugs) - {campaign.slug for campaign in campaigns})
         if missing:
             raise CommandError(f"unknown campaign(s): {', '.join(missing)}")
-        try:
+        with command_errors(ValidationError):
             release = release_create(
                 campaigns=campaigns,
                 seed=options["seed"],
@@ -77,8 +76,6 @@ class Command(LepusCommand):
                 name=options["name"],
                 include_raw_judgments=options["raw_judgments"],
             )
-        except ValidationError as error:
-            raise CommandError("; ".join(error.messages))
         if not self.as_json:
             self.note(f"release {release.pk} queued")
         if options["inline"]:

@@ -9,18 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandParser
-
+from common.management.arguments import DRY_RUN
 from common.management.base import LepusCommand
 from training_bridge.services import retraining_check
 
 
 class Command(LepusCommand):
-    help = "Check whether enough new judgments exist to cut a release and retrain Rigel."
+    """Check whether enough new judgments exist to cut a release and retrain Rigel."""
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        super().add_arguments(parser)
-        parser.add_argument("--dry-run", action="store_true", help="Decide, change nothing.")
+    arguments = (DRY_RUN.but(help="Decide, change nothing."),)
 
     def handle(self, *args: Any, **options: Any) -> None:
         outcome = retraining_check(dry_run=options["dry_run"])

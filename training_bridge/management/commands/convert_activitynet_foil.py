@@ -12,9 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandError
 
+from common.management.arguments import command_errors
 from common.management.base import LepusCommand
+from common.management.declared import Arg
 from training_bridge.rigel.activitynet_foil import (
     SYSTEM,
     ActivityNetFoilError,
@@ -22,34 +24,27 @@ from training_bridge.rigel.activitynet_foil import (
     write,
 )
 
+# The official files, each a required option: (name, what it is).
+OFFICIAL_FILES = (
+    ("--right", "final_right_video_sentences.json (correct paragraphs)"),
+    ("--foil", "final_foil_video_sentences.json (foiled paragraphs)"),
+    ("--segments", "anet_entities_test_1.json (sentence segments)"),
+    ("--references", "anet_entities_test_2.json (the references)"),
+)
+
 
 class Command(LepusCommand):
-    help = "Convert ActivityNet-FOIL's official files into a clip import and a paragraph FOIL file."
+    """Convert ActivityNet-FOIL's official files into a clip import and a paragraph FOIL file."""
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        super().add_arguments(parser)
-        parser.add_argument(
-            "--right", required=True, help="final_right_video_sentences.json (correct paragraphs)"
-        )
-        parser.add_argument(
-            "--foil", required=True, help="final_foil_video_sentences.json (foiled paragraphs)"
-        )
-        parser.add_argument(
-            "--segments", required=True, help="anet_entities_test_1.json (sentence segments)"
-        )
-        parser.add_argument(
-            "--references", required=True, help="anet_entities_test_2.json (the references)"
-        )
-        parser.add_argument(
-            "--train", help="ActivityNet Captions train.json: write EMScore's IDF corpus too"
-        )
-        parser.add_argument(
-            "--videos", help="Keep only the videos this folder has a file for (<video id>.mp4)"
-        )
-        parser.add_argument("--out", required=True, help="Folder to write the files into")
+    arguments = (
+        *(Arg(name, required=True, help=what) for name, what in OFFICIAL_FILES),
+        Arg("--train", help="ActivityNet Captions train.json: write EMScore's IDF corpus too"),
+        Arg("--videos", help="Keep only the videos this folder has a file for (<video id>.mp4)"),
+        Arg("--out", required=True, help="Folder to write the files into"),
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        try:
+        with command_errors(ActivityNetFoilError):
             conversion = convert_files(
                 right=Path(options["right"]),
                 foil=Path(options["foil"]),
@@ -58,8 +53,6 @@ class Command(LepusCommand):
                 videos=Path(options["videos"]) if options["videos"] else None,
                 train=Path(options["train"]) if options["train"] else None,
             )
-        except ActivityNetFoilError as error:
-            raise CommandError(str(error)) from error
         if not conversion.paragraphs:
             raise CommandError(
                 f"no video could be converted (left out: {dict(conversion.skipped)})"

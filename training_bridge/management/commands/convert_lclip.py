@@ -11,37 +11,35 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandError, CommandParser
-
+from common.management.arguments import command_errors
 from common.management.base import LepusCommand
+from common.management.declared import Arg
 from training_bridge.metrics.lclip_convert import ConversionError, convert_lclip_checkpoint
 
 
 class Command(LepusCommand):
-    help = (
-        "Convert an L-CLIP (or OpenAI-layout CLIP: PAC-S, FactVC) checkpoint into a transformers "
-        "CLIP checkpoint for the metric plug-ins."
-    )
+    """Convert an L-CLIP (or OpenAI-layout CLIP: PAC-S, FactVC) checkpoint into a transformers CLIP
+    checkpoint for the metric plug-ins."""
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        super().add_arguments(parser)
-        parser.add_argument("source", help="The .pth/.ckpt state dict (or {'state_dict': ...}).")
-        parser.add_argument("destination", help="Directory to write the converted checkpoint to.")
-        parser.add_argument(
+    arguments = (
+        Arg("source", help="The .pth/.ckpt state dict (or {'state_dict': ...})."),
+        Arg("destination", help="Directory to write the converted checkpoint to."),
+        Arg(
             "--tokenizer-from",
             required=True,
             help="A transformers CLIP checkpoint (local) whose tokenizer and image processor to copy.",
-        )
-        parser.add_argument("--text-heads", type=int, help="Text attention heads (width / 64).")
-        parser.add_argument("--vision-heads", type=int, help="Vision attention heads (width / 64).")
-        parser.add_argument(
+        ),
+        Arg("--text-heads", type=int, help="Text attention heads (width / 64)."),
+        Arg("--vision-heads", type=int, help="Vision attention heads (width / 64)."),
+        Arg(
             "--lora-scaling",
             type=float,
             help="Fold LoRA adapters into their weights with this lora_alpha / r (PAC-S++: 0.25).",
-        )
+        ),
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        try:
+        with command_errors(ConversionError, OSError):
             conversion = convert_lclip_checkpoint(
                 options["source"],
                 options["destination"],
@@ -50,8 +48,6 @@ class Command(LepusCommand):
                 vision_heads=options["vision_heads"],
                 lora_scaling=options["lora_scaling"],
             )
-        except (ConversionError, OSError) as error:
-            raise CommandError(str(error))
         payload = {
             "destination": options["destination"],
             "text_layers": conversion.text_layers,

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandError
 
-from annotation.models import Campaign
+from annotation.management.campaign_command import campaign_by_slug
+from common.management.arguments import command_errors
 from common.management.base import LepusCommand
-from training_bridge.management.options import add_metrics_option
+from common.management.declared import Arg, flag
+from training_bridge.management.options import METRIC_SETTING, METRICS, REFS, RELEASE
 from training_bridge.metrics.benchmark import CORRELATION_KEYS, PROTOCOLS, Protocol
 from training_bridge.metrics.plugins import (
     LABELS,
@@ -71,74 +73,60 @@ def _settings(values: list[str] | None) -> dict[str, str]:
 
 
 class Command(LepusCommand):
-    help = (
-        "Correlate caption metrics (BLEU, ROUGE-L, METEOR, CIDEr-D, CLIP-S, RefCLIP-S, EMScore, "
-        "L-CLIPScore) with the human scores of a campaign or a release: Kendall tau_b and tau_c, "
-        "Spearman, Pearson (x100)."
-    )
+    """Correlate caption metrics (BLEU, ROUGE-L, METEOR, CIDEr-D, CLIP-S, RefCLIP-S, EMScore,
+    L-CLIPScore) with the human scores of a campaign or a release: Kendall tau_b and tau_c,
+    Spearman, Pearson (x100)."""
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        super().add_arguments(parser)
-        parser.add_argument("--campaign", help="Campaign slug (with --release: only its records).")
-        parser.add_argument("--release", type=int, help="Release id: use the release's records.")
-        parser.add_argument(
+    arguments = (
+        Arg("--campaign", help="Campaign slug (with --release: only its records)."),
+        RELEASE.but(help="Release id: use the release's records."),
+        Arg(
             "--split",
             action="append",
             dest="splits",
             help="With --release: only this split (repeatable; default: every split).",
-        )
-        parser.add_argument(
-            "--refs",
-            default="all",
-            help="References per candidate: the first N (e.g. 1), or 'all' (default).",
-        )
-        parser.add_argument(
+        ),
+        REFS.but(help="References per candidate: the first N (e.g. 1), or 'all' (default)."),
+        Arg(
             "--protocol",
             choices=[protocol for protocol in PROTOCOLS if protocol != "default"],
             help="emscore: the VATEX-EVAL protocol of the EMScore paper (scores rounded to 4 "
             "decimals, correlations per rater slot, averaged). Default: against the overall score.",
-        )
-        add_metrics_option(
-            parser,
+        ),
+        METRICS.but(
             help=f"Comma-separated metrics (default {','.join(TABLE_METRICS)}; "
             f"known: {','.join(METRIC_NAMES)}).",
-        )
-        parser.add_argument(
-            "--set",
-            action="append",
+        ),
+        METRIC_SETTING.but(
             dest="metric_settings",
-            metavar="KEY=VALUE",
             help="A metric setting (repeatable): clip_model=PATH|MODEL_ID, lclip_model=..., "
             "clip_prompt=..., emscore_idf=true|false, device=cpu|cuda, batch_size=N, frames=N, "
             "meteor_jar=PATH, judge_model=..., captionqa_model=..., captionqa_questions=FILE. "
             "Weights are never downloaded (see docs/metrics.md).",
-        )
-        parser.add_argument(
+        ),
+        Arg(
             "--emscore-idf-corpus",
             metavar="PATH",
             help="A file of captions EMScore takes its IDF from (text, one caption a line, or "
             "JSON: a list, {id: [captions]} or VATEX's vatex_training_v1.0.json). The EMScore "
             "authors' VATEX-EVAL protocol uses the VATEX training captions; without this the IDF "
             "comes from the scored batch (said loudly under --protocol emscore).",
-        )
-        parser.add_argument(
+        ),
+        flag(
             "--save",
-            action="store_true",
             help="Store the table for the Metrics leaderboard page (needs --campaign, no "
             "--release): the page shows the latest per campaign, protocol and --refs.",
-        )
-        parser.add_argument(
+        ),
+        flag(
             "--list",
-            action="store_true",
             help="List every metric with whether it can run here (with the --set settings) and, "
             "if not, why; scores nothing.",
-        )
+        ),
+    )
 
     def _list(self, settings: dict[str, str]) -> None:
-        try:
+        with command_errors(ValueError):
             available, unavailable = available_metrics(settings, METRIC_NAMES)
-        except ValueError as error:
-            raise CommandError(str(error))
         listing = {
             name: {
                 "label": LABELS.get(name, name),
@@ -160,11 +148,7 @@ class Command(LepusCommand):
         if options["list"]:
             self._list(_settings(options["metric_settings"]))
             return
-        campaign = None
-        if options["campaign"]:
-            campaign = Campaign.objects.filter(slug=options["campaign"]).first()
-            if campaign is None:
-                raise CommandError(f"no campaign with slug {options['campaign']!r}")
+        campaign = campaign_by_slug(options["campaign"]) if options["campaign"] else None
         if campaign is None and options["release"] is None:
             raise CommandError("give --campaign SLUG, --release ID, or both")
         if options["save"] and (campaign is None or options["release"] is not None):
@@ -197,7 +181,7 @@ class Command(LepusCommand):
             if getattr(metric, "records", None):
                 judged[name] = list(metric.records)
 
-        try:
+        with command_errors(MetricBenchmarkError):
             table, benchmark = metric_benchmark_compute(
                 campaign=campaign,
                 release_id=options["release"],
@@ -209,8 +193,6 @@ class Command(LepusCommand):
                 progress=lambda step: self.note(f"  {step} ..."),
                 scored=keep_answers,
             )
-        except MetricBenchmarkError as error:
-            raise CommandError(str(error))
         if options["save"]:
             assert campaign is not None
             board = metric_board_save(

@@ -34,13 +34,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandError
 
-from annotation.models import Campaign
+from annotation.management.campaign_command import campaign_by_slug
+from common.management.arguments import SCALE, command_errors
 from common.management.base import LepusCommand
-from training_bridge.management.options import add_metrics_option
+from common.management.declared import Arg, OneOf, flag
+from training_bridge.management.options import METRIC_SETTING, METRICS, PRESET
 from training_bridge.metrics.plugins import METRIC_NAMES
-from training_bridge.rigel.config import PRESETS, preset_name
+from training_bridge.rigel.config import preset_name
 from training_bridge.rigel.image_benchmarks import IMAGE_BENCHMARKS
 from training_bridge.services.rigel_benchmark import (
     CORRELATIONS,
@@ -95,91 +97,79 @@ def _settings(pairs: list[str]) -> dict[str, str]:
 
 
 class Command(LepusCommand):
-    help = (
-        "Score finished Rigel runs on a benchmark campaign (reference-free, 1-ref, all-refs, "
-        "foil) and correlate them with the human scores, beside the standard metrics."
-    )
+    """Score finished Rigel runs on a benchmark campaign (reference-free, 1-ref, all-refs, foil)
+    and correlate them with the human scores, beside the standard metrics."""
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        super().add_arguments(parser)
-        runs = parser.add_mutually_exclusive_group(required=True)
-        runs.add_argument("--run", type=int, help="A succeeded training run.")
-        runs.add_argument("--runs", help="Several runs in one table, e.g. 7,8,9 (ablations).")
-        source = parser.add_mutually_exclusive_group(required=True)
-        source.add_argument("--campaign", help="Slug of the benchmark campaign.")
-        source.add_argument(
-            "--image-benchmark",
-            help="A generic image JSONL (image, references, candidates, judgments) to score "
-            "instead of a campaign; with --images and --benchmark.",
-        )
-        parser.add_argument("--images", help="The folder of the image benchmark's pictures.")
-        parser.add_argument(
+    arguments = (
+        OneOf(
+            (
+                Arg("--run", type=int, help="A succeeded training run."),
+                Arg("--runs", help="Several runs in one table, e.g. 7,8,9 (ablations)."),
+            ),
+            required=True,
+        ),
+        OneOf(
+            (
+                Arg("--campaign", help="Slug of the benchmark campaign."),
+                Arg(
+                    "--image-benchmark",
+                    help="A generic image JSONL (image, references, candidates, judgments) to "
+                    "score instead of a campaign; with --images and --benchmark.",
+                ),
+            ),
+            required=True,
+        ),
+        Arg("--images", help="The folder of the image benchmark's pictures."),
+        Arg(
             "--benchmark",
             choices=sorted(IMAGE_BENCHMARKS),
             help="Which image benchmark the file is (decides the protocol and the paper's rows).",
-        )
-        parser.add_argument(
-            "--scale",
-            nargs=2,
-            type=float,
-            metavar=("LOW", "HIGH"),
-            help="The judgments' scale for lines without a 'scale' field.",
-        )
-        parser.add_argument(
+        ),
+        SCALE.but(help="The judgments' scale for lines without a 'scale' field."),
+        Arg(
             "--protocol",
             action="append",
             help=f"{', '.join(PROTOCOL_CHOICES)}; repeat or separate by commas "
             "(default: the protocols of the runs' own settings: reference-free for a "
             "reference-free run, 1-ref,all-refs for a reference-based one).",
-        )
-        parser.add_argument(
-            "--preset",
-            choices=sorted(PRESETS),
-            default=None,
+        ),
+        PRESET.but(
             help="Check that every run was trained with this visual-input preset (default or "
-            "paper-budget; a run scores with the frames and resolution it was trained on).",
-        )
-        parser.add_argument(
+            "paper-budget; a run scores with the frames and resolution it was trained on)."
+        ),
+        flag(
             "--allow-protocol-mismatch",
-            action="store_true",
             help="Score every run under every protocol, also those of the setting it was not "
             "trained in; the output labels each such row (protocol_mismatch in --json).",
-        )
-        parser.add_argument(
+        ),
+        Arg(
             "--correlation",
             choices=CORRELATIONS,
             default="emscore",
             help="emscore: per rater slot, averaged (evaluate_metrics --protocol emscore; the "
             "default); default: against each candidate's aggregate score.",
-        )
-        add_metrics_option(
-            parser,
+        ),
+        METRICS.but(
             help=f"Metrics beside Rigel (known: {','.join(METRIC_NAMES)}); a learned one without "
-            "weights is listed with the reason.",
-        )
-        parser.add_argument(
-            "--set",
-            action="append",
+            "weights is listed with the reason."
+        ),
+        METRIC_SETTING.but(
             default=[],
-            metavar="KEY=VALUE",
             help="A metric plug-in setting, e.g. --set clip_model=/models/clip (as evaluate_metrics).",
-        )
-        parser.add_argument(
-            "--foil-seed", type=int, default=0, help="Seed of the noun-swap protocol's swaps."
-        )
-        parser.add_argument(
+        ),
+        Arg("--foil-seed", type=int, default=0, help="Seed of the noun-swap protocol's swaps."),
+        Arg(
             "--foil-file",
             help="The foil protocol's file: the paragraphs convert_activitynet_foil writes, or "
             "JSON Lines of your own pairs (clip, caption, foil[, references]).",
-        )
+        ),
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["image_benchmark"]:
             self.handle_images(options)
             return
-        campaign = Campaign.objects.filter(slug=options["campaign"]).first()
-        if campaign is None:
-            raise CommandError(f"no campaign with slug {options['campaign']!r}")
+        campaign = campaign_by_slug(options["campaign"])
         metrics = [name.strip() for name in options["metrics"].split(",") if name.strip()]
         unknown = [name for name in metrics if name not in METRIC_NAMES]
         if unknown:
@@ -190,7 +180,7 @@ class Command(LepusCommand):
             if not path.is_file():
                 raise CommandError(f"no FOIL file at {path}")
             foil_lines = path.read_text(encoding="utf-8").splitlines()
-        try:
+        with command_errors(RigelEvaluationError):
             protocols = parse_protocols(options["protocol"]) if options["protocol"] else []
             check_foil_inputs(
                 protocols, has_file=foil_lines is not None, error=RigelEvaluationError
@@ -208,8 +198,6 @@ class Command(LepusCommand):
                     progress=progress,
                     allow_protocol_mismatch=options["allow_protocol_mismatch"],
                 )
-        except RigelEvaluationError as error:
-            raise CommandError(str(error))
         self.emit(result, human=result_text(result))
 
     @contextlib.contextmanager
@@ -243,19 +231,16 @@ class Command(LepusCommand):
             raise CommandError("--foil-file scores a campaign, not an image benchmark")
         if path.stat().st_size > MAX_IMAGE_BENCHMARK_BYTES:
             raise CommandError(f"{path} is larger than {MAX_IMAGE_BENCHMARK_BYTES} bytes")
-        try:
-            with self._scoring(options) as (runs, progress):
-                result = rigel_image_benchmark_evaluate(
-                    runs=runs,
-                    benchmark=options["benchmark"],
-                    lines=path.read_text(encoding="utf-8").splitlines(),
-                    images=Path(options["images"]),
-                    protocols=options["protocol"],
-                    scale=options["scale"],
-                    file_name=path.name,
-                    allow_protocol_mismatch=options["allow_protocol_mismatch"],
-                    progress=progress,
-                )
-        except RigelEvaluationError as error:
-            raise CommandError(str(error))
+        with command_errors(RigelEvaluationError), self._scoring(options) as (runs, progress):
+            result = rigel_image_benchmark_evaluate(
+                runs=runs,
+                benchmark=options["benchmark"],
+                lines=path.read_text(encoding="utf-8").splitlines(),
+                images=Path(options["images"]),
+                protocols=options["protocol"],
+                scale=options["scale"],
+                file_name=path.name,
+                allow_protocol_mismatch=options["allow_protocol_mismatch"],
+                progress=progress,
+            )
         self.emit(result, human=image_result_text(result))

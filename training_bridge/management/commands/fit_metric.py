@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandError, CommandParser
-
+from common.management.arguments import command_errors
 from common.management.base import LepusCommand
+from common.management.declared import Arg
 from training_bridge.management.commands.evaluate_metrics import (
     _reference_count,
     _settings,
 )
+from training_bridge.management.options import METRIC_SETTING, REFS, RELEASE
 from training_bridge.metrics.benchmark import CORRELATION_KEYS
 from training_bridge.metrics.plugins import METRIC_NAMES
 from training_bridge.services.metric_benchmark import MetricBenchmarkError
@@ -27,28 +28,22 @@ from training_bridge.services.metric_fitting import metric_evaluation_fit
 
 
 class Command(LepusCommand):
-    help = (
-        "Fit a caption metric (Redemption Score's fusion weights, or any metric's calibration) on "
-        "a release's training split, evaluate it on the test split, and store the result."
+    """Fit a caption metric (Redemption Score's fusion weights, or any metric's calibration) on a
+    release's training split, evaluate it on the test split, and store the result."""
+
+    arguments = (
+        RELEASE.but(required=True, help="Release id."),
+        Arg("--metric", required=True, choices=METRIC_NAMES),
+        Arg("--train-split", default="train", help="Split to fit on (train)."),
+        Arg("--test-split", default="test", help="Split to evaluate on (test)."),
+        REFS.but(help="References per candidate, or 'all'."),
+        METRIC_SETTING.but(
+            dest="settings", help="A metric setting (repeatable), as for evaluate_metrics."
+        ),
     )
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        super().add_arguments(parser)
-        parser.add_argument("--release", type=int, required=True, help="Release id.")
-        parser.add_argument("--metric", required=True, choices=METRIC_NAMES)
-        parser.add_argument("--train-split", default="train", help="Split to fit on (train).")
-        parser.add_argument("--test-split", default="test", help="Split to evaluate on (test).")
-        parser.add_argument("--refs", default="all", help="References per candidate, or 'all'.")
-        parser.add_argument(
-            "--set",
-            action="append",
-            dest="settings",
-            metavar="KEY=VALUE",
-            help="A metric setting (repeatable), as for evaluate_metrics.",
-        )
-
     def handle(self, *args: Any, **options: Any) -> None:
-        try:
+        with command_errors(MetricBenchmarkError):
             evaluation = metric_evaluation_fit(
                 release_id=options["release"],
                 metric=options["metric"],
@@ -58,8 +53,6 @@ class Command(LepusCommand):
                 reference_count=_reference_count(str(options["refs"])),
                 progress=self.note,
             )
-        except MetricBenchmarkError as error:
-            raise CommandError(str(error))
         payload = {
             "id": evaluation.pk,
             "release": evaluation.release_id,

@@ -21,36 +21,36 @@ from pathlib import Path
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandError
 
+from common.management.arguments import found
 from common.management.base import LepusCommand
+from common.management.declared import Arg
 from training_bridge.management.commands.evaluate_rigel import check_preset
+from training_bridge.management.options import PRESET, TRAINING_RUN
 from training_bridge.models import TrainingRun
-from training_bridge.rigel.config import PRESETS
 from training_bridge.services.scoring import score_examples, score_input_examples
 
 MAX_LINES = 100_000
 
 
 class Command(LepusCommand):
-    help = "Score caption triples from a JSONL file with a trained Rigel run."
+    """Score caption triples from a JSONL file with a trained Rigel run."""
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        super().add_arguments(parser)
-        parser.add_argument("--run", type=int, required=True)
-        parser.add_argument("--input", required=True, help="JSONL file of triples.")
-        parser.add_argument(
-            "--preset",
-            choices=sorted(PRESETS),
-            default=None,
+    arguments = (
+        TRAINING_RUN,
+        Arg("--input", required=True, help="JSONL file of triples."),
+        PRESET.but(
             help="Check that the run was trained with this visual-input preset (it scores with "
-            "the frames and resolution it was trained on).",
-        )
+            "the frames and resolution it was trained on)."
+        ),
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        run = TrainingRun.objects.select_related("release").filter(pk=options["run"]).first()
-        if run is None:
-            raise CommandError(f"training run {options['run']} does not exist")
+        run = found(
+            TrainingRun.objects.select_related("release").filter(pk=options["run"]).first(),
+            f"training run {options['run']} does not exist",
+        )
         if not run.can_score:
             raise CommandError(
                 f"training run {run.pk} is {run.status}; only a succeeded run scores"

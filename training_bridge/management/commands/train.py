@@ -13,9 +13,12 @@ import time
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandError
 
+from common.management.arguments import command_errors, found
 from common.management.base import LepusCommand
+from common.management.declared import Arg, flag
+from training_bridge.management.options import PRESET, RELEASE, RUN_TIMEOUT
 from training_bridge.models import STEP_NAMES, TrainingAblation, TrainingRun, TrainingTrigger
 from training_bridge.rigel.config import PRESETS, Ablation
 from training_bridge.services import training_run_create, training_run_execute_step
@@ -57,64 +60,60 @@ def _result_text(run: TrainingRun) -> str:
 
 
 class Command(LepusCommand):
-    help = "Start a Rigel training run on a release (teacher pass, Phase 1, Phase 2, evaluation)."
+    """Start a Rigel training run on a release (teacher pass, Phase 1, Phase 2, evaluation)."""
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        super().add_arguments(parser)
-        parser.add_argument("--release", type=int, required=True, help="Id of a published release.")
-        parser.add_argument(
+    arguments = (
+        RELEASE.but(required=True, help="Id of a published release."),
+        Arg(
             "--backbone",
             default=None,
             help="Local directory or HF-cache name of the VLM, or 'tiny' for the small random "
             "test model (default: LEPUS_DEFAULT_BACKBONE where a GPU is offered, else tiny; "
             "see LEPUS_TRAINING_DEVICES).",
-        )
-        parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N.")
-        parser.add_argument(
+        ),
+        Arg("--device", default="cpu", help="cpu, cuda or cuda:N."),
+        Arg(
             "--ablation",
             default=TrainingAblation.FULL,
             choices=[*[c.value for c in TrainingAblation], *Ablation.ALIASES],
             help="full, or one switch of the paper's Tables 3 and 5: lm-head, no-phase2, "
             "random-head, kl-loss (the run differs from the full method only there).",
-        )
-        parser.add_argument(
+        ),
+        flag(
             "--reference-free",
-            action="store_true",
             help="Train the whole method (teacher pass, Phase 1, Phase 2) on the reference-free "
             "prompt: the run for the paper's reference-free rows (Table 2, Tables 3 and 5).",
-        )
-        parser.add_argument(
-            "--preset",
-            choices=sorted(PRESETS),
-            default=None,
+        ),
+        PRESET.but(
             help="Visual input: default (8 frames at the checkpoint's pixel budget) or "
             "paper-budget (2 frames at 96x96 pixels: about the paper's 770 GFLOPs per inference "
-            "with the reference-free prompt; docs/training.md). --set frames=... still wins.",
-        )
-        parser.add_argument("--processes", type=int, default=1, help="torchrun processes (GPUs).")
-        parser.add_argument("--name", default="")
-        parser.add_argument(
+            "with the reference-free prompt; docs/training.md). --set frames=... still wins."
+        ),
+        Arg("--processes", type=int, default=1, help="torchrun processes (GPUs)."),
+        Arg("--name", default=""),
+        Arg(
             "--set",
             action="append",
             default=[],
             metavar="NAME=VALUE",
             help="A hyper-parameter, e.g. --set phase1_epochs=20 --set temperature=2.0.",
-        )
-        parser.add_argument("--wait", action="store_true", help="Return when the run finished.")
-        parser.add_argument(
+        ),
+        flag("--wait", help="Return when the run finished."),
+        flag(
             "--inline",
-            action="store_true",
             help="Run the steps in this process instead of on a Celery worker (implies --wait).",
-        )
-        parser.add_argument("--timeout", type=float, default=7 * 24 * 3600.0)
+        ),
+        RUN_TIMEOUT,
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
         from export.models import Release
 
-        release = Release.objects.filter(pk=options["release"]).first()
-        if release is None:
-            raise CommandError(f"release {options['release']} does not exist")
-        try:
+        release = found(
+            Release.objects.filter(pk=options["release"]).first(),
+            f"release {options['release']} does not exist",
+        )
+        with command_errors(ValidationError):
             run = training_run_create(
                 release=release,
                 backbone=options["backbone"],
@@ -130,8 +129,6 @@ class Command(LepusCommand):
                 trigger=TrainingTrigger.COMMAND,
                 start=not options["inline"],
             )
-        except ValidationError as error:
-            raise CommandError("; ".join(error.messages))
         self.note(f"training run {run.pk} created on release {release.pk}")
         if options["inline"]:
             for step in STEP_NAMES:
