@@ -48,6 +48,7 @@ UNBOUNDED = {
     "overall_question_key",
     "control_settings",
     "qc_rules",
+    "allocation",  # a policy: walked on every surface below, `test_allocation_*`
 }
 # The page's own way to give the questions, and the candidate selection at creation.
 PAGE_ONLY = {"question_preset", "questions_json"}
