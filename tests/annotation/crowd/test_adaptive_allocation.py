@@ -140,6 +140,13 @@ def test_a_fixed_campaign_keeps_its_quota_whatever_the_raters_say():
     assert CampaignClip.objects.get(campaign=campaign).open_slots == 1
 
 
+def _work_left(campaign: Campaign) -> bool:
+    return (
+        CampaignClip.objects.filter(campaign=campaign, open_slots__gt=0).exists()
+        or Assignment.objects.filter(campaign=campaign, status=AssignmentStatus.LIVE).exists()
+    )
+
+
 WORKERS = 50
 AGREEING_CLIPS = 6
 DISAGREEING_CLIPS = 6
@@ -169,7 +176,12 @@ def test_disagreeing_candidates_get_more_up_to_the_maximum_under_50_concurrent_w
             while True:
                 offered = client.post(NEXT)
                 if offered.status_code == 204:
-                    return
+                    # Slots open as judgments come in: nothing now may be something soon, until
+                    # no slot is open and no lease is out.
+                    if not _work_left(campaign):
+                        return
+                    threading.Event().wait(0.2)  # under the per-worker `next` throttle
+                    continue
                 assert offered.status_code == 200, offered.content
                 body = offered.json()
                 assignment = Assignment.objects.get(pk=body["assignment_id"])
