@@ -357,3 +357,41 @@ def test_the_task_sent_by_name_opens_a_slot_in_a_real_worker(celery_worker_proce
     assert not CampaignCandidate.objects.filter(
         Q(campaign=campaign) & ~Q(pk=second.pk) & Q(quota__gt=2)
     ).exists()
+
+
+@pytest.mark.django_db
+def test_the_policy_is_frozen_once_workers_have_rated():
+    from annotation.crowd.services.campaigns import CampaignInvalid, campaign_update
+
+    campaign = crowd_campaign(clips=1, candidates_per_clip=1, allocation=ADAPTIVE)
+    _rate(_client(crowd_join(campaign, "frozen-0")[0]), 4)
+    with pytest.raises(CampaignInvalid) as refused:
+        campaign_update(campaign=campaign, allocation={})
+    assert refused.value.errors == {
+        "allocation": ["Cannot change once workers have submitted judgments."]
+    }
+    # Its own policy posted back (as the edit page does) is no change.
+    campaign_update(campaign=campaign, allocation=dict(ADAPTIVE), name="Renamed")
+    campaign.refresh_from_db()
+    assert (campaign.name, campaign.allocation["maximum"]) == ("Renamed", 5)
+
+
+@pytest.mark.django_db
+def test_the_figures_count_the_open_quota_and_bound_what_may_still_open(curator_client):
+    campaign = crowd_campaign(clips=1, candidates_per_clip=2, allocation=ADAPTIVE)
+    for n, value in enumerate((2, 4)):
+        _rate(_client(crowd_join(campaign, f"figures-{n}")[0]), value)
+    # Both candidates disagree (range 2): quota 3 each, 2 kept, 3 more may open each (to 5).
+    assert set(_state(campaign).values()) == {(3, 2, "", ("range",))}
+    api = curator_client.get(f"/api/v1/campaigns/{campaign.slug}/").json()["figures"]
+    summary = curator_client.get(f"/api/v1/campaigns/{campaign.slug}/quality").json()["progress"]
+    expected = {"slots_total": 6, "slots_filled": 4, "judgments_needed": 2}
+    assert {name: api[name] for name in expected} == expected
+    assert api["judgments_needed_at_most"] == 2 + 2 * (5 - 3)
+    assert summary["figures"] == api
+    page = curator_client.get(f"/dashboard/campaigns/{campaign.slug}/").content.decode()
+    assert '<span data-figure="judgments_needed_at_most">6</span>' in page
+    assert '<span data-figure="judgments_needed">2</span>' in page
+    # No crowd pace problem here: the two judgments are today's, so both dates exist.
+    assert summary["estimated_completion"] is not None
+    assert summary["latest_completion"] >= summary["estimated_completion"]
