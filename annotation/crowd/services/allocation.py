@@ -41,12 +41,12 @@ scores.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
 from django.db import transaction
-from django.db.models import F
 
 from annotation.allocation import (
     AdaptivePolicy,
@@ -58,14 +58,8 @@ from annotation.allocation import (
     decisions_combine,
     policy_from_dict,
 )
-from annotation.models import (
-    Campaign,
-    CampaignCandidate,
-    CampaignClip,
-    CandidateCalibration,
-    Judgment,
-    JudgmentSource,
-)
+from annotation.crowd.services import crowd_sql as sql
+from annotation.models import Campaign, CandidateCalibration, JudgmentSource
 
 
 def campaign_policy(campaign: Campaign) -> Policy:
@@ -93,12 +87,15 @@ class _Candidate:
     """One candidate as locked: its slot counters, its allocation state and what feeds the rules."""
 
     id: int
+    campaign_clip_id: int
     quota: int
     slots_taken: int
     stop_reason: str
     opened_by: tuple[str, ...]
     metric_score: float | None
     metric_uncertainty: float | None
+    standard_errors: Mapping[str, Any]
+    ratings: Sequence[Mapping[str, Any]]  # the kept crowd judgments' values
 
 
 @dataclass(frozen=True)
@@ -111,8 +108,8 @@ class _Outcome:
 def allocation_redecide(*, campaign_id: int, campaign_candidate_ids: Iterable[int]) -> int:
     """Decide again how many judgments these candidates of the campaign want (module docstring);
     returns how many candidates changed. Nothing for a fixed campaign or a control item. Runs in
-    the caller's transaction when there is one (it must not hold CampaignClip or CampaignCandidate
-    locks of other clips taken out of order), else in its own."""
+    the caller's transaction when there is one (holding no CampaignClip or CampaignCandidate lock
+    taken out of the engine's order), else each statement in its own."""
     return campaign_allocation_redecide(
         campaign=Campaign.objects.get(pk=campaign_id),
         campaign_candidate_ids=campaign_candidate_ids,
@@ -125,140 +122,153 @@ def campaign_allocation_redecide(
     """`allocation_redecide` for a campaign already loaded (the submit has it)."""
     if not campaign_is_adaptive(campaign):
         return 0
-    policy = campaign_policy(campaign)
-    assert isinstance(policy, AdaptivePolicy)
-    by_clip: dict[int, list[int]] = {}
-    for pk, clip_id in CampaignCandidate.objects.filter(
-        campaign_id=campaign.pk, id__in=list(campaign_candidate_ids), is_control=False
-    ).values_list("id", "clip_id"):
-        by_clip.setdefault(clip_id, []).append(pk)
-    changed = 0
-    with transaction.atomic():
-        for clip_id, ids in sorted(by_clip.items()):
-            changed += _clip_redecide(campaign=campaign, policy=policy, clip_id=clip_id, ids=ids)
-    return changed
-
-
-def _clip_redecide(
-    *, campaign: Campaign, policy: AdaptivePolicy, clip_id: int, ids: list[int]
-) -> int:
-    campaign_clip_id = (
-        CampaignClip.objects.select_for_update()
-        .filter(campaign_id=campaign.pk, clip_id=clip_id)
-        .values_list("id", flat=True)
-        .first()
-    )
-    candidates = [
-        _Candidate(*row[:4], tuple(row[4] or ()), *row[5:])
-        for row in CampaignCandidate.objects.select_for_update()
-        .filter(id__in=ids)
-        .order_by("id")
-        .values_list(
-            "id",
-            "quota",
-            "slots_taken",
-            "stop_reason",
-            "opened_by",
-            "metric_score",
-            "metric_uncertainty",
-        )
-    ]
-    ratings: dict[int, list[dict[str, int]]] = {candidate.id: [] for candidate in candidates}
-    for candidate_id, values in Judgment.objects.filter(
-        campaign_candidate_id__in=ids, is_excluded=False, source=JudgmentSource.CROWD
-    ).values_list("campaign_candidate_id", "values"):
-        ratings[candidate_id].append(values)
-    errors = dict(
-        CandidateCalibration.objects.filter(campaign_candidate_id__in=ids).values_list(
-            "campaign_candidate_id", "standard_errors"
-        )
-    )
-    changed = 0
-    open_delta = 0
-    for candidate in candidates:
-        decision = candidate_decide(
-            policy=policy,
-            questions=[question["key"] for question in campaign.questions],
-            overall_key=campaign.overall_question_key,
-            ratings=ratings[candidate.id],
-            standard_errors=errors.get(candidate.id) or {},
-            metric_score=candidate.metric_score,
-            metric_uncertainty=candidate.metric_uncertainty,
-        )
-        outcome = _outcome(
-            candidate=candidate, decision=decision, kept=len(ratings[candidate.id]), policy=policy
-        )
-        if outcome == _Outcome(candidate.quota, candidate.stop_reason, candidate.opened_by):
-            continue
-        CampaignCandidate.objects.filter(pk=candidate.id).update(
-            quota=outcome.quota, stop_reason=outcome.stop_reason, opened_by=list(outcome.opened_by)
-        )
-        open_delta += outcome.quota - candidate.quota
-        changed += 1
-    if campaign_clip_id is not None and open_delta:
-        CampaignClip.objects.filter(pk=campaign_clip_id).update(
-            open_slots=F("open_slots") + open_delta
-        )
-    return changed
-
-
-def candidate_decide(
-    *,
-    policy: AdaptivePolicy,
-    questions: Sequence[str],
-    overall_key: str,
-    ratings: Sequence[Mapping[str, Any]],
-    standard_errors: Mapping[str, Any],
-    metric_score: float | None,
-    metric_uncertainty: float | None,
-) -> Decision:
-    """One candidate's decision: per question from its kept ratings and standard error, plus the
-    metric against the crowd's overall rating per judgment (the overall question's, else the mean
-    of the judgment's ratings), combined."""
-    crowd_only = dataclasses.replace(policy, metric_disagreement_threshold=None)
-    decisions = [
-        allocation_decide(
-            crowd_only,
-            [values[key] for values in ratings if key in values],
-            standard_error=_number(standard_errors.get(key)),
-        )
-        for key in questions
-    ]
-    if metric_score is not None and policy.metric_disagreement_threshold is not None:
-        metric_only = dataclasses.replace(
-            policy, disagreement_range=None, standard_error_threshold=None
-        )
-        overall = [
-            _overall(values, questions=questions, overall_key=overall_key) for values in ratings
-        ]
-        # The policy compares means and ranges only, so a mean rating (a float) serves as well.
-        decisions.append(
-            allocation_decide(
-                metric_only,
-                cast("list[int]", [value for value in overall if value is not None]),
-                metric_score=metric_score,
-                metric_uncertainty=metric_uncertainty,
+    ids = sorted(set(campaign_candidate_ids))
+    if not ids:
+        return 0
+    rules = _Rules.of(campaign)
+    # No savepoint inside the submit's transaction; a transaction of its own otherwise.
+    with transaction.atomic(savepoint=False):
+        # Three statements, none ORM-built (the submit's hot path, see services.crowd_sql):
+        # 1. the clip rows, in id order (the engine's lock order: clips before candidates);
+        sql.fetchall(_LOCK_CLIPS, [campaign.pk, ids], prepared=True)
+        # 2. the candidates, locked in id order, with their kept ratings and standard errors;
+        rows = sql.fetchall(_LOCK_CANDIDATES, [campaign.pk, ids], prepared=True)
+        changed: list[tuple[_Candidate, _Outcome]] = []
+        for row in rows:
+            candidate = _Candidate(
+                id=row[0],
+                quota=row[1],
+                slots_taken=row[2],
+                stop_reason=row[3],
+                opened_by=tuple(sql.py_json(row[4]) or ()),
+                metric_score=row[5],
+                metric_uncertainty=row[6],
+                standard_errors=sql.py_json(row[7]) or {},
+                ratings=sql.py_json(row[8]) or [],
+                campaign_clip_id=row[9],
             )
+            outcome = _outcome(candidate=candidate, decision=rules.decide(candidate), rules=rules)
+            if outcome != _Outcome(candidate.quota, candidate.stop_reason, candidate.opened_by):
+                changed.append((candidate, outcome))
+        # 3. the changed candidates, and their clips' counters by the change of quota.
+        if changed:
+            _write(changed)
+    return len(changed)
+
+
+def _write(changed: list[tuple[_Candidate, _Outcome]]) -> None:
+    deltas: dict[int, int] = {}
+    for candidate, outcome in changed:
+        clip = candidate.campaign_clip_id
+        deltas[clip] = deltas.get(clip, 0) + outcome.quota - candidate.quota
+    sql.execute(
+        _WRITE,
+        [
+            [candidate.id for candidate, _outcome in changed],
+            [outcome.quota for _candidate, outcome in changed],
+            [outcome.stop_reason for _candidate, outcome in changed],
+            [json.dumps(list(outcome.opened_by)) for _candidate, outcome in changed],
+            list(deltas),
+            list(deltas.values()),
+        ],
+        prepared=True,
+    )
+
+
+_LOCK_CLIPS = (
+    f"SELECT cl.id FROM {sql.T_CAMPAIGN_CLIP} cl WHERE cl.campaign_id = %s AND cl.clip_id IN"
+    f" (SELECT cc.clip_id FROM {sql.T_CANDIDATE} cc WHERE cc.id = ANY(%s::bigint[]))"
+    " ORDER BY cl.id FOR UPDATE"
+)
+# Read once the clip locks are held, so a concurrent submit of the same clip has committed its
+# judgments (READ COMMITTED: each statement sees what was committed before it began).
+_LOCK_CANDIDATES = (
+    "SELECT cc.id, cc.quota, cc.slots_taken, cc.stop_reason, cc.opened_by, cc.metric_score,"
+    " cc.metric_uncertainty, cal.standard_errors,"
+    f" (SELECT json_agg(j.values) FROM {sql.T_JUDGMENT} j WHERE j.campaign_candidate_id = cc.id"
+    f" AND NOT j.is_excluded AND j.source = '{JudgmentSource.CROWD.value}'), cl.id"
+    f" FROM {sql.T_CANDIDATE} cc"
+    f" JOIN {sql.T_CAMPAIGN_CLIP} cl ON cl.campaign_id = cc.campaign_id AND cl.clip_id = cc.clip_id"
+    f" LEFT JOIN {CandidateCalibration._meta.db_table} cal ON cal.campaign_candidate_id = cc.id"
+    " WHERE cc.campaign_id = %s AND cc.id = ANY(%s::bigint[]) AND NOT cc.is_control"
+    " ORDER BY cc.id FOR UPDATE OF cc"
+)
+_WRITE = (
+    f"WITH changed AS (UPDATE {sql.T_CANDIDATE} x SET quota = d.quota,"
+    " stop_reason = d.stop_reason, opened_by = d.opened_by::jsonb"
+    " FROM unnest(%s::bigint[], %s::int[], %s::text[], %s::text[])"
+    " AS d(id, quota, stop_reason, opened_by) WHERE x.id = d.id RETURNING x.id)"
+    f" UPDATE {sql.T_CAMPAIGN_CLIP} x SET open_slots = x.open_slots + e.delta"
+    " FROM unnest(%s::bigint[], %s::int[]) AS e(id, delta) WHERE x.id = e.id AND e.delta <> 0"
+)
+
+
+@dataclass(frozen=True)
+class _Rules:
+    """A campaign's adaptive policy as the decisions use it, built once per call: per question
+    without the metric's rule, and the metric's rule alone (None when off)."""
+
+    policy: AdaptivePolicy
+    crowd_only: AdaptivePolicy
+    metric_only: AdaptivePolicy | None
+    questions: tuple[str, ...]
+    overall_key: str
+
+    @classmethod
+    def of(cls, campaign: Campaign) -> _Rules:
+        policy = campaign_policy(campaign)
+        assert isinstance(policy, AdaptivePolicy)
+        metric_only = None
+        if policy.metric_disagreement_threshold is not None:
+            metric_only = dataclasses.replace(
+                policy, disagreement_range=None, standard_error_threshold=None
+            )
+        return cls(
+            policy=policy,
+            crowd_only=dataclasses.replace(policy, metric_disagreement_threshold=None),
+            metric_only=metric_only,
+            questions=tuple(question["key"] for question in campaign.questions),
+            overall_key=campaign.overall_question_key,
         )
-    return decisions_combine(decisions)
+
+    def decide(self, candidate: _Candidate) -> Decision:
+        """One candidate's decision: per question from its kept ratings and standard error, plus
+        the metric against the crowd's overall rating per judgment (the overall question's, else
+        the mean of the judgment's ratings), combined."""
+        ratings = candidate.ratings
+        decisions = [
+            allocation_decide(
+                self.crowd_only,
+                [values[key] for values in ratings if key in values],
+                standard_error=_number(candidate.standard_errors.get(key)),
+            )
+            for key in self.questions
+        ]
+        if self.metric_only is not None and candidate.metric_score is not None:
+            overall = [self._overall(values) for values in ratings]
+            # The policy compares means and ranges only, so a mean rating (a float) serves too.
+            decisions.append(
+                allocation_decide(
+                    self.metric_only,
+                    cast("list[int]", [value for value in overall if value is not None]),
+                    metric_score=candidate.metric_score,
+                    metric_uncertainty=candidate.metric_uncertainty,
+                )
+            )
+        return decisions_combine(decisions)
+
+    def _overall(self, values: Mapping[str, Any]) -> float | None:
+        if self.overall_key:
+            return values.get(self.overall_key)
+        given = [values[key] for key in self.questions if key in values]
+        return sum(given) / len(given) if given else None
 
 
 def _number(value: object) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def _overall(
-    values: Mapping[str, Any], *, questions: Sequence[str], overall_key: str
-) -> float | None:
-    if overall_key:
-        return values.get(overall_key)
-    given = [values[key] for key in questions if key in values]
-    return sum(given) / len(given) if given else None
-
-
-def _outcome(
-    *, candidate: _Candidate, decision: Decision, kept: int, policy: AdaptivePolicy
-) -> _Outcome:
+def _outcome(*, candidate: _Candidate, decision: Decision, rules: _Rules) -> _Outcome:
     taken = candidate.slots_taken
     if decision.settled:
         assert decision.reason is not None
@@ -266,4 +276,5 @@ def _outcome(
     opened: tuple[str, ...] = candidate.opened_by
     signals: tuple[Signal, ...] = decision.unsettled_by
     opened += tuple(signal for signal in signals if signal not in opened)
-    return _Outcome(max(taken, min(policy.maximum, kept + decision.more)), "", opened)
+    kept = len(candidate.ratings)
+    return _Outcome(max(taken, min(rules.policy.maximum, kept + decision.more)), "", opened)
