@@ -250,6 +250,10 @@ def main() -> None:
     for key, value in PRODUCTION_ENV.items():
         os.environ.setdefault(key, value)
     os.environ.setdefault("DJANGO_SECRET_KEY", os.urandom(48).hex())
+    if args.allocation == "alternate":
+        # Six runs outlast the default 60 s connection age: a reconnect mid-run would move the
+        # database backend whose CPU is measured.
+        os.environ.setdefault("DATABASE_CONN_MAX_AGE", "3600")
     if not os.environ.get("REDIS_URL") or not os.environ.get("DATABASE_URL"):
         raise SystemExit("set DATABASE_URL (PostgreSQL on this machine) and REDIS_URL")
 
