@@ -73,6 +73,9 @@ class CampaignFigures:
     judgments: int
     judgments_kept: int
     judgments_excluded: int
+    # Adaptive allocation: slots the candidates still wanting judgments may yet open, up to the
+    # policy's maximum (0 under the fixed policy).
+    slots_may_open: int = 0
 
     @property
     def candidates_in_play(self) -> int:
@@ -81,6 +84,12 @@ class CampaignFigures:
     @property
     def judgments_needed(self) -> int:
         return self.slots_total - self.slots_filled
+
+    @property
+    def judgments_needed_at_most(self) -> int:
+        """An upper bound of the kept judgments still needed: `judgments_needed` plus every slot
+        an unsettled candidate of an adaptive campaign may yet open (none for a fixed one)."""
+        return self.judgments_needed + self.slots_may_open
 
     @property
     def percent_complete(self) -> float:
@@ -112,6 +121,7 @@ FIGURE_NAMES: tuple[str, ...] = (
     "judgments_kept",
     "judgments_excluded",
     "judgments_needed",
+    "judgments_needed_at_most",
 )
 
 
@@ -121,6 +131,7 @@ def _figures_sql() -> str:
     item = AssignmentItem._meta.db_table
     assignment = Assignment._meta.db_table
     review = ReviewItem._meta.db_table
+    campaign = Campaign._meta.db_table
     in_play = "NOT cc.is_control AND NOT cc.dropped"
     # Per candidate first (judgments, live slots, a resolved review), then per campaign; each
     # per-candidate subquery is grouped on its own so no count multiplies another.
@@ -135,8 +146,12 @@ def _figures_sql() -> str:
           COALESCE(SUM(LEAST(COALESCE(j.kept, 0), cc.quota)) FILTER (WHERE {in_play}), 0),
           COALESCE(SUM(l.live) FILTER (WHERE {in_play}), 0),
           COALESCE(SUM(j.total) FILTER (WHERE NOT cc.is_control), 0),
-          COALESCE(SUM(j.kept) FILTER (WHERE NOT cc.is_control), 0)
+          COALESCE(SUM(j.kept) FILTER (WHERE NOT cc.is_control), 0),
+          COALESCE(SUM(GREATEST(0, (c.allocation ->> 'maximum')::int - cc.quota))
+                   FILTER (WHERE {in_play} AND cc.stop_reason = ''
+                           AND c.allocation ->> 'kind' = 'adaptive'), 0)
         FROM {candidate} cc
+        JOIN {campaign} c ON c.id = cc.campaign_id
         LEFT JOIN (
           SELECT campaign_candidate_id AS id, COUNT(*) AS total,
                  COUNT(*) FILTER (WHERE NOT is_excluded) AS kept
@@ -171,7 +186,7 @@ def campaigns_figures(*, campaign_ids: Iterable[int]) -> dict[int, CampaignFigur
         )
         for row in cursor.fetchall():
             (campaign_id, candidates, controls, dropped, complete, total, filled, leased,
-             judgments, kept) = (int(value) for value in row)  # fmt: skip
+             judgments, kept, may_open) = (int(value) for value in row)  # fmt: skip
             figures[campaign_id] = CampaignFigures(
                 campaign_id=campaign_id,
                 candidates=candidates,
@@ -184,6 +199,7 @@ def campaigns_figures(*, campaign_ids: Iterable[int]) -> dict[int, CampaignFigur
                 judgments=judgments,
                 judgments_kept=kept,
                 judgments_excluded=judgments - kept,
+                slots_may_open=may_open,
             )
     return figures
 
@@ -266,6 +282,9 @@ class CompletionEstimate:
     estimated: date | None
     judgments_per_day: float
     reason: str
+    # Adaptive allocation: the date by which even every slot that may still open would be in
+    # (from `judgments_needed_at_most`); None when it is the estimate itself or there is none.
+    latest: date | None = None
 
 
 def campaign_completion_estimate(
@@ -291,8 +310,14 @@ def campaign_completion_estimate(
         return CompletionEstimate(None, pace, "the campaign has no candidates")
     if pace == 0:
         return CompletionEstimate(None, pace, "no crowd judgments in the last seven days")
+    today = timezone.now().date()
     days = math.ceil(figures.judgments_needed / (recent / PACE_DAYS))
-    return CompletionEstimate(timezone.now().date() + timedelta(days=days), pace, "")
+    latest = None
+    if figures.slots_may_open:
+        latest = today + timedelta(
+            days=math.ceil(figures.judgments_needed_at_most / (recent / PACE_DAYS))
+        )
+    return CompletionEstimate(today + timedelta(days=days), pace, "", latest)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -35,6 +35,11 @@ class CampaignFiguresSerializer(serializers.Serializer):
     judgments_kept = _count("Judgments not excluded by quality control or review.")
     judgments_excluded = _count("Judgments excluded by quality control or review.")
     judgments_needed = _count("Kept judgments still needed: slots_total - slots_filled.")
+    judgments_needed_at_most = _count(
+        "Upper bound of the kept judgments still needed: judgments_needed plus, under adaptive "
+        "allocation, every slot an unsettled candidate may still open (up to the policy's "
+        "maximum); equal to judgments_needed under the fixed policy."
+    )
 
 
 class MetricDisagreementSerializer(serializers.Serializer):

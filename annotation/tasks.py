@@ -3,7 +3,7 @@ its tasks in its own `tasks.py` (names unchanged: `annotation.<task>`)."""
 
 from __future__ import annotations
 
-from annotation.crowd.tasks import expire_leases
+from annotation.crowd.tasks import allocation_redecide, expire_leases
 from annotation.imports.tasks import import_upload
 from annotation.quality.tasks import (
     after_submission,
@@ -16,6 +16,7 @@ from annotation.quality.tasks import (
 
 __all__ = [
     "after_submission",
+    "allocation_redecide",
     "calibration_run",
     "expire_leases",
     "import_upload",

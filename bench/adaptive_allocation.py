@@ -20,7 +20,7 @@
    3-rater mean equals EMScore's on VATEX-EVAL with 9 references, 0.368 (Rigel paper, Table 2,
    /work/shared/seeds/000_c090a1d314290d2f.txt lines 92-104, as docs/metrics.md quotes it).
    Policies: fixed N (2..5), adaptive (minimum, maximum, disagreement range) and adaptive + metric
-   (the same plus a metric-disagreement threshold), all decided by `annotation.quality.allocation`.
+   (the same plus a metric-disagreement threshold), all decided by `annotation.allocation`.
    Figures per policy, medians over the seeds: judgments paid per candidate, Krippendorff's α
    (ordinal, `annotation.quality.krippendorff`) of the judgments bought, Pearson r and Kendall τ_b
    of the aggregate (the mean of a candidate's ratings) with the true score, the share of
@@ -56,7 +56,7 @@ from numpy.typing import NDArray  # noqa: E402
 from provenance import write_raw  # noqa: E402
 from scipy.special import expit  # noqa: E402
 
-from annotation.quality.allocation import (  # noqa: E402
+from annotation.allocation import (  # noqa: E402
     AdaptivePolicy,
     FixedPolicy,
     Policy,

@@ -7,7 +7,9 @@ in-process (no HTTP, no gunicorn), with the production settings.
 
 It migrates the database, seeds the load benchmark's 1,000 clips x 3 candidates
 (`bench/lepus_bench_setup.py`), creates a fresh campaign, joins `--workers` workers through the
-join API and runs `--cycles` cycles (`next` + `submit`, workers in turn), reporting per cycle:
+join API and runs `--cycles` cycles (`next` + `submit`, workers in turn), reporting per cycle
+(`--allocation adaptive` gives the campaign an adaptive judgment allocation; `--allocation
+alternate` measures fixed and adaptive in turn, `--runs` times each, on fresh campaigns):
 
 * the web process's CPU (`time.process_time`), split by view with `--profile` (cProfile);
 * the database backend's CPU (utime+stime of this connection's PostgreSQL backend from /proc,
@@ -203,7 +205,12 @@ def explain_samples(connection: Any) -> dict[str, Any]:
     return explained
 
 
-def main() -> None:
+# The adaptive policy `--allocation adaptive` gives the campaign (docs/quality.md, "Judgment
+# allocation"): the simulation's defaults.
+ADAPTIVE_POLICY = {"kind": "adaptive", "minimum": 2, "maximum": 5, "disagreement_range": 2}
+
+
+def parse_arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, default=20)
     parser.add_argument("--cycles", type=int, default=600)
@@ -223,14 +230,30 @@ def main() -> None:
         "middleware stack off)",
     )
     parser.add_argument(
+        "--allocation",
+        choices=("fixed", "adaptive", "alternate"),
+        default="fixed",
+        help="the campaign's judgment allocation: fixed (3 per candidate), adaptive "
+        f"({ADAPTIVE_POLICY}), or alternate: fixed, adaptive, fixed, ... --runs times each on "
+        "fresh campaigns, reporting the median (min-max) server CPU per cycle of each",
+    )
+    parser.add_argument("--runs", type=int, default=3, help="runs of each policy (alternate)")
+    parser.add_argument(
         "--raw", action="store_true", help="write the report as a raw file (bench/provenance.py)"
     )
     parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+    return parser.parse_args()
 
+
+def main() -> None:
+    args = parse_arguments()
     for key, value in PRODUCTION_ENV.items():
         os.environ.setdefault(key, value)
     os.environ.setdefault("DJANGO_SECRET_KEY", os.urandom(48).hex())
+    if args.allocation == "alternate":
+        # Six runs outlast the default 60 s connection age: a reconnect mid-run would move the
+        # database backend whose CPU is measured.
+        os.environ.setdefault("DATABASE_CONN_MAX_AGE", "3600")
     if not os.environ.get("REDIS_URL") or not os.environ.get("DATABASE_URL"):
         raise SystemExit("set DATABASE_URL (PostgreSQL on this machine) and REDIS_URL")
 
@@ -238,22 +261,91 @@ def main() -> None:
 
     django.setup()
     counts = install_statement_counter()
-    import redis
-    from django.conf import settings
     from django.core.management import call_command
-    from django.db import connection
 
     call_command("migrate", "--noinput", "-v", "0")
     import lepus_bench_setup as setup
 
     setup.seed(clips=1000, candidates_per_clip=3, references_per_clip=10)
-    slug = f"hotpath-{int(time.time())}"
+    wsgi = Wsgi(full_stack=args.full_stack)
+    if args.allocation != "alternate":
+        report = measured_run(wsgi, args, counts, allocation=args.allocation, profile=True)
+    else:
+        report = alternated_runs(wsgi, args, counts)
+    if args.raw:
+        write_raw(
+            "crowd_hot_path",
+            {key: value for key, value in report.items() if key != "profile_top_cumulative"},
+            database=os.environ["DATABASE_URL"],
+        )
+    if args.json:
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+    else:
+        for key, value in report.items():
+            if key != "profile_top_cumulative":
+                sys.stdout.write(f"{key}: {value}\n")
+        sys.stdout.write(report.get("profile_top_cumulative", ""))
+
+
+def server_cpu(report: dict[str, Any]) -> float:
+    """The server's CPU of a cycle: the web process's plus its database backend's."""
+    return round(report["web_cpu_ms_per_cycle"] + report["database_backend_cpu_ms_per_cycle"], 3)
+
+
+def alternated_runs(wsgi: Wsgi, args: argparse.Namespace, counts: Counter[str]) -> dict[str, Any]:
+    """Fixed, adaptive, fixed, ... `--runs` times each (so a drift of the machine's load falls on
+    both), each on a fresh campaign, without the profiler; the median (min-max) of each."""
+    import statistics
+
+    runs: list[dict[str, Any]] = []
+    for _round in range(args.runs):
+        for allocation in ("fixed", "adaptive"):
+            run = measured_run(wsgi, args, counts, allocation=allocation, profile=False)
+            run["server_cpu_ms_per_cycle"] = server_cpu(run)
+            runs.append(run)
+    summary: dict[str, Any] = {}
+    for allocation in ("fixed", "adaptive"):
+        values = [run["server_cpu_ms_per_cycle"] for run in runs if run["allocation"] == allocation]
+        web = [run["web_cpu_ms_per_cycle"] for run in runs if run["allocation"] == allocation]
+        summary[allocation] = {
+            "server_cpu_ms_per_cycle_median": round(statistics.median(values), 3),
+            "server_cpu_ms_per_cycle_min_max": [min(values), max(values)],
+            "web_cpu_ms_per_cycle_median": round(statistics.median(web), 3),
+            "runs": values,
+        }
+    ratio = (
+        summary["adaptive"]["server_cpu_ms_per_cycle_median"]
+        / summary["fixed"]["server_cpu_ms_per_cycle_median"]
+    )
+    return {
+        "allocation": "alternate",
+        "adaptive_policy": ADAPTIVE_POLICY,
+        "runs_each": args.runs,
+        "server_cpu": "web process CPU + its PostgreSQL backend's CPU, per cycle (ms)",
+        "summary": summary,
+        "adaptive_over_fixed": round(ratio, 4),
+        "adaptive_within_10_percent": ratio <= 1.10,
+        "order": [run["allocation"] for run in runs],
+        "each_run": runs,
+    }
+
+
+def run_campaign(wsgi: Wsgi, *, allocation: str, workers: int) -> list[str]:
+    """A fresh campaign over the seeded clips, with this allocation; the joined workers' tokens."""
+    import lepus_bench_setup as setup
+    from django.db import connection
+
+    from annotation.crowd.services.campaigns import campaign_update
+    from annotation.models import Campaign
+
+    slug = f"hotpath-{allocation}-{time.time_ns()}"
     setup.campaign(slug=slug, judgments_per_candidate=3)
+    if allocation == "adaptive":
+        campaign_update(campaign=Campaign.objects.get(slug=slug), allocation=ADAPTIVE_POLICY)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
-    wsgi = Wsgi(full_stack=args.full_stack)
     tokens = []
-    for index in range(args.workers):
+    for index in range(workers):
         code, body = wsgi.request(
             "POST",
             f"/api/v1/campaigns/{slug}/join",
@@ -261,6 +353,23 @@ def main() -> None:
         )
         assert code == 200, (code, body)
         tokens.append(body["worker_token"])
+    return tokens
+
+
+def measured_run(
+    wsgi: Wsgi,
+    args: argparse.Namespace,
+    counts: Counter[str],
+    *,
+    allocation: str,
+    profile: bool,
+) -> dict[str, Any]:
+    """One campaign's warm-up and timed cycles, and what they cost (module docstring)."""
+    import redis
+    from django.conf import settings
+    from django.db import connection
+
+    tokens = run_campaign(wsgi, allocation=allocation, workers=args.workers)
     redis_client = redis.Redis.from_url(settings.REDIS_URL)
     broker = redis.Redis.from_url(settings.CELERY_BROKER_URL.replace("redis+socket", "unix"))
     rng = random.Random(7)
@@ -285,60 +394,100 @@ def main() -> None:
 
     for index in range(args.warm_up):
         cycle(tokens[index % len(tokens)])
-    backend_pid = None
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         backend_pid = cursor.fetchone()[0]
-    dbname = settings.DATABASES["default"]["NAME"]
-
-    def xact_commit() -> int:
-        time.sleep(1.2)  # statistics are flushed at most once a second
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_stat_clear_snapshot()")
-            cursor.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = %s", [dbname])
-            return int(cursor.fetchone()[0])
-
-    def redis_calls() -> dict[str, int]:
-        stats = redis_client.info("commandstats")
-        return {key: int(value["calls"]) for key, value in stats.items()}
-
-    def broker_messages() -> int:
-        return int(broker.llen("default"))
-
-    commits_before = xact_commit()
-    redis_before = redis_calls()
-    broker_before = broker_messages()
+    probes = _Probes(connection, redis_client, broker, settings.DATABASES["default"]["NAME"])
+    before = probes.read()
     counts.clear()
     SAMPLES.clear()
     db_before = backend_cpu_ticks(backend_pid)
     # CPU time, not wall time: waiting for PostgreSQL or Redis is not the web process's CPU.
-    profiler = cProfile.Profile(time.process_time) if args.profile or not args.json else None
+    profiler = (
+        cProfile.Profile(time.process_time) if profile and (args.profile or not args.json) else None
+    )
     cpu_before = time.process_time()
     wall_before = time.perf_counter()
     if profiler is not None:
         profiler.enable()
-    done = 0
-    for index in range(args.cycles):
-        if cycle(tokens[index % len(tokens)]):
-            done += 1
+    done = sum(1 for index in range(args.cycles) if cycle(tokens[index % len(tokens)]))
     if profiler is not None:
         profiler.disable()
     wall = time.perf_counter() - wall_before
     cpu = time.process_time() - cpu_before
     db_after = backend_cpu_ticks(backend_pid)
-    db_user, db_system = db_after[0] - db_before[0], db_after[1] - db_before[1]
     statements = dict(counts)
-    commits = xact_commit() - commits_before - 2  # the two reads of xact_commit's own snapshot
-    redis_after = redis_calls()
-    # The INFO of the 'after' read is not part of the cycles.
-    redis_delta = {
-        key: redis_after[key] - redis_before.get(key, 0)
-        for key in redis_after
-        if redis_after[key] - redis_before.get(key, 0)
-    }
-    redis_delta["cmdstat_info"] = redis_delta.get("cmdstat_info", 1) - 1
-    published = broker_messages() - broker_before
-    report: dict[str, Any] = {
+    after = probes.read()
+    report = _report(
+        args,
+        done=done,
+        cpu=cpu,
+        wall=wall,
+        db=(db_after[0] - db_before[0], db_after[1] - db_before[1]),
+        statements=statements,
+        probes=probes.delta(before, after),
+    )
+    report = {"allocation": allocation, **report}
+    if profiler is not None:
+        _profile_into(report, profiler, args, done)
+    if args.explain:
+        report["explain"] = explain_samples(connection)
+    broker.delete("default")  # nobody consumes this database's queue
+    return report
+
+
+class _Probes:
+    """Commits (pg_stat_database), Redis commands and broker messages, read before and after."""
+
+    def __init__(self, connection: Any, redis_client: Any, broker: Any, dbname: str) -> None:
+        self.connection, self.redis, self.broker, self.dbname = (
+            connection,
+            redis_client,
+            broker,
+            dbname,
+        )
+
+    def xact_commit(self) -> int:
+        time.sleep(1.2)  # statistics are flushed at most once a second
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_clear_snapshot()")
+            cursor.execute(
+                "SELECT xact_commit FROM pg_stat_database WHERE datname = %s", [self.dbname]
+            )
+            return int(cursor.fetchone()[0])
+
+    def read(self) -> tuple[int, dict[str, int], int]:
+        stats = self.redis.info("commandstats")
+        redis_calls = {key: int(value["calls"]) for key, value in stats.items()}
+        return self.xact_commit(), redis_calls, int(self.broker.llen("default"))
+
+    @staticmethod
+    def delta(
+        before: tuple[int, dict[str, int], int], after: tuple[int, dict[str, int], int]
+    ) -> dict[str, Any]:
+        commits = after[0] - before[0] - 2  # the two reads of xact_commit's own snapshot
+        redis_delta = {
+            key: after[1][key] - before[1].get(key, 0)
+            for key in after[1]
+            if after[1][key] - before[1].get(key, 0)
+        }
+        # The INFO of the 'after' read is not part of the cycles.
+        redis_delta["cmdstat_info"] = redis_delta.get("cmdstat_info", 1) - 1
+        return {"commits": commits, "redis": redis_delta, "published": after[2] - before[2]}
+
+
+def _report(
+    args: argparse.Namespace,
+    *,
+    done: int,
+    cpu: float,
+    wall: float,
+    db: tuple[int, int],
+    statements: dict[str, int],
+    probes: dict[str, Any],
+) -> dict[str, Any]:
+    db_user, db_system = db
+    return {
         "cycles": done,
         "workers": args.workers,
         "wsgi": "django WSGIHandler (full stack)" if args.full_stack else "config.wsgi.application",
@@ -351,39 +500,28 @@ def main() -> None:
             round(db_system * 1000 / CLOCK_TICKS / done, 3),
         ],
         "wall_ms_per_cycle": round(wall * 1000 / done, 3),
-        "profiled": profiler is not None,
+        "profiled": False,
         "sql_statements_per_cycle": round(sum(statements.values()) / done, 2),
         "sql_statements": {k: round(v / done, 2) for k, v in sorted(statements.items())},
-        "commits_per_cycle": round(commits / done, 2),
+        "commits_per_cycle": round(probes["commits"] / done, 2),
         "redis_commands_per_cycle": {
-            k.removeprefix("cmdstat_"): round(v / done, 2) for k, v in redis_delta.items() if v
+            k.removeprefix("cmdstat_"): round(v / done, 2) for k, v in probes["redis"].items() if v
         },
-        "broker_messages_published": published,
+        "broker_messages_published": probes["published"],
     }
-    if profiler is not None:
-        stream = io.StringIO()
-        stats = pstats.Stats(profiler, stream=stream)
-        stats.sort_stats("cumulative").print_stats(args.top)
-        report["profile_top_cumulative"] = stream.getvalue()
-        report["profile_cpu_ms_per_cycle_by_module"] = profile_by_module(stats, done)
-        if args.profile:
-            stats.dump_stats(str(args.profile))
-    if args.explain:
-        report["explain"] = explain_samples(connection)
-    broker.delete("default")  # nobody consumes this database's queue
-    if args.raw:
-        write_raw(
-            "crowd_hot_path",
-            {key: value for key, value in report.items() if key != "profile_top_cumulative"},
-            database=os.environ["DATABASE_URL"],
-        )
-    if args.json:
-        sys.stdout.write(json.dumps(report, indent=2) + "\n")
-    else:
-        for key, value in report.items():
-            if key != "profile_top_cumulative":
-                sys.stdout.write(f"{key}: {value}\n")
-        sys.stdout.write(report.get("profile_top_cumulative", ""))
+
+
+def _profile_into(
+    report: dict[str, Any], profiler: cProfile.Profile, args: argparse.Namespace, done: int
+) -> None:
+    report["profiled"] = True
+    stream = io.StringIO()
+    stats = pstats.Stats(profiler, stream=stream)
+    stats.sort_stats("cumulative").print_stats(args.top)
+    report["profile_top_cumulative"] = stream.getvalue()
+    report["profile_cpu_ms_per_cycle_by_module"] = profile_by_module(stats, done)
+    if args.profile:
+        stats.dump_stats(str(args.profile))
 
 
 if __name__ == "__main__":

@@ -13,8 +13,107 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.utils.html import format_html, format_html_join
 
-from annotation.crowd.campaign_options import OPTIONS_BY_NAME, CampaignOption, Kind
+from annotation.allocation import AdaptivePolicy
+from annotation.crowd.campaign_options import (
+    JUDGMENTS_MAX,
+    OPTIONS_BY_NAME,
+    CampaignOption,
+    Kind,
+)
+
+# The adaptive policy's settings as the page shows them: (key, label), after the policy's choice.
+_ALLOCATION_SETTINGS = (
+    ("minimum", "Minimum judgments"),
+    ("maximum", "Maximum judgments"),
+    ("disagreement_range", "Disagreement range"),
+    ("standard_error_threshold", "Standard-error threshold"),
+    ("metric_disagreement_threshold", "Metric disagreement threshold"),
+)
+_ALLOCATION_KINDS = (("fixed", "Fixed: judgments per candidate, each"), ("adaptive", "Adaptive"))
+
+
+class AllocationWidget(forms.MultiWidget):
+    """The policy's choice and the adaptive settings, each with its own label."""
+
+    def __init__(self) -> None:
+        number = {"step": "any", "min": "0"}
+        super().__init__(
+            widgets=[
+                forms.Select(choices=_ALLOCATION_KINDS),
+                forms.NumberInput(attrs={"min": "1", "max": str(JUDGMENTS_MAX)}),
+                forms.NumberInput(attrs={"min": "1", "max": str(JUDGMENTS_MAX)}),
+                forms.NumberInput(attrs={"min": "1"}),
+                forms.NumberInput(attrs=number),
+                forms.NumberInput(attrs=number),
+            ]
+        )
+
+    def decompress(self, value: Any) -> list[Any]:
+        if not isinstance(value, dict) or not value:
+            # Fixed; the boxes show the adaptive policy's defaults, ready for a switch.
+            defaults = AdaptivePolicy().as_dict()
+            return ["fixed"] + [defaults[key] for key, _label in _ALLOCATION_SETTINGS]
+        return [value.get("kind")] + [value.get(key) for key, _label in _ALLOCATION_SETTINGS]
+
+    def render(self, name: str, value: Any, attrs: Any = None, renderer: Any = None) -> Any:
+        values = value if isinstance(value, list | tuple) else self.decompress(value)
+        base_id = (attrs or {}).get("id") or f"id_{name}"
+        labels = ["Policy", *(label for _key, label in _ALLOCATION_SETTINGS)]
+        parts = []
+        for index, (widget, label) in enumerate(zip(self.widgets, labels, strict=True)):
+            widget_id = f"{base_id}_{index}"
+            shown = values[index] if index < len(values) else None
+            parts.append(
+                (
+                    widget_id,
+                    label,
+                    widget.render(f"{name}_{index}", shown, {"id": widget_id}, renderer),
+                )
+            )
+        return format_html(
+            '<div class="allocation">{}</div>',
+            format_html_join("", '<label for="{}">{}</label> {}<br>', parts),
+        )
+
+
+class AllocationField(forms.MultiValueField):
+    """The allocation setting from the page: the policy's choice and its settings. Nothing
+    posted: None (the campaign keeps its own); fixed: `{}`; adaptive: the policy's settings
+    (empty boxes take the policy's defaults, or turn an optional rule off: a threshold left
+    empty is no rule). The rules are the service's (`campaign_options`)."""
+
+    widget = AllocationWidget
+
+    def __init__(self, **kwargs: Any) -> None:
+        fields = (
+            forms.ChoiceField(choices=_ALLOCATION_KINDS, required=False),
+            forms.IntegerField(min_value=1, max_value=JUDGMENTS_MAX, required=False),
+            forms.IntegerField(min_value=1, max_value=JUDGMENTS_MAX, required=False),
+            forms.IntegerField(min_value=1, required=False),
+            forms.FloatField(required=False),
+            forms.FloatField(required=False),
+        )
+        super().__init__(fields=fields, require_all_fields=False, **kwargs)
+
+    def compress(self, data_list: list[Any]) -> dict[str, Any] | None:
+        if not data_list or not data_list[0]:
+            return None
+        if data_list[0] == "fixed":
+            return {}
+        settings = dict(
+            zip((key for key, _label in _ALLOCATION_SETTINGS), data_list[1:], strict=False)
+        )
+        # An empty minimum or maximum takes the policy's default; an empty threshold is no rule.
+        policy: dict[str, Any] = {"kind": "adaptive"}
+        for key, value in settings.items():
+            if value is not None or key not in ("minimum", "maximum"):
+                policy[key] = value
+        problem = OPTIONS_BY_NAME["allocation"].check(policy)[1]
+        if problem:
+            raise forms.ValidationError(problem)
+        return policy
 
 
 def option_rule(option: CampaignOption) -> dict[str, Any]:
@@ -46,6 +145,7 @@ _FORM_FIELDS: dict[Kind, type[forms.Field]] = {
     Kind.DECIMAL: forms.DecimalField,
     Kind.CHOICE: forms.ChoiceField,
     Kind.BOOLEAN: forms.BooleanField,
+    Kind.ALLOCATION: AllocationField,
 }
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from django.conf import settings
 
+from annotation.allocation import FixedPolicy, policy_from_dict
 from annotation.models import CampaignStatus, ErasureMode
 from annotation.questions import Rubric
 
@@ -56,6 +57,7 @@ class Kind(StrEnum):
     BOOLEAN = "boolean"
     JSON = "json"  # structured settings checked by their own services (controls, QC rules)
     QUESTIONS = "questions"  # checked by `services.campaigns.questions_clean`
+    ALLOCATION = "allocation"  # a judgment allocation policy (`annotation.allocation`)
 
 
 Bound = int | float | Decimal
@@ -123,6 +125,8 @@ class CampaignOption:
             return value, return_url_problem(value)
         if self.kind == Kind.BOOLEAN:
             return bool(value), None
+        if self.kind == Kind.ALLOCATION:
+            return _allocation_check(self, value)
         return value, None
 
 
@@ -149,6 +153,38 @@ def _code_check(option: CampaignOption, value: Any) -> tuple[Any, str | None]:
     if option.pattern and not re.fullmatch(option.pattern, text):
         return text, option.error
     return text, None
+
+
+# The largest number of judgments a candidate may get (as `judgments_per_candidate`'s maximum).
+JUDGMENTS_MAX = 100
+
+
+def _allocation_check(option: CampaignOption, value: Any) -> tuple[Any, str | None]:
+    """`{}` (or `{"kind": "fixed"}`): the fixed policy, `judgments_per_candidate` judgments each;
+    else an adaptive policy (`AdaptivePolicy.as_dict()`'s keys). Its review threshold is the
+    campaign's own: `allocation_clean` (the service) fills it in and checks the rules against it,
+    so here it is kept only as given."""
+    if not isinstance(value, Mapping):
+        return value, f"{option.error} Expected an object."
+    if not value or dict(value) == {"kind": "fixed"}:
+        return {}, None
+    given = {key: item for key, item in value.items() if key == "review_range_threshold"}
+    try:
+        # The campaign's review threshold is checked by the service; here the widest.
+        policy = policy_from_dict({**value, "review_range_threshold": SMALL_INTEGER_MAX})
+        if given:
+            policy_from_dict({"kind": "fixed", **given})  # a whole number ≥ 1
+    except ValueError as invalid:
+        return value, f"{option.error} {str(invalid)[:1].upper()}{str(invalid)[1:]}."
+    if isinstance(policy, FixedPolicy):
+        return (
+            value,
+            'The fixed policy takes judgments_per_candidate: give {} or {"kind": "fixed"}.',
+        )
+    if policy.maximum > JUDGMENTS_MAX:
+        return value, f"At most {JUDGMENTS_MAX} judgments per candidate."
+    rules = {key: item for key, item in policy.as_dict().items() if key != "review_range_threshold"}
+    return {**rules, **given}, None
 
 
 def _within(option: CampaignOption, number: Bound) -> bool:
@@ -257,6 +293,29 @@ CAMPAIGN_OPTIONS: tuple[CampaignOption, ...] = (
         maximum=100,
         default=3,
         argument=True,
+    ),
+    CampaignOption(
+        "allocation",
+        Kind.ALLOCATION,
+        error="A judgment allocation policy:",
+        default={},
+        kept_when_absent=True,
+        frozen_once_rated=True,
+        label="Judgment allocation",
+        help="How many judgments each candidate gets. {} (the default): the fixed policy, "
+        'judgments_per_candidate each. Adaptive: {"kind": "adaptive", "minimum": 2, '
+        '"maximum": 5, "disagreement_range": 2, "standard_error_threshold": null, '
+        '"metric_disagreement_threshold": null}: every candidate gets the minimum, then one more '
+        "at a time up to the maximum while its kept ratings disagree (range at least "
+        "disagreement_range), its calibrated standard error is above its threshold or the "
+        "campaign metric's score is further from the crowd's mean than its threshold plus the "
+        "metric's uncertainty (null turns a rule off). The review threshold is the campaign's "
+        "review_range_threshold. Frozen once workers have submitted judgments.",
+        page_help="Fixed: judgments per candidate, each. Adaptive: every candidate gets the "
+        "minimum; one more at a time, up to the maximum, while its ratings disagree (range at "
+        "least the disagreement range), its calibrated standard error is above the threshold, "
+        "or the campaign metric disagrees with the crowd by more than the threshold (empty: "
+        "rule off). Frozen once workers have submitted judgments.",
     ),
     CampaignOption(
         "reference_free",
@@ -477,3 +536,24 @@ def options_check(
         if problem:
             errors[option.name] = [problem]
     return clean, errors
+
+
+def allocation_clean(value: object, *, review_range_threshold: int) -> tuple[Any, str | None]:
+    """The allocation setting as stored for a campaign whose review threshold is this, and why it
+    may not be (None: it may): the table's rule, then the adaptive policy checked against the
+    campaign's own review threshold (its disagreement range must stay below it)."""
+    option = OPTIONS_BY_NAME["allocation"]
+    clean, problem = option.check(value)
+    if problem or not clean:
+        return clean, problem
+    given = clean.get("review_range_threshold", review_range_threshold)
+    if given != review_range_threshold:
+        return value, (
+            "The review threshold is the campaign's review_range_threshold "
+            f"({review_range_threshold}): leave it out."
+        )
+    try:
+        policy = policy_from_dict({**clean, "review_range_threshold": review_range_threshold})
+    except ValueError as invalid:
+        return value, f"{option.error} {str(invalid)[:1].upper()}{str(invalid)[1:]}."
+    return policy.as_dict(), None

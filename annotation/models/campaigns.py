@@ -56,7 +56,7 @@ class Campaign(models.Model):
     # Key of an explicit overall question; empty means "overall = mean of the questions".
     overall_question_key = models.CharField(max_length=50, blank=True, default="")
     judgments_per_candidate = models.PositiveSmallIntegerField(default=3)
-    # How many judgments a candidate gets (issue 28; annotation.quality.allocation): {} is the
+    # How many judgments a candidate gets (issue 28; annotation.allocation): {} is the
     # fixed policy (`judgments_per_candidate` each), else an `AdaptivePolicy.as_dict()`.
     allocation = models.JSONField(default=dict, blank=True, db_default={})
     # A metric whose scores join the adaptive "unsettled" rule and the campaign page's

@@ -36,6 +36,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from annotation.crowd.services.allocation import campaign_allocation_redecide
 from annotation.crowd.services.assignment import participation_leases_release
 from annotation.crowd.services.columns import json_text, pg_array
 from annotation.models import (
@@ -162,6 +163,9 @@ def slots_release(*, campaign: Campaign, candidate_counts: dict[int, int]) -> No
             )
         changes[candidate_id] = (clip_id, -release)
     _apply_slot_changes(campaign=campaign, changes=changes)
+    # Adaptive allocation: the kept ratings changed, so the candidates decide again (the clip and
+    # candidate rows are locked already, in the engine's order).
+    campaign_allocation_redecide(campaign=campaign, campaign_candidate_ids=list(changes))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -292,6 +296,7 @@ def judgments_include(*, campaign: Campaign, judgment_ids: Sequence[int]) -> dic
                 excluded_at=None,
             )
         _apply_slot_changes(campaign=campaign, changes=changes)
+        campaign_allocation_redecide(campaign=campaign, campaign_candidate_ids=list(changes))
     return {"included": included, "kept_out": kept_out}
 
 

@@ -52,6 +52,7 @@ class CampaignProgress(TypedDict):
     judgments_per_day: list[DayCount]
     recent_judgments_per_day: float
     estimated_completion: str | None
+    latest_completion: str | None
     no_estimate_reason: str
 
 
@@ -85,6 +86,7 @@ def campaign_progress(*, campaign: Campaign, days: int = 30) -> CampaignProgress
         "judgments_per_day": per_day,
         "recent_judgments_per_day": estimate.judgments_per_day,
         "estimated_completion": estimate.estimated.isoformat() if estimate.estimated else None,
+        "latest_completion": estimate.latest.isoformat() if estimate.latest else None,
         "no_estimate_reason": estimate.reason,
     }
 

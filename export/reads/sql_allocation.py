@@ -26,7 +26,7 @@ from typing import Any
 
 from psycopg2.extras import execute_values
 
-from annotation.quality.allocation import (
+from annotation.allocation import (
     AdaptivePolicy,
     FixedPolicy,
     allocation_decide,

@@ -9,7 +9,7 @@ import json
 import datasets
 
 from annotation.models import Campaign, CampaignCandidate, ReviewState
-from annotation.quality.allocation import AdaptivePolicy
+from annotation.allocation import AdaptivePolicy
 from tests.export.builders import aggregate, build_campaign
 from tests.export.helpers import (
     build,

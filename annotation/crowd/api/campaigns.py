@@ -82,6 +82,7 @@ class CampaignOptionsSerializer(serializers.Serializer):
     rubric = option_serializer_field("rubric")
     overall_question_key = option_serializer_field("overall_question_key")
     judgments_per_candidate = option_serializer_field("judgments_per_candidate")
+    allocation = option_serializer_field("allocation")
     reference_free = option_serializer_field("reference_free")
     lease_seconds = option_serializer_field("lease_seconds")
     min_seconds_on_clip = option_serializer_field("min_seconds_on_clip")

@@ -28,6 +28,7 @@ _SERIALIZER_FIELDS: dict[Kind, type[serializers.Field]] = {
     Kind.CHOICE: serializers.ChoiceField,
     Kind.BOOLEAN: serializers.BooleanField,
     Kind.JSON: serializers.JSONField,
+    Kind.ALLOCATION: serializers.JSONField,
 }
 
 

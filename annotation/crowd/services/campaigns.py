@@ -36,8 +36,10 @@ from annotation.crowd.campaign_options import (
     OPTIONS_BY_NAME,
     SLUG_HELP,
     SLUG_PATTERN,
+    allocation_clean,
     options_check,
 )
+from annotation.crowd.services.allocation import initial_quota
 from annotation.crowd.services.campaign_metric import (
     campaign_metric_check,
     campaign_metric_score_enqueue,
@@ -182,6 +184,41 @@ def _options_clean(options: dict[str, Any]) -> dict[str, Any]:
     return clean
 
 
+def _allocation_for(allocation: object, *, review_range_threshold: Any) -> Any:
+    """The allocation as stored for a campaign with this review threshold (its rules checked
+    against it); CampaignInvalid when it breaks them."""
+    clean, problem = allocation_clean(allocation, review_range_threshold=review_range_threshold)
+    if problem:
+        raise CampaignInvalid({"allocation": [problem]})
+    return clean
+
+
+def _allocation_changes(*, campaign: Campaign, changes: dict[str, Any]) -> dict[str, list[str]]:
+    """Bring `changes["allocation"]` to its stored form for the campaign's (new) review threshold,
+    dropping it when unchanged (a form posts the campaign's own back); a new review threshold
+    re-checks the campaign's adaptive policy. Returns the errors found."""
+    threshold = changes.get("review_range_threshold", campaign.review_range_threshold)
+    if "allocation" not in changes and not (
+        campaign.allocation and "review_range_threshold" in changes
+    ):
+        return {}
+    if OPTIONS_BY_NAME["review_range_threshold"].check(threshold)[1]:
+        return {}  # the option's own rule reports it
+    # The campaign's own policy follows a new review threshold (its stored one is the old).
+    own = {
+        key: item for key, item in campaign.allocation.items() if key != "review_range_threshold"
+    }
+    allocation = changes.get("allocation", own)
+    clean, problem = allocation_clean(allocation, review_range_threshold=threshold)
+    if problem:
+        return {"allocation": [problem]}
+    if clean == campaign.allocation:
+        changes.pop("allocation", None)
+    else:
+        changes["allocation"] = clean
+    return {}
+
+
 def _quota_problem(quota: object) -> str | None:
     """Judgments per candidate: a whole number (never a text to convert) within its bounds."""
     option = OPTIONS_BY_NAME["judgments_per_candidate"]
@@ -268,6 +305,13 @@ def campaign_create(
     if problem:
         raise CampaignInvalid({"judgments_per_candidate": [problem]})
     clean_options = _options_clean(options)
+    if clean_options.get("allocation"):
+        clean_options["allocation"] = _allocation_for(
+            clean_options["allocation"],
+            review_range_threshold=clean_options.get(
+                "review_range_threshold", OPTIONS_BY_NAME["review_range_threshold"].default
+            ),
+        )
     rubric = clean_options.setdefault("rubric", Rubric.PER_CRITERION)
     clean_questions = questions_clean(
         questions if questions is not None else default_questions(rubric), rubric=rubric
@@ -338,7 +382,7 @@ def campaign_items_add(
     """Add candidates to a campaign (skipping those already in it) and bring the clip counters up
     to date; returns how many were added. Used at creation and by `controls_generate` (QC) to add
     control items, which then flow through the engine like any candidate."""
-    quota = quota or campaign.judgments_per_candidate
+    quota = quota or initial_quota(campaign)
     wanted = list(dict.fromkeys(candidate_ids))
     if not wanted:
         return 0
@@ -447,6 +491,7 @@ def campaign_update(*, campaign: Campaign, **changes: Any) -> Campaign:
         errors["slug"] = ["The slug cannot change (worker links and invites use it)."]
     if changes.get("rubric") == campaign.rubric:
         del changes["rubric"]  # unchanged (an imported campaign's form posts its own back)
+    errors.update(_allocation_changes(campaign=campaign, changes=changes))
     rubric = changes.get("rubric", campaign.rubric)
     rubric_problem = OPTIONS_BY_NAME["rubric"].check(rubric)[1] if "rubric" in changes else None
     if rubric_problem:
@@ -502,20 +547,37 @@ def campaign_update(*, campaign: Campaign, **changes: Any) -> Campaign:
         if metric_changed:  # another metric's scores are not this one's
             campaign_metric_scores_clear(campaign=campaign)
             campaign_metric_score_enqueue(campaign=campaign)
-        if quota is not None and quota != campaign.judgments_per_candidate:
+        quota_changed = quota is not None and quota != campaign.judgments_per_candidate
+        if quota is not None:
             campaign.judgments_per_candidate = quota
-            list(
-                CampaignClip.objects.select_for_update()
-                .filter(campaign=campaign)
-                .order_by("id")
-                .values_list("id", flat=True)
-            )
-            CampaignCandidate.objects.filter(campaign=campaign, is_control=False).update(
-                quota=Greatest(quota, F("slots_taken"))
-            )
-            _clip_counters_rebuild(campaign=campaign)
+        _quotas_follow(
+            campaign=campaign,
+            quota_changed=quota_changed,
+            allocation_changed="allocation" in clean,
+        )
         campaign.save()
     return campaign
+
+
+def _quotas_follow(*, campaign: Campaign, quota_changed: bool, allocation_changed: bool) -> None:
+    """The non-control candidates' quotas after a settings change (never below what is taken):
+    a new judgments-per-candidate moves a fixed campaign's; a new allocation policy (only before
+    any crowd judgment: it is frozen after) starts every candidate afresh at its initial quota.
+    An adaptive campaign's quotas are the allocation's, whatever judgments-per-candidate says."""
+    adaptive = bool(campaign.allocation)
+    if not allocation_changed and not (quota_changed and not adaptive):
+        return
+    list(
+        CampaignClip.objects.select_for_update()
+        .filter(campaign=campaign)
+        .order_by("id")
+        .values_list("id", flat=True)
+    )
+    fresh: dict[str, Any] = {"stop_reason": "", "opened_by": []} if allocation_changed else {}
+    CampaignCandidate.objects.filter(campaign=campaign, is_control=False).update(
+        quota=Greatest(initial_quota(campaign), F("slots_taken")), **fresh
+    )
+    _clip_counters_rebuild(campaign=campaign)
 
 
 def campaign_delete(*, campaign: Campaign) -> None:

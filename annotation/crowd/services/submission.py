@@ -33,6 +33,7 @@ from django.utils import timezone
 from annotation.crowd.debouncing import after_submission_schedule
 from annotation.crowd.services import crowd_sql as sql
 from annotation.crowd.services import repeats
+from annotation.crowd.services.allocation import campaign_allocation_redecide, campaign_is_adaptive
 from annotation.crowd.services.assignment import assignment_slots_retake
 from annotation.crowd.services.offers import iso_utc
 from annotation.crowd.services.ratings import Rating, SubmitResult
@@ -320,6 +321,19 @@ class _Submit:
     digest: str
     now: datetime
 
+    def after_store(self) -> None:
+        """In the submit's transaction: an adaptive campaign decides again how many judgments
+        the rated candidates want (`services.allocation`; the clip's row lock, then its
+        candidates', after the participation and assignment locks: the engine's order). A fixed
+        campaign does nothing more here. Then the quality work is scheduled."""
+        campaign = self.participation.campaign
+        if campaign.allocation and campaign_is_adaptive(campaign):
+            campaign_allocation_redecide(
+                campaign=campaign,
+                campaign_candidate_ids=[rating["candidate_id"] for rating in self.clean.ratings],
+            )
+        after_submission_schedule(campaign_id=self.campaign_id, assignment_id=self.assignment_id)
+
 
 class _SlowPath(Exception):
     """Internal: the one-statement submit did not apply; roll back and take the detailed path."""
@@ -477,7 +491,7 @@ def _store(submit: _Submit) -> SubmitOutcome:
         f"INSERT INTO {sql.T_JUDGMENT} ({_JUDGMENT_COLUMNS}) VALUES {rows}",
         [value for row in judgment_rows for value in row],
     )
-    after_submission_schedule(campaign_id=submit.campaign_id, assignment_id=submit.assignment_id)
+    submit.after_store()
     return SubmitOutcome(result=result, created=True)
 
 
@@ -500,7 +514,7 @@ def _store_combined(submit: _Submit) -> SubmitOutcome:
     )
     if inserted != len(judgment_rows):
         raise _SlowPath()
-    after_submission_schedule(campaign_id=submit.campaign_id, assignment_id=submit.assignment_id)
+    submit.after_store()
     return SubmitOutcome(result=result, created=True)
 
 

@@ -74,6 +74,7 @@ class CampaignSettingsForm(forms.Form):
         '"description": "..."}, ...] to each question.',
     )
     judgments_per_candidate = option_form_field("judgments_per_candidate")
+    allocation = option_form_field("allocation")
     reference_free = option_form_field("reference_free")
     lease_seconds = option_form_field("lease_seconds")
     min_seconds_on_clip = option_form_field("min_seconds_on_clip")
@@ -246,7 +247,7 @@ def campaign_edit(request: HttpRequest, slug: str) -> HttpResponse:
         rubric_field.choices = Rubric.choices
         rubric_field.disabled = True
     if rated:
-        for name in ("question_preset", "rubric", "questions_json", "reference_free"):
+        for name in ("question_preset", "rubric", "questions_json", "reference_free", "allocation"):
             form.fields[name].disabled = True
             form.fields[name].help_text = "Fixed: workers have submitted judgments already."
     if request.method == "POST" and form.is_valid():

@@ -40,6 +40,12 @@ class CampaignProgressSerializer(serializers.Serializer):
         help_text="Crowd judgments a day over the last seven days (controls left out)."
     )
     estimated_completion = serializers.DateField(allow_null=True)
+    latest_completion = serializers.DateField(
+        allow_null=True,
+        help_text="Adaptive allocation: when even every slot the unsettled candidates may still "
+        "open (judgments_needed_at_most) would be in, at the same pace; null when no slot may "
+        "open beyond the estimate (the fixed policy) or there is no estimate.",
+    )
     no_estimate_reason = serializers.CharField(
         help_text="Why there is no estimate (closed, imported, complete, no recent work); empty "
         "when there is one."

@@ -48,6 +48,7 @@ UNBOUNDED = {
     "overall_question_key",
     "control_settings",
     "qc_rules",
+    "allocation",  # a policy: walked on every surface below, `test_allocation_*`
 }
 # The page's own way to give the questions, and the candidate selection at creation.
 PAGE_ONLY = {"question_preset", "questions_json"}
@@ -374,3 +375,196 @@ def test_the_bounds_the_surfaces_disagreed_on_are_the_services():
         "min_seconds_on_clip": (0, 3600),
         "reason_required_at_or_below": (0, 100),
     }
+
+
+# --- the allocation policy, walked on every surface ---------------------------------------------
+
+ADAPTIVE_STORED = {
+    "kind": "adaptive",
+    "minimum": 2,
+    "maximum": 4,
+    "disagreement_range": 1,
+    "standard_error_threshold": 0.5,
+    "metric_disagreement_threshold": None,
+    "review_range_threshold": 3,
+}
+# (value given, what is stored) or (value given, the service's message).
+ALLOCATIONS_ACCEPTED = [
+    ({}, {}),
+    ({"kind": "fixed"}, {}),
+    (
+        {"kind": "adaptive", "minimum": 2, "maximum": 4, "disagreement_range": 1,
+         "standard_error_threshold": 0.5, "metric_disagreement_threshold": None},
+        ADAPTIVE_STORED,
+    ),
+    # The campaign's own review threshold may be given back (a GET's value PATCHed again).
+    ({**ADAPTIVE_STORED}, ADAPTIVE_STORED),
+]  # fmt: skip
+ALLOCATIONS_REFUSED = [
+    ({"kind": "bandit"}, "A judgment allocation policy: Unknown allocation policy 'bandit': "
+     "fixed or adaptive."),
+    ({"kind": "fixed", "judgments": 2},
+     'The fixed policy takes judgments_per_candidate: give {} or {"kind": "fixed"}.'),
+    ({"kind": "adaptive", "minimum": 3, "maximum": 2},
+     "A judgment allocation policy: The maximum must not be below the minimum."),
+    ({"kind": "adaptive", "maximum": 101}, "At most 100 judgments per candidate."),
+    ({"kind": "adaptive", "disagreement_range": 3},
+     "A judgment allocation policy: The disagreement range lies in 1 .. review range threshold "
+     "- 1."),
+    ({"kind": "adaptive", "review_range_threshold": 4},
+     "The review threshold is the campaign's review_range_threshold (3): leave it out."),
+    ({"kind": "adaptive", "minimum": "2"},
+     "A judgment allocation policy: Minimum must be a whole number."),
+    ([], "A judgment allocation policy: Expected an object."),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("value", "stored"), ALLOCATIONS_ACCEPTED)
+def test_allocation_the_service_and_the_api_store_a_policy(curator_client, campaign, value, stored):
+    campaign_update(campaign=campaign, allocation=value)
+    campaign.refresh_from_db()
+    assert campaign.allocation == stored
+    made = campaign_create(slug=f"made-{next(_slugs)}", name="Made", allocation=value)
+    assert made.allocation == stored
+    patched = curator_client.patch(
+        f"/api/v1/campaigns/{campaign.slug}/",
+        {"allocation": value},
+        content_type="application/json",
+    )
+    assert (patched.status_code, patched.json()["allocation"]) == (200, stored)
+    posted = curator_client.post(
+        "/api/v1/campaigns/",
+        {"slug": f"posted-{next(_slugs)}", "name": "Posted", "allocation": value},
+        content_type="application/json",
+    )
+    assert (posted.status_code, posted.json()["allocation"]) == (201, stored)
+
+
+@pytest.mark.parametrize(("value", "message"), ALLOCATIONS_REFUSED)
+def test_allocation_the_service_and_the_api_refuse_a_broken_policy(
+    curator_client, campaign, value, message
+):
+    before = _settings_of(campaign)
+    with pytest.raises(CampaignInvalid) as refused:
+        campaign_update(campaign=campaign, allocation=value)
+    assert refused.value.errors == {"allocation": [message]}
+    slug = f"made-{next(_slugs)}"
+    with pytest.raises(CampaignInvalid) as refused:
+        campaign_create(slug=slug, name="Made", allocation=value)
+    assert refused.value.errors == {"allocation": [message]}
+    patched = curator_client.patch(
+        f"/api/v1/campaigns/{campaign.slug}/",
+        {"allocation": value},
+        content_type="application/json",
+    )
+    assert (patched.status_code, patched.json()) == (400, {"allocation": [message]})
+    posted = curator_client.post(
+        "/api/v1/campaigns/",
+        {"slug": slug, "name": "Posted", "allocation": value},
+        content_type="application/json",
+    )
+    assert (posted.status_code, posted.json()) == (400, {"allocation": [message]})
+    assert _settings_of(campaign) == before
+    assert not Campaign.objects.filter(slug=slug).exists()
+
+
+def _allocation_post(kind: str, *settings: object) -> dict[str, str]:
+    """The page's allocation boxes: the policy, then minimum, maximum, disagreement range,
+    standard-error threshold and metric threshold ("" for an empty box)."""
+    values = [kind, *settings]
+    return {
+        f"allocation_{index}": "" if value is None else str(value)
+        for index, value in enumerate(values)
+    }
+
+
+def _page_posts(curator_client, campaign, allocation: dict[str, str]):  # type: ignore[no-untyped-def]
+    edit_url = f"/dashboard/campaigns/{campaign.slug}/edit/"
+    edited = curator_client.get(edit_url).context["form"].initial
+    edited = {name: _posted(value) for name, value in edited.items() if name != "allocation"}
+    new = {
+        "slug": f"paged-{next(_slugs)}",
+        "name": "Paged",
+        "status": "active",
+        "question_preset": "paper",
+        "judgments_per_candidate": "3",
+        "lease_seconds": "900",
+        "min_seconds_on_clip": "0",
+        "pay_per_assignment": "0",
+        "currency": "GBP",
+    }
+    for data in (edited, new):
+        data.update(allocation)
+        for name in [name for name, value in data.items() if value == ""]:
+            if OPTIONS_BY_NAME.get(name, OPTIONS_BY_NAME["name"]).kind == Kind.BOOLEAN:
+                del data[name]
+    return (
+        curator_client.post(edit_url, edited),
+        curator_client.post("/dashboard/campaigns/new/", new),
+        new["slug"],
+    )
+
+
+def test_allocation_the_pages_store_a_policy_and_show_it_back(curator_client, campaign):
+    edit, create, slug = _page_posts(
+        curator_client, campaign, _allocation_post("adaptive", 2, 4, 1, 0.5, None)
+    )
+    assert (edit.status_code, create.status_code) == (302, 302)
+    assert _settings_of(campaign)["allocation"] == ADAPTIVE_STORED
+    assert Campaign.objects.get(slug=slug).allocation == ADAPTIVE_STORED
+    # The edit page shows the policy back, and posting it unchanged keeps it.
+    page = curator_client.get(f"/dashboard/campaigns/{campaign.slug}/edit/")
+    html = page.content.decode()
+    assert '<option value="adaptive" selected>' in html
+    assert 'name="allocation_2" value="4"' in html
+    edit, _create, _slug = _page_posts(curator_client, campaign, {})
+    assert edit.status_code == 302
+    assert _settings_of(campaign)["allocation"] == ADAPTIVE_STORED
+    # Back to fixed.
+    edit, _create, _slug = _page_posts(curator_client, campaign, _allocation_post("fixed"))
+    assert edit.status_code == 302
+    assert _settings_of(campaign)["allocation"] == {}
+
+
+def test_allocation_the_pages_refuse_a_broken_policy(curator_client, campaign):
+    before = _settings_of(campaign)
+    edit, create, slug = _page_posts(
+        curator_client, campaign, _allocation_post("adaptive", 3, 2, 1, None, None)
+    )
+    expected = {
+        "allocation": ["A judgment allocation policy: The maximum must not be below the minimum."]
+    }
+    assert (edit.status_code, edit.context["form"].errors) == (200, expected)
+    assert (create.status_code, create.context["form"].errors) == (200, expected)
+    assert _settings_of(campaign) == before
+    assert not Campaign.objects.filter(slug=slug).exists()
+
+
+def test_allocation_restarts_the_quotas_and_follows_the_review_threshold(campaign):
+    from annotation.models import CampaignCandidate
+
+    campaign_update(campaign=campaign, allocation={"kind": "adaptive", "minimum": 2, "maximum": 4})
+    assert list(
+        CampaignCandidate.objects.filter(campaign=campaign).values_list("quota", flat=True)
+    ) == [2]
+    campaign_update(campaign=campaign, judgments_per_candidate=7)  # not an adaptive quota
+    assert list(
+        CampaignCandidate.objects.filter(campaign=campaign).values_list("quota", flat=True)
+    ) == [2]
+    campaign_update(campaign=campaign, allocation={})
+    assert list(
+        CampaignCandidate.objects.filter(campaign=campaign).values_list("quota", flat=True)
+    ) == [7]
+    # A review threshold the stored policy's disagreement range would reach is refused.
+    campaign_update(campaign=campaign, allocation={"kind": "adaptive", "disagreement_range": 2})
+    with pytest.raises(CampaignInvalid) as refused:
+        campaign_update(campaign=campaign, review_range_threshold=2)
+    assert refused.value.errors == {
+        "allocation": [
+            "A judgment allocation policy: The disagreement range lies in 1 .. review range "
+            "threshold - 1."
+        ]
+    }
+    campaign_update(campaign=campaign, review_range_threshold=5)
+    campaign.refresh_from_db()
+    assert campaign.allocation["review_range_threshold"] == 5

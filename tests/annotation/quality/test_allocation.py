@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from annotation.quality.allocation import (
+from annotation.allocation import (
     AdaptivePolicy,
     Decision,
     FixedPolicy,
@@ -176,10 +176,7 @@ def test_the_policy_module_loads_without_django():
     environment = {
         key: value for key, value in os.environ.items() if key != "DJANGO_SETTINGS_MODULE"
     }
-    probe = (
-        "import json, sys; import annotation.quality.allocation; "
-        "print(json.dumps(sorted(sys.modules)))"
-    )
+    probe = "import json, sys; import annotation.allocation; print(json.dumps(sorted(sys.modules)))"
     completed = subprocess.run(
         [sys.executable, "-c", probe],
         cwd=Path(__file__).resolve().parents[3],
@@ -190,5 +187,5 @@ def test_the_policy_module_loads_without_django():
         check=True,
     )
     loaded = json.loads(completed.stdout)
-    assert "annotation.quality.allocation" in loaded
+    assert "annotation.allocation" in loaded
     assert [name for name in loaded if name.split(".")[0] in {"django", "celery"}] == []

@@ -1,10 +1,10 @@
 """Judgment allocation policies: how many judgments a candidate gets (issue 28, point 1).
 
 Pure and typed, no Django (import-linter's `allocation-plain` contract): the simulation of
-`bench/adaptive_allocation.py` runs it as is, and the slot engine is meant to call the same
-`allocation_decide` when it opens and closes slots. The slot engine does not use it yet: every
-campaign still gets its fixed quota of judgments per candidate (docs/quality.md, "Judgment
-allocation").
+`bench/adaptive_allocation.py` runs it as is, and the slot engine
+(`annotation.crowd.services.allocation`) calls the same `allocation_decide` when it opens and
+closes slots (docs/quality.md, "Judgment allocation"). It sits at the bottom of the annotation
+wings, beside `questions`, so that the crowd wing (below quality) may use it.
 
 Two policies:
 
@@ -58,7 +58,6 @@ class FixedPolicy:
             raise ValueError("the review range threshold is at least 1")
 
     def as_dict(self) -> dict[str, Any]:
-        # `kind` first, then the fields in declaration order (the stored policy's key order).
         return {"kind": self.kind, **asdict(self)}
 
 
