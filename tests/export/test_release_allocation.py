@@ -8,8 +8,8 @@ import json
 
 import datasets
 
-from annotation.models import Campaign, CampaignCandidate, ReviewState
 from annotation.allocation import AdaptivePolicy
+from annotation.models import Campaign, CampaignCandidate, ReviewState
 from tests.export.builders import aggregate, build_campaign
 from tests.export.helpers import (
     build,
