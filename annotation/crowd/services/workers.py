@@ -240,6 +240,12 @@ _CAMPAIGN_COLUMNS = (
     "redirect_url",
     "screen_out_code",
     "screen_out_redirect_url",
+    # What the submit's allocation step reads (services.allocation): loaded here rather than by
+    # one deferred-field query each per submit.
+    "allocation",
+    "judgments_per_candidate",
+    "review_range_threshold",
+    "overall_question_key",
 )
 _PARTICIPATION_COLUMNS = (
     "id",
@@ -273,6 +279,7 @@ def participation_by_token(*, token: str) -> Participation | None:
     campaign_values = dict(zip(_CAMPAIGN_COLUMNS, row[len(_PARTICIPATION_COLUMNS) :], strict=True))
     campaign_values["id"] = participation_values["campaign_id"]
     campaign_values["questions"] = crowd_sql.py_json(campaign_values["questions"])
+    campaign_values["allocation"] = crowd_sql.py_json(campaign_values["allocation"])
     participation: Participation = crowd_sql.instance(Participation, participation_values)
     participation.campaign = crowd_sql.instance(Campaign, campaign_values)
     return participation
