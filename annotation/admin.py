@@ -13,6 +13,7 @@ from annotation.crowd.campaign_options import (
     KEPT_WHEN_ABSENT,
     OPTION_FIELDS,
 )
+from annotation.crowd.services.campaign_questions import questions_clean
 from annotation.crowd.services.campaigns import (
     CampaignInvalid,
     campaign_create,
@@ -20,7 +21,6 @@ from annotation.crowd.services.campaigns import (
     campaign_slug_clean,
     campaign_update,
     candidates_select,
-    questions_clean,
 )
 from annotation.models import (
     AgreementSnapshot,

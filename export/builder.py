@@ -148,9 +148,17 @@ def build_release_files(*, release: Release, root: Path, progress: ProgressCallb
         explanations=explained,
         allocation=allocation,
     )
-    files = {**written.files, **explanation_files, **write_card(facts=facts, root=root)}
-    files["manifest.json"] = write_manifest(facts=facts, files=files, root=root)
+    output = _card_and_manifest(
+        facts=facts, files={**written.files, **explanation_files}, root=root
+    )
     timer.done("card and manifest")
+    return output
+
+
+def _card_and_manifest(*, facts: ReleaseFacts, files: dict[str, str], root: Path) -> BuildOutput:
+    """Write the card and the manifest (which lists every file, its own hash aside)."""
+    files = {**files, **write_card(facts=facts, root=root)}
+    files["manifest.json"] = write_manifest(facts=facts, files=files, root=root)
     return BuildOutput(
         files=dict(sorted(files.items())),
         total_bytes=sum((root / relative).stat().st_size for relative in files),

@@ -56,7 +56,7 @@ class Kind(StrEnum):
     URL = "url"  # a return URL (`return_url_problem`)
     BOOLEAN = "boolean"
     JSON = "json"  # structured settings checked by their own services (controls, QC rules)
-    QUESTIONS = "questions"  # checked by `services.campaigns.questions_clean`
+    QUESTIONS = "questions"  # checked by `services.campaign_questions.questions_clean`
     ALLOCATION = "allocation"  # a judgment allocation policy (`annotation.allocation`)
 
 

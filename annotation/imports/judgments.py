@@ -16,7 +16,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 
-from annotation.crowd.services.campaigns import QUESTION_KEY_PATTERN
+from annotation.crowd.services.campaign_questions import QUESTION_KEY_PATTERN
 from annotation.imports.writers import JudgmentSpec, judgment_rows_write
 from annotation.models import Campaign, CampaignStatus
 from annotation.questions import Rubric, level_values, with_levels

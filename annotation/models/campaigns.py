@@ -34,7 +34,7 @@ class Campaign(models.Model):
     `questions` is a list of {"key", "label", "help", "levels": [{"value", "label", "description"}]};
     see `annotation.questions.default_questions()` for the three criteria of the Rigel paper.
     `rubric` says whose words describe the levels (`annotation.questions.Rubric`); the levels in
-    `questions` are always that rubric's (`annotation.crowd.services.campaigns.questions_clean`).
+    `questions` are always that rubric's (`annotation.crowd.services.campaign_questions.questions_clean`).
     """
 
     slug = models.SlugField(max_length=100, unique=True)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 import psycopg2.extensions
@@ -191,14 +193,10 @@ def split_lines(
     parts = _line_parts(snapshot, schema)
     keys = schema.question_keys
     review = "COALESCE(NULLIF(o.review_state, ''), 'none')"
-    planner = ("enable_hashjoin", "enable_mergejoin", "enable_sort")
-    with snapshot.cursor() as settings_cursor:
-        for setting in planner:
-            settings_cursor.execute(f"SET LOCAL {setting} = off")
     cursor = snapshot.named_cursor(f"export_split_{split}", batch_size)
     # The lines arrive as UTF-8 bytes, written as they are: no decoding and re-encoding.
     psycopg2.extensions.register_type(psycopg2.extensions.BYTES, cursor)
-    try:
+    with _planner_keeps_order(snapshot):
         cursor.execute(
             f"""
             SELECT
@@ -254,11 +252,23 @@ def split_lines(
             """,
             {"split": split},
         )
+    return cursor
+
+
+@contextmanager
+def _planner_keeps_order(snapshot: ReleaseSnapshot) -> Iterator[None]:
+    """For the statements inside: no hash join, merge join or sort, so the plan walks the
+    (split, ord) index with nested loops and keeps file order (see `split_lines`)."""
+    planner = ("enable_hashjoin", "enable_mergejoin", "enable_sort")
+    with snapshot.cursor() as settings_cursor:
+        for setting in planner:
+            settings_cursor.execute(f"SET LOCAL {setting} = off")
+    try:
+        yield
     finally:
         with snapshot.cursor() as settings_cursor:
             for setting in planner:
                 settings_cursor.execute(f"SET LOCAL {setting} = on")
-    return cursor
 
 
 class _LineParts(NamedTuple):

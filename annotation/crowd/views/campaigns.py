@@ -15,13 +15,13 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from annotation.crowd.campaign_option_fields import option_form_field
 from annotation.crowd.campaign_options import CHOSEN_RUBRICS, KEPT_WHEN_ABSENT, OPTION_FIELDS
+from annotation.crowd.services.campaign_questions import questions_without_levels
 from annotation.crowd.services.campaigns import (
     CampaignInvalid,
     campaign_create,
     campaign_has_crowd_judgments,
     campaign_update,
     campaigns_with_counts,
-    questions_without_levels,
 )
 from annotation.crowd.services.payments import (
     payments_full_csv,
