@@ -128,6 +128,7 @@ def sql_figures(slug: str) -> dict[str, Any]:
     figures["candidates_in_play"] = figures["candidates"] - figures["candidates_dropped"]
     figures["judgments_kept"] = figures["judgments"] - figures["judgments_excluded"]
     figures["judgments_needed"] = figures["slots_total"] - figures["slots_filled"]
+    figures["judgments_needed_at_most"] = figures["judgments_needed"] + _slots_may_open(slug)
     in_play_count = figures["candidates_in_play"]
     figures["percent_complete"] = (
         round(100 * figures["candidates_complete"] / in_play_count, 1) if in_play_count else 0.0
@@ -138,6 +139,24 @@ def sql_figures(slug: str) -> dict[str, Any]:
         else 0.0
     )
     return figures
+
+
+def _slots_may_open(slug: str) -> int:
+    """docs/figures.md: under adaptive allocation, Σ (maximum − quota) over the candidates in play
+    still wanting judgments (`stop_reason` empty); nothing under the fixed policy."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""SELECT c.allocation::text, cc.quota, cc.stop_reason {CANDIDATES}
+                AND cc.is_control = false AND cc.dropped = false""",
+            [slug],
+        )
+        rows = cursor.fetchall()
+    total = 0
+    for allocation, quota, stop_reason in rows:
+        policy = json.loads(allocation) if allocation else {}
+        if policy.get("kind") == "adaptive" and not stop_reason:
+            total += max(0, policy["maximum"] - quota)
+    return total
 
 
 def sql_latest_alpha(slug: str) -> dict[str, tuple[float | None, float | None, int]]:
