@@ -26,8 +26,10 @@ from annotation.models import (
     Judgment,
     StopReason,
 )
+from annotation.quality.aggregation import aggregation_recompute
 from common.tasks import publish_now, task_named
 from tests.annotation.crowd_factories import all_candidate_ratings, crowd_campaign, crowd_join
+from tests.export.helpers import build, jsonl_records
 from tests.support.processes import wait_until
 
 NEXT = "/api/v1/worker/assignments/next"
@@ -395,3 +397,40 @@ def test_the_figures_count_the_open_quota_and_bound_what_may_still_open(curator_
     # No crowd pace problem here: the two judgments are today's, so both dates exist.
     assert summary["estimated_completion"] is not None
     assert summary["latest_completion"] >= summary["estimated_completion"]
+
+
+@pytest.mark.django_db
+def test_the_release_records_what_the_flow_decided():
+    """End to end: the worker API drives two adaptive campaigns (raters who agree, raters who
+    split by 2 on every clip), aggregation finalises them, and the release's records carry each
+    candidate's kept judgments, stop reason and opened_by as the slot engine left them."""
+    agree = crowd_campaign(slug="agree", clips=2, candidates_per_clip=2, allocation=ADAPTIVE)
+    split = crowd_campaign(slug="split", clips=2, candidates_per_clip=2, allocation=ADAPTIVE)
+    for campaign, values in ((agree, (4, 4, 4)), (split, (4, 2, 3, 3, 3, 3))):
+        for n, value in enumerate(values):
+            client = _client(crowd_join(campaign, f"{campaign.slug}-{n}")[0])
+            while _rate(client, value) is not None:
+                pass
+        aggregation_recompute(campaign=campaign)
+    expected = {
+        item.candidate.external_id: (item.kept_judgments, item.stop_reason, item.opened_by)
+        for item in CampaignCandidate.objects.filter(campaign__in=[agree, split]).select_related(
+            "candidate"
+        )
+    }
+    # What the engine decided: agreeing raters stop at the minimum, split ones at the maximum.
+    assert sorted(
+        {(kept, reason, tuple(opened)) for kept, reason, opened in expected.values()}
+    ) == [
+        (2, StopReason.SETTLED, ()),
+        (5, StopReason.MAXIMUM, ("range",)),
+    ]
+    assert all(item.is_finalised for item in CampaignCandidate.objects.filter(campaign=split))
+    release = build(campaigns=[agree, split], seed=3)
+    records = [
+        record for name in ("train", "validation") for record in jsonl_records(release, name)
+    ]
+    assert {
+        record["candidate_id"]: (record["judgments"], record["stop_reason"], record["opened_by"])
+        for record in records
+    } == expected
