@@ -287,13 +287,9 @@ def test_the_api_keeps_the_rule(curator_client, campaign, probe):
     assert not Campaign.objects.filter(slug=slug).exists()
 
 
-@pytest.mark.parametrize("probe", [probe for probe in PROBES if probe.option.on_page], ids=str)
-def test_the_pages_keep_the_rule(curator_client, campaign, probe):
-    before = _settings_of(campaign)
-    edit_url = f"/dashboard/campaigns/{campaign.slug}/edit/"
-    edited = curator_client.get(edit_url).context["form"].initial
-    edited = {name: _posted(value) for name, value in edited.items()}
-    new = {
+def _new_campaign_form() -> dict[str, str]:
+    """The new-campaign page's required fields, under a fresh slug."""
+    return {
         "slug": f"paged-{next(_slugs)}",
         "name": "Paged",
         "status": "active",
@@ -304,6 +300,15 @@ def test_the_pages_keep_the_rule(curator_client, campaign, probe):
         "pay_per_assignment": "0",
         "currency": "GBP",
     }
+
+
+@pytest.mark.parametrize("probe", [probe for probe in PROBES if probe.option.on_page], ids=str)
+def test_the_pages_keep_the_rule(curator_client, campaign, probe):
+    before = _settings_of(campaign)
+    edit_url = f"/dashboard/campaigns/{campaign.slug}/edit/"
+    edited = curator_client.get(edit_url).context["form"].initial
+    edited = {name: _posted(value) for name, value in edited.items()}
+    new = _new_campaign_form()
     for data in (edited, new):
         data[probe.option.name] = _posted(probe.value)
         if _with_levels(probe):
@@ -482,17 +487,7 @@ def _page_posts(curator_client, campaign, allocation: dict[str, str]):  # type: 
     edit_url = f"/dashboard/campaigns/{campaign.slug}/edit/"
     edited = curator_client.get(edit_url).context["form"].initial
     edited = {name: _posted(value) for name, value in edited.items() if name != "allocation"}
-    new = {
-        "slug": f"paged-{next(_slugs)}",
-        "name": "Paged",
-        "status": "active",
-        "question_preset": "paper",
-        "judgments_per_candidate": "3",
-        "lease_seconds": "900",
-        "min_seconds_on_clip": "0",
-        "pay_per_assignment": "0",
-        "currency": "GBP",
-    }
+    new = _new_campaign_form()
     for data in (edited, new):
         data.update(allocation)
         for name in [name for name, value in data.items() if value == ""]:
