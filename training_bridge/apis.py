@@ -24,6 +24,7 @@ from common.api import (
     validated,
 )
 from common.models import JobStatus
+from common.routes import route
 from training_bridge import selectors
 from training_bridge.metrics.plugins import METRIC_NAMES
 from training_bridge.models import (
@@ -186,6 +187,7 @@ class ScoreRequestSerializer(serializers.ModelSerializer):
 # --- training runs ----------------------------------------------------------------------------
 
 
+@route("training/runs", name="run-list")
 class TrainingRunListApi(APIView):
     @extend_schema(
         operation_id="training_runs_list",
@@ -240,6 +242,7 @@ class TrainingRunListApi(APIView):
         return Response(TrainingRunDetailSerializer(run).data, status=status.HTTP_201_CREATED)
 
 
+@route("training/runs/<int:run_id>", name="run-detail")
 class TrainingRunDetailApi(APIView):
     @extend_schema(operation_id="training_runs_retrieve", responses=TrainingRunDetailSerializer)
     def get(self, request: Request, run_id: int) -> Response:
@@ -268,12 +271,14 @@ def _transition(run_id: int, service: Callable[..., TrainingRun]) -> Response:
     return Response(TrainingRunSerializer(run).data)
 
 
+@route("training/runs/<int:run_id>/cancel", name="run-cancel")
 class TrainingRunCancelApi(APIView):
     @_transition_schema("training_runs_cancel", "cancel")
     def post(self, request: Request, run_id: int) -> Response:
         return _transition(run_id, training_run_cancel)
 
 
+@route("training/runs/<int:run_id>/resume", name="run-resume")
 class TrainingRunResumeApi(APIView):
     @_transition_schema("training_runs_resume", "resume")
     def post(self, request: Request, run_id: int) -> Response:
@@ -283,6 +288,7 @@ class TrainingRunResumeApi(APIView):
 # --- scoring ----------------------------------------------------------------------------------
 
 
+@route("score", name="score")
 class ScoreCreateApi(APIView):
     throttle_classes = [FailOpenScopedRateThrottle]
     throttle_scope = "score"
@@ -327,6 +333,7 @@ class ScoreCreateApi(APIView):
         return Response(ScoreRequestSerializer(score_request).data, status=code)
 
 
+@route("score/<int:request_id>", name="score-detail")
 class ScoreDetailApi(APIView):
     @extend_schema(operation_id="score_retrieve", responses=ScoreRequestSerializer)
     def get(self, request: Request, request_id: int) -> Response:
@@ -413,6 +420,7 @@ class RigelEvaluationSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+@route("training/evaluations", name="evaluation-list")
 class RigelEvaluationListApi(APIView):
     @extend_schema(
         operation_id="training_evaluations_create",
@@ -452,6 +460,7 @@ class RigelEvaluationListApi(APIView):
         return Response(RigelEvaluationSerializer(evaluation).data, status=status.HTTP_201_CREATED)
 
 
+@route("training/evaluations/<int:evaluation_id>", name="evaluation-detail")
 class RigelEvaluationDetailApi(APIView):
     @extend_schema(
         operation_id="training_evaluations_retrieve", responses=RigelEvaluationSerializer
@@ -463,6 +472,7 @@ class RigelEvaluationDetailApi(APIView):
         return Response(RigelEvaluationSerializer(evaluation).data)
 
 
+@route("training/metrics-leaderboard", name="metrics-leaderboard")
 class MetricLeaderboardApi(APIView):
     @extend_schema(
         operation_id="training_metrics_leaderboard_retrieve",

@@ -38,6 +38,7 @@ from annotation.quality.selectors import (
     review_queue,
 )
 from common.api import ErrorSerializer, FieldErrorsSerializer, validated
+from common.routes import route
 
 
 class ReviewItemSerializer(serializers.ModelSerializer):
@@ -84,6 +85,7 @@ class ReviewQueueSerializer(serializers.Serializer):
     items = ReviewItemSerializer(many=True)
 
 
+@route("campaigns/<slug:slug>/review", name="review-queue")
 class ReviewQueueApi(APIView):
     @extend_schema(
         tags=TAG,
@@ -107,6 +109,7 @@ class ReviewQueueApi(APIView):
         return Response(ReviewQueueSerializer({**counts, "items": items}).data)
 
 
+@route("campaigns/<slug:slug>/review/claim-next", name="review-claim-next")
 class ReviewClaimNextApi(APIView):
     @extend_schema(
         tags=TAG,
@@ -201,6 +204,7 @@ def _detail_payload(item: ReviewItem) -> ReviewDetailPayload:
     }
 
 
+@route("campaigns/<slug:slug>/review/<int:item_id>", name="review-detail")
 class ReviewDetailApi(APIView):
     @extend_schema(
         tags=TAG,
@@ -239,12 +243,14 @@ ReviewClaimApi = _hold_change_api(
     change=review_claim,
     refused="Someone else is reviewing this item, or it is resolved.",
 )
+route("campaigns/<slug:slug>/review/<int:item_id>/claim", name="review-claim")(ReviewClaimApi)
 ReviewReleaseApi = _hold_change_api(
     name="ReviewReleaseApi",
     operation="review_release",
     change=review_release,
     refused="You do not hold this item.",
 )
+route("campaigns/<slug:slug>/review/<int:item_id>/release", name="review-release")(ReviewReleaseApi)
 
 
 class JudgmentExclusionSerializer(serializers.Serializer):
@@ -264,6 +270,7 @@ class ResolveInputSerializer(serializers.Serializer):
     note = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
 
 
+@route("campaigns/<slug:slug>/review/<int:item_id>/resolve", name="review-resolve")
 class ReviewResolveApi(APIView):
     @extend_schema(
         tags=TAG,

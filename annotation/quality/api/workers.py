@@ -21,6 +21,7 @@ from annotation.quality.api.base import TAG, campaign_or_404, participation_or_4
 from annotation.quality.exclusions import worker_exclude, worker_include
 from annotation.quality.selectors import WORKER_SORTS, statistic_explanations, worker_rows
 from common.api import ErrorSerializer, validated
+from common.routes import route
 
 
 class FlagSerializer(serializers.Serializer):
@@ -78,6 +79,7 @@ class WorkerListSerializer(serializers.Serializer):
     workers = WorkerRowSerializer(many=True)
 
 
+@route("campaigns/<slug:slug>/quality/workers", name="quality-workers")
 class WorkerListApi(APIView):
     @extend_schema(
         tags=TAG,
@@ -174,6 +176,10 @@ WorkerExcludeApi = _worker_change_api(
     ),
     counts=lambda outcome: {"judgments_excluded": outcome.judgments_excluded},
 )
+route(
+    "campaigns/<slug:slug>/quality/workers/<int:participation_id>/exclude",
+    name="quality-worker-exclude",
+)(WorkerExcludeApi)
 WorkerIncludeApi = _worker_change_api(
     name="WorkerIncludeApi",
     body=IncludeInputSerializer,
@@ -187,3 +193,7 @@ WorkerIncludeApi = _worker_change_api(
         "judgments_kept_out": outcome.judgments_kept_out,
     },
 )
+route(
+    "campaigns/<slug:slug>/quality/workers/<int:participation_id>/include",
+    name="quality-worker-include",
+)(WorkerIncludeApi)
