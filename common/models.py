@@ -59,6 +59,8 @@ class Job(models.Model):
 
     class Meta:
         abstract = True
+        # Newest first; the id orders jobs created in the same instant.
+        ordering = ["-created_at", "-id"]
         constraints = [
             models.CheckConstraint(
                 condition=models.Q(progress__gte=0.0) & models.Q(progress__lte=1.0),

@@ -306,8 +306,5 @@ class VideoAttachJob(Job):
     # What matching found: files seen, unmatched files, clips skipped (already ready, in progress).
     summary = models.JSONField(default=dict, blank=True)
 
-    class Meta(Job.Meta):
-        ordering = ["-created_at", "-id"]
-
     def __str__(self) -> str:
         return f"video job {self.pk} ({self.status}, {self.done}/{self.total})"

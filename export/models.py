@@ -70,7 +70,6 @@ class Release(Job):
     objects = ReleaseQuerySet.as_manager()  # type: ignore[misc]  # narrows Job.objects
 
     class Meta(Job.Meta):
-        ordering = ["-created_at", "-id"]
         constraints = [
             *Job.Meta.constraints,
             models.CheckConstraint(condition=~Q(name=""), name="release_name_not_empty"),

@@ -94,7 +94,6 @@ class TrainingRun(Job):
     chain_token = models.CharField(max_length=32, blank=True, default="")
 
     class Meta(Job.Meta):
-        ordering = ["-created_at", "-id"]
         constraints = [
             *Job.Meta.constraints,
             models.CheckConstraint(condition=~Q(backbone=""), name="training_run_backbone_set"),
@@ -171,9 +170,6 @@ class ScoreRequest(Job):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
 
-    class Meta(Job.Meta):
-        ordering = ["-created_at", "-id"]
-
     def __str__(self) -> str:
         return f"score request {self.pk} ({len(self.items)} items, run {self.run_id})"
 
@@ -220,9 +216,6 @@ class RigelEvaluation(Job):
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-
-    class Meta(Job.Meta):
-        ordering = ["-created_at", "-id"]
 
     def __str__(self) -> str:
         return f"Rigel evaluation {self.pk} (runs {self.runs} on campaign {self.campaign_id})"

@@ -39,9 +39,6 @@ class ImportUpload(Job):
     # {"file", "line", "column", "field", "message"} of a refused file; empty otherwise.
     rejection = models.JSONField(default=dict, blank=True)
 
-    class Meta(Job.Meta):
-        ordering = ["-created_at", "-id"]
-
     def __str__(self) -> str:
         return f"import {self.pk} ({self.kind}, {self.file_name}, {self.status})"
 
