@@ -10,6 +10,15 @@ from django.db import models
 from django.utils import timezone
 
 
+def user_reference() -> models.ForeignKey[Any, Any]:
+    """The user who asked for or did something (requested, created, claimed, resolved): optional,
+    set to NULL when that user is deleted so the record outlives the account, and no reverse
+    accessor on the user."""
+    return models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+
 class JobStatus(models.TextChoices):
     QUEUED = "queued", "Queued"
     RUNNING = "running", "Running"
