@@ -4,7 +4,8 @@ resume training runs; score (clip, references, candidate) triples with a finishe
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from django.conf import settings
@@ -52,8 +53,13 @@ MAX_LIST = 100
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-def _django_errors(error: DjangoValidationError) -> ValidationError:
-    return ValidationError({"detail": error.messages})
+@contextmanager
+def _refusals_as_400() -> Iterator[None]:
+    """A service's refusal (Django's `ValidationError`) becomes a 400 with its messages."""
+    try:
+        yield
+    except DjangoValidationError as error:
+        raise ValidationError({"detail": error.messages}) from error
 
 
 # --- serializers ------------------------------------------------------------------------------
@@ -224,7 +230,7 @@ class TrainingRunListApi(APIView):
         release = Release.objects.filter(pk=data["release"]).first()
         if release is None:
             raise ValidationError({"release": ["no such release"]})
-        try:
+        with _refusals_as_400():
             run = training_run_create(
                 release=release,
                 backbone=data.get("backbone") or None,
@@ -237,8 +243,6 @@ class TrainingRunListApi(APIView):
                 trigger=TrainingTrigger.API,
                 created_by=request.user,
             )
-        except DjangoValidationError as error:
-            raise _django_errors(error)
         return Response(TrainingRunDetailSerializer(run).data, status=status.HTTP_201_CREATED)
 
 
@@ -315,14 +319,12 @@ class ScoreCreateApi(APIView):
         run = TrainingRun.objects.filter(pk=data["run"]).first()
         if run is None:
             raise ValidationError({"run": ["no such run"]})
-        try:
+        with _refusals_as_400():
             score_request = score_request_create(
                 run=run,
                 items=[dict(item) for item in data["items"]],
                 created_by=request.user,
             )
-        except DjangoValidationError as error:
-            raise _django_errors(error)
         deadline = time.monotonic() + min(int(data["wait"]), settings.LEPUS_SCORE_MAX_WAIT)
         while time.monotonic() < deadline:
             score_request.refresh_from_db(fields=["status", "scores", "error", "finished_at"])
@@ -444,7 +446,7 @@ class RigelEvaluationListApi(APIView):
         lines = data.get("foil_pairs") or data.get("foil_paragraphs")
         if lines:
             foil_file = "".join(json.dumps(line, sort_keys=True) + "\n" for line in lines).encode()
-        try:
+        with _refusals_as_400():
             evaluation = rigel_evaluation_create(
                 run_ids=data["runs"],
                 campaign=campaign,
@@ -455,8 +457,6 @@ class RigelEvaluationListApi(APIView):
                 metrics=data.get("metrics"),
                 created_by=request.user,
             )
-        except DjangoValidationError as error:
-            raise _django_errors(error)
         return Response(RigelEvaluationSerializer(evaluation).data, status=status.HTTP_201_CREATED)
 
 
