@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import Model
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
@@ -51,6 +52,7 @@ from training_bridge.services.rigel_benchmark import (
 MAX_LIST = 100
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+_M = TypeVar("_M", bound=Model)
 
 
 @contextmanager
@@ -60,6 +62,14 @@ def _refusals_as_400() -> Iterator[None]:
         yield
     except DjangoValidationError as error:
         raise ValidationError({"detail": error.messages}) from error
+
+
+def _named_row(model: type[_M], field: str, **lookup: Any) -> _M:
+    """The row the request body's `field` names, or a 400 on that field ("no such <field>")."""
+    row = model._default_manager.filter(**lookup).first()
+    if row is None:
+        raise ValidationError({field: [f"no such {field}"]})
+    return row
 
 
 # --- serializers ------------------------------------------------------------------------------
@@ -227,9 +237,7 @@ class TrainingRunListApi(APIView):
         from export.models import Release
 
         data = validated(TrainingRunCreateSerializer, request)
-        release = Release.objects.filter(pk=data["release"]).first()
-        if release is None:
-            raise ValidationError({"release": ["no such release"]})
+        release = _named_row(Release, "release", pk=data["release"])
         with _refusals_as_400():
             run = training_run_create(
                 release=release,
@@ -316,9 +324,7 @@ class ScoreCreateApi(APIView):
                 {"items": [f"at most {settings.LEPUS_SCORE_MAX_ITEMS} items per request"]}
             )
         data = validated(ScoreCreateSerializer, request)
-        run = TrainingRun.objects.filter(pk=data["run"]).first()
-        if run is None:
-            raise ValidationError({"run": ["no such run"]})
+        run = _named_row(TrainingRun, "run", pk=data["run"])
         with _refusals_as_400():
             score_request = score_request_create(
                 run=run,
@@ -437,9 +443,7 @@ class RigelEvaluationListApi(APIView):
         from annotation.models import Campaign
 
         data = validated(RigelEvaluationCreateSerializer, request)
-        campaign = Campaign.objects.filter(slug=data["campaign"]).first()
-        if campaign is None:
-            raise ValidationError({"campaign": ["no such campaign"]})
+        campaign = _named_row(Campaign, "campaign", slug=data["campaign"])
         foil_file = None
         if data.get("foil_pairs") and data.get("foil_paragraphs"):
             raise ValidationError({"foil_paragraphs": ["give foil_pairs or foil_paragraphs"]})
