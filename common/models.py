@@ -10,6 +10,15 @@ from django.db import models
 from django.utils import timezone
 
 
+def user_reference() -> models.ForeignKey[Any, Any]:
+    """The user who asked for or did something (requested, created, claimed, resolved): optional,
+    set to NULL when that user is deleted so the record outlives the account, and no reverse
+    accessor on the user."""
+    return models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+
 class JobStatus(models.TextChoices):
     QUEUED = "queued", "Queued"
     RUNNING = "running", "Running"
@@ -59,6 +68,8 @@ class Job(models.Model):
 
     class Meta:
         abstract = True
+        # Newest first; the id orders jobs created in the same instant.
+        ordering = ["-created_at", "-id"]
         constraints = [
             models.CheckConstraint(
                 condition=models.Q(progress__gte=0.0) & models.Q(progress__lte=1.0),

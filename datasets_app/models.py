@@ -7,7 +7,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from common.models import Job
+from common.models import Job, user_reference
 
 
 class CaptioningSystem(models.Model):
@@ -294,9 +294,7 @@ class VideoAttachJob(Job):
     `ready` succeeded and `failed` ended in the clip's error state."""
 
     directory = models.CharField(max_length=1000)
-    requested_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
+    requested_by = user_reference()
     force = models.BooleanField(default=False)
     clip_ids = models.JSONField(default=list, blank=True)
     total = models.PositiveIntegerField(default=0)
@@ -305,9 +303,6 @@ class VideoAttachJob(Job):
     failed = models.PositiveIntegerField(default=0)
     # What matching found: files seen, unmatched files, clips skipped (already ready, in progress).
     summary = models.JSONField(default=dict, blank=True)
-
-    class Meta(Job.Meta):
-        ordering = ["-created_at", "-id"]
 
     def __str__(self) -> str:
         return f"video job {self.pk} ({self.status}, {self.done}/{self.total})"

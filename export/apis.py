@@ -25,6 +25,7 @@ from rest_framework.views import APIView
 from annotation.models import Campaign
 from common.api import ErrorSerializer, FieldErrorsSerializer, validated
 from common.models import JobStatus
+from common.routes import route
 from export.licences import DEFAULT_JUDGMENT_LICENSE, JudgmentLicense
 from export.models import Release
 from export.selectors import ReleaseFile, release_compare, release_files, release_list
@@ -148,6 +149,7 @@ ActionResultSerializer = inline_serializer(
 )
 
 
+@route("releases/", name="releases")
 class ReleaseListCreateApi(APIView):
     @extend_schema(
         operation_id="releases_list",
@@ -194,6 +196,7 @@ class ReleaseListCreateApi(APIView):
         return Response(ReleaseSerializer(release).data, status=status.HTTP_202_ACCEPTED)
 
 
+@route("releases/<int:release_id>/", name="release")
 class ReleaseDetailApi(APIView):
     @extend_schema(operation_id="releases_retrieve", responses=ReleaseDetailSerializer)
     def get(self, request: Request, release_id: int) -> Response:
@@ -201,6 +204,7 @@ class ReleaseDetailApi(APIView):
         return Response(ReleaseDetailSerializer(release).data)
 
 
+@route("releases/<int:release_id>/compare/<int:other_id>/", name="compare")
 class ReleaseCompareApi(APIView):
     @extend_schema(
         operation_id="releases_compare",
@@ -259,12 +263,14 @@ def _action_schema(
     )
 
 
+@route("releases/<int:release_id>/rerun/", name="rerun")
 @_action_schema("releases_rerun", "Not failed or cancelled.")
 class ReleaseRerunApi(_ReleaseActionApi):
     change = staticmethod(release_rerun)
     refusal = "only failed or cancelled releases can be re-run"
 
 
+@route("releases/<int:release_id>/cancel/", name="cancel")
 @_action_schema("releases_cancel", "Not queued or running.")
 class ReleaseCancelApi(_ReleaseActionApi):
     change = staticmethod(release_cancel)

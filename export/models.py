@@ -6,12 +6,11 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
 from annotation.models import Campaign, CampaignCandidate
-from common.models import Job, JobQuerySet, JobStatus
+from common.models import Job, JobQuerySet, JobStatus, user_reference
 from datasets_app.models import CandidateCaption, Clip
 from export.licences import DEFAULT_JUDGMENT_LICENSE, JudgmentLicense
 
@@ -63,14 +62,11 @@ class Release(Job):
     previous = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
+    created_by = user_reference()
 
     objects = ReleaseQuerySet.as_manager()  # type: ignore[misc]  # narrows Job.objects
 
     class Meta(Job.Meta):
-        ordering = ["-created_at", "-id"]
         constraints = [
             *Job.Meta.constraints,
             models.CheckConstraint(condition=~Q(name=""), name="release_name_not_empty"),

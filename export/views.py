@@ -13,6 +13,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from common.forms import form_created
 from common.permissions import curator_required
+from common.routes import route
 from export.download import release_zip_folder, release_zip_stream
 from export.forms import ReleaseForm
 from export.models import Release
@@ -37,12 +38,14 @@ def _list_context(request: HttpRequest, form: ReleaseForm) -> dict[str, Any]:
     }
 
 
+@route("", name="list")
 @require_GET
 @curator_required
 def release_list_page(request: HttpRequest) -> HttpResponse:
     return render(request, "export/release_list.html", _list_context(request, ReleaseForm()))
 
 
+@route("new/", name="create")
 @require_POST
 @curator_required
 def release_create_page(request: HttpRequest) -> HttpResponse:
@@ -56,6 +59,7 @@ def release_create_page(request: HttpRequest) -> HttpResponse:
     return redirect("export:detail", release_id=release.pk)
 
 
+@route("<int:release_id>/", name="detail")
 @require_GET
 @curator_required
 def release_detail_page(request: HttpRequest, release_id: int) -> HttpResponse:
@@ -92,6 +96,7 @@ def release_detail_page(request: HttpRequest, release_id: int) -> HttpResponse:
     )
 
 
+@route("<int:release_id>/compare/<int:other_id>/", name="compare")
 @require_GET
 @curator_required
 def release_compare_page(request: HttpRequest, release_id: int, other_id: int) -> HttpResponse:
@@ -112,6 +117,7 @@ def release_compare_page(request: HttpRequest, release_id: int, other_id: int) -
     )
 
 
+@route("<int:release_id>/download.zip", name="download")
 @require_GET
 @curator_required
 def release_download(request: HttpRequest, release_id: int) -> HttpResponse:
@@ -150,8 +156,10 @@ release_rerun_page = _release_action_page(
     done="Release {pk} is queued again.",
     refused="Only failed or cancelled releases can be re-run.",
 )
+route("<int:release_id>/rerun/", name="rerun")(release_rerun_page)
 release_cancel_page = _release_action_page(
     release_cancel,
     done="Release {pk}: cancellation requested.",
     refused="Only queued or running releases can be cancelled.",
 )
+route("<int:release_id>/cancel/", name="cancel")(release_cancel_page)

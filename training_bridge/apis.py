@@ -4,11 +4,13 @@ resume training runs; score (clip, references, candidate) triples with a finishe
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import Model
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
@@ -24,6 +26,7 @@ from common.api import (
     validated,
 )
 from common.models import JobStatus
+from common.routes import route
 from training_bridge import selectors
 from training_bridge.metrics.plugins import METRIC_NAMES
 from training_bridge.models import (
@@ -49,10 +52,24 @@ from training_bridge.services.rigel_benchmark import (
 MAX_LIST = 100
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+_M = TypeVar("_M", bound=Model)
 
 
-def _django_errors(error: DjangoValidationError) -> ValidationError:
-    return ValidationError({"detail": error.messages})
+@contextmanager
+def _refusals_as_400() -> Iterator[None]:
+    """A service's refusal (Django's `ValidationError`) becomes a 400 with its messages."""
+    try:
+        yield
+    except DjangoValidationError as error:
+        raise ValidationError({"detail": error.messages}) from error
+
+
+def _named_row(model: type[_M], field: str, **lookup: Any) -> _M:
+    """The row the request body's `field` names, or a 400 on that field ("no such <field>")."""
+    row = model._default_manager.filter(**lookup).first()
+    if row is None:
+        raise ValidationError({field: [f"no such {field}"]})
+    return row
 
 
 # --- serializers ------------------------------------------------------------------------------
@@ -186,6 +203,7 @@ class ScoreRequestSerializer(serializers.ModelSerializer):
 # --- training runs ----------------------------------------------------------------------------
 
 
+@route("training/runs", name="run-list")
 class TrainingRunListApi(APIView):
     @extend_schema(
         operation_id="training_runs_list",
@@ -219,10 +237,8 @@ class TrainingRunListApi(APIView):
         from export.models import Release
 
         data = validated(TrainingRunCreateSerializer, request)
-        release = Release.objects.filter(pk=data["release"]).first()
-        if release is None:
-            raise ValidationError({"release": ["no such release"]})
-        try:
+        release = _named_row(Release, "release", pk=data["release"])
+        with _refusals_as_400():
             run = training_run_create(
                 release=release,
                 backbone=data.get("backbone") or None,
@@ -235,11 +251,10 @@ class TrainingRunListApi(APIView):
                 trigger=TrainingTrigger.API,
                 created_by=request.user,
             )
-        except DjangoValidationError as error:
-            raise _django_errors(error)
         return Response(TrainingRunDetailSerializer(run).data, status=status.HTTP_201_CREATED)
 
 
+@route("training/runs/<int:run_id>", name="run-detail")
 class TrainingRunDetailApi(APIView):
     @extend_schema(operation_id="training_runs_retrieve", responses=TrainingRunDetailSerializer)
     def get(self, request: Request, run_id: int) -> Response:
@@ -268,12 +283,14 @@ def _transition(run_id: int, service: Callable[..., TrainingRun]) -> Response:
     return Response(TrainingRunSerializer(run).data)
 
 
+@route("training/runs/<int:run_id>/cancel", name="run-cancel")
 class TrainingRunCancelApi(APIView):
     @_transition_schema("training_runs_cancel", "cancel")
     def post(self, request: Request, run_id: int) -> Response:
         return _transition(run_id, training_run_cancel)
 
 
+@route("training/runs/<int:run_id>/resume", name="run-resume")
 class TrainingRunResumeApi(APIView):
     @_transition_schema("training_runs_resume", "resume")
     def post(self, request: Request, run_id: int) -> Response:
@@ -283,6 +300,7 @@ class TrainingRunResumeApi(APIView):
 # --- scoring ----------------------------------------------------------------------------------
 
 
+@route("score", name="score")
 class ScoreCreateApi(APIView):
     throttle_classes = [FailOpenScopedRateThrottle]
     throttle_scope = "score"
@@ -306,17 +324,13 @@ class ScoreCreateApi(APIView):
                 {"items": [f"at most {settings.LEPUS_SCORE_MAX_ITEMS} items per request"]}
             )
         data = validated(ScoreCreateSerializer, request)
-        run = TrainingRun.objects.filter(pk=data["run"]).first()
-        if run is None:
-            raise ValidationError({"run": ["no such run"]})
-        try:
+        run = _named_row(TrainingRun, "run", pk=data["run"])
+        with _refusals_as_400():
             score_request = score_request_create(
                 run=run,
                 items=[dict(item) for item in data["items"]],
                 created_by=request.user,
             )
-        except DjangoValidationError as error:
-            raise _django_errors(error)
         deadline = time.monotonic() + min(int(data["wait"]), settings.LEPUS_SCORE_MAX_WAIT)
         while time.monotonic() < deadline:
             score_request.refresh_from_db(fields=["status", "scores", "error", "finished_at"])
@@ -327,6 +341,7 @@ class ScoreCreateApi(APIView):
         return Response(ScoreRequestSerializer(score_request).data, status=code)
 
 
+@route("score/<int:request_id>", name="score-detail")
 class ScoreDetailApi(APIView):
     @extend_schema(operation_id="score_retrieve", responses=ScoreRequestSerializer)
     def get(self, request: Request, request_id: int) -> Response:
@@ -413,6 +428,7 @@ class RigelEvaluationSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+@route("training/evaluations", name="evaluation-list")
 class RigelEvaluationListApi(APIView):
     @extend_schema(
         operation_id="training_evaluations_create",
@@ -427,16 +443,14 @@ class RigelEvaluationListApi(APIView):
         from annotation.models import Campaign
 
         data = validated(RigelEvaluationCreateSerializer, request)
-        campaign = Campaign.objects.filter(slug=data["campaign"]).first()
-        if campaign is None:
-            raise ValidationError({"campaign": ["no such campaign"]})
+        campaign = _named_row(Campaign, "campaign", slug=data["campaign"])
         foil_file = None
         if data.get("foil_pairs") and data.get("foil_paragraphs"):
             raise ValidationError({"foil_paragraphs": ["give foil_pairs or foil_paragraphs"]})
         lines = data.get("foil_pairs") or data.get("foil_paragraphs")
         if lines:
             foil_file = "".join(json.dumps(line, sort_keys=True) + "\n" for line in lines).encode()
-        try:
+        with _refusals_as_400():
             evaluation = rigel_evaluation_create(
                 run_ids=data["runs"],
                 campaign=campaign,
@@ -447,11 +461,10 @@ class RigelEvaluationListApi(APIView):
                 metrics=data.get("metrics"),
                 created_by=request.user,
             )
-        except DjangoValidationError as error:
-            raise _django_errors(error)
         return Response(RigelEvaluationSerializer(evaluation).data, status=status.HTTP_201_CREATED)
 
 
+@route("training/evaluations/<int:evaluation_id>", name="evaluation-detail")
 class RigelEvaluationDetailApi(APIView):
     @extend_schema(
         operation_id="training_evaluations_retrieve", responses=RigelEvaluationSerializer
@@ -463,6 +476,7 @@ class RigelEvaluationDetailApi(APIView):
         return Response(RigelEvaluationSerializer(evaluation).data)
 
 
+@route("training/metrics-leaderboard", name="metrics-leaderboard")
 class MetricLeaderboardApi(APIView):
     @extend_schema(
         operation_id="training_metrics_leaderboard_retrieve",

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from common.models import Job, JobStatus
+from common.models import Job, JobStatus, user_reference
 
 STEP_NAMES = ("teacher", "phase1", "phase2", "evaluate")
 
@@ -61,9 +60,7 @@ class TrainingRun(Job):
     trigger = models.CharField(
         max_length=12, choices=TrainingTrigger.choices, default=TrainingTrigger.DASHBOARD
     )
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
+    created_by = user_reference()
 
     # Where the run is.
     phase = models.CharField(
@@ -94,7 +91,6 @@ class TrainingRun(Job):
     chain_token = models.CharField(max_length=32, blank=True, default="")
 
     class Meta(Job.Meta):
-        ordering = ["-created_at", "-id"]
         constraints = [
             *Job.Meta.constraints,
             models.CheckConstraint(condition=~Q(backbone=""), name="training_run_backbone_set"),
@@ -167,12 +163,7 @@ class ScoreRequest(Job):
     # [{"clip": "<clip id>", "references": [...] | null, "candidate": "..."}]
     items = models.JSONField(default=list)
     scores = models.JSONField(default=list, blank=True)
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-
-    class Meta(Job.Meta):
-        ordering = ["-created_at", "-id"]
+    created_by = user_reference()
 
     def __str__(self) -> str:
         return f"score request {self.pk} ({len(self.items)} items, run {self.run_id})"
@@ -217,12 +208,7 @@ class RigelEvaluation(Job):
     # A user-supplied FOIL file (JSON Lines), stored; empty: foils generated from the campaign.
     foil_key = models.CharField(max_length=300, blank=True, default="")
     result = models.JSONField(default=dict, blank=True)
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-
-    class Meta(Job.Meta):
-        ordering = ["-created_at", "-id"]
+    created_by = user_reference()
 
     def __str__(self) -> str:
         return f"Rigel evaluation {self.pk} (runs {self.runs} on campaign {self.campaign_id})"
@@ -247,9 +233,7 @@ class MetricEvaluation(models.Model):
     fitted = models.JSONField(default=dict)
     # {"train": {kendall_b, ...}, "test": {...}, "leakage": {"shared_clips": 0}, ...}
     result = models.JSONField(default=dict)
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
+    created_by = user_reference()
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

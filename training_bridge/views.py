@@ -17,6 +17,7 @@ from common import storage
 from common.forms import form_created
 from common.models import JobStatus
 from common.permissions import curator_required
+from common.routes import route
 from training_bridge import selectors
 from training_bridge.charts import line_chart
 from training_bridge.forms import TrainingRunForm
@@ -59,12 +60,14 @@ def _run_list_page(
     )
 
 
+@route("", name="run-list")
 @require_GET
 @curator_required
 def run_list(request: HttpRequest) -> HttpResponse:
     return _run_list_page(request, TrainingRunForm())
 
 
+@route("start/", name="run-start")
 @require_POST
 @curator_required
 def run_start(request: HttpRequest) -> HttpResponse:
@@ -97,6 +100,7 @@ def _artifact_links(run: TrainingRun) -> list[dict[str, str]]:
     return links
 
 
+@route("<int:run_id>/", name="run-detail")
 @require_GET
 @curator_required
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
@@ -140,12 +144,14 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     )
 
 
+@route("<int:run_id>/cancel/", name="run-cancel")
 @require_POST
 @curator_required
 def run_cancel(request: HttpRequest, run_id: int) -> HttpResponse:
     return _run_action(request, run_id, training_run_cancel, "Cancellation of run {} requested.")
 
 
+@route("<int:run_id>/resume/", name="run-resume")
 @require_POST
 @curator_required
 def run_resume(request: HttpRequest, run_id: int) -> HttpResponse:
@@ -167,6 +173,7 @@ def _run_action(
     return redirect("training_bridge:run-detail", run_id=run.pk)
 
 
+@route("compare/", name="run-compare")
 @require_GET
 @curator_required
 def run_compare(request: HttpRequest) -> HttpResponse:
@@ -228,6 +235,7 @@ def _uploaded_foil_file(request: HttpRequest) -> bytes | None:
     return upload.read(FOIL_MAX_BYTES + 1)
 
 
+@route("evaluations/start/", name="evaluation-start")
 @require_POST
 @curator_required
 def evaluation_start(request: HttpRequest) -> HttpResponse:
@@ -265,6 +273,7 @@ def evaluation_start(request: HttpRequest) -> HttpResponse:
     return redirect("training_bridge:evaluation-detail", evaluation_id=evaluation.pk)
 
 
+@route("evaluations/<int:evaluation_id>/", name="evaluation-detail")
 @require_GET
 @curator_required
 def evaluation_detail(request: HttpRequest, evaluation_id: int) -> HttpResponse:
@@ -294,6 +303,7 @@ def evaluation_detail(request: HttpRequest, evaluation_id: int) -> HttpResponse:
 # --- the Metrics leaderboard --------------------------------------------------------------------
 
 
+@route("metrics/", name="metrics-leaderboard")
 @require_GET
 @curator_required
 def metrics_leaderboard(request: HttpRequest) -> HttpResponse:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
 from annotation.models.campaigns import Campaign, CampaignCandidate
 from annotation.models.crowd import Participation
 from annotation.models.quality import QCRun
-from common.models import Job
+from common.models import Job, user_reference
 
 
 class CalibrationRun(Job):
@@ -23,9 +22,7 @@ class CalibrationRun(Job):
     qc_run = models.ForeignKey(
         QCRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="calibration_runs"
     )
-    requested_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
+    requested_by = user_reference()
     summary = models.JSONField(default=dict, blank=True)
 
     class Meta(Job.Meta):

@@ -7,12 +7,12 @@ are the last line of defence against over-assignment and repeated clips.
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
 from annotation.questions import Rubric
+from common.models import user_reference
 from datasets_app.models import CandidateCaption, Clip
 
 
@@ -105,9 +105,7 @@ class Campaign(models.Model):
     selection = models.JSONField(
         default=dict, blank=True, help_text="How the candidates were selected, for the record."
     )
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
+    created_by = user_reference()
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.db import models
 
-from common.models import Job
+from common.models import Job, user_reference
 
 # --- Uploads on the import page (annotation.imports.uploads) ------------------------------------
 
@@ -31,16 +30,11 @@ class ImportUpload(Job):
     storage_key = models.CharField(max_length=500)
     campaign_slug = models.CharField(max_length=50, blank=True, default="")
     file_format = models.CharField(max_length=8, blank=True, default="")
-    requested_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
+    requested_by = user_reference()
     # The importer's result (ImportResult.as_dict(), or the video jobs an archive queued).
     result = models.JSONField(default=dict, blank=True)
     # {"file", "line", "column", "field", "message"} of a refused file; empty otherwise.
     rejection = models.JSONField(default=dict, blank=True)
-
-    class Meta(Job.Meta):
-        ordering = ["-created_at", "-id"]
 
     def __str__(self) -> str:
         return f"import {self.pk} ({self.kind}, {self.file_name}, {self.status})"

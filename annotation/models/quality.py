@@ -3,14 +3,13 @@ and its audit log."""
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
 from annotation.models.campaigns import Campaign, CampaignCandidate
 from annotation.models.crowd import Participation
-from common.models import Job
+from common.models import Job, user_reference
 
 
 class WorkerQCStats(models.Model):
@@ -42,13 +41,9 @@ class WorkerExclusion(models.Model):
     rules = models.JSONField(default=list)
     detail = models.JSONField(default=dict, blank=True)
     judgments_excluded = models.PositiveIntegerField(default=0)
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
+    created_by = user_reference()
     created_at = models.DateTimeField(default=timezone.now)
-    reversed_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
+    reversed_by = user_reference()
     reversed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -59,9 +54,7 @@ class QCRun(Job):
     """A full QC recompute of a campaign (statistics, rules, agreement, review, aggregation)."""
 
     campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="qc_runs")
-    requested_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
+    requested_by = user_reference()
     summary = models.JSONField(default=dict, blank=True)
 
     class Meta(Job.Meta):
@@ -102,13 +95,9 @@ class ReviewItem(models.Model):
     rating_range = models.PositiveSmallIntegerField()
     # Higher first: the worst disagreement is reviewed first.
     priority = models.FloatField(default=0.0, db_index=True)
-    claimed_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
+    claimed_by = user_reference()
     claimed_at = models.DateTimeField(null=True, blank=True)
-    resolved_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
+    resolved_by = user_reference()
     resolved_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -141,9 +130,7 @@ class AuditEntry(models.Model):
     review_item = models.ForeignKey(
         ReviewItem, null=True, blank=True, on_delete=models.CASCADE, related_name="audit_entries"
     )
-    actor = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
+    actor = user_reference()
     action = models.CharField(max_length=20, choices=ReviewAction.choices)
     target = models.CharField(
         max_length=100,

@@ -50,12 +50,14 @@ from annotation.quality.selectors import (
 )
 from common import storage
 from common.permissions import curator_required
+from common.routes import route
 
 
 def _campaign(slug: str) -> Campaign:
     return get_object_or_404(Campaign, slug=slug)
 
 
+@route("campaigns/<slug:slug>/", name="campaign-detail")
 @require_GET
 @curator_required
 def campaign_detail(request: HttpRequest, slug: str) -> HttpResponse:
@@ -92,6 +94,7 @@ def campaign_detail(request: HttpRequest, slug: str) -> HttpResponse:
     return render(request, "annotation/dashboard/campaign_detail.html", context)
 
 
+@route("campaigns/<slug:slug>/qc-runs/", name="quality-run")
 @require_POST
 @curator_required
 def qc_run_create(request: HttpRequest, slug: str) -> HttpResponse:
@@ -106,6 +109,7 @@ def qc_run_create(request: HttpRequest, slug: str) -> HttpResponse:
 # ----------------------------------------------------------------------------------------------
 
 
+@route("campaigns/<slug:slug>/workers/", name="quality-workers")
 @require_GET
 @curator_required
 def workers(request: HttpRequest, slug: str) -> HttpResponse:
@@ -161,6 +165,9 @@ def _participation(campaign: Campaign, participation_id: int) -> Participation:
     return get_object_or_404(Participation, pk=participation_id, campaign=campaign)
 
 
+@route(
+    "campaigns/<slug:slug>/workers/<int:participation_id>/exclude/", name="quality-worker-exclude"
+)
 @require_POST
 @curator_required
 def worker_exclude_view(request: HttpRequest, slug: str, participation_id: int) -> HttpResponse:
@@ -179,6 +186,9 @@ def worker_exclude_view(request: HttpRequest, slug: str, participation_id: int) 
     return redirect(reverse("annotation:quality-workers", kwargs={"slug": campaign.slug}))
 
 
+@route(
+    "campaigns/<slug:slug>/workers/<int:participation_id>/include/", name="quality-worker-include"
+)
 @require_POST
 @curator_required
 def worker_include_view(request: HttpRequest, slug: str, participation_id: int) -> HttpResponse:
@@ -201,6 +211,7 @@ def worker_include_view(request: HttpRequest, slug: str, participation_id: int) 
 # ----------------------------------------------------------------------------------------------
 
 
+@route("campaigns/<slug:slug>/review/", name="review-queue")
 @require_GET
 @curator_required
 def review_queue_view(request: HttpRequest, slug: str) -> HttpResponse:
@@ -222,6 +233,7 @@ def review_queue_view(request: HttpRequest, slug: str) -> HttpResponse:
     )
 
 
+@route("campaigns/<slug:slug>/review/claim-next/", name="review-claim-next")
 @require_POST
 @curator_required
 def review_claim_next_view(request: HttpRequest, slug: str) -> HttpResponse:
@@ -332,6 +344,7 @@ def _review_item_page(
     )
 
 
+@route("campaigns/<slug:slug>/review/<int:item_id>/", name="review-item")
 @require_GET
 @curator_required
 def review_item_view(request: HttpRequest, slug: str, item_id: int) -> HttpResponse:
@@ -339,6 +352,7 @@ def review_item_view(request: HttpRequest, slug: str, item_id: int) -> HttpRespo
     return _review_item_page(request, campaign, _review_item(campaign, item_id))
 
 
+@route("campaigns/<slug:slug>/review/<int:item_id>/claim/", name="review-claim")
 @require_POST
 @curator_required
 def review_claim_view(request: HttpRequest, slug: str, item_id: int) -> HttpResponse:
@@ -349,6 +363,7 @@ def review_claim_view(request: HttpRequest, slug: str, item_id: int) -> HttpResp
     return redirect("annotation:review-item", slug=campaign.slug, item_id=item.pk)
 
 
+@route("campaigns/<slug:slug>/review/<int:item_id>/release/", name="review-release")
 @require_POST
 @curator_required
 def review_release_view(request: HttpRequest, slug: str, item_id: int) -> HttpResponse:
@@ -359,6 +374,7 @@ def review_release_view(request: HttpRequest, slug: str, item_id: int) -> HttpRe
     return redirect("annotation:review-queue", slug=campaign.slug)
 
 
+@route("campaigns/<slug:slug>/review/<int:item_id>/resolve/", name="review-resolve")
 @require_POST
 @curator_required
 def review_resolve_view(request: HttpRequest, slug: str, item_id: int) -> HttpResponse:
@@ -415,6 +431,7 @@ def review_resolve_view(request: HttpRequest, slug: str, item_id: int) -> HttpRe
     return redirect("annotation:review-item", slug=campaign.slug, item_id=item.pk)
 
 
+@route("campaigns/<slug:slug>/audit/<int:entry_id>/undo/", name="audit-undo")
 @require_POST
 @curator_required
 def audit_undo_view(request: HttpRequest, slug: str, entry_id: int) -> HttpResponse:
@@ -433,6 +450,7 @@ def audit_undo_view(request: HttpRequest, slug: str, entry_id: int) -> HttpRespo
     return redirect("annotation:audit-log", slug=campaign.slug)
 
 
+@route("campaigns/<slug:slug>/audit/", name="audit-log")
 @require_GET
 @curator_required
 def audit_log(request: HttpRequest, slug: str) -> HttpResponse:
@@ -455,6 +473,7 @@ def audit_log(request: HttpRequest, slug: str) -> HttpResponse:
 # ----------------------------------------------------------------------------------------------
 
 
+@route("campaigns/<slug:slug>/leaderboard/", name="leaderboard")
 @require_GET
 @curator_required
 def leaderboard(request: HttpRequest, slug: str) -> HttpResponse:

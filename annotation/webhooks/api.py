@@ -20,6 +20,7 @@ from annotation.webhooks.services import (
 )
 from common.api import ErrorSerializer, FieldErrorsSerializer, validated
 from common.models import WebhookDelivery, WebhookEndpoint
+from common.routes import route
 from common.webhooks import EVENTS
 
 
@@ -83,6 +84,7 @@ def _context(endpoints: list[WebhookEndpoint]) -> dict[str, Any]:
     return {"slugs": campaign_slugs({e.campaign_id for e in endpoints if e.campaign_id})}
 
 
+@route("webhooks/", name="endpoints")
 class EndpointListCreateApi(APIView):
     @extend_schema(operation_id="webhooks_list", responses={200: EndpointSerializer(many=True)})
     def get(self, request: Request) -> Response:
@@ -112,6 +114,7 @@ class EndpointListCreateApi(APIView):
         return Response(body, status=status.HTTP_201_CREATED)
 
 
+@route("webhooks/<int:endpoint_id>/", name="endpoint")
 class EndpointDetailApi(APIView):
     @extend_schema(
         operation_id="webhooks_retrieve",
@@ -127,6 +130,7 @@ class EndpointDetailApi(APIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+@route("webhooks/<int:endpoint_id>/rotate/", name="rotate")
 class EndpointRotateApi(APIView):
     @extend_schema(
         operation_id="webhooks_rotate_secret",
@@ -141,6 +145,7 @@ class EndpointRotateApi(APIView):
         return Response({"secret": endpoint_rotate(endpoint)})
 
 
+@route("webhooks/<int:endpoint_id>/deliveries/", name="deliveries")
 class DeliveryListApi(APIView):
     @extend_schema(
         operation_id="webhooks_deliveries",
@@ -152,6 +157,7 @@ class DeliveryListApi(APIView):
         return Response(DeliverySerializer(deliveries, many=True).data)
 
 
+@route("webhooks/deliveries/<int:delivery_id>/redeliver/", name="redeliver")
 class DeliveryRedeliverApi(APIView):
     @extend_schema(
         operation_id="webhooks_redeliver",

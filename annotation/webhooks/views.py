@@ -26,6 +26,7 @@ from annotation.webhooks.services import (
 from common.forms import form_created
 from common.models import WebhookDelivery, WebhookEndpoint
 from common.permissions import curator_required
+from common.routes import route
 from common.webhooks import EVENTS, demo_receiver_url
 
 
@@ -58,12 +59,14 @@ def _list(request: HttpRequest, form: EndpointForm, status: int = 200) -> HttpRe
     )
 
 
+@route("", name="list")
 @require_GET
 @curator_required
 def webhook_list_page(request: HttpRequest) -> HttpResponse:
     return _list(request, EndpointForm())
 
 
+@route("new/", name="create")
 @require_POST
 @curator_required
 def webhook_create_page(request: HttpRequest) -> HttpResponse:
@@ -84,6 +87,7 @@ def webhook_create_page(request: HttpRequest) -> HttpResponse:
     return redirect("webhooks:detail", endpoint_id=endpoint.pk)
 
 
+@route("<int:endpoint_id>/", name="detail")
 @require_GET
 @curator_required
 def webhook_detail_page(request: HttpRequest, endpoint_id: int) -> HttpResponse:
@@ -96,6 +100,7 @@ def webhook_detail_page(request: HttpRequest, endpoint_id: int) -> HttpResponse:
     )
 
 
+@route("<int:endpoint_id>/rotate/", name="rotate")
 @require_POST
 @curator_required
 def webhook_rotate_page(request: HttpRequest, endpoint_id: int) -> HttpResponse:
@@ -108,6 +113,7 @@ def webhook_rotate_page(request: HttpRequest, endpoint_id: int) -> HttpResponse:
     return redirect("webhooks:detail", endpoint_id=endpoint.pk)
 
 
+@route("deliveries/<int:delivery_id>/redeliver/", name="redeliver")
 @require_POST
 @curator_required
 def webhook_redeliver_page(request: HttpRequest, delivery_id: int) -> HttpResponse:
@@ -124,6 +130,7 @@ def _demo_receiver_or_404() -> str:
     return url
 
 
+@route("demo-receiver/deliver/", name="demo-receiver-deliver")
 @csrf_exempt  # Lepus's own worker posts here, signed; there is no session to forge
 @require_POST
 def demo_receiver_deliver(request: HttpRequest) -> HttpResponse:
@@ -133,6 +140,7 @@ def demo_receiver_deliver(request: HttpRequest) -> HttpResponse:
     return JsonResponse({"received": record["id"], "signature_valid": record["signature_valid"]})
 
 
+@route("demo-receiver/", name="demo-receiver")
 @require_GET
 @curator_required
 def demo_receiver_page(request: HttpRequest) -> HttpResponse:

@@ -78,28 +78,28 @@ def backbone_needs(name: str) -> BackboneNeeds:
             memory="a few hundred MB; runs on a CPU in minutes",
         )
     if name in RANDOM_LARGE_BACKBONES:
-        return BackboneNeeds(
-            name=name,
-            is_large=True,
-            weights="built from random weights on the worker (for benchmarks; scores mean nothing)",
-            weights_found=None,
-            memory=LARGE_BACKBONE_MEMORY,
-        )
+        weights = "built from random weights on the worker (for benchmarks; scores mean nothing)"
+        return _large_backbone_needs(name, weights=weights, weights_found=None)
     path = Path(name)
     if path.is_absolute():
-        return BackboneNeeds(
-            name=name,
-            is_large=True,
+        return _large_backbone_needs(
+            name,
             weights=f"in the folder {name} on the training worker",
             weights_found=(path / "config.json").is_file(),
-            memory=LARGE_BACKBONE_MEMORY,
         )
+    weights = (
+        "in the Hugging Face cache (HF_HOME) of the training worker, or a local folder given as "
+        "the backbone; nothing is downloaded"
+    )
+    return _large_backbone_needs(name, weights=weights, weights_found=_in_hub_cache(name))
+
+
+def _large_backbone_needs(name: str, *, weights: str, weights_found: bool | None) -> BackboneNeeds:
     return BackboneNeeds(
         name=name,
         is_large=True,
-        weights="in the Hugging Face cache (HF_HOME) of the training worker, or a local folder "
-        "given as the backbone; nothing is downloaded",
-        weights_found=_in_hub_cache(name),
+        weights=weights,
+        weights_found=weights_found,
         memory=LARGE_BACKBONE_MEMORY,
     )
 

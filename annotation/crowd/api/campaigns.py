@@ -28,6 +28,7 @@ from annotation.figures import campaigns_with_figures
 from annotation.figures_serializer import CampaignFiguresSerializer
 from annotation.models import Campaign
 from common.api import ErrorSerializer, FieldErrorsSerializer, validated
+from common.routes import route
 
 
 class CampaignSerializer(serializers.ModelSerializer):
@@ -159,6 +160,7 @@ def _option_values(data: Mapping[str, Any]) -> dict[str, Any]:
     return values
 
 
+@route("campaigns/", name="campaign-list")
 class CampaignListApi(APIView):
     @extend_schema(
         operation_id="campaign_list",
@@ -196,6 +198,7 @@ class CampaignListApi(APIView):
         return _campaign_response(campaign, status_code=status.HTTP_201_CREATED)
 
 
+@route("campaigns/<slug:slug>/", name="campaign-detail")
 class CampaignDetailApi(APIView):
     @extend_schema(operation_id="campaign_read", tags=["campaigns"], responses=CampaignSerializer)
     def get(self, request: Request, slug: str) -> Response:
@@ -236,6 +239,7 @@ class CampaignDetailApi(APIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+@route("campaigns/<slug:slug>/invites", name="campaign-invite-create")
 class CampaignInviteApi(APIView):
     @extend_schema(
         operation_id="campaign_invite_create",
@@ -264,6 +268,7 @@ class CampaignInviteApi(APIView):
         return Response(InviteOutputSerializer(body).data, status=status.HTTP_201_CREATED)
 
 
+@route("campaigns/<slug:slug>/payments", name="campaign-payments")
 class CampaignPaymentsApi(APIView):
     @extend_schema(
         operation_id="campaign_payments",

@@ -48,6 +48,7 @@ from common.api import (
     FieldErrorsSerializer,
     validated,
 )
+from common.routes import route
 from common.storage import StorageUnavailable
 
 # --- throttles ---------------------------------------------------------------------------------
@@ -287,6 +288,7 @@ class _WorkerApi(APIView):
 # --- views -------------------------------------------------------------------------------------
 
 
+@route("campaigns/<slug:slug>/join", name="campaign-join")
 class CampaignJoinApi(APIView):
     authentication_classes: list[Any] = []
     permission_classes = [AllowAny]
@@ -369,6 +371,7 @@ class CampaignJoinApi(APIView):
         return Response({"worker_token": joined.worker_token}, status=status.HTTP_200_OK)
 
 
+@route("worker/assignments/next", name="worker-assignment-next")
 class AssignmentNextApi(_WorkerApi):
     throttle_classes = [NextThrottle]
 
@@ -407,6 +410,7 @@ class AssignmentNextApi(_WorkerApi):
         return Response(payload)
 
 
+@route("worker/assignments/<int:assignment_id>/submit", name="worker-assignment-submit")
 class AssignmentSubmitApi(_WorkerApi):
     throttle_classes = [SubmitThrottle]
 
@@ -478,6 +482,7 @@ class AssignmentSubmitApi(_WorkerApi):
         )
 
 
+@route("worker/me", name="worker-me")
 class WorkerMeApi(_WorkerApi):
     throttle_classes = [MeThrottle]
 

@@ -35,6 +35,7 @@ from annotation.models import Campaign
 from annotation.questions import DEFAULT_QUESTIONS, OVERALL_ONLY_QUESTIONS, Rubric
 from common.parsers import JSONInvalid, json_parse
 from common.permissions import curator_required
+from common.routes import route
 from datasets_app.models import CaptioningSystem, ImportBatch
 
 
@@ -167,6 +168,7 @@ def _apply_errors(form: forms.Form, invalid: CampaignInvalid) -> None:
 # --- pages -------------------------------------------------------------------------------------
 
 
+@route("", name="campaign-list")
 @require_GET
 @curator_required
 def campaign_list(request: HttpRequest) -> HttpResponse:
@@ -176,6 +178,7 @@ def campaign_list(request: HttpRequest) -> HttpResponse:
     return render(request, "annotation/campaigns/list.html", {"campaigns": campaigns})
 
 
+@route("campaigns.csv", name="campaign-list-csv")
 @require_GET
 @curator_required
 def campaign_list_csv(request: HttpRequest) -> HttpResponse:
@@ -187,6 +190,7 @@ def campaign_list_csv(request: HttpRequest) -> HttpResponse:
     return response
 
 
+@route("campaigns/new/", name="campaign-create")
 @require_http_methods(["GET", "POST"])
 @curator_required
 def campaign_new(request: HttpRequest) -> HttpResponse:
@@ -219,6 +223,7 @@ def campaign_new(request: HttpRequest) -> HttpResponse:
     )
 
 
+@route("campaigns/<slug:slug>/edit/", name="campaign-edit")
 @require_http_methods(["GET", "POST"])
 @curator_required
 def campaign_edit(request: HttpRequest, slug: str) -> HttpResponse:
@@ -278,6 +283,7 @@ class InviteForm(forms.Form):
     valid_days = forms.IntegerField(min_value=1, max_value=365, initial=14)
 
 
+@route("campaigns/<slug:slug>/links/", name="campaign-links")
 @require_http_methods(["GET", "POST"])
 @curator_required
 def campaign_links(request: HttpRequest, slug: str) -> HttpResponse:
@@ -312,6 +318,7 @@ def campaign_links(request: HttpRequest, slug: str) -> HttpResponse:
     return render(request, "annotation/campaigns/links.html", context)
 
 
+@route("campaigns/<slug:slug>/payments.csv", name="campaign-payments-csv")
 @require_GET
 @curator_required
 def campaign_payments_csv(request: HttpRequest, slug: str) -> HttpResponse:

@@ -32,10 +32,12 @@ from annotation.models import Campaign
 from annotation.selectors import campaign_modalities
 from common.parsers import JSONInvalid, json_parse
 from common.permissions import curator_required
+from common.routes import route
 
 MAX_BODY_BYTES = 256 * 1024
 
 
+@route("campaigns/<slug:slug>/preview/", name="preview")
 @require_GET
 @curator_required
 def campaign_preview(request: HttpRequest, slug: str) -> HttpResponse:
@@ -115,6 +117,7 @@ def _with_session(
 # request to ride on: the signed token in a header is the only credential, hence csrf_exempt.
 
 
+@route("campaigns/<slug:slug>/preview/join", name="preview-join")
 @csrf_exempt
 @require_POST
 def preview_join(request: HttpRequest, slug: str) -> JsonResponse:
@@ -160,5 +163,10 @@ def _me(request: HttpRequest, session: PreviewSession, kwargs: dict[str, Any]) -
 
 
 preview_next_view = csrf_exempt(require_POST(never_cache(_with_session(_next))))
+route("campaigns/<slug:slug>/preview/next", name="preview-next")(preview_next_view)
 preview_submit_view = csrf_exempt(require_POST(never_cache(_with_session(_submit))))
+route(
+    "campaigns/<slug:slug>/preview/assignments/<int:assignment_id>/submit", name="preview-submit"
+)(preview_submit_view)
 preview_me_view = require_GET(never_cache(_with_session(_me)))
+route("campaigns/<slug:slug>/preview/me", name="preview-me")(preview_me_view)

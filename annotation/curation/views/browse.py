@@ -24,6 +24,7 @@ from annotation.curation.browse.links import Links
 from annotation.curation.browse.pagination import CursorInvalid, Page
 from annotation.models import CampaignCandidate
 from common.permissions import curator_required
+from common.routes import route
 from datasets_app.models import Clip
 
 TABLES: dict[str, tuple[str, type[TableForm], Callable[..., Page]]] = {
@@ -103,9 +104,13 @@ def _table_view(table: str) -> Callable[[HttpRequest], HttpResponse]:
 
 
 browse_clips = _table_view("clips")
+route("datasets/clips/", name="browse-clips")(browse_clips)
 browse_candidates = _table_view("candidates")
+route("datasets/candidates/", name="browse-candidates")(browse_candidates)
 browse_judgments = _table_view("judgments")
+route("datasets/judgments/", name="browse-judgments")(browse_judgments)
 browse_workers = _table_view("workers")
+route("datasets/workers/", name="browse-workers")(browse_workers)
 
 
 def _detail(
@@ -124,6 +129,7 @@ def _detail(
     return render(request, f"annotation/data/{page}.html", context)
 
 
+@route("datasets/clips/<int:clip_id>/", name="browse-clip")
 @require_GET
 @curator_required
 def browse_clip(request: HttpRequest, clip_id: int) -> HttpResponse:
@@ -131,6 +137,7 @@ def browse_clip(request: HttpRequest, clip_id: int) -> HttpResponse:
     return _detail(request, "clip_detail", read, (Clip.DoesNotExist, "No such clip."))
 
 
+@route("datasets/candidates/<int:item_id>/", name="browse-candidate")
 @require_GET
 @curator_required
 def browse_candidate(request: HttpRequest, item_id: int) -> HttpResponse:

@@ -12,11 +12,13 @@ from django.views.decorators.http import require_GET, require_POST
 
 from annotation.selectors import platform_stats
 from common.permissions import curator_required, is_curator
+from common.routes import route
 from datasets_app.models import VideoAttachJob
 from datasets_app.selectors import clips_with_errors, import_batches_recent, video_jobs_recent
 from datasets_app.services.video import video_attach_job_requeue
 
 
+@route("datasets/", name="data")
 @require_GET
 @curator_required
 def data_page(request: HttpRequest) -> HttpResponse:
@@ -32,6 +34,7 @@ def data_page(request: HttpRequest) -> HttpResponse:
     return render(request, "annotation/data/data.html", context)
 
 
+@route("datasets/video-jobs/<int:job_id>/retry", name="video-job-retry")
 @login_required
 @require_POST
 def video_job_retry(request: HttpRequest, job_id: int) -> HttpResponse:

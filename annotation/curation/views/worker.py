@@ -25,6 +25,7 @@ from annotation.quality.calibration_job import (
 from annotation.quality.consistency import retest_min_pairs, worker_retest
 from annotation.quality.selectors import statistic_explanations
 from common.permissions import curator_required
+from common.routes import route
 
 # The interval drawing spans -AXIS..+AXIS logits; values beyond are drawn at the edge.
 AXIS = 3.0
@@ -53,6 +54,7 @@ class StatisticRow(TypedDict):
     help: str
 
 
+@route("campaigns/<slug:slug>/workers/<int:participation_id>/", name="quality-worker")
 @require_GET
 @curator_required
 def worker_detail(request: HttpRequest, slug: str, participation_id: int) -> HttpResponse:

@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 from annotation.models import CampaignCandidate
 from annotation.quality.aggregation import AGGREGATE_FIELDS
 from annotation.quality.api.base import PAGE_PARAMETERS, TAG, campaign_or_404, page_window
+from common.routes import route
 
 
 class AggregateSerializer(serializers.ModelSerializer):
@@ -35,6 +36,7 @@ class AggregatePageSerializer(serializers.Serializer):
     results = AggregateSerializer(many=True)
 
 
+@route("campaigns/<slug:slug>/aggregates", name="aggregates")
 class AggregateListApi(APIView):
     @extend_schema(
         tags=TAG,

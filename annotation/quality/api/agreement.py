@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 from annotation.quality.agreement import campaign_agreement
 from annotation.quality.api.base import TAG, campaign_or_404
 from annotation.quality.selectors import agreement_history
+from common.routes import route
 
 
 class AlphaSerializer(serializers.Serializer):
@@ -36,6 +37,7 @@ class AgreementSerializer(serializers.Serializer):
     history = serializers.DictField(child=AlphaPointSerializer(many=True))
 
 
+@route("campaigns/<slug:slug>/agreement", name="agreement")
 class AgreementApi(APIView):
     @extend_schema(
         tags=TAG,

@@ -20,6 +20,7 @@ from annotation.quality.audit_text import audit_sentence_one, audit_sentences
 from annotation.quality.review import ReviewError, audit_undo
 from annotation.quality.selectors import audit_entries
 from common.api import ErrorSerializer, validated
+from common.routes import route
 
 
 class AuditEntrySerializer(serializers.ModelSerializer):
@@ -56,6 +57,7 @@ class AuditEntrySerializer(serializers.ModelSerializer):
         return sentence if sentence is not None else audit_sentence_one(entry)
 
 
+@route("campaigns/<slug:slug>/audit", name="audit-list")
 class AuditListApi(APIView):
     @extend_schema(
         tags=TAG, responses={200: AuditEntrySerializer(many=True)}, operation_id="audit_list"
@@ -70,6 +72,7 @@ class UndoInputSerializer(serializers.Serializer):
     note = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
 
 
+@route("campaigns/<slug:slug>/audit/<int:entry_id>/undo", name="audit-undo")
 class AuditUndoApi(APIView):
     @extend_schema(
         tags=TAG,

@@ -24,6 +24,7 @@ from annotation.quality.calibration_job import (
     worker_severities,
 )
 from common.api import ErrorSerializer
+from common.routes import route
 
 
 class CalibrationRunSerializer(CampaignRunSerializer):
@@ -58,6 +59,7 @@ class CalibrationSerializer(serializers.Serializer):
     severities = SeveritySerializer(many=True)
 
 
+@route("campaigns/<slug:slug>/calibration", name="calibration")
 class CalibrationApi(APIView):
     @extend_schema(
         tags=TAG,
@@ -93,4 +95,8 @@ CalibrationRunListApi, CalibrationRunDetailApi = campaign_run_apis(
     start=calibration_run_start,
     operation="calibration_runs",
     start_description="Queue a calibration (or return the run already queued or running).",
+)
+route("campaigns/<slug:slug>/calibration/runs", name="calibration-runs")(CalibrationRunListApi)
+route("campaigns/<slug:slug>/calibration/runs/<int:run_id>", name="calibration-run-detail")(
+    CalibrationRunDetailApi
 )

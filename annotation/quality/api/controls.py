@@ -15,6 +15,7 @@ from annotation.models import CampaignCandidate
 from annotation.quality.api.base import TAG, campaign_or_404
 from annotation.quality.controls import CONTROL_KINDS, controls_generate
 from common.api import FieldErrorsSerializer, validated
+from common.routes import route
 
 
 class ControlsInputSerializer(serializers.Serializer):
@@ -33,6 +34,7 @@ class ControlsOutputSerializer(serializers.Serializer):
     controls = serializers.IntegerField(help_text="Control items in the campaign now.")
 
 
+@route("campaigns/<slug:slug>/controls", name="controls")
 class ControlsApi(APIView):
     @extend_schema(
         tags=TAG,

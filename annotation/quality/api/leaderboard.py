@@ -13,6 +13,7 @@ from rest_framework.views import APIView
 
 from annotation.quality.api.base import TAG, campaign_or_404
 from annotation.quality.selectors import system_leaderboard
+from common.routes import route
 
 
 class LeaderboardRowSerializer(serializers.Serializer):
@@ -24,6 +25,7 @@ class LeaderboardRowSerializer(serializers.Serializer):
     questions = serializers.DictField(child=serializers.FloatField(allow_null=True))
 
 
+@route("campaigns/<slug:slug>/leaderboard", name="leaderboard")
 class LeaderboardApi(APIView):
     @extend_schema(
         tags=TAG,

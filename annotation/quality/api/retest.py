@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 
 from annotation.quality.api.base import TAG, campaign_or_404
 from annotation.quality.consistency import campaign_retest
+from common.routes import route
 
 
 class RetestQuestionSerializer(serializers.Serializer):
@@ -82,6 +83,7 @@ class RetestSerializer(serializers.Serializer):
     workers = RetestWorkerSerializer(many=True)
 
 
+@route("campaigns/<slug:slug>/quality/retest", name="quality-retest")
 class RetestApi(APIView):
     @extend_schema(
         tags=TAG,

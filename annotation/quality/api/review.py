@@ -38,6 +38,7 @@ from annotation.quality.selectors import (
     review_queue,
 )
 from common.api import ErrorSerializer, FieldErrorsSerializer, validated
+from common.routes import route
 
 
 class ReviewItemSerializer(serializers.ModelSerializer):
@@ -84,6 +85,7 @@ class ReviewQueueSerializer(serializers.Serializer):
     items = ReviewItemSerializer(many=True)
 
 
+@route("campaigns/<slug:slug>/review", name="review-queue")
 class ReviewQueueApi(APIView):
     @extend_schema(
         tags=TAG,
@@ -107,6 +109,7 @@ class ReviewQueueApi(APIView):
         return Response(ReviewQueueSerializer({**counts, "items": items}).data)
 
 
+@route("campaigns/<slug:slug>/review/claim-next", name="review-claim-next")
 class ReviewClaimNextApi(APIView):
     @extend_schema(
         tags=TAG,
@@ -201,6 +204,7 @@ def _detail_payload(item: ReviewItem) -> ReviewDetailPayload:
     }
 
 
+@route("campaigns/<slug:slug>/review/<int:item_id>", name="review-detail")
 class ReviewDetailApi(APIView):
     @extend_schema(
         tags=TAG,
@@ -213,37 +217,33 @@ class ReviewDetailApi(APIView):
         return Response(ReviewDetailSerializer(_detail_payload(item)).data)
 
 
-def _hold_change_api(
-    *, name: str, operation: str, change: Callable[..., bool], refused: str
-) -> type[APIView]:
+def _hold_change_api(*, action: str, change: Callable[..., bool], refused: str) -> type[APIView]:
     """The view that claims or releases an item (`change(item=, user=)`): the item as it is now,
-    or 409 with `refused`."""
+    or 409 with `refused`. `Review<Action>Api`, operation `review_<action>`, mounted at
+    `.../review/<item_id>/<action>` as `review-<action>`."""
 
     responses = {200: ReviewItemSerializer, 409: ErrorSerializer}
 
     class HoldChangeApi(APIView):
-        @extend_schema(tags=TAG, request=None, responses=responses, operation_id=operation)
+        @extend_schema(tags=TAG, request=None, responses=responses, operation_id=f"review_{action}")
         def post(self, request: Request, slug: str, item_id: int) -> Response:
             campaign = campaign_or_404(slug)
             if not change(item=_load_item(campaign, item_id), user=request.user):
                 return Response({"detail": refused}, status=status.HTTP_409_CONFLICT)
             return Response(ReviewItemSerializer(_load_item(campaign, item_id)).data)
 
-    HoldChangeApi.__name__ = HoldChangeApi.__qualname__ = name
-    return HoldChangeApi
+    HoldChangeApi.__name__ = HoldChangeApi.__qualname__ = f"Review{action.title()}Api"
+    pattern = f"campaigns/<slug:slug>/review/<int:item_id>/{action}"
+    return route(pattern, name=f"review-{action}")(HoldChangeApi)
 
 
 ReviewClaimApi = _hold_change_api(
-    name="ReviewClaimApi",
-    operation="review_claim",
+    action="claim",
     change=review_claim,
     refused="Someone else is reviewing this item, or it is resolved.",
 )
 ReviewReleaseApi = _hold_change_api(
-    name="ReviewReleaseApi",
-    operation="review_release",
-    change=review_release,
-    refused="You do not hold this item.",
+    action="release", change=review_release, refused="You do not hold this item."
 )
 
 
@@ -264,6 +264,7 @@ class ResolveInputSerializer(serializers.Serializer):
     note = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
 
 
+@route("campaigns/<slug:slug>/review/<int:item_id>/resolve", name="review-resolve")
 class ReviewResolveApi(APIView):
     @extend_schema(
         tags=TAG,

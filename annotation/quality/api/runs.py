@@ -8,6 +8,7 @@ from __future__ import annotations
 from annotation.models import QCRun
 from annotation.quality.api.base import RUN_FIELDS, CampaignRunSerializer, campaign_run_apis
 from annotation.quality.run import qc_run_start
+from common.routes import route
 
 
 class QCRunSerializer(CampaignRunSerializer):
@@ -23,3 +24,5 @@ QCRunListApi, QCRunDetailApi = campaign_run_apis(
     operation="qc_runs",
     start_description="Queue a full QC recompute (or return the run already queued or running).",
 )
+route("campaigns/<slug:slug>/quality/runs", name="qc-runs")(QCRunListApi)
+route("campaigns/<slug:slug>/quality/runs/<int:run_id>", name="qc-run-detail")(QCRunDetailApi)

@@ -23,6 +23,7 @@ from annotation.quality.selectors import (
     review_counts,
     statistic_explanations,
 )
+from common.routes import route
 
 
 class DayCountSerializer(serializers.Serializer):
@@ -84,6 +85,7 @@ class QualitySummarySerializer(serializers.Serializer):
     last_run = QCRunSerializer(allow_null=True)
 
 
+@route("campaigns/<slug:slug>/quality", name="quality-summary")
 class QualitySummaryApi(APIView):
     @extend_schema(
         tags=TAG, responses={200: QualitySummarySerializer}, operation_id="quality_summary"

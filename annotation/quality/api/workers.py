@@ -21,6 +21,7 @@ from annotation.quality.api.base import TAG, campaign_or_404, participation_or_4
 from annotation.quality.exclusions import worker_exclude, worker_include
 from annotation.quality.selectors import WORKER_SORTS, statistic_explanations, worker_rows
 from common.api import ErrorSerializer, validated
+from common.routes import route
 
 
 class FlagSerializer(serializers.Serializer):
@@ -78,6 +79,7 @@ class WorkerListSerializer(serializers.Serializer):
     workers = WorkerRowSerializer(many=True)
 
 
+@route("campaigns/<slug:slug>/quality/workers", name="quality-workers")
 class WorkerListApi(APIView):
     @extend_schema(
         tags=TAG,
@@ -131,23 +133,24 @@ Outcome = TypeVar("Outcome")
 
 def _worker_change_api(
     *,
-    name: str,
+    action: str,
     body: type[serializers.Serializer],
     output: type[serializers.Serializer],
-    operation: str,
     change: Callable[[Participation, Any, Mapping[str, Any]], Outcome],
     counts: Callable[[Outcome], Mapping[str, int]],
 ) -> type[APIView]:
     """The view that excludes or includes one worker: `change(participation, actor, checked body)`,
     then the participation as it is afterwards with the judgment `counts` of the outcome; 404 when
-    an erasure deleted the participation between the lookup and here."""
+    an erasure deleted the participation between the lookup and here. `Worker<Action>Api`,
+    operation `quality_worker_<action>`, mounted at `.../quality/workers/<participation_id>/<action>`
+    as `quality-worker-<action>`."""
 
     class WorkerChangeApi(APIView):
         @extend_schema(
             tags=TAG,
             request=body,
             responses={200: output, 404: ErrorSerializer},
-            operation_id=operation,
+            operation_id=f"quality_worker_{action}",
         )
         def post(self, request: Request, slug: str, participation_id: int) -> Response:
             participation = participation_or_404(campaign_or_404(slug), participation_id)
@@ -160,25 +163,24 @@ def _worker_change_api(
             payload = {"participation": participation.pk, "status": participation.status}
             return Response(output({**payload, **counts(outcome)}).data)
 
-    WorkerChangeApi.__name__ = WorkerChangeApi.__qualname__ = name
-    return WorkerChangeApi
+    WorkerChangeApi.__name__ = WorkerChangeApi.__qualname__ = f"Worker{action.title()}Api"
+    pattern = f"campaigns/<slug:slug>/quality/workers/<int:participation_id>/{action}"
+    return route(pattern, name=f"quality-worker-{action}")(WorkerChangeApi)
 
 
 WorkerExcludeApi = _worker_change_api(
-    name="WorkerExcludeApi",
+    action="exclude",
     body=ExcludeInputSerializer,
     output=ExcludeOutputSerializer,
-    operation="quality_worker_exclude",
     change=lambda participation, actor, data: worker_exclude(
         participation=participation, actor=actor, reason=data["reason"]
     ),
     counts=lambda outcome: {"judgments_excluded": outcome.judgments_excluded},
 )
 WorkerIncludeApi = _worker_change_api(
-    name="WorkerIncludeApi",
+    action="include",
     body=IncludeInputSerializer,
     output=IncludeOutputSerializer,
-    operation="quality_worker_include",
     change=lambda participation, actor, data: worker_include(
         participation=participation, actor=actor, note=data["note"]
     ),

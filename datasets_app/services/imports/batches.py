@@ -49,16 +49,9 @@ def result_for_existing_batch(
 ) -> ImportResult:
     """Importing a file again changes nothing: report every row as skipped."""
     rows = batch.counts.get("rows", {}) if isinstance(batch.counts, dict) else {}
-    return ImportResult(
-        kind=batch.kind,
-        file=source.name,
-        sha256=source.sha256,
-        batch_id=batch.pk,
-        already_imported=True,
-        created={table: 0 for table in rows},
-        skipped=dict(rows),
-        campaign=campaign,
-        seconds=watch.seconds,
+    nothing_new = Counts(created={table: 0 for table in rows}, skipped=dict(rows))
+    return result_for_new_batch(
+        batch, source, watch, nothing_new, campaign=campaign, already_imported=True
     )
 
 
@@ -70,14 +63,16 @@ def result_for_new_batch(
     *,
     campaign: str | None = None,
     campaign_created: bool = False,
+    already_imported: bool = False,
 ) -> ImportResult:
-    """What an import that wrote the file as `batch` reports: the rows created and skipped."""
+    """What an import of the file as `batch` reports: the rows created and skipped (all skipped
+    and `already_imported` where the file was imported before)."""
     return ImportResult(
         kind=batch.kind,
         file=source.name,
         sha256=source.sha256,
         batch_id=batch.pk,
-        already_imported=False,
+        already_imported=already_imported,
         created=counts.created,
         skipped=counts.skipped,
         campaign=campaign,
