@@ -16,6 +16,9 @@ from types import ModuleType
 from typing import Any, TypeVar
 
 from django.urls import URLPattern, path
+from django.views.decorators.http import require_http_methods
+
+from common.permissions import curator_required
 
 View = TypeVar("View", bound=Callable[..., Any])
 
@@ -28,8 +31,26 @@ def route(pattern: str, *, name: str) -> Callable[[View], View]:
 
     # The module that calls route() declares the route: a view made by a factory elsewhere
     # (quality.api.base.campaign_run_apis) belongs to the module that mounts it.
-    module = sys._getframe(1).f_globals["__name__"]
+    return _mounter(sys._getframe(1).f_globals["__name__"], pattern, name)
 
+
+def curator_page(
+    pattern: str, *, name: str, methods: tuple[str, ...] = ("GET",)
+) -> Callable[[View], View]:
+    """A dashboard page: mounted at `pattern`, answering only `methods` (405 otherwise) and only to
+    curators (`common.permissions.curator_required`: a stranger goes to the login page, a user
+    without the role gets 403). Every curator page states these three facts; declared together,
+    none of them can be left out of a new page."""
+
+    mount = _mounter(sys._getframe(1).f_globals["__name__"], pattern, name)
+
+    def declare(view: View) -> View:
+        return mount(require_http_methods(list(methods))(curator_required(view)))  # type: ignore[return-value]
+
+    return declare
+
+
+def _mounter(module: str, pattern: str, name: str) -> Callable[[View], View]:
     def register(view: View) -> View:
         _ROUTES.setdefault(module, []).append((pattern, view, name))
         return view

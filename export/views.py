@@ -9,11 +9,11 @@ from typing import Any
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_POST
 
 from common.forms import form_created
 from common.permissions import curator_required
-from common.routes import route
+from common.routes import curator_page, route
 from export.download import release_zip_folder, release_zip_stream
 from export.forms import ReleaseForm
 from export.models import Release
@@ -38,16 +38,12 @@ def _list_context(request: HttpRequest, form: ReleaseForm) -> dict[str, Any]:
     }
 
 
-@route("", name="list")
-@require_GET
-@curator_required
+@curator_page("", name="list")
 def release_list_page(request: HttpRequest) -> HttpResponse:
     return render(request, "export/release_list.html", _list_context(request, ReleaseForm()))
 
 
-@route("new/", name="create")
-@require_POST
-@curator_required
+@curator_page("new/", name="create", methods=("POST",))
 def release_create_page(request: HttpRequest) -> HttpResponse:
     form = ReleaseForm(request.POST)
     release = form_created(
@@ -59,9 +55,7 @@ def release_create_page(request: HttpRequest) -> HttpResponse:
     return redirect("export:detail", release_id=release.pk)
 
 
-@route("<int:release_id>/", name="detail")
-@require_GET
-@curator_required
+@curator_page("<int:release_id>/", name="detail")
 def release_detail_page(request: HttpRequest, release_id: int) -> HttpResponse:
     release = get_object_or_404(release_list(user=request.user, status="all"), pk=release_id)
     other_id = request.GET.get("other")
@@ -96,9 +90,7 @@ def release_detail_page(request: HttpRequest, release_id: int) -> HttpResponse:
     )
 
 
-@route("<int:release_id>/compare/<int:other_id>/", name="compare")
-@require_GET
-@curator_required
+@curator_page("<int:release_id>/compare/<int:other_id>/", name="compare")
 def release_compare_page(request: HttpRequest, release_id: int, other_id: int) -> HttpResponse:
     published = release_list(user=request.user)
     release = get_object_or_404(published, pk=release_id)
@@ -117,9 +109,7 @@ def release_compare_page(request: HttpRequest, release_id: int, other_id: int) -
     )
 
 
-@route("<int:release_id>/download.zip", name="download")
-@require_GET
-@curator_required
+@curator_page("<int:release_id>/download.zip", name="download")
 def release_download(request: HttpRequest, release_id: int) -> HttpResponse:
     """The whole published release as one zip, streamed from storage as it is written."""
     release = get_object_or_404(release_list(user=request.user), pk=release_id)

@@ -11,13 +11,11 @@ from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_GET, require_POST
 
 from common import storage
 from common.forms import form_created
 from common.models import JobStatus
-from common.permissions import curator_required
-from common.routes import route
+from common.routes import curator_page
 from training_bridge import selectors
 from training_bridge.charts import line_chart
 from training_bridge.forms import TrainingRunForm
@@ -60,16 +58,12 @@ def _run_list_page(
     )
 
 
-@route("", name="run-list")
-@require_GET
-@curator_required
+@curator_page("", name="run-list")
 def run_list(request: HttpRequest) -> HttpResponse:
     return _run_list_page(request, TrainingRunForm())
 
 
-@route("start/", name="run-start")
-@require_POST
-@curator_required
+@curator_page("start/", name="run-start", methods=("POST",))
 def run_start(request: HttpRequest) -> HttpResponse:
     form = TrainingRunForm(request.POST)
     run = form_created(
@@ -100,9 +94,7 @@ def _artifact_links(run: TrainingRun) -> list[dict[str, str]]:
     return links
 
 
-@route("<int:run_id>/", name="run-detail")
-@require_GET
-@curator_required
+@curator_page("<int:run_id>/", name="run-detail")
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     run = get_object_or_404(TrainingRun.objects.select_related("release", "created_by"), pk=run_id)
     history = run.history or []
@@ -144,16 +136,12 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     )
 
 
-@route("<int:run_id>/cancel/", name="run-cancel")
-@require_POST
-@curator_required
+@curator_page("<int:run_id>/cancel/", name="run-cancel", methods=("POST",))
 def run_cancel(request: HttpRequest, run_id: int) -> HttpResponse:
     return _run_action(request, run_id, training_run_cancel, "Cancellation of run {} requested.")
 
 
-@route("<int:run_id>/resume/", name="run-resume")
-@require_POST
-@curator_required
+@curator_page("<int:run_id>/resume/", name="run-resume", methods=("POST",))
 def run_resume(request: HttpRequest, run_id: int) -> HttpResponse:
     return _run_action(
         request, run_id, training_run_resume, "Run {} re-queued from its last checkpoint."
@@ -173,9 +161,7 @@ def _run_action(
     return redirect("training_bridge:run-detail", run_id=run.pk)
 
 
-@route("compare/", name="run-compare")
-@require_GET
-@curator_required
+@curator_page("compare/", name="run-compare")
 def run_compare(request: HttpRequest) -> HttpResponse:
     ids: list[int] = []
     for value in request.GET.getlist("run"):
@@ -235,9 +221,7 @@ def _uploaded_foil_file(request: HttpRequest) -> bytes | None:
     return upload.read(FOIL_MAX_BYTES + 1)
 
 
-@route("evaluations/start/", name="evaluation-start")
-@require_POST
-@curator_required
+@curator_page("evaluations/start/", name="evaluation-start", methods=("POST",))
 def evaluation_start(request: HttpRequest) -> HttpResponse:
     """Start `evaluate_rigel` as a job for the runs of the form (one run's page, or the
     comparison page's selection)."""
@@ -273,9 +257,7 @@ def evaluation_start(request: HttpRequest) -> HttpResponse:
     return redirect("training_bridge:evaluation-detail", evaluation_id=evaluation.pk)
 
 
-@route("evaluations/<int:evaluation_id>/", name="evaluation-detail")
-@require_GET
-@curator_required
+@curator_page("evaluations/<int:evaluation_id>/", name="evaluation-detail")
 def evaluation_detail(request: HttpRequest, evaluation_id: int) -> HttpResponse:
     """One benchmark evaluation: progress while it runs, then the runs and the standard metrics in
     one table per protocol (the ablation comparison when several runs), and FOIL accuracy."""
@@ -303,9 +285,7 @@ def evaluation_detail(request: HttpRequest, evaluation_id: int) -> HttpResponse:
 # --- the Metrics leaderboard --------------------------------------------------------------------
 
 
-@route("metrics/", name="metrics-leaderboard")
-@require_GET
-@curator_required
+@curator_page("metrics/", name="metrics-leaderboard")
 def metrics_leaderboard(request: HttpRequest) -> HttpResponse:
     """Every caption metric against the stored human-judgment tables (`evaluate_metrics --save`),
     the published figures beside; ``?format=csv`` or ``?format=json`` downloads the same."""

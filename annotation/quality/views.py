@@ -13,7 +13,6 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_POST
 
 from annotation import charts
 from annotation.figures import campaign_metric_agreement
@@ -49,17 +48,14 @@ from annotation.quality.selectors import (
     worker_rows,
 )
 from common import storage
-from common.permissions import curator_required
-from common.routes import route
+from common.routes import curator_page
 
 
 def _campaign(slug: str) -> Campaign:
     return get_object_or_404(Campaign, slug=slug)
 
 
-@route("campaigns/<slug:slug>/", name="campaign-detail")
-@require_GET
-@curator_required
+@curator_page("campaigns/<slug:slug>/", name="campaign-detail")
 def campaign_detail(request: HttpRequest, slug: str) -> HttpResponse:
     campaign = _campaign(slug)
     progress = campaign_progress(campaign=campaign)
@@ -94,9 +90,7 @@ def campaign_detail(request: HttpRequest, slug: str) -> HttpResponse:
     return render(request, "annotation/dashboard/campaign_detail.html", context)
 
 
-@route("campaigns/<slug:slug>/qc-runs/", name="quality-run")
-@require_POST
-@curator_required
+@curator_page("campaigns/<slug:slug>/qc-runs/", name="quality-run", methods=("POST",))
 def qc_run_create(request: HttpRequest, slug: str) -> HttpResponse:
     campaign = _campaign(slug)
     run = qc_run_start(campaign=campaign, requested_by=request.user)
@@ -109,9 +103,7 @@ def qc_run_create(request: HttpRequest, slug: str) -> HttpResponse:
 # ----------------------------------------------------------------------------------------------
 
 
-@route("campaigns/<slug:slug>/workers/", name="quality-workers")
-@require_GET
-@curator_required
+@curator_page("campaigns/<slug:slug>/workers/", name="quality-workers")
 def workers(request: HttpRequest, slug: str) -> HttpResponse:
     campaign = _campaign(slug)
     sort = request.GET.get("sort", "worker")
@@ -165,11 +157,11 @@ def _participation(campaign: Campaign, participation_id: int) -> Participation:
     return get_object_or_404(Participation, pk=participation_id, campaign=campaign)
 
 
-@route(
-    "campaigns/<slug:slug>/workers/<int:participation_id>/exclude/", name="quality-worker-exclude"
+@curator_page(
+    "campaigns/<slug:slug>/workers/<int:participation_id>/exclude/",
+    name="quality-worker-exclude",
+    methods=("POST",),
 )
-@require_POST
-@curator_required
 def worker_exclude_view(request: HttpRequest, slug: str, participation_id: int) -> HttpResponse:
     campaign = _campaign(slug)
     participation = _participation(campaign, participation_id)
@@ -186,11 +178,11 @@ def worker_exclude_view(request: HttpRequest, slug: str, participation_id: int) 
     return redirect(reverse("annotation:quality-workers", kwargs={"slug": campaign.slug}))
 
 
-@route(
-    "campaigns/<slug:slug>/workers/<int:participation_id>/include/", name="quality-worker-include"
+@curator_page(
+    "campaigns/<slug:slug>/workers/<int:participation_id>/include/",
+    name="quality-worker-include",
+    methods=("POST",),
 )
-@require_POST
-@curator_required
 def worker_include_view(request: HttpRequest, slug: str, participation_id: int) -> HttpResponse:
     campaign = _campaign(slug)
     participation = _participation(campaign, participation_id)
@@ -211,9 +203,7 @@ def worker_include_view(request: HttpRequest, slug: str, participation_id: int) 
 # ----------------------------------------------------------------------------------------------
 
 
-@route("campaigns/<slug:slug>/review/", name="review-queue")
-@require_GET
-@curator_required
+@curator_page("campaigns/<slug:slug>/review/", name="review-queue")
 def review_queue_view(request: HttpRequest, slug: str) -> HttpResponse:
     campaign = _campaign(slug)
     show_resolved = request.GET.get("show") == "resolved"
@@ -233,9 +223,9 @@ def review_queue_view(request: HttpRequest, slug: str) -> HttpResponse:
     )
 
 
-@route("campaigns/<slug:slug>/review/claim-next/", name="review-claim-next")
-@require_POST
-@curator_required
+@curator_page(
+    "campaigns/<slug:slug>/review/claim-next/", name="review-claim-next", methods=("POST",)
+)
 def review_claim_next_view(request: HttpRequest, slug: str) -> HttpResponse:
     campaign = _campaign(slug)
     item = review_claim_next(campaign=campaign, user=request.user)
@@ -344,17 +334,15 @@ def _review_item_page(
     )
 
 
-@route("campaigns/<slug:slug>/review/<int:item_id>/", name="review-item")
-@require_GET
-@curator_required
+@curator_page("campaigns/<slug:slug>/review/<int:item_id>/", name="review-item")
 def review_item_view(request: HttpRequest, slug: str, item_id: int) -> HttpResponse:
     campaign = _campaign(slug)
     return _review_item_page(request, campaign, _review_item(campaign, item_id))
 
 
-@route("campaigns/<slug:slug>/review/<int:item_id>/claim/", name="review-claim")
-@require_POST
-@curator_required
+@curator_page(
+    "campaigns/<slug:slug>/review/<int:item_id>/claim/", name="review-claim", methods=("POST",)
+)
 def review_claim_view(request: HttpRequest, slug: str, item_id: int) -> HttpResponse:
     campaign = _campaign(slug)
     item = _review_item(campaign, item_id)
@@ -363,9 +351,9 @@ def review_claim_view(request: HttpRequest, slug: str, item_id: int) -> HttpResp
     return redirect("annotation:review-item", slug=campaign.slug, item_id=item.pk)
 
 
-@route("campaigns/<slug:slug>/review/<int:item_id>/release/", name="review-release")
-@require_POST
-@curator_required
+@curator_page(
+    "campaigns/<slug:slug>/review/<int:item_id>/release/", name="review-release", methods=("POST",)
+)
 def review_release_view(request: HttpRequest, slug: str, item_id: int) -> HttpResponse:
     campaign = _campaign(slug)
     item = _review_item(campaign, item_id)
@@ -374,9 +362,9 @@ def review_release_view(request: HttpRequest, slug: str, item_id: int) -> HttpRe
     return redirect("annotation:review-queue", slug=campaign.slug)
 
 
-@route("campaigns/<slug:slug>/review/<int:item_id>/resolve/", name="review-resolve")
-@require_POST
-@curator_required
+@curator_page(
+    "campaigns/<slug:slug>/review/<int:item_id>/resolve/", name="review-resolve", methods=("POST",)
+)
 def review_resolve_view(request: HttpRequest, slug: str, item_id: int) -> HttpResponse:
     """Resolve; on an error the page comes back (400) with every input as it was and the message
     beside the field at fault. "Resolve and next" (`then=next`) opens the next open item."""
@@ -431,9 +419,9 @@ def review_resolve_view(request: HttpRequest, slug: str, item_id: int) -> HttpRe
     return redirect("annotation:review-item", slug=campaign.slug, item_id=item.pk)
 
 
-@route("campaigns/<slug:slug>/audit/<int:entry_id>/undo/", name="audit-undo")
-@require_POST
-@curator_required
+@curator_page(
+    "campaigns/<slug:slug>/audit/<int:entry_id>/undo/", name="audit-undo", methods=("POST",)
+)
 def audit_undo_view(request: HttpRequest, slug: str, entry_id: int) -> HttpResponse:
     campaign = _campaign(slug)
     entry = get_object_or_404(AuditEntry, pk=entry_id, campaign=campaign)
@@ -450,9 +438,7 @@ def audit_undo_view(request: HttpRequest, slug: str, entry_id: int) -> HttpRespo
     return redirect("annotation:audit-log", slug=campaign.slug)
 
 
-@route("campaigns/<slug:slug>/audit/", name="audit-log")
-@require_GET
-@curator_required
+@curator_page("campaigns/<slug:slug>/audit/", name="audit-log")
 def audit_log(request: HttpRequest, slug: str) -> HttpResponse:
     campaign = _campaign(slug)
     entries = audit_sentences(audit_entries(campaign=campaign))
@@ -473,9 +459,7 @@ def audit_log(request: HttpRequest, slug: str) -> HttpResponse:
 # ----------------------------------------------------------------------------------------------
 
 
-@route("campaigns/<slug:slug>/leaderboard/", name="leaderboard")
-@require_GET
-@curator_required
+@curator_page("campaigns/<slug:slug>/leaderboard/", name="leaderboard")
 def leaderboard(request: HttpRequest, slug: str) -> HttpResponse:
     campaign = _campaign(slug)
     keys = campaign.question_keys

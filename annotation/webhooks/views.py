@@ -11,7 +11,7 @@ from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_POST
 
 from annotation.models import Campaign
 from annotation.webhooks.services import (
@@ -25,8 +25,7 @@ from annotation.webhooks.services import (
 )
 from common.forms import form_created
 from common.models import WebhookDelivery, WebhookEndpoint
-from common.permissions import curator_required
-from common.routes import route
+from common.routes import curator_page, route
 from common.webhooks import EVENTS, demo_receiver_url
 
 
@@ -59,16 +58,12 @@ def _list(request: HttpRequest, form: EndpointForm, status: int = 200) -> HttpRe
     )
 
 
-@route("", name="list")
-@require_GET
-@curator_required
+@curator_page("", name="list")
 def webhook_list_page(request: HttpRequest) -> HttpResponse:
     return _list(request, EndpointForm())
 
 
-@route("new/", name="create")
-@require_POST
-@curator_required
+@curator_page("new/", name="create", methods=("POST",))
 def webhook_create_page(request: HttpRequest) -> HttpResponse:
     form = EndpointForm(request.POST)
     endpoint = form_created(
@@ -87,9 +82,7 @@ def webhook_create_page(request: HttpRequest) -> HttpResponse:
     return redirect("webhooks:detail", endpoint_id=endpoint.pk)
 
 
-@route("<int:endpoint_id>/", name="detail")
-@require_GET
-@curator_required
+@curator_page("<int:endpoint_id>/", name="detail")
 def webhook_detail_page(request: HttpRequest, endpoint_id: int) -> HttpResponse:
     endpoint = get_object_or_404(WebhookEndpoint, pk=endpoint_id)
     deliveries = endpoint.deliveries.select_related("event")[:200]
@@ -100,9 +93,7 @@ def webhook_detail_page(request: HttpRequest, endpoint_id: int) -> HttpResponse:
     )
 
 
-@route("<int:endpoint_id>/rotate/", name="rotate")
-@require_POST
-@curator_required
+@curator_page("<int:endpoint_id>/rotate/", name="rotate", methods=("POST",))
 def webhook_rotate_page(request: HttpRequest, endpoint_id: int) -> HttpResponse:
     endpoint = get_object_or_404(WebhookEndpoint, pk=endpoint_id)
     secret = endpoint_rotate(endpoint)
@@ -113,9 +104,7 @@ def webhook_rotate_page(request: HttpRequest, endpoint_id: int) -> HttpResponse:
     return redirect("webhooks:detail", endpoint_id=endpoint.pk)
 
 
-@route("deliveries/<int:delivery_id>/redeliver/", name="redeliver")
-@require_POST
-@curator_required
+@curator_page("deliveries/<int:delivery_id>/redeliver/", name="redeliver", methods=("POST",))
 def webhook_redeliver_page(request: HttpRequest, delivery_id: int) -> HttpResponse:
     delivery = get_object_or_404(WebhookDelivery, pk=delivery_id)
     delivery_redeliver(delivery)
@@ -140,9 +129,7 @@ def demo_receiver_deliver(request: HttpRequest) -> HttpResponse:
     return JsonResponse({"received": record["id"], "signature_valid": record["signature_valid"]})
 
 
-@route("demo-receiver/", name="demo-receiver")
-@require_GET
-@curator_required
+@curator_page("demo-receiver/", name="demo-receiver")
 def demo_receiver_page(request: HttpRequest) -> HttpResponse:
     url = _demo_receiver_or_404()
     return render(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import types
+import typing
 
 from django.urls import URLPattern, URLResolver, get_resolver, resolve
 
@@ -60,3 +61,41 @@ def test_a_route_belongs_to_the_module_that_declares_it_in_definition_order() ->
         ("a/", "first"),
     ]
     assert mounted[0].callback is second
+
+
+def test_a_curator_page_answers_its_methods_to_curators_alone(rf, curator, outsider) -> None:  # type: ignore[no-untyped-def]
+    from django.contrib.auth.models import AnonymousUser
+    from django.core.exceptions import PermissionDenied
+    from django.http import HttpResponse
+
+    module = types.ModuleType("tests.common.curator_page_probe")
+    calls: list[str] = []
+
+    def page(request):  # type: ignore[no-untyped-def]
+        calls.append(request.method)
+        return HttpResponse("ok")
+
+    namespace: dict[str, typing.Any] = {
+        "__name__": module.__name__,
+        "curator_page": routes.curator_page,
+        "page": page,
+    }
+    exec("mounted = curator_page('p/', name='probe', methods=('POST',))(page)", namespace)
+    view = namespace["mounted"]
+    assert [(str(p.pattern), p.name) for p in routes.patterns(module)] == [("p/", "probe")]
+
+    def answer(method: str, user):  # type: ignore[no-untyped-def]
+        request = getattr(rf, method.lower())("/p/")
+        request.user = user
+        return view(request)
+
+    assert answer("POST", curator).status_code == 200
+    assert answer("GET", curator).status_code == 405
+    assert answer("POST", AnonymousUser()).status_code == 302  # to the login page
+    try:
+        answer("POST", outsider)
+    except PermissionDenied:
+        pass
+    else:
+        raise AssertionError("a user without the curator role reached the page")
+    assert calls == ["POST"]

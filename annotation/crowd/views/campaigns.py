@@ -11,7 +11,6 @@ from django import forms
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import NoReverseMatch, reverse
-from django.views.decorators.http import require_GET, require_http_methods
 
 from annotation.crowd.campaign_option_fields import option_form_field
 from annotation.crowd.campaign_options import CHOSEN_RUBRICS, KEPT_WHEN_ABSENT, OPTION_FIELDS
@@ -34,8 +33,7 @@ from annotation.figures import campaigns_csv, campaigns_with_figures
 from annotation.models import Campaign
 from annotation.questions import DEFAULT_QUESTIONS, OVERALL_ONLY_QUESTIONS, Rubric
 from common.parsers import JSONInvalid, json_parse
-from common.permissions import curator_required
-from common.routes import route
+from common.routes import curator_page
 from datasets_app.models import CaptioningSystem, ImportBatch
 
 
@@ -168,9 +166,7 @@ def _apply_errors(form: forms.Form, invalid: CampaignInvalid) -> None:
 # --- pages -------------------------------------------------------------------------------------
 
 
-@route("", name="campaign-list")
-@require_GET
-@curator_required
+@curator_page("", name="campaign-list")
 def campaign_list(request: HttpRequest) -> HttpResponse:
     campaigns = campaigns_with_figures(campaigns_with_counts().order_by("-created_at"))
     for campaign in campaigns:
@@ -178,9 +174,7 @@ def campaign_list(request: HttpRequest) -> HttpResponse:
     return render(request, "annotation/campaigns/list.html", {"campaigns": campaigns})
 
 
-@route("campaigns.csv", name="campaign-list-csv")
-@require_GET
-@curator_required
+@curator_page("campaigns.csv", name="campaign-list-csv")
 def campaign_list_csv(request: HttpRequest) -> HttpResponse:
     """The campaign list's figures as CSV (the same selector as the page and the API)."""
     body = campaigns_csv(campaigns_with_counts().order_by("-created_at"))
@@ -190,9 +184,7 @@ def campaign_list_csv(request: HttpRequest) -> HttpResponse:
     return response
 
 
-@route("campaigns/new/", name="campaign-create")
-@require_http_methods(["GET", "POST"])
-@curator_required
+@curator_page("campaigns/new/", name="campaign-create", methods=("GET", "POST"))
 def campaign_new(request: HttpRequest) -> HttpResponse:
     form = CampaignCreateForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
@@ -223,9 +215,7 @@ def campaign_new(request: HttpRequest) -> HttpResponse:
     )
 
 
-@route("campaigns/<slug:slug>/edit/", name="campaign-edit")
-@require_http_methods(["GET", "POST"])
-@curator_required
+@curator_page("campaigns/<slug:slug>/edit/", name="campaign-edit", methods=("GET", "POST"))
 def campaign_edit(request: HttpRequest, slug: str) -> HttpResponse:
     campaign = get_object_or_404(Campaign, slug=slug)
     rated = campaign_has_crowd_judgments(campaign=campaign)
@@ -283,9 +273,7 @@ class InviteForm(forms.Form):
     valid_days = forms.IntegerField(min_value=1, max_value=365, initial=14)
 
 
-@route("campaigns/<slug:slug>/links/", name="campaign-links")
-@require_http_methods(["GET", "POST"])
-@curator_required
+@curator_page("campaigns/<slug:slug>/links/", name="campaign-links", methods=("GET", "POST"))
 def campaign_links(request: HttpRequest, slug: str) -> HttpResponse:
     """Entry links for Prolific and MTurk, invite links, and the payments export."""
     campaign = get_object_or_404(Campaign, slug=slug, is_imported=False)
@@ -318,9 +306,7 @@ def campaign_links(request: HttpRequest, slug: str) -> HttpResponse:
     return render(request, "annotation/campaigns/links.html", context)
 
 
-@route("campaigns/<slug:slug>/payments.csv", name="campaign-payments-csv")
-@require_GET
-@curator_required
+@curator_page("campaigns/<slug:slug>/payments.csv", name="campaign-payments-csv")
 def campaign_payments_csv(request: HttpRequest, slug: str) -> HttpResponse:
     """`?format=prolific` (default): Prolific bulk bonus lines; `?format=full`: every column."""
     campaign = get_object_or_404(Campaign, slug=slug)

@@ -31,15 +31,12 @@ from annotation.crowd.views.worker import _questions_for_page, rating_guide, wor
 from annotation.models import Campaign
 from annotation.selectors import campaign_modalities
 from common.parsers import JSONInvalid, json_parse
-from common.permissions import curator_required
-from common.routes import route
+from common.routes import curator_page, route
 
 MAX_BODY_BYTES = 256 * 1024
 
 
-@route("campaigns/<slug:slug>/preview/", name="preview")
-@require_GET
-@curator_required
+@curator_page("campaigns/<slug:slug>/preview/", name="preview")
 def campaign_preview(request: HttpRequest, slug: str) -> HttpResponse:
     campaign = get_object_or_404(Campaign, slug=slug)
     token = preview_token_issue(campaign=campaign, user=request.user)

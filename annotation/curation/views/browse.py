@@ -24,7 +24,7 @@ from annotation.curation.browse.links import Links
 from annotation.curation.browse.pagination import CursorInvalid, Page
 from annotation.models import CampaignCandidate
 from common.permissions import curator_required
-from common.routes import route
+from common.routes import curator_page, route
 from datasets_app.models import Clip
 
 TABLES: dict[str, tuple[str, type[TableForm], Callable[..., Page]]] = {
@@ -129,17 +129,13 @@ def _detail(
     return render(request, f"annotation/data/{page}.html", context)
 
 
-@route("datasets/clips/<int:clip_id>/", name="browse-clip")
-@require_GET
-@curator_required
+@curator_page("datasets/clips/<int:clip_id>/", name="browse-clip")
 def browse_clip(request: HttpRequest, clip_id: int) -> HttpResponse:
     read = partial(selectors.clip_detail, clip_id=clip_id)
     return _detail(request, "clip_detail", read, (Clip.DoesNotExist, "No such clip."))
 
 
-@route("datasets/candidates/<int:item_id>/", name="browse-candidate")
-@require_GET
-@curator_required
+@curator_page("datasets/candidates/<int:item_id>/", name="browse-candidate")
 def browse_candidate(request: HttpRequest, item_id: int) -> HttpResponse:
     read = partial(selectors.candidate_detail, campaign_candidate_id=item_id)
     return _detail(

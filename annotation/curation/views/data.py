@@ -8,19 +8,17 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_POST
 
 from annotation.selectors import platform_stats
-from common.permissions import curator_required, is_curator
-from common.routes import route
+from common.permissions import is_curator
+from common.routes import curator_page, route
 from datasets_app.models import VideoAttachJob
 from datasets_app.selectors import clips_with_errors, import_batches_recent, video_jobs_recent
 from datasets_app.services.video import video_attach_job_requeue
 
 
-@route("datasets/", name="data")
-@require_GET
-@curator_required
+@curator_page("datasets/", name="data")
 def data_page(request: HttpRequest) -> HttpResponse:
     jobs = list(video_jobs_recent(limit=20))
     context = {

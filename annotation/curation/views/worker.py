@@ -10,7 +10,6 @@ from typing import Any, TypedDict
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
-from django.views.decorators.http import require_GET
 
 from annotation.curation.browse.forms import JudgmentTableForm
 from annotation.curation.browse.links import Links
@@ -24,8 +23,7 @@ from annotation.quality.calibration_job import (
 )
 from annotation.quality.consistency import retest_min_pairs, worker_retest
 from annotation.quality.selectors import statistic_explanations
-from common.permissions import curator_required
-from common.routes import route
+from common.routes import curator_page
 
 # The interval drawing spans -AXIS..+AXIS logits; values beyond are drawn at the edge.
 AXIS = 3.0
@@ -54,9 +52,7 @@ class StatisticRow(TypedDict):
     help: str
 
 
-@route("campaigns/<slug:slug>/workers/<int:participation_id>/", name="quality-worker")
-@require_GET
-@curator_required
+@curator_page("campaigns/<slug:slug>/workers/<int:participation_id>/", name="quality-worker")
 def worker_detail(request: HttpRequest, slug: str, participation_id: int) -> HttpResponse:
     campaign = get_object_or_404(Campaign, slug=slug)
     participation = get_object_or_404(
