@@ -228,11 +228,11 @@ def _aggregates_update(
     # ~150 rows and the join could scan the whole campaign); a whole campaign's are sized well
     # enough from their pages, and its ANALYZE cost about 0.09 s.
     copy_to_temp_table("qc_aggregates", columns, analyze=len(columns[0][2]) < TEMP_ANALYZE_MAX_ROWS)
-    copy_to_temp_table(
-        "qc_means",
-        [("code", "int4", np.arange(len(distinct_means), dtype=np.int32))]
-        + [(f"m{index}", "float8", distinct_means[:, index]) for index in range(len(keys))],
-    )
+    means_columns: list[tuple[str, Any, Any]] = [
+        ("code", "int4", np.arange(len(distinct_means), dtype=np.int32))
+    ]
+    means_columns += [(f"m{i}", "float8", distinct_means[:, i]) for i in range(len(keys))]
+    copy_to_temp_table("qc_means", means_columns)
     pairs = ", ".join(f"%s::text, NULLIF(m{index}, 'NaN')" for index in range(len(keys)))
     means_sql = f"jsonb_strip_nulls(jsonb_build_object({pairs}))" if keys else "'{}'::jsonb"
     review_sql = (
