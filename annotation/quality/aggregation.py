@@ -174,6 +174,10 @@ def aggregates_store(
     return _aggregates_update(data, aggregates, review_state, now)
 
 
+# Above this many candidates the aggregates' temporary table is not analysed (see
+# `_aggregates_update`).
+TEMP_ANALYZE_MAX_ROWS = 20_000
+
 REVIEW_STATE_CODES = {
     ReviewState.NONE.value: 0,
     ReviewState.OPEN.value: 1,
@@ -188,6 +192,13 @@ def _aggregates_update(
     """One binary COPY into a temporary table, then one UPDATE ... FROM it that writes only the
     rows whose values change. None of the columns written is indexed, so PostgreSQL can update
     in place (HOT) where the page has room (the table's fillfactor leaves some).
+
+    The `means` JSON is built once per distinct row of means, not once per candidate: the
+    distinct rows (a few thousand: means of a handful of ratings on a 1-5 scale) go into a
+    second temporary table with the code each candidate points at. Building 333,333 JSON
+    objects in the UPDATE cost about 0.6 s of a cold run's 2.1 s; the same expression over
+    the distinct rows gives the same values. (`OFFSET 0` keeps PostgreSQL from pulling the
+    subquery up into the join, which would build the JSON per joined row again.)
 
     The UPDATE returns the ids of the rows it finalised: a row that becomes finalised gets
     `finalised_at = now` (this call's timestamp) and a row that already was keeps its older one,
@@ -210,9 +221,19 @@ def _aggregates_update(
         ("rating_range", "int2", np.nan_to_num(aggregates.rating_range, nan=-1)),
         ("finalised", "bool", aggregates.is_finalised),
         ("review", "int2", codes),
-    ] + [(f"m{index}", "float8", aggregates.means[:, index]) for index in range(len(keys))]
-    copy_to_temp_table("qc_aggregates", columns)
-    pairs = ", ".join(f"%s::text, NULLIF(t.m{index}, 'NaN')" for index in range(len(keys)))
+    ]
+    distinct_means, means_code = _distinct_rows(aggregates.means)
+    columns.append(("means_code", "int4", means_code))
+    # A pass's few rows need the ANALYZE (sized from its one page, the table would look like
+    # ~150 rows and the join could scan the whole campaign); a whole campaign's are sized well
+    # enough from their pages, and its ANALYZE cost about 0.09 s.
+    copy_to_temp_table("qc_aggregates", columns, analyze=len(columns[0][2]) < TEMP_ANALYZE_MAX_ROWS)
+    means_columns: list[tuple[str, Any, Any]] = [
+        ("code", "int4", np.arange(len(distinct_means), dtype=np.int32))
+    ]
+    means_columns += [(f"m{i}", "float8", distinct_means[:, i]) for i in range(len(keys))]
+    copy_to_temp_table("qc_means", means_columns)
+    pairs = ", ".join(f"%s::text, NULLIF(m{index}, 'NaN')" for index in range(len(keys)))
     means_sql = f"jsonb_strip_nulls(jsonb_build_object({pairs}))" if keys else "'{}'::jsonb"
     review_sql = (
         "(CASE t.review WHEN 1 THEN 'open' WHEN 2 THEN 'claimed' WHEN 3 THEN 'resolved' "
@@ -223,7 +244,7 @@ def _aggregates_update(
         UPDATE {table} AS cc SET
             judgments_total = t.total,
             kept_judgments = t.kept,
-            means = {means_sql},
+            means = m.means,
             overall = NULLIF(t.overall, 'NaN'),
             normalized = NULLIF(t.normalized, 'NaN'),
             training_class = NULLIF(t.training_class, -1),
@@ -233,6 +254,8 @@ def _aggregates_update(
                                 WHEN cc.is_finalised THEN cc.finalised_at ELSE %s END,
             review_state = {review_sql}
         FROM qc_aggregates AS t
+        JOIN (SELECT code, {means_sql} AS means FROM qc_means OFFSET 0) AS m
+            ON m.code = t.means_code
         WHERE cc.id = t.id AND (
             cc.judgments_total IS DISTINCT FROM t.total
             OR cc.kept_judgments IS DISTINCT FROM t.kept
@@ -242,19 +265,40 @@ def _aggregates_update(
             OR cc.rating_range IS DISTINCT FROM NULLIF(t.rating_range, -1)
             OR cc.is_finalised IS DISTINCT FROM t.finalised
             OR cc.review_state IS DISTINCT FROM {review_sql}
-            OR cc.means IS DISTINCT FROM {means_sql}
+            OR cc.means IS DISTINCT FROM m.means
         )
         RETURNING cc.id, cc.finalised_at
         )
         SELECT count(*), coalesce(array_agg(id ORDER BY id) FILTER (WHERE finalised_at = %s), '{{}}')
         FROM written
     """
-    params: list[Any] = [*keys, now, *keys, now]
+    params: list[Any] = [now, *keys, now]
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL work_mem = '64MB'")
         cursor.execute(sql, params)
         changed, finalised = cursor.fetchone()
     return Stored(int(changed), [int(value) for value in finalised])
+
+
+def _distinct_rows(values: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.int32]]:
+    """The distinct rows of `values` (candidates × questions) and, per row, the index of its
+    distinct row. Rows are compared by their bits (NaN too): each column's values become codes
+    (a 1-D `np.unique`), the codes one number per row, and those numbers are made distinct
+    (`np.unique(axis=0)` took 0.75 s at 333,333 rows, this about 0.06 s)."""
+    rows, width = values.shape
+    code = np.zeros(rows, dtype=np.int64)
+    span = 1
+    for column in range(width):
+        bits = np.ascontiguousarray(values[:, column]).view(np.int64)
+        column_values = np.unique(bits)
+        if span * len(column_values) >= 2**62:  # compress before the number could overflow
+            _, code = np.unique(code, return_inverse=True)
+            code = code.reshape(-1).astype(np.int64)
+            span = int(code.max()) + 1
+        code = code * len(column_values) + np.searchsorted(column_values, bits)
+        span *= len(column_values)
+    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    return values[first], inverse.reshape(-1).astype(np.int32)
 
 
 def stale_positions(data: CampaignSlice) -> NDArray[np.int64]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypedDict
 
 import numpy as np
@@ -83,7 +84,6 @@ def qc_campaign_full(
     data = campaign_slice_load(campaign=campaign)
     stopwatch.lap("load")
     report(0.3, "worker statistics and rules")
-    alpha_before = _alphas(data, kept_only=False)
     statistics, flags, decisions = workers_evaluate(data, rules=rules, campaign_median=None)
     campaign_median_remember(
         campaign=campaign,
@@ -92,7 +92,13 @@ def qc_campaign_full(
     )
     stopwatch.lap("statistics")
     report(0.45, f"excluding {len(decisions)} worker(s)")
-    outcome = workers_exclude(campaign=campaign, decisions=decisions)
+    # Agreement before QC (every judgment: it reads neither the exclusion flags nor the
+    # database) is computed by a thread while this one waits on the exclusions' statements,
+    # which release the GIL: about 0.2 s of NumPy at a million judgments off the run's path.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="qc-alpha") as pool:
+        alpha_before_pending = pool.submit(_alphas, data, kept_only=False)
+        outcome = workers_exclude(campaign=campaign, decisions=decisions)
+        alpha_before = alpha_before_pending.result()
     newly_excluded = {exclusion.participation_id for exclusion in outcome.exclusions}
     if newly_excluded:
         leaving = np.isin(data.workers.ids, np.fromiter(newly_excluded, np.int64))

@@ -130,14 +130,18 @@ _TEMP_TYPES: dict[str, tuple[str, str]] = {
 
 
 def copy_to_temp_table(
-    name: str, columns: Sequence[tuple[str, ColumnKind, NDArray[Any] | Sequence[Any]]]
+    name: str,
+    columns: Sequence[tuple[str, ColumnKind, NDArray[Any] | Sequence[Any]]],
+    *,
+    analyze: bool = True,
 ) -> int:
     """Create a temporary table `name` (dropped at commit) and fill it with one binary COPY built
     by NumPy — no per-value Python formatting, so 300,000 rows take milliseconds to encode.
 
     Columns must be fixed-width and non-null: encode "no value" as NaN (float8) or a sentinel
     integer and turn it into NULL in the statement that reads the table (NULLIF). Call inside a
-    transaction.
+    transaction. `analyze=False` leaves out the ANALYZE (the planner then sizes the table from
+    its pages, enough for a join by id; the ANALYZE of 333,333 rows took about 0.09 s).
     """
     if not columns:
         raise ValueError("no columns")
@@ -165,5 +169,6 @@ def copy_to_temp_table(
             f"COPY {name} ({', '.join(column for column, _, _ in columns)}) FROM STDIN WITH BINARY",
             io.BytesIO(payload),
         )
-        cursor.execute(f"ANALYZE {name}")
+        if analyze:
+            cursor.execute(f"ANALYZE {name}")
     return length

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from annotation.models import CampaignCandidate, Judgment, ReviewItem, ReviewState, ReviewStatus
-from annotation.quality.aggregation import aggregation_recompute, round_half_up
+from annotation.quality.aggregation import _distinct_rows, aggregation_recompute, round_half_up
 from annotation.quality.exclusions import judgments_exclude
 from annotation.questions import default_questions, overall_only_questions
 from tests.annotation.quality.factories import quality_crowd_campaign, quality_judge, quality_worker
@@ -23,6 +24,31 @@ def test_round_half_up_is_not_bankers_rounding():
         3,
     ]
     assert round(2.5) == 2  # what the service must not do
+
+
+def test_distinct_rows_of_means_give_back_every_row_bit_for_bit():
+    """The aggregates store builds one means JSON per distinct row (`_distinct_rows`): each
+    candidate's code must lead back to exactly its own means, missing questions (NaN) included,
+    and equal rows must share one code."""
+    means = np.array(
+        [
+            [3.0, 4.5, np.nan],
+            [10 / 3, 4.5, np.nan],
+            [3.0, 4.5, np.nan],
+            [np.nan, np.nan, np.nan],
+            [3.0, 4.5, 2.0],
+            [10 / 3, 4.5, np.nan],
+            [3.0000000000000004, 4.5, np.nan],
+        ]
+    )
+    distinct, code = _distinct_rows(means)
+
+    assert len(distinct) == 5
+    assert np.array_equal(distinct[code].view(np.int64), means.view(np.int64))
+    assert code[0] == code[2] and code[1] == code[5]
+    assert len(set(code[[0, 1, 3, 4, 6]].tolist())) == 5
+    empty, empty_code = _distinct_rows(np.zeros((0, 3)))
+    assert empty.shape == (0, 3) and empty_code.size == 0
 
 
 def _campaign(**fields):
