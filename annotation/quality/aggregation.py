@@ -206,33 +206,7 @@ def _aggregates_update(
     (PostgreSQL before 18 has no OLD in RETURNING)."""
     table = CampaignCandidate._meta.db_table
     keys = data.question_keys
-    states = np.asarray(review_state)
-    codes = np.zeros(len(states), dtype=np.int16)
-    for state, code in REVIEW_STATE_CODES.items():
-        if code:
-            codes[states == state] = code
-    columns: list[tuple[str, Any, Any]] = [
-        ("id", "int8", data.candidates.ids),
-        ("total", "int4", aggregates.judgments_total),
-        ("kept", "int4", aggregates.kept_judgments),
-        ("overall", "float8", aggregates.overall),
-        ("normalized", "float8", aggregates.normalized),
-        ("training_class", "int2", np.nan_to_num(aggregates.training_class, nan=-1)),
-        ("rating_range", "int2", np.nan_to_num(aggregates.rating_range, nan=-1)),
-        ("finalised", "bool", aggregates.is_finalised),
-        ("review", "int2", codes),
-    ]
-    distinct_means, means_code = _distinct_rows(aggregates.means)
-    columns.append(("means_code", "int4", means_code))
-    # A pass's few rows need the ANALYZE (sized from its one page, the table would look like
-    # ~150 rows and the join could scan the whole campaign); a whole campaign's are sized well
-    # enough from their pages, and its ANALYZE cost about 0.09 s.
-    copy_to_temp_table("qc_aggregates", columns, analyze=len(columns[0][2]) < TEMP_ANALYZE_MAX_ROWS)
-    means_columns: list[tuple[str, Any, Any]] = [
-        ("code", "int4", np.arange(len(distinct_means), dtype=np.int32))
-    ]
-    means_columns += [(f"m{i}", "float8", distinct_means[:, i]) for i in range(len(keys))]
-    copy_to_temp_table("qc_means", means_columns)
+    _aggregates_stage(data, aggregates, review_state)
     pairs = ", ".join(f"%s::text, NULLIF(m{index}, 'NaN')" for index in range(len(keys)))
     means_sql = f"jsonb_strip_nulls(jsonb_build_object({pairs}))" if keys else "'{}'::jsonb"
     review_sql = (
@@ -278,6 +252,41 @@ def _aggregates_update(
         cursor.execute(sql, params)
         changed, finalised = cursor.fetchone()
     return Stored(int(changed), [int(value) for value in finalised])
+
+
+def _aggregates_stage(
+    data: CampaignSlice, aggregates: Aggregates, review_state: NDArray[Any]
+) -> None:
+    """The temporary tables `_aggregates_update` writes from: `qc_aggregates` (a row per
+    candidate, its means as a code) and `qc_means` (the distinct rows of means, by code)."""
+    keys = data.question_keys
+    states = np.asarray(review_state)
+    codes = np.zeros(len(states), dtype=np.int16)
+    for state, code in REVIEW_STATE_CODES.items():
+        if code:
+            codes[states == state] = code
+    columns: list[tuple[str, Any, Any]] = [
+        ("id", "int8", data.candidates.ids),
+        ("total", "int4", aggregates.judgments_total),
+        ("kept", "int4", aggregates.kept_judgments),
+        ("overall", "float8", aggregates.overall),
+        ("normalized", "float8", aggregates.normalized),
+        ("training_class", "int2", np.nan_to_num(aggregates.training_class, nan=-1)),
+        ("rating_range", "int2", np.nan_to_num(aggregates.rating_range, nan=-1)),
+        ("finalised", "bool", aggregates.is_finalised),
+        ("review", "int2", codes),
+    ]
+    distinct_means, means_code = _distinct_rows(aggregates.means)
+    columns.append(("means_code", "int4", means_code))
+    # A pass's few rows need the ANALYZE (sized from its one page, the table would look like
+    # ~150 rows and the join could scan the whole campaign); a whole campaign's are sized well
+    # enough from their pages, and its ANALYZE cost about 0.09 s.
+    copy_to_temp_table("qc_aggregates", columns, analyze=len(columns[0][2]) < TEMP_ANALYZE_MAX_ROWS)
+    means_columns: list[tuple[str, Any, Any]] = [
+        ("code", "int4", np.arange(len(distinct_means), dtype=np.int32))
+    ]
+    means_columns += [(f"m{i}", "float8", distinct_means[:, i]) for i in range(len(keys))]
+    copy_to_temp_table("qc_means", means_columns)
 
 
 def _distinct_rows(values: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.int32]]:
