@@ -53,7 +53,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 # imported before anything runs: provenance takes the start load average and time at import
 import numpy as np  # noqa: E402
 from numpy.typing import NDArray  # noqa: E402
-from provenance import write_raw  # noqa: E402
+from provenance import input_checksums, write_raw  # noqa: E402
 from scipy.special import expit  # noqa: E402
 
 from annotation.allocation import (  # noqa: E402
@@ -547,6 +547,7 @@ def main() -> None:
         "--results", default=None, help="Directory of the raw file (default bench/results/)."
     )
     options = parser.parse_args()
+    inputs = input_checksums(vatex_eval=options.data)  # a missing file stops the run here
     if options.smoke:
         options.seeds, options.candidates, options.raters = 2, 300, 40
     if options.seeds < 1 or options.candidates < 50 or options.raters < RATERS_PER_CANDIDATE_POOL:
@@ -586,7 +587,12 @@ def main() -> None:
         "replay": replay(ratings, seeds=options.seeds),
     }
     directory = Path(options.results) if options.results else None
-    path = write_raw("adaptive_allocation", report, directory=directory)
+    path = write_raw(
+        "adaptive_allocation",
+        report,
+        directory=directory,
+        inputs=inputs,
+    )
     if options.png:
         plot(
             simulation["policies"],

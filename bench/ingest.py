@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from provenance import summarise_runs, write_raw  # noqa: E402
+from provenance import input_checksums, summarise_runs, write_raw  # noqa: E402
 
 
 def scratch_url(base: str) -> tuple[str, str, str]:
@@ -42,6 +42,8 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the scratch database")
     parser.add_argument("--runs", type=int, default=3, help="runs, each on a fresh database")
     arguments = parser.parse_args()
+    # checked before anything is measured: a missing file stops the benchmark here
+    inputs = input_checksums(vatex_eval=REPO / "data" / "vatex_eval" / "vid_cans_score_dict.json")
 
     from config.env import load_dotenv_file
 
@@ -93,7 +95,12 @@ def main() -> None:
         "summary": summarise_runs(runs),
         "runs": runs,
     }
-    path = write_raw("ingest", report, database=base)
+    path = write_raw(
+        "ingest",
+        report,
+        database=base,
+        inputs=inputs,
+    )
     report["raw_file"] = str(path)
     print(json.dumps(report, indent=2, sort_keys=True))
 

@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 # imported before anything runs: provenance takes the start load average and time at import
 import numpy as np  # noqa: E402
-from provenance import write_raw  # noqa: E402
+from provenance import input_checksums, write_raw  # noqa: E402
 
 from training_bridge.metrics.bleu import bleu_scores  # noqa: E402
 from training_bridge.metrics.cider import cider_scores  # noqa: E402
@@ -51,6 +51,7 @@ def main() -> None:
     parser.add_argument("--no-meteor", action="store_true")
     args = parser.parse_args()
 
+    inputs = input_checksums(vatex_eval=DATA)  # stops when the file is missing
     data = json.loads(DATA.read_text(encoding="utf-8"))
     candidates, references, raters = [], [], []
     for entry in data.values():
@@ -67,6 +68,10 @@ def main() -> None:
     clock = Clock()
     tokenized, tokenized_references = tokenize_corpus(candidates, references)
     report["tokenize"] = clock.lap()
+    report["tokens"] = {  # COCO-tokenised words: the metrics' workload
+        "candidates": sum(len(text.split()) for text in tokenized),
+        "references": sum(len(text.split()) for group in tokenized_references for text in group),
+    }
 
     meteor_reason = None if not args.no_meteor else "skipped (--no-meteor)"
     meteor_reason = meteor_reason or meteor_unavailable_reason()
@@ -103,7 +108,7 @@ def main() -> None:
         if scorer is not None:
             scorer.close()
     print(json.dumps(report, indent=1))
-    write_raw("metrics_vatex_eval", report)
+    write_raw("metrics_vatex_eval", report, inputs=inputs)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ UTC date, the machine (CPU model, cores, memory, load average when this module w
 when the file was written; GPU name and driver when torch sees one), the versions of Python,
 PostgreSQL (the server's `server_version` when a database URL or DSN is given), libpq, torch,
 transformers and Django (installed distributions, read without importing them; the pins of
-requirements.txt beside them), and every figure the benchmark passed in, unchanged.
+requirements.txt beside them), the input files with their sha256 (`inputs=`, see
+`input_checksums`), and every figure the benchmark passed in, unchanged.
 
 Standard library only (psycopg2 and torch are used when present): no Django, so it works from the
 scripts' parent processes, which never set Django up.
@@ -121,6 +122,39 @@ def _gpu() -> dict[str, Any] | None:
     }
 
 
+class MissingInput(SystemExit):
+    """A benchmark's input file is absent: the benchmark stops (it never measures a stand-in)."""
+
+
+def input_checksums(**paths: str | os.PathLike[str] | None) -> dict[str, Any]:
+    """{name: {"path", "sha256", "bytes"}} of each input file a figure depends on (the path
+    relative to the repository when it lies inside it). A missing file stops the benchmark with
+    `MissingInput`; ``None`` records an input the run was asked to do without (e.g. a
+    ``--synthetic-...`` flag), and the raw file then says so."""
+    import hashlib
+
+    out: dict[str, Any] = {}
+    for name, given in paths.items():
+        if given is None:
+            out[name] = None
+            continue
+        path = Path(given)
+        if not path.is_file():
+            raise MissingInput(f"missing input: {path} ({name}); the benchmark stops")
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        resolved = path.resolve()
+        shown = (
+            resolved.relative_to(REPO_ROOT).as_posix()
+            if resolved.is_relative_to(REPO_ROOT)
+            else str(resolved)
+        )
+        out[name] = {"path": shown, "sha256": digest.hexdigest(), "bytes": path.stat().st_size}
+    return out
+
+
 def machine() -> dict[str, Any]:
     memory_kib = _read_first("/proc/meminfo", "MemTotal:").split()
     return {
@@ -195,6 +229,7 @@ def raw_record(
     postgres_version: str | None = None,
     command: list[str] | None = None,
     notes: str | None = None,
+    inputs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The record `write_raw` writes (for a benchmark that also keeps a partial file while it
     runs, so that a run stopped by a time limit still leaves its figures with their provenance)."""
@@ -213,6 +248,7 @@ def raw_record(
         "machine": machine(),
         "versions": versions(database=database, postgres_version=postgres_version),
         "notes": notes,
+        "inputs": inputs,
         "figures": figures,
     }
 
@@ -269,13 +305,15 @@ def write_raw(
     command: list[str] | None = None,
     notes: str | None = None,
     directory: Path | None = None,
+    inputs: dict[str, Any] | None = None,
 ) -> Path:
     """Write one raw result file and return its path (also printed on stderr).
 
     `figures` is everything the benchmark measured, stored as given (it must be JSON-serialisable;
     anything else is stored as its str()). `database` is a PostgreSQL URL or libpq DSN whose
     server_version is recorded; `postgres_version` overrides it (e.g. a private cluster already
-    stopped). `command` defaults to this process's exact command line.
+    stopped). `command` defaults to this process's exact command line. `inputs` is what
+    `input_checksums` returned for the files the figures depend on.
     """
     record = raw_record(
         name,
@@ -284,6 +322,7 @@ def write_raw(
         postgres_version=postgres_version,
         command=command,
         notes=notes,
+        inputs=inputs,
     )
     finished = datetime.fromisoformat(record["date_utc"])
     git = record["git"]

@@ -44,7 +44,7 @@ import redis
 import requests
 
 # imported before anything runs: provenance takes the start load average and time at import
-from provenance import write_raw  # bench/ is sys.path[0] when this script runs
+from provenance import input_checksums, write_raw  # bench/ is sys.path[0] when this script runs
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 VATEX_EVAL_FILE = REPO_ROOT / "data" / "vatex_eval" / "vid_cans_score_dict.json"
@@ -651,6 +651,7 @@ def main() -> None:
     parser.add_argument("--training-timeout", type=float, default=300)
     parser.add_argument("--output", type=Path, help="also write the JSON summary to this file")
     args = parser.parse_args()
+    inputs = input_checksums(vatex_eval=VATEX_EVAL_FILE)  # a missing file stops the run here
     busiest_server_workers = math.ceil(args.workers / len(args.web))
     if assignments_per_worker(args) * busiest_server_workers >= args.clips * args.judgments:
         parser.error("too few clips for this many workers: raise --clips or lower --workers")
@@ -661,7 +662,12 @@ def main() -> None:
         args.output.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
         # With its provenance (commit, command, machine, versions) beside it, for the docs.
 
-        write_raw("topology_flow", summary, directory=args.output.parent)
+        write_raw(
+            "topology_flow",
+            summary,
+            directory=args.output.parent,
+            inputs=inputs,
+        )
     sys.stdout.write(text + "\n")
     for failure in summary["failures"]:
         log(f"FAILED {failure}")

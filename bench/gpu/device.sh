@@ -31,6 +31,8 @@
 #   p2scale   Phase 2 at an effective batch of 16: one GPU, then two under torchrun (P2_PROFILE2, 0)
 #   presets / images  bench/rigel_vatex_eval.py, both presets alternated, on MP4 / JPEG stills,
 #             one round per entry of $ROUNDS ("1 2 3"), $PROTOCOLS (reference-free)
+#   protocols bench/rigel_vatex_eval.py on /tmp/vclips, all three protocols, --modes $MODES
+#             (together), --rounds $PROTO_ROUNDS (3), --preset $PRESET (default), $PROTO_LIMIT s
 # Phase 2 options: P2_SAMPLES (480), P2_WORKERS (15), P2_EXTRA, P2_LIMIT / P2_LIMIT1 / P2_LIMIT2,
 # RAW_PREFIX (phase2_pass2) and TAG name the raw files. Limits: SCORING_LIMIT, NVDEC_LIMIT.
 # Raw files (bench/provenance.py) go to $RAW ($OUT); when RAW is another folder it is packed into
@@ -199,6 +201,14 @@ for stage in ${STAGES//,/ }; do
   images)
     need_vatex_eval
     rigel_vatex_eval images /tmp/stills --images ;;
+  protocols)  # issue 29 point 2: the three protocols, separate and/or together, one process
+    need_vatex_eval
+    timeout "${PROTO_LIMIT:-560}" python3 bench/rigel_vatex_eval.py --clips-dir /tmp/vclips \
+      --out "/tmp/rv_protocols_${PRESET:-default}" --batch 128 --preset "${PRESET:-default}" \
+      --protocols reference-free,1-ref,all-refs --modes "${MODES:-together}" \
+      --rounds "${PROTO_ROUNDS:-3}" ${PROTO_EXTRA:-} >"$OUT/protocols_${PRESET:-default}_log.txt" 2>&1 \
+      || echo "protocols ${PRESET:-default} failed or stopped"
+    grep -a "^together\|^separate\|^wrote\|Error\|error" "$OUT/protocols_${PRESET:-default}_log.txt" | tail -12 | cut -c1-300 ;;
   *)
     echo "unknown stage: $stage"; exit 2 ;;
   esac

@@ -173,6 +173,52 @@ class ProtocolScorer:
                 progress(offset + start + len(chunk), total)
         return np.concatenate(parts) if parts else np.zeros(0)
 
+    def score_together(
+        self,
+        settings: Sequence[tuple[Sequence[ReleaseRecord], bool]],
+        *,
+        progress: Progress | None = None,
+        offset: int = 0,
+        total: int | None = None,
+    ) -> list[np.ndarray] | None:
+        """Scores of several lists of records, one prompt setting each (``(records,
+        reference_free)``), the lists parallel (record i of each on the same clip), in ONE engine
+        pass per chunk: each sample carries its own setting, so a clip is decoded and goes
+        through the vision tower once for all the lists (the engine's bundles). ``None`` when
+        no engine scores here (CPU): the caller scores each list alone."""
+        import torch
+
+        from training_bridge.rigel.scoring import normalised_score
+
+        lengths = {len(records) for records, _ in settings}
+        if len(lengths) != 1:
+            raise ValueError("the record lists must be parallel (the same length)")
+        (length,) = lengths
+        total = length * len(settings) if total is None else total
+        # one engine; every example says its own setting, so its default does not matter
+        engine = self._engine(False, total)
+        if engine is None:
+            return None
+        parts: list[list[np.ndarray]] = [[] for _ in settings]
+        done = 0
+        for start in range(0, length, self.chunk_size):
+            examples = []
+            for records, free in settings:
+                chunk = self.loader.examples(records[start : start + self.chunk_size])
+                for example in chunk:
+                    example.reference_free = free
+                examples.extend(chunk)
+            output = engine.run(examples)
+            logits = output.head_logits if output.head_logits is not None else output.score_logits
+            scores = normalised_score(torch.from_numpy(logits)).double().numpy()
+            size = len(examples) // len(settings)
+            for number in range(len(settings)):
+                parts[number].append(scores[number * size : (number + 1) * size])
+            done += len(examples)
+            if progress is not None:
+                progress(offset + done, total)
+        return [np.concatenate(p) if p else np.zeros(0) for p in parts]
+
     def close(self) -> None:
         for engine in self._engines.values():
             close = getattr(engine, "close", None)
@@ -189,20 +235,35 @@ def score_protocols(
     references: Sequence[Sequence[str]],
     protocols: Sequence[str],
     progress: Progress | None = None,
+    together: bool = False,
 ) -> dict[str, np.ndarray]:
     """{protocol: scores of every candidate}; candidate i is on clip `clips[i]` with the clip's
-    references `references[i]` (all of them; each protocol keeps its own)."""
+    references `references[i]` (all of them; each protocol keeps its own). ``together``: the
+    protocols in one engine pass (:meth:`ProtocolScorer.score_together`: each clip decoded and
+    through the vision tower once for all of them), where an engine scores; the same scores."""
     if not len(clips) == len(candidates) == len(references):
         raise ValueError("clips, candidates and references must have the same length")
     total = len(candidates) * len(protocols)
-    scores: dict[str, np.ndarray] = {}
-    for number, protocol in enumerate(protocols):
-        records = [
+    by_protocol = {
+        protocol: [
             benchmark_record(clip, text, protocol_references(refs, protocol), str(index))
             for index, (clip, text, refs) in enumerate(
                 zip(clips, candidates, references, strict=True)
             )
         ]
+        for protocol in protocols
+    }
+    if together and len(protocols) > 1:
+        fused = scorer.score_together(
+            [(by_protocol[p], p == REFERENCE_FREE) for p in protocols],
+            progress=progress,
+            total=total,
+        )
+        if fused is not None:
+            return dict(zip(protocols, fused, strict=True))
+    scores: dict[str, np.ndarray] = {}
+    for number, protocol in enumerate(protocols):
+        records = by_protocol[protocol]
         scores[protocol] = scorer.score(
             records,
             reference_free=protocol == REFERENCE_FREE,

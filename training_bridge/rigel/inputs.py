@@ -61,6 +61,14 @@ class RigelExample:
     meta: dict[str, Any] = field(default_factory=dict)
     # "video", or "image": a still image, exactly one frame (T = 1), through the image path.
     modality: str = VIDEO
+    # This sample's prompt setting; None: the engine's (or the model's). Set, one engine scores
+    # several protocols of a clip in one pass (decoded and through the vision tower once).
+    reference_free: bool | None = None
+
+
+def sample_reference_free(example: RigelExample, default: bool) -> bool:
+    """The prompt setting of this sample: its own when it has one, else ``default``."""
+    return default if example.reference_free is None else bool(example.reference_free)
 
 
 TIME_FPS = 1000.0  # frame_times become indices in milliseconds at this rate

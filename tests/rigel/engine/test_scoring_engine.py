@@ -284,3 +284,57 @@ def test_compiled_vision_blocks_give_the_eager_numbers_with_one_graph(tiny) -> N
         assert compiled_vision_blocks(tiny.model) == 0
     finally:
         torch._dynamo.reset()
+
+
+def _three_protocols() -> tuple[list[list[RigelExample]], list[bool]]:
+    """Three clips (6, 2 and 6 candidates, 3 references each) under reference-free, 1-ref and
+    all-refs: three parallel example lists, one prompt setting each."""
+    rng = np.random.default_rng(5)
+    frames = [
+        rng.integers(0, 256, (8, 64, 64, 3), dtype=np.uint8),
+        rng.integers(0, 256, (8, 64, 96, 3), dtype=np.uint8),
+        rng.integers(0, 256, (6, 64, 64, 3), dtype=np.uint8),
+    ]
+    words = ["a man throws a ball .", "a dog runs", "two people talk", "a", "a red ball ."]
+    base = [
+        (clip, [f"reference {clip} number {j} ." for j in range(3)], words[(k + clip) % 5])
+        for clip in range(3)
+        for k in range(6 if clip != 1 else 2)
+    ]
+    protocols = [
+        [RigelExample(refs, text, frames=frames[clip]) for clip, refs, text in base],
+        [RigelExample(refs[:1], text, frames=frames[clip]) for clip, refs, text in base],
+        [RigelExample(refs, text, frames=frames[clip]) for clip, refs, text in base],
+    ]
+    return protocols, [True, False, False]
+
+
+def test_three_protocols_in_one_pass_give_the_scores_of_three_passes(tiny) -> None:  # type: ignore[no-untyped-def]
+    """Issue 29 point 2: one engine pass over the three protocols (each sample with its own
+    prompt setting) decodes each clip and runs its vision tower once, with the same numbers as
+    one pass per protocol."""
+    protocols, settings = _three_protocols()
+    head = Head(tiny.hidden_size)
+    options = {"batch_size": 16, "group_loader_batch": 2, "num_workers": 0}
+    separate = [
+        ScoringEngine(tiny, head, reference_free=free, **options).run(examples)
+        for examples, free in zip(protocols, settings, strict=True)
+    ]
+    together_examples = []
+    for examples, free in zip(protocols, settings, strict=True):
+        for example in examples:
+            example.reference_free = free
+        together_examples.extend(examples)
+    # the engine's own default is the opposite of one of the settings: each sample's counts
+    together = ScoringEngine(tiny, head, reference_free=False, **options).run(together_examples)
+    n = len(protocols[0])
+    for number, alone in enumerate(separate):
+        rows = slice(number * n, (number + 1) * n)
+        assert np.abs(together.hidden[rows] - alone.hidden).max() < 1e-5
+        assert np.abs(together.scores[rows] - alone.scores).max() < 1e-6
+    # 9 groups (3 clips x 3 settings), the vision tower on 3 clips instead of 9
+    assert together.stats["shared_clips"] == 9
+    assert together.stats["vision_clips"] == 3
+    assert sum(alone.stats["vision_clips"] for alone in separate) == 9
+    # the settings differ: the reference-free scores are not the 1-ref ones
+    assert np.abs(separate[0].hidden - separate[1].hidden).max() > 1e-3

@@ -19,7 +19,14 @@ import torch
 
 from ..backbone import Backbone
 from ..images import visual_target_size
-from ..inputs import RigelExample, encode_text, load_video, mm_token_type_ids, rope_position_ids
+from ..inputs import (
+    RigelExample,
+    encode_text,
+    load_video,
+    mm_token_type_ids,
+    rope_position_ids,
+    sample_reference_free,
+)
 from .batches import SampleItem
 
 
@@ -39,7 +46,12 @@ class ExampleDataset(torch.utils.data.Dataset):
         example = self.examples[index]
         backbone = self.backbone
         video = load_video(example, backbone.vision)
-        ids, grid = encode_text(example, video, backbone, reference_free=self.reference_free)
+        ids, grid = encode_text(
+            example,
+            video,
+            backbone,
+            reference_free=sample_reference_free(example, self.reference_free),
+        )
         types = mm_token_type_ids(ids, backbone)
         positions = rope_position_ids(types, grid, backbone.vision.merge_size)
         frames = video.frames

@@ -25,15 +25,22 @@ import torch.nn.functional as F
 
 from ..backbone import Backbone
 from ..images import visual_target_size
-from ..inputs import RigelExample, encode_text, load_video, mm_token_type_ids, rope_position_ids
+from ..inputs import (
+    RigelExample,
+    encode_text,
+    load_video,
+    mm_token_type_ids,
+    rope_position_ids,
+    sample_reference_free,
+)
 from .batches import PreparedBatch, SampleItem, collate_samples, merge_batches
 from .loading import worker_backbone
 
 
-def group_key(example: RigelExample, reference_free: bool) -> tuple[Any, ...] | None:
-    """What must be equal for two samples to share their prompt prefix: the same modality, the
-    same video or image (file, frames directory/list or the same frames array object), the same
-    frame instants, and the same references (none in the reference-free prompt). ``None``: the example cannot be grouped."""
+def video_key(example: RigelExample) -> tuple[Any, ...] | None:
+    """What must be equal for two samples to share their decoded frames and vision features: the
+    same modality, the same video or image (file, frames directory/list or the same frames array
+    object) and the same frame instants. ``None``: no key (the example stays alone)."""
     if example.frames is not None:
         video: tuple[Any, ...] = ("array", id(example.frames))
     elif example.frame_paths is not None:
@@ -46,15 +53,39 @@ def group_key(example: RigelExample, reference_free: bool) -> tuple[Any, ...] | 
         video = ("file", os.fspath(example.video_path))
     else:
         return None
-    references = () if reference_free else tuple(example.references)
     return (
         example.modality,
         video,
-        references,
         example.fps,
         tuple(example.frame_indices) if example.frame_indices is not None else None,
         tuple(example.frame_times) if example.frame_times is not None else None,
     )
+
+
+def group_key(example: RigelExample, reference_free: bool) -> tuple[Any, ...] | None:
+    """What must be equal for two samples to share their prompt prefix: the same
+    :func:`video_key`, the same prompt setting (the sample's own, else ``reference_free``) and
+    the same references (none in the reference-free prompt). ``None``: the example cannot be
+    grouped."""
+    video = video_key(example)
+    if video is None:
+        return None
+    free = sample_reference_free(example, reference_free)
+    references = () if free else tuple(example.references)
+    return (video, free, references)
+
+
+def plan_bundles(
+    examples: Sequence[RigelExample], groups: Sequence[Sequence[int]]
+) -> list[list[int]]:
+    """Numbers of the groups that share one video (:func:`video_key`), in order of first use: a
+    clip scored under several protocols (one group each) is decoded once, and its vision tower
+    runs once (:meth:`ScoringEngine.forward_groups`)."""
+    bundles: dict[Any, list[int]] = {}
+    for number, group in enumerate(groups):
+        key = video_key(examples[group[0]])
+        bundles.setdefault(key if key is not None else ("alone", number), []).append(number)
+    return list(bundles.values())
 
 
 def plan_groups(examples: Sequence[RigelExample], reference_free: bool) -> list[list[int]]:
@@ -86,7 +117,9 @@ class _GroupItem:
 
 
 class GroupDataset(torch.utils.data.Dataset):
-    """One item per clip group: decoded once, every candidate tokenised, the common prefix cut."""
+    """One item per bundle of clip groups sharing a video (:func:`plan_bundles`; without
+    ``bundles``, one per group): the video decoded once, every candidate tokenised, each group's
+    common prefix cut. An item is the list of its groups' :class:`_GroupItem`."""
 
     def __init__(
         self,
@@ -94,25 +127,33 @@ class GroupDataset(torch.utils.data.Dataset):
         groups: Sequence[Sequence[int]],
         backbone: Backbone,
         reference_free: bool,
+        bundles: Sequence[Sequence[int]] | None = None,
     ):
         self.examples = examples
         self.groups = [list(g) for g in groups]
+        self.bundles = (
+            [list(b) for b in bundles] if bundles is not None else [[n] for n in range(len(groups))]
+        )
         self.reference_free = reference_free
         self.backbone = worker_backbone(backbone)
 
     def __len__(self) -> int:
-        return len(self.groups)
+        return len(self.bundles)
 
-    def __getitem__(self, number: int) -> _GroupItem:
+    def __getitem__(self, number: int) -> list[_GroupItem]:
+        bundle = self.bundles[number]
+        video = load_video(self.examples[self.groups[bundle[0]][0]], self.backbone.vision)
+        return [self._group(group, video) for group in bundle]
+
+    def _group(self, number: int, video: Any) -> _GroupItem:
         backbone = self.backbone
         rows = self.groups[number]
-        video = load_video(self.examples[rows[0]], backbone.vision)
         sequences: list[list[int]] = []
         grid: tuple[int, int, int] | None = None
         for row in rows:
-            ids, grid = encode_text(
-                self.examples[row], video, backbone, reference_free=self.reference_free
-            )
+            example = self.examples[row]
+            free = sample_reference_free(example, self.reference_free)
+            ids, grid = encode_text(example, video, backbone, reference_free=free)
             sequences.append(ids)
         assert grid is not None
         cut = common_prefix_length(sequences)
@@ -196,8 +237,13 @@ def _pad_suffixes(
     return out_ids, out_pos, lengths
 
 
-def collate_groups(items: list[_GroupItem], pad_id: int, multiple: int) -> GroupBatch:
-    """The workers' collate function of the shared-prefix path."""
+def collate_groups(
+    bundles: list[list[_GroupItem]] | list[_GroupItem], pad_id: int, multiple: int
+) -> GroupBatch:
+    """The workers' collate function of the shared-prefix path (items: bundles of groups)."""
+    items = [
+        item for bundle in bundles for item in (bundle if isinstance(bundle, list) else [bundle])
+    ]
     prefix = collate_samples([item.prefix for item in items], pad_id, multiple)
     ids = [x for item in items for x in item.suffix_ids]
     positions = [p for item in items for p in item.suffix_positions]

@@ -41,6 +41,7 @@ from .prefix import (
     cache_classes,
     collate_groups,
     merge_group_batches,
+    plan_bundles,
     plan_groups,
     suffix_attention_mask,
 )
@@ -330,10 +331,17 @@ class ScoringEngine:
         store: Callable[..., None],
         started: float,
     ) -> None:
-        """The shared-prefix path of :meth:`run` (its statistics added to ``stats``)."""
-        for gb in self.group_device_batches(examples, shared):
+        """The shared-prefix path of :meth:`run` (its statistics added to ``stats``). Groups that
+        share a video (one clip under several protocols) are decoded together, in one bundle, and
+        the vision tower runs once per video."""
+        bundles = plan_bundles(examples, shared)
+        bundle_of = {number: b for b, bundle in enumerate(bundles) for number in bundle}
+        stats.setdefault("vision_clips", 0)
+        for gb in self.group_device_batches(examples, shared, bundles):
             stats.setdefault("first_group_batch_seconds", time.perf_counter() - started)
-            h, s, hl = self.forward_groups(gb)
+            keys = [bundle_of[int(g)] for g in gb.prefix.indices.tolist()]
+            h, s, hl = self.forward_groups(gb, keys)
+            stats["vision_clips"] += len(set(keys))
             store(gb.indices.numpy(), h, s, hl)
             prefix_tokens = int(gb.prefix.lengths.sum())
             suffix_tokens = int(gb.suffix_lengths.sum())
@@ -348,16 +356,25 @@ class ScoringEngine:
             stats["video_tokens"] += patches // self.backbone.vision.merge_size**2
 
     def group_device_batches(
-        self, examples: Sequence[RigelExample], groups: Sequence[Sequence[int]]
+        self,
+        examples: Sequence[RigelExample],
+        groups: Sequence[Sequence[int]],
+        bundles: Sequence[Sequence[int]] | None = None,
     ) -> Iterator[GroupBatch]:
         """Batches of about ``batch_size`` candidates (whole clips) on the device."""
-        return self._merged_on_device(self.prepared_groups(examples, groups), merge_group_batches)
+        return self._merged_on_device(
+            self.prepared_groups(examples, groups, bundles), merge_group_batches
+        )
 
     def prepared_groups(
-        self, examples: Sequence[RigelExample], groups: Sequence[Sequence[int]]
+        self,
+        examples: Sequence[RigelExample],
+        groups: Sequence[Sequence[int]],
+        bundles: Sequence[Sequence[int]] | None = None,
     ) -> Iterator[GroupBatch]:
-        """Group batches of ``group_loader_batch`` clips prepared by the workers, in order."""
-        dataset = GroupDataset(examples, groups, self.backbone, self.reference_free)
+        """Group batches of ``group_loader_batch`` clips (bundles of groups sharing a video,
+        :func:`plan_bundles`) prepared by the workers, in order."""
+        dataset = GroupDataset(examples, groups, self.backbone, self.reference_free, bundles)
         collate = functools.partial(
             collate_groups, pad_id=self.backbone.pad_token_id, multiple=self.pad_multiple
         )
@@ -447,13 +464,21 @@ class ScoringEngine:
 
     @torch.inference_mode()
     def forward_groups(
-        self, batch: GroupBatch
+        self, batch: GroupBatch, video_keys: Sequence[Any] | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Shared-prefix forward: vision tower and prefix once per clip, suffixes per candidate.
-        Returns the same triple as :meth:`forward_batch`, one row per candidate."""
+        With ``video_keys`` (one per prefix row), prefixes of the same video (a clip under
+        several protocols) share one vision-tower pass. Returns the same triple as
+        :meth:`forward_batch`, one row per candidate."""
         batch = batch.to(self.device)
-        pixel_values, grid_thw = self.pixels(batch.prefix)
-        embeds, deepstack = self.vision_features(pixel_values, grid_thw, batch.prefix.grids)
+        if video_keys is not None and len(set(video_keys)) < len(video_keys):
+            with torch.no_grad():
+                embeds, deepstack = self.cached_vision_features(
+                    batch.prefix, video_keys, VisionCache(max_clips=len(video_keys))
+                )
+        else:
+            pixel_values, grid_thw = self.pixels(batch.prefix)
+            embeds, deepstack = self.vision_features(pixel_values, grid_thw, batch.prefix.grids)
         prefix_kv = self.prefix_cache(batch.prefix, embeds, deepstack)
         hidden = self.suffix_hidden(batch, prefix_kv)
         score_logits = hidden.float() @ self.score_rows.float().T
