@@ -30,7 +30,7 @@ import logging
 from collections.abc import Iterable
 
 import numpy as np
-from django.db import connection, transaction
+from django.db import connection
 from django.db.models import Count, F, Max, Q
 from django.utils import timezone
 
@@ -43,17 +43,13 @@ from annotation.models import (
     Participation,
     ParticipationStatus,
 )
-from annotation.quality.aggregation import (
-    aggregation_apply,
-    aggregation_recompute,
-    stale_positions,
-)
+from annotation.quality.aggregation import aggregation_recompute
 from annotation.quality.evaluation import worker_stats_store, workers_evaluate
 from annotation.quality.exclusions import late_judgments_exclude, workers_exclude
 from annotation.quality.loading import (
     campaign_median_seconds,
     campaign_slice_load,
-    campaign_slice_subset,
+    candidate_sums_load,
 )
 from annotation.quality.rules import qc_rules_merge
 
@@ -63,11 +59,12 @@ logger = logging.getLogger(__name__)
 def workers_quality_update(
     *, campaign: Campaign, participation_ids: Iterable[int], aggregate: bool = True
 ) -> set[int]:
-    """Statistics and rules of some workers, read from the candidates they rated (with every
-    other judgment on those candidates), then the aggregates and review state of those of the
-    candidates whose judgments changed since they were last aggregated (`stale_positions`: new
-    judgments, and the exclusions of this pass). Returns the candidates whose judgments an
-    exclusion changed.
+    """Statistics and rules of some workers, read from their own judgments and, for the
+    leave-one-out agreement, the sums of every kept judgment on the candidates they rated
+    (`candidate_sums_load`: one row per candidate, summed by the database); then the aggregates
+    and review state of those of the candidates whose judgments changed since they were last
+    aggregated (the judgment counts summed differ from the stored ones: new judgments, and the
+    exclusions of this pass). Returns the candidates whose judgments an exclusion changed.
 
     The statistics are stored last: if aggregation fails, the workers stay stale and the next
     pass does it all again."""
@@ -85,6 +82,10 @@ def workers_quality_update(
         candidate_ids=candidate_ids,
         extra_participation_ids=targets,
         for_aggregation=False,
+        judges=targets,
+    )
+    counts = candidate_sums_load(
+        campaign=campaign, candidate_ids=data.candidates.ids, question_keys=data.question_keys
     )
     positions = np.searchsorted(data.workers.ids, np.asarray(targets, dtype=np.int64))
     statistics, flags, decisions = workers_evaluate(
@@ -94,18 +95,14 @@ def workers_quality_update(
             campaign=campaign, excluding_participation_ids=targets
         ),
         targets=positions,
+        agreement_sums=counts.sums,
     )
     outcome = workers_exclude(campaign=campaign, decisions=decisions)
     if aggregate:
-        changed = stale_positions(data)
-        if outcome.candidate_ids:
-            # Exclusions changed judgments after the read: aggregate those from the database.
-            changed_ids = set(data.candidates.ids[changed].tolist()) | outcome.candidate_ids
+        changed = (counts.total != data.stored_total) | (counts.kept != data.stored_kept)
+        changed_ids = set(data.candidates.ids[changed].tolist()) | outcome.candidate_ids
+        if changed_ids:
             aggregation_recompute(campaign=campaign, candidate_ids=changed_ids)
-        elif changed.size:
-            changed_slice = campaign_slice_subset(data, changed)
-            with transaction.atomic():
-                aggregation_apply(changed_slice, detect_review=True)
     worker_stats_store(data, statistics, flags, indices=positions.tolist(), computed_at=read_at)
     return set(outcome.candidate_ids)
 
