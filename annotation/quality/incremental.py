@@ -9,19 +9,16 @@
 - `quality_sweep()`: periodic catch-up (task `annotation.quality_sweep`, beat every 5 minutes) for
   work that could not be published while the broker was down.
 
-Each pass reads only the candidates the workers concerned rated (with every judgment on them, for
-the leave-one-out mean), evaluates those workers' statistics and rules and excludes where the
-rules say so. It then brings up to date the aggregates and review state of only those candidates
-whose judgments changed since they were last aggregated (the judgment counts read differ from the
-stored ones: judgments submitted since, and exclusions), not of everything the workers ever rated,
-whose aggregates did not change: a worker's history grows the read, not the writes. Measured on
-180,000 judgments of 5,000 workers (`bench/qc_profile.py --pass-workers 200`), a pass of 200
-workers spent 75 % of its time reading that slice (most of it in the reads of expert resolutions,
-review items and controls by a list of 7,000 ids, which only aggregation needs and now reads for
-the changed candidates alone), 16 % writing the aggregates of all 7,000 candidates and 2 % on the
-statistics; this pass now takes half the time (0.30 s instead of 0.63 s, docs/benchmarks.md).
-What remains grows with the workers' history: the read of every judgment on every candidate they
-rated, which the statistics need.
+Each pass reads the workers' own judgments and, for the leave-one-out mean, one row per
+candidate they rated with the sums and counts of its kept ratings (`candidate_sums_load`, summed
+by PostgreSQL), evaluates those workers' statistics and rules and excludes where the rules say
+so. It then recomputes the aggregates and review state of only those candidates whose judgments
+changed since they were last aggregated (the summed judgment counts differ from the stored ones:
+judgments submitted since, and exclusions), not of everything the workers ever rated: a worker's
+history grows the read, not the writes. The read still grows with the workers' history (their
+own judgments, and PostgreSQL's sums over every judgment on their candidates): measured in
+docs/benchmarks.md, "The after-submission quality pass against history", with what remains for
+a pass that costs O(what changed).
 """
 
 from __future__ import annotations
