@@ -411,6 +411,7 @@ def profile_run(options: argparse.Namespace) -> None:
 PASS_STEPS = (
     "campaign_slice_load",
     "campaign_median_seconds",
+    "candidate_sums_load",
     "workers_evaluate",
     "workers_exclude",
     "worker_stats_store",

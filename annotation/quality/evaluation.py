@@ -33,9 +33,11 @@ from annotation.quality.rules import (
     rules_evaluate,
 )
 from annotation.quality.statistics import (
+    ReferenceSums,
     StatisticsRow,
     WorkerStatistics,
     leave_one_out_agreement,
+    reference_sums_without,
     worker_statistics,
 )
 
@@ -57,10 +59,16 @@ def workers_evaluate(
     rules: dict[str, dict[str, Any]],
     campaign_median: float | None,
     targets: np.ndarray | None = None,
+    agreement_sums: ReferenceSums | None = None,
 ) -> tuple[WorkerStatistics, dict[int, list[RuleFlag]], list[ExclusionDecision]]:
     """Statistics of every worker of the slice, flags of the `targets` (all by default) and the
     exclusions the rules call for (never for imported rater slots, already excluded workers or
-    workers a curator re-included)."""
+    workers a curator re-included).
+
+    Without `agreement_sums` the slice holds every judgment on its candidates; with them (the
+    kept judgments' sums per candidate and question, read by the database) it may hold only the
+    judgments of the workers to measure, and every worker the first round excludes must be
+    among them (their judgments leave the sums before the second round)."""
     workers = data.workers
     judgments = data.judgments
     count = len(workers)
@@ -71,6 +79,7 @@ def workers_evaluate(
         workers=count,
         agreement_reference=~judgments.excluded,
         campaign_median_seconds=campaign_median,
+        agreement_sums=agreement_sums,
     )
     configs = rule_configs(rules)
     retest = configs.get(RETEST_RULE)
@@ -91,8 +100,13 @@ def workers_evaluate(
     if leaving.any():
         # Agreement is measured against the workers who stay.
         reference = ~judgments.excluded & ~leaving[judgments.worker]
+        sums = None
+        if agreement_sums is not None:
+            sums = reference_sums_without(
+                agreement_sums, judgments, leaving=~judgments.excluded & leaving[judgments.worker]
+            )
         pairs, agreement = leave_one_out_agreement(
-            judgments, data.candidates, workers=count, reference=reference
+            judgments, data.candidates, workers=count, reference=reference, sums=sums
         )
         statistics.agreement_pairs, statistics.agreement = pairs, agreement
     for index, worker_flags in rules_evaluate(

@@ -9,19 +9,16 @@
 - `quality_sweep()`: periodic catch-up (task `annotation.quality_sweep`, beat every 5 minutes) for
   work that could not be published while the broker was down.
 
-Each pass reads only the candidates the workers concerned rated (with every judgment on them, for
-the leave-one-out mean), evaluates those workers' statistics and rules and excludes where the
-rules say so. It then brings up to date the aggregates and review state of only those candidates
-whose judgments changed since they were last aggregated (the judgment counts read differ from the
-stored ones: judgments submitted since, and exclusions), not of everything the workers ever rated,
-whose aggregates did not change: a worker's history grows the read, not the writes. Measured on
-180,000 judgments of 5,000 workers (`bench/qc_profile.py --pass-workers 200`), a pass of 200
-workers spent 75 % of its time reading that slice (most of it in the reads of expert resolutions,
-review items and controls by a list of 7,000 ids, which only aggregation needs and now reads for
-the changed candidates alone), 16 % writing the aggregates of all 7,000 candidates and 2 % on the
-statistics; this pass now takes half the time (0.30 s instead of 0.63 s, docs/benchmarks.md).
-What remains grows with the workers' history: the read of every judgment on every candidate they
-rated, which the statistics need.
+Each pass reads the workers' own judgments and, for the leave-one-out mean, one row per
+candidate they rated with the sums and counts of its kept ratings (`candidate_sums_load`, summed
+by PostgreSQL), evaluates those workers' statistics and rules and excludes where the rules say
+so. It then recomputes the aggregates and review state of only those candidates whose judgments
+changed since they were last aggregated (the summed judgment counts differ from the stored ones:
+judgments submitted since, and exclusions), not of everything the workers ever rated: a worker's
+history grows the read, not the writes. The read still grows with the workers' history (their
+own judgments, and PostgreSQL's sums over every judgment on their candidates): measured in
+docs/benchmarks.md, "The after-submission quality pass against history", with what remains for
+a pass that costs O(what changed).
 """
 
 from __future__ import annotations
@@ -30,7 +27,7 @@ import logging
 from collections.abc import Iterable
 
 import numpy as np
-from django.db import connection, transaction
+from django.db import connection
 from django.db.models import Count, F, Max, Q
 from django.utils import timezone
 
@@ -43,17 +40,13 @@ from annotation.models import (
     Participation,
     ParticipationStatus,
 )
-from annotation.quality.aggregation import (
-    aggregation_apply,
-    aggregation_recompute,
-    stale_positions,
-)
+from annotation.quality.aggregation import aggregation_recompute
 from annotation.quality.evaluation import worker_stats_store, workers_evaluate
 from annotation.quality.exclusions import late_judgments_exclude, workers_exclude
 from annotation.quality.loading import (
     campaign_median_seconds,
     campaign_slice_load,
-    campaign_slice_subset,
+    candidate_sums_load,
 )
 from annotation.quality.rules import qc_rules_merge
 
@@ -63,11 +56,12 @@ logger = logging.getLogger(__name__)
 def workers_quality_update(
     *, campaign: Campaign, participation_ids: Iterable[int], aggregate: bool = True
 ) -> set[int]:
-    """Statistics and rules of some workers, read from the candidates they rated (with every
-    other judgment on those candidates), then the aggregates and review state of those of the
-    candidates whose judgments changed since they were last aggregated (`stale_positions`: new
-    judgments, and the exclusions of this pass). Returns the candidates whose judgments an
-    exclusion changed.
+    """Statistics and rules of some workers, read from their own judgments and, for the
+    leave-one-out agreement, the sums of every kept judgment on the candidates they rated
+    (`candidate_sums_load`: one row per candidate, summed by the database); then the aggregates
+    and review state of those of the candidates whose judgments changed since they were last
+    aggregated (the judgment counts summed differ from the stored ones: new judgments, and the
+    exclusions of this pass). Returns the candidates whose judgments an exclusion changed.
 
     The statistics are stored last: if aggregation fails, the workers stay stale and the next
     pass does it all again."""
@@ -85,6 +79,10 @@ def workers_quality_update(
         candidate_ids=candidate_ids,
         extra_participation_ids=targets,
         for_aggregation=False,
+        judges=targets,
+    )
+    counts = candidate_sums_load(
+        campaign=campaign, candidate_ids=data.candidates.ids, question_keys=data.question_keys
     )
     positions = np.searchsorted(data.workers.ids, np.asarray(targets, dtype=np.int64))
     statistics, flags, decisions = workers_evaluate(
@@ -94,18 +92,14 @@ def workers_quality_update(
             campaign=campaign, excluding_participation_ids=targets
         ),
         targets=positions,
+        agreement_sums=counts.sums,
     )
     outcome = workers_exclude(campaign=campaign, decisions=decisions)
     if aggregate:
-        changed = stale_positions(data)
-        if outcome.candidate_ids:
-            # Exclusions changed judgments after the read: aggregate those from the database.
-            changed_ids = set(data.candidates.ids[changed].tolist()) | outcome.candidate_ids
+        changed = (counts.total != data.stored_total) | (counts.kept != data.stored_kept)
+        changed_ids = set(data.candidates.ids[changed].tolist()) | outcome.candidate_ids
+        if changed_ids:
             aggregation_recompute(campaign=campaign, candidate_ids=changed_ids)
-        elif changed.size:
-            changed_slice = campaign_slice_subset(data, changed)
-            with transaction.atomic():
-                aggregation_apply(changed_slice, detect_review=True)
     worker_stats_store(data, statistics, flags, indices=positions.tolist(), computed_at=read_at)
     return set(outcome.candidate_ids)
 

@@ -33,7 +33,7 @@ from annotation.models import (
     ReviewItem,
     WorkerExclusion,
 )
-from annotation.quality.statistics import CandidateColumns, JudgmentColumns
+from annotation.quality.statistics import CandidateColumns, JudgmentColumns, ReferenceSums
 from datasets_app.models import Clip
 
 CAMPAIGN_MEDIAN_CACHE_SECONDS = 60
@@ -126,15 +126,17 @@ def campaign_slice_load(
     candidate_ids: Iterable[int] | None = None,
     extra_participation_ids: Iterable[int] = (),
     for_aggregation: bool = True,
+    judges: Sequence[int] | None = None,
 ) -> CampaignSlice:
-    """Read the candidates (all, or `candidate_ids`) with every judgment on them. Without
-    `for_aggregation` the slice has what worker statistics need: no expert resolutions and no
-    review items (`campaign_slice_subset` reads them for the candidates to aggregate)."""
+    """Read the candidates (all, or `candidate_ids`) with every judgment on them (or, with
+    `judges`, only those participations' judgments on them). Without `for_aggregation` the slice
+    has what worker statistics need: no expert resolutions and no review items
+    (`campaign_slice_subset` reads them for the candidates to aggregate)."""
     question_keys = campaign.question_keys
     subset = None if candidate_ids is None else sorted({int(value) for value in candidate_ids})
     # Started first: on a large campaign its two halves are read by other connections while
     # this one reads the candidates, clips, controls and review items below.
-    judgments_pending = _judgments_read(campaign, question_keys, subset)
+    judgments_pending = _judgments_read(campaign, question_keys, subset, judges=judges)
     candidate_rows = _candidate_rows(campaign, subset)
     ids = candidate_rows["id"].astype(np.int64)
     clip_ids, clip_index = np.unique(candidate_rows["clip_id"], return_inverse=True)
@@ -346,7 +348,11 @@ def _clip_seconds(
 
 
 def _judgments_read(
-    campaign: Campaign, question_keys: list[str], subset: list[int] | None
+    campaign: Campaign,
+    question_keys: list[str],
+    subset: list[int] | None,
+    *,
+    judges: Sequence[int] | None = None,
 ) -> Callable[[], dict[str, NDArray[Any]]]:
     """Start reading the judgments of the campaign (or of the candidates in `subset`); returns
     the function that gives their raw columns.
@@ -362,6 +368,10 @@ def _judgments_read(
         f"COALESCE({json_number(values_column, key)}, 0)" for key in question_keys
     )
     where, params = _campaign_where("j.campaign_id", campaign, "j.campaign_candidate_id", subset)
+    if judges is not None:
+        clause, clause_params = id_filter("j.participation_id", sorted(judges))
+        where += f" AND {clause}"
+        params += clause_params
     columns: list[tuple[str, Any]] = [
         ("id", "int8"),
         ("campaign_candidate_id", "int8"),
@@ -377,7 +387,7 @@ def _judgments_read(
         f"FROM {_table(Judgment)} j WHERE {where}"
     )
     params = [JudgmentSource.IMPORTED, *params]
-    middle = _parallel_read_middle(subset)
+    middle = None if judges is not None else _parallel_read_middle(subset)
     if middle is None:
         return lambda: fetch_columns(sql, params, columns)
     pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="qc-judgments")
@@ -416,6 +426,64 @@ def _fetch_in_own_connection(
         return fetch_columns(sql, params, columns)
     finally:
         connection.close()
+
+
+@dataclass
+class CandidateSums:
+    """Per candidate of a slice (in its order): the kept judgments' `ReferenceSums` and the
+    judgment counts (every judgment, kept ones) as the judgment table has them now."""
+
+    sums: ReferenceSums
+    total: NDArray[np.int64]
+    kept: NDArray[np.int64]
+
+
+def candidate_sums_load(
+    *, campaign: Campaign, candidate_ids: NDArray[np.int64], question_keys: list[str]
+) -> CandidateSums:
+    """Every judgment on `candidate_ids` (sorted), summed by the database into one row per
+    candidate: what the leave-one-out agreement needs of the other raters, without reading
+    their judgments into Python. A rating counts as `_judgments_columns` counts it (rounded,
+    1..5; anything else is "not answered")."""
+    items = len(candidate_ids)
+    questions = len(question_keys)
+    result = CandidateSums(
+        sums=ReferenceSums(total=np.zeros((items, questions)), count=np.zeros((items, questions))),
+        total=np.zeros(items, dtype=np.int64),
+        kept=np.zeros(items, dtype=np.int64),
+    )
+    if not items:
+        return result
+    values_column = 'j."values"'
+    rounded = ", ".join(
+        f"ROUND(COALESCE({json_number(values_column, key)}, 0)) AS r{index}"
+        for index, key in enumerate(question_keys)
+    )
+    answered = [f"NOT s.is_excluded AND s.r{index} BETWEEN 1 AND 5" for index in range(questions)]
+    sums = "".join(
+        f", COALESCE(SUM(s.r{index}) FILTER (WHERE {condition}), 0), "
+        f"COUNT(*) FILTER (WHERE {condition})"
+        for index, condition in enumerate(answered)
+    )
+    clause, params = id_filter("j.campaign_candidate_id", candidate_ids.tolist())
+    columns: list[tuple[str, Any]] = [("id", "int8"), ("total", "int8"), ("kept", "int8")]
+    for index in range(questions):
+        columns += [(f"sum{index}", "float8"), (f"count{index}", "float8")]
+    rows = fetch_columns(
+        f"SELECT s.campaign_candidate_id, COUNT(*), COUNT(*) FILTER (WHERE NOT s.is_excluded)"
+        f"{sums} FROM (SELECT j.campaign_candidate_id, j.is_excluded"
+        f"{', ' if rounded else ''}{rounded} FROM {_table(Judgment)} j "
+        f"WHERE j.campaign_id = %s AND {clause}) s GROUP BY s.campaign_candidate_id",
+        [campaign.pk, *params],
+        columns,
+    )
+    position = np.searchsorted(candidate_ids, rows["id"].astype(np.int64))
+    result.total[position] = rows["total"]
+    result.kept[position] = rows["kept"]
+    for index in range(questions):
+        result.sums.total[position, index] = rows[f"sum{index}"]
+        result.sums.count[position, index] = rows[f"count{index}"]
+    return result
 
 
 def _judgments_columns(

@@ -169,12 +169,15 @@ def worker_statistics(
     workers: int,
     agreement_reference: NDArray[np.bool_],
     campaign_median_seconds: float | None = None,
+    agreement_sums: ReferenceSums | None = None,
 ) -> WorkerStatistics:
     """Every per-worker statistic in one vectorised pass.
 
     `agreement_reference` marks the judgments that make up "the other workers" for the
     leave-one-out mean (kept judgments of workers who are not excluded). When
     `campaign_median_seconds` is None it is the median over every timed crowd judgment here.
+    `agreement_sums`: the reference sums read from the database, for a slice that holds only
+    the judgments of the workers to measure (see `leave_one_out_agreement`).
     """
     worker = judgments.worker
     values = judgments.values.astype(np.int64)
@@ -186,7 +189,7 @@ def worker_statistics(
         judgments, candidates, values, workers=workers
     )
     pairs, agreement = leave_one_out_agreement(
-        judgments, candidates, workers=workers, reference=agreement_reference
+        judgments, candidates, workers=workers, reference=agreement_reference, sums=agreement_sums
     )
     return WorkerStatistics(
         judgments=np.bincount(worker[~is_control], minlength=workers),
@@ -349,29 +352,73 @@ def crowd_pairs(pair: NDArray[np.int64], crowd: NDArray[np.bool_], pairs: int) -
     return np.bincount(pair[crowd], minlength=pairs) > 0
 
 
+@dataclass
+class ReferenceSums:
+    """Per candidate (row, index into `CandidateColumns`) and question: the sum and count of the
+    answered ratings of the reference judgments ("the other raters" plus the judgment itself).
+    Integers (ratings are 1..5), so sums read from the database give exactly the figures a
+    full read computes."""
+
+    total: NDArray[np.float64]  # candidates × questions
+    count: NDArray[np.float64]
+
+
+def reference_sums(
+    judgments: JudgmentColumns, *, items: int, reference: NDArray[np.bool_]
+) -> ReferenceSums:
+    """The `ReferenceSums` of the `reference` judgments of a slice that holds every judgment on
+    its candidates."""
+    values = judgments.values.astype(np.float64)
+    questions = values.shape[1]
+    total = np.zeros((items, questions))
+    count = np.zeros((items, questions))
+    for question in range(questions):
+        value = values[:, question]
+        counted = (value > 0) & reference
+        total[:, question] = np.bincount(
+            judgments.item[counted], weights=value[counted], minlength=items
+        )
+        count[:, question] = np.bincount(judgments.item[counted], minlength=items)
+    return ReferenceSums(total=total, count=count)
+
+
+def reference_sums_without(
+    sums: ReferenceSums, judgments: JudgmentColumns, *, leaving: NDArray[np.bool_]
+) -> ReferenceSums:
+    """`sums` less the judgments of the slice marked `leaving` (which must be in `sums`)."""
+    removed = reference_sums(judgments, items=sums.total.shape[0], reference=leaving)
+    return ReferenceSums(total=sums.total - removed.total, count=sums.count - removed.count)
+
+
 def leave_one_out_agreement(
     judgments: JudgmentColumns,
     candidates: CandidateColumns,
     *,
     workers: int,
     reference: NDArray[np.bool_],
+    sums: ReferenceSums | None = None,
 ) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
     """Per worker: how many (judgment, question) pairs had other raters, and the Pearson
     correlation of the worker's ratings with the mean of the other raters' ratings.
 
     The "other raters" of a judgment are the `reference` judgments on the same candidate and
-    question minus the judgment itself. Control candidates are left out.
+    question minus the judgment itself. Control candidates are left out. Without `sums` the
+    slice must hold every judgment on its candidates (the sums are taken from it); with `sums`
+    (read from the database: `annotation.quality.loading.reference_sums_load`) it needs only
+    the judgments of the workers to measure, and `reference` says which of those are in `sums`.
     """
     items = len(candidates)
+    if sums is None:
+        sums = reference_sums(judgments, items=items, reference=reference)
     values = judgments.values.astype(np.float64)
     usable = ~candidates.is_control[judgments.item]
-    sums = np.zeros((6, workers))  # n, x, y, xy, xx, yy
+    moments = np.zeros((6, workers))  # n, x, y, xy, xx, yy
     for question in range(values.shape[1]):
         value = values[:, question]
         answered = (value > 0) & usable
         counted = answered & reference
-        total = np.bincount(judgments.item[counted], weights=value[counted], minlength=items)
-        count = np.bincount(judgments.item[counted], minlength=items).astype(np.float64)
+        total = sums.total[:, question]
+        count = sums.count[:, question]
         own = counted.astype(np.float64)
         others = count[judgments.item] - own
         valid = answered & (others >= 1)
@@ -380,13 +427,13 @@ def leave_one_out_agreement(
         mean_of_others = (total[judgments.item][valid] - value[valid] * own[valid]) / others[valid]
         x = value[valid]
         who = judgments.worker[valid]
-        sums[0] += np.bincount(who, minlength=workers)
-        sums[1] += np.bincount(who, weights=x, minlength=workers)
-        sums[2] += np.bincount(who, weights=mean_of_others, minlength=workers)
-        sums[3] += np.bincount(who, weights=x * mean_of_others, minlength=workers)
-        sums[4] += np.bincount(who, weights=x * x, minlength=workers)
-        sums[5] += np.bincount(who, weights=mean_of_others * mean_of_others, minlength=workers)
-    n, sx, sy, sxy, sxx, syy = (sums[row] for row in range(6))
+        moments[0] += np.bincount(who, minlength=workers)
+        moments[1] += np.bincount(who, weights=x, minlength=workers)
+        moments[2] += np.bincount(who, weights=mean_of_others, minlength=workers)
+        moments[3] += np.bincount(who, weights=x * mean_of_others, minlength=workers)
+        moments[4] += np.bincount(who, weights=x * x, minlength=workers)
+        moments[5] += np.bincount(who, weights=mean_of_others * mean_of_others, minlength=workers)
+    n, sx, sy, sxy, sxx, syy = (moments[row] for row in range(6))
     covariance = n * sxy - sx * sy
     spread = (n * sxx - sx * sx) * (n * syy - sy * sy)
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -93,19 +93,14 @@ def _row_versions(campaign) -> dict[int, str]:  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def aggregated(monkeypatch):  # type: ignore[no-untyped-def]
-    """The candidate ids each pass hands to aggregation (a slice, or a recompute by ids)."""
+    """The candidate ids each pass hands to aggregation (a recompute by ids)."""
     calls: list[set[int]] = []
-    apply, recompute = incremental.aggregation_apply, incremental.aggregation_recompute
-
-    def spied_apply(data, **kwargs):  # type: ignore[no-untyped-def]
-        calls.append(set(data.candidates.ids.tolist()))
-        return apply(data, **kwargs)
+    recompute = incremental.aggregation_recompute
 
     def spied_recompute(*, campaign, candidate_ids, **kwargs):  # type: ignore[no-untyped-def]
         calls.append(set(candidate_ids))
         return recompute(campaign=campaign, candidate_ids=candidate_ids, **kwargs)
 
-    monkeypatch.setattr(incremental, "aggregation_apply", spied_apply)
     monkeypatch.setattr(incremental, "aggregation_recompute", spied_recompute)
     return calls
 
@@ -213,7 +208,7 @@ def test_a_failed_aggregation_leaves_the_workers_stale_and_the_next_pass_catches
     def broken(*args, **kwargs):  # type: ignore[no-untyped-def]
         raise RuntimeError("database went away")
 
-    monkeypatch.setattr(incremental, "aggregation_apply", broken)
+    monkeypatch.setattr(incremental, "aggregation_recompute", broken)
     with pytest.raises(RuntimeError):
         quality_catch_up(campaign_id=campaign.pk)
     assert not WorkerQCStats.objects.exists()

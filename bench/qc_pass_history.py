@@ -1,0 +1,207 @@
+"""The after-submission quality pass against the workers' history: one pass of N workers, each
+with the same few new judgments, on campaigns whose workers have a short and a long history,
+alternating two trees (A: `--base`, B: this tree) in one invocation.
+
+    python bench/qc_pass_history.py --base /path/to/tree-before --histories 30,300 --rounds 3
+
+For each history H the world is `bench/qc_scale.py`'s (three judgments per candidate, 1 in 50
+workers a spammer), loaded with H × `--workers` judgments into this benchmark's own database
+(`<DATABASE_URL's database>_qcpass`), QC'd once by a full run. Each timed pass (a fresh process
+of the tree under test: `--child pass`) takes the same `--pass-workers` active workers spread
+over the campaign, lowers the stored judgment count of each one's latest three candidates (a
+submission the previous pass had not seen, as `qc_scale.py --profile --pass-workers` does) and
+times `workers_quality_update` of them: wall, this process's CPU and the PostgreSQL backend's
+CPU. One untimed pass per tree first. Order per round: A, B. Raw file: `qc_pass_history`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+CURRENT = BENCH_DIR.parent
+
+
+def _child_pass(tree: Path, database_url: str, pass_workers: int) -> dict[str, Any]:
+    # The tree under test first: its `annotation` package is the one imported.
+    sys.path.insert(0, str(tree))
+    sys.path.insert(1, str(BENCH_DIR))
+    os.environ["DATABASE_URL"] = database_url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    os.environ.setdefault("DJANGO_DEBUG", "true")
+    import django
+
+    django.setup()
+    from django.db import connection
+    from provenance import cpu_seconds_of
+
+    import annotation
+    from annotation.models import (
+        Campaign,
+        CampaignCandidate,
+        Judgment,
+        Participation,
+        ParticipationStatus,
+    )
+    from annotation.quality import incremental
+    from annotation.quality.run import qc_campaign_full
+
+    assert Path(annotation.__file__).resolve().is_relative_to(tree.resolve())
+    campaign = Campaign.objects.get(slug="qc-bench")
+    if not CampaignCandidate.objects.filter(campaign=campaign, judgments_total__gt=0).exists():
+        qc_campaign_full(campaign=campaign)
+    active = list(
+        Participation.objects.filter(campaign=campaign, status=ParticipationStatus.ACTIVE)
+        .order_by("id")
+        .values_list("id", flat=True)
+    )
+    chosen = active[:: max(1, len(active) // pass_workers)][:pass_workers]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {CampaignCandidate._meta.db_table} SET judgments_total = judgments_total - 1 "
+            f"WHERE id IN (SELECT campaign_candidate_id FROM (SELECT campaign_candidate_id, "
+            f"row_number() OVER (PARTITION BY participation_id ORDER BY id DESC) AS n "
+            f"FROM {Judgment._meta.db_table} WHERE participation_id = ANY(%s)) latest "
+            f"WHERE n <= 3) AND judgments_total > 0",
+            [chosen],
+        )
+        cursor.execute("SELECT pg_backend_pid()")
+        backend = int(cursor.fetchone()[0])
+    history = Judgment.objects.filter(participation_id__in=chosen).count()
+    wall, cpu, server = time.perf_counter(), time.process_time(), cpu_seconds_of(backend)
+    incremental.workers_quality_update(campaign=campaign, participation_ids=chosen)
+    return {
+        "pass_workers": len(chosen),
+        "their_judgments": history,
+        "wall_seconds": round(time.perf_counter() - wall, 4),
+        "process_cpu_seconds": round(time.process_time() - cpu, 4),
+        "backend_cpu_seconds": round(cpu_seconds_of(backend) - server, 4),
+    }
+
+
+def _run_pass(tree: Path, database_url: str, pass_workers: int) -> dict[str, Any]:
+    load = os.getloadavg()[0]
+    output = subprocess.run(
+        [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--child",
+            "pass",
+            "--tree",
+            str(tree),
+            "--database-url",
+            database_url,
+            "--pass-workers",
+            str(pass_workers),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=str(tree),
+    )
+    if output.returncode != 0:
+        sys.stderr.write(output.stderr)
+        raise SystemExit(f"the pass of tree {tree} failed")
+    result = json.loads(output.stdout.strip().splitlines()[-1])
+    result["load_average_before"] = round(load, 2)
+    result["load_average_after"] = round(os.getloadavg()[0], 2)
+    return result
+
+
+def _commit(tree: Path) -> str:
+    return subprocess.run(
+        ["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    summary: dict[str, Any] = {}
+    for key in ("wall_seconds", "process_cpu_seconds", "backend_cpu_seconds"):
+        values = [run[key] for run in runs]
+        summary[key] = {
+            "median": round(statistics.median(values), 4),
+            "min": min(values),
+            "max": max(values),
+        }
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", type=Path, help="The tree before (A).")
+    parser.add_argument(
+        "--histories", default="30,300", help="Judgments per worker, comma-separated."
+    )
+    parser.add_argument("--workers", type=int, default=1000)
+    parser.add_argument("--pass-workers", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--database-url", default=None)
+    parser.add_argument("--child", choices=["pass"], default=None)
+    parser.add_argument("--tree", type=Path, default=CURRENT)
+    parser.add_argument("--note", default=None)
+    options = parser.parse_args()
+    if options.child:
+        print(json.dumps(_child_pass(options.tree, options.database_url, options.pass_workers)))
+        return
+    if options.base is None or not (options.base / "annotation" / "quality").is_dir():
+        raise SystemExit("--base must be a Lepus tree (the code before, A)")
+    sys.path.insert(0, str(CURRENT))
+    sys.path.insert(0, str(BENCH_DIR))
+    from provenance import write_raw
+    from worlds import bench_database_url, ensure_database, run_child
+
+    database_url = options.database_url or bench_database_url("qcpass", "qc_pass_history.py")
+    ensure_database(database_url)
+    environment = {**os.environ, "DATABASE_URL": database_url}
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "-v", "0"],
+        cwd=str(CURRENT),
+        env=environment,
+        check=True,
+    )
+    trees = {"A": options.base.resolve(), "B": CURRENT}
+    report: dict[str, Any] = {
+        "trees": {
+            name: {"path": str(tree), "commit": _commit(tree)} for name, tree in trees.items()
+        },
+        "workers": options.workers,
+        "pass_workers": options.pass_workers,
+        "rounds": options.rounds,
+        "histories": {},
+    }
+    for history in [int(value) for value in options.histories.split(",")]:
+        judgments = history * options.workers
+        loaded = run_child(
+            str(BENCH_DIR / "qc_scale.py"),
+            database_url,
+            "load",
+            "--judgments",
+            str(judgments),
+            "--workers",
+            str(options.workers),
+        )
+        for tree in trees.values():  # untimed: the full run, and one pass per tree
+            _run_pass(tree, database_url, options.pass_workers)
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
+        for _ in range(options.rounds):
+            for name, tree in trees.items():
+                runs[name].append(_run_pass(tree, database_url, options.pass_workers))
+                print(f"history {history}, {name}: {runs[name][-1]}", file=sys.stderr)
+        report["histories"][str(history)] = {
+            "load": loaded,
+            "runs": runs,
+            "summary": {name: _summary(rows) for name, rows in runs.items()},
+        }
+    write_raw("qc_pass_history", report, database=database_url, notes=options.note)
+    print(json.dumps({h: v["summary"] for h, v in report["histories"].items()}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

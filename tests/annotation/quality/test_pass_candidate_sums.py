@@ -1,0 +1,218 @@
+"""The after-submission pass reads the workers' own judgments and, for the leave-one-out
+agreement, per-candidate sums of every kept judgment that the database computes
+(annotation/quality/incremental.py, `candidate_sums_load`). It computes exactly what a read of
+every judgment on those candidates computes, and a sequence of passes, with exclusions, a late
+submission and a curator's re-inclusion in between, ends where a full QC run does."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import pytest
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from annotation.models import (
+    CampaignCandidate,
+    Judgment,
+    Participation,
+    ParticipationStatus,
+    ReviewItem,
+    WorkerQCStats,
+)
+from annotation.quality.aggregation import AGGREGATE_FIELDS
+from annotation.quality.evaluation import STAT_FIELDS, workers_evaluate
+from annotation.quality.exclusions import worker_include
+from annotation.quality.incremental import quality_catch_up
+from annotation.quality.loading import campaign_slice_load, candidate_sums_load
+from annotation.quality.rules import qc_rules_merge
+from annotation.quality.run import qc_campaign_full
+from tests.annotation.quality.factories import quality_crowd_campaign, quality_judge, quality_worker
+
+pytestmark = pytest.mark.django_db
+
+KEYS = ("descriptiveness", "relevance", "fluency")
+# Compared with a full run: every statistic but the speed against the campaign's median, which
+# the pass takes over the other workers' judgments (and caches), the full run over everyone's.
+COMPARED = tuple(name for name in STAT_FIELDS if name != "speed_vs_campaign")
+
+
+def _clips(campaign) -> list[list[CampaignCandidate]]:  # type: ignore[no-untyped-def]
+    groups: dict[int, list[CampaignCandidate]] = {}
+    for item in campaign.items.order_by("id"):
+        groups.setdefault(item.clip_id, []).append(item)
+    return list(groups.values())
+
+
+def _rating(kind: str, item: CampaignCandidate, rng: random.Random) -> int:
+    if kind == "random":
+        return rng.randint(1, 5)
+    if kind == "uniform":
+        return 3
+    return min(5, max(1, 1 + item.pk % 5 + rng.choice((-1, 0, 1))))
+
+
+def _submit(participation: Participation, kind: str, items, rng: random.Random) -> None:  # type: ignore[no-untyped-def]
+    for item in items:
+        values = {key: _rating(kind, item, rng) for key in KEYS}
+        if kind == "partial":  # leaves a question out now and then
+            values.pop(rng.choice((*KEYS, "none")), None)
+        quality_judge(
+            participation,
+            item,
+            values,
+            server_ms=rng.randint(2_000, 4_000) if kind == "fast" else rng.randint(15_000, 30_000),
+        )
+    Participation.objects.filter(pk=participation.pk).update(
+        assignments_submitted=F("assignments_submitted") + 1, last_seen_at=timezone.now()
+    )
+
+
+def _stale(campaign) -> list[int]:  # type: ignore[no-untyped-def]
+    return sorted(
+        Participation.objects.filter(
+            campaign=campaign, status=ParticipationStatus.ACTIVE, assignments_submitted__gt=0
+        )
+        .filter(last_seen_at__gt=F("qc_stats__computed_at"))
+        .values_list("id", flat=True)
+    ) or sorted(
+        Participation.objects.filter(
+            campaign=campaign, status=ParticipationStatus.ACTIVE, qc_stats__isnull=True
+        )
+        .exclude(assignments_submitted=0)
+        .values_list("id", flat=True)
+    )
+
+
+def _evaluations_agree(campaign, targets: list[int]) -> None:  # type: ignore[no-untyped-def]
+    """The statistics, flags and exclusions of `targets` from their own judgments plus the
+    candidate sums equal those from every judgment on their candidates."""
+    candidate_ids = set(
+        Judgment.objects.filter(participation_id__in=targets).values_list(
+            "campaign_candidate_id", flat=True
+        )
+    )
+    rules = qc_rules_merge(campaign.qc_rules)
+    results: list[dict[str, Any]] = []
+    for own_only in (False, True):
+        data = campaign_slice_load(
+            campaign=campaign,
+            candidate_ids=candidate_ids,
+            extra_participation_ids=targets,
+            for_aggregation=False,
+            judges=targets if own_only else None,
+        )
+        sums = candidate_sums_load(
+            campaign=campaign, candidate_ids=data.candidates.ids, question_keys=data.question_keys
+        )
+        if not own_only:
+            items = len(data.candidates)
+            assert sums.total.tolist() == np.bincount(data.judgments.item, minlength=items).tolist()
+        positions = np.searchsorted(data.workers.ids, np.asarray(targets))
+        statistics, flags, decisions = workers_evaluate(
+            data,
+            rules=rules,
+            campaign_median=22.0,
+            targets=positions,
+            agreement_sums=sums.sums if own_only else None,
+        )
+        results.append(
+            {
+                "rows": [statistics.row(index) for index in positions.tolist()],
+                "agreement": statistics.agreement[positions],
+                "flags": [
+                    [flag.as_json() for flag in flags.get(index, [])]
+                    for index in positions.tolist()
+                ],
+                "decisions": [(d.participation_id, d.rules) for d in decisions],
+            }
+        )
+    full, own = results
+    assert own["rows"] == full["rows"]
+    assert own["flags"] == full["flags"]
+    assert own["decisions"] == full["decisions"]
+    np.testing.assert_allclose(own["agreement"], full["agreement"], rtol=1e-12, atol=1e-12)
+
+
+def _state(campaign) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    active = list(
+        Participation.objects.filter(
+            campaign=campaign, status=ParticipationStatus.ACTIVE
+        ).values_list("id", flat=True)
+    )
+    return {
+        "candidates": {
+            row["id"]: row
+            for row in CampaignCandidate.objects.filter(campaign=campaign).values(
+                "id", *AGGREGATE_FIELDS
+            )
+        },
+        "review": sorted(
+            ReviewItem.objects.filter(campaign=campaign).values_list(
+                "campaign_candidate_id", "status", "rating_range", "priority"
+            )
+        ),
+        "workers": sorted(
+            Participation.objects.filter(campaign=campaign).values_list("id", "status")
+        ),
+        "kept": sorted(Judgment.objects.filter(campaign=campaign).values_list("id", "is_excluded")),
+        "statistics": sorted(
+            WorkerQCStats.objects.filter(participation_id__in=active).values_list(
+                "participation_id", *COMPARED
+            )
+        ),
+        "flagged": sorted(
+            (row.participation_id, sorted(flag["rule"] for flag in row.flags))
+            for row in WorkerQCStats.objects.filter(participation_id__in=active)
+        ),
+    }
+
+
+def _full_run_state(campaign) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    with transaction.atomic():
+        qc_campaign_full(campaign=campaign)
+        state = _state(campaign)
+        transaction.set_rollback(True)
+    return state
+
+
+def test_passes_from_candidate_sums_end_where_a_full_run_does():
+    campaign = quality_crowd_campaign(clips=16, candidates_per_clip=3, quota=10)
+    clips = _clips(campaign)
+    rng = random.Random(29)
+    kinds = ["person"] * 4 + ["partial", "random", "uniform", "fast"]
+    workers = [quality_worker(campaign, f"{kind}-{index}") for index, kind in enumerate(kinds)]
+    rated: dict[int, int] = {worker.pk: 0 for worker in workers}
+    late_submitted = reincluded = False
+    for round_number in range(14):
+        last = round_number == 13
+        for worker, kind in zip(workers, kinds, strict=True):
+            worker.refresh_from_db()
+            if not last and rng.random() < 0.2:
+                continue  # not everybody submits before every pass
+            if worker.status == ParticipationStatus.EXCLUDED:
+                if late_submitted:
+                    continue
+                late_submitted = True  # a lease that was live: stored after the exclusion
+            _submit(worker, kind, clips[rated[worker.pk]], rng)
+            rated[worker.pk] += 1
+        uniform = workers[kinds.index("uniform")]
+        uniform.refresh_from_db()
+        if not reincluded and uniform.status == ParticipationStatus.EXCLUDED:
+            worker_include(participation=uniform, actor=None, note="asked them")
+            reincluded = True
+        targets = _stale(campaign)
+        if targets:
+            _evaluations_agree(campaign, targets)
+        quality_catch_up(campaign_id=campaign.pk)
+    final = _state(campaign)
+    assert final == _full_run_state(campaign)
+    statuses = dict(final["workers"])
+
+    assert statuses[workers[kinds.index("random")].pk] == ParticipationStatus.EXCLUDED
+    assert statuses[uniform.pk] == ParticipationStatus.ACTIVE
+    assert reincluded and late_submitted
+    assert dict(final["flagged"])[uniform.pk] == ["uniform"]  # flagged, no longer excluded
