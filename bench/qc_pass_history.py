@@ -28,6 +28,10 @@ from typing import Any
 
 BENCH_DIR = Path(__file__).resolve().parent
 CURRENT = BENCH_DIR.parent
+sys.path.insert(0, str(BENCH_DIR))
+
+# At import, so the raw file's start load average is sampled when the script starts.
+from provenance import cpu_seconds_of, write_raw  # noqa: E402
 
 
 def _child_pass(tree: Path, database_url: str, pass_workers: int) -> dict[str, Any]:
@@ -41,7 +45,6 @@ def _child_pass(tree: Path, database_url: str, pass_workers: int) -> dict[str, A
 
     django.setup()
     from django.db import connection
-    from provenance import cpu_seconds_of
 
     import annotation
     from annotation.models import (
@@ -154,7 +157,6 @@ def main() -> None:
         raise SystemExit("--base must be a Lepus tree (the code before, A)")
     sys.path.insert(0, str(CURRENT))
     sys.path.insert(0, str(BENCH_DIR))
-    from provenance import write_raw
     from worlds import bench_database_url, ensure_database, run_child
 
     database_url = options.database_url or bench_database_url("qcpass", "qc_pass_history.py")

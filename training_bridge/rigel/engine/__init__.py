@@ -42,6 +42,7 @@ Callers import the engine from here and the parts from their modules. No Django 
 
 from __future__ import annotations
 
-from .scoring_engine import EngineOutput, ScoringEngine, VisionCache
+from .scoring_engine import EngineOutput, ScoringEngine
+from .vision_cache import VisionCache
 
 __all__ = ["EngineOutput", "ScoringEngine", "VisionCache"]

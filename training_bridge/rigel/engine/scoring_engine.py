@@ -45,35 +45,10 @@ from .prefix import (
     plan_groups,
     suffix_attention_mask,
 )
+from .vision_cache import VisionCache
 
 # The two kinds of batch the workers prepare: single examples, or clips with their candidates.
 _Batch = TypeVar("_Batch", PreparedBatch, GroupBatch)
-
-
-class VisionCache:
-    """Least-recently-used cache of per-clip vision features (on the device), bounded in clips."""
-
-    def __init__(self, max_clips: int = 2048):
-        from collections import OrderedDict
-
-        self.max_clips = max_clips
-        self.items: OrderedDict[Any, tuple[torch.Tensor, list[torch.Tensor]]] = OrderedDict()
-        self.hits = 0
-        self.misses = 0
-
-    def __contains__(self, key: Any) -> bool:
-        return key in self.items
-
-    def get(self, key: Any) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        self.items.move_to_end(key)
-        self.hits += 1
-        return self.items[key]
-
-    def put(self, key: Any, value: tuple[torch.Tensor, list[torch.Tensor]]) -> None:
-        self.items[key] = value
-        self.misses += 1
-        while len(self.items) > self.max_clips:
-            self.items.popitem(last=False)
 
 
 @dataclass
