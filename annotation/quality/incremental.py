@@ -74,13 +74,7 @@ def workers_quality_update(
             "campaign_candidate_id", flat=True
         )
     )
-    data = campaign_slice_load(
-        campaign=campaign,
-        candidate_ids=candidate_ids,
-        extra_participation_ids=targets,
-        for_aggregation=False,
-        judges=targets,
-    )
+    data = campaign_slice_load(campaign=campaign, candidate_ids=candidate_ids, judges=targets)
     counts = candidate_sums_load(
         campaign=campaign, candidate_ids=data.candidates.ids, question_keys=data.question_keys
     )

@@ -131,7 +131,12 @@ def campaign_slice_load(
     """Read the candidates (all, or `candidate_ids`) with every judgment on them (or, with
     `judges`, only those participations' judgments on them). Without `for_aggregation` the slice
     has what worker statistics need: no expert resolutions and no review items
-    (`campaign_slice_subset` reads them for the candidates to aggregate)."""
+    (`campaign_slice_subset` reads them for the candidates to aggregate). A judges' slice is
+    never one to aggregate (it lacks the other workers' judgments) and lists every judge among
+    its workers, with judgments or not."""
+    if judges is not None:
+        for_aggregation = False
+        extra_participation_ids = [*extra_participation_ids, *judges]
     question_keys = campaign.question_keys
     subset = None if candidate_ids is None else sorted({int(value) for value in candidate_ids})
     # Started first: on a large campaign its two halves are read by other connections while

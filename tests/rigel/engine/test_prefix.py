@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from training_bridge.rigel.engine.prefix import common_prefix_length, suffix_attention_mask
+from training_bridge.rigel.engine.loading import common_prefix_length
+from training_bridge.rigel.engine.prefix import suffix_attention_mask
 
 
 def test_common_prefix_length_keeps_one_token_per_sequence() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -140,3 +141,95 @@ class _ConfigOnly:
 
     def __init__(self, model: Any):
         self.config = model.config
+
+
+def common_prefix_length(sequences: Sequence[Sequence[int]]) -> int:
+    """Length of the longest common prefix, leaving at least one token in every sequence (the
+    answer position must be in each candidate's suffix)."""
+    shortest = min(len(s) for s in sequences)
+    length = 0
+    first = sequences[0]
+    while length < shortest - 1 and all(s[length] == first[length] for s in sequences[1:]):
+        length += 1
+    return length
+
+
+@dataclass
+class GroupItem:
+    prefix: SampleItem  # frames, prefix ids and positions, grid, size; index = group number
+    suffix_ids: list[torch.Tensor]  # per candidate (S_k,)
+    suffix_positions: list[torch.Tensor]  # per candidate (3, S_k), continuing the prefix's
+    indices: list[int]  # the candidates' positions in the input list
+
+
+class GroupDataset(torch.utils.data.Dataset):
+    """One item per bundle of clip groups sharing a video (:func:`plan_bundles`; without
+    ``bundles``, one per group): the video decoded once, every candidate tokenised, each group's
+    common prefix cut. An item is the list of its groups' :class:`GroupItem`."""
+
+    def __init__(
+        self,
+        examples: Sequence[RigelExample],
+        groups: Sequence[Sequence[int]],
+        backbone: Backbone,
+        reference_free: bool,
+        bundles: Sequence[Sequence[int]] | None = None,
+    ):
+        self.examples = examples
+        self.groups = [list(g) for g in groups]
+        self.bundles = (
+            [list(b) for b in bundles] if bundles is not None else [[n] for n in range(len(groups))]
+        )
+        self.reference_free = reference_free
+        self.backbone = worker_backbone(backbone)
+
+    def __len__(self) -> int:
+        return len(self.bundles)
+
+    def __getitem__(self, number: int) -> list[GroupItem]:
+        bundle = self.bundles[number]
+        video = load_video(self.examples[self.groups[bundle[0]][0]], self.backbone.vision)
+        return [self._group(group, video) for group in bundle]
+
+    def _group(self, number: int, video: Any) -> GroupItem:
+        backbone = self.backbone
+        rows = self.groups[number]
+        sequences: list[list[int]] = []
+        grid: tuple[int, int, int] | None = None
+        for row in rows:
+            example = self.examples[row]
+            free = sample_reference_free(example, self.reference_free)
+            ids, grid = encode_text(example, video, backbone, reference_free=free)
+            sequences.append(ids)
+        assert grid is not None
+        cut = common_prefix_length(sequences)
+        merge = backbone.vision.merge_size
+        suffix_ids, suffix_positions = [], []
+        prefix_positions: np.ndarray | None = None
+        for ids in sequences:
+            types = mm_token_type_ids(ids, backbone)
+            if types[cut:].any():
+                raise ValueError("a candidate's suffix holds video tokens")
+            positions = rope_position_ids(types, grid, merge)
+            if prefix_positions is None:
+                prefix_positions = positions[:, :cut]
+            suffix_ids.append(torch.as_tensor(ids[cut:], dtype=torch.long))
+            suffix_positions.append(torch.from_numpy(np.ascontiguousarray(positions[:, cut:])))
+        assert prefix_positions is not None
+        frames = video.frames
+        size = visual_target_size(
+            self.examples[rows[0]].modality,
+            len(frames),
+            int(frames.shape[1]),
+            int(frames.shape[2]),
+            backbone.vision,
+        )
+        prefix = SampleItem(
+            frames=torch.from_numpy(np.ascontiguousarray(frames)),
+            input_ids=torch.as_tensor(sequences[0][:cut], dtype=torch.long),
+            positions=torch.from_numpy(np.ascontiguousarray(prefix_positions)),
+            grid=grid,
+            size=size,
+            index=number,
+        )
+        return GroupItem(prefix, suffix_ids, suffix_positions, list(rows))

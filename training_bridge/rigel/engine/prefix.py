@@ -2,7 +2,7 @@
 
 Samples with the same video and the same references (in VATEX-EVAL every clip has 6 candidates
 and the same 9 references) share everything before the candidate: frames, vision tower output and
-the prompt up to the candidate. Such a clip is decoded once (:class:`GroupDataset`), its vision
+the prompt up to the candidate. Such a clip is decoded once (:class:`.loading.GroupDataset`), its vision
 tower runs once, and the language model reads its prefix once and keeps the keys and values of
 every layer (the recording cache of :func:`cache_classes`); each candidate's suffix then runs
 against that cache (the shared-prefix cache, rows repeated per candidate, under
@@ -19,22 +19,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..backbone import Backbone
-from ..images import visual_target_size
-from ..inputs import (
-    RigelExample,
-    encode_text,
-    load_video,
-    mm_token_type_ids,
-    rope_position_ids,
-    sample_reference_free,
-)
-from .batches import PreparedBatch, SampleItem, collate_samples, merge_batches
-from .loading import worker_backbone
+from ..inputs import RigelExample, sample_reference_free
+from .batches import PreparedBatch, collate_samples, merge_batches
+from .loading import GroupItem
 
 
 def video_key(example: RigelExample) -> tuple[Any, ...] | None:
@@ -97,98 +87,6 @@ def plan_groups(examples: Sequence[RigelExample], reference_free: bool) -> list[
     return list(groups.values())
 
 
-def common_prefix_length(sequences: Sequence[Sequence[int]]) -> int:
-    """Length of the longest common prefix, leaving at least one token in every sequence (the
-    answer position must be in each candidate's suffix)."""
-    shortest = min(len(s) for s in sequences)
-    length = 0
-    first = sequences[0]
-    while length < shortest - 1 and all(s[length] == first[length] for s in sequences[1:]):
-        length += 1
-    return length
-
-
-@dataclass
-class _GroupItem:
-    prefix: SampleItem  # frames, prefix ids and positions, grid, size; index = group number
-    suffix_ids: list[torch.Tensor]  # per candidate (S_k,)
-    suffix_positions: list[torch.Tensor]  # per candidate (3, S_k), continuing the prefix's
-    indices: list[int]  # the candidates' positions in the input list
-
-
-class GroupDataset(torch.utils.data.Dataset):
-    """One item per bundle of clip groups sharing a video (:func:`plan_bundles`; without
-    ``bundles``, one per group): the video decoded once, every candidate tokenised, each group's
-    common prefix cut. An item is the list of its groups' :class:`_GroupItem`."""
-
-    def __init__(
-        self,
-        examples: Sequence[RigelExample],
-        groups: Sequence[Sequence[int]],
-        backbone: Backbone,
-        reference_free: bool,
-        bundles: Sequence[Sequence[int]] | None = None,
-    ):
-        self.examples = examples
-        self.groups = [list(g) for g in groups]
-        self.bundles = (
-            [list(b) for b in bundles] if bundles is not None else [[n] for n in range(len(groups))]
-        )
-        self.reference_free = reference_free
-        self.backbone = worker_backbone(backbone)
-
-    def __len__(self) -> int:
-        return len(self.bundles)
-
-    def __getitem__(self, number: int) -> list[_GroupItem]:
-        bundle = self.bundles[number]
-        video = load_video(self.examples[self.groups[bundle[0]][0]], self.backbone.vision)
-        return [self._group(group, video) for group in bundle]
-
-    def _group(self, number: int, video: Any) -> _GroupItem:
-        backbone = self.backbone
-        rows = self.groups[number]
-        sequences: list[list[int]] = []
-        grid: tuple[int, int, int] | None = None
-        for row in rows:
-            example = self.examples[row]
-            free = sample_reference_free(example, self.reference_free)
-            ids, grid = encode_text(example, video, backbone, reference_free=free)
-            sequences.append(ids)
-        assert grid is not None
-        cut = common_prefix_length(sequences)
-        merge = backbone.vision.merge_size
-        suffix_ids, suffix_positions = [], []
-        prefix_positions: np.ndarray | None = None
-        for ids in sequences:
-            types = mm_token_type_ids(ids, backbone)
-            if types[cut:].any():
-                raise ValueError("a candidate's suffix holds video tokens")
-            positions = rope_position_ids(types, grid, merge)
-            if prefix_positions is None:
-                prefix_positions = positions[:, :cut]
-            suffix_ids.append(torch.as_tensor(ids[cut:], dtype=torch.long))
-            suffix_positions.append(torch.from_numpy(np.ascontiguousarray(positions[:, cut:])))
-        assert prefix_positions is not None
-        frames = video.frames
-        size = visual_target_size(
-            self.examples[rows[0]].modality,
-            len(frames),
-            int(frames.shape[1]),
-            int(frames.shape[2]),
-            backbone.vision,
-        )
-        prefix = SampleItem(
-            frames=torch.from_numpy(np.ascontiguousarray(frames)),
-            input_ids=torch.as_tensor(sequences[0][:cut], dtype=torch.long),
-            positions=torch.from_numpy(np.ascontiguousarray(prefix_positions)),
-            grid=grid,
-            size=size,
-            index=number,
-        )
-        return _GroupItem(prefix, suffix_ids, suffix_positions, list(rows))
-
-
 @dataclass
 class GroupBatch:
     """Clips (their prefixes, as a :class:`PreparedBatch`) and their candidates' suffixes."""
@@ -238,7 +136,7 @@ def _pad_suffixes(
 
 
 def collate_groups(
-    bundles: list[list[_GroupItem]] | list[_GroupItem], pad_id: int, multiple: int
+    bundles: list[list[GroupItem]] | list[GroupItem], pad_id: int, multiple: int
 ) -> GroupBatch:
     """The workers' collate function of the shared-prefix path (items: bundles of groups)."""
     items = [

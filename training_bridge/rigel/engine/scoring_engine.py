@@ -34,10 +34,15 @@ from .attention import (
     vision_chunk_length,
 )
 from .batches import PreparedBatch, collate_samples, merge_batches
-from .loading import ExampleDataset, multiprocessing_context, worker_environment, worker_init
+from .loading import (
+    ExampleDataset,
+    GroupDataset,
+    multiprocessing_context,
+    worker_environment,
+    worker_init,
+)
 from .prefix import (
     GroupBatch,
-    GroupDataset,
     cache_classes,
     collate_groups,
     merge_group_batches,
