@@ -69,5 +69,10 @@ class StandInScorer:
             [self.value(r.text, r.references, reference_free) for r in records], dtype=np.float64
         )
 
+    def score_together(self, settings, *, progress=None, offset=0, total=None):  # type: ignore[no-untyped-def]
+        """As `ProtocolScorer.score_together` where an engine scores: every list in one call
+        (the same scores as list by list)."""
+        return [self.score(records, reference_free=free) for records, free in settings]
+
     def close(self) -> None:
         pass

@@ -292,6 +292,10 @@ def _score_runs(
                     references=benchmark.references,
                     protocols=mine,
                     progress=on_progress,
+                    # On a GPU, one engine pass for every protocol: each clip decoded and through
+                    # the vision tower once (docs/benchmarks.md, issue 29 point 2); on CPU the
+                    # protocols are scored one after the other, as before.
+                    together=True,
                 )
                 for name in mine:
                     result["protocols"][name]["rows"][key] = correlation_row(
