@@ -114,5 +114,5 @@ def test_the_replay_orders_the_real_judgments_and_reaches_the_3_rater_mean(smoke
 def test_the_benchmark_stops_with_an_error_when_its_input_is_missing(tmp_path):
     completed = _run("--smoke", "--data", str(tmp_path / "absent.json"), results=tmp_path)
     assert completed.returncode != 0
-    assert "input missing" in completed.stderr
+    assert "missing input" in completed.stderr and "absent.json" in completed.stderr
     assert list(tmp_path.glob("adaptive_allocation_*.json")) == []
