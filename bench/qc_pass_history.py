@@ -47,35 +47,20 @@ def _child_pass(tree: Path, database_url: str, pass_workers: int) -> dict[str, A
     from django.db import connection
 
     import annotation
-    from annotation.models import (
-        Campaign,
-        CampaignCandidate,
-        Judgment,
-        Participation,
-        ParticipationStatus,
-    )
+    from annotation.models import Campaign, Judgment
     from annotation.quality import incremental
-    from annotation.quality.run import qc_campaign_full
 
     assert Path(annotation.__file__).resolve().is_relative_to(tree.resolve())
+    # qc_scale's pass set-up (the same workers, the same three candidates each). Importing it
+    # puts this checkout first on sys.path, which only top-level packages not yet imported would
+    # see: django.setup() has imported the tree's, and their submodules resolve inside them.
+    from qc_scale import _pass_workers
+
     campaign = Campaign.objects.get(slug="qc-bench")
-    if not CampaignCandidate.objects.filter(campaign=campaign, judgments_total__gt=0).exists():
-        qc_campaign_full(campaign=campaign)
-    active = list(
-        Participation.objects.filter(campaign=campaign, status=ParticipationStatus.ACTIVE)
-        .order_by("id")
-        .values_list("id", flat=True)
-    )
-    chosen = active[:: max(1, len(active) // pass_workers)][:pass_workers]
+    chosen = _pass_workers(campaign, pass_workers)
+    run_module = sys.modules["annotation.quality.run"].__file__
+    assert run_module and Path(run_module).resolve().is_relative_to(tree.resolve())
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {CampaignCandidate._meta.db_table} SET judgments_total = judgments_total - 1 "
-            f"WHERE id IN (SELECT campaign_candidate_id FROM (SELECT campaign_candidate_id, "
-            f"row_number() OVER (PARTITION BY participation_id ORDER BY id DESC) AS n "
-            f"FROM {Judgment._meta.db_table} WHERE participation_id = ANY(%s)) latest "
-            f"WHERE n <= 3) AND judgments_total > 0",
-            [chosen],
-        )
         cursor.execute("SELECT pg_backend_pid()")
         backend = int(cursor.fetchone()[0])
     history = Judgment.objects.filter(participation_id__in=chosen).count()
