@@ -686,7 +686,19 @@ def section_phase2_train(
         prefetch_factor=args.prefetch, mp_context=args.mp_context,
     )  # fmt: skip
     config_model = backbone.model.config
-    fwd = forward_flops(config_model, seq_len=956, patches=1936, chunk=484)
+    # the default visual input (8 frames of the 448 px clips) is 484 video tokens of a 956-token
+    # sequence; a preset's frames and pixels change the video part only
+    from training_bridge.rigel.images import visual_target_size
+    from training_bridge.rigel.modality import VIDEO
+    from training_bridge.rigel.video import grid_thw
+
+    vision = backbone.vision
+    size = visual_target_size(VIDEO, vision.num_frames, 448, 448, vision)
+    patches = int(np.prod(grid_thw(vision.num_frames, size[0], size[1], vision)))
+    video_tokens = patches // vision.merge_size**2
+    fwd = forward_flops(
+        config_model, seq_len=956 - 484 + video_tokens, patches=patches, chunk=video_tokens
+    )
     out: dict[str, Any] = {
         "world_size": world,
         "samples": len(records),
@@ -697,6 +709,9 @@ def section_phase2_train(
         "lora_targets": list(config.lora_targets),
         "optimizer": config.phase2_optimizer,
         "trainable_parameters": int(sum(p.numel() for p in trainable)),
+        "frames": vision.num_frames,
+        "video_tokens": video_tokens,
+        "patches": patches,
         # language model forward + input-gradient backward per sample; the vision tower forward
         # once per clip (6 candidates)
         "flops_per_sample": 2 * fwd["lm_linear"] + 3 * fwd["lm_attention"]
@@ -1028,6 +1043,13 @@ def main() -> None:
     parser.add_argument(
         "--phase2-optimizer", default="adam", choices=("adam", "adamw"), help="phase2_train"
     )
+    parser.add_argument(
+        "--preset",
+        default=None,
+        choices=("default", "paper-budget"),
+        help="visual input of training_bridge.rigel.config.PRESETS for every section (none: 8 "
+        "frames, the benchmark backbone's own pixel budget)",
+    )
     parser.add_argument("--resume", action="store_true", help="skip sections already in the file")
     parser.add_argument(
         "--limits", default="", help="per-section watchdog seconds, e.g. shared=80,engine=90"
@@ -1159,6 +1181,12 @@ def main() -> None:
         return
     started = time.perf_counter()
     backbone = load_backbone(args.backbone or "qwen3-vl-2b-random", device=device, seed=0)
+    if args.preset:
+        from training_bridge.rigel.backbone import with_frame_budget
+        from training_bridge.rigel.config import PRESETS
+
+        backbone.vision = with_frame_budget(backbone.vision, **PRESETS[args.preset])
+        results["preset"] = {"name": args.preset, **PRESETS[args.preset]}
     log("backbone", backbone.name, f"{time.perf_counter() - started:.1f}s")
     results["backbone_build_seconds"] = time.perf_counter() - started
     head = ScoreHead(backbone.hidden_size).to(device)

@@ -347,10 +347,19 @@ def main() -> None:
         "protocols in one pass: each clip decoded and through the vision tower once)",
     )
     parser.add_argument("--rounds", type=int, default=1, help="rounds of the modes, alternated")
+    parser.add_argument(
+        "--prompt-layouts",
+        default="candidate-last",
+        help="comma-separated prompt layouts (training_bridge.rigel.prompts.PROMPT_LAYOUTS), "
+        "alternated within each round; with more than one, each run is keyed MODE/LAYOUT",
+    )
     args = parser.parse_args()
     modes = [m for m in args.modes.split(",") if m]
     if not modes or set(modes) - {"separate", "together"}:
         parser.error("--modes: separate and/or together")
+    layouts = [m for m in args.prompt_layouts.split(",") if m]
+    if not layouts or set(layouts) - {"candidate-last", "rubric-last"}:
+        parser.error("--prompt-layouts: candidate-last and/or rubric-last")
 
     import torch
 
@@ -475,6 +484,7 @@ def main() -> None:
             "batch": config.eval_batch_size,
             "chunk": args.chunk,
             "engine_compile": config.engine_compile,
+            "prompt_layouts": layouts,
         },
         "setup_seconds": {
             "make_clips": round(clips_seconds, 3),
@@ -558,23 +568,32 @@ def main() -> None:
         return run
 
     scoring_started = time.perf_counter()
-    report["modes"] = {mode: [] for mode in modes}
+    keyed = len(layouts) > 1
+    runs_of = [(mode, layout) for layout in layouts for mode in modes]
+    report["modes"] = {f"{m}/{lay}" if keyed else m: [] for m, lay in runs_of}
     try:
         for round_number in range(args.rounds):
-            for mode in modes:
+            for mode, layout in runs_of:
+                key = f"{mode}/{layout}" if keyed else mode
+                backbone.prompt_layout = layout  # the engines' workers copy it per run
                 if mode == "together":
                     run = together_run()
                     scores_of_run = run.pop("scores")
-                    report["modes"]["together"].append(run)
-                    report.setdefault("together_scores", scores_of_run)
-                    print("together", round_number, run["seconds"], flush=True)
+                    run["prompt_layout"] = layout
+                    report["modes"][key].append(run)
+                    if layout == layouts[0]:
+                        report.setdefault("together_scores", scores_of_run)
+                    print("together", layout, round_number, run["seconds"], flush=True)
                 else:
                     started_mode = time.perf_counter()
-                    separate_protocols(round_number)
-                    report["modes"]["separate"].append(
-                        {"seconds": round(time.perf_counter() - started_mode, 3)}
+                    separate_protocols(round_number if layout == layouts[0] else 1)
+                    report["modes"][key].append(
+                        {
+                            "seconds": round(time.perf_counter() - started_mode, 3),
+                            "prompt_layout": layout,
+                        }
                     )
-                    print("separate", round_number, report["modes"]["separate"][-1], flush=True)
+                    print("separate", layout, round_number, report["modes"][key][-1], flush=True)
         for mode, runs in report["modes"].items():
             report.setdefault("headline", {})[mode] = median_min_max(
                 [run["seconds"] for run in runs]

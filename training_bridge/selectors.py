@@ -9,7 +9,7 @@ from typing import Any, TypedDict
 from django.db.models import QuerySet
 
 from training_bridge.models import TrainingRun
-from training_bridge.rigel.config import RigelConfig
+from training_bridge.rigel.config import RigelConfig, with_stored_layout
 from training_bridge.rigel.evaluate import METRIC_LABELS, STATISTICS
 
 
@@ -133,7 +133,10 @@ def training_runs_compare(*, runs: Sequence[TrainingRun]) -> RunComparison:
             {"name": label, "values": values, "differs": len(set(map(str, values))) > 1}
         )
     for name in names:
-        values = [(run.hyperparameters or {}).get(name, defaults.get(name)) for run in runs]
+        values = [
+            with_stored_layout(run.hyperparameters or {}).get(name, defaults.get(name))
+            for run in runs
+        ]
         settings_rows.append(
             {"name": name, "values": values, "differs": len(set(map(str, values))) > 1}
         )

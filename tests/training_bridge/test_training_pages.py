@@ -354,3 +354,24 @@ def test_a_failed_run_shows_one_line_with_the_traceback_folded_and_resume_only_w
         "Resume from checkpoint"
         in curator_client.get(f"/dashboard/training/{run.pk}/").content.decode()
     )
+
+
+def test_a_run_stored_before_prompt_layouts_keeps_its_order(curator_client, published_release):
+    from training_bridge.services.runs import training_run_config
+
+    old = _finished(published_release)
+    new = _finished(published_release)
+    assert new.hyperparameters["prompt_layout"] == "candidate-last"
+    stored = {k: v for k, v in old.hyperparameters.items() if k != "prompt_layout"}
+    TrainingRun.objects.filter(pk=old.pk).update(hyperparameters=stored)
+    old.refresh_from_db()
+    # scored (and resumed) with the prompt it was trained on
+    assert training_run_config(run=old).prompt_layout == "rubric-last"
+    assert training_run_config(run=new).prompt_layout == "candidate-last"
+    text = curator_client.get(
+        f"/dashboard/training/compare/?run={old.pk}&run={new.pk}"
+    ).content.decode()
+    assert (
+        '<tr class="differs"><th scope="row">prompt_layout *</th>'
+        "<td>rubric-last</td><td>candidate-last</td>" in text
+    )

@@ -33,6 +33,7 @@ from training_bridge.rigel.local_backbones import (
     tiny_qwen2_5_vl_config,
     tiny_qwen3_vl_config,
 )
+from training_bridge.rigel.prompts import DEFAULT_LAYOUT
 
 logger = logging.getLogger(__name__)
 
@@ -134,6 +135,9 @@ class Backbone:
     image_token_id: int
     pad_token_id: int
     extra: dict[str, Any] = field(default_factory=dict)
+    # the order of the prompt's parts this model is scored and trained with (prompts.py); a run
+    # sets its own (`run_context.load_backbone_for`)
+    prompt_layout: str = DEFAULT_LAYOUT
 
     @property
     def hidden_size(self) -> int:

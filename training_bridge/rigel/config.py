@@ -18,6 +18,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from .prompts import DEFAULT_LAYOUT, LEGACY_LAYOUT, PROMPT_LAYOUTS
+
 # LoRA goes on these linear layers of the *language model* only; the vision tower keeps its weights
 # (PEFT has no default targets for Qwen-VL models, and Qwen2.5-VL's vision MLP reuses the names
 # gate_proj/up_proj/down_proj, hence the `language_model` anchor in `lora_target_regex`).
@@ -156,6 +158,11 @@ class RigelConfig:
     # each with its own prompt (Section 3, line 36; Table 2), so each has its own run
     # (`train --reference-free`).
     reference_free: bool = False
+    # ours: the order of the prompt's parts (prompts.PROMPT_LAYOUTS): "candidate-last" puts the
+    # candidate after the rubric, so every candidate of a clip shares the prompt up to it (issue
+    # 29); "rubric-last" is the order of the runs trained before (a stored setting without this
+    # key is read as "rubric-last", `with_stored_layout`).
+    prompt_layout: str = DEFAULT_LAYOUT
     # paper: the full method, row (v) of Table 3 (line 109).
     ablation: str = Ablation.FULL
     # ours: any fixed seed (the paper gives none).
@@ -259,6 +266,8 @@ class RigelConfig:
         problems: list[str] = []
         if self.ablation not in Ablation.CHOICES:
             problems.append(f"ablation must be one of {', '.join(Ablation.CHOICES)}")
+        if self.prompt_layout not in PROMPT_LAYOUTS:
+            problems.append(f"prompt_layout must be one of {', '.join(PROMPT_LAYOUTS)}")
         if self.phase2_optimizer not in ("adam", "adamw"):
             problems.append("phase2_optimizer must be adam or adamw")
         if self.engine not in ("auto", "on", "off"):
@@ -386,6 +395,12 @@ class RigelConfig:
 
     def replace(self, **changes: Any) -> RigelConfig:
         return dataclasses.replace(self, **changes)
+
+
+def with_stored_layout(settings: dict[str, Any]) -> dict[str, Any]:
+    """Settings stored before prompt layouts existed (a run's hyper-parameters, a run spec's
+    config) name none: those runs were trained on the "rubric-last" prompt and are read so."""
+    return {"prompt_layout": LEGACY_LAYOUT, **settings}
 
 
 HYPERPARAMETER_NAMES = tuple(

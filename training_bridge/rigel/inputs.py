@@ -156,6 +156,7 @@ def encode_text(
         candidate=example.candidate,
         reference_free=reference_free,
         modality=modality,
+        layout=backbone.prompt_layout,
     )
     ids = tokenize_expanded(prompt, grid, video.indices, video.fps, backbone, modality=modality)
     return list(ids), grid

@@ -124,6 +124,7 @@ def step_teacher(
         reference_free=config.reference_free,
         frames=config.frames,
         frame_pixels=config.frame_pixels,
+        layout=config.prompt_layout,
         images=any(record.is_image for split in TEACHER_SPLITS for record in release[split]),
     )
     prefix = cache_prefix(release_key=spec.release_key, fingerprint=fingerprint, version=version)

@@ -10,6 +10,18 @@ The prompt is a single user turn (video first, then the text) rendered with the 
 tokenizer's chat template, followed by the opened assistant turn: the next token the model writes
 is the score digit "1".."5".
 
+Two layouts of the same texts (``PROMPT_LAYOUTS``), ours (the paper's order is not readable):
+
+- ``"candidate-last"`` (the default of new runs, issue 29): intro, references, question, rubric,
+  answer format, then the candidate. Everything before the candidate is the same for every
+  candidate of a clip, so the scoring engine's shared prefix (``engine/prefix.py``) holds the
+  rubric too, and each candidate costs its own ~15 tokens plus the assistant header instead of
+  ~215 (docs/benchmarks.md, issue 29 point 2).
+- ``"rubric-last"`` (``LEGACY_LAYOUT``): the order of every run trained before layouts existed —
+  the candidate, then the question, the rubric and the answer format. A stored run or run spec
+  without a ``prompt_layout`` setting is such a run and keeps this order
+  (``config.with_stored_layout``): a model is scored with the prompt it was trained on.
+
 Still images (``modality="image"``) have prompts of their own, as in the paper: its Appendix G
 "provides the full prompts for all four settings: reference-free and reference-based video
 captioning, and reference-free and reference-based image captioning" (seed 000, line 306), but the
@@ -64,6 +76,20 @@ RUBRIC_LEVELS: tuple[tuple[int, str, str], ...] = (
 
 SCORE_DIGITS: tuple[str, ...] = ("1", "2", "3", "4", "5")
 
+CANDIDATE_LAST = "candidate-last"
+LEGACY_LAYOUT = "rubric-last"
+PROMPT_LAYOUTS: tuple[str, ...] = (CANDIDATE_LAST, LEGACY_LAYOUT)
+DEFAULT_LAYOUT = CANDIDATE_LAST
+
+
+def check_layout(layout: str) -> str:
+    if layout not in PROMPT_LAYOUTS:
+        raise ValueError(
+            f"unknown prompt layout {layout!r}; choose one of {', '.join(PROMPT_LAYOUTS)}"
+        )
+    return layout
+
+
 _INTRO_REFERENCE_BASED = (
     "You will judge how good a caption is for the video shown above. "
     "People who watched the video wrote the reference captions below; use them, together with "
@@ -101,9 +127,15 @@ def rubric_text(modality: str = VIDEO) -> str:
 
 
 def prompt_text(
-    *, references: Sequence[str], candidate: str, reference_free: bool, modality: str = VIDEO
+    *,
+    references: Sequence[str],
+    candidate: str,
+    reference_free: bool,
+    modality: str = VIDEO,
+    layout: str = DEFAULT_LAYOUT,
 ) -> str:
-    """The text part of the user turn (what follows the video or the image)."""
+    """The text part of the user turn (what follows the video or the image), in ``layout``'s
+    order (module docstring)."""
     intro = _INTRO_REFERENCE_FREE if reference_free else _INTRO_REFERENCE_BASED
     parts: list[str] = [_for_modality(intro, modality)]
     if not reference_free:
@@ -111,14 +143,22 @@ def prompt_text(
             raise ValueError("the reference-based prompt needs at least one reference caption")
         lines = "\n".join(f"{i}. {_clean(ref)}" for i, ref in enumerate(references, start=1))
         parts.append(f"Reference captions:\n{lines}")
-    parts.append(f"Candidate caption: {_clean(candidate)}")
-    parts.append(f"{_for_modality(_QUESTION, modality)}\n{rubric_text(modality)}")
-    parts.append(_ANSWER_FORMAT)
+    rubric = f"{_for_modality(_QUESTION, modality)}\n{rubric_text(modality)}"
+    candidate_part = f"Candidate caption: {_clean(candidate)}"
+    if check_layout(layout) == LEGACY_LAYOUT:
+        parts.extend((candidate_part, rubric, _ANSWER_FORMAT))
+    else:
+        parts.extend((rubric, _ANSWER_FORMAT, candidate_part))
     return "\n\n".join(parts)
 
 
 def prompt_messages(
-    *, references: Sequence[str], candidate: str, reference_free: bool, modality: str = VIDEO
+    *,
+    references: Sequence[str],
+    candidate: str,
+    reference_free: bool,
+    modality: str = VIDEO,
+    layout: str = DEFAULT_LAYOUT,
 ) -> list[dict[str, Any]]:
     """Chat messages: one user turn holding the video (or the image) and the text."""
     text = prompt_text(
@@ -126,6 +166,7 @@ def prompt_messages(
         candidate=candidate,
         reference_free=reference_free,
         modality=modality,
+        layout=layout,
     )
     return [
         {
@@ -142,6 +183,7 @@ def render_prompt(
     candidate: str,
     reference_free: bool,
     modality: str = VIDEO,
+    layout: str = DEFAULT_LAYOUT,
 ) -> str:
     """The full prompt string with one ``<|video_pad|>`` (an image: ``<|image_pad|>``)
     placeholder (the processor expands it), ending with the opened assistant turn so that the next
@@ -151,6 +193,7 @@ def render_prompt(
         candidate=candidate,
         reference_free=reference_free,
         modality=modality,
+        layout=layout,
     )
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from training_bridge.rigel.config import RigelConfig
+from training_bridge.rigel.config import RigelConfig, with_stored_layout
 from training_bridge.rigel.data import TrainingRelease, read_training_release
 from training_bridge.rigel.distributed import Distributed
 from training_bridge.rigel.store import Store
@@ -68,7 +68,7 @@ class RunSpec:
             run_prefix=data["run_prefix"],
             release_prefix=data["release_prefix"],
             release_key=str(data["release_key"]),
-            config=RigelConfig.from_dict(data["config"]),
+            config=RigelConfig.from_dict(with_stored_layout(data["config"])),
         )
 
     def artifact(self, name: str) -> str:
@@ -95,6 +95,7 @@ def load_backbone_for(config: RigelConfig, dist: Distributed) -> Any:
     backbone.vision = with_frame_budget(
         backbone.vision, frames=config.frames, frame_pixels=config.frame_pixels
     )
+    backbone.prompt_layout = config.prompt_layout
     return backbone
 
 

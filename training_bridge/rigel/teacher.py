@@ -24,6 +24,7 @@ import torch
 
 from training_bridge.rigel.data import ExampleLoader, ReleaseRecord
 from training_bridge.rigel.distributed import Distributed
+from training_bridge.rigel.prompts import DEFAULT_LAYOUT
 from training_bridge.rigel.score_logits import score_token_logits
 from training_bridge.rigel.store import Store
 
@@ -58,9 +59,14 @@ def backbone_fingerprint(backbone: Any) -> str:
 
 
 def prompt_version(
-    *, reference_free: bool, frames: int, frame_pixels: int = 0, images: bool = False
+    *,
+    reference_free: bool,
+    frames: int,
+    frame_pixels: int = 0,
+    images: bool = False,
+    layout: str = DEFAULT_LAYOUT,
 ) -> str:
-    """Digest of the prompt wording (any edit gives a new cache), the setting, the frame count and
+    """Digest of the prompt wording in its ``layout`` (any edit gives a new cache), the setting, the frame count and
     the per-frame pixel budget (named only when set, so the default's caches keep their keys).
     ``images``: the release holds still images, so the image prompt's wording enters the digest
     too (a release of videos only keeps its key)."""
@@ -73,6 +79,7 @@ def prompt_version(
             candidate="<candidate>",
             reference_free=reference_free,
             modality=modality,
+            layout=layout,
         )
 
     declared = str(getattr(prompts, "PROMPT_VERSION", ""))

@@ -38,7 +38,7 @@ from common import webhooks
 from common.jobs import JobCancelled, job_claim, job_finish, job_requeue, json_safe
 from common.models import JobStatus
 from training_bridge.models import STEP_NAMES, TrainingRun, TrainingTrigger
-from training_bridge.rigel.config import HYPERPARAMETER_NAMES, RigelConfig
+from training_bridge.rigel.config import HYPERPARAMETER_NAMES, RigelConfig, with_stored_layout
 from training_bridge.services.machine import training_default_backbone
 from training_bridge.services.reporting import RunReporter, heartbeat
 
@@ -85,7 +85,7 @@ def training_run_config(*, run: TrainingRun) -> RigelConfig:
         device=run.device,
         ablation=run.ablation,
         reference_free=run.reference_free,
-        hyperparameters=run.hyperparameters,
+        hyperparameters=with_stored_layout(run.hyperparameters or {}),
     )
 
 
