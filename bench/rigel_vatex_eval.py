@@ -173,6 +173,8 @@ class CountingEngine:
         "tokens", "video_tokens", "patches", "shared_samples", "shared_clips", "prefix_tokens",
         "suffix_tokens", "batches", "vision_clips",
     )  # fmt: skip
+    # the shared-prefix path's split of its time: waiting for batches, forward and read-back
+    TIMES = ("wait_seconds", "forward_seconds")
 
     def __init__(self, engine: Any, totals: dict[str, int]) -> None:
         self.engine = engine
@@ -183,6 +185,9 @@ class CountingEngine:
         self.totals["samples"] = self.totals.get("samples", 0) + len(examples)
         for key in self.COUNTS:
             self.totals[key] = self.totals.get(key, 0) + int(output.stats.get(key, 0))
+        for key in self.TIMES:
+            seconds = self.totals.get(key, 0) + float(output.stats.get(key, 0.0))
+            self.totals[key] = round(seconds, 3)  # type: ignore[assignment]
         return output
 
     def close(self) -> None:
@@ -257,6 +262,57 @@ def workload_counts(
         "mean_suffix_tokens": suffix,
         "flops_per_sample_executed": executed,
         "flops_per_sample_per_inference": per_inference,
+    }
+
+
+def profile_together(
+    scorer: Any,
+    data: dict[str, Any],
+    clips: Sequence[Any],
+    protocols: Sequence[str],
+    chosen: set[str],
+    layout: str,
+) -> dict[str, Any]:
+    """The protocols in one pass on the candidates of ``chosen`` clips under torch.profiler:
+    wall time, the GPU's kernel time (the sum of every kernel's own time) and the 15 kernels
+    that took most of it. Not part of the timed rounds (the profiler slows the host)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from training_bridge.rigel.benchmark import score_protocols
+
+    rows = [k for k, clip_id in enumerate(data["clip_ids"]) if clip_id in chosen]
+    scorer.model.backbone.prompt_layout = layout
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        score_protocols(
+            scorer,
+            clips=[clips[k] for k in rows],
+            candidates=[data["candidates"][k] for k in rows],
+            references=[data["references"][k] for k in rows],
+            protocols=list(protocols),
+            together=True,
+        )
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - t0
+    events = [e for e in prof.key_averages() if e.self_device_time_total > 0]
+    kernel_us = sum(e.self_device_time_total for e in events)
+    top = sorted(events, key=lambda e: e.self_device_time_total, reverse=True)[:15]
+    return {
+        "clips": len(chosen),
+        "samples": len(rows) * len(protocols),
+        "wall_seconds": round(wall, 3),
+        "gpu_kernel_seconds": round(kernel_us / 1e6, 3),
+        "gpu_busy_fraction": round(kernel_us / 1e6 / wall, 3),
+        "top_kernels": [
+            {
+                "name": e.key[:120],
+                "seconds": round(e.self_device_time_total / 1e6, 4),
+                "share": round(e.self_device_time_total / kernel_us, 4),
+                "calls": e.count,
+            }
+            for e in top
+        ],
     }
 
 
@@ -352,6 +408,13 @@ def main() -> None:
         default="candidate-last",
         help="comma-separated prompt layouts (training_bridge.rigel.prompts.PROMPT_LAYOUTS), "
         "alternated within each round; with more than one, each run is keyed MODE/LAYOUT",
+    )
+    parser.add_argument(
+        "--profile-clips",
+        type=int,
+        default=0,
+        help="after the timed rounds, the protocols together on the first N clips under "
+        "torch.profiler (CUDA): GPU kernel time against wall time, and the top kernels",
     )
     args = parser.parse_args()
     modes = [m for m in args.modes.split(",") if m]
@@ -613,6 +676,11 @@ def main() -> None:
             report["together_vs_separate"] = agreement
         report.pop("together_scores", None)
         report.pop("separate_scores", None)
+        if args.profile_clips and device.type == "cuda":
+            report["profile"] = profile_together(
+                scorer, data, clips, protocols, set(clip_order[: args.profile_clips]), layouts[0]
+            )
+            print("profile", json.dumps(report["profile"])[:1500], flush=True)
     finally:
         scorer.close()
     total = time.perf_counter() - scoring_started

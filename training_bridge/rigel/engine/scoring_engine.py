@@ -317,12 +317,24 @@ class ScoringEngine:
         bundles = plan_bundles(examples, shared)
         bundle_of = {number: b for b, bundle in enumerate(bundles) for number in bundle}
         stats.setdefault("vision_clips", 0)
-        for gb in self.group_device_batches(examples, shared, bundles):
-            stats.setdefault("first_group_batch_seconds", time.perf_counter() - started)
+        # where the time goes: waiting for the next batch (decoding workers, collation, the copy
+        # to the device) against the forward and its read-back (`store` synchronises)
+        stats.setdefault("wait_seconds", 0.0)
+        stats.setdefault("forward_seconds", 0.0)
+        batches = iter(self.group_device_batches(examples, shared, bundles))
+        while True:
+            asked = time.perf_counter()
+            gb = next(batches, None)
+            got = time.perf_counter()
+            stats["wait_seconds"] += got - asked
+            if gb is None:
+                break
+            stats.setdefault("first_group_batch_seconds", got - started)
             keys = [bundle_of[int(g)] for g in gb.prefix.indices.tolist()]
             h, s, hl = self.forward_groups(gb, keys)
             stats["vision_clips"] += len(set(keys))
             store(gb.indices.numpy(), h, s, hl)
+            stats["forward_seconds"] += time.perf_counter() - got
             prefix_tokens = int(gb.prefix.lengths.sum())
             suffix_tokens = int(gb.suffix_lengths.sum())
             stats["batches"] += 1
