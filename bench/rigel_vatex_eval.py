@@ -410,6 +410,13 @@ def main() -> None:
         "alternated within each round; with more than one, each run is keyed MODE/LAYOUT",
     )
     parser.add_argument(
+        "--suffix-rows",
+        default="packed",
+        help="comma-separated, alternated within each round: packed (a clip's candidates in one "
+        "row, the engine's default) and/or per-candidate (one row per candidate against a copy "
+        "of its clip's cache); with both, each run is keyed MODE/LAYOUT/ROWS",
+    )
+    parser.add_argument(
         "--profile-clips",
         type=int,
         default=0,
@@ -420,6 +427,9 @@ def main() -> None:
     modes = [m for m in args.modes.split(",") if m]
     if not modes or set(modes) - {"separate", "together"}:
         parser.error("--modes: separate and/or together")
+    suffix_rows = [m for m in args.suffix_rows.split(",") if m]
+    if not suffix_rows or set(suffix_rows) - {"packed", "per-candidate"}:
+        parser.error("--suffix-rows: packed and/or per-candidate")
     layouts = [m for m in args.prompt_layouts.split(",") if m]
     if not layouts or set(layouts) - {"candidate-last", "rubric-last"}:
         parser.error("--prompt-layouts: candidate-last and/or rubric-last")
@@ -486,6 +496,7 @@ def main() -> None:
     load_seconds = time.perf_counter() - t0
     store = LocalStore(clip_dir)
     totals: dict[str, int] = {}
+    pack_default = {"packed": True}  # --suffix-rows of the run in progress
 
     def counting_engine(engine_config: RigelConfig, samples: int) -> Any:
         from training_bridge.rigel.pipeline import make_engine
@@ -493,7 +504,10 @@ def main() -> None:
         engine = make_engine(
             backbone, engine_config, head=head, batch_size=config.eval_batch_size, samples=samples
         )
-        return CountingEngine(engine, totals) if engine is not None else None
+        if engine is None:
+            return None
+        engine.pack_suffixes = pack_default["packed"]
+        return CountingEngine(engine, totals)
 
     scorer = ProtocolScorer(
         model,
@@ -631,22 +645,34 @@ def main() -> None:
         return run
 
     scoring_started = time.perf_counter()
-    keyed = len(layouts) > 1
-    runs_of = [(mode, layout) for layout in layouts for mode in modes]
-    report["modes"] = {f"{m}/{lay}" if keyed else m: [] for m, lay in runs_of}
+    runs_of = [(m, lay, rows) for rows in suffix_rows for lay in layouts for m in modes]
+
+    def key_of(mode: str, layout: str, rows: str) -> str:
+        return "/".join(
+            [mode]
+            + ([layout] if len(layouts) > 1 else [])
+            + ([rows] if len(suffix_rows) > 1 else [])
+        )
+
+    report["modes"] = {key_of(*run): [] for run in runs_of}
     try:
         for round_number in range(args.rounds):
-            for mode, layout in runs_of:
-                key = f"{mode}/{layout}" if keyed else mode
+            for mode, layout, rows in runs_of:
+                key = key_of(mode, layout, rows)
                 backbone.prompt_layout = layout  # the engines' workers copy it per run
+                for made in scorer._engines.values():  # engines made so far; later ones below
+                    made.engine.pack_suffixes = rows == "packed"
+                pack_default["packed"] = rows == "packed"
                 if mode == "together":
                     run = together_run()
                     scores_of_run = run.pop("scores")
                     run["prompt_layout"] = layout
+                    run["suffix_rows"] = rows
                     report["modes"][key].append(run)
                     if layout == layouts[0]:
                         report.setdefault("together_scores", scores_of_run)
-                    print("together", layout, round_number, run["seconds"], flush=True)
+                        report.setdefault("scores_by_rows", {}).setdefault(rows, scores_of_run)
+                    print("together", layout, rows, round_number, run["seconds"], flush=True)
                 else:
                     started_mode = time.perf_counter()
                     separate_protocols(round_number if layout == layouts[0] else 1)
@@ -674,6 +700,24 @@ def main() -> None:
                     "kendall_tau": float(kendalltau(a, b).statistic),
                 }
             report["together_vs_separate"] = agreement
+        if len(report.get("scores_by_rows", {})) == 2:
+            # packed against per-candidate rows: the same scores within bf16 rounding
+            from scipy.stats import kendalltau
+
+            a_rows, b_rows = (
+                report["scores_by_rows"]["packed"],
+                report["scores_by_rows"]["per-candidate"],
+            )
+            report["packed_vs_per_candidate"] = {
+                protocol: {
+                    "max_abs_difference": float(
+                        np.abs(np.asarray(a_rows[protocol]) - np.asarray(b_rows[protocol])).max()
+                    ),
+                    "kendall_tau": float(kendalltau(a_rows[protocol], b_rows[protocol]).statistic),
+                }
+                for protocol in protocols
+            }
+        report.pop("scores_by_rows", None)
         report.pop("together_scores", None)
         report.pop("separate_scores", None)
         if args.profile_clips and device.type == "cuda":

@@ -164,6 +164,10 @@ def test_shared_prefix_path_equals_the_per_sample_path(tiny) -> None:  # type: i
             ]
         )
     assert np.abs(shared.hidden - reference).max() < 1e-5
+    # the suffixes one row per candidate against copies of the cache (the unpacked path)
+    unpacked = ScoringEngine(tiny, head, batch_size=5, loader_batch=2, num_workers=0)
+    unpacked.pack_suffixes = False
+    assert np.abs(unpacked.run(examples).hidden - reference).max() < 1e-5
 
 
 def test_shared_prefix_reference_free_groups_by_video_only(tiny) -> None:  # type: ignore[no-untyped-def]

@@ -48,7 +48,7 @@ from .prefix import (
     merge_group_batches,
     plan_bundles,
     plan_groups,
-    suffix_attention_mask,
+    suffix_hidden,
 )
 from .vision_cache import VisionCache
 
@@ -119,6 +119,9 @@ class ScoringEngine:
         self.loader_batch = max(1, min(loader_batch, batch_size))
         self.mp_context = mp_context
         self.share_prefix = share_prefix
+        # the shared-prefix path's suffixes packed one row per clip (`prefix.pack_suffixes`);
+        # False: one row per candidate against a copy of its clip's cache (the A/B baseline)
+        self.pack_suffixes = True
         self.group_loader_batch = max(1, group_loader_batch)
         _patch_transformers(
             linear_patch_embed=linear_patch_embed,
@@ -472,7 +475,13 @@ class ScoringEngine:
             pixel_values, grid_thw = self.pixels(batch.prefix)
             embeds, deepstack = self.vision_features(pixel_values, grid_thw, batch.prefix.grids)
         prefix_kv = self.prefix_cache(batch.prefix, embeds, deepstack)
-        hidden = self.suffix_hidden(batch, prefix_kv)
+        hidden = suffix_hidden(
+            self.backbone.model.model.language_model,
+            batch,
+            prefix_kv,
+            pad_id=self.backbone.pad_token_id,
+            packed=self.pack_suffixes,
+        )
         score_logits = hidden.float() @ self.score_rows.float().T
         head_logits = self.head(hidden.float()) if self.head is not None else None
         return hidden, score_logits, head_logits
@@ -510,27 +519,6 @@ class ScoringEngine:
         cache = recording(self.backbone.model.model.language_model.config)
         self._language_model(prefix, video_embeds, deepstack, cache=cache, use_cache=True)
         return cache.recorded
-
-    def suffix_hidden(
-        self, batch: GroupBatch, prefix_kv: dict[int, tuple[torch.Tensor, torch.Tensor]]
-    ) -> torch.Tensor:
-        """Final hidden state at each candidate's last suffix token, against its clip's cache."""
-        _, shared = cache_classes()
-        lm = self.backbone.model.model.language_model
-        ids = batch.suffix_ids
-        owner = batch.owner
-        mask = suffix_attention_mask(
-            batch.prefix.lengths, owner, int(batch.prefix.input_ids.shape[1]), int(ids.shape[1])
-        )
-        out = lm(
-            inputs_embeds=lm.embed_tokens(ids),
-            position_ids=batch.suffix_positions,
-            attention_mask=mask,
-            cache=shared(lm.config, prefix_kv, owner),
-            use_cache=True,
-        )
-        last = (batch.suffix_lengths - 1).to(ids.device)
-        return out.last_hidden_state[torch.arange(ids.shape[0], device=ids.device), last]
 
     def pixels(self, batch: PreparedBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """GPU preprocessing: (sum of patches, C·tp·p·p) in batch row order, and grid_thw."""
