@@ -219,8 +219,13 @@ def _aggregates_update(
     _aggregates_stage(data, aggregates, review_state)
     pairs = ", ".join(f"%s::text, NULLIF(m{index}, 'NaN')" for index in range(len(keys)))
     means_sql = f"jsonb_strip_nulls(jsonb_build_object({pairs}))" if keys else "'{}'::jsonb"
-    sums_sql = "ARRAY[" + ", ".join(f"t.s{index}" for index in range(len(keys))) + "]::integer[]"
-    counts_sql = "ARRAY[" + ", ".join(f"t.n{index}" for index in range(len(keys))) + "]::integer[]"
+    # No sums on a candidate without judgments (as before any aggregation): nothing to write.
+    sums_sql, counts_sql = (
+        "(CASE WHEN t.total = 0 THEN NULL ELSE ARRAY["
+        + ", ".join(f"t.{prefix}{index}" for index in range(len(keys)))
+        + "]::integer[] END)"
+        for prefix in ("s", "n")
+    )
     review_sql = (
         "(CASE t.review WHEN 1 THEN 'open' WHEN 2 THEN 'claimed' WHEN 3 THEN 'resolved' "
         "ELSE '' END)"

@@ -143,15 +143,6 @@ def _evaluations_agree(campaign, targets: list[int]) -> None:  # type: ignore[no
     np.testing.assert_allclose(own["agreement"], full["agreement"], rtol=1e-12, atol=1e-12)
 
 
-def _no_judgments_no_sums(row: dict[str, Any]) -> dict[str, Any]:
-    """A candidate that never had a judgment has no stored sums until a full run writes zeros:
-    the same thing."""
-    if row["judgments_total"] == 0:
-        for name in ("kept_sums", "kept_counts"):
-            row[name] = row[name] or [0] * len(KEYS)
-    return row
-
-
 def _state(campaign) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     active = list(
         Participation.objects.filter(
@@ -160,7 +151,7 @@ def _state(campaign) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     )
     return {
         "candidates": {
-            row["id"]: _no_judgments_no_sums(row)
+            row["id"]: row
             for row in CampaignCandidate.objects.filter(campaign=campaign).values(
                 "id", *AGGREGATE_FIELDS, "kept_sums", "kept_counts"
             )
