@@ -241,7 +241,7 @@ def measured_run() -> dict[str, Any]:
         "review_items": summary["review_items"],
         "candidates_updated": summary["candidates_updated"],
         "alpha": {
-            key: {"before": round(value["alpha_all"], 4), "after": round(value["alpha_kept"], 4)}
+            key: {"before": _rounded(value["alpha_all"]), "after": _rounded(value["alpha_kept"])}
             for key, value in summary["agreement"].items()
         },
         "phases": summary["timings"],
@@ -418,6 +418,10 @@ PASS_STEPS = (
     "aggregation_apply",
     "aggregation_recompute",
 )
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
 
 
 def _pass_workers(campaign: Any, count: int) -> list[int]:

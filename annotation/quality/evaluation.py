@@ -211,8 +211,8 @@ def _stats_upsert(
         else:
             values = [np.nan if row[name] is None else row[name] for row in rows]
             columns.append((name, "float8", np.asarray(values, dtype=np.float64)))
-    for column, name in enumerate(SEEN_FIELDS):
-        columns.append((name, "int8", seen[:, column]))
+    for column, seen_field in enumerate(SEEN_FIELDS):
+        columns.append((seen_field, "int8", seen[:, column]))
     flagged = [(pid, f) for pid, f in zip(participation_ids, worker_flags, strict=True) if f]
     table = WorkerQCStats._meta.db_table
     selected = ", ".join(

@@ -10,13 +10,14 @@
   work that could not be published while the broker was down.
 
 Each pass reads the workers' own judgments and, for the leave-one-out mean, one row per
-candidate they rated with the sums and counts of its kept ratings (`candidate_sums_load`, summed
-by PostgreSQL), evaluates those workers' statistics and rules and excludes where the rules say
+candidate they rated with the sums and counts of its kept ratings (`candidate_sums_load`): the
+sums the last aggregation stored on the candidate, or, for the candidates of judgments the
+workers' last pass did not see (`unseen_candidates`), summed by PostgreSQL; evaluates those workers' statistics and rules and excludes where the rules say
 so. It then recomputes the aggregates and review state of only those candidates whose judgments
 changed since they were last aggregated (the summed judgment counts differ from the stored ones:
 judgments submitted since, and exclusions), not of everything the workers ever rated: a worker's
 history grows the read, not the writes. The read still grows with the workers' history (their
-own judgments, and PostgreSQL's sums over every judgment on their candidates): measured in
+own judgments, for their statistics): measured in
 docs/benchmarks.md, "The after-submission quality pass against history", with what remains for
 a pass that costs O(what changed).
 """
@@ -61,10 +62,11 @@ def workers_quality_update(
 ) -> set[int]:
     """Statistics and rules of some workers, read from their own judgments and, for the
     leave-one-out agreement, the sums of every kept judgment on the candidates they rated
-    (`candidate_sums_load`: one row per candidate, summed by the database); then the aggregates
-    and review state of those of the candidates whose judgments changed since they were last
-    aggregated (the judgment counts summed differ from the stored ones: new judgments, and the
-    exclusions of this pass). Returns the candidates whose judgments an exclusion changed.
+    (`candidate_sums_load`: one row per candidate, stored by the last aggregation, or summed by
+    the database where the workers have judgments their last pass did not see, and everywhere
+    without `aggregate`); then the aggregates and review state of those of the candidates whose
+    judgments changed since they were last aggregated (the judgment counts summed differ from
+    the stored ones: new judgments, and the exclusions of this pass). Returns the candidates whose judgments an exclusion changed.
 
     The statistics are stored last: if aggregation fails, the workers stay stale and the next
     pass does it all again."""
@@ -130,7 +132,10 @@ def unseen_candidates(data: CampaignSlice, positions: NDArray[np.int64]) -> NDAr
     ).values_list("participation_id", "through_judgment_id", "judgments_through", "kept_through")
     for participation_id, through_id, judgments_through, kept_through in rows:
         index = int(np.searchsorted(data.workers.ids, participation_id))
-        through[index], counted[index], kept[index] = through_id, judgments_through, kept_through
+        # Not NULL (filtered above).
+        through[index] = int(through_id or 0)
+        counted[index] = int(judgments_through or 0)
+        kept[index] = int(kept_through or 0)
     old = judgments.ids <= through[judgments.worker]
     seen_count = np.bincount(judgments.worker[old], minlength=workers)
     seen_kept = np.bincount(judgments.worker[old & ~judgments.excluded], minlength=workers)

@@ -273,7 +273,7 @@ def test_passes_from_candidate_sums_end_where_a_full_run_does(monkeypatch):
     assert reincluded and late_submitted
     assert dict(final["flagged"])[uniform.pk] == ["uniform"]  # flagged, no longer excluded
     stored = CampaignCandidate.objects.filter(campaign=campaign, kept_judgments__gt=0)
-    assert all(len(row.kept_sums) == len(KEYS) for row in stored)
+    assert all(len(row.kept_sums or ()) == len(KEYS) for row in stored)
 
 
 def test_a_late_or_changed_judgment_makes_the_worker_summed_in_full():
@@ -315,6 +315,7 @@ def test_a_late_or_changed_judgment_makes_the_worker_summed_in_full():
     quality_catch_up(campaign_id=campaign.pk)
     assert summed() == set()
     stats = WorkerQCStats.objects.get(participation=worker)
+    assert stats.judgments_through is not None and stats.kept_through is not None
     WorkerQCStats.objects.filter(pk=stats.pk).update(judgments_through=stats.judgments_through - 1)
     assert summed() == mine()
     WorkerQCStats.objects.filter(pk=stats.pk).update(
