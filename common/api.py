@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django.db import InterfaceError, OperationalError
@@ -48,21 +48,25 @@ def exception_handler(exception: Exception, context: dict[str, Any]) -> Response
 class RememberedContentNegotiation(DefaultContentNegotiation):
     """DRF's content negotiation, remembering its answer per `Accept` header.
 
-    DRF parses the `Accept` header and each renderer's media type and builds the query string's
-    QueryDict (for `?format=`) on every request: about 0.1 ms of CPU per request on the worker
-    API, where every client sends one of a handful of headers. The answer depends only on the
-    renderer classes and the header when there is neither a format suffix nor a query string, so
-    those answers are remembered (up to `max_remembered` headers of at most `max_remembered_chars` per process: a
-    client sending ever new headers fills it once and is then answered by DRF) and anything else,
-    and every refusal (406), goes through DRF as before."""
+    DRF parses the `Accept` header and each renderer's media type, and builds the query string's
+    QueryDict (for `?format=`), on every request, while the worker API's clients send one of a
+    handful of headers. Without a format suffix and without a query string the answer depends only
+    on the renderer classes and the header, so it is remembered: up to `max_remembered` headers of
+    at most `max_remembered_chars` per process (a client sending ever new headers fills that once
+    and is answered by DRF from then on). Everything else, and every refusal (406), goes through
+    DRF as before."""
 
     max_remembered = 256
     max_remembered_chars = 200
     _remembered: dict[tuple[tuple[type, ...], str], tuple[int, str]] = {}
 
     def select_renderer(
-        self, request: Request, renderers: list[BaseRenderer], format_suffix: str | None = None
+        self,
+        request: Request,
+        renderers: Iterable[BaseRenderer],
+        format_suffix: str | None = None,
     ) -> tuple[BaseRenderer, str]:
+        renderers = list(renderers)
         if format_suffix or request.META.get("QUERY_STRING"):
             return super().select_renderer(request, renderers, format_suffix)  # type: ignore[no-any-return]
         accept = request.META.get("HTTP_ACCEPT", "*/*")

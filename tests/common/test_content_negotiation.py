@@ -29,8 +29,10 @@ RENDERER_SETS = [[JSONRenderer], [JSONRenderer, BrowsableAPIRenderer], [Browsabl
 
 
 def _request(accept: str | None, query: str = "") -> Request:
-    headers = {} if accept is None else {"HTTP_ACCEPT": accept}
-    return Request(APIRequestFactory().get(f"/x{query}", **headers))
+    factory = APIRequestFactory()
+    if accept is None:
+        return Request(factory.get(f"/x{query}"))
+    return Request(factory.get(f"/x{query}", HTTP_ACCEPT=accept))
 
 
 def _answer(negotiator, accept, classes, query=""):  # type: ignore[no-untyped-def]
