@@ -295,7 +295,14 @@ def profile_together(
         )
         torch.cuda.synchronize()
         wall = time.perf_counter() - t0
-    events = [e for e in prof.key_averages() if e.self_device_time_total > 0]
+    from torch.autograd import DeviceType
+
+    # the kernels' own rows (an operator's row repeats the time of the kernels it launched)
+    events = [
+        e
+        for e in prof.key_averages()
+        if e.device_type == DeviceType.CUDA and e.self_device_time_total > 0
+    ]
     kernel_us = sum(e.self_device_time_total for e in events)
     top = sorted(events, key=lambda e: e.self_device_time_total, reverse=True)[:15]
     return {

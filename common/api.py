@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django.db import InterfaceError, OperationalError
@@ -19,7 +19,9 @@ from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers, status
 from rest_framework.authentication import SessionAuthentication
+from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.permissions import AllowAny
+from rest_framework.renderers import BaseRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle, SimpleRateThrottle
@@ -41,6 +43,41 @@ def exception_handler(exception: Exception, context: dict[str, Any]) -> Response
         response["Retry-After"] = "5"
         return response
     return drf_exception_handler(exception, context)
+
+
+class RememberedContentNegotiation(DefaultContentNegotiation):
+    """DRF's content negotiation, remembering its answer per `Accept` header.
+
+    DRF parses the `Accept` header and each renderer's media type, and builds the query string's
+    QueryDict (for `?format=`), on every request, while the worker API's clients send one of a
+    handful of headers. Without a format suffix and without a query string the answer depends only
+    on the renderer classes and the header, so it is remembered: up to `max_remembered` headers of
+    at most `max_remembered_chars` per process (a client sending ever new headers fills that once
+    and is answered by DRF from then on). Everything else, and every refusal (406), goes through
+    DRF as before."""
+
+    max_remembered = 256
+    max_remembered_chars = 200
+    _remembered: dict[tuple[tuple[type, ...], str], tuple[int, str]] = {}
+
+    def select_renderer(
+        self,
+        request: Request,
+        renderers: Iterable[BaseRenderer],
+        format_suffix: str | None = None,
+    ) -> tuple[BaseRenderer, str]:
+        renderers = list(renderers)
+        if format_suffix or request.META.get("QUERY_STRING"):
+            return super().select_renderer(request, renderers, format_suffix)  # type: ignore[no-any-return]
+        accept = request.META.get("HTTP_ACCEPT", "*/*")
+        key = (tuple(type(renderer) for renderer in renderers), accept)
+        known = self._remembered.get(key)
+        if known is not None:
+            return renderers[known[0]], known[1]
+        renderer, media_type = super().select_renderer(request, renderers, format_suffix)
+        if len(accept) <= self.max_remembered_chars and len(self._remembered) < self.max_remembered:
+            self._remembered[key] = (renderers.index(renderer), media_type)
+        return renderer, media_type
 
 
 class AtomicRateThrottle(SimpleRateThrottle):

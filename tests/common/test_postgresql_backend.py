@@ -66,3 +66,21 @@ def test_a_connection_idle_for_longer_is_pinged_and_replaced_when_dead(pings, mo
     )
     connection.close_if_health_check_failed()
     assert pings == [True, True] and calls_close == [True]  # a dead one would be closed
+
+
+def test_prepared_statements_get_generic_plans(settings):
+    settings.LEPUS_DB_PREPARED_STATEMENTS = True
+    assert backend.GENERIC_PLANS_OPTION in connection.get_connection_params()["options"]
+    session = connection.get_new_connection(connection.get_connection_params())
+    try:
+        with session.cursor() as cursor:
+            cursor.execute("SHOW plan_cache_mode")
+            assert cursor.fetchone() == ("force_generic_plan",)
+    finally:
+        session.close()
+
+
+def test_no_startup_option_behind_a_pooler(settings):
+    # PgBouncer refuses unknown startup parameters; prepared statements are off behind one.
+    settings.LEPUS_DB_PREPARED_STATEMENTS = False
+    assert "plan_cache_mode" not in connection.get_connection_params().get("options", "")

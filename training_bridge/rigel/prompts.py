@@ -152,49 +152,14 @@ def prompt_text(
     return "\n\n".join(parts)
 
 
-def prompt_messages(
-    *,
-    references: Sequence[str],
-    candidate: str,
-    reference_free: bool,
-    modality: str = VIDEO,
-    layout: str = DEFAULT_LAYOUT,
-) -> list[dict[str, Any]]:
-    """Chat messages: one user turn holding the video (or the image) and the text."""
-    text = prompt_text(
-        references=references,
-        candidate=candidate,
-        reference_free=reference_free,
-        modality=modality,
-        layout=layout,
-    )
-    return [
-        {
-            "role": "user",
-            "content": [{"type": modality}, {"type": "text", "text": text}],
-        }
-    ]
-
-
-def render_prompt(
-    tokenizer: Any,
-    *,
-    references: Sequence[str],
-    candidate: str,
-    reference_free: bool,
-    modality: str = VIDEO,
-    layout: str = DEFAULT_LAYOUT,
-) -> str:
-    """The full prompt string with one ``<|video_pad|>`` (an image: ``<|image_pad|>``)
-    placeholder (the processor expands it), ending with the opened assistant turn so that the next
-    token is the score digit."""
-    messages = prompt_messages(
-        references=references,
-        candidate=candidate,
-        reference_free=reference_free,
-        modality=modality,
-        layout=layout,
-    )
+def render_prompt(tokenizer: Any, *, modality: str = VIDEO, **parts: Any) -> str:
+    """The full prompt string: one user turn holding the video (or the image) and
+    :func:`prompt_text` of ``parts`` (references, candidate, reference_free, layout), with one
+    ``<|video_pad|>`` (an image: ``<|image_pad|>``) placeholder (the processor expands it),
+    ending with the opened assistant turn so that the next token is the score digit."""
+    text = prompt_text(modality=modality, **parts)
+    content = [{"type": modality}, {"type": "text", "text": text}]
+    messages = [{"role": "user", "content": content}]
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 

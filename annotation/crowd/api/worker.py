@@ -46,6 +46,7 @@ from common.api import (
     ErrorSerializer,
     FailOpenSimpleRateThrottle,
     FieldErrorsSerializer,
+    RememberedContentNegotiation,
     validated,
 )
 from common.routes import route
@@ -283,6 +284,7 @@ WORKER_ERRORS = {
 class _WorkerApi(APIView):
     authentication_classes = [WorkerTokenAuthentication]
     permission_classes = [IsWorker]
+    content_negotiation_class = RememberedContentNegotiation
 
 
 # --- views -------------------------------------------------------------------------------------

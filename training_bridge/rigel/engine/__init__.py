@@ -19,11 +19,14 @@ answer position and the LM-head logits of "1".."5" (the teacher pass), and with 
   same references (in VATEX-EVAL every clip has 6 candidates and the same 9 references) share
   everything before the candidate — frames, vision tower output and the prompt up to the
   candidate. Such a clip is decoded once, its vision tower runs once, and the language model reads
-  its prefix once and keeps the keys and values of every layer; each candidate's suffix then runs
-  against that cache (the cache rows repeated per candidate, the M-RoPE positions continuing the
-  prefix's). With causal attention this is the same computation as the whole sequence, row by row
-  (tests compare the scores with the per-sample path). Samples alone with their clip take the
-  per-sample path.
+  its prefix once and keeps the keys and values of every layer; the clip's candidates' suffixes
+  then run side by side in one row against that cache (packed suffixes: each token keeps its own
+  M-RoPE position continuing the prefix's, and a mask lets it see the prefix and, causally, its
+  own candidate only), or, with ``pack_suffixes = False``, one row per candidate against a copy of
+  the cache. With causal attention this is the same computation as the whole sequence, candidate
+  by candidate (tests compare the scores with the per-sample path). Samples alone with their clip
+  take the per-sample path. With new runs' prompts (the candidate last, ``prompts.py``) the shared
+  prefix runs up to the candidate's own words.
 
 The package, by section:
 

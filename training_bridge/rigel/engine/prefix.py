@@ -4,10 +4,11 @@ Samples with the same video and the same references (in VATEX-EVAL every clip ha
 and the same 9 references) share everything before the candidate: frames, vision tower output and
 the prompt up to the candidate. Such a clip is decoded once (:class:`.loading.GroupDataset`), its vision
 tower runs once, and the language model reads its prefix once and keeps the keys and values of
-every layer (the recording cache of :func:`cache_classes`); each candidate's suffix then runs
-against that cache (the shared-prefix cache, rows repeated per candidate, under
-:func:`suffix_attention_mask`, the M-RoPE positions continuing the prefix's). With causal
-attention this is the same computation as the whole sequence, row by row.
+every layer (the recording cache of :func:`cache_classes`); the candidates' suffixes then run
+against that cache (:func:`suffix_hidden`): packed one row per clip (:func:`pack_suffixes`), or
+one row per candidate against a copy of its clip's cache (:func:`suffix_attention_mask`), the
+M-RoPE positions continuing the prefix's. With causal attention this is the same computation as
+the whole sequence, candidate by candidate.
 
 No Django import.
 """
