@@ -12,6 +12,8 @@ over the campaign, lowers the stored judgment count of each one's latest three c
 submission the previous pass had not seen, as `qc_scale.py --profile --pass-workers` does) and
 times `workers_quality_update` of them: wall, this process's CPU and the PostgreSQL backend's
 CPU. One untimed pass per tree first. Order per round: A, B. Raw file: `qc_pass_history`.
+Before the clock starts each pass warms the cache client and the campaign median's cache entry
+(`campaign_median_seconds`), as a running Celery worker has them.
 """
 
 from __future__ import annotations
@@ -64,6 +66,11 @@ def _child_pass(tree: Path, database_url: str, pass_workers: int) -> dict[str, A
         cursor.execute("SELECT pg_backend_pid()")
         backend = int(cursor.fetchone()[0])
     history = Judgment.objects.filter(participation_id__in=chosen).count()
+    # A Celery worker has the cache client imported and connected, and the campaign median
+    # cached (60 s; passes run every 10 s): the same here, before the clock starts.
+    from annotation.quality.loading import campaign_median_seconds
+
+    campaign_median_seconds(campaign=campaign, excluding_participation_ids=chosen)
     wall, cpu, server = time.perf_counter(), time.process_time(), cpu_seconds_of(backend)
     incremental.workers_quality_update(campaign=campaign, participation_ids=chosen)
     return {

@@ -241,7 +241,7 @@ def measured_run() -> dict[str, Any]:
         "review_items": summary["review_items"],
         "candidates_updated": summary["candidates_updated"],
         "alpha": {
-            key: {"before": round(value["alpha_all"], 4), "after": round(value["alpha_kept"], 4)}
+            key: {"before": _rounded(value["alpha_all"]), "after": _rounded(value["alpha_kept"])}
             for key, value in summary["agreement"].items()
         },
         "phases": summary["timings"],
@@ -420,15 +420,35 @@ PASS_STEPS = (
 )
 
 
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
 def _pass_workers(campaign: Any, count: int) -> list[int]:
     """`count` active workers spread over the campaign, each with their latest three candidates'
-    stored judgment counts set one lower (a submission the previous pass had not seen)."""
+    stored judgment counts set one lower (a submission the previous pass had not seen) and, on a
+    tree whose passes read stored candidate sums (migration 0018), those three judgments above
+    what the worker's last pass saw (`WorkerQCStats.through_judgment_id` and the counts up to
+    it). Such a tree's first call runs a full QC run if no candidate has stored sums yet (a
+    tree before it aggregates without writing them)."""
     from django.db import connection
 
-    from annotation.models import CampaignCandidate, Judgment, Participation, ParticipationStatus
+    from annotation.models import (
+        CampaignCandidate,
+        Judgment,
+        Participation,
+        ParticipationStatus,
+        WorkerQCStats,
+    )
     from annotation.quality.run import qc_campaign_full
 
-    if not CampaignCandidate.objects.filter(campaign=campaign, judgments_total__gt=0).exists():
+    stores_sums = any(f.name == "kept_sums" for f in CampaignCandidate._meta.get_fields())
+    if not CampaignCandidate.objects.filter(campaign=campaign, judgments_total__gt=0).exists() or (
+        stores_sums
+        and not CampaignCandidate.objects.filter(
+            campaign=campaign, kept_sums__isnull=False
+        ).exists()
+    ):
         qc_campaign_full(campaign=campaign)
     active = list(
         Participation.objects.filter(campaign=campaign, status=ParticipationStatus.ACTIVE)
@@ -445,6 +465,18 @@ def _pass_workers(campaign: Any, count: int) -> list[int]:
             f"WHERE n <= 3) AND judgments_total > 0",
             [chosen],
         )
+        if stores_sums:
+            cursor.execute(
+                f"UPDATE {WorkerQCStats._meta.db_table} AS s SET through_judgment_id = x.through, "
+                f"judgments_through = x.counted, kept_through = x.kept FROM ("
+                f"SELECT participation_id, MAX(id) AS through, COUNT(*) AS counted, "
+                f"COUNT(*) FILTER (WHERE NOT is_excluded) AS kept FROM (SELECT id, "
+                f"participation_id, is_excluded, row_number() OVER (PARTITION BY participation_id "
+                f"ORDER BY id DESC) AS n FROM {Judgment._meta.db_table} "
+                f"WHERE participation_id = ANY(%s)) latest WHERE n > 3 GROUP BY participation_id"
+                f") AS x WHERE s.participation_id = x.participation_id",
+                [chosen],
+            )
     return chosen
 
 

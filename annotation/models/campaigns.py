@@ -7,6 +7,7 @@ are the last line of defence against over-assignment and repeated clips.
 
 from __future__ import annotations
 
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
@@ -173,6 +174,13 @@ class CampaignCandidate(models.Model):
     # Aggregate (written by annotation.crowd.services aggregation; always consistent after a recompute).
     judgments_total = models.PositiveIntegerField(default=0)
     kept_judgments = models.PositiveIntegerField(default=0)
+    # Per question (`Campaign.question_keys` order): the sum and the count of the kept answered
+    # ratings (1..5) as the last aggregation read them, integers. The after-submission pass reads
+    # them for the leave-one-out agreement instead of summing the judgments
+    # (`annotation.quality.loading.candidate_sums_load`). NULL (never aggregated since they
+    # exist) or of another length than the questions: the pass sums the judgments instead.
+    kept_sums = ArrayField(models.IntegerField(), null=True, blank=True)
+    kept_counts = ArrayField(models.IntegerField(), null=True, blank=True)
     means = models.JSONField(default=dict, blank=True)
     overall = models.FloatField(null=True, blank=True)
     normalized = models.FloatField(null=True, blank=True)

@@ -30,6 +30,13 @@ class WorkerQCStats(models.Model):
     # [{"rule": key, "explanation": text, "numbers": {...}, "action": "exclude"|"flag"}]
     flags = models.JSONField(default=list, blank=True)
     computed_at = models.DateTimeField(default=timezone.now)
+    # What the read behind these statistics saw of the worker's judgments: the largest id, how
+    # many (all, kept) had an id up to it. The next pass takes the worker's judgments above it as
+    # new; if the counts up to it changed (a judgment committed late, erased, excluded or
+    # re-included) it takes all of them as new (`annotation.quality.incremental`).
+    through_judgment_id = models.BigIntegerField(null=True, blank=True)
+    judgments_through = models.PositiveIntegerField(null=True, blank=True)
+    kept_through = models.PositiveIntegerField(null=True, blank=True)
 
 
 class WorkerExclusion(models.Model):

@@ -67,6 +67,10 @@ class Aggregates:
     judgments_total: NDArray[np.int64]
     kept_judgments: NDArray[np.int64]
     is_finalised: NDArray[np.bool_]
+    # candidates × questions: the sum and count of the kept answered ratings (stored as
+    # `CampaignCandidate.kept_sums` / `kept_counts` for the after-submission pass)
+    kept_sums: NDArray[np.int64]
+    kept_counts: NDArray[np.int64]
 
 
 def round_half_up(value: float) -> int:
@@ -86,6 +90,8 @@ def aggregates_compute(data: CampaignSlice, *, review_state: NDArray[Any]) -> Ag
     rating_range = np.full(items, np.nan)
     spread_sum = np.zeros(items)
     spread_count = np.zeros(items)
+    kept_sums = np.zeros((items, questions), dtype=np.int64)
+    kept_counts = np.zeros((items, questions), dtype=np.int64)
     for question in range(questions):
         value = values[:, question]
         counted = kept & (value > 0)
@@ -94,6 +100,8 @@ def aggregates_compute(data: CampaignSlice, *, review_state: NDArray[Any]) -> Ag
         total = np.bincount(item, weights=value[counted], minlength=items)
         squares = np.bincount(item, weights=value[counted] ** 2, minlength=items)
         present = count > 0
+        kept_sums[:, question] = np.rint(total).astype(np.int64)
+        kept_counts[:, question] = count.astype(np.int64)
         means[present, question] = total[present] / count[present]
         variance = np.zeros(items)
         variance[present] = np.maximum(
@@ -134,6 +142,8 @@ def aggregates_compute(data: CampaignSlice, *, review_state: NDArray[Any]) -> Ag
         judgments_total=judgments_total,
         kept_judgments=kept_judgments,
         is_finalised=is_finalised,
+        kept_sums=kept_sums,
+        kept_counts=kept_counts,
     )
 
 
@@ -209,6 +219,13 @@ def _aggregates_update(
     _aggregates_stage(data, aggregates, review_state)
     pairs = ", ".join(f"%s::text, NULLIF(m{index}, 'NaN')" for index in range(len(keys)))
     means_sql = f"jsonb_strip_nulls(jsonb_build_object({pairs}))" if keys else "'{}'::jsonb"
+    # No sums on a candidate without judgments (as before any aggregation): nothing to write.
+    sums_sql, counts_sql = (
+        "(CASE WHEN t.total = 0 THEN NULL ELSE ARRAY["
+        + ", ".join(f"t.{prefix}{index}" for index in range(len(keys)))
+        + "]::integer[] END)"
+        for prefix in ("s", "n")
+    )
     review_sql = (
         "(CASE t.review WHEN 1 THEN 'open' WHEN 2 THEN 'claimed' WHEN 3 THEN 'resolved' "
         "ELSE '' END)"
@@ -226,7 +243,9 @@ def _aggregates_update(
             is_finalised = t.finalised,
             finalised_at = CASE WHEN NOT t.finalised THEN NULL
                                 WHEN cc.is_finalised THEN cc.finalised_at ELSE %s END,
-            review_state = {review_sql}
+            review_state = {review_sql},
+            kept_sums = {sums_sql},
+            kept_counts = {counts_sql}
         FROM qc_aggregates AS t
         JOIN (SELECT code, {means_sql} AS means FROM qc_means OFFSET 0) AS m
             ON m.code = t.means_code
@@ -240,6 +259,8 @@ def _aggregates_update(
             OR cc.is_finalised IS DISTINCT FROM t.finalised
             OR cc.review_state IS DISTINCT FROM {review_sql}
             OR cc.means IS DISTINCT FROM m.means
+            OR cc.kept_sums IS DISTINCT FROM {sums_sql}
+            OR cc.kept_counts IS DISTINCT FROM {counts_sql}
         )
         RETURNING cc.id, cc.finalised_at
         )
@@ -276,6 +297,9 @@ def _aggregates_stage(
         ("finalised", "bool", aggregates.is_finalised),
         ("review", "int2", codes),
     ]
+    for index in range(len(keys)):
+        columns.append((f"s{index}", "int4", aggregates.kept_sums[:, index]))
+        columns.append((f"n{index}", "int4", aggregates.kept_counts[:, index]))
     distinct_means, means_code = _distinct_rows(aggregates.means)
     columns.append(("means_code", "int4", means_code))
     # A pass's few rows need the ANALYZE (sized from its one page, the table would look like

@@ -14,6 +14,7 @@ from typing import Any, Literal, get_args
 import numpy as np
 from django.db import connection, transaction
 from django.utils import timezone
+from numpy.typing import NDArray
 
 from annotation.crowd.services.columns import copy_to_temp_table, json_text, pg_array
 from annotation.models import WorkerQCStats
@@ -148,6 +149,8 @@ StatField = Literal[
 ]
 STAT_FIELDS: tuple[StatField, ...] = get_args(StatField)
 _INTEGER_FIELDS = ("judgments", "control_items")
+# What the read behind the statistics saw of the worker's judgments (see `judgments_seen`).
+SEEN_FIELDS = ("through_judgment_id", "judgments_through", "kept_through")
 
 
 def worker_stats_store(
@@ -168,8 +171,24 @@ def worker_stats_store(
     rows = [statistics.row(index) for index in positions]
     participation_ids = [int(data.workers.ids[index]) for index in positions]
     stored_flags = [[flag.as_json() for flag in flags.get(i, [])] for i in positions]
-    _stats_upsert(participation_ids, rows, stored_flags, now)
+    _stats_upsert(participation_ids, rows, stored_flags, now, seen=judgments_seen(data, positions))
     return len(rows)
+
+
+def judgments_seen(data: CampaignSlice, positions: list[int]) -> NDArray[np.int64]:
+    """Per worker at `positions` (rows): the largest id of their judgments in `data` (0: none)
+    and how many of them `data` holds, all and kept (`WorkerQCStats.through_judgment_id`,
+    `judgments_through`, `kept_through`). `data` must hold every judgment of those workers (a
+    full run's slice, or a pass's slice of its judges)."""
+    judgments = data.judgments
+    workers = len(data.workers)
+    through = np.zeros(workers, dtype=np.int64)
+    if len(judgments.ids):
+        np.maximum.at(through, judgments.worker, judgments.ids)
+    counted = np.bincount(judgments.worker, minlength=workers)
+    kept = np.bincount(judgments.worker[~judgments.excluded], minlength=workers)
+    chosen = np.asarray(positions, dtype=np.int64)
+    return np.stack([through[chosen], counted[chosen], kept[chosen]], axis=1).astype(np.int64)
 
 
 def _stats_upsert(
@@ -177,6 +196,8 @@ def _stats_upsert(
     rows: list[StatisticsRow],
     worker_flags: list[list[FlagJson]],
     now: Any,
+    *,
+    seen: NDArray[np.int64],
 ) -> None:
     """The values are those of `WorkerStatistics.row` (already rounded; None for "no value",
     carried as NaN through the COPY and turned back into NULL by NULLIF)."""
@@ -190,6 +211,8 @@ def _stats_upsert(
         else:
             values = [np.nan if row[name] is None else row[name] for row in rows]
             columns.append((name, "float8", np.asarray(values, dtype=np.float64)))
+    for column, seen_field in enumerate(SEEN_FIELDS):
+        columns.append((seen_field, "int8", seen[:, column]))
     flagged = [(pid, f) for pid, f in zip(participation_ids, worker_flags, strict=True) if f]
     table = WorkerQCStats._meta.db_table
     selected = ", ".join(
@@ -197,15 +220,17 @@ def _stats_upsert(
         for name in STAT_FIELDS
     )
     updates = ", ".join(
-        f"{name} = EXCLUDED.{name}" for name in (*STAT_FIELDS, "flags", "computed_at")
+        f"{name} = EXCLUDED.{name}" for name in (*STAT_FIELDS, *SEEN_FIELDS, "flags", "computed_at")
     )
     with transaction.atomic():
         copy_to_temp_table("qc_worker_stats", columns)
         with connection.cursor() as cursor:
             cursor.execute(
-                f"INSERT INTO {table} (participation_id, {', '.join(STAT_FIELDS)}, flags, "
-                f"computed_at) "
-                f"SELECT t.participation_id, {selected}, COALESCE(f.flags, '[]'::jsonb), %s "
+                f"INSERT INTO {table} (participation_id, {', '.join(STAT_FIELDS)}, "
+                f"{', '.join(SEEN_FIELDS)}, flags, computed_at) "
+                f"SELECT t.participation_id, {selected}, "
+                f"{', '.join(f't.{name}' for name in SEEN_FIELDS)}, "
+                f"COALESCE(f.flags, '[]'::jsonb), %s "
                 f"FROM qc_worker_stats AS t LEFT JOIN unnest(%s::bigint[], %s::jsonb[]) "
                 f"AS f(participation_id, flags) ON f.participation_id = t.participation_id "
                 f"ORDER BY t.position "

@@ -10,13 +10,14 @@
   work that could not be published while the broker was down.
 
 Each pass reads the workers' own judgments and, for the leave-one-out mean, one row per
-candidate they rated with the sums and counts of its kept ratings (`candidate_sums_load`, summed
-by PostgreSQL), evaluates those workers' statistics and rules and excludes where the rules say
+candidate they rated with the sums and counts of its kept ratings (`candidate_sums_load`): the
+sums the last aggregation stored on the candidate, or, for the candidates of judgments the
+workers' last pass did not see (`unseen_candidates`), summed by PostgreSQL; evaluates those workers' statistics and rules and excludes where the rules say
 so. It then recomputes the aggregates and review state of only those candidates whose judgments
 changed since they were last aggregated (the summed judgment counts differ from the stored ones:
 judgments submitted since, and exclusions), not of everything the workers ever rated: a worker's
 history grows the read, not the writes. The read still grows with the workers' history (their
-own judgments, and PostgreSQL's sums over every judgment on their candidates): measured in
+own judgments, for their statistics): measured in
 docs/benchmarks.md, "The after-submission quality pass against history", with what remains for
 a pass that costs O(what changed).
 """
@@ -30,6 +31,7 @@ import numpy as np
 from django.db import connection
 from django.db.models import Count, F, Max, Q
 from django.utils import timezone
+from numpy.typing import NDArray
 
 from annotation.models import (
     Assignment,
@@ -39,11 +41,13 @@ from annotation.models import (
     Judgment,
     Participation,
     ParticipationStatus,
+    WorkerQCStats,
 )
 from annotation.quality.aggregation import aggregation_recompute
 from annotation.quality.evaluation import worker_stats_store, workers_evaluate
 from annotation.quality.exclusions import late_judgments_exclude, workers_exclude
 from annotation.quality.loading import (
+    CampaignSlice,
     campaign_median_seconds,
     campaign_slice_load,
     candidate_sums_load,
@@ -58,10 +62,11 @@ def workers_quality_update(
 ) -> set[int]:
     """Statistics and rules of some workers, read from their own judgments and, for the
     leave-one-out agreement, the sums of every kept judgment on the candidates they rated
-    (`candidate_sums_load`: one row per candidate, summed by the database); then the aggregates
-    and review state of those of the candidates whose judgments changed since they were last
-    aggregated (the judgment counts summed differ from the stored ones: new judgments, and the
-    exclusions of this pass). Returns the candidates whose judgments an exclusion changed.
+    (`candidate_sums_load`: one row per candidate, stored by the last aggregation, or summed by
+    the database where the workers have judgments their last pass did not see, and everywhere
+    without `aggregate`); then the aggregates and review state of those of the candidates whose
+    judgments changed since they were last aggregated (the judgment counts summed differ from
+    the stored ones: new judgments, and the exclusions of this pass). Returns the candidates whose judgments an exclusion changed.
 
     The statistics are stored last: if aggregation fails, the workers stay stale and the next
     pass does it all again."""
@@ -75,10 +80,16 @@ def workers_quality_update(
         )
     )
     data = campaign_slice_load(campaign=campaign, candidate_ids=candidate_ids, judges=targets)
-    counts = candidate_sums_load(
-        campaign=campaign, candidate_ids=data.candidates.ids, question_keys=data.question_keys
-    )
     positions = np.searchsorted(data.workers.ids, np.asarray(targets, dtype=np.int64))
+    # Summed from the judgments: the candidates with judgments of these workers that their last
+    # pass did not see (and, without aggregation here, all: the sweep aggregates afterwards).
+    # The others' sums are those their last aggregation stored.
+    counts = candidate_sums_load(
+        campaign=campaign,
+        candidate_ids=data.candidates.ids,
+        question_keys=data.question_keys,
+        live=unseen_candidates(data, positions) if aggregate else None,
+    )
     statistics, flags, decisions = workers_evaluate(
         data,
         rules=qc_rules_merge(campaign.qc_rules),
@@ -90,12 +101,51 @@ def workers_quality_update(
     )
     outcome = workers_exclude(campaign=campaign, decisions=decisions)
     if aggregate:
+        # Only live rows can differ (the stored ones are the stored counts).
         changed = (counts.total != data.stored_total) | (counts.kept != data.stored_kept)
         changed_ids = set(data.candidates.ids[changed].tolist()) | outcome.candidate_ids
         if changed_ids:
             aggregation_recompute(campaign=campaign, candidate_ids=changed_ids)
     worker_stats_store(data, statistics, flags, indices=positions.tolist(), computed_at=read_at)
     return set(outcome.candidate_ids)
+
+
+def unseen_candidates(data: CampaignSlice, positions: NDArray[np.int64]) -> NDArray[np.bool_]:
+    """Per candidate of a judges' slice: whether a judgment of the judges at `positions` on it
+    was not seen by the read behind their stored statistics (`WorkerQCStats.through_judgment_id`
+    and the counts up to it, written by `worker_stats_store`). A worker without those, or whose
+    judgments up to that id are no longer as many (all, kept) as that read saw (one committed
+    after it with a smaller id, erased, excluded, re-included), has every judgment unseen.
+
+    The pass that stored them aggregated the candidates of what it saw (or stored nothing), so
+    the stored sums of the other candidates hold these workers' judgments."""
+    judgments = data.judgments
+    workers = len(data.workers)
+    through = np.full(workers, -1, dtype=np.int64)
+    counted = np.full(workers, -1, dtype=np.int64)
+    kept = np.full(workers, -1, dtype=np.int64)
+    rows = WorkerQCStats.objects.filter(
+        participation_id__in=data.workers.ids[positions].tolist(),
+        through_judgment_id__isnull=False,
+        judgments_through__isnull=False,
+        kept_through__isnull=False,
+    ).values_list("participation_id", "through_judgment_id", "judgments_through", "kept_through")
+    for participation_id, through_id, judgments_through, kept_through in rows:
+        index = int(np.searchsorted(data.workers.ids, participation_id))
+        # Not NULL (filtered above).
+        through[index] = int(through_id or 0)
+        counted[index] = int(judgments_through or 0)
+        kept[index] = int(kept_through or 0)
+    old = judgments.ids <= through[judgments.worker]
+    seen_count = np.bincount(judgments.worker[old], minlength=workers)
+    seen_kept = np.bincount(judgments.worker[old & ~judgments.excluded], minlength=workers)
+    trusted = (through >= 0) & (seen_count == counted) & (seen_kept == kept)
+    judged = np.zeros(workers, dtype=bool)
+    judged[positions] = True
+    unseen = judged[judgments.worker] & (~old | ~trusted[judgments.worker])
+    mask = np.zeros(len(data.candidates), dtype=bool)
+    mask[judgments.item[unseen]] = True
+    return mask
 
 
 def quality_after_submission(*, assignment_id: int) -> None:

@@ -249,9 +249,11 @@ def test_candidates_missed_after_the_statistics_were_stored_are_caught_up():
     assert _state(campaign) == _full_run_state(campaign)
 
 
-def test_a_judgment_excluded_without_aggregation_is_caught_by_the_next_pass_on_it():
+def test_a_judgment_excluded_without_aggregation_is_caught_by_the_sweep():
     """The kept count differs while the total does not (an exclusion whose own aggregation
-    failed): a later pass of a worker who rated that candidate brings it up to date."""
+    failed): a later pass of another worker who rated that candidate reads its stored sums and
+    leaves it (it sums only the candidates of its workers' new judgments); the sweep, which
+    compares every candidate's stored counts with its judgments, brings it up to date."""
     campaign = quality_crowd_campaign(clips=3, candidates_per_clip=3, quota=3)
     clips = _clips(campaign)
     rng = random.Random(21)
@@ -265,7 +267,10 @@ def test_a_judgment_excluded_without_aggregation_is_caught_by_the_next_pass_on_i
 
     _submit(bob, clips[1], rng)
     quality_catch_up(campaign_id=campaign.pk)
+    item = CampaignCandidate.objects.get(pk=clips[0][0].pk)
+    assert (item.judgments_total, item.kept_judgments) == (2, 2)
 
+    assert quality_sweep_campaign(campaign=campaign)["candidates"] == 1
     item = CampaignCandidate.objects.get(pk=clips[0][0].pk)
     assert (item.judgments_total, item.kept_judgments) == (2, 1)
     assert _state(campaign) == _full_run_state(campaign)

@@ -2,7 +2,12 @@
 agreement, per-candidate sums of every kept judgment that the database computes
 (annotation/quality/incremental.py, `candidate_sums_load`). It computes exactly what a read of
 every judgment on those candidates computes, and a sequence of passes, with exclusions, a late
-submission and a curator's re-inclusion in between, ends where a full QC run does."""
+submission and a curator's re-inclusion in between, ends where a full QC run does.
+
+Since migration 0018 the pass sums only the candidates on which its workers have judgments their
+last pass did not see; the others' sums are those aggregation stored on them
+(`CampaignCandidate.kept_sums` / `kept_counts`). Each pass's read is checked against a sum of
+every judgment, and its summing read against the candidates of the new judgments."""
 
 from __future__ import annotations
 
@@ -23,11 +28,12 @@ from annotation.models import (
     ReviewItem,
     WorkerQCStats,
 )
+from annotation.quality import incremental
 from annotation.quality.aggregation import AGGREGATE_FIELDS
 from annotation.quality.evaluation import STAT_FIELDS, workers_evaluate
 from annotation.quality.exclusions import worker_include
 from annotation.quality.incremental import quality_catch_up
-from annotation.quality.loading import campaign_slice_load, candidate_sums_load
+from annotation.quality.loading import CandidateSums, campaign_slice_load, candidate_sums_load
 from annotation.quality.rules import qc_rules_merge
 from annotation.quality.run import qc_campaign_full
 from tests.annotation.quality.factories import quality_crowd_campaign, quality_judge, quality_worker
@@ -147,7 +153,7 @@ def _state(campaign) -> dict[str, Any]:  # type: ignore[no-untyped-def]
         "candidates": {
             row["id"]: row
             for row in CampaignCandidate.objects.filter(campaign=campaign).values(
-                "id", *AGGREGATE_FIELDS
+                "id", *AGGREGATE_FIELDS, "kept_sums", "kept_counts"
             )
         },
         "review": sorted(
@@ -179,7 +185,36 @@ def _full_run_state(campaign) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     return state
 
 
-def test_passes_from_candidate_sums_end_where_a_full_run_does():
+class SumsSpy:
+    """Wraps the pass's `candidate_sums_load`: checks what it returns (stored sums for most
+    candidates) against a sum of every judgment on the same candidates, and records which
+    candidates it summed from the judgments."""
+
+    def __init__(self) -> None:
+        self.summed: set[int] = set()
+        self.read: set[int] = set()
+
+    def __call__(self, **arguments: Any) -> CandidateSums:
+        result = candidate_sums_load(**arguments)
+        every = candidate_sums_load(**{**arguments, "live": None})
+        assert result.sums.total.tolist() == every.sums.total.tolist()
+        assert result.sums.count.tolist() == every.sums.count.tolist()
+        ids = arguments["candidate_ids"]
+        if arguments.get("live") is not None:
+            unchanged = ~result.live
+            # A stored row is one whose judgments did not change since it was aggregated.
+            assert result.total[unchanged].tolist() == every.total[unchanged].tolist()
+            assert result.kept[unchanged].tolist() == every.kept[unchanged].tolist()
+        self.summed |= set(ids[result.live].tolist())
+        self.read |= set(ids.tolist())
+        return result
+
+
+def _latest_judgment_id() -> int:
+    return Judgment.objects.order_by("-id").values_list("id", flat=True).first() or 0
+
+
+def test_passes_from_candidate_sums_end_where_a_full_run_does(monkeypatch):
     campaign = quality_crowd_campaign(clips=16, candidates_per_clip=3, quota=10)
     clips = _clips(campaign)
     rng = random.Random(29)
@@ -189,6 +224,8 @@ def test_passes_from_candidate_sums_end_where_a_full_run_does():
     late_submitted = reincluded = False
     for round_number in range(14):
         last = round_number == 13
+        before = _latest_judgment_id()
+        reincluded_now: list[int] = []
         for worker, kind in zip(workers, kinds, strict=True):
             worker.refresh_from_db()
             if not last and rng.random() < 0.2:
@@ -204,10 +241,29 @@ def test_passes_from_candidate_sums_end_where_a_full_run_does():
         if not reincluded and uniform.status == ParticipationStatus.EXCLUDED:
             worker_include(participation=uniform, actor=None, note="asked them")
             reincluded = True
+            reincluded_now.append(uniform.pk)
         targets = _stale(campaign)
         if targets:
             _evaluations_agree(campaign, targets)
+        spy = SumsSpy()
+        monkeypatch.setattr(incremental, "candidate_sums_load", spy)
         quality_catch_up(campaign_id=campaign.pk)
+        monkeypatch.undo()
+        # The summing read covers the candidates of the new judgments of the pass's workers
+        # (and every candidate of a re-included worker, whose kept judgments changed), no more.
+        new = set(
+            Judgment.objects.filter(id__gt=before, participation_id__in=targets).values_list(
+                "campaign_candidate_id", flat=True
+            )
+        )
+        new |= set(
+            Judgment.objects.filter(
+                participation_id__in=set(reincluded_now) & set(targets)
+            ).values_list("campaign_candidate_id", flat=True)
+        )
+        assert spy.summed == new, round_number
+        if round_number >= 3 and not reincluded_now:
+            assert len(spy.summed) < len(spy.read)
     final = _state(campaign)
     assert final == _full_run_state(campaign)
     statuses = dict(final["workers"])
@@ -216,3 +272,58 @@ def test_passes_from_candidate_sums_end_where_a_full_run_does():
     assert statuses[uniform.pk] == ParticipationStatus.ACTIVE
     assert reincluded and late_submitted
     assert dict(final["flagged"])[uniform.pk] == ["uniform"]  # flagged, no longer excluded
+    stored = CampaignCandidate.objects.filter(campaign=campaign, kept_judgments__gt=0)
+    assert all(len(row.kept_sums or ()) == len(KEYS) for row in stored)
+
+
+def test_a_late_or_changed_judgment_makes_the_worker_summed_in_full():
+    """Counts up to the stored watermark that no longer match (a judgment committed after the
+    read with a smaller id, one excluded or re-included): every candidate of the worker is
+    summed from the judgments; candidates never aggregated since migration 0018 are too."""
+    campaign = quality_crowd_campaign(clips=4, candidates_per_clip=3, quota=10)
+    clips = _clips(campaign)
+    rng = random.Random(7)
+    worker = quality_worker(campaign, "person-0")
+    other = quality_worker(campaign, "person-1")
+    for index in range(3):
+        _submit(worker, "person", clips[index], rng)
+        _submit(other, "person", clips[index], rng)
+    quality_catch_up(campaign_id=campaign.pk)
+
+    def summed() -> set[int]:
+        data = campaign_slice_load(campaign=campaign, judges=[worker.pk], candidate_ids=mine())
+        positions = np.searchsorted(data.workers.ids, [worker.pk])
+        live = incremental.unseen_candidates(data, positions)
+        sums = candidate_sums_load(
+            campaign=campaign,
+            candidate_ids=data.candidates.ids,
+            question_keys=data.question_keys,
+            live=live,
+        )
+        return set(data.candidates.ids[sums.live].tolist())
+
+    def mine() -> set[int]:
+        return set(
+            Judgment.objects.filter(participation=worker).values_list(
+                "campaign_candidate_id", flat=True
+            )
+        )
+
+    assert summed() == set()
+    _submit(worker, "person", clips[3], rng)
+    assert summed() == {item.pk for item in clips[3]}
+    quality_catch_up(campaign_id=campaign.pk)
+    assert summed() == set()
+    stats = WorkerQCStats.objects.get(participation=worker)
+    assert stats.judgments_through is not None and stats.kept_through is not None
+    WorkerQCStats.objects.filter(pk=stats.pk).update(judgments_through=stats.judgments_through - 1)
+    assert summed() == mine()
+    WorkerQCStats.objects.filter(pk=stats.pk).update(
+        judgments_through=stats.judgments_through, kept_through=stats.kept_through - 1
+    )
+    assert summed() == mine()
+    WorkerQCStats.objects.filter(pk=stats.pk).update(kept_through=stats.kept_through)
+    assert summed() == set()
+    CampaignCandidate.objects.filter(pk=clips[0][0].pk).update(kept_sums=None)
+    CampaignCandidate.objects.filter(pk=clips[1][0].pk).update(kept_counts=[1])
+    assert summed() == {clips[0][0].pk, clips[1][0].pk}
