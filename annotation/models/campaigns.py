@@ -177,7 +177,7 @@ class CampaignCandidate(models.Model):
     # Per question (`Campaign.question_keys` order): the sum and the count of the kept answered
     # ratings (1..5) as the last aggregation read them, integers. The after-submission pass reads
     # them for the leave-one-out agreement instead of summing the judgments
-    # (`annotation.quality.loading.candidate_sums_load`). NULL (never aggregated since they
+    # (`annotation.quality.candidate_sums.candidate_sums_load`). NULL (never aggregated since they
     # exist) or of another length than the questions: the pass sums the judgments instead.
     kept_sums = ArrayField(models.IntegerField(), null=True, blank=True)
     kept_counts = ArrayField(models.IntegerField(), null=True, blank=True)

@@ -44,14 +44,10 @@ from annotation.models import (
     WorkerQCStats,
 )
 from annotation.quality.aggregation import aggregation_recompute
+from annotation.quality.candidate_sums import candidate_sums_load
 from annotation.quality.evaluation import worker_stats_store, workers_evaluate
 from annotation.quality.exclusions import late_judgments_exclude, workers_exclude
-from annotation.quality.loading import (
-    CampaignSlice,
-    campaign_median_seconds,
-    campaign_slice_load,
-    candidate_sums_load,
-)
+from annotation.quality.loading import CampaignSlice, campaign_median_seconds, campaign_slice_load
 from annotation.quality.rules import qc_rules_merge
 
 logger = logging.getLogger(__name__)

@@ -30,10 +30,11 @@ from annotation.models import (
 )
 from annotation.quality import incremental
 from annotation.quality.aggregation import AGGREGATE_FIELDS
+from annotation.quality.candidate_sums import CandidateSums, candidate_sums_load
 from annotation.quality.evaluation import STAT_FIELDS, workers_evaluate
 from annotation.quality.exclusions import worker_include
 from annotation.quality.incremental import quality_catch_up
-from annotation.quality.loading import CandidateSums, campaign_slice_load, candidate_sums_load
+from annotation.quality.loading import campaign_slice_load
 from annotation.quality.rules import qc_rules_merge
 from annotation.quality.run import qc_campaign_full
 from tests.annotation.quality.factories import quality_crowd_campaign, quality_judge, quality_worker
