@@ -73,14 +73,7 @@ def _stored_sums_read(
         f", COALESCE(cc.kept_sums[{index + 1}], 0), COALESCE(cc.kept_counts[{index + 1}], 0)"
         for index in range(questions)
     )
-    columns: list[tuple[str, Any]] = [
-        ("id", "int8"),
-        ("total", "int8"),
-        ("kept", "int8"),
-        ("usable", "bool"),
-    ]
-    for index in range(questions):
-        columns += [(f"sum{index}", "float8"), (f"count{index}", "float8")]
+    columns = _sum_columns(questions, extra=[("usable", "bool")])
     rows = fetch_columns(
         f"SELECT cc.id, cc.judgments_total, cc.kept_judgments, "
         f"COALESCE(cardinality(cc.kept_sums) = %s AND cardinality(cc.kept_counts) = %s, FALSE)"
@@ -93,11 +86,7 @@ def _stored_sums_read(
     usable = rows["usable"].astype(bool)
     position, rows = position[usable], {name: rows[name][usable] for name, _ in columns}
     found[position] = True
-    result.total[position] = rows["total"]
-    result.kept[position] = rows["kept"]
-    for index in range(questions):
-        result.sums.total[position, index] = rows[f"sum{index}"]
-        result.sums.count[position, index] = rows[f"count{index}"]
+    _place(result, position, rows, questions)
     result.live |= ~found
 
 
@@ -122,9 +111,7 @@ def _live_sums_read(
     )
     wanted = candidate_ids[result.live]
     clause, params = id_filter("j.campaign_candidate_id", wanted.tolist())
-    columns: list[tuple[str, Any]] = [("id", "int8"), ("total", "int8"), ("kept", "int8")]
-    for index in range(questions):
-        columns += [(f"sum{index}", "float8"), (f"count{index}", "float8")]
+    columns = _sum_columns(questions)
     # A candidate without judgments has no row: zeros.
     live_positions = np.flatnonzero(result.live)
     result.total[live_positions] = 0
@@ -139,7 +126,25 @@ def _live_sums_read(
         [campaign.pk, *params],
         columns,
     )
-    position = np.searchsorted(candidate_ids, rows["id"].astype(np.int64))
+    _place(result, np.searchsorted(candidate_ids, rows["id"].astype(np.int64)), rows, questions)
+
+
+def _sum_columns(
+    questions: int, extra: list[tuple[str, Any]] | None = None
+) -> list[tuple[str, Any]]:
+    """The columns both reads return: id, judgment counts (all, kept), then `extra`, then the
+    sum and count of the kept answered ratings per question."""
+    columns: list[tuple[str, Any]] = [("id", "int8"), ("total", "int8"), ("kept", "int8")]
+    columns += extra or []
+    for index in range(questions):
+        columns += [(f"sum{index}", "float8"), (f"count{index}", "float8")]
+    return columns
+
+
+def _place(
+    result: CandidateSums, position: NDArray[Any], rows: dict[str, Any], questions: int
+) -> None:
+    """Rows of either read into `result` at the candidates' `position`s."""
     result.total[position] = rows["total"]
     result.kept[position] = rows["kept"]
     for index in range(questions):
