@@ -332,23 +332,18 @@ def suffix_hidden(
             prefix_width,
             pad_id,
         )
-        out = lm(
-            inputs_embeds=lm.embed_tokens(rows.ids),
-            position_ids=rows.positions,
-            attention_mask=rows.mask,
-            cache=shared(lm.config, prefix_kv, None),
-            use_cache=True,
-        )
-        states = out.last_hidden_state
-        return states.reshape(-1, states.shape[-1]).index_select(0, rows.last)
-    ids, owner = batch.suffix_ids, batch.owner
-    mask = suffix_attention_mask(batch.prefix.lengths, owner, prefix_width, int(ids.shape[1]))
+        ids, positions, mask, owner, last = rows.ids, rows.positions, rows.mask, None, rows.last
+    else:
+        ids, positions, owner = batch.suffix_ids, batch.suffix_positions, batch.owner
+        mask = suffix_attention_mask(batch.prefix.lengths, owner, prefix_width, int(ids.shape[1]))
+        rows_at = torch.arange(ids.shape[0], device=ids.device) * ids.shape[1]
+        last = rows_at + (batch.suffix_lengths - 1).to(ids.device)
     out = lm(
         inputs_embeds=lm.embed_tokens(ids),
-        position_ids=batch.suffix_positions,
+        position_ids=positions,
         attention_mask=mask,
         cache=shared(lm.config, prefix_kv, owner),
         use_cache=True,
     )
-    last = (batch.suffix_lengths - 1).to(ids.device)
-    return out.last_hidden_state[torch.arange(ids.shape[0], device=ids.device), last]
+    states = out.last_hidden_state
+    return states.reshape(-1, states.shape[-1]).index_select(0, last)
