@@ -132,11 +132,9 @@ def training_runs_compare(*, runs: Sequence[TrainingRun]) -> RunComparison:
         settings_rows.append(
             {"name": label, "values": values, "differs": len(set(map(str, values))) > 1}
         )
+    stored = [with_stored_layout(run.hyperparameters or {}) for run in runs]
     for name in names:
-        values = [
-            with_stored_layout(run.hyperparameters or {}).get(name, defaults.get(name))
-            for run in runs
-        ]
+        values = [settings.get(name, defaults.get(name)) for settings in stored]
         settings_rows.append(
             {"name": name, "values": values, "differs": len(set(map(str, values))) > 1}
         )
