@@ -167,7 +167,9 @@ def _make_clip_pyav(
 
 class CountingEngine:
     """The engine `ProtocolScorer` would make, with its per-run statistics added up in ``totals``
-    (shared by the engines of both prompt settings; the caller takes differences per protocol)."""
+    (shared by the engines of both prompt settings; the caller takes differences per protocol).
+    ``rows["packed"]``: the suffix rows of the run in progress (`--suffix-rows`), set on the
+    engine before each run."""
 
     COUNTS = (
         "tokens", "video_tokens", "patches", "shared_samples", "shared_clips", "prefix_tokens",
@@ -176,11 +178,15 @@ class CountingEngine:
     # the shared-prefix path's split of its time: waiting for batches, forward and read-back
     TIMES = ("wait_seconds", "forward_seconds")
 
-    def __init__(self, engine: Any, totals: dict[str, int]) -> None:
+    def __init__(
+        self, engine: Any, totals: dict[str, int], rows: dict[str, bool] | None = None
+    ) -> None:
         self.engine = engine
         self.totals = totals
+        self.rows = rows if rows is not None else {"packed": True}
 
     def run(self, examples: Sequence[Any]) -> Any:
+        self.engine.pack_suffixes = self.rows["packed"]
         output = self.engine.run(examples)
         self.totals["samples"] = self.totals.get("samples", 0) + len(examples)
         for key in self.COUNTS:
@@ -263,6 +269,22 @@ def workload_counts(
         "flops_per_sample_executed": executed,
         "flops_per_sample_per_inference": per_inference,
     }
+
+
+def score_agreement(
+    first: dict[str, Any], second: dict[str, Any], protocols: Sequence[str]
+) -> dict[str, dict[str, float]]:
+    """Per protocol: the largest absolute difference and Kendall's tau between two runs' scores."""
+    from scipy.stats import kendalltau
+
+    agreement = {}
+    for protocol in protocols:
+        a, b = np.asarray(first[protocol]), np.asarray(second[protocol])
+        agreement[protocol] = {
+            "max_abs_difference": float(np.abs(a - b).max()),
+            "kendall_tau": float(kendalltau(a, b).statistic),
+        }
+    return agreement
 
 
 def profile_together(
@@ -503,7 +525,7 @@ def main() -> None:
     load_seconds = time.perf_counter() - t0
     store = LocalStore(clip_dir)
     totals: dict[str, int] = {}
-    pack_default = {"packed": True}  # --suffix-rows of the run in progress
+    suffix_state = {"packed": True}  # --suffix-rows of the run in progress
 
     def counting_engine(engine_config: RigelConfig, samples: int) -> Any:
         from training_bridge.rigel.pipeline import make_engine
@@ -511,10 +533,7 @@ def main() -> None:
         engine = make_engine(
             backbone, engine_config, head=head, batch_size=config.eval_batch_size, samples=samples
         )
-        if engine is None:
-            return None
-        engine.pack_suffixes = pack_default["packed"]
-        return CountingEngine(engine, totals)
+        return CountingEngine(engine, totals, suffix_state) if engine is not None else None
 
     scorer = ProtocolScorer(
         model,
@@ -667,9 +686,7 @@ def main() -> None:
             for mode, layout, rows in runs_of:
                 key = key_of(mode, layout, rows)
                 backbone.prompt_layout = layout  # the engines' workers copy it per run
-                for made in scorer._engines.values():  # engines made so far; later ones below
-                    made.engine.pack_suffixes = rows == "packed"
-                pack_default["packed"] = rows == "packed"
+                suffix_state["packed"] = rows == "packed"  # the engines read it per run
                 if mode == "together":
                     run = together_run()
                     scores_of_run = run.pop("scores")
@@ -682,7 +699,9 @@ def main() -> None:
                     print("together", layout, rows, round_number, run["seconds"], flush=True)
                 else:
                     started_mode = time.perf_counter()
-                    separate_protocols(round_number if layout == layouts[0] else 1)
+                    separate_protocols(
+                        round_number if (layout, rows) == (layouts[0], suffix_rows[0]) else 1
+                    )
                     report["modes"][key].append(
                         {
                             "seconds": round(time.perf_counter() - started_mode, 3),
@@ -694,36 +713,17 @@ def main() -> None:
             report.setdefault("headline", {})[mode] = median_min_max(
                 [run["seconds"] for run in runs]
             )
+        # the same scores within bf16 rounding: largest difference and Kendall tau per protocol
         if "together_scores" in report and "separate_scores" in report:
-            # the same scores within bf16 rounding: largest difference and Kendall tau per protocol
-            from scipy.stats import kendalltau
-
-            agreement = {}
-            for protocol in protocols:
-                a = np.asarray(report["together_scores"][protocol])
-                b = np.asarray(report["separate_scores"][protocol])
-                agreement[protocol] = {
-                    "max_abs_difference": float(np.abs(a - b).max()),
-                    "kendall_tau": float(kendalltau(a, b).statistic),
-                }
-            report["together_vs_separate"] = agreement
+            report["together_vs_separate"] = score_agreement(
+                report["together_scores"], report["separate_scores"], protocols
+            )
         if len(report.get("scores_by_rows", {})) == 2:
-            # packed against per-candidate rows: the same scores within bf16 rounding
-            from scipy.stats import kendalltau
-
-            a_rows, b_rows = (
+            report["packed_vs_per_candidate"] = score_agreement(
                 report["scores_by_rows"]["packed"],
                 report["scores_by_rows"]["per-candidate"],
+                protocols,
             )
-            report["packed_vs_per_candidate"] = {
-                protocol: {
-                    "max_abs_difference": float(
-                        np.abs(np.asarray(a_rows[protocol]) - np.asarray(b_rows[protocol])).max()
-                    ),
-                    "kendall_tau": float(kendalltau(a_rows[protocol], b_rows[protocol]).statistic),
-                }
-                for protocol in protocols
-            }
         report.pop("scores_by_rows", None)
         report.pop("together_scores", None)
         report.pop("separate_scores", None)
