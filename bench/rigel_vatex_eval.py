@@ -459,9 +459,11 @@ def main() -> None:
     suffix_rows = [m for m in args.suffix_rows.split(",") if m]
     if not suffix_rows or set(suffix_rows) - {"packed", "per-candidate"}:
         parser.error("--suffix-rows: packed and/or per-candidate")
+    from training_bridge.rigel.prompts import PROMPT_LAYOUTS
+
     layouts = [m for m in args.prompt_layouts.split(",") if m]
-    if not layouts or set(layouts) - {"candidate-last", "rubric-last"}:
-        parser.error("--prompt-layouts: candidate-last and/or rubric-last")
+    if not layouts or set(layouts) - set(PROMPT_LAYOUTS):
+        parser.error(f"--prompt-layouts: one or more of {', '.join(PROMPT_LAYOUTS)}")
 
     import torch
 
