@@ -206,12 +206,23 @@ class ScoringEngine:
         assert out.scores is not None
         return out.scores
 
-    def run(self, examples: Sequence[RigelExample]) -> EngineOutput:
+    def run(
+        self,
+        examples: Sequence[RigelExample],
+        *,
+        progress: Callable[[int], None] | None = None,
+        keep_hidden: bool = True,
+    ) -> EngineOutput:
         """Teacher outputs (and scores) of every example, in input order. Samples that share a
         clip and references go through the shared-prefix path (``share_prefix``), the others
-        through the per-sample path."""
+        through the per-sample path.
+
+        ``progress(samples done)`` is called after each batch, so a caller can hand the engine a
+        long list in one call (one decoding pipeline to start and fill, not one per chunk) and
+        still report progress. Without ``keep_hidden`` the final hidden states are not copied
+        back (``hidden`` is then (N, 0)): scoring needs only the logits."""
         n = len(examples)
-        hidden = np.zeros((n, self.backbone.hidden_size), dtype=np.float32)
+        hidden = np.zeros((n, self.backbone.hidden_size if keep_hidden else 0), dtype=np.float32)
         score_logits = np.zeros((n, 5), dtype=np.float32)
         head_logits = np.zeros((n, 5), dtype=np.float32) if self.head is not None else None
         stats: dict[str, Any] = {
@@ -227,11 +238,18 @@ class ScoringEngine:
         started = time.perf_counter()
         first_batch: float | None = None
 
+        done = 0
+
         def store(rows: np.ndarray, h: torch.Tensor, s: torch.Tensor, hl: Any) -> None:
-            hidden[rows] = h.float().cpu().numpy()
+            nonlocal done
+            if keep_hidden:
+                hidden[rows] = h.float().cpu().numpy()
             score_logits[rows] = s.float().cpu().numpy()
             if head_logits is not None and hl is not None:
                 head_logits[rows] = hl.float().cpu().numpy()
+            done += len(rows)
+            if progress is not None:
+                progress(done)
 
         if self.share_prefix:
             groups = plan_groups(examples, self.reference_free)
