@@ -75,7 +75,7 @@ def _plain_hidden(backbone: Any, examples: list[RigelExample]) -> np.ndarray:
 
 
 def _engine(backbone: Any, two_level: bool) -> ScoringEngine:
-    # batch 16 from worker batches of 2 bundles: merged batches, one of them with a clip alone
+    # worker batches of 2 bundles (18 + 6 candidates, then 18): a batch with one clip alone
     engine = ScoringEngine(backbone, None, batch_size=16, group_loader_batch=2, num_workers=0)
     engine.two_level_prefix = two_level
     return engine
