@@ -33,6 +33,7 @@ import torch
 
 from .batches import PreparedBatch
 from .prefix import GroupBatch, cache_classes, pack_suffixes, rows_hidden
+from .vision_cache import keyed_features
 
 
 def shares_video(batch: GroupBatch) -> bool:
@@ -117,7 +118,7 @@ def two_level_hidden(
     lead = lead_rows(batch)
     shared = shared_batch(batch, lead)
     keys = [video_keys[row] for row in lead] if video_keys is not None else None
-    embeds, deepstack = engine.prefix_vision(shared, keys)
+    embeds, deepstack = keyed_features(engine, shared, keys)
     shared_kv = engine.prefix_cache(shared, embeds, deepstack)  # level 1
     shared_width = int(shared.input_ids.shape[1])
     device = shared.lengths.device

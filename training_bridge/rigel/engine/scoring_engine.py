@@ -51,7 +51,7 @@ from .prefix import (
     plan_groups,
     suffix_hidden,
 )
-from .vision_cache import VisionCache, cached_features
+from .vision_cache import VisionCache, cached_features, keyed_features
 
 # The two kinds of batch the workers prepare: single examples, or clips with their candidates.
 _Batch = TypeVar("_Batch", PreparedBatch, GroupBatch)
@@ -211,12 +211,23 @@ class ScoringEngine:
         assert out.scores is not None
         return out.scores
 
-    def run(self, examples: Sequence[RigelExample]) -> EngineOutput:
+    def run(
+        self,
+        examples: Sequence[RigelExample],
+        *,
+        progress: Callable[[int], None] | None = None,
+        keep_hidden: bool = True,
+    ) -> EngineOutput:
         """Teacher outputs (and scores) of every example, in input order. Samples that share a
         clip and references go through the shared-prefix path (``share_prefix``), the others
-        through the per-sample path."""
+        through the per-sample path.
+
+        ``progress(samples done)`` is called after each batch, so a caller can hand the engine a
+        long list in one call (one decoding pipeline to start and fill, not one per chunk) and
+        still report progress. Without ``keep_hidden`` the final hidden states are not copied
+        back (``hidden`` is then (N, 0)): scoring needs only the logits."""
         n = len(examples)
-        hidden = np.zeros((n, self.backbone.hidden_size), dtype=np.float32)
+        hidden = np.zeros((n, self.backbone.hidden_size if keep_hidden else 0), dtype=np.float32)
         score_logits = np.zeros((n, 5), dtype=np.float32)
         head_logits = np.zeros((n, 5), dtype=np.float32) if self.head is not None else None
         stats: dict[str, Any] = {
@@ -232,11 +243,18 @@ class ScoringEngine:
         started = time.perf_counter()
         first_batch: float | None = None
 
+        done = 0
+
         def store(rows: np.ndarray, h: torch.Tensor, s: torch.Tensor, hl: Any) -> None:
-            hidden[rows] = h.float().cpu().numpy()
+            nonlocal done
+            if keep_hidden:
+                hidden[rows] = h.float().cpu().numpy()
             score_logits[rows] = s.float().cpu().numpy()
             if head_logits is not None and hl is not None:
                 head_logits[rows] = hl.float().cpu().numpy()
+            done += len(rows)
+            if progress is not None:
+                progress(done)
 
         if self.share_prefix:
             groups = plan_groups(examples, self.reference_free)
@@ -474,7 +492,7 @@ class ScoringEngine:
         if self.uses_two_levels(batch):
             hidden = levels.two_level_hidden(self, batch, video_keys)
         else:
-            embeds, deepstack = self.prefix_vision(batch.prefix, video_keys)
+            embeds, deepstack = keyed_features(self, batch.prefix, video_keys)
             prefix_kv = self.prefix_cache(batch.prefix, embeds, deepstack)
             hidden = suffix_hidden(
                 self.backbone.model.model.language_model,
@@ -491,17 +509,6 @@ class ScoringEngine:
         """Whether ``batch`` takes the two-level path (`levels`): switched on, packed suffixes,
         and some clip under two prompt settings or more in it."""
         return self.two_level_prefix and self.pack_suffixes and levels.shares_video(batch)
-
-    def prefix_vision(
-        self, prefix: PreparedBatch, video_keys: Sequence[Any] | None
-    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """The video features of the prefix rows, the vision tower once per video key."""
-        if video_keys is not None and len(set(video_keys)) < len(video_keys):
-            with torch.no_grad():
-                cache = VisionCache(max_clips=len(video_keys))
-                return self.cached_vision_features(prefix, video_keys, cache)
-        pixel_values, grid_thw = self.pixels(prefix)
-        return self.vision_features(pixel_values, grid_thw, prefix.grids)
 
     def _language_model(
         self,

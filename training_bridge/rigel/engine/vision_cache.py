@@ -65,3 +65,15 @@ def cached_features(
     embeds = torch.cat([r[0] for r in rows])
     deepstack = [torch.cat([r[1][i] for r in rows]) for i in range(len(rows[0][1]))]
     return embeds, deepstack
+
+
+def keyed_features(
+    engine: Any, batch: Any, keys: Sequence[Any] | None
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The video features of ``batch``'s rows (a :class:`.batches.PreparedBatch`), the vision
+    tower of ``engine`` once per video key (``keys``, one per row; ``None``: once per row)."""
+    if keys is not None and len(set(keys)) < len(keys):
+        with torch.no_grad():
+            return cached_features(engine, batch, keys, VisionCache(max_clips=len(keys)))
+    pixel_values, grid_thw = engine.pixels(batch)
+    return engine.vision_features(pixel_values, grid_thw, batch.grids)
