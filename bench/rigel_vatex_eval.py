@@ -168,12 +168,13 @@ def _make_clip_pyav(
 class CountingEngine:
     """The engine `ProtocolScorer` would make, with its per-run statistics added up in ``totals``
     (shared by the engines of both prompt settings; the caller takes differences per protocol).
-    ``rows["packed"]``: the suffix rows of the run in progress (`--suffix-rows`), set on the
-    engine before each run."""
+    ``rows["packed"]``: the suffix rows of the run in progress (`--suffix-rows`), and
+    ``rows["two_level"]``: its prefix levels (`--prefix-levels`), set on the engine before each
+    run."""
 
     COUNTS = (
         "tokens", "video_tokens", "patches", "shared_samples", "shared_clips", "prefix_tokens",
-        "suffix_tokens", "batches", "vision_clips",
+        "suffix_tokens", "batches", "vision_clips", "shared_prefix_tokens", "two_level_batches",
     )  # fmt: skip
     # the shared-prefix path's split of its time: waiting for batches, forward and read-back
     TIMES = ("wait_seconds", "forward_seconds")
@@ -183,10 +184,11 @@ class CountingEngine:
     ) -> None:
         self.engine = engine
         self.totals = totals
-        self.rows = rows if rows is not None else {"packed": True}
+        self.rows = rows if rows is not None else {"packed": True, "two_level": True}
 
     def run(self, examples: Sequence[Any], **options: Any) -> Any:
         self.engine.pack_suffixes = self.rows["packed"]
+        self.engine.two_level_prefix = self.rows.get("two_level", True)
         output = self.engine.run(examples, **options)
         self.totals["samples"] = self.totals.get("samples", 0) + len(examples)
         for key in self.COUNTS:
@@ -209,7 +211,9 @@ def workload_counts(
     suffix: the paper's "per inference"). Exact for the linear layers and the vision tower; the
     attention terms use the mean prefix and suffix lengths, and a clip's prefix counts once per
     candidate in ``per_inference`` assuming each clip has the same number of candidates (6 in
-    VATEX-EVAL)."""
+    VATEX-EVAL). On the two-level path (`engine/levels.py`) a clip's shared part runs once for its
+    prompt settings: ``executed`` counts its attention once per clip (one per vision-tower pass),
+    each setting's own part against it, each suffix against both."""
     from training_bridge.rigel.engine.flops import forward_flops
 
     samples = counts.get("samples", 0)
@@ -239,8 +243,16 @@ def workload_counts(
     text = model_config.text_config
     per_token_lm = forward_flops(model_config, seq_len=1.0, patches=0.0, chunk=1.0)["lm_linear"]
     q_width = text.num_attention_heads * text.head_dim
-    pairs = shared_clips * prefix * (prefix + 1) / 2 + shared_samples * (
-        suffix * prefix + suffix * (suffix + 1) / 2
+    # the two-level path: a shared part per clip (its vision-tower pass), then each group's own
+    # part; without it the shared part is empty and each group's own part its whole prefix
+    shared_tokens = counts.get("shared_prefix_tokens", 0)
+    clips = counts.get("vision_clips", shared_clips)
+    shared_part = shared_tokens / clips if shared_tokens and clips else 0.0
+    own = (counts["prefix_tokens"] - shared_tokens) / shared_clips if shared_clips else 0.0
+    pairs = (
+        clips * shared_part * (shared_part + 1) / 2
+        + shared_clips * (own * shared_part + own * (own + 1) / 2)
+        + shared_samples * (suffix * prefix + suffix * (suffix + 1) / 2)
     )
     vision = total(0.0, patches_per_input)
     # the vision tower's passes: one per clip and prompt setting, or, the protocols scored
@@ -265,6 +277,7 @@ def workload_counts(
         "patches_per_visual_input": patches_per_input,
         "vision_tower_passes": vision_passes,
         "mean_prefix_tokens": prefix,
+        "mean_shared_prefix_tokens": shared_part,
         "mean_suffix_tokens": suffix,
         "flops_per_sample_executed": executed,
         "flops_per_sample_per_inference": per_inference,
@@ -452,6 +465,13 @@ def main() -> None:
         "of its clip's cache); with both, each run is keyed MODE/LAYOUT/ROWS",
     )
     parser.add_argument(
+        "--prefix-levels",
+        default="two",
+        help="comma-separated, alternated within each round: two (a clip's shared part, the "
+        "video in it, once for its protocols: the engine's default, engine/levels.py) and/or one "
+        "(each protocol's whole prefix); with both, each run is keyed .../LEVELS",
+    )
+    parser.add_argument(
         "--profile-clips",
         type=int,
         default=0,
@@ -465,6 +485,9 @@ def main() -> None:
     suffix_rows = [m for m in args.suffix_rows.split(",") if m]
     if not suffix_rows or set(suffix_rows) - {"packed", "per-candidate"}:
         parser.error("--suffix-rows: packed and/or per-candidate")
+    prefix_levels = [m for m in args.prefix_levels.split(",") if m]
+    if not prefix_levels or set(prefix_levels) - {"two", "one"}:
+        parser.error("--prefix-levels: two and/or one")
     from training_bridge.rigel.prompts import PROMPT_LAYOUTS
 
     layouts = [m for m in args.prompt_layouts.split(",") if m]
@@ -533,7 +556,8 @@ def main() -> None:
     load_seconds = time.perf_counter() - t0
     store = LocalStore(clip_dir)
     totals: dict[str, int] = {}
-    suffix_state = {"packed": True}  # --suffix-rows of the run in progress
+    # --suffix-rows and --prefix-levels of the run in progress
+    suffix_state = {"packed": True, "two_level": True}
 
     def counting_engine(engine_config: RigelConfig, samples: int) -> Any:
         from training_bridge.rigel.pipeline import make_engine
@@ -596,6 +620,7 @@ def main() -> None:
             "chunk": args.chunk,
             "engine_compile": config.engine_compile,
             "prompt_layouts": layouts,
+            "prefix_levels": prefix_levels,
         },
         "setup_seconds": {
             "make_clips": round(clips_seconds, 3),
@@ -679,37 +704,49 @@ def main() -> None:
         return run
 
     scoring_started = time.perf_counter()
-    runs_of = [(m, lay, rows) for rows in suffix_rows for lay in layouts for m in modes]
+    runs_of = [
+        (m, lay, rows, lev)
+        for lev in prefix_levels
+        for rows in suffix_rows
+        for lay in layouts
+        for m in modes
+    ]
 
-    def key_of(mode: str, layout: str, rows: str) -> str:
+    def key_of(mode: str, layout: str, rows: str, levels: str) -> str:
         return "/".join(
             [mode]
             + ([layout] if len(layouts) > 1 else [])
             + ([rows] if len(suffix_rows) > 1 else [])
+            + ([levels] if len(prefix_levels) > 1 else [])
         )
 
     report["modes"] = {key_of(*run): [] for run in runs_of}
     try:
         for round_number in range(args.rounds):
-            for mode, layout, rows in runs_of:
-                key = key_of(mode, layout, rows)
+            for mode, layout, rows, levels in runs_of:
+                key = key_of(mode, layout, rows, levels)
                 backbone.prompt_layout = layout  # the engines' workers copy it per run
                 suffix_state["packed"] = rows == "packed"  # the engines read it per run
+                suffix_state["two_level"] = levels == "two"
                 if mode == "together":
                     run = together_run()
                     scores_of_run = run.pop("scores")
                     run["prompt_layout"] = layout
                     run["suffix_rows"] = rows
+                    run["prefix_levels"] = levels
                     report["modes"][key].append(run)
                     if layout == layouts[0]:
                         report.setdefault("together_scores", scores_of_run)
-                        report.setdefault("scores_by_rows", {}).setdefault(rows, scores_of_run)
-                    print("together", layout, rows, round_number, run["seconds"], flush=True)
+                        if levels == prefix_levels[0]:
+                            report.setdefault("scores_by_rows", {}).setdefault(rows, scores_of_run)
+                        if rows == "packed":
+                            by_levels = report.setdefault("scores_by_levels", {})
+                            by_levels.setdefault(levels, scores_of_run)
+                    print("together", key, round_number, run["seconds"], flush=True)
                 else:
                     started_mode = time.perf_counter()
-                    separate_protocols(
-                        round_number if (layout, rows) == (layouts[0], suffix_rows[0]) else 1
-                    )
+                    first = (layout, rows, levels) == (layouts[0], suffix_rows[0], prefix_levels[0])
+                    separate_protocols(round_number if first else 1)
                     report["modes"][key].append(
                         {
                             "seconds": round(time.perf_counter() - started_mode, 3),
@@ -732,6 +769,11 @@ def main() -> None:
                 report["scores_by_rows"]["per-candidate"],
                 protocols,
             )
+        if len(report.get("scores_by_levels", {})) == 2:
+            report["two_vs_one_level"] = score_agreement(
+                report["scores_by_levels"]["two"], report["scores_by_levels"]["one"], protocols
+            )
+        report.pop("scores_by_levels", None)
         report.pop("scores_by_rows", None)
         report.pop("together_scores", None)
         report.pop("separate_scores", None)

@@ -45,3 +45,24 @@ def test_pack_suffixes_puts_a_clips_candidates_in_one_row() -> None:
     # clip 1's prefix has 2 real tokens; its padding slots see the prefix only (never empty)
     assert mask[1, 0].tolist() == [1, 1, 0, 0, 1, 0, 0, 0, 0]
     assert mask[1, 3].tolist() == [1, 1, 0, 0, 0, 0, 0, 0, 0]
+
+
+def test_pack_suffixes_with_each_candidates_own_prefix_columns() -> None:
+    """``prefix_visible``: a candidate's slots see its own prefix columns (the two-level path:
+    its clip's shared part and its protocol's part), the empty slots their row's real prefix."""
+    from training_bridge.rigel.engine.prefix import pack_suffixes
+
+    ids = torch.tensor([[11, 12], [21, 0]])
+    positions = torch.zeros((3, 2, 2), dtype=torch.long)
+    visible = torch.tensor([[1, 1, 0, 0, 1], [1, 0, 1, 1, 0]], dtype=torch.bool)
+    packed = pack_suffixes(
+        ids, positions, torch.tensor([2, 1]), torch.tensor([0, 0]), torch.tensor([2]), 5, 0,
+        prefix_visible=visible,
+    )  # fmt: skip
+    assert packed.offset.tolist() == [0, 2]
+    mask = packed.mask[0, 0].int()
+    assert mask.tolist() == [
+        [1, 1, 0, 0, 1, 1, 0, 0],
+        [1, 1, 0, 0, 1, 1, 1, 0],
+        [1, 0, 1, 1, 0, 0, 0, 1],
+    ]

@@ -27,6 +27,10 @@ answer position and the LM-head logits of "1".."5" (the teacher pass), and with 
   by candidate (tests compare the scores with the per-sample path). Samples alone with their clip
   take the per-sample path. With new runs' prompts (the candidate last, ``prompts.py``) the shared
   prefix runs up to the candidate's own words.
+- **two-level prefixes** (``ScoringEngine.two_level_prefix``, the default, with packed suffixes):
+  a clip scored under several prompt settings at once (the protocols together) runs the part of
+  its prompts they share (the chat header, the video, the first words) through the language model
+  once, each setting's own part on top of it, then the candidates (:mod:`.levels`).
 
 The package, by section:
 
@@ -35,6 +39,7 @@ The package, by section:
 - :mod:`.loading`: the CPU side in DataLoader workers (datasets, worker environment and start);
 - :mod:`.batches`: the batch types of the per-sample path (:class:`~.batches.PreparedBatch`);
 - :mod:`.prefix`: shared prefixes (grouping, the group batches, the KV caches, the suffix mask);
+- :mod:`.levels`: the two-level prefix (a clip's shared part once for its prompt settings);
 - :mod:`.attention`: the vision tower's attention as one batched SDPA call;
 - :mod:`.fp8`: FP8 matrix products for the linears (opt-in, ``ScoringEngine(fp8=True)``; bf16
   stays the default until FP8's scores are proven on trained weights);

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from ..inputs import RigelExample, sample_reference_free
 from .batches import PreparedBatch, collate_samples, merge_batches
-from .loading import GroupItem
+from .loading import GroupItem, common_prefix_length
 
 
 def video_key(example: RigelExample) -> tuple[Any, ...] | None:
@@ -98,6 +98,11 @@ class GroupBatch:
     suffix_lengths: torch.Tensor  # (N,)
     owner: torch.Tensor  # (N,) row of each candidate's clip in ``prefix``
     indices: torch.Tensor  # (N,) positions in the input list
+    # The two-level prefix (`levels.py`), on the host: for each prefix row (group), the number of
+    # its bundle (groups sharing a video) in this batch and the length of the part of its prefix
+    # that every group of its bundle shares (`bundle_cuts`). ``None``: not planned.
+    bundle: torch.Tensor | None = None  # (G,)
+    shared_lengths: torch.Tensor | None = None  # (G,)
 
     def pin_memory(self) -> GroupBatch:
         return GroupBatch(
@@ -107,6 +112,8 @@ class GroupBatch:
             suffix_lengths=self.suffix_lengths.pin_memory(),
             owner=self.owner.pin_memory(),
             indices=self.indices,
+            bundle=self.bundle,
+            shared_lengths=self.shared_lengths,
         )
 
     def to(self, device: torch.device) -> GroupBatch:
@@ -118,6 +125,8 @@ class GroupBatch:
             suffix_lengths=self.suffix_lengths.to(device, non_blocking=nb),
             owner=self.owner.to(device, non_blocking=nb),
             indices=self.indices,
+            bundle=self.bundle,
+            shared_lengths=self.shared_lengths,
         )
 
 
@@ -136,13 +145,44 @@ def _pad_suffixes(
     return out_ids, out_pos, lengths
 
 
+def bundle_cuts(
+    prefixes: Sequence[Sequence[torch.Tensor]], vision_token_ids: Sequence[int]
+) -> tuple[list[int], list[int]]:
+    """For the two-level path (`levels.py`): each group's bundle number and the length of the part
+    of its prefix that every group of its bundle shares, given the groups' prefix ids bundle by
+    bundle. That part is their common prefix (:func:`.loading.common_prefix_length`, one token
+    at least left to each): the chat header, the video and the first words of the text, where
+    the prompt settings' texts begin to differ (``prompts.py``). A group alone keeps its whole
+    prefix in it. Groups whose prefixes differ before the end of the video (no prompt of ours
+    does) cannot share it: each becomes a bundle of its own."""
+    vision = torch.tensor(list(vision_token_ids), dtype=torch.long)
+    numbers: list[int] = []
+    cuts: list[int] = []
+    for group_prefixes in prefixes:
+        cut = common_prefix_length([p.tolist() for p in group_prefixes])
+        if len(group_prefixes) > 1 and not any(
+            bool(torch.isin(p[cut:], vision).any()) for p in group_prefixes
+        ):
+            numbers.extend([len(set(numbers))] * len(group_prefixes))
+            cuts.extend([cut] * len(group_prefixes))
+            continue
+        for p in group_prefixes:
+            numbers.append(len(set(numbers)))
+            cuts.append(len(p))
+    return numbers, cuts
+
+
 def collate_groups(
-    bundles: list[list[GroupItem]] | list[GroupItem], pad_id: int, multiple: int
+    bundles: list[list[GroupItem]] | list[GroupItem],
+    pad_id: int,
+    multiple: int,
+    vision_token_ids: Sequence[int] | None = None,
 ) -> GroupBatch:
-    """The workers' collate function of the shared-prefix path (items: bundles of groups)."""
-    items = [
-        item for bundle in bundles for item in (bundle if isinstance(bundle, list) else [bundle])
-    ]
+    """The workers' collate function of the shared-prefix path (items: bundles of groups). With
+    ``vision_token_ids`` (the video and image pads), each bundle's shared part
+    (:func:`bundle_cuts`) for the two-level path."""
+    lists = [bundle if isinstance(bundle, list) else [bundle] for bundle in bundles]
+    items = [item for bundle in lists for item in bundle]
     prefix = collate_samples([item.prefix for item in items], pad_id, multiple)
     ids = [x for item in items for x in item.suffix_ids]
     positions = [p for item in items for p in item.suffix_positions]
@@ -151,7 +191,14 @@ def collate_groups(
         [row for row, item in enumerate(items) for _ in item.suffix_ids], dtype=torch.long
     )
     indices = torch.tensor([i for item in items for i in item.indices], dtype=torch.long)
-    return GroupBatch(prefix, suffix_ids, suffix_positions, lengths, owner, indices)
+    batch = GroupBatch(prefix, suffix_ids, suffix_positions, lengths, owner, indices)
+    if vision_token_ids is not None:
+        numbers, cuts = bundle_cuts(
+            [[item.prefix.input_ids for item in b] for b in lists], vision_token_ids
+        )
+        batch.bundle = torch.tensor(numbers, dtype=torch.long)
+        batch.shared_lengths = torch.tensor(cuts, dtype=torch.long)
+    return batch
 
 
 def merge_group_batches(batches: Sequence[GroupBatch], pad_id: int) -> GroupBatch:
@@ -160,8 +207,8 @@ def merge_group_batches(batches: Sequence[GroupBatch], pad_id: int) -> GroupBatc
         return batches[0]
     prefix = merge_batches([b.prefix for b in batches], pad_id)
     length = max(int(b.suffix_ids.shape[1]) for b in batches)
-    ids, positions, owners = [], [], []
-    offset = 0
+    ids, positions, owners, bundles = [], [], [], []
+    offset = bundle_offset = 0
     for b in batches:
         extra = length - int(b.suffix_ids.shape[1])
         ids.append(F.pad(b.suffix_ids, (0, extra), value=pad_id))
@@ -173,6 +220,10 @@ def merge_group_batches(batches: Sequence[GroupBatch], pad_id: int) -> GroupBatc
             positions.append(b.suffix_positions)
         owners.append(b.owner + offset)
         offset += len(b.prefix.lengths)
+        if b.bundle is not None:
+            bundles.append(b.bundle + bundle_offset)
+            bundle_offset += int(b.bundle.max()) + 1
+    planned = len(bundles) == len(batches)
     return GroupBatch(
         prefix=prefix,
         suffix_ids=torch.cat(ids),
@@ -180,6 +231,10 @@ def merge_group_batches(batches: Sequence[GroupBatch], pad_id: int) -> GroupBatc
         suffix_lengths=torch.cat([b.suffix_lengths for b in batches]),
         owner=torch.cat(owners),
         indices=torch.cat([b.indices for b in batches]),
+        bundle=torch.cat(bundles) if planned else None,
+        shared_lengths=torch.cat([b.shared_lengths for b in batches])  # type: ignore[misc]
+        if planned
+        else None,
     )
 
 
@@ -206,11 +261,20 @@ def cache_classes() -> tuple[type, type]:
         clip of each candidate row, or ``None`` when the rows are the clips (packed suffixes)."""
 
         def __init__(
-            self, config: Any, prefix: dict[int, tuple[torch.Tensor, torch.Tensor]], owner: Any
+            self,
+            config: Any,
+            prefix: dict[int, tuple[torch.Tensor, torch.Tensor]],
+            owner: Any,
+            record: bool = False,
         ):
             super().__init__(config=config)
             self.prefix = prefix
             self.owner = owner
+            # ``record``: keep every layer's prefix + new keys/values (the two-level path's
+            # second level, whose cache the candidates then read)
+            self.recorded: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = (
+                {} if record else None
+            )
 
         def update(  # type: ignore[override]
             self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *a, **k
@@ -218,10 +282,13 @@ def cache_classes() -> tuple[type, type]:
             keys, values = self.prefix[layer_idx]
             if self.owner is not None:  # one row per candidate: its clip's prefix, repeated
                 keys, values = keys.index_select(0, self.owner), values.index_select(0, self.owner)
-            return (
+            both = (
                 torch.cat([keys, key_states], dim=-2),
                 torch.cat([values, value_states], dim=-2),
             )
+            if self.recorded is not None:
+                self.recorded[layer_idx] = both
+            return both
 
     return RecordingCache, SharedPrefixCache
 
@@ -255,6 +322,7 @@ class PackedSuffixes:
     positions: torch.Tensor  # (3, G, L)
     mask: torch.Tensor  # (G, 1, L, P + L) True = attend
     last: torch.Tensor  # (N,) flat index (row * L + column) of each candidate's last token
+    offset: torch.Tensor  # (N,) the column of each candidate's first token in its row
 
 
 def pack_suffixes(
@@ -265,6 +333,7 @@ def pack_suffixes(
     prefix_lengths: torch.Tensor,
     prefix_width: int,
     pad_id: int,
+    prefix_visible: torch.Tensor | None = None,
 ) -> PackedSuffixes:
     """The suffixes of a clip's candidates side by side in one row (issue 29): the row attends to
     its clip's prefix cache as it is, instead of one copy of that cache per candidate (the
@@ -272,7 +341,9 @@ def pack_suffixes(
     on VATEX-EVAL). Each token keeps its own M-RoPE position; the mask lets it see its clip's
     real prefix tokens and, causally, its own candidate's tokens only, so every candidate's
     hidden states are those of its own sequence. Slots between or after the candidates see the
-    prefix only (never an empty row)."""
+    prefix only (never an empty row). ``prefix_visible`` (N, P): the prefix columns each candidate
+    sees, where that is not simply its row's first ``prefix_lengths`` (the two-level path: its
+    clip's shared part and its own setting's part only, `levels.py`)."""
     device = suffix_ids.device
     n, width = suffix_ids.shape
     rows = int(prefix_lengths.shape[0])
@@ -298,13 +369,19 @@ def pack_suffixes(
     sees_prefix = torch.arange(prefix_width, device=device).view(1, 1, -1) < prefix_lengths.to(
         device
     ).view(-1, 1, 1)
-    mask = torch.cat([sees_prefix.expand(rows, length, prefix_width), own & causal], dim=-1)
+    sees_prefix = sees_prefix.expand(rows, length, prefix_width)
+    if prefix_visible is not None:  # a candidate's slots: its own columns; the others: the row's
+        own_columns = prefix_visible.index_select(0, member.clamp(min=0).view(-1))
+        own_columns = own_columns.view(rows, length, prefix_width)
+        sees_prefix = torch.where((member >= 0).unsqueeze(-1), own_columns, sees_prefix)
+    mask = torch.cat([sees_prefix, own & causal], dim=-1)
     last = owner * length + offset + lengths - 1
     return PackedSuffixes(
         ids=ids.view(rows, length),
         positions=positions.view(3, rows, length),
         mask=mask.unsqueeze(1),
         last=last,
+        offset=offset,
     )
 
 
@@ -338,12 +415,22 @@ def suffix_hidden(
         mask = suffix_attention_mask(batch.prefix.lengths, owner, prefix_width, int(ids.shape[1]))
         rows_at = torch.arange(ids.shape[0], device=ids.device) * ids.shape[1]
         last = rows_at + (batch.suffix_lengths - 1).to(ids.device)
+    states = rows_hidden(lm, ids, positions, mask, shared(lm.config, prefix_kv, owner))
+    return states.index_select(0, last)
+
+
+def rows_hidden(
+    lm: Any, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache: Any
+) -> torch.Tensor:
+    """The language model ``lm`` over rows of text tokens (R, L) with their M-RoPE positions
+    (3, R, L) and mask (R, 1, L, P + L) against ``cache`` (a prefix of width P): the final hidden
+    states, flat (R * L, H)."""
     out = lm(
         inputs_embeds=lm.embed_tokens(ids),
         position_ids=positions,
         attention_mask=mask,
-        cache=shared(lm.config, prefix_kv, owner),
+        cache=cache,
         use_cache=True,
     )
     states = out.last_hidden_state
-    return states.reshape(-1, states.shape[-1]).index_select(0, last)
+    return states.reshape(-1, states.shape[-1])

@@ -27,6 +27,7 @@ from ..images import vision_token_mask
 from ..inputs import RigelExample
 from ..scoring import normalised_score
 from ..video import normalize, patchify, resize_uint8
+from . import levels
 from .attention import (
     compile_vision_blocks,
     enable_fast_vision_attention,
@@ -50,7 +51,7 @@ from .prefix import (
     plan_groups,
     suffix_hidden,
 )
-from .vision_cache import VisionCache
+from .vision_cache import VisionCache, cached_features, keyed_features
 
 # The two kinds of batch the workers prepare: single examples, or clips with their candidates.
 _Batch = TypeVar("_Batch", PreparedBatch, GroupBatch)
@@ -122,6 +123,10 @@ class ScoringEngine:
         # the shared-prefix path's suffixes packed one row per clip (`prefix.pack_suffixes`);
         # False: one row per candidate against a copy of its clip's cache (the A/B baseline)
         self.pack_suffixes = True
+        # a clip under several prompt settings (the protocols scored together): its shared part,
+        # the video in it, through the language model once (`levels`); False: each setting's
+        # whole prefix (the A/B baseline). Packed suffixes only.
+        self.two_level_prefix = True
         self.group_loader_batch = max(1, group_loader_batch)
         _patch_transformers(
             linear_patch_embed=linear_patch_embed,
@@ -356,17 +361,13 @@ class ScoringEngine:
             stats["vision_clips"] += len(set(keys))
             store(gb.indices.numpy(), h, s, hl)
             stats["forward_seconds"] += time.perf_counter() - got
-            prefix_tokens = int(gb.prefix.lengths.sum())
-            suffix_tokens = int(gb.suffix_lengths.sum())
             stats["batches"] += 1
             stats["shared_samples"] += len(gb.indices)
             stats["shared_clips"] += len(gb.prefix.lengths)
-            stats["prefix_tokens"] += prefix_tokens
-            stats["suffix_tokens"] += suffix_tokens
-            stats["tokens"] += prefix_tokens + suffix_tokens
-            patches = int(gb.prefix.grids.prod(-1).sum())
-            stats["patches"] += patches
-            stats["video_tokens"] += patches // self.backbone.vision.merge_size**2
+            stats["patches"] += int(gb.prefix.grids.prod(-1).sum())
+            executed = levels.counts(gb, self.uses_two_levels(gb), self.backbone.vision.merge_size)
+            for key, value in executed.items():
+                stats[key] = stats.get(key, 0) + value
 
     def group_device_batches(
         self,
@@ -389,7 +390,10 @@ class ScoringEngine:
         :func:`plan_bundles`) prepared by the workers, in order."""
         dataset = GroupDataset(examples, groups, self.backbone, self.reference_free, bundles)
         collate = functools.partial(
-            collate_groups, pad_id=self.backbone.pad_token_id, multiple=self.pad_multiple
+            collate_groups,
+            pad_id=self.backbone.pad_token_id,
+            multiple=self.pad_multiple,
+            vision_token_ids=(self.backbone.video_token_id, self.backbone.image_token_id),
         )
         loader = self._loader(dataset, collate, self.group_loader_batch)
         with worker_environment():
@@ -481,28 +485,30 @@ class ScoringEngine:
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Shared-prefix forward: vision tower and prefix once per clip, suffixes per candidate.
         With ``video_keys`` (one per prefix row), prefixes of the same video (a clip under
-        several protocols) share one vision-tower pass. Returns the same triple as
-        :meth:`forward_batch`, one row per candidate."""
+        several protocols) share one vision-tower pass, and, on the two-level path
+        (:meth:`uses_two_levels`), one language-model pass of their shared part. Returns the
+        same triple as :meth:`forward_batch`, one row per candidate."""
         batch = batch.to(self.device)
-        if video_keys is not None and len(set(video_keys)) < len(video_keys):
-            with torch.no_grad():
-                embeds, deepstack = self.cached_vision_features(
-                    batch.prefix, video_keys, VisionCache(max_clips=len(video_keys))
-                )
+        if self.uses_two_levels(batch):
+            hidden = levels.two_level_hidden(self, batch, video_keys)
         else:
-            pixel_values, grid_thw = self.pixels(batch.prefix)
-            embeds, deepstack = self.vision_features(pixel_values, grid_thw, batch.prefix.grids)
-        prefix_kv = self.prefix_cache(batch.prefix, embeds, deepstack)
-        hidden = suffix_hidden(
-            self.backbone.model.model.language_model,
-            batch,
-            prefix_kv,
-            pad_id=self.backbone.pad_token_id,
-            packed=self.pack_suffixes,
-        )
+            embeds, deepstack = keyed_features(self, batch.prefix, video_keys)
+            prefix_kv = self.prefix_cache(batch.prefix, embeds, deepstack)
+            hidden = suffix_hidden(
+                self.backbone.model.model.language_model,
+                batch,
+                prefix_kv,
+                pad_id=self.backbone.pad_token_id,
+                packed=self.pack_suffixes,
+            )
         score_logits = hidden.float() @ self.score_rows.float().T
         head_logits = self.head(hidden.float()) if self.head is not None else None
         return hidden, score_logits, head_logits
+
+    def uses_two_levels(self, batch: GroupBatch) -> bool:
+        """Whether ``batch`` takes the two-level path (`levels`): switched on, packed suffixes,
+        and some clip under two prompt settings or more in it."""
+        return self.two_level_prefix and self.pack_suffixes and levels.shares_video(batch)
 
     def _language_model(
         self,
@@ -573,31 +579,9 @@ class ScoringEngine:
         self, batch: PreparedBatch, keys: Sequence[Any], cache: VisionCache
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """The batch's merged video embeddings and DeepStack features, the vision tower running
-        only on clips not yet in ``cache`` (keyed by ``keys``, one per row). The tower is frozen
-        (Phase 2 trains LoRA on the language model only), so its features are constants."""
-        missing: dict[Any, int] = {}
-        for row, key in enumerate(keys):
-            if key not in cache and key not in missing:
-                missing[key] = row
-        if missing:
-            with torch.no_grad():
-                sub = batch.select(list(missing.values()))
-                pixel_values, grid_thw = self.pixels(sub)
-                embeds, deepstack = self.vision_features(pixel_values, grid_thw, sub.grids)
-            tokens = (sub.grids.prod(-1) // self.backbone.vision.merge_size**2).tolist()
-        else:
-            tokens, embeds, deepstack = [], torch.empty(0), []
-        parts = embeds.split(tokens) if missing else ()
-        deep_parts = [d.split(tokens) for d in deepstack]
-        fresh: dict[Any, tuple[torch.Tensor, list[torch.Tensor]]] = {}
-        for k, key in enumerate(missing):
-            fresh[key] = (parts[k].clone(), [d[k].clone() for d in deep_parts])
-        rows = [fresh[key] if key in fresh else cache.get(key) for key in keys]
-        for key, value in fresh.items():
-            cache.put(key, value)
-        embeds = torch.cat([r[0] for r in rows])
-        deepstack = [torch.cat([r[1][i] for r in rows]) for i in range(len(rows[0][1]))]
-        return embeds, deepstack
+        only on clips not yet in ``cache`` (keyed by ``keys``, one per row;
+        :func:`.vision_cache.cached_features`)."""
+        return cached_features(self, batch, keys, cache)
 
     def answer_hidden(
         self, batch: PreparedBatch, pixel_values: torch.Tensor, grid_thw: torch.Tensor
