@@ -188,7 +188,7 @@ class CountingEngine:
 
     def run(self, examples: Sequence[Any], **options: Any) -> Any:
         self.engine.pack_suffixes = self.rows["packed"]
-        self.engine.two_level_prefix = self.rows.get("two_level", True)
+        self.engine.two_level_prefix = self.rows.get("two_level", False)
         output = self.engine.run(examples, **options)
         self.totals["samples"] = self.totals.get("samples", 0) + len(examples)
         for key in self.COUNTS:
@@ -466,10 +466,10 @@ def main() -> None:
     )
     parser.add_argument(
         "--prefix-levels",
-        default="two",
+        default="one",
         help="comma-separated, alternated within each round: two (a clip's shared part, the "
-        "video in it, once for its protocols: the engine's default, engine/levels.py) and/or one "
-        "(each protocol's whole prefix); with both, each run is keyed .../LEVELS",
+        "video in it, once for its protocols, engine/levels.py) and/or one (each protocol's whole "
+        "prefix: the engine's default); with both, each run is keyed .../LEVELS",
     )
     parser.add_argument(
         "--profile-clips",

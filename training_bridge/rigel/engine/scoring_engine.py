@@ -124,9 +124,10 @@ class ScoringEngine:
         # False: one row per candidate against a copy of its clip's cache (the A/B baseline)
         self.pack_suffixes = True
         # a clip under several prompt settings (the protocols scored together): its shared part,
-        # the video in it, through the language model once (`levels`); False: each setting's
-        # whole prefix (the A/B baseline). Packed suffixes only.
-        self.two_level_prefix = True
+        # the video in it, through the language model once (`levels`), packed suffixes only.
+        # Off by default: on one H200 it ran 38 % fewer tokens but took about as long warm and
+        # longer in a process's first run (docs/benchmarks.md, issue 29 point 2, two levels).
+        self.two_level_prefix = False
         self.group_loader_batch = max(1, group_loader_batch)
         _patch_transformers(
             linear_patch_embed=linear_patch_embed,
