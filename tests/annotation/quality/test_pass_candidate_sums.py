@@ -36,9 +36,9 @@ from annotation.quality.exclusions import worker_include
 from annotation.quality.incremental import quality_catch_up
 from annotation.quality.loading import campaign_slice_load
 from annotation.quality.rules import qc_rules_merge
+from annotation.quality.run import qc_campaign_full
 from annotation.quality.running import COUNTS, running_state
 from annotation.quality.running_store import running_states_load, stored_sums_read
-from annotation.quality.run import qc_campaign_full
 from tests.annotation.quality.factories import quality_crowd_campaign, quality_judge, quality_worker
 
 pytestmark = pytest.mark.django_db
@@ -96,9 +96,9 @@ def _stale(campaign) -> list[int]:  # type: ignore[no-untyped-def]
     )
 
 
-def _evaluations_agree(campaign, targets: list[int]) -> None:  # type: ignore[no-untyped-def]
+def _evaluations_agree(campaign, targets: list[int]) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
     """The statistics, flags and exclusions of `targets` from their own judgments plus the
-    candidate sums equal those from every judgment on their candidates."""
+    candidate sums equal those from every judgment on their candidates; returns the rows."""
     candidate_ids = set(
         Judgment.objects.filter(participation_id__in=targets).values_list(
             "campaign_candidate_id", flat=True
@@ -144,6 +144,7 @@ def _evaluations_agree(campaign, targets: list[int]) -> None:  # type: ignore[no
     assert own["flags"] == full["flags"]
     assert own["decisions"] == full["decisions"]
     np.testing.assert_allclose(own["agreement"], full["agreement"], rtol=1e-12, atol=1e-12)
+    return full["rows"]
 
 
 def _state(campaign) -> dict[str, Any]:  # type: ignore[no-untyped-def]
@@ -272,10 +273,11 @@ def test_passes_from_candidate_sums_end_where_a_full_run_does(monkeypatch):
     late_submitted = reincluded = False
     # Re-included since their last pass: their state was dropped when they were excluded.
     reincluded_since: set[int] = set()
-    bounded_passes = checked = 0
+    bounded_passes = checked = compared = 0
     for round_number in range(14):
         last = round_number == 13
         before = _latest_judgment_id()
+        late_now = False
         for worker, kind in zip(workers, kinds, strict=True):
             worker.refresh_from_db()
             if not last and rng.random() < 0.2:
@@ -283,7 +285,7 @@ def test_passes_from_candidate_sums_end_where_a_full_run_does(monkeypatch):
             if worker.status == ParticipationStatus.EXCLUDED:
                 if late_submitted:
                     continue
-                late_submitted = True  # a lease that was live: stored after the exclusion
+                late_submitted = late_now = True  # a live lease: stored after the exclusion
             _submit(worker, kind, clips[rated[worker.pk]], rng)
             rated[worker.pk] += 1
         uniform = workers[kinds.index("uniform")]
@@ -293,8 +295,7 @@ def test_passes_from_candidate_sums_end_where_a_full_run_does(monkeypatch):
             reincluded = True
             reincluded_since.add(uniform.pk)
         targets = _stale(campaign)
-        if targets:
-            _evaluations_agree(campaign, targets)
+        expected = _evaluations_agree(campaign, targets) if targets else []
         spy = SumsSpy()
         monkeypatch.setattr(incremental, "candidate_sums_load", spy)
         quality_catch_up(campaign_id=campaign.pk)
@@ -329,10 +330,22 @@ def test_passes_from_candidate_sums_end_where_a_full_run_does(monkeypatch):
             bounded_passes += 1
         reincluded_since -= set(targets)
         assert spy.summed == new, round_number
+        # What the pass stored (from running statistics) is what every judgment gives.
+        stored_rows = {
+            row["participation_id"]: {name: row[name] for name in COMPARED}
+            for row in WorkerQCStats.objects.filter(participation_id__in=targets).values(
+                "participation_id", *COMPARED
+            )
+        }
+        # (Not in the round of the late submission: the pass excludes it first, `expected`
+        # counted it.)
+        for participation_id, row in zip(targets, expected if not late_now else [], strict=False):
+            assert stored_rows[participation_id] == {name: row[name] for name in COMPARED}
+            compared += 1
         # The running states of every active worker (the pass's, and the others' moved by
         # aggregation) are what their judgments give now.
         checked += _states_hold(campaign)
-    assert bounded_passes >= 10 and checked >= 50
+    assert bounded_passes >= 10 and checked >= 50 and compared >= 50
     final = _state(campaign)
     assert final == _full_run_state(campaign)
     _states_hold(campaign)
