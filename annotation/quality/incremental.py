@@ -9,17 +9,21 @@
 - `quality_sweep()`: periodic catch-up (task `annotation.quality_sweep`, beat every 5 minutes) for
   work that could not be published while the broker was down.
 
-Each pass reads the workers' own judgments and, for the leave-one-out mean, one row per
-candidate they rated with the sums and counts of its kept ratings (`candidate_sums_load`): the
-sums the last aggregation stored on the candidate, or, for the candidates of judgments the
-workers' last pass did not see (`unseen_candidates`), summed by PostgreSQL; evaluates those workers' statistics and rules and excludes where the rules say
-so. It then recomputes the aggregates and review state of only those candidates whose judgments
-changed since they were last aggregated (the summed judgment counts differ from the stored ones:
-judgments submitted since, and exclusions), not of everything the workers ever rated: a worker's
-history grows the read, not the writes. The read still grows with the workers' history (their
-own judgments, for their statistics): measured in
-docs/benchmarks.md, "The after-submission quality pass against history", with what remains for
-a pass that costs O(what changed).
+Each pass starts from the workers' running statistics (`WorkerQCStats.running_*`,
+`annotation.quality.running`) and reads only their judgments on the clips of their new
+judgments (those above their watermark, `WorkerQCStats.through_judgment_id`) and, for the
+leave-one-out mean, one row per candidate with the sums and counts of its kept ratings
+(`candidate_sums_load`: stored by the last aggregation, summed by PostgreSQL for the candidates
+of the new judgments); evaluates those workers' statistics and rules and excludes where the
+rules say so. It then recomputes the aggregates and review state of only those candidates
+whose judgments changed since they were last aggregated (judgments submitted since, and
+exclusions), which moves the agreement moments of every state holding a judgment on them
+(`running_store.agreement_push`). A worker without a state, or whose judgments up to the
+watermark changed, is read in full, and so are all the pass's workers when its first round of
+rules excludes one. What still grows with a worker's history: the watermark check (a count of
+their judgments up to it) and the sorted values behind the two medians, read and rewritten
+with the state. Measured in docs/benchmarks.md, "The after-submission quality pass against
+history".
 """
 
 from __future__ import annotations
@@ -43,7 +47,6 @@ from annotation.models import (
     Judgment,
     Participation,
     ParticipationStatus,
-    WorkerQCStats,
 )
 from annotation.quality.aggregation import aggregation_recompute
 from annotation.quality.candidate_sums import candidate_sums_load
@@ -167,8 +170,11 @@ def _pass(
     )
     outcome = workers_exclude(campaign=campaign, decisions=decisions)
     if aggregate:
-        # Only live rows can differ (the stored ones are the stored counts).
-        changed = (counts.total != data.stored_total) | (counts.kept != data.stored_kept)
+        # And the candidates summed because their stored sums were unusable (aggregated before
+        # 0018): stored now, so that the states, kept against stored sums, count them.
+        changed = (
+            (counts.total != data.stored_total) | (counts.kept != data.stored_kept) | counts.live
+        )
         changed_ids = set(data.candidates.ids[changed].tolist()) | outcome.candidate_ids
         if changed_ids:
             aggregation_recompute(campaign=campaign, candidate_ids=changed_ids)
@@ -329,44 +335,6 @@ def _touched_clip_candidates(
             [campaign.pk, targets, through.tolist(), campaign.pk],
         )
         return [int(row[0]) for row in cursor.fetchall()]
-
-
-def unseen_candidates(data: CampaignSlice, positions: NDArray[np.int64]) -> NDArray[np.bool_]:
-    """Per candidate of a judges' slice: whether a judgment of the judges at `positions` on it
-    was not seen by the read behind their stored statistics (`WorkerQCStats.through_judgment_id`
-    and the counts up to it, written by `worker_stats_store`). A worker without those, or whose
-    judgments up to that id are no longer as many (all, kept) as that read saw (one committed
-    after it with a smaller id, erased, excluded, re-included), has every judgment unseen.
-
-    The pass that stored them aggregated the candidates of what it saw (or stored nothing), so
-    the stored sums of the other candidates hold these workers' judgments."""
-    judgments = data.judgments
-    workers = len(data.workers)
-    through = np.full(workers, -1, dtype=np.int64)
-    counted = np.full(workers, -1, dtype=np.int64)
-    kept = np.full(workers, -1, dtype=np.int64)
-    rows = WorkerQCStats.objects.filter(
-        participation_id__in=data.workers.ids[positions].tolist(),
-        through_judgment_id__isnull=False,
-        judgments_through__isnull=False,
-        kept_through__isnull=False,
-    ).values_list("participation_id", "through_judgment_id", "judgments_through", "kept_through")
-    for participation_id, through_id, judgments_through, kept_through in rows:
-        index = int(np.searchsorted(data.workers.ids, participation_id))
-        # Not NULL (filtered above).
-        through[index] = int(through_id or 0)
-        counted[index] = int(judgments_through or 0)
-        kept[index] = int(kept_through or 0)
-    old = judgments.ids <= through[judgments.worker]
-    seen_count = np.bincount(judgments.worker[old], minlength=workers)
-    seen_kept = np.bincount(judgments.worker[old & ~judgments.excluded], minlength=workers)
-    trusted = (through >= 0) & (seen_count == counted) & (seen_kept == kept)
-    judged = np.zeros(workers, dtype=bool)
-    judged[positions] = True
-    unseen = judged[judgments.worker] & (~old | ~trusted[judgments.worker])
-    mask = np.zeros(len(data.candidates), dtype=bool)
-    mask[judgments.item[unseen]] = True
-    return mask
 
 
 def quality_after_submission(*, assignment_id: int) -> None:

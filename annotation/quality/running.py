@@ -24,6 +24,7 @@ worker's history (4 bytes a timed judgment, 8 a timed clip); everything else is 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -92,7 +93,7 @@ def empty_state(workers: int) -> RunningState:
     )
 
 
-def _grouped(group: NDArray[np.int64], values: NDArray[np.generic], groups: int) -> list:  # type: ignore[type-arg]
+def _grouped(group: NDArray[np.int64], values: NDArray[Any], groups: int) -> list[NDArray[Any]]:
     """`values` split per group index, each sorted."""
     order = np.lexsort((values, group))
     bounds = np.searchsorted(group[order], np.arange(groups + 1))
@@ -228,11 +229,11 @@ def state_subtract(first: RunningState, second: RunningState) -> RunningState:
     return state_add(first, second, sign=-1)
 
 
-def _merged(values: NDArray[np.generic], more: NDArray[np.generic]) -> NDArray[np.generic]:
+def _merged(values: NDArray[Any], more: NDArray[Any]) -> NDArray[Any]:
     return np.sort(np.concatenate([values, more]), kind="stable") if more.size else values
 
 
-def _removed(values: NDArray[np.generic], gone: NDArray[np.generic]) -> NDArray[np.generic]:
+def _removed(values: NDArray[Any], gone: NDArray[Any]) -> NDArray[Any]:
     """The multiset `values` (sorted) less `gone`, which it must hold."""
     if not gone.size:
         return values
@@ -248,7 +249,7 @@ def _removed(values: NDArray[np.generic], gone: NDArray[np.generic]) -> NDArray[
     return remaining[keep]
 
 
-def _sorted_median(values: NDArray[np.generic], scale: float) -> float:
+def _sorted_median(values: NDArray[Any], scale: float) -> float:
     """As `statistics.group_median`: the mean of the two middle values (NaN when empty)."""
     if not len(values):
         return float("nan")

@@ -71,10 +71,11 @@ def stored_sums_read(
 
 
 def running_states_load(
-    participation_ids: Sequence[int], *, lock: bool = False
+    participation_ids: Sequence[int], *, lock: bool = False, medians: bool = True
 ) -> tuple[RunningState, NDArray[np.bool_], NDArray[np.int64]]:
     """The stored states of `participation_ids` (rows in that order), whether each has one (with
-    its watermark), and the watermarks: through id, judgments and kept ones up to it."""
+    its watermark), and the watermarks: through id, judgments and kept ones up to it. Without
+    `medians` the sorted values (the part that grows with the history) are not read: empty."""
     state = empty_state(len(participation_ids))
     present = np.zeros(len(participation_ids), dtype=bool)
     marks = np.full((len(participation_ids), 3), -1, dtype=np.int64)
@@ -83,7 +84,8 @@ def running_states_load(
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT participation_id, through_judgment_id, judgments_through, kept_through, "
-            f"{', '.join(_RUNNING_COLUMNS)} FROM {WorkerQCStats._meta.db_table} "
+            f"{', '.join(_RUNNING_COLUMNS if medians else (*_RUNNING_COLUMNS[:2], 'NULL', 'NULL'))} "
+            f"FROM {WorkerQCStats._meta.db_table} "
             f"WHERE participation_id = ANY(%s){suffix}",
             [list(row_of)],
         )
@@ -110,9 +112,12 @@ def _literal(values: Any) -> str:
     return "{" + ",".join(repr(value) for value in np.asarray(values).tolist()) + "}"
 
 
-def running_states_write(participation_ids: Sequence[int], state: RunningState | None) -> None:
+def running_states_write(
+    participation_ids: Sequence[int], state: RunningState | None, *, medians: bool = True
+) -> None:
     """Write the states of `participation_ids` (rows of `state`) to their existing statistics
-    rows; `state=None` clears them (the next pass reads everything)."""
+    rows; `state=None` clears them (the next pass reads everything). Without `medians` the
+    sorted values are left as they are."""
     if not len(participation_ids):
         return
     table = WorkerQCStats._meta.db_table
@@ -127,18 +132,21 @@ def running_states_write(participation_ids: Sequence[int], state: RunningState |
         texts = [
             [_literal(row) for row in state.counts],
             [_literal(row.reshape(-1)) for row in _trimmed(state.agreement)],
-            [_literal(values) for values in state.timing_ms],
-            [_literal(values) for values in state.clip_ratios],
         ]
-        casts = ("bigint[]", "bigint[]", "integer[]", "double precision[]")
+        if medians:
+            texts.append([_literal(values) for values in state.timing_ms])
+            texts.append([_literal(values) for values in state.clip_ratios])
+        casts = ("bigint[]", "bigint[]", "integer[]", "double precision[]")[: len(texts)]
+        names = [f"c{index}" for index in range(len(texts))]
         cursor.execute(
             f"UPDATE {table} AS s SET "
             + ", ".join(
-                f"{column} = x.c{index}::{cast}"
-                for index, (column, cast) in enumerate(zip(_RUNNING_COLUMNS, casts, strict=True))
+                f"{column} = x.{name}::{cast}"
+                for column, name, cast in zip(_RUNNING_COLUMNS, names, casts, strict=False)
             )
-            + " FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::text[]) "
-            "AS x(participation_id, c0, c1, c2, c3) WHERE s.participation_id = x.participation_id",
+            + f" FROM unnest(%s::bigint[], {', '.join(['%s::text[]'] * len(texts))}) "
+            f"AS x(participation_id, {', '.join(names)}) "
+            "WHERE s.participation_id = x.participation_id",
             [pg_array([int(p) for p in participation_ids], "int8")]
             + [pg_array(column, "text") for column in texts],
         )
@@ -165,7 +173,7 @@ def agreement_push(data: CampaignSlice, *, old: ReferenceSums, new: ReferenceSum
         return 0
     raters = np.unique(judgments.worker[on_changed])
     participation_ids = data.workers.ids[raters].tolist()
-    state, present, marks = running_states_load(participation_ids, lock=True)
+    state, present, marks = running_states_load(participation_ids, lock=True, medians=False)
     if not present.any():
         return 0
     through = np.full(len(data.workers), -1, dtype=np.int64)
@@ -192,5 +200,5 @@ def agreement_push(data: CampaignSlice, *, old: ReferenceSums, new: ReferenceSum
         state.agreement = widened(state.agreement, width)
         state.agreement[rows] += sign * widened(moment.agreement, width)[raters[rows]]
     chosen = [participation_ids[row] for row in rows.tolist()]
-    running_states_write(chosen, state.take(rows))
+    running_states_write(chosen, state.take(rows), medians=False)
     return len(chosen)

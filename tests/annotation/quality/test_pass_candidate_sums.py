@@ -374,9 +374,14 @@ def test_a_late_or_changed_judgment_makes_the_worker_summed_in_full():
     quality_catch_up(campaign_id=campaign.pk)
 
     def summed() -> set[int]:
+        """The candidates the pass would sum: those of the judgments above a watermark that
+        holds (with a stored state), else all, plus those without usable stored sums."""
+        _, present, marks = running_states_load([worker.pk])
+        holds = present & incremental.watermarks_hold(campaign, [worker.pk], marks)
+        through = int(marks[0, 0]) if holds[0] else -1
         data = campaign_slice_load(campaign=campaign, judges=[worker.pk], candidate_ids=mine())
-        positions = np.searchsorted(data.workers.ids, [worker.pk])
-        live = incremental.unseen_candidates(data, positions)
+        live = np.zeros(len(data.candidates), dtype=bool)
+        live[data.judgments.item[data.judgments.ids > through]] = True
         sums = candidate_sums_load(
             campaign=campaign,
             candidate_ids=data.candidates.ids,
