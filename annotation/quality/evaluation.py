@@ -60,6 +60,20 @@ class IncompleteSlice(Exception):
     """The first round excludes a worker whose judgments the slice holds only in part."""
 
 
+def _statistics(
+    data: CampaignSlice, campaign_median: float | None, agreement_sums: ReferenceSums | None
+) -> WorkerStatistics:
+    return worker_statistics(
+        data.judgments,
+        data.candidates,
+        data.clip_seconds,
+        workers=len(data.workers),
+        agreement_reference=~data.judgments.excluded,
+        campaign_median_seconds=campaign_median,
+        agreement_sums=agreement_sums,
+    )
+
+
 def workers_evaluate(
     data: CampaignSlice,
     *,
@@ -78,24 +92,15 @@ def workers_evaluate(
     judgments of the workers to measure, and every worker the first round excludes must be
     among them (their judgments leave the sums before the second round).
 
-    `statistics` computed elsewhere (a pass's running statistics, `annotation.quality.running`)
-    may come from a slice that holds only part of the workers' judgments; then, if the first
-    round excludes anyone, the second round cannot take their judgments out of the sums, and
-    `IncompleteSlice` is raised for the caller to read everything."""
+    `statistics` computed elsewhere (a pass's running statistics) may come from a slice with
+    part of the workers' judgments: if the first round excludes anyone, the second round cannot
+    take their judgments out of the sums; `IncompleteSlice` asks the caller to read all."""
     workers = data.workers
     judgments = data.judgments
     count = len(workers)
     complete = statistics is None
     if statistics is None:
-        statistics = worker_statistics(
-            judgments,
-            data.candidates,
-            data.clip_seconds,
-            workers=count,
-            agreement_reference=~judgments.excluded,
-            campaign_median_seconds=campaign_median,
-            agreement_sums=agreement_sums,
-        )
+        statistics = _statistics(data, campaign_median, agreement_sums)
     configs = rule_configs(rules)
     retest = configs.get(RETEST_RULE)
     if retest is not None and retest.enabled and count:

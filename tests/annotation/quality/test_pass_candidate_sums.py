@@ -234,6 +234,29 @@ def _states_hold(campaign) -> int:  # type: ignore[no-untyped-def]
     return int(present.sum())
 
 
+def _clip_candidates(campaign, candidate_ids: set[int]) -> set[int]:  # type: ignore[no-untyped-def]
+    """Every candidate of the clips of `candidate_ids`."""
+    return set(
+        CampaignCandidate.objects.filter(
+            campaign=campaign,
+            clip_id__in=CampaignCandidate.objects.filter(id__in=candidate_ids).values("clip_id"),
+        ).values_list("id", flat=True)
+    )
+
+
+def _stored_rows_match(targets: list[int], expected: list[dict[str, Any]]) -> int:
+    """What the pass stored (from running statistics) is what every judgment gives."""
+    stored_rows = {
+        row["participation_id"]: {name: row[name] for name in COMPARED}
+        for row in WorkerQCStats.objects.filter(participation_id__in=targets).values(
+            "participation_id", *COMPARED
+        )
+    }
+    for participation_id, row in zip(targets, expected, strict=True):
+        assert stored_rows[participation_id] == {name: row[name] for name in COMPARED}
+    return len(targets)
+
+
 class SumsSpy:
     """Wraps the pass's `candidate_sums_load`: checks what it returns (stored sums for most
     candidates) against a sum of every judgment on the same candidates, and records which
@@ -314,34 +337,16 @@ def test_passes_from_candidate_sums_end_where_a_full_run_does(monkeypatch):
         )
         # The pass read the judgments of the clips of those new judgments, not the workers'
         # histories (unless someone was excluded: then it reads everything of its workers).
-        touched = set(
-            CampaignCandidate.objects.filter(
-                campaign=campaign,
-                clip_id__in=CampaignCandidate.objects.filter(id__in=new).values("clip_id"),
-            ).values_list("id", flat=True)
-        )
-        excluded_now = set(
-            Participation.objects.filter(
-                id__in=targets, status=ParticipationStatus.EXCLUDED
-            ).values_list("id", flat=True)
-        )
-        if not excluded_now:
-            assert spy.read == touched, round_number
+        if not Participation.objects.filter(
+            id__in=targets, status=ParticipationStatus.EXCLUDED
+        ).exists():
+            assert spy.read == _clip_candidates(campaign, new), round_number
             bounded_passes += 1
         reincluded_since -= set(targets)
         assert spy.summed == new, round_number
-        # What the pass stored (from running statistics) is what every judgment gives.
-        stored_rows = {
-            row["participation_id"]: {name: row[name] for name in COMPARED}
-            for row in WorkerQCStats.objects.filter(participation_id__in=targets).values(
-                "participation_id", *COMPARED
-            )
-        }
         # (Not in the round of the late submission: the pass excludes it first, `expected`
         # counted it.)
-        for participation_id, row in zip(targets, expected if not late_now else [], strict=False):
-            assert stored_rows[participation_id] == {name: row[name] for name in COMPARED}
-            compared += 1
+        compared += _stored_rows_match(targets, expected) if not late_now else 0
         # The running states of every active worker (the pass's, and the others' moved by
         # aggregation) are what their judgments give now.
         checked += _states_hold(campaign)
