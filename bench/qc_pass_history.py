@@ -12,6 +12,9 @@ over the campaign, lowers the stored judgment count of each one's latest three c
 submission the previous pass had not seen, as `qc_scale.py --profile --pass-workers` does) and
 times `workers_quality_update` of them: wall, this process's CPU and the PostgreSQL backend's
 CPU. One untimed pass per tree first. Order per round: A, B. Raw file: `qc_pass_history`.
+On a tree with running per-worker statistics (migration 0019) the chosen workers' states are
+rewound to the lowered watermark before the clock starts (`_states_rewind`; the other tree's
+passes move the watermark without keeping them).
 Before the clock starts each pass warms the cache client and the campaign median's cache entry
 (`campaign_median_seconds`), as a running Celery worker has them.
 """
@@ -60,6 +63,7 @@ def _child_pass(tree: Path, database_url: str, pass_workers: int) -> dict[str, A
 
     campaign = Campaign.objects.get(slug="qc-bench")
     chosen = _pass_workers(campaign, pass_workers)
+    running = _states_rewind(campaign, chosen)
     run_module = sys.modules["annotation.quality.run"].__file__
     assert run_module and Path(run_module).resolve().is_relative_to(tree.resolve())
     with connection.cursor() as cursor:
@@ -74,12 +78,55 @@ def _child_pass(tree: Path, database_url: str, pass_workers: int) -> dict[str, A
     wall, cpu, server = time.perf_counter(), time.process_time(), cpu_seconds_of(backend)
     incremental.workers_quality_update(campaign=campaign, participation_ids=chosen)
     return {
+        "running_states_rewound": running,
         "pass_workers": len(chosen),
         "their_judgments": history,
         "wall_seconds": round(time.perf_counter() - wall, 4),
         "process_cpu_seconds": round(time.process_time() - cpu, 4),
         "backend_cpu_seconds": round(cpu_seconds_of(backend) - server, 4),
     }
+
+
+def _states_rewind(campaign: Any, chosen: list[int]) -> int:
+    """On a tree with running statistics (migration 0019), the chosen workers' states as of the
+    watermark `_pass_workers` lowered (their latest three judgments out), as the pass that set
+    that watermark would have stored them; the other tree's passes do not keep them. Untimed.
+    Returns the states written (0 on a tree without them)."""
+    import numpy as np
+
+    from annotation.models import WorkerQCStats
+
+    if not any(f.name == "running_counts" for f in WorkerQCStats._meta.get_fields()):
+        return 0
+    from annotation.quality.loading import campaign_slice_load
+    from annotation.quality.running import running_state
+    from annotation.quality.running_store import (
+        running_states_load,
+        running_states_write,
+        stored_sums_read,
+    )
+
+    _, _, marks = running_states_load(chosen)
+    data = campaign_slice_load(campaign=campaign, judges=chosen)
+    through = np.full(len(data.workers), -1)
+    positions = np.searchsorted(data.workers.ids, chosen)
+    through[positions] = marks[:, 0]
+    judgments = data.judgments
+    state = running_state(
+        judgments,
+        data.candidates,
+        data.clip_seconds,
+        workers=len(data.workers),
+        selected=judgments.ids <= through[judgments.worker],
+        sums=stored_sums_read(
+            campaign=campaign,
+            candidate_ids=data.candidates.ids,
+            questions=len(data.question_keys),
+        ),
+        reference=~judgments.excluded,
+    )
+    running_states_write(chosen, state.take(positions))
+    return len(chosen)
 
 
 def _run_pass(tree: Path, database_url: str, pass_workers: int) -> dict[str, Any]:

@@ -310,7 +310,11 @@ class Judgment(models.Model):
             ),
         ]
         indexes = [
-            models.Index(fields=["campaign", "participation"], name="judgment_campaign_worker"),
+            # With the id: a worker's judgments above their QC watermark (the after-submission
+            # pass's new judgments) are a range of this index, not a scan of their history.
+            models.Index(
+                fields=["campaign", "participation", "id"], name="judgment_campaign_worker_id"
+            ),
             # The data browser's judgments by time: keyset pages over (created_at, id).
             models.Index(fields=["created_at", "id"], name="judgment_created_order"),
         ]

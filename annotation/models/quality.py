@@ -3,6 +3,7 @@ and its audit log."""
 
 from __future__ import annotations
 
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -37,6 +38,16 @@ class WorkerQCStats(models.Model):
     through_judgment_id = models.BigIntegerField(null=True, blank=True)
     judgments_through = models.PositiveIntegerField(null=True, blank=True)
     kept_through = models.PositiveIntegerField(null=True, blank=True)
+    # The running statistics of the judgments up to `through_judgment_id`, which a pass updates
+    # from the worker's new judgments only (`annotation.quality.running`): the additive counts
+    # (`running.COUNTS` order), the leave-one-out agreement's integer numerators per number of
+    # other raters (`running.OTHERS_WIDTH` per count, relative to the candidates' stored
+    # `kept_sums`, kept so by aggregation), and, sorted, the server-timed milliseconds and the
+    # time-on-clip / clip-length ratios (the two medians). NULL: the next pass reads everything.
+    running_counts = ArrayField(models.BigIntegerField(), null=True, blank=True)
+    running_agreement = ArrayField(models.BigIntegerField(), null=True, blank=True)
+    running_timing_ms = ArrayField(models.IntegerField(), null=True, blank=True)
+    running_clip_ratios = ArrayField(models.FloatField(), null=True, blank=True)
 
 
 class WorkerExclusion(models.Model):

@@ -36,7 +36,8 @@ from annotation.crowd.services.columns import copy_to_temp_table
 from annotation.models import Campaign, CampaignCandidate, ReviewState
 from annotation.quality.loading import CampaignSlice, campaign_slice_load
 from annotation.quality.review_queue import current_review_state, review_items_sync
-from annotation.quality.statistics import overall_scores
+from annotation.quality.running_store import agreement_push, stored_sums_read
+from annotation.quality.statistics import ReferenceSums, overall_scores
 from common import webhooks
 
 # The `CampaignCandidate` columns aggregation writes (the API's aggregate rows show the same).
@@ -367,9 +368,13 @@ def aggregation_apply(
     *,
     detect_review: bool,
     timings: dict[str, float] | None = None,
+    push: bool = True,
 ) -> int:
     """Aggregate a loaded slice, sync its review items, store; used by full QC runs too.
-    `timings` (optional) receives the seconds of each step."""
+    `timings` (optional) receives the seconds of each step. With `push` (in a transaction) the
+    candidates' rows are locked first and the workers' running agreement moments follow their
+    stored sums (`running_store.agreement_push`); a full run, which writes every worker's
+    state against the sums it stores, does without."""
     clock = time.perf_counter()
 
     def lap(name: str) -> None:
@@ -390,6 +395,19 @@ def aggregation_apply(
             data, aggregates.overall, aggregates.kept_judgments, review_state=review_state
         )
         lap("review_queue")
+    if push:
+        old = stored_sums_read(
+            campaign=data.campaign,
+            candidate_ids=data.candidates.ids,
+            questions=len(data.question_keys),
+            lock="UPDATE",
+        )
+        new = ReferenceSums(
+            total=aggregates.kept_sums.astype(np.float64),
+            count=aggregates.kept_counts.astype(np.float64),
+        )
+        agreement_push(data, old=old, new=new)
+        lap("push_running_agreement")
     stored = aggregates_store(data, aggregates, review_state=review_state)
     lap("store_aggregates")
     if stored.finalised_ids and webhooks.listened("candidate.finalised", data.campaign.pk):

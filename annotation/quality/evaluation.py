@@ -33,6 +33,8 @@ from annotation.quality.rules import (
     rule_configs,
     rules_evaluate,
 )
+from annotation.quality.running import RunningState
+from annotation.quality.running_store import running_states_write
 from annotation.quality.statistics import (
     ReferenceSums,
     StatisticsRow,
@@ -54,6 +56,24 @@ def _split_rules(
     return first, second
 
 
+class IncompleteSlice(Exception):
+    """The first round excludes a worker whose judgments the slice holds only in part."""
+
+
+def _statistics(
+    data: CampaignSlice, campaign_median: float | None, agreement_sums: ReferenceSums | None
+) -> WorkerStatistics:
+    return worker_statistics(
+        data.judgments,
+        data.candidates,
+        data.clip_seconds,
+        workers=len(data.workers),
+        agreement_reference=~data.judgments.excluded,
+        campaign_median_seconds=campaign_median,
+        agreement_sums=agreement_sums,
+    )
+
+
 def workers_evaluate(
     data: CampaignSlice,
     *,
@@ -61,6 +81,7 @@ def workers_evaluate(
     campaign_median: float | None,
     targets: np.ndarray | None = None,
     agreement_sums: ReferenceSums | None = None,
+    statistics: WorkerStatistics | None = None,
 ) -> tuple[WorkerStatistics, dict[int, list[RuleFlag]], list[ExclusionDecision]]:
     """Statistics of every worker of the slice, flags of the `targets` (all by default) and the
     exclusions the rules call for (never for imported rater slots, already excluded workers or
@@ -69,19 +90,17 @@ def workers_evaluate(
     Without `agreement_sums` the slice holds every judgment on its candidates; with them (the
     kept judgments' sums per candidate and question, read by the database) it may hold only the
     judgments of the workers to measure, and every worker the first round excludes must be
-    among them (their judgments leave the sums before the second round)."""
+    among them (their judgments leave the sums before the second round).
+
+    `statistics` computed elsewhere (a pass's running statistics) may come from a slice with
+    part of the workers' judgments: if the first round excludes anyone, the second round cannot
+    take their judgments out of the sums; `IncompleteSlice` asks the caller to read all."""
     workers = data.workers
     judgments = data.judgments
     count = len(workers)
-    statistics = worker_statistics(
-        judgments,
-        data.candidates,
-        data.clip_seconds,
-        workers=count,
-        agreement_reference=~judgments.excluded,
-        campaign_median_seconds=campaign_median,
-        agreement_sums=agreement_sums,
-    )
+    complete = statistics is None
+    if statistics is None:
+        statistics = _statistics(data, campaign_median, agreement_sums)
     configs = rule_configs(rules)
     retest = configs.get(RETEST_RULE)
     if retest is not None and retest.enabled and count:
@@ -99,6 +118,8 @@ def workers_evaluate(
         if eligible[index] and excluding_rules(worker_flags):
             leaving[index] = True
     if leaving.any():
+        if not complete:
+            raise IncompleteSlice
         # Agreement is measured against the workers who stay.
         reference = ~judgments.excluded & ~leaving[judgments.worker]
         sums = None
@@ -160,10 +181,14 @@ def worker_stats_store(
     *,
     indices: Iterable[int],
     computed_at: Any = None,
+    seen: NDArray[np.int64] | None = None,
+    running: RunningState | None = None,
 ) -> int:
     """Upsert `WorkerQCStats` rows for the given worker indices: one binary COPY into a temporary
     table and one INSERT ... ON CONFLICT (a full run writes 10,000 workers). `computed_at` should
-    be when the data was read (a judgment stored after it stays stale)."""
+    be when the data was read (a judgment stored after it stays stale). `seen`: the watermarks
+    (rows: the indices; by default `judgments_seen` of `data`); `running`: the workers' running
+    statistics (rows: the indices; None clears them)."""
     now = computed_at or timezone.now()
     positions = [int(index) for index in indices]
     if not positions:
@@ -171,7 +196,11 @@ def worker_stats_store(
     rows = [statistics.row(index) for index in positions]
     participation_ids = [int(data.workers.ids[index]) for index in positions]
     stored_flags = [[flag.as_json() for flag in flags.get(i, [])] for i in positions]
-    _stats_upsert(participation_ids, rows, stored_flags, now, seen=judgments_seen(data, positions))
+    if seen is None:
+        seen = judgments_seen(data, positions)
+    with transaction.atomic():
+        _stats_upsert(participation_ids, rows, stored_flags, now, seen=seen)
+        running_states_write(participation_ids, running)
     return len(rows)
 
 

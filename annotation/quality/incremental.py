@@ -9,26 +9,31 @@
 - `quality_sweep()`: periodic catch-up (task `annotation.quality_sweep`, beat every 5 minutes) for
   work that could not be published while the broker was down.
 
-Each pass reads the workers' own judgments and, for the leave-one-out mean, one row per
-candidate they rated with the sums and counts of its kept ratings (`candidate_sums_load`): the
-sums the last aggregation stored on the candidate, or, for the candidates of judgments the
-workers' last pass did not see (`unseen_candidates`), summed by PostgreSQL; evaluates those workers' statistics and rules and excludes where the rules say
-so. It then recomputes the aggregates and review state of only those candidates whose judgments
-changed since they were last aggregated (the summed judgment counts differ from the stored ones:
-judgments submitted since, and exclusions), not of everything the workers ever rated: a worker's
-history grows the read, not the writes. The read still grows with the workers' history (their
-own judgments, for their statistics): measured in
-docs/benchmarks.md, "The after-submission quality pass against history", with what remains for
-a pass that costs O(what changed).
+Each pass starts from the workers' running statistics (`WorkerQCStats.running_*`,
+`annotation.quality.running`) and reads only their judgments on the clips of their new
+judgments (those above their watermark, `WorkerQCStats.through_judgment_id`) and, for the
+leave-one-out mean, one row per candidate with the sums and counts of its kept ratings
+(`candidate_sums_load`: stored by the last aggregation, summed by PostgreSQL for the candidates
+of the new judgments); evaluates those workers' statistics and rules and excludes where the
+rules say so. It then recomputes the aggregates and review state of only those candidates
+whose judgments changed since they were last aggregated (judgments submitted since, and
+exclusions), which moves the agreement moments of every state holding a judgment on them
+(`running_store.agreement_push`). A worker without a state, or whose judgments up to the
+watermark changed, is read in full, and so are all the pass's workers when its first round of
+rules excludes one. What still grows with a worker's history: the watermark check (a count of
+their judgments up to it) and the sorted values behind the two medians, read and rewritten
+with the state. Measured in docs/benchmarks.md, "The after-submission quality pass against
+history".
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Count, F, Max, Q
 from django.utils import timezone
 from numpy.typing import NDArray
@@ -37,18 +42,37 @@ from annotation.models import (
     Assignment,
     AssignmentStatus,
     Campaign,
+    CampaignCandidate,
     CampaignStatus,
     Judgment,
     Participation,
     ParticipationStatus,
-    WorkerQCStats,
 )
 from annotation.quality.aggregation import aggregation_recompute
 from annotation.quality.candidate_sums import candidate_sums_load
-from annotation.quality.evaluation import worker_stats_store, workers_evaluate
+from annotation.quality.evaluation import (
+    IncompleteSlice,
+    judgments_seen,
+    worker_stats_store,
+    workers_evaluate,
+)
 from annotation.quality.exclusions import late_judgments_exclude, workers_exclude
 from annotation.quality.loading import CampaignSlice, campaign_median_seconds, campaign_slice_load
-from annotation.quality.rules import qc_rules_merge
+from annotation.quality.rules import RuleFlag, qc_rules_merge
+from annotation.quality.running import (
+    RunningState,
+    empty_state,
+    running_state,
+    state_add,
+    state_subtract,
+    statistics_from_state,
+)
+from annotation.quality.running_store import (
+    running_states_load,
+    running_states_write,
+    stored_sums_read,
+)
+from annotation.quality.statistics import ReferenceSums, WorkerStatistics
 
 logger = logging.getLogger(__name__)
 
@@ -56,92 +80,261 @@ logger = logging.getLogger(__name__)
 def workers_quality_update(
     *, campaign: Campaign, participation_ids: Iterable[int], aggregate: bool = True
 ) -> set[int]:
-    """Statistics and rules of some workers, read from their own judgments and, for the
-    leave-one-out agreement, the sums of every kept judgment on the candidates they rated
-    (`candidate_sums_load`: one row per candidate, stored by the last aggregation, or summed by
-    the database where the workers have judgments their last pass did not see, and everywhere
-    without `aggregate`); then the aggregates and review state of those of the candidates whose
-    judgments changed since they were last aggregated (the judgment counts summed differ from
-    the stored ones: new judgments, and the exclusions of this pass). Returns the candidates whose judgments an exclusion changed.
+    """Statistics and rules of some workers, from their running statistics
+    (`WorkerQCStats.running_*`) and their judgments on the clips of their new judgments (those
+    above their watermark); a worker without a state, or whose judgments up to the watermark
+    are no longer as many (all, kept) as the state holds, is read in full, and so is everyone
+    when the first round of rules excludes someone, or without `aggregate` (the sweep). The
+    leave-one-out agreement uses one row of sums per candidate (`candidate_sums_load`: summed
+    by the database for the candidates of new judgments, stored by the last aggregation for the
+    others). Then the aggregates and review state of those of the candidates whose judgments
+    changed since they were last aggregated (new judgments, and this pass's exclusions), which
+    moves the agreement moments of the other raters' states (`running_store.agreement_push`).
+    Returns the candidates whose judgments an exclusion changed.
 
-    The statistics are stored last: if aggregation fails, the workers stay stale and the next
-    pass does it all again."""
+    The statistics and states are stored last: if aggregation fails, the workers stay stale
+    and the next pass does it all again."""
     targets = sorted({int(value) for value in participation_ids})
     if not targets:
         return set()
     read_at = timezone.now()
-    candidate_ids = set(
-        Judgment.objects.filter(campaign=campaign, participation_id__in=targets).values_list(
-            "campaign_candidate_id", flat=True
+    stored, present, marks = running_states_load(targets)
+    trusted = present & watermarks_hold(campaign, targets, marks)
+    try:
+        return _pass(
+            campaign, targets, trusted, stored, marks, read_at, aggregate=aggregate, complete=False
         )
+    except IncompleteSlice:
+        return _pass(
+            campaign, targets, trusted, stored, marks, read_at, aggregate=aggregate, complete=True
+        )
+
+
+def _pass(
+    campaign: Campaign,
+    targets: list[int],
+    trusted: NDArray[np.bool_],
+    stored: RunningState,
+    marks: NDArray[np.int64],
+    read_at: Any,
+    *,
+    aggregate: bool,
+    complete: bool,
+) -> set[int]:
+    """One pass. `complete`: read every judgment of the targets and rebuild their states;
+    else only their judgments on the clips of their new ones (above the watermark of the
+    `trusted`; all of the others'). Either way the candidates summed from the judgments are
+    those of the new judgments."""
+    through = np.where(trusted, marks[:, 0], -1)
+    complete = complete or not aggregate or not trusted.any()
+    data = campaign_slice_load(
+        campaign=campaign,
+        candidate_ids=_touched_clip_candidates(
+            campaign, targets, np.full(len(targets), -1) if complete else through
+        ),
+        judges=targets,
     )
-    data = campaign_slice_load(campaign=campaign, candidate_ids=candidate_ids, judges=targets)
     positions = np.searchsorted(data.workers.ids, np.asarray(targets, dtype=np.int64))
-    # Summed from the judgments: the candidates with judgments of these workers that their last
-    # pass did not see (and, without aggregation here, all: the sweep aggregates afterwards).
-    # The others' sums are those their last aggregation stored.
+    judgments = data.judgments
+    watermark = np.full(len(data.workers), -1, dtype=np.int64)
+    watermark[positions] = through
+    new = judgments.ids > watermark[judgments.worker]
+    live = np.zeros(len(data.candidates), dtype=bool)
+    live[judgments.item[new]] = True
     counts = candidate_sums_load(
         campaign=campaign,
         candidate_ids=data.candidates.ids,
         question_keys=data.question_keys,
-        live=unseen_candidates(data, positions) if aggregate else None,
+        live=live if aggregate else None,
     )
+    campaign_median = campaign_median_seconds(
+        campaign=campaign, excluding_participation_ids=targets
+    )
+    statistics = None
+    if not complete:
+        before = stored_sums_read(
+            campaign=campaign, candidate_ids=data.candidates.ids, questions=len(data.question_keys)
+        )
+        base = _placed(stored, positions, trusted, len(data.workers))
+        evaluated = _updated(data, base, new, old_sums=before, new_sums=counts.sums)
+        statistics = statistics_from_state(evaluated, campaign_median_seconds=campaign_median)
     statistics, flags, decisions = workers_evaluate(
         data,
         rules=qc_rules_merge(campaign.qc_rules),
-        campaign_median=campaign_median_seconds(
-            campaign=campaign, excluding_participation_ids=targets
-        ),
+        campaign_median=campaign_median,
         targets=positions,
         agreement_sums=counts.sums,
+        # From a complete slice workers_evaluate computes them (the same figures), and its
+        # second round can take leaving workers out.
+        statistics=statistics,
     )
     outcome = workers_exclude(campaign=campaign, decisions=decisions)
     if aggregate:
-        # Only live rows can differ (the stored ones are the stored counts).
-        changed = (counts.total != data.stored_total) | (counts.kept != data.stored_kept)
+        # And the candidates summed because their stored sums were unusable (aggregated before
+        # 0018): stored now, so that the states, kept against stored sums, count them.
+        changed = (
+            (counts.total != data.stored_total) | (counts.kept != data.stored_kept) | counts.live
+        )
         changed_ids = set(data.candidates.ids[changed].tolist()) | outcome.candidate_ids
         if changed_ids:
             aggregation_recompute(campaign=campaign, candidate_ids=changed_ids)
-    worker_stats_store(data, statistics, flags, indices=positions.tolist(), computed_at=read_at)
+    excluded = {exclusion.participation_id for exclusion in outcome.exclusions}
+    partial = trusted & (not complete)
+    _store(data, statistics, flags, positions, partial, marks, new, excluded, read_at)
     return set(outcome.candidate_ids)
 
 
-def unseen_candidates(data: CampaignSlice, positions: NDArray[np.int64]) -> NDArray[np.bool_]:
-    """Per candidate of a judges' slice: whether a judgment of the judges at `positions` on it
-    was not seen by the read behind their stored statistics (`WorkerQCStats.through_judgment_id`
-    and the counts up to it, written by `worker_stats_store`). A worker without those, or whose
-    judgments up to that id are no longer as many (all, kept) as that read saw (one committed
-    after it with a smaller id, erased, excluded, re-included), has every judgment unseen.
+def _placed(
+    stored: RunningState, positions: NDArray[np.int64], trusted: NDArray[np.bool_], workers: int
+) -> RunningState:
+    """The stored states of the trusted targets at their slice positions; zero elsewhere."""
+    state = empty_state(workers)
+    state.agreement = np.zeros((workers, stored.agreement.shape[1], 3), dtype=np.int64)
+    for row in np.flatnonzero(trusted).tolist():
+        index = int(positions[row])
+        state.counts[index] = stored.counts[row]
+        state.agreement[index] = stored.agreement[row]
+        state.timing_ms[index] = stored.timing_ms[row]
+        state.clip_ratios[index] = stored.clip_ratios[row]
+    return state
 
-    The pass that stored them aggregated the candidates of what it saw (or stored nothing), so
-    the stored sums of the other candidates hold these workers' judgments."""
+
+def _updated(
+    data: CampaignSlice,
+    base: RunningState,
+    new: NDArray[np.bool_],
+    *,
+    old_sums: ReferenceSums,
+    new_sums: ReferenceSums,
+) -> RunningState:
+    """`base` (the states of the judgments not `new`, against `old_sums`) less the slice's old
+    judgments against `old_sums`, plus all of its judgments against `new_sums`: the slice holds
+    whole (worker, clip) groups, so the groups of the new judgments are replaced whole."""
+    kept = ~data.judgments.excluded
+
+    def state(selected: NDArray[np.bool_], sums: ReferenceSums) -> RunningState:
+        return running_state(
+            data.judgments,
+            data.candidates,
+            data.clip_seconds,
+            workers=len(data.workers),
+            selected=selected,
+            sums=sums,
+            reference=kept,
+        )
+
+    return state_add(state_subtract(base, state(~new, old_sums)), state(new | ~new, new_sums))
+
+
+def _store(
+    data: CampaignSlice,
+    statistics: WorkerStatistics,
+    flags: dict[int, list[RuleFlag]],
+    positions: NDArray[np.int64],
+    trusted: NDArray[np.bool_],
+    marks: NDArray[np.int64],
+    new: NDArray[np.bool_],
+    excluded: set[int],
+    read_at: Any,
+) -> None:
+    """Statistics, watermarks and states of the targets, in one transaction: the slice's
+    candidates' sums read `FOR SHARE` (aggregation cannot move them meanwhile), the targets'
+    states re-read under lock (aggregation may have pushed into them since the pass read them),
+    then the slice's judgments swapped in against those sums. A target whose watermark moved
+    meanwhile (another pass) or whom this pass excluded gets no state: their next pass reads
+    everything."""
+    targets = data.workers.ids[positions].tolist()
     judgments = data.judgments
-    workers = len(data.workers)
-    through = np.full(workers, -1, dtype=np.int64)
-    counted = np.full(workers, -1, dtype=np.int64)
-    kept = np.full(workers, -1, dtype=np.int64)
-    rows = WorkerQCStats.objects.filter(
-        participation_id__in=data.workers.ids[positions].tolist(),
-        through_judgment_id__isnull=False,
-        judgments_through__isnull=False,
-        kept_through__isnull=False,
-    ).values_list("participation_id", "through_judgment_id", "judgments_through", "kept_through")
-    for participation_id, through_id, judgments_through, kept_through in rows:
-        index = int(np.searchsorted(data.workers.ids, participation_id))
-        # Not NULL (filtered above).
-        through[index] = int(through_id or 0)
-        counted[index] = int(judgments_through or 0)
-        kept[index] = int(kept_through or 0)
-    old = judgments.ids <= through[judgments.worker]
-    seen_count = np.bincount(judgments.worker[old], minlength=workers)
-    seen_kept = np.bincount(judgments.worker[old & ~judgments.excluded], minlength=workers)
-    trusted = (through >= 0) & (seen_count == counted) & (seen_kept == kept)
-    judged = np.zeros(workers, dtype=bool)
-    judged[positions] = True
-    unseen = judged[judgments.worker] & (~old | ~trusted[judgments.worker])
-    mask = np.zeros(len(data.candidates), dtype=bool)
-    mask[judgments.item[unseen]] = True
-    return mask
+    seen = judgments_seen(data, positions.tolist())
+    new_count = np.bincount(judgments.worker[new], minlength=len(data.workers))[positions]
+    new_kept = np.bincount(
+        judgments.worker[new & ~judgments.excluded], minlength=len(data.workers)
+    )[positions]
+    rows = np.flatnonzero(trusted)
+    seen[rows, 0] = np.maximum(seen[rows, 0], marks[rows, 0])
+    seen[rows, 1] = marks[rows, 1] + new_count[rows]
+    seen[rows, 2] = marks[rows, 2] + new_kept[rows]
+    with transaction.atomic():
+        after = stored_sums_read(
+            campaign=data.campaign,
+            candidate_ids=data.candidates.ids,
+            questions=len(data.question_keys),
+            lock="SHARE",
+        )
+        now, present, now_marks = running_states_load(targets, lock=True)
+        holding = trusted & present & (now_marks == marks).all(axis=1)
+        base = _placed(now, positions, holding, len(data.workers))
+        # Untrusted targets have every judgment `new` (watermark -1) in the slice.
+        swapped = np.where(holding, marks[:, 0], -1)
+        watermark = np.full(len(data.workers), -1, dtype=np.int64)
+        watermark[positions] = swapped
+        state = _updated(
+            data,
+            base,
+            judgments.ids > watermark[judgments.worker],
+            old_sums=after,
+            new_sums=after,
+        ).take(positions)
+        worker_stats_store(
+            data,
+            statistics,
+            flags,
+            indices=positions.tolist(),
+            computed_at=read_at,
+            seen=seen,
+            running=state,
+        )
+        cleared = [
+            pid
+            for row, pid in enumerate(targets)
+            if pid in excluded or (trusted[row] and not holding[row])
+        ]
+        running_states_write(cleared, None)
+
+
+def watermarks_hold(
+    campaign: Campaign, targets: list[int], marks: NDArray[np.int64]
+) -> NDArray[np.bool_]:
+    """Per target (rows of `marks`: through id, judgments and kept ones up to it): whether their
+    judgments up to the watermark are still as many, all and kept. A judgment committed after
+    the read with a smaller id, one erased, excluded or re-included, makes it fail. This counts
+    the worker's judgments up to the watermark: an index range and their rows' exclusion flag
+    (the one read that still grows with the history)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT w.pid, COUNT(j.id), COUNT(j.id) FILTER (WHERE NOT j.is_excluded) "
+            f"FROM unnest(%s::bigint[], %s::bigint[]) AS w(pid, through) "
+            f"LEFT JOIN {Judgment._meta.db_table} j ON j.campaign_id = %s "
+            f"AND j.participation_id = w.pid AND j.id <= w.through GROUP BY w.pid",
+            [targets, marks[:, 0].tolist(), campaign.pk],
+        )
+        found = {int(pid): (int(counted), int(kept)) for pid, counted, kept in cursor.fetchall()}
+    return np.asarray(
+        [
+            marks[row, 0] >= 0 and found.get(pid) == (int(marks[row, 1]), int(marks[row, 2]))
+            for row, pid in enumerate(targets)
+        ],
+        dtype=bool,
+    )
+
+
+def _touched_clip_candidates(
+    campaign: Campaign, targets: list[int], through: NDArray[np.int64]
+) -> list[int]:
+    """Every candidate of the clips on which a target has a judgment above `through` (their
+    watermark, -1: all): the new judgments' (worker, clip) groups, whole. A range of the
+    (campaign, participation, id) index per worker."""
+    candidate_table = CampaignCandidate._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT cc.id FROM {candidate_table} cc WHERE cc.campaign_id = %s AND cc.clip_id IN ("
+            f"SELECT touched.clip_id FROM {candidate_table} touched WHERE touched.id IN ("
+            f"SELECT j.campaign_candidate_id FROM unnest(%s::bigint[], %s::bigint[]) "
+            f"AS w(pid, through) JOIN {Judgment._meta.db_table} j ON j.campaign_id = %s "
+            f"AND j.participation_id = w.pid AND j.id > w.through))",
+            [campaign.pk, targets, through.tolist(), campaign.pk],
+        )
+        return [int(row[0]) for row in cursor.fetchall()]
 
 
 def quality_after_submission(*, assignment_id: int) -> None:

@@ -47,6 +47,8 @@ from annotation.quality.exclusions import workers_exclude
 from annotation.quality.jobs import ProgressCallback, campaign_run_inline, campaign_run_queue
 from annotation.quality.loading import CampaignSlice, campaign_median_remember, campaign_slice_load
 from annotation.quality.rules import qc_rules_merge
+from annotation.quality.running import running_state
+from annotation.quality.statistics import reference_sums
 from common.jobs import job_execute
 
 logger = logging.getLogger(__name__)
@@ -106,7 +108,19 @@ def qc_campaign_full(
         data.workers.excluded |= leaving
     stopwatch.lap("exclusions")
     report(0.55, "storing worker statistics")
-    worker_stats_store(data, statistics, flags, indices=range(len(data.workers)))
+    # Every worker's running statistics, against the sums this run's aggregation stores (the
+    # kept judgments, the newly excluded workers' now out).
+    kept = ~data.judgments.excluded
+    running = running_state(
+        data.judgments,
+        data.candidates,
+        data.clip_seconds,
+        workers=len(data.workers),
+        selected=np.ones(len(data.judgments), dtype=bool),
+        sums=reference_sums(data.judgments, items=len(data.candidates), reference=kept),
+        reference=kept,
+    )
+    worker_stats_store(data, statistics, flags, indices=range(len(data.workers)), running=running)
     stopwatch.lap("store_statistics")
     report(0.65, "agreement")
     figures = _agreement_figures(data, alpha_before, _alphas(data, kept_only=True))
@@ -114,7 +128,7 @@ def qc_campaign_full(
     stopwatch.lap("agreement")
     report(0.75, "review queue and aggregation")
     with transaction.atomic():
-        changed = aggregation_apply(data, detect_review=True, timings=stopwatch.timings)
+        changed = aggregation_apply(data, detect_review=True, timings=stopwatch.timings, push=False)
     stopwatch.restart()
     late = _late_candidates(campaign, started_at=started_at, newly_excluded=newly_excluded)
     if late:

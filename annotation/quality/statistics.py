@@ -275,7 +275,11 @@ def _clip_patterns(
     pair_worker = pair_keys // clips
     pair_clip = pair_keys % clips
     timed = timing.timed
-    pair_time = np.bincount(pair[timed], weights=timing.seconds, minlength=len(pair_keys))
+    # Summed in milliseconds (integers: exact in any order), then seconds.
+    pair_time = (
+        np.bincount(pair[timed], weights=judgments.server_ms[timed], minlength=len(pair_keys))
+        / 1000.0
+    )
     pair_timed = np.bincount(pair[timed], minlength=len(pair_keys)) > 0
     clip_ratio = np.asarray(
         _divide(pair_time, clip_seconds[pair_clip]) if clip_seconds.size else pair_time,
@@ -404,42 +408,104 @@ def leave_one_out_agreement(
     The "other raters" of a judgment are the `reference` judgments on the same candidate and
     question minus the judgment itself. Control candidates are left out. Without `sums` the
     slice must hold every judgment on its candidates (the sums are taken from it); with `sums`
-    (read from the database: `annotation.quality.loading.reference_sums_load`) it needs only
-    the judgments of the workers to measure, and `reference` says which of those are in `sums`.
-    """
-    items = len(candidates)
+    (read from the database: `annotation.quality.candidate_sums`) it needs only the judgments
+    of the workers to measure, and `reference` says which of those are in `sums`."""
     if sums is None:
-        sums = reference_sums(judgments, items=items, reference=reference)
-    values = judgments.values.astype(np.float64)
+        sums = reference_sums(judgments, items=len(candidates), reference=reference)
+    moments = agreement_moments(
+        judgments, candidates, workers=workers, reference=reference, sums=sums
+    )
+    return agreement_from_moments(moments)
+
+
+# Per number of other raters d: Σ numerator, Σ x · numerator, Σ numerator², where the mean of
+# the others is numerator / d.
+OTHERS_WIDTH = 3
+
+
+@dataclass
+class AgreementMoments:
+    """The leave-one-out correlation's moments per worker, as exact integers: `base` holds n, Σx,
+    Σx² (workers × 3) and `by_others[w, d - 1]` the `OTHERS_WIDTH` numerator sums of the pairs
+    with d other raters. Integers add and subtract exactly, so moments kept running (a
+    worker's old contribution out, the new one in) end where a full read's do."""
+
+    base: NDArray[np.int64]
+    by_others: NDArray[np.int64]  # workers × D × OTHERS_WIDTH
+
+
+def agreement_moments(
+    judgments: JudgmentColumns,
+    candidates: CandidateColumns,
+    *,
+    workers: int,
+    reference: NDArray[np.bool_],
+    sums: ReferenceSums,
+) -> AgreementMoments:
+    """The moments of every judgment of the slice against `sums` (rows: its candidates), where
+    `reference` marks the judgments counted in `sums` (taken out of their own mean)."""
+    values = judgments.values.astype(np.int64)
     usable = ~candidates.is_control[judgments.item]
-    moments = np.zeros((6, workers))  # n, x, y, xy, xx, yy
+    base = np.zeros((workers, 3), dtype=np.int64)
+    parts: list[tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]]
+    parts = []
     for question in range(values.shape[1]):
         value = values[:, question]
         answered = (value > 0) & usable
-        counted = answered & reference
-        total = sums.total[:, question]
-        count = sums.count[:, question]
-        own = counted.astype(np.float64)
-        others = count[judgments.item] - own
+        own = (answered & reference).astype(np.int64)
+        total = np.rint(sums.total[judgments.item, question]).astype(np.int64)
+        others = np.rint(sums.count[judgments.item, question]).astype(np.int64) - own
         valid = answered & (others >= 1)
         if not valid.any():
             continue
-        mean_of_others = (total[judgments.item][valid] - value[valid] * own[valid]) / others[valid]
-        x = value[valid]
-        who = judgments.worker[valid]
-        moments[0] += np.bincount(who, minlength=workers)
-        moments[1] += np.bincount(who, weights=x, minlength=workers)
-        moments[2] += np.bincount(who, weights=mean_of_others, minlength=workers)
-        moments[3] += np.bincount(who, weights=x * mean_of_others, minlength=workers)
-        moments[4] += np.bincount(who, weights=x * x, minlength=workers)
-        moments[5] += np.bincount(who, weights=mean_of_others * mean_of_others, minlength=workers)
-    n, sx, sy, sxy, sxx, syy = (moments[row] for row in range(6))
+        x, who = value[valid], judgments.worker[valid]
+        base[:, 0] += np.bincount(who, minlength=workers)
+        base[:, 1] += _integer_bincount(who, x, workers)
+        base[:, 2] += _integer_bincount(who, x * x, workers)
+        parts.append((who, others[valid], x, total[valid] - x * own[valid]))
+    width = max((int(part[1].max()) for part in parts), default=0)
+    by_others = np.zeros((workers * max(width, 1), OTHERS_WIDTH), dtype=np.int64)
+    for who, others, x, numerator in parts:
+        slot = who * max(width, 1) + others - 1
+        for column, weight in enumerate((numerator, x * numerator, numerator * numerator)):
+            by_others[:, column] += _integer_bincount(slot, weight, len(by_others))
+    return AgreementMoments(
+        base=base, by_others=by_others.reshape(workers, max(width, 1), OTHERS_WIDTH)[:, :width]
+    )
+
+
+def _integer_bincount(
+    index: NDArray[np.int64], weights: NDArray[np.int64], length: int
+) -> NDArray[np.int64]:
+    """Integer sums per index. bincount adds in float64, exact for integers below 2**53 (these
+    are sums of ratings and their products: far below), and is much faster than `np.add.at`."""
+    return np.rint(np.bincount(index, weights=weights, minlength=length)).astype(np.int64)
+
+
+def agreement_from_moments(
+    moments: AgreementMoments,
+) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+    """Pairs and correlation per worker from integer moments. The others' sums are added one
+    number of raters at a time, in order, so trailing zero columns (a wider table) change
+    nothing: equal integers give equal floats."""
+    n = moments.base[:, 0].astype(np.float64)
+    sx = moments.base[:, 1].astype(np.float64)
+    sxx = moments.base[:, 2].astype(np.float64)
+    sy = np.zeros(len(n))
+    sxy = np.zeros(len(n))
+    syy = np.zeros(len(n))
+    for index in range(moments.by_others.shape[1]):
+        others = float(index + 1)
+        column = moments.by_others[:, index].astype(np.float64)
+        sy += column[:, 0] / others
+        sxy += column[:, 1] / others
+        syy += column[:, 2] / (others * others)
     covariance = n * sxy - sx * sy
     spread = (n * sxx - sx * sx) * (n * syy - sy * sy)
     with np.errstate(divide="ignore", invalid="ignore"):
         correlation = covariance / np.sqrt(spread)
     correlation[~np.isfinite(correlation) | (spread <= 1e-9)] = np.nan
-    return n.astype(np.int64), np.clip(correlation, -1.0, 1.0)
+    return moments.base[:, 0].copy(), np.clip(correlation, -1.0, 1.0)
 
 
 def overall_scores(

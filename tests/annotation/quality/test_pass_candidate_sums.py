@@ -37,6 +37,8 @@ from annotation.quality.incremental import quality_catch_up
 from annotation.quality.loading import campaign_slice_load
 from annotation.quality.rules import qc_rules_merge
 from annotation.quality.run import qc_campaign_full
+from annotation.quality.running import COUNTS, running_state
+from annotation.quality.running_store import running_states_load, stored_sums_read
 from tests.annotation.quality.factories import quality_crowd_campaign, quality_judge, quality_worker
 
 pytestmark = pytest.mark.django_db
@@ -94,9 +96,9 @@ def _stale(campaign) -> list[int]:  # type: ignore[no-untyped-def]
     )
 
 
-def _evaluations_agree(campaign, targets: list[int]) -> None:  # type: ignore[no-untyped-def]
+def _evaluations_agree(campaign, targets: list[int]) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
     """The statistics, flags and exclusions of `targets` from their own judgments plus the
-    candidate sums equal those from every judgment on their candidates."""
+    candidate sums equal those from every judgment on their candidates; returns the rows."""
     candidate_ids = set(
         Judgment.objects.filter(participation_id__in=targets).values_list(
             "campaign_candidate_id", flat=True
@@ -142,6 +144,7 @@ def _evaluations_agree(campaign, targets: list[int]) -> None:  # type: ignore[no
     assert own["flags"] == full["flags"]
     assert own["decisions"] == full["decisions"]
     np.testing.assert_allclose(own["agreement"], full["agreement"], rtol=1e-12, atol=1e-12)
+    return full["rows"]
 
 
 def _state(campaign) -> dict[str, Any]:  # type: ignore[no-untyped-def]
@@ -182,8 +185,76 @@ def _full_run_state(campaign) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     with transaction.atomic():
         qc_campaign_full(campaign=campaign)
         state = _state(campaign)
+        assert _states_hold(campaign) > 0  # the full run's states, against the sums it stored
         transaction.set_rollback(True)
     return state
+
+
+def _states_hold(campaign) -> int:  # type: ignore[no-untyped-def]
+    """Every stored running state equals the state of the worker's judgments up to their
+    watermark against the candidates' stored sums, computed from scratch: the same integers,
+    the same sorted values. Returns how many states were checked."""
+    active = sorted(
+        Participation.objects.filter(
+            campaign=campaign, status=ParticipationStatus.ACTIVE
+        ).values_list("id", flat=True)
+    )
+    stored, present, marks = running_states_load(active)
+    if not present.any():
+        return 0
+    data = campaign_slice_load(campaign=campaign, judges=active)
+    sums = stored_sums_read(
+        campaign=campaign, candidate_ids=data.candidates.ids, questions=len(data.question_keys)
+    )
+    through = np.full(len(data.workers), -1)
+    positions = np.searchsorted(data.workers.ids, active)
+    through[positions] = marks[:, 0]
+    judgments = data.judgments
+    fresh = running_state(
+        judgments,
+        data.candidates,
+        data.clip_seconds,
+        workers=len(data.workers),
+        selected=judgments.ids <= through[judgments.worker],
+        sums=sums,
+        reference=~judgments.excluded,
+    ).take(positions)
+    for row in np.flatnonzero(present).tolist():
+        assert dict(zip(COUNTS, stored.counts[row].tolist(), strict=True)) == dict(
+            zip(COUNTS, fresh.counts[row].tolist(), strict=True)
+        ), active[row]
+        width = max(stored.agreement.shape[1], fresh.agreement.shape[1])
+        for state in (stored, fresh):
+            state.agreement = np.pad(
+                state.agreement, ((0, 0), (0, width - state.agreement.shape[1]), (0, 0))
+            )
+        assert stored.agreement[row].tolist() == fresh.agreement[row].tolist(), active[row]
+        assert stored.timing_ms[row].tolist() == fresh.timing_ms[row].tolist()
+        assert stored.clip_ratios[row].tolist() == fresh.clip_ratios[row].tolist()
+    return int(present.sum())
+
+
+def _clip_candidates(campaign, candidate_ids: set[int]) -> set[int]:  # type: ignore[no-untyped-def]
+    """Every candidate of the clips of `candidate_ids`."""
+    return set(
+        CampaignCandidate.objects.filter(
+            campaign=campaign,
+            clip_id__in=CampaignCandidate.objects.filter(id__in=candidate_ids).values("clip_id"),
+        ).values_list("id", flat=True)
+    )
+
+
+def _stored_rows_match(targets: list[int], expected: list[dict[str, Any]]) -> int:
+    """What the pass stored (from running statistics) is what every judgment gives."""
+    stored_rows = {
+        row["participation_id"]: {name: row[name] for name in COMPARED}
+        for row in WorkerQCStats.objects.filter(participation_id__in=targets).values(
+            "participation_id", *COMPARED
+        )
+    }
+    for participation_id, row in zip(targets, expected, strict=True):
+        assert stored_rows[participation_id] == {name: row[name] for name in COMPARED}
+    return len(targets)
 
 
 class SumsSpy:
@@ -223,10 +294,13 @@ def test_passes_from_candidate_sums_end_where_a_full_run_does(monkeypatch):
     workers = [quality_worker(campaign, f"{kind}-{index}") for index, kind in enumerate(kinds)]
     rated: dict[int, int] = {worker.pk: 0 for worker in workers}
     late_submitted = reincluded = False
+    # Re-included since their last pass: their state was dropped when they were excluded.
+    reincluded_since: set[int] = set()
+    bounded_passes = checked = compared = 0
     for round_number in range(14):
         last = round_number == 13
         before = _latest_judgment_id()
-        reincluded_now: list[int] = []
+        late_now = False
         for worker, kind in zip(workers, kinds, strict=True):
             worker.refresh_from_db()
             if not last and rng.random() < 0.2:
@@ -234,7 +308,7 @@ def test_passes_from_candidate_sums_end_where_a_full_run_does(monkeypatch):
             if worker.status == ParticipationStatus.EXCLUDED:
                 if late_submitted:
                     continue
-                late_submitted = True  # a lease that was live: stored after the exclusion
+                late_submitted = late_now = True  # a live lease: stored after the exclusion
             _submit(worker, kind, clips[rated[worker.pk]], rng)
             rated[worker.pk] += 1
         uniform = workers[kinds.index("uniform")]
@@ -242,16 +316,15 @@ def test_passes_from_candidate_sums_end_where_a_full_run_does(monkeypatch):
         if not reincluded and uniform.status == ParticipationStatus.EXCLUDED:
             worker_include(participation=uniform, actor=None, note="asked them")
             reincluded = True
-            reincluded_now.append(uniform.pk)
+            reincluded_since.add(uniform.pk)
         targets = _stale(campaign)
-        if targets:
-            _evaluations_agree(campaign, targets)
+        expected = _evaluations_agree(campaign, targets) if targets else []
         spy = SumsSpy()
         monkeypatch.setattr(incremental, "candidate_sums_load", spy)
         quality_catch_up(campaign_id=campaign.pk)
         monkeypatch.undo()
         # The summing read covers the candidates of the new judgments of the pass's workers
-        # (and every candidate of a re-included worker, whose kept judgments changed), no more.
+        # (and every candidate of a worker re-included since their last pass), no more.
         new = set(
             Judgment.objects.filter(id__gt=before, participation_id__in=targets).values_list(
                 "campaign_candidate_id", flat=True
@@ -259,14 +332,28 @@ def test_passes_from_candidate_sums_end_where_a_full_run_does(monkeypatch):
         )
         new |= set(
             Judgment.objects.filter(
-                participation_id__in=set(reincluded_now) & set(targets)
+                participation_id__in=reincluded_since & set(targets)
             ).values_list("campaign_candidate_id", flat=True)
         )
+        # The pass read the judgments of the clips of those new judgments, not the workers'
+        # histories (unless someone was excluded: then it reads everything of its workers).
+        if not Participation.objects.filter(
+            id__in=targets, status=ParticipationStatus.EXCLUDED
+        ).exists():
+            assert spy.read == _clip_candidates(campaign, new), round_number
+            bounded_passes += 1
+        reincluded_since -= set(targets)
         assert spy.summed == new, round_number
-        if round_number >= 3 and not reincluded_now:
-            assert len(spy.summed) < len(spy.read)
+        # (Not in the round of the late submission: the pass excludes it first, `expected`
+        # counted it.)
+        compared += _stored_rows_match(targets, expected) if not late_now else 0
+        # The running states of every active worker (the pass's, and the others' moved by
+        # aggregation) are what their judgments give now.
+        checked += _states_hold(campaign)
+    assert bounded_passes >= 10 and checked >= 50 and compared >= 50
     final = _state(campaign)
     assert final == _full_run_state(campaign)
+    _states_hold(campaign)
     statuses = dict(final["workers"])
 
     assert statuses[workers[kinds.index("random")].pk] == ParticipationStatus.EXCLUDED
@@ -292,9 +379,14 @@ def test_a_late_or_changed_judgment_makes_the_worker_summed_in_full():
     quality_catch_up(campaign_id=campaign.pk)
 
     def summed() -> set[int]:
+        """The candidates the pass would sum: those of the judgments above a watermark that
+        holds (with a stored state), else all, plus those without usable stored sums."""
+        _, present, marks = running_states_load([worker.pk])
+        holds = present & incremental.watermarks_hold(campaign, [worker.pk], marks)
+        through = int(marks[0, 0]) if holds[0] else -1
         data = campaign_slice_load(campaign=campaign, judges=[worker.pk], candidate_ids=mine())
-        positions = np.searchsorted(data.workers.ids, [worker.pk])
-        live = incremental.unseen_candidates(data, positions)
+        live = np.zeros(len(data.candidates), dtype=bool)
+        live[data.judgments.item[data.judgments.ids > through]] = True
         sums = candidate_sums_load(
             campaign=campaign,
             candidate_ids=data.candidates.ids,

@@ -1,0 +1,204 @@
+"""The running statistics' storage (`WorkerQCStats.running_*`, migration 0019) and the one rule
+that keeps their agreement moments true: they are relative to the candidates' stored sums
+(`CampaignCandidate.kept_sums` / `kept_counts`; NULL or of another length counts as no sums),
+so whoever rewrites those sums moves the moments of every judgment on them that the workers'
+states hold (`agreement_push`, called by aggregation in its transaction: old contribution out,
+new in). A state holds a worker's judgments up to `WorkerQCStats.through_judgment_id`; a
+judgment above it is not in the state and is not pushed.
+
+Lock order: candidate rows, then statistics rows (aggregation locks its candidates with
+`stored_sums_read(lock=True)`, then the raters' rows; a pass storing states reads its
+candidates' sums `FOR SHARE`, then locks its workers' rows)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from django.db import connection
+from numpy.typing import NDArray
+
+from annotation.crowd.services.columns import pg_array
+from annotation.models import Campaign, CampaignCandidate, WorkerQCStats
+from annotation.quality.loading import CampaignSlice, _table, id_filter
+from annotation.quality.running import COUNTS, RunningState, empty_state, running_state, widened
+from annotation.quality.statistics import OTHERS_WIDTH, ReferenceSums
+
+_RUNNING_COLUMNS = (
+    "running_counts",
+    "running_agreement",
+    "running_timing_ms",
+    "running_clip_ratios",
+)
+
+
+def stored_sums_read(
+    *,
+    campaign: Campaign,
+    candidate_ids: NDArray[np.int64],
+    questions: int,
+    lock: str | None = None,
+) -> ReferenceSums:
+    """The sums stored on `candidate_ids` (sorted), rows in their order; zeros where none are
+    usable. `lock`: "UPDATE" or "SHARE" to lock the rows (in id order) for the transaction."""
+    sums = ReferenceSums(
+        total=np.zeros((len(candidate_ids), questions)),
+        count=np.zeros((len(candidate_ids), questions)),
+    )
+    if not len(candidate_ids):
+        return sums
+    clause, params = id_filter("cc.id", candidate_ids.tolist())
+    suffix = f" ORDER BY cc.id FOR {lock} OF cc" if lock else ""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT cc.id, cc.kept_sums, cc.kept_counts FROM {_table(CampaignCandidate)} cc "
+            f"WHERE cc.campaign_id = %s AND {clause}{suffix}",
+            [campaign.pk, *params],
+        )
+        for item, kept_sums, kept_counts in cursor.fetchall():
+            if (
+                kept_sums is None
+                or kept_counts is None
+                or len(kept_sums) != questions
+                or len(kept_counts) != questions
+            ):
+                continue
+            row = int(np.searchsorted(candidate_ids, item))
+            sums.total[row] = kept_sums
+            sums.count[row] = kept_counts
+    return sums
+
+
+def running_states_load(
+    participation_ids: Sequence[int], *, lock: bool = False, medians: bool = True
+) -> tuple[RunningState, NDArray[np.bool_], NDArray[np.int64]]:
+    """The stored states of `participation_ids` (rows in that order), whether each has one (with
+    its watermark), and the watermarks: through id, judgments and kept ones up to it. Without
+    `medians` the sorted values (the part that grows with the history) are not read: empty."""
+    state = empty_state(len(participation_ids))
+    present = np.zeros(len(participation_ids), dtype=bool)
+    marks = np.full((len(participation_ids), 3), -1, dtype=np.int64)
+    row_of = {int(pid): row for row, pid in enumerate(participation_ids)}
+    suffix = " ORDER BY participation_id FOR UPDATE" if lock else ""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT participation_id, through_judgment_id, judgments_through, kept_through, "
+            f"{', '.join(_RUNNING_COLUMNS if medians else (*_RUNNING_COLUMNS[:2], 'NULL', 'NULL'))} "
+            f"FROM {WorkerQCStats._meta.db_table} "
+            f"WHERE participation_id = ANY(%s){suffix}",
+            [list(row_of)],
+        )
+        rows = cursor.fetchall()
+    width = max((len(row[5] or ()) // OTHERS_WIDTH for row in rows), default=0)
+    state.agreement = np.zeros((len(participation_ids), width, OTHERS_WIDTH), dtype=np.int64)
+    for pid, through, counted, kept, counts, agreement, timing, ratios in rows:
+        row = row_of[int(pid)]
+        if through is None or counted is None or kept is None:
+            continue
+        marks[row] = (through, counted, kept)
+        if counts is None or len(counts) != len(COUNTS) or agreement is None:
+            continue
+        present[row] = True
+        state.counts[row] = counts
+        flat = np.asarray(agreement, dtype=np.int64).reshape(-1, OTHERS_WIDTH)
+        state.agreement[row, : len(flat)] = flat
+        state.timing_ms[row] = np.asarray(timing or [], dtype=np.int64)
+        state.clip_ratios[row] = np.asarray(ratios or [], dtype=np.float64)
+    return state, present, marks
+
+
+def _literal(values: Any) -> str:
+    return "{" + ",".join(repr(value) for value in np.asarray(values).tolist()) + "}"
+
+
+def running_states_write(
+    participation_ids: Sequence[int], state: RunningState | None, *, medians: bool = True
+) -> None:
+    """Write the states of `participation_ids` (rows of `state`) to their existing statistics
+    rows; `state=None` clears them (the next pass reads everything). Without `medians` the
+    sorted values are left as they are."""
+    if not len(participation_ids):
+        return
+    table = WorkerQCStats._meta.db_table
+    with connection.cursor() as cursor:
+        if state is None:
+            cursor.execute(
+                f"UPDATE {table} SET {', '.join(f'{c} = NULL' for c in _RUNNING_COLUMNS)} "
+                f"WHERE participation_id = ANY(%s)",
+                [list(participation_ids)],
+            )
+            return
+        texts = [
+            [_literal(row) for row in state.counts],
+            [_literal(row.reshape(-1)) for row in _trimmed(state.agreement)],
+        ]
+        if medians:
+            texts.append([_literal(values) for values in state.timing_ms])
+            texts.append([_literal(values) for values in state.clip_ratios])
+        casts = ("bigint[]", "bigint[]", "integer[]", "double precision[]")[: len(texts)]
+        names = [f"c{index}" for index in range(len(texts))]
+        cursor.execute(
+            f"UPDATE {table} AS s SET "
+            + ", ".join(
+                f"{column} = x.{name}::{cast}"
+                for column, name, cast in zip(_RUNNING_COLUMNS, names, casts, strict=False)
+            )
+            + f" FROM unnest(%s::bigint[], {', '.join(['%s::text[]'] * len(texts))}) "
+            f"AS x(participation_id, {', '.join(names)}) "
+            "WHERE s.participation_id = x.participation_id",
+            [pg_array([int(p) for p in participation_ids], "int8")]
+            + [pg_array(column, "text") for column in texts],
+        )
+
+
+def _trimmed(agreement: NDArray[np.int64]) -> list[NDArray[np.int64]]:
+    """Each worker's numerators without trailing all-zero columns (they add nothing)."""
+    rows = []
+    for row in agreement:
+        used = np.flatnonzero(row.any(axis=1))
+        rows.append(row[: int(used[-1]) + 1] if used.size else row[:0])
+    return rows
+
+
+def agreement_push(data: CampaignSlice, *, old: ReferenceSums, new: ReferenceSums) -> int:
+    """The candidates of `data` (a slice with every judgment on them) had sums `old` and are
+    getting `new`: move the agreement moments of every state holding a judgment on a candidate
+    whose sums change. Called in the transaction that writes `new`, after `old` was read with
+    the rows locked. Returns the states moved."""
+    changed = (old.total != new.total).any(axis=1) | (old.count != new.count).any(axis=1)
+    judgments = data.judgments
+    on_changed = changed[judgments.item]
+    if not on_changed.any():
+        return 0
+    raters = np.unique(judgments.worker[on_changed])
+    participation_ids = data.workers.ids[raters].tolist()
+    state, present, marks = running_states_load(participation_ids, lock=True, medians=False)
+    if not present.any():
+        return 0
+    through = np.full(len(data.workers), -1, dtype=np.int64)
+    through[raters[present]] = marks[present, 0]
+    held = on_changed & (judgments.ids <= through[judgments.worker])
+    kept = ~judgments.excluded
+    moved = [
+        running_state(
+            judgments,
+            data.candidates,
+            data.clip_seconds,
+            workers=len(data.workers),
+            selected=held,
+            sums=sums,
+            reference=kept,
+        )
+        for sums in (new, old)
+    ]
+    width = max(state.agreement.shape[1], *(m.agreement.shape[1] for m in moved))
+    start = COUNTS.index("agreement_n")
+    rows = np.flatnonzero(present)
+    for sign, moment in zip((1, -1), moved, strict=True):
+        state.counts[rows, start:] += sign * moment.counts[raters[rows], start:]
+        state.agreement = widened(state.agreement, width)
+        state.agreement[rows] += sign * widened(moment.agreement, width)[raters[rows]]
+    chosen = [participation_ids[row] for row in rows.tolist()]
+    running_states_write(chosen, state.take(rows), medians=False)
+    return len(chosen)
