@@ -62,7 +62,6 @@ from annotation.quality.rules import RuleFlag, qc_rules_merge
 from annotation.quality.running import (
     RunningState,
     empty_state,
-    running_state,
     state_add,
     state_subtract,
     statistics_from_state,
@@ -70,6 +69,7 @@ from annotation.quality.running import (
 from annotation.quality.running_store import (
     running_states_load,
     running_states_write,
+    slice_state,
     stored_sums_read,
 )
 from annotation.quality.statistics import ReferenceSums, WorkerStatistics
@@ -213,15 +213,7 @@ def _updated(
     kept = ~data.judgments.excluded
 
     def state(selected: NDArray[np.bool_], sums: ReferenceSums) -> RunningState:
-        return running_state(
-            data.judgments,
-            data.candidates,
-            data.clip_seconds,
-            workers=len(data.workers),
-            selected=selected,
-            sums=sums,
-            reference=kept,
-        )
+        return slice_state(data, selected, sums, kept)
 
     return state_add(state_subtract(base, state(~new, old_sums)), state(new | ~new, new_sums))
 

@@ -161,6 +161,24 @@ def _trimmed(agreement: NDArray[np.int64]) -> list[NDArray[np.int64]]:
     return rows
 
 
+def slice_state(
+    data: CampaignSlice,
+    selected: NDArray[np.bool_],
+    sums: ReferenceSums,
+    reference: NDArray[np.bool_],
+) -> RunningState:
+    """`running_state` of the `selected` judgments of a campaign slice, against `sums`."""
+    return running_state(
+        data.judgments,
+        data.candidates,
+        data.clip_seconds,
+        workers=len(data.workers),
+        selected=selected,
+        sums=sums,
+        reference=reference,
+    )
+
+
 def agreement_push(data: CampaignSlice, *, old: ReferenceSums, new: ReferenceSums) -> int:
     """The candidates of `data` (a slice with every judgment on them) had sums `old` and are
     getting `new`: move the agreement moments of every state holding a judgment on a candidate
@@ -180,18 +198,7 @@ def agreement_push(data: CampaignSlice, *, old: ReferenceSums, new: ReferenceSum
     through[raters[present]] = marks[present, 0]
     held = on_changed & (judgments.ids <= through[judgments.worker])
     kept = ~judgments.excluded
-    moved = [
-        running_state(
-            judgments,
-            data.candidates,
-            data.clip_seconds,
-            workers=len(data.workers),
-            selected=held,
-            sums=sums,
-            reference=kept,
-        )
-        for sums in (new, old)
-    ]
+    moved = [slice_state(data, held, sums, kept) for sums in (new, old)]
     width = max(state.agreement.shape[1], *(m.agreement.shape[1] for m in moved))
     start = COUNTS.index("agreement_n")
     rows = np.flatnonzero(present)
