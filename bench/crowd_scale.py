@@ -49,6 +49,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import resource
 import shutil
 import signal
@@ -697,6 +698,7 @@ PG_STAT_STATEMENTS_SETTINGS = (
     "pg_stat_statements.max=2000",
     "pg_stat_statements.track=top",
 )
+PARAMETER_LIST = re.compile(r"\$\d+(?:\s*,\s*\$\d+)*")
 
 
 def statements_enable(bench: lw.Bench) -> None:
@@ -717,7 +719,9 @@ def statements_top(bench: lw.Bench, cycles: int, limit: int = 40) -> dict[str, A
     """Every statement of the `lepus` database since the reset, summed, and the top `limit`.
 
     Per statement: calls, total and mean execution time, rows, shared blocks hit and read, and
-    calls and milliseconds per cycle, ordered by total execution time. Time is the backend's
+    calls and milliseconds per cycle, ordered by total execution time; per family of statements
+    (the same first 100 characters: one IN list per length is a statement of its own), the
+    same sums. Time is the backend's
     wall time inside the executor, not its CPU: comparable between two trees run alike.
     """
     rows = lw.sql_rows(
@@ -729,6 +733,15 @@ def statements_top(bench: lw.Bench, cycles: int, limit: int = 40) -> dict[str, A
     )
     per_cycle = 1 / cycles if cycles else 0.0
     total_ms = sum(row[2] for row in rows)
+    # One IN list per length is one statement to pg_stat_statements: a family is the statements
+    # alike once each list of parameters is one `$n` (their first 160 characters), summed.
+    families: dict[str, list[float]] = {}
+    for query, calls, exec_ms, _plan, _rows, _hit, _read in rows:
+        key = PARAMETER_LIST.sub("$n", " ".join(query.split()))[:160]
+        family = families.setdefault(key, [0, 0.0, 0])
+        family[0] += calls
+        family[1] += exec_ms
+        family[2] += 1
     return {
         "statements": len(rows),
         "calls": sum(row[1] for row in rows),
@@ -749,6 +762,17 @@ def statements_top(bench: lw.Bench, cycles: int, limit: int = 40) -> dict[str, A
                 "blocks_read": read,
             }
             for query, calls, exec_ms, plan_ms, rows_returned, hit, read in rows[:limit]
+        ],
+        "families": [
+            {
+                "query": query,
+                "statements": int(statements),
+                "calls_per_cycle": round(calls * per_cycle, 3),
+                "exec_ms_per_cycle": round(exec_ms * per_cycle, 4),
+            }
+            for query, (calls, exec_ms, statements) in sorted(
+                families.items(), key=lambda item: -item[1][1]
+            )[:limit]
         ],
     }
 
