@@ -37,6 +37,8 @@ generator's own CPU; peak memory (PSS) per tree; PostgreSQL client connections; 
 established connections and listen queue; the load average; and correctness counted from the
 database afterwards (`load_workers.LepusTarget.correctness`: over-quota candidates, repeated clips,
 lost / duplicated / unacknowledged submissions). One raw file per invocation via provenance.py.
+`--pg-stat-statements` loads pg_stat_statements in the private cluster (shared_preload_libraries)
+and records each step's statements (calls and executor time, per cycle) in the raw file.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import resource
 import shutil
 import signal
@@ -686,6 +689,94 @@ def raise_fd_limit() -> int:
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
+# --------------------------------------------------------------------------------------------------
+# pg_stat_statements (option --pg-stat-statements): what the database spent its time on
+# --------------------------------------------------------------------------------------------------
+
+PG_STAT_STATEMENTS_SETTINGS = (
+    "shared_preload_libraries=pg_stat_statements",
+    "pg_stat_statements.max=2000",
+    "pg_stat_statements.track=top",
+)
+PARAMETER_LIST = re.compile(r"\$\d+(?:\s*,\s*\$\d+)*")
+
+
+def statements_enable(bench: lw.Bench) -> None:
+    import psycopg2
+
+    connection = psycopg2.connect(bench.pg_dsn("lepus"))
+    connection.autocommit = True
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+    connection.close()
+
+
+def statements_reset(bench: lw.Bench) -> None:
+    lw.sql_rows(bench.pg_dsn("lepus"), "SELECT pg_stat_statements_reset()")
+
+
+def statements_top(bench: lw.Bench, cycles: int, limit: int = 40) -> dict[str, Any]:
+    """Every statement of the `lepus` database since the reset, summed, and the top `limit`.
+
+    Per statement: calls, total and mean execution time, rows, shared blocks hit and read, and
+    calls and milliseconds per cycle, ordered by total execution time; per family of statements
+    (the same first 100 characters: one IN list per length is a statement of its own), the
+    same sums. Time is the backend's
+    wall time inside the executor, not its CPU: comparable between two trees run alike.
+    """
+    rows = lw.sql_rows(
+        bench.pg_dsn("lepus"),
+        "SELECT s.query, s.calls, s.total_exec_time, s.total_plan_time, s.rows,"
+        " s.shared_blks_hit, s.shared_blks_read FROM pg_stat_statements s"
+        " JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = 'lepus'"
+        " ORDER BY s.total_exec_time DESC",
+    )
+    per_cycle = 1 / cycles if cycles else 0.0
+    total_ms = sum(row[2] for row in rows)
+    # One IN list per length is one statement to pg_stat_statements: a family is the statements
+    # alike once each list of parameters is one `$n` (their first 160 characters), summed.
+    families: dict[str, list[float]] = {}
+    for query, calls, exec_ms, _plan, _rows, _hit, _read in rows:
+        key = PARAMETER_LIST.sub("$n", " ".join(query.split()))[:160]
+        family = families.setdefault(key, [0, 0.0, 0])
+        family[0] += calls
+        family[1] += exec_ms
+        family[2] += 1
+    return {
+        "statements": len(rows),
+        "calls": sum(row[1] for row in rows),
+        "exec_ms": round(total_ms, 1),
+        "calls_per_cycle": round(sum(row[1] for row in rows) * per_cycle, 2),
+        "exec_ms_per_cycle": round(total_ms * per_cycle, 3),
+        "top": [
+            {
+                "query": " ".join(query.split())[:600],
+                "calls": calls,
+                "calls_per_cycle": round(calls * per_cycle, 3),
+                "exec_ms": round(exec_ms, 1),
+                "exec_ms_per_cycle": round(exec_ms * per_cycle, 4),
+                "mean_ms": round(exec_ms / calls, 4) if calls else None,
+                "plan_ms": round(plan_ms, 1),
+                "rows": rows_returned,
+                "blocks_hit": hit,
+                "blocks_read": read,
+            }
+            for query, calls, exec_ms, plan_ms, rows_returned, hit, read in rows[:limit]
+        ],
+        "families": [
+            {
+                "query": query,
+                "statements": int(statements),
+                "calls_per_cycle": round(calls * per_cycle, 3),
+                "exec_ms_per_cycle": round(exec_ms * per_cycle, 4),
+            }
+            for query, (calls, exec_ms, statements) in sorted(
+                families.items(), key=lambda item: -item[1][1]
+            )[:limit]
+        ],
+    }
+
+
 def run_step(
     *,
     bench: lw.Bench,
@@ -724,6 +815,8 @@ def run_step(
     monitor = Monitor(roots, port=port, dsn=bench.pg_dsn("lepus"), crowd=crowd)
     load_start = [round(value, 2) for value in os.getloadavg()]
     usage_before = resource.getrusage(resource.RUSAGE_SELF)
+    if args.pg_stat_statements:
+        statements_reset(bench)
     sampler.start()
     monitor.start()
     log(f"step {step}: {workers} workers for {args.duration:.0f} s")
@@ -734,11 +827,12 @@ def run_step(
     drained = lw.celery_queue_drainer(bench)()
     sampler.stop()
     series = monitor.stop()
+    cycles = len(crowd.acknowledged)
+    statements = statements_top(bench, cycles) if args.pg_stat_statements else None
     load_end = [round(value, 2) for value in os.getloadavg()]
     generator_s = (usage_after.ru_utime - usage_before.ru_utime) + (
         usage_after.ru_stime - usage_before.ru_stime
     )
-    cycles = len(crowd.acknowledged)
     server_ms = sum(sampler.cpu_ms.values())
     log(f"step {step}: {cycles} cycles in {elapsed:.0f} s; counting correctness from the database")
     target = lw.LepusTarget(
@@ -828,6 +922,8 @@ def run_step(
         ),
         "series": series,
     }
+    if statements is not None:
+        result["pg_stat_statements"] = statements
     log(step_line(result))
     return result
 
@@ -869,7 +965,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     signal.signal(signal.SIGTERM, on_signal)
     try:
-        lw.start_postgres(bench)
+        lw.start_postgres(
+            bench, settings=PG_STAT_STATEMENTS_SETTINGS if args.pg_stat_statements else ()
+        )
         lw.start_redis(bench)
         assert bench.redis is not None
         setup_started = time.monotonic()
@@ -884,6 +982,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             env=env,
             check=True,
         )
+        if args.pg_stat_statements:
+            statements_enable(bench)
         log(f"seed {args.clips} clips x 3 candidates x {args.references} references")
         subprocess.run(
             [
@@ -909,7 +1009,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "gunicorn": commands["gunicorn"][1:],
             "celery": f"celery -A config worker -Q default --concurrency {args.celery_concurrency}"
             " + celery beat",
-            "postgresql": "private cluster, unix socket, max_connections=300, defaults otherwise",
+            "postgresql": "private cluster, unix socket, max_connections=300, defaults otherwise"
+            + (" (pg_stat_statements loaded)" if args.pg_stat_statements else ""),
             "redis": "private, unix socket (throttle cache + broker)",
             "throttles": "production defaults for next/submit/me; join raised (one client address)",
             "DATABASE_CONN_MAX_AGE": env.get("DATABASE_CONN_MAX_AGE", "default (60)"),
@@ -1053,6 +1154,11 @@ def main() -> None:
     parser.add_argument("--request-timeout", type=float, default=30)
     parser.add_argument("--seed", type=int, default=17)
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument(
+        "--pg-stat-statements",
+        action="store_true",
+        help="load pg_stat_statements in the private cluster and record each step's statements",
+    )
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
     args.steps = [int(x) for x in args.ramp.split(",") if x.strip()] or [args.workers]

@@ -62,7 +62,7 @@ import threading
 import time
 import urllib.parse
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -1063,8 +1063,11 @@ def postgres_bin() -> Path:
     return candidates[-1].parent
 
 
-def start_postgres(bench: Bench) -> None:
-    """A private cluster listening on a unix socket only (nothing on TCP, nothing shared)."""
+def start_postgres(bench: Bench, settings: Sequence[str] = ()) -> None:
+    """A private cluster listening on a unix socket only (nothing on TCP, nothing shared).
+
+    `settings` are extra `name=value` server settings (e.g. `shared_preload_libraries=...`).
+    """
     bin_dir = postgres_bin()
     data = bench.root / "pgdata"
     bench.pg_socket_dir.mkdir(parents=True, exist_ok=True)
@@ -1107,6 +1110,7 @@ def start_postgres(bench: Bench) -> None:
             str(bench.pg_port),
             "-c",
             "max_connections=300",
+            *[part for setting in settings for part in ("-c", setting)],
         ],
         env=dict(os.environ),
         log_path=bench.root / "postgres.log",
