@@ -400,7 +400,7 @@ def aggregation_apply(
             campaign=data.campaign,
             candidate_ids=data.candidates.ids,
             questions=len(data.question_keys),
-            lock="UPDATE",
+            lock="NO KEY UPDATE",
         )
         new = ReferenceSums(
             total=aggregates.kept_sums.astype(np.float64),

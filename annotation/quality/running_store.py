@@ -41,7 +41,9 @@ def stored_sums_read(
     lock: str | None = None,
 ) -> ReferenceSums:
     """The sums stored on `candidate_ids` (sorted), rows in their order; zeros where none are
-    usable. `lock`: "UPDATE" or "SHARE" to lock the rows (in id order) for the transaction."""
+    usable. `lock`: "NO KEY UPDATE" or "SHARE" to lock the rows (in id order) for the
+    transaction (not "UPDATE": it would also block the foreign-key checks, FOR KEY SHARE, of every
+    judgment and assignment inserted on those candidates meanwhile, i.e. the crowd's submits)."""
     sums = ReferenceSums(
         total=np.zeros((len(candidate_ids), questions)),
         count=np.zeros((len(candidate_ids), questions)),
