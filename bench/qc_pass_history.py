@@ -99,10 +99,10 @@ def _states_rewind(campaign: Any, chosen: list[int]) -> int:
     if not any(f.name == "running_counts" for f in WorkerQCStats._meta.get_fields()):
         return 0
     from annotation.quality.loading import campaign_slice_load
-    from annotation.quality.running import running_state
     from annotation.quality.running_store import (
         running_states_load,
         running_states_write,
+        slice_state,
         stored_sums_read,
     )
 
@@ -112,19 +112,10 @@ def _states_rewind(campaign: Any, chosen: list[int]) -> int:
     positions = np.searchsorted(data.workers.ids, chosen)
     through[positions] = marks[:, 0]
     judgments = data.judgments
-    state = running_state(
-        judgments,
-        data.candidates,
-        data.clip_seconds,
-        workers=len(data.workers),
-        selected=judgments.ids <= through[judgments.worker],
-        sums=stored_sums_read(
-            campaign=campaign,
-            candidate_ids=data.candidates.ids,
-            questions=len(data.question_keys),
-        ),
-        reference=~judgments.excluded,
+    sums = stored_sums_read(
+        campaign=campaign, candidate_ids=data.candidates.ids, questions=len(data.question_keys)
     )
+    state = slice_state(data, judgments.ids <= through[judgments.worker], sums, ~judgments.excluded)
     running_states_write(chosen, state.take(positions))
     return len(chosen)
 

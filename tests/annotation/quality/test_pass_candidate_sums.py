@@ -37,8 +37,8 @@ from annotation.quality.incremental import quality_catch_up
 from annotation.quality.loading import campaign_slice_load
 from annotation.quality.rules import qc_rules_merge
 from annotation.quality.run import qc_campaign_full
-from annotation.quality.running import COUNTS, running_state
-from annotation.quality.running_store import running_states_load, stored_sums_read
+from annotation.quality.running import COUNTS
+from annotation.quality.running_store import running_states_load, slice_state, stored_sums_read
 from tests.annotation.quality.factories import quality_crowd_campaign, quality_judge, quality_worker
 
 pytestmark = pytest.mark.django_db
@@ -210,14 +210,8 @@ def _states_hold(campaign) -> int:  # type: ignore[no-untyped-def]
     positions = np.searchsorted(data.workers.ids, active)
     through[positions] = marks[:, 0]
     judgments = data.judgments
-    fresh = running_state(
-        judgments,
-        data.candidates,
-        data.clip_seconds,
-        workers=len(data.workers),
-        selected=judgments.ids <= through[judgments.worker],
-        sums=sums,
-        reference=~judgments.excluded,
+    fresh = slice_state(
+        data, judgments.ids <= through[judgments.worker], sums, ~judgments.excluded
     ).take(positions)
     for row in np.flatnonzero(present).tolist():
         assert dict(zip(COUNTS, stored.counts[row].tolist(), strict=True)) == dict(
