@@ -180,16 +180,32 @@ class CountingEngine:
     TIMES = ("wait_seconds", "forward_seconds")
 
     def __init__(
-        self, engine: Any, totals: dict[str, int], rows: dict[str, bool] | None = None
+        self,
+        engine: Any,
+        totals: dict[str, int],
+        rows: dict[str, bool] | None = None,
+        marks: list[list[float]] | None = None,
     ) -> None:
         self.engine = engine
         self.totals = totals
         self.rows = rows if rows is not None else {"packed": True, "two_level": True}
+        # per engine run, the seconds from its start at which each batch was stored
+        self.marks = marks if marks is not None else []
 
     def run(self, examples: Sequence[Any], **options: Any) -> Any:
         self.engine.pack_suffixes = self.rows["packed"]
         self.engine.two_level_prefix = self.rows.get("two_level", False)
-        output = self.engine.run(examples, **options)
+        caller = options.pop("progress", None)
+        marks: list[float] = []
+        self.marks.append(marks)
+        started = time.perf_counter()
+
+        def progress(done: int) -> None:
+            marks.append(round(time.perf_counter() - started, 4))
+            if caller is not None:
+                caller(done)
+
+        output = self.engine.run(examples, progress=progress, **options)
         self.totals["samples"] = self.totals.get("samples", 0) + len(examples)
         for key in self.COUNTS:
             self.totals[key] = self.totals.get(key, 0) + int(output.stats.get(key, 0))
@@ -200,6 +216,53 @@ class CountingEngine:
 
     def close(self) -> None:
         self.engine.close()
+
+
+def compile_state() -> dict[str, float]:
+    """torch.compile's work so far in this process: seconds in Dynamo's compile (tracing and
+    Inductor, cache hits included) and graphs compiled."""
+    from torch._dynamo import utils
+
+    return {
+        "compile_seconds": sum(utils.compilation_time_metrics.get("_compile.compile_inner", [])),
+        "compiled_graphs": float(utils.counters["stats"].get("unique_graphs", 0)),
+    }
+
+
+def allocator_state(device: Any) -> dict[str, float]:
+    """The CUDA caching allocator's counters (cudaMalloc / cudaFree calls, retries after a
+    failed allocation) and its peak reservation."""
+    import torch
+
+    if device.type != "cuda":
+        return {}
+    stats = torch.cuda.memory_stats(device)
+    return {
+        "cuda_mallocs": stats.get("num_device_alloc", 0),
+        "cuda_frees": stats.get("num_device_free", 0),
+        "alloc_retries": stats.get("num_alloc_retries", 0),
+        "peak_reserved_gib": round(stats.get("reserved_bytes.all.peak", 0) / 2**30, 2),
+    }
+
+
+def batch_timeline(marks: list[list[float]]) -> dict[str, Any]:
+    """Where a run's time went batch by batch: each engine run's intervals between stored
+    batches (the first from the run's start), their median, and the time above the median per
+    tenth of the batches (a first run's extra cost shows as where it falls)."""
+    intervals = [b - a for run in marks for a, b in zip([0.0, *run[:-1]], run, strict=True)]
+    if not intervals:
+        return {}
+    median = float(np.median(intervals))
+    excess = np.maximum(np.asarray(intervals) - median, 0.0)
+    tenths = [float(part.sum()) for part in np.array_split(excess, 10)]
+    return {
+        "batches": len(intervals),
+        "first_intervals": [round(x, 3) for x in intervals[:8]],
+        "median_interval": round(median, 4),
+        "excess_over_median_seconds": round(float(excess.sum()), 3),
+        "excess_by_tenth": [round(x, 3) for x in tenths],
+        "intervals": [round(x, 4) for x in intervals],
+    }
 
 
 def workload_counts(
@@ -558,6 +621,7 @@ def main() -> None:
     totals: dict[str, int] = {}
     # --suffix-rows and --prefix-levels of the run in progress
     suffix_state = {"packed": True, "two_level": True}
+    marks: list[list[float]] = []  # the engines' batch times in the run in progress
 
     def counting_engine(engine_config: RigelConfig, samples: int) -> Any:
         from training_bridge.rigel.pipeline import make_engine
@@ -565,7 +629,7 @@ def main() -> None:
         engine = make_engine(
             backbone, engine_config, head=head, batch_size=config.eval_batch_size, samples=samples
         )
-        return CountingEngine(engine, totals, suffix_state) if engine is not None else None
+        return CountingEngine(engine, totals, suffix_state, marks) if engine is not None else None
 
     scorer = ProtocolScorer(
         model,
@@ -619,6 +683,7 @@ def main() -> None:
             "batch": config.eval_batch_size,
             "chunk": args.chunk,
             "engine_compile": config.engine_compile,
+            "cuda_alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
             "prompt_layouts": layouts,
             "prefix_levels": prefix_levels,
         },
@@ -676,6 +741,8 @@ def main() -> None:
 
     def together_run() -> dict[str, Any]:
         before = dict(totals)
+        marks.clear()
+        compiled, allocated = compile_state(), allocator_state(device)
         t0 = time.perf_counter()
         scores = score_protocols(
             scorer,
@@ -701,6 +768,13 @@ def main() -> None:
             },
         }
         run.update(workload_counts(counts, backbone.model.config, frames_per_input, temporal_patch))
+        for name, value in compile_state().items():
+            run[name] = round(value - compiled[name], 3)
+        run["allocator"] = {
+            k: v if k.startswith("peak") else v - allocated.get(k, 0)
+            for k, v in allocator_state(device).items()
+        }
+        run["timeline"] = batch_timeline(marks)
         return run
 
     scoring_started = time.perf_counter()
