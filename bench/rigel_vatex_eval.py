@@ -816,7 +816,21 @@ def main() -> None:
                         if rows == "packed":
                             by_levels = report.setdefault("scores_by_levels", {})
                             by_levels.setdefault(levels, scores_of_run)
-                    print("together", key, round_number, run["seconds"], flush=True)
+                    print(
+                        "together",
+                        key,
+                        round_number,
+                        run["seconds"],
+                        json.dumps(
+                            {
+                                "compile_seconds": run["compile_seconds"],
+                                "first_batch": run["timeline"].get("first_intervals", [None])[0],
+                                "excess": run["timeline"].get("excess_over_median_seconds"),
+                                "wait": run.get("engine_counts", {}).get("wait_seconds"),
+                            }
+                        ),
+                        flush=True,
+                    )
                 else:
                     started_mode = time.perf_counter()
                     first = (layout, rows, levels) == (layouts[0], suffix_rows[0], prefix_levels[0])
