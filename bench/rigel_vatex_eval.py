@@ -249,7 +249,7 @@ def batch_timeline(marks: list[list[float]]) -> dict[str, Any]:
     """Where a run's time went batch by batch: each engine run's intervals between stored
     batches (the first from the run's start), their median, and the time above the median per
     tenth of the batches (a first run's extra cost shows as where it falls)."""
-    intervals = [b - a for run in marks for a, b in zip([0.0, *run[:-1]], run, strict=True)]
+    intervals = [b - a for run in marks if run for a, b in zip([0.0, *run[:-1]], run, strict=True)]
     if not intervals:
         return {}
     median = float(np.median(intervals))
