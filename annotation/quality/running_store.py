@@ -22,7 +22,14 @@ from numpy.typing import NDArray
 from annotation.crowd.services.columns import pg_array
 from annotation.models import Campaign, CampaignCandidate, WorkerQCStats
 from annotation.quality.loading import CampaignSlice, _table, id_filter
-from annotation.quality.running import COUNTS, RunningState, empty_state, running_state, widened
+from annotation.quality.running import (
+    COUNTS,
+    RunningState,
+    empty_state,
+    median_stand_in,
+    running_state,
+    widened,
+)
 from annotation.quality.statistics import OTHERS_WIDTH, ReferenceSums
 
 _RUNNING_COLUMNS = (
@@ -151,6 +158,106 @@ def running_states_write(
             "WHERE s.participation_id = x.participation_id",
             [pg_array([int(p) for p in participation_ids], "int8")]
             + [pg_array(column, "text") for column in texts],
+        )
+
+
+# The sorted multiset `stored` less `removed` plus `added` (arrays), NULL when empty.
+_MULTISET = (
+    "(SELECT array_agg(v ORDER BY v) FROM ((SELECT unnest({stored}) EXCEPT ALL "
+    "SELECT unnest({removed})) UNION ALL SELECT unnest({added})) AS u(v))"
+)
+_MEDIAN_COLUMNS = (
+    ("running_timing_ms", "integer[]"),
+    ("running_clip_ratios", "double precision[]"),
+)
+
+
+def _median_changes(
+    participation_ids: Sequence[int], removed: RunningState, added: RunningState
+) -> list[Any]:
+    """The parameters of `_median_source`: ids, then per median column the removed and the
+    added values (rows of `removed` and `added`), as array literals."""
+    columns = []
+    for name in ("timing_ms", "clip_ratios"):
+        for state in (removed, added):
+            columns.append(pg_array([_literal(values) for values in getattr(state, name)], "text"))
+    return [pg_array([int(p) for p in participation_ids], "int8"), *columns]
+
+
+def _median_source(stored: str) -> tuple[str, list[str]]:
+    """`unnest(...) AS x(pid, ...)` of `_median_changes`, and per median column the expression
+    of its new sorted values (`stored` formats the column's current values, `{column}`)."""
+    source = "unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::text[]) AS x(pid, r0, a0, r1, a1)"
+    merged = [
+        _MULTISET.format(
+            stored=stored.format(column=column),
+            removed=f"x.r{index}::{cast}",
+            added=f"x.a{index}::{cast}",
+        )
+        for index, (column, cast) in enumerate(_MEDIAN_COLUMNS)
+    ]
+    return source, merged
+
+
+def median_values_read(
+    participation_ids: Sequence[int], *, removed: RunningState, added: RunningState
+) -> tuple[list[list[Any]], list[list[Any]]]:
+    """Per worker (rows of `removed` and `added`), the `running.median_stand_in` of their stored
+    sorted values less `removed`'s plus `added`'s: the timing milliseconds, the clip ratios.
+    PostgreSQL merges the values; only the changed ones and two per median cross the wire."""
+    timing: list[list[Any]] = [[] for _ in participation_ids]
+    ratios: list[list[Any]] = [[] for _ in participation_ids]
+    if not len(participation_ids):
+        return timing, ratios
+    source, merged = _median_source("s.{column}")
+    middle = ", ".join(
+        f"cardinality(m{i}.v), m{i}.v[(cardinality(m{i}.v) + 1) / 2], m{i}.v[cardinality(m{i}.v) / 2 + 1]"
+        for i in range(len(merged))
+    )
+    lateral = " ".join(
+        f"CROSS JOIN LATERAL (SELECT {expression} AS v) m{i}" for i, expression in enumerate(merged)
+    )
+    row_of = {int(pid): row for row, pid in enumerate(participation_ids)}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT x.pid, {middle} FROM {source} "
+            f"JOIN {WorkerQCStats._meta.db_table} s ON s.participation_id = x.pid {lateral}",
+            _median_changes(participation_ids, removed, added),
+        )
+        for pid, *values in cursor.fetchall():
+            row = row_of[int(pid)]
+            timing[row] = median_stand_in(values[0] or 0, values[1], values[2])
+            ratios[row] = median_stand_in(values[3] or 0, values[4], values[5])
+    return timing, ratios
+
+
+def median_values_write(
+    participation_ids: Sequence[int],
+    *,
+    removed: RunningState,
+    added: RunningState,
+    replace: Sequence[bool],
+) -> None:
+    """Store each worker's sorted median values less `removed`'s plus `added`'s (rows), or, where
+    `replace`, `added`'s alone (a state rebuilt from every judgment)."""
+    if not len(participation_ids):
+        return
+    source, merged = _median_source("CASE WHEN x.replace THEN NULL ELSE s.{column} END")
+    source = source.replace("%s::text[]) AS x(", "%s::text[], %s::boolean[]) AS x(").replace(
+        "a1)", "a1, replace)"
+    )
+    assignments = ", ".join(
+        f"{column} = COALESCE({expression}, '{{}}')"
+        for (column, _), expression in zip(_MEDIAN_COLUMNS, merged, strict=True)
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {WorkerQCStats._meta.db_table} AS s SET {assignments} FROM {source} "
+            "WHERE s.participation_id = x.pid",
+            [
+                *_median_changes(participation_ids, removed, added),
+                pg_array([bool(r) for r in replace], "bool"),
+            ],
         )
 
 
