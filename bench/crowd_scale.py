@@ -826,6 +826,7 @@ def run_step(
         / "results"
         / time.strftime(f"crowd_scale_celery_stacks_%Y-%m-%dT%H%M%SZ_step{step}.txt", time.gmtime())
     )
+    tasks_before = stack_profile.celery_task_totals(env, REPO_ROOT) if args.py_spy else {}
     spy = (
         stack_profile.start(args.py_spy, roots["celery"], stacks_path, seconds=args.duration)
         if args.py_spy
@@ -837,6 +838,7 @@ def run_step(
     elapsed = time.perf_counter() - wall
     usage_after = resource.getrusage(resource.RUSAGE_SELF)
     spy_errors = stack_profile.stop(spy) if spy is not None else ""
+    tasks_after = stack_profile.celery_task_totals(env, REPO_ROOT) if args.py_spy else {}
     drained = lw.celery_queue_drainer(bench)()
     sampler.stop()
     series = monitor.stop()
@@ -941,6 +943,9 @@ def run_step(
         result["celery_stacks"] = {
             "file": str(stacks_path.relative_to(REPO_ROOT)),
             "py_spy_stderr_tail": spy_errors,
+            "tasks_during_step": {
+                name: count - tasks_before.get(name, 0) for name, count in tasks_after.items()
+            },
             **(
                 stack_profile.summarize(stacks_path, rate=100, cycles=cycles)
                 if stacks_path.exists()

@@ -79,6 +79,37 @@ def stop(process: Any, timeout: float = 60) -> str:
     return (error or b"").decode(errors="replace")[-2000:]
 
 
+def celery_task_totals(env: dict[str, str], cwd: Path) -> dict[str, int]:
+    """Tasks each Celery worker has received since it started, summed by name (`celery inspect
+    stats`); {} when the worker does not answer."""
+    import json
+    import sys
+
+    try:
+        done = subprocess.run(
+            [
+                str(Path(sys.executable).with_name("celery")),
+                "-A",
+                "config",
+                "inspect",
+                "stats",
+                "-j",
+            ],
+            env=env,
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        replies = json.loads(done.stdout[done.stdout.index("{") :])
+    except (subprocess.SubprocessError, ValueError):
+        return {}
+    totals: Counter[str] = Counter()
+    for reply in replies.values():
+        totals.update(reply.get("total", {}))
+    return dict(totals)
+
+
 def _frames(stack: str) -> list[str]:
     """Function names of a collapsed stack (`process;frame (file:line);...`), root first."""
     return [frame.split(" (", 1)[0].strip() for frame in stack.split(";")]
