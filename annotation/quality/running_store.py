@@ -12,6 +12,7 @@ candidates' sums `FOR SHARE`, then locks its workers' rows)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -161,39 +162,52 @@ def running_states_write(
         )
 
 
-# The sorted multiset `stored` less `removed` plus `added` (arrays), NULL when empty.
-_MULTISET = (
-    "(SELECT array_agg(v ORDER BY v) FROM ((SELECT unnest({stored}) EXCEPT ALL "
-    "SELECT unnest({removed})) UNION ALL SELECT unnest({added})) AS u(v))"
-)
 _MEDIAN_COLUMNS = (
     ("running_timing_ms", "integer[]"),
     ("running_clip_ratios", "double precision[]"),
 )
 
 
+def _net(removed: NDArray[Any], added: NDArray[Any]) -> tuple[list[Any], list[Any]]:
+    """`removed` and `added` (multisets) less what they share: a pass takes out and puts back
+    the timing of every old judgment on a touched clip; only the new ones' are a change."""
+    out, into = Counter(removed.tolist()), Counter(added.tolist())
+    return sorted((out - into).elements()), sorted((into - out).elements())
+
+
 def _median_changes(
-    participation_ids: Sequence[int], removed: RunningState, added: RunningState
+    participation_ids: Sequence[int],
+    removed: RunningState,
+    added: RunningState,
+    replace: Sequence[bool],
 ) -> list[Any]:
-    """The parameters of `_median_source`: ids, then per median column the removed and the
-    added values (rows of `removed` and `added`), as array literals."""
+    """The parameters of `_median_source`: ids, then per median column the values to take out
+    and to put in (rows of `removed` and `added`, net; where `replace`, none and all of
+    `added`'s), as array literals, then `replace`."""
     columns = []
     for name in ("timing_ms", "clip_ratios"):
-        for state in (removed, added):
-            columns.append(pg_array([_literal(values) for values in getattr(state, name)], "text"))
-    return [pg_array([int(p) for p in participation_ids], "int8"), *columns]
+        pairs = [
+            ([], values.tolist()) if whole else _net(gone, values)
+            for gone, values, whole in zip(
+                getattr(removed, name), getattr(added, name), replace, strict=True
+            )
+        ]
+        for side in (0, 1):
+            columns.append(pg_array([_literal(pair[side]) for pair in pairs], "text"))
+    ids = pg_array([int(p) for p in participation_ids], "int8")
+    return [ids, *columns, pg_array([bool(whole) for whole in replace], "bool")]
 
 
-def _median_source(stored: str) -> tuple[str, list[str]]:
-    """`unnest(...) AS x(pid, ...)` of `_median_changes`, and per median column the expression
-    of its new sorted values (`stored` formats the column's current values, `{column}`)."""
-    source = "unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::text[]) AS x(pid, r0, a0, r1, a1)"
+def _median_source() -> tuple[str, list[str]]:
+    """`unnest(...) AS x(...)` of `_median_changes`, and per median column (`s.<column>` its
+    stored values) the expression of its new sorted values."""
+    source = (
+        "unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::text[], %s::boolean[]) "
+        "AS x(pid, r0, a0, r1, a1, replace)"
+    )
     merged = [
-        _MULTISET.format(
-            stored=stored.format(column=column),
-            removed=f"x.r{index}::{cast}",
-            added=f"x.a{index}::{cast}",
-        )
+        f"CASE WHEN x.replace THEN x.a{index}::{cast} ELSE "
+        f"lepus_sorted_merge(s.{column}, x.r{index}::{cast}, x.a{index}::{cast}) END"
         for index, (column, cast) in enumerate(_MEDIAN_COLUMNS)
     ]
     return source, merged
@@ -204,12 +218,13 @@ def median_values_read(
 ) -> tuple[list[list[Any]], list[list[Any]]]:
     """Per worker (rows of `removed` and `added`), the `running.median_stand_in` of their stored
     sorted values less `removed`'s plus `added`'s: the timing milliseconds, the clip ratios.
-    PostgreSQL merges the values; only the changed ones and two per median cross the wire."""
+    PostgreSQL merges the values (`lepus_sorted_merge`, migration 0020); only the changed ones
+    and two per median cross the wire."""
     timing: list[list[Any]] = [[] for _ in participation_ids]
     ratios: list[list[Any]] = [[] for _ in participation_ids]
     if not len(participation_ids):
         return timing, ratios
-    source, merged = _median_source("s.{column}")
+    source, merged = _median_source()
     middle = ", ".join(
         f"cardinality(m{i}.v), m{i}.v[(cardinality(m{i}.v) + 1) / 2], m{i}.v[cardinality(m{i}.v) / 2 + 1]"
         for i in range(len(merged))
@@ -222,7 +237,7 @@ def median_values_read(
         cursor.execute(
             f"SELECT x.pid, {middle} FROM {source} "
             f"JOIN {WorkerQCStats._meta.db_table} s ON s.participation_id = x.pid {lateral}",
-            _median_changes(participation_ids, removed, added),
+            _median_changes(participation_ids, removed, added, [False] * len(participation_ids)),
         )
         for pid, *values in cursor.fetchall():
             row = row_of[int(pid)]
@@ -242,10 +257,7 @@ def median_values_write(
     `replace`, `added`'s alone (a state rebuilt from every judgment)."""
     if not len(participation_ids):
         return
-    source, merged = _median_source("CASE WHEN x.replace THEN NULL ELSE s.{column} END")
-    source = source.replace("%s::text[]) AS x(", "%s::text[], %s::boolean[]) AS x(").replace(
-        "a1)", "a1, replace)"
-    )
+    source, merged = _median_source()
     assignments = ", ".join(
         f"{column} = COALESCE({expression}, '{{}}')"
         for (column, _), expression in zip(_MEDIAN_COLUMNS, merged, strict=True)
@@ -254,10 +266,7 @@ def median_values_write(
         cursor.execute(
             f"UPDATE {WorkerQCStats._meta.db_table} AS s SET {assignments} FROM {source} "
             "WHERE s.participation_id = x.pid",
-            [
-                *_median_changes(participation_ids, removed, added),
-                pg_array([bool(r) for r in replace], "bool"),
-            ],
+            _median_changes(participation_ids, removed, added, replace),
         )
 
 
