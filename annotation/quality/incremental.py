@@ -22,10 +22,10 @@ exclusions), which moves the agreement moments of every state holding a judgment
 watermark changed, is read in full, and so are all the pass's workers when its first round of
 rules excludes one. The sorted values behind the two medians stay in PostgreSQL: the pass sends
 the values it takes out and puts in and reads back the two middle values
-(`median_values_read`), and merges them when it stores (`median_values_write`); PostgreSQL still
-re-sorts each worker's array in C. What still grows with a worker's history in Python or on the
-wire: nothing; in PostgreSQL: the watermark check (a count of their judgments up to it) and that
-sort. Measured in docs/benchmarks.md, "The after-submission quality pass against history" and
+(`median_values_read`), and merges them when it stores (`median_values_write`), both through
+`lepus_sorted_merge` (migration 0020: binary search and slices, no re-sort). What still grows
+with a worker's history: in Python and on the wire, nothing; in PostgreSQL, the watermark check
+(a count of their judgments up to it) and copying the sorted arrays' bytes. Measured in docs/benchmarks.md, "The after-submission quality pass against history" and
 "Quality pass, stop 38".
 """
 

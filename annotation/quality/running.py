@@ -21,7 +21,8 @@ two are equal, not close. The medians still need their values, so the sorted arr
 worker's history (4 bytes a timed judgment, 8 a timed clip); everything else is fixed-size. A pass
 does not carry them through Python: it sends the values it removes and adds, and PostgreSQL
 returns the two middle values of the result (`median_stand_in`) and, when the pass stores,
-merges them into the stored arrays (`running_store.median_values_read` / `_write`).
+merges them into the stored arrays (`running_store.median_values_read` / `_write`, through the
+database function `lepus_sorted_merge`).
 """
 
 from __future__ import annotations
