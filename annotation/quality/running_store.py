@@ -229,8 +229,11 @@ def median_values_read(
         f"cardinality(m{i}.v), m{i}.v[(cardinality(m{i}.v) + 1) / 2], m{i}.v[cardinality(m{i}.v) / 2 + 1]"
         for i in range(len(merged))
     )
+    # OFFSET 0 keeps each merge a subquery evaluated once per row: pulled up, its expression
+    # would be evaluated again for every reference (the count and both middle values).
     lateral = " ".join(
-        f"CROSS JOIN LATERAL (SELECT {expression} AS v) m{i}" for i, expression in enumerate(merged)
+        f"CROSS JOIN LATERAL (SELECT {expression} AS v OFFSET 0) m{i}"
+        for i, expression in enumerate(merged)
     )
     row_of = {int(pid): row for row, pid in enumerate(participation_ids)}
     with connection.cursor() as cursor:
