@@ -70,6 +70,7 @@ BENCH_DIR = REPO_ROOT / "bench"
 sys.path.insert(0, str(BENCH_DIR))
 
 import load_workers as lw  # noqa: E402  (world set-up, /proc accounting, correctness counts)
+import stack_profile  # noqa: E402  (py-spy samples of the Celery worker, --py-spy)
 from provenance import write_raw  # noqa: E402
 
 QUESTION_KEYS = lw.QUESTION_KEYS
@@ -819,11 +820,25 @@ def run_step(
         statements_reset(bench)
     sampler.start()
     monitor.start()
+    stacks_path = (
+        REPO_ROOT
+        / "bench"
+        / "results"
+        / time.strftime(f"crowd_scale_celery_stacks_%Y-%m-%dT%H%M%SZ_step{step}.txt", time.gmtime())
+    )
+    tasks_before = stack_profile.celery_task_totals(env, REPO_ROOT) if args.py_spy else {}
+    spy = (
+        stack_profile.start(args.py_spy, roots["celery"], stacks_path, seconds=args.duration)
+        if args.py_spy
+        else None
+    )
     log(f"step {step}: {workers} workers for {args.duration:.0f} s")
     wall = time.perf_counter()
     asyncio.run(drive(crowd))
     elapsed = time.perf_counter() - wall
     usage_after = resource.getrusage(resource.RUSAGE_SELF)
+    spy_errors = stack_profile.stop(spy) if spy is not None else ""
+    tasks_after = stack_profile.celery_task_totals(env, REPO_ROOT) if args.py_spy else {}
     drained = lw.celery_queue_drainer(bench)()
     sampler.stop()
     series = monitor.stop()
@@ -924,6 +939,19 @@ def run_step(
     }
     if statements is not None:
         result["pg_stat_statements"] = statements
+    if spy is not None:
+        result["celery_stacks"] = {
+            "file": str(stacks_path.relative_to(REPO_ROOT)),
+            "py_spy_stderr_tail": spy_errors,
+            "tasks_during_step": {
+                name: count - tasks_before.get(name, 0) for name, count in tasks_after.items()
+            },
+            **(
+                stack_profile.summarize(stacks_path, rate=100, cycles=cycles)
+                if stacks_path.exists()
+                else {}
+            ),
+        }
     log(step_line(result))
     return result
 
@@ -1158,6 +1186,11 @@ def main() -> None:
         "--pg-stat-statements",
         action="store_true",
         help="load pg_stat_statements in the private cluster and record each step's statements",
+    )
+    parser.add_argument(
+        "--py-spy",
+        metavar="BINARY",
+        help="sample the Celery worker with this py-spy during each step (bench/stack_profile.py)",
     )
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()

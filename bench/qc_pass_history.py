@@ -15,6 +15,10 @@ CPU. One untimed pass per tree first. Order per round: A, B. Raw file: `qc_pass_
 On a tree with running per-worker statistics (migration 0019) the chosen workers' states are
 rewound to the lowered watermark before the clock starts (`_states_rewind`; the other tree's
 passes move the watermark without keeping them).
+With QC_PASS_WARM=1 each child pass first runs the same pass untimed on its connection (and
+sets it up again), so the timed pass finds a warm PostgreSQL backend, as a Celery worker that
+keeps its connection does. With QC_PASS_PROFILE=<file> in the environment a child pass (`--child pass --tree T`) also
+writes a cProfile of the pass (cumulative, top 60) to <file>.
 Before the clock starts each pass warms the cache client and the campaign median's cache entry
 (`campaign_median_seconds`), as a running Celery worker has them.
 """
@@ -64,6 +68,12 @@ def _child_pass(tree: Path, database_url: str, pass_workers: int) -> dict[str, A
     campaign = Campaign.objects.get(slug="qc-bench")
     chosen = _pass_workers(campaign, pass_workers)
     running = _states_rewind(campaign, chosen)
+    if os.environ.get("QC_PASS_WARM"):
+        # A long-lived connection (a Celery worker that keeps it between tasks): the backend
+        # has planned the pass's statements and loaded their catalog entries once already.
+        incremental.workers_quality_update(campaign=campaign, participation_ids=chosen)
+        chosen = _pass_workers(campaign, pass_workers)
+        running = _states_rewind(campaign, chosen)
     run_module = sys.modules["annotation.quality.run"].__file__
     assert run_module and Path(run_module).resolve().is_relative_to(tree.resolve())
     with connection.cursor() as cursor:
@@ -75,8 +85,19 @@ def _child_pass(tree: Path, database_url: str, pass_workers: int) -> dict[str, A
     from annotation.quality.loading import campaign_median_seconds
 
     campaign_median_seconds(campaign=campaign, excluding_participation_ids=chosen)
+    profile_path = os.environ.get("QC_PASS_PROFILE")  # a cProfile of the pass, as text
+    profiler = None
+    if profile_path:
+        import cProfile
+
+        profiler = cProfile.Profile()
     wall, cpu, server = time.perf_counter(), time.process_time(), cpu_seconds_of(backend)
+    if profiler is not None:
+        profiler.enable()
     incremental.workers_quality_update(campaign=campaign, participation_ids=chosen)
+    if profiler is not None:
+        profiler.disable()
+        _profile_write(profiler, Path(profile_path))
     return {
         "running_states_rewound": running,
         "pass_workers": len(chosen),
@@ -85,6 +106,15 @@ def _child_pass(tree: Path, database_url: str, pass_workers: int) -> dict[str, A
         "process_cpu_seconds": round(time.process_time() - cpu, 4),
         "backend_cpu_seconds": round(cpu_seconds_of(backend) - server, 4),
     }
+
+
+def _profile_write(profiler: Any, path: Path) -> None:
+    import io
+    import pstats
+
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(60)
+    path.write_text(text.getvalue())
 
 
 def _states_rewind(campaign: Any, chosen: list[int]) -> int:

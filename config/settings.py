@@ -364,6 +364,10 @@ CELERY_TASK_QUEUES = (Queue("default"), Queue("training"))
 CELERY_TASK_ROUTES = {"training_bridge.tasks.*": {"queue": "training"}}
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TIMEZONE = TIME_ZONE
+# Celery's Django fix-up closes every database connection before and after each task unless this
+# is set, and then only every this many tasks; `config.celery.database_connections_refresh`
+# closes them by CONN_MAX_AGE instead, as requests do. 0: Celery's default (close every time).
+CELERY_DB_REUSE_MAX = env_int("CELERY_DB_REUSE_MAX", 1000, minimum=0)
 # A job row whose heartbeat is older than this is considered orphaned by a dead worker.
 LEPUS_JOB_HEARTBEAT_TIMEOUT = env_int("LEPUS_JOB_HEARTBEAT_TIMEOUT", 120, minimum=5)
 # After-submission quality work is published at most once per campaign per this many seconds

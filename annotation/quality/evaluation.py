@@ -183,6 +183,7 @@ def worker_stats_store(
     computed_at: Any = None,
     seen: NDArray[np.int64] | None = None,
     running: RunningState | None = None,
+    running_medians: bool = True,
 ) -> int:
     """Upsert `WorkerQCStats` rows for the given worker indices: one binary COPY into a temporary
     table and one INSERT ... ON CONFLICT (a full run writes 10,000 workers). `computed_at` should
@@ -200,7 +201,7 @@ def worker_stats_store(
         seen = judgments_seen(data, positions)
     with transaction.atomic():
         _stats_upsert(participation_ids, rows, stored_flags, now, seen=seen)
-        running_states_write(participation_ids, running)
+        running_states_write(participation_ids, running, medians=running_medians)
     return len(rows)
 
 

@@ -20,10 +20,13 @@ whose judgments changed since they were last aggregated (judgments submitted sin
 exclusions), which moves the agreement moments of every state holding a judgment on them
 (`running_store.agreement_push`). A worker without a state, or whose judgments up to the
 watermark changed, is read in full, and so are all the pass's workers when its first round of
-rules excludes one. What still grows with a worker's history: the watermark check (a count of
-their judgments up to it) and the sorted values behind the two medians, read and rewritten
-with the state. Measured in docs/benchmarks.md, "The after-submission quality pass against
-history".
+rules excludes one. The sorted values behind the two medians stay in PostgreSQL: the pass sends
+the values it takes out and puts in and reads back the two middle values
+(`median_values_read`), and merges them when it stores (`median_values_write`), both through
+`lepus_sorted_merge` (migration 0020: binary search and slices, no re-sort). What still grows
+with a worker's history: in Python and on the wire, nothing; in PostgreSQL, the watermark check
+(a count of their judgments up to it) and copying the sorted arrays' bytes. Measured in docs/benchmarks.md, "The after-submission quality pass against history" and
+"Quality pass, stop 38".
 """
 
 from __future__ import annotations
@@ -67,6 +70,8 @@ from annotation.quality.running import (
     statistics_from_state,
 )
 from annotation.quality.running_store import (
+    median_values_read,
+    median_values_write,
     running_states_load,
     running_states_write,
     slice_state,
@@ -98,7 +103,8 @@ def workers_quality_update(
     if not targets:
         return set()
     read_at = timezone.now()
-    stored, present, marks = running_states_load(targets)
+    # Without the sorted median values: they stay in the database (`median_values_read`).
+    stored, present, marks = running_states_load(targets, medians=False)
     trusted = present & watermarks_hold(campaign, targets, marks)
     try:
         return _pass(
@@ -156,7 +162,18 @@ def _pass(
             campaign=campaign, candidate_ids=data.candidates.ids, questions=len(data.question_keys)
         )
         base = _placed(stored, positions, trusted, len(data.workers))
-        evaluated = _updated(data, base, new, old_sums=before, new_sums=counts.sums)
+        removed, added = _changes(data, new, old_sums=before, new_sums=counts.sums)
+        evaluated = _updated(base, removed, added)
+        rows = np.flatnonzero(trusted)
+        slots = positions[rows]
+        timing, ratios = median_values_read(
+            [targets[row] for row in rows.tolist()],
+            removed=removed.take(slots),
+            added=added.take(slots),
+        )
+        for slot, timing_values, ratio_values in zip(slots.tolist(), timing, ratios, strict=True):
+            evaluated.timing_ms[slot] = np.asarray(timing_values, dtype=np.int64)
+            evaluated.clip_ratios[slot] = np.asarray(ratio_values, dtype=np.float64)
         statistics = statistics_from_state(evaluated, campaign_median_seconds=campaign_median)
     statistics, flags, decisions = workers_evaluate(
         data,
@@ -199,23 +216,28 @@ def _placed(
     return state
 
 
-def _updated(
-    data: CampaignSlice,
-    base: RunningState,
-    new: NDArray[np.bool_],
-    *,
-    old_sums: ReferenceSums,
-    new_sums: ReferenceSums,
-) -> RunningState:
-    """`base` (the states of the judgments not `new`, against `old_sums`) less the slice's old
-    judgments against `old_sums`, plus all of its judgments against `new_sums`: the slice holds
-    whole (worker, clip) groups, so the groups of the new judgments are replaced whole."""
+def _changes(
+    data: CampaignSlice, new: NDArray[np.bool_], *, old_sums: ReferenceSums, new_sums: ReferenceSums
+) -> tuple[RunningState, RunningState]:
+    """What a pass takes out of the stored states (the slice's old judgments, against
+    `old_sums`, the sums the states were kept against) and puts in (all of the slice's
+    judgments, against `new_sums`): the slice holds whole (worker, clip) groups, so the groups
+    of the new judgments are replaced whole."""
     kept = ~data.judgments.excluded
+    return (
+        slice_state(data, ~new, old_sums, kept),
+        slice_state(data, new | ~new, new_sums, kept),
+    )
 
-    def state(selected: NDArray[np.bool_], sums: ReferenceSums) -> RunningState:
-        return slice_state(data, selected, sums, kept)
 
-    return state_add(state_subtract(base, state(~new, old_sums)), state(new | ~new, new_sums))
+def _updated(base: RunningState, removed: RunningState, added: RunningState) -> RunningState:
+    """`base` (the states of the judgments not new) less `removed` plus `added`, but the sorted
+    median values: `added`'s, which are all of a worker's where the slice holds all their
+    judgments; a stored state's are moved in the database (`median_values_read` / `_write`)."""
+    moved = state_add(state_subtract(base, removed, medians=False), added, medians=False)
+    moved.timing_ms = list(added.timing_ms)
+    moved.clip_ratios = list(added.clip_ratios)
+    return moved
 
 
 def _store(
@@ -253,20 +275,16 @@ def _store(
             questions=len(data.question_keys),
             lock="SHARE",
         )
-        now, present, now_marks = running_states_load(targets, lock=True)
+        now, present, now_marks = running_states_load(targets, lock=True, medians=False)
         holding = trusted & present & (now_marks == marks).all(axis=1)
         base = _placed(now, positions, holding, len(data.workers))
         # Untrusted targets have every judgment `new` (watermark -1) in the slice.
         swapped = np.where(holding, marks[:, 0], -1)
         watermark = np.full(len(data.workers), -1, dtype=np.int64)
         watermark[positions] = swapped
-        state = _updated(
-            data,
-            base,
-            judgments.ids > watermark[judgments.worker],
-            old_sums=after,
-            new_sums=after,
-        ).take(positions)
+        removed, added = _changes(
+            data, judgments.ids > watermark[judgments.worker], old_sums=after, new_sums=after
+        )
         worker_stats_store(
             data,
             statistics,
@@ -274,7 +292,14 @@ def _store(
             indices=positions.tolist(),
             computed_at=read_at,
             seen=seen,
-            running=state,
+            running=_updated(base, removed, added).take(positions),
+            running_medians=False,
+        )
+        median_values_write(
+            targets,
+            removed=removed.take(positions),
+            added=added.take(positions),
+            replace=(~holding).tolist(),
         )
         cleared = [
             pid

@@ -10,6 +10,7 @@ them alone.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +32,7 @@ from annotation.models import (
     ParticipationStatus,
     Platform,
     ReviewItem,
+    Worker,
     WorkerExclusion,
 )
 from annotation.quality.statistics import CandidateColumns, JudgmentColumns
@@ -286,11 +288,28 @@ def _review_inputs_load(
     """Expert resolutions and review items of the candidates `ids` (sorted; `whole`: they are
     every candidate of the campaign), keyed by position in `ids`."""
     resolutions: dict[int, dict[str, float]] = {}
-    resolved = CampaignCandidate.objects.filter(campaign=campaign).exclude(resolution={})
-    if not whole:
-        resolved = resolved.filter(id__in=ids.tolist())
-    for candidate_id, resolution in resolved.values_list("id", "resolution"):
-        values = (resolution or {}).get("values") or {}
+    subset = None if whole else ids.tolist()
+    resolved_where, resolved_params = _campaign_where("campaign_id", campaign, "id", subset)
+    review_where, review_params = _campaign_where(
+        "campaign_id", campaign, "campaign_candidate_id", subset
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id, resolution FROM {_table(CampaignCandidate)} "
+            f"WHERE {resolved_where} AND resolution <> '{{}}'::jsonb",
+            resolved_params,
+        )
+        resolved = cursor.fetchall()
+        cursor.execute(
+            f"SELECT id, campaign_candidate_id, status FROM {_table(ReviewItem)} "
+            f"WHERE {review_where}",
+            review_params,
+        )
+        review_rows = cursor.fetchall()
+    for candidate_id, resolution in resolved:
+        # Django reads jsonb as text on its connections (its JSONField decodes it).
+        parsed = json.loads(resolution) if isinstance(resolution, str) else resolution
+        values = (parsed or {}).get("values") or {}
         position = int(np.searchsorted(ids, candidate_id))
         if values and position < len(ids) and ids[position] == candidate_id:
             resolutions[position] = {
@@ -298,10 +317,6 @@ def _review_inputs_load(
             }
 
     review_items: dict[int, tuple[int, str]] = {}
-    reviews = ReviewItem.objects.filter(campaign=campaign)
-    if not whole:
-        reviews = reviews.filter(campaign_candidate_id__in=ids.tolist())
-    review_rows = list(reviews.values_list("id", "campaign_candidate_id", "status"))
     if review_rows:
         found = _positions(ids, [row[1] for row in review_rows])
         for (review_id, _candidate_id, status), position in zip(
@@ -454,7 +469,9 @@ def _judgments_columns(
 
 
 def workers_load(*, campaign: Campaign, participation_ids: NDArray[np.int64]) -> WorkerColumns:
-    """Participation columns, in the order of the sorted `participation_ids`."""
+    """Participation columns, in the order of the sorted `participation_ids`. One statement, the
+    ids as one array parameter (a quality pass runs it for every aggregation: the ORM's
+    per-id parameters and per-row loop cost more Python than the read)."""
     ids = np.asarray(participation_ids, dtype=np.int64)
     imported = np.zeros(len(ids), dtype=bool)
     excluded = np.zeros(len(ids), dtype=bool)
@@ -462,23 +479,27 @@ def workers_load(*, campaign: Campaign, participation_ids: NDArray[np.int64]) ->
     external_ids = [""] * len(ids)
     if len(ids) == 0:
         return WorkerColumns(ids, imported, excluded, overridden, external_ids)
-    rows = Participation.objects.filter(campaign=campaign)
-    if len(ids) < 5000:
-        rows = rows.filter(id__in=ids.tolist())
-    reversed_ids = set(
-        WorkerExclusion.objects.filter(
-            participation__campaign=campaign, reversed_at__isnull=False
-        ).values_list("participation_id", flat=True)
+    where, params = _campaign_where(
+        "p.campaign_id", campaign, "p.id", ids.tolist() if len(ids) < 5000 else None
     )
-    for participation_id, status, platform, external_id in rows.values_list(
-        "id", "status", "worker__platform", "worker__external_id"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT p.id, p.status, w.platform, w.external_id, EXISTS (SELECT 1 FROM "
+            f"{_table(WorkerExclusion)} e WHERE e.participation_id = p.id "
+            f"AND e.reversed_at IS NOT NULL) FROM {_table(Participation)} p "
+            f"JOIN {_table(Worker)} w ON w.id = p.worker_id WHERE {where}",
+            params,
+        )
+        rows = cursor.fetchall()
+    found = _positions(ids, [row[0] for row in rows])
+    for position, (_, status, platform, external_id, reversed_exclusion) in zip(
+        found.tolist(), rows, strict=True
     ):
-        position = int(np.searchsorted(ids, participation_id))
-        if position >= len(ids) or ids[position] != participation_id:
+        if position < 0:
             continue
         imported[position] = platform == Platform.IMPORTED
         excluded[position] = status == ParticipationStatus.EXCLUDED
-        overridden[position] = participation_id in reversed_ids
+        overridden[position] = reversed_exclusion
         external_ids[position] = external_id
     return WorkerColumns(ids, imported, excluded, overridden, external_ids)
 

@@ -18,7 +18,11 @@ touched clips are those of the new judgments, read whole so that every (worker, 
 complete in both terms. `statistics_from_state` turns a state into the `WorkerStatistics` a full
 read computes: the same integers, the same sorted values, the same floating-point steps, so the
 two are equal, not close. The medians still need their values, so the sorted arrays grow with a
-worker's history (4 bytes a timed judgment, 8 a timed clip); everything else is fixed-size.
+worker's history (4 bytes a timed judgment, 8 a timed clip); everything else is fixed-size. A pass
+does not carry them through Python: it sends the values it removes and adds, and PostgreSQL
+returns the two middle values of the result (`median_stand_in`) and, when the pass stores,
+merges them into the stored arrays (`running_store.median_values_read` / `_write`, through the
+database function `lepus_sorted_merge`).
 """
 
 from __future__ import annotations
@@ -211,22 +215,32 @@ def widened(agreement: NDArray[np.int64], width: int) -> NDArray[np.int64]:
     return np.concatenate([agreement, padding], axis=1)
 
 
-def state_add(first: RunningState, second: RunningState, *, sign: int = 1) -> RunningState:
-    """`first` plus (or, with `sign=-1`, minus) `second`, row by row."""
+def state_add(
+    first: RunningState, second: RunningState, *, sign: int = 1, medians: bool = True
+) -> RunningState:
+    """`first` plus (or, with `sign=-1`, minus) `second`, row by row; without `medians` the
+    sorted values are `first`'s, untouched (a pass moves them in the database instead:
+    `running_store.median_values_read` / `median_values_write`)."""
     width = max(first.agreement.shape[1], second.agreement.shape[1])
     combine = _merged if sign > 0 else _removed
     return RunningState(
         counts=first.counts + sign * second.counts,
         agreement=widened(first.agreement, width) + sign * widened(second.agreement, width),
-        timing_ms=[combine(a, b) for a, b in zip(first.timing_ms, second.timing_ms, strict=True)],
+        timing_ms=[combine(a, b) for a, b in zip(first.timing_ms, second.timing_ms, strict=True)]
+        if medians
+        else list(first.timing_ms),
         clip_ratios=[
             combine(a, b) for a, b in zip(first.clip_ratios, second.clip_ratios, strict=True)
-        ],
+        ]
+        if medians
+        else list(first.clip_ratios),
     )
 
 
-def state_subtract(first: RunningState, second: RunningState) -> RunningState:
-    return state_add(first, second, sign=-1)
+def state_subtract(
+    first: RunningState, second: RunningState, *, medians: bool = True
+) -> RunningState:
+    return state_add(first, second, sign=-1, medians=medians)
 
 
 def _merged(values: NDArray[Any], more: NDArray[Any]) -> NDArray[Any]:
@@ -247,6 +261,15 @@ def _removed(values: NDArray[Any], gone: NDArray[Any]) -> NDArray[Any]:
             raise ValueError("running state: a value to remove is not there")
         keep[start + int(free[0])] = False
     return remaining[keep]
+
+
+def median_stand_in(count: int, low: Any, high: Any) -> list[Any]:
+    """Values whose `_sorted_median` is that of `count` sorted values whose two middle ones
+    (positions (count - 1) // 2 and count // 2) are `low` and `high`: what a pass needs of a
+    worker's sorted values, read without them (`running_store.median_values_read`)."""
+    if count <= 0:
+        return []
+    return [low] if count == 1 else [low, high]
 
 
 def _sorted_median(values: NDArray[Any], scale: float) -> float:

@@ -12,6 +12,7 @@ candidates' sums `FOR SHARE`, then locks its workers' rows)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,7 +23,14 @@ from numpy.typing import NDArray
 from annotation.crowd.services.columns import pg_array
 from annotation.models import Campaign, CampaignCandidate, WorkerQCStats
 from annotation.quality.loading import CampaignSlice, _table, id_filter
-from annotation.quality.running import COUNTS, RunningState, empty_state, running_state, widened
+from annotation.quality.running import (
+    COUNTS,
+    RunningState,
+    empty_state,
+    median_stand_in,
+    running_state,
+    widened,
+)
 from annotation.quality.statistics import OTHERS_WIDTH, ReferenceSums
 
 _RUNNING_COLUMNS = (
@@ -151,6 +159,117 @@ def running_states_write(
             "WHERE s.participation_id = x.participation_id",
             [pg_array([int(p) for p in participation_ids], "int8")]
             + [pg_array(column, "text") for column in texts],
+        )
+
+
+_MEDIAN_COLUMNS = (
+    ("running_timing_ms", "integer[]"),
+    ("running_clip_ratios", "double precision[]"),
+)
+
+
+def _net(removed: NDArray[Any], added: NDArray[Any]) -> tuple[list[Any], list[Any]]:
+    """`removed` and `added` (multisets) less what they share: a pass takes out and puts back
+    the timing of every old judgment on a touched clip; only the new ones' are a change."""
+    out, into = Counter(removed.tolist()), Counter(added.tolist())
+    return sorted((out - into).elements()), sorted((into - out).elements())
+
+
+def _median_changes(
+    participation_ids: Sequence[int],
+    removed: RunningState,
+    added: RunningState,
+    replace: Sequence[bool],
+) -> list[Any]:
+    """The parameters of `_median_source`: ids, then per median column the values to take out
+    and to put in (rows of `removed` and `added`, net; where `replace`, none and all of
+    `added`'s), as array literals, then `replace`."""
+    columns = []
+    for name in ("timing_ms", "clip_ratios"):
+        pairs = [
+            ([], values.tolist()) if whole else _net(gone, values)
+            for gone, values, whole in zip(
+                getattr(removed, name), getattr(added, name), replace, strict=True
+            )
+        ]
+        for side in (0, 1):
+            columns.append(pg_array([_literal(pair[side]) for pair in pairs], "text"))
+    ids = pg_array([int(p) for p in participation_ids], "int8")
+    return [ids, *columns, pg_array([bool(whole) for whole in replace], "bool")]
+
+
+def _median_source() -> tuple[str, list[str]]:
+    """`unnest(...) AS x(...)` of `_median_changes`, and per median column (`s.<column>` its
+    stored values) the expression of its new sorted values."""
+    source = (
+        "unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::text[], %s::boolean[]) "
+        "AS x(pid, r0, a0, r1, a1, replace)"
+    )
+    merged = [
+        f"CASE WHEN x.replace THEN x.a{index}::{cast} ELSE "
+        f"lepus_sorted_merge(s.{column}, x.r{index}::{cast}, x.a{index}::{cast}) END"
+        for index, (column, cast) in enumerate(_MEDIAN_COLUMNS)
+    ]
+    return source, merged
+
+
+def median_values_read(
+    participation_ids: Sequence[int], *, removed: RunningState, added: RunningState
+) -> tuple[list[list[Any]], list[list[Any]]]:
+    """Per worker (rows of `removed` and `added`), the `running.median_stand_in` of their stored
+    sorted values less `removed`'s plus `added`'s: the timing milliseconds, the clip ratios.
+    PostgreSQL merges the values (`lepus_sorted_merge`, migration 0020); only the changed ones
+    and two per median cross the wire."""
+    timing: list[list[Any]] = [[] for _ in participation_ids]
+    ratios: list[list[Any]] = [[] for _ in participation_ids]
+    if not len(participation_ids):
+        return timing, ratios
+    source, merged = _median_source()
+    middle = ", ".join(
+        f"cardinality(m{i}.v), m{i}.v[(cardinality(m{i}.v) + 1) / 2], m{i}.v[cardinality(m{i}.v) / 2 + 1]"
+        for i in range(len(merged))
+    )
+    # OFFSET 0 keeps each merge a subquery evaluated once per row: pulled up, its expression
+    # would be evaluated again for every reference (the count and both middle values).
+    lateral = " ".join(
+        f"CROSS JOIN LATERAL (SELECT {expression} AS v OFFSET 0) m{i}"
+        for i, expression in enumerate(merged)
+    )
+    row_of = {int(pid): row for row, pid in enumerate(participation_ids)}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT x.pid, {middle} FROM {source} "
+            f"JOIN {WorkerQCStats._meta.db_table} s ON s.participation_id = x.pid {lateral}",
+            _median_changes(participation_ids, removed, added, [False] * len(participation_ids)),
+        )
+        for pid, *values in cursor.fetchall():
+            row = row_of[int(pid)]
+            timing[row] = median_stand_in(values[0] or 0, values[1], values[2])
+            ratios[row] = median_stand_in(values[3] or 0, values[4], values[5])
+    return timing, ratios
+
+
+def median_values_write(
+    participation_ids: Sequence[int],
+    *,
+    removed: RunningState,
+    added: RunningState,
+    replace: Sequence[bool],
+) -> None:
+    """Store each worker's sorted median values less `removed`'s plus `added`'s (rows), or, where
+    `replace`, `added`'s alone (a state rebuilt from every judgment)."""
+    if not len(participation_ids):
+        return
+    source, merged = _median_source()
+    assignments = ", ".join(
+        f"{column} = COALESCE({expression}, '{{}}')"
+        for (column, _), expression in zip(_MEDIAN_COLUMNS, merged, strict=True)
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {WorkerQCStats._meta.db_table} AS s SET {assignments} FROM {source} "
+            "WHERE s.participation_id = x.pid",
+            _median_changes(participation_ids, removed, added, replace),
         )
 
 
