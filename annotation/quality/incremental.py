@@ -158,23 +158,9 @@ def _pass(
     )
     statistics = None
     if not complete:
-        before = stored_sums_read(
-            campaign=campaign, candidate_ids=data.candidates.ids, questions=len(data.question_keys)
+        statistics = _running_statistics(
+            data, targets, trusted, stored, positions, new, counts.sums, campaign_median
         )
-        base = _placed(stored, positions, trusted, len(data.workers))
-        removed, added = _changes(data, new, old_sums=before, new_sums=counts.sums)
-        evaluated = _updated(base, removed, added)
-        rows = np.flatnonzero(trusted)
-        slots = positions[rows]
-        timing, ratios = median_values_read(
-            [targets[row] for row in rows.tolist()],
-            removed=removed.take(slots),
-            added=added.take(slots),
-        )
-        for slot, timing_values, ratio_values in zip(slots.tolist(), timing, ratios, strict=True):
-            evaluated.timing_ms[slot] = np.asarray(timing_values, dtype=np.int64)
-            evaluated.clip_ratios[slot] = np.asarray(ratio_values, dtype=np.float64)
-        statistics = statistics_from_state(evaluated, campaign_median_seconds=campaign_median)
     statistics, flags, decisions = workers_evaluate(
         data,
         rules=qc_rules_merge(campaign.qc_rules),
@@ -199,6 +185,37 @@ def _pass(
     partial = trusted & (not complete)
     _store(data, statistics, flags, positions, partial, marks, new, excluded, read_at)
     return set(outcome.candidate_ids)
+
+
+def _running_statistics(
+    data: CampaignSlice,
+    targets: list[int],
+    trusted: NDArray[np.bool_],
+    stored: RunningState,
+    positions: NDArray[np.int64],
+    new: NDArray[np.bool_],
+    sums: Any,
+    campaign_median: float | None,
+) -> WorkerStatistics:
+    """The targets' statistics from their stored states moved by the slice's new judgments
+    (against the candidates' stored sums before and `sums` now); the trusted targets' median
+    values moved in the database and read back (`median_values_read`)."""
+    before = stored_sums_read(
+        campaign=data.campaign, candidate_ids=data.candidates.ids, questions=len(data.question_keys)
+    )
+    base = _placed(stored, positions, trusted, len(data.workers))
+    removed, added = _changes(data, new, old_sums=before, new_sums=sums)
+    evaluated = _updated(base, removed, added)
+    slots = positions[np.flatnonzero(trusted)]
+    timing, ratios = median_values_read(
+        [targets[row] for row in np.flatnonzero(trusted).tolist()],
+        removed=removed.take(slots),
+        added=added.take(slots),
+    )
+    for slot, timing_values, ratio_values in zip(slots.tolist(), timing, ratios, strict=True):
+        evaluated.timing_ms[slot] = np.asarray(timing_values, dtype=np.int64)
+        evaluated.clip_ratios[slot] = np.asarray(ratio_values, dtype=np.float64)
+    return statistics_from_state(evaluated, campaign_median_seconds=campaign_median)
 
 
 def _placed(
