@@ -161,11 +161,11 @@ def _trimmed(agreement: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[n
     """Each worker's numerators without trailing all-zero columns (they add nothing), flattened
     row after row, and how many values each row keeps."""
     rows, width = agreement.shape[:2]
-    used = agreement.any(axis=2)
+    used: NDArray[np.bool_] = np.any(agreement, axis=2)
     kept = np.zeros(rows, dtype=np.int64)
     if width:
         last = width - np.argmax(used[:, ::-1], axis=1)
-        kept = np.where(used.any(axis=1), last, 0).astype(np.int64)
+        kept = np.where(np.any(used, axis=1), last, 0).astype(np.int64)
     within = np.arange(width)[None, :] < kept[:, None]
     return agreement[within].reshape(-1), kept * agreement.shape[2]
 

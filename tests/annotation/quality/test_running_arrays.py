@@ -48,7 +48,7 @@ def test_copy_arrays_round_trip() -> None:
     reals = [[0.1, 1 / 3], [2.5e-300], [], [float("inf"), -0.0]]
 
     def flat(rows: list[list], dtype: type) -> tuple[np.ndarray, np.ndarray]:
-        values = np.array([v for row in rows for v in row], dtype=dtype)
+        values: np.ndarray = np.array([v for row in rows for v in row], dtype=dtype)
         return values, np.array([len(row) for row in rows], dtype=np.int64)
 
     with transaction.atomic():
@@ -77,7 +77,9 @@ def test_copy_arrays_refuses_what_it_cannot_store() -> None:
     with transaction.atomic():
         with pytest.raises(ValueError, match="integer array"):
             copy_arrays_to_temp_table(
-                "t_arrays", ("key", np.array([1])), [("b", "int4", np.array([2**31]), np.array([1]))]
+                "t_arrays",
+                ("key", np.array([1])),
+                [("b", "int4", np.array([2**31]), np.array([1]))],
             )
         with pytest.raises(ValueError, match="lengths"):
             copy_arrays_to_temp_table(
