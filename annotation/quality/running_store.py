@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from django.db import connection
+from django.db import connection, transaction
 from numpy.typing import NDArray
 
-from annotation.crowd.services.columns import pg_array
+from annotation.crowd.services.columns import ColumnKind, copy_arrays_to_temp_table, pg_array
 from annotation.models import Campaign, CampaignCandidate, WorkerQCStats
 from annotation.quality.loading import CampaignSlice, _table, id_filter
 from annotation.quality.running import (
@@ -127,11 +127,12 @@ def running_states_write(
 ) -> None:
     """Write the states of `participation_ids` (rows of `state`) to their existing statistics
     rows; `state=None` clears them (the next pass reads everything). Without `medians` the
-    sorted values are left as they are."""
+    sorted values are left as they are. The arrays go in one binary COPY into a temporary
+    table, then one UPDATE."""
     if not len(participation_ids):
         return
     table = WorkerQCStats._meta.db_table
-    with connection.cursor() as cursor:
+    with transaction.atomic(), connection.cursor() as cursor:
         if state is None:
             cursor.execute(
                 f"UPDATE {table} SET {', '.join(f'{c} = NULL' for c in _RUNNING_COLUMNS)} "
@@ -139,26 +140,24 @@ def running_states_write(
                 [list(participation_ids)],
             )
             return
-        texts = [
-            [_literal(row) for row in state.counts],
-            [_literal(row.reshape(-1)) for row in _trimmed(state.agreement)],
+        counts = state.counts
+        arrays: list[tuple[str, ColumnKind, NDArray[Any], NDArray[np.int64]]] = [
+            ("c0", "int8", counts.reshape(-1), np.full(len(counts), counts.shape[1], np.int64)),
+            ("c1", "int8", *_trimmed(state.agreement)),
         ]
         if medians:
-            texts.append([_literal(values) for values in state.timing_ms])
-            texts.append([_literal(values) for values in state.clip_ratios])
-        casts = ("bigint[]", "bigint[]", "integer[]", "double precision[]")[: len(texts)]
-        names = [f"c{index}" for index in range(len(texts))]
+            arrays.append(("c2", "int4", *_flattened(state.timing_ms, np.int64)))
+            arrays.append(("c3", "float8", *_flattened(state.clip_ratios, np.float64)))
+        copy_arrays_to_temp_table(
+            "qc_running", ("participation_id", np.asarray(participation_ids, np.int64)), arrays
+        )
+        assigned = ", ".join(
+            f"{column} = x.{name}"
+            for column, (name, _, _, _) in zip(_RUNNING_COLUMNS, arrays, strict=False)
+        )
         cursor.execute(
-            f"UPDATE {table} AS s SET "
-            + ", ".join(
-                f"{column} = x.{name}::{cast}"
-                for column, name, cast in zip(_RUNNING_COLUMNS, names, casts, strict=False)
-            )
-            + f" FROM unnest(%s::bigint[], {', '.join(['%s::text[]'] * len(texts))}) "
-            f"AS x(participation_id, {', '.join(names)}) "
-            "WHERE s.participation_id = x.participation_id",
-            [pg_array([int(p) for p in participation_ids], "int8")]
-            + [pg_array(column, "text") for column in texts],
+            f"UPDATE {table} AS s SET {assigned} FROM qc_running AS x "
+            "WHERE s.participation_id = x.participation_id"
         )
 
 
@@ -273,13 +272,25 @@ def median_values_write(
         )
 
 
-def _trimmed(agreement: NDArray[np.int64]) -> list[NDArray[np.int64]]:
-    """Each worker's numerators without trailing all-zero columns (they add nothing)."""
-    rows = []
-    for row in agreement:
-        used = np.flatnonzero(row.any(axis=1))
-        rows.append(row[: int(used[-1]) + 1] if used.size else row[:0])
-    return rows
+def _flattened(arrays: list[NDArray[Any]], dtype: Any) -> tuple[NDArray[Any], NDArray[np.int64]]:
+    """`arrays` (as `dtype`) end to end, and their lengths."""
+    lengths = np.fromiter((len(values) for values in arrays), np.int64, len(arrays))
+    if not arrays:
+        return np.zeros(0, dtype=dtype), lengths
+    return np.concatenate([np.asarray(values, dtype=dtype) for values in arrays]), lengths
+
+
+def _trimmed(agreement: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """Each worker's numerators without trailing all-zero columns (they add nothing), flattened
+    row after row, and how many values each row keeps."""
+    rows, width = agreement.shape[:2]
+    used: NDArray[np.bool_] = np.any(agreement, axis=2)
+    kept = np.zeros(rows, dtype=np.int64)
+    if width:
+        last = width - np.argmax(used[:, ::-1], axis=1)
+        kept = np.where(np.any(used, axis=1), last, 0).astype(np.int64)
+    within = np.arange(width)[None, :] < kept[:, None]
+    return agreement[within].reshape(-1), kept * agreement.shape[2]
 
 
 def slice_state(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import json
+import struct
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -154,21 +155,81 @@ def copy_to_temp_table(
     for index, (_, kind, values) in enumerate(columns):
         rows[f"length{index}"] = np.dtype(_TEMP_TYPES[kind][1]).itemsize
         rows[f"value{index}"] = np.asarray(values)  # NumPy converts to big-endian
+    definitions = [(column, _TEMP_TYPES[kind][0]) for column, kind, _ in columns]
+    _copy_into_temp_table(name, definitions, rows.tobytes(), analyze=analyze)
+    return length
+
+
+def _copy_into_temp_table(
+    name: str, definitions: Sequence[tuple[str, str]], body: bytes, *, analyze: bool
+) -> None:
+    """Create the temporary table `name` (dropped at commit) and COPY the binary rows `body`."""
     payload = (
         _PG_BINARY_SIGNATURE
         + (0).to_bytes(4, "big")
         + (0).to_bytes(4, "big")
-        + rows.tobytes()
+        + body
         + (-1).to_bytes(2, "big", signed=True)
     )
-    definition = ", ".join(f"{column} {_TEMP_TYPES[kind][0]}" for column, kind, _ in columns)
+    definition = ", ".join(f"{column} {sql_type}" for column, sql_type in definitions)
     with connection.cursor() as cursor:
         cursor.execute(f"DROP TABLE IF EXISTS {name}")
         cursor.execute(f"CREATE TEMPORARY TABLE {name} ({definition}) ON COMMIT DROP")
         cursor.copy_expert(
-            f"COPY {name} ({', '.join(column for column, _, _ in columns)}) FROM STDIN WITH BINARY",
+            f"COPY {name} ({', '.join(column for column, _ in definitions)}) FROM STDIN WITH BINARY",
             io.BytesIO(payload),
         )
         if analyze:
             cursor.execute(f"ANALYZE {name}")
-    return length
+
+
+# Element type OIDs of the array columns `copy_arrays_to_temp_table` writes.
+_ARRAY_ELEMENTS: dict[str, int] = {"int4": 23, "int8": 20, "float8": 701}
+
+
+def copy_arrays_to_temp_table(
+    name: str,
+    keys: tuple[str, NDArray[np.int64]],
+    arrays: Sequence[tuple[str, ColumnKind, NDArray[Any], NDArray[np.int64]]],
+) -> int:
+    """A temporary table `name` (dropped at commit) of a bigint key column and one-dimensional
+    array columns, filled with one binary COPY: per column `(name, element kind, flat, lengths)`,
+    row i's array being the next `lengths[i]` values of `flat` (empty arrays for 0; no NULLs).
+    The values are encoded by NumPy, never formatted as text: 10,000 workers' 1.3 million
+    running-statistics values took 1.4 s as array literals. Call inside a transaction."""
+    column, ids = keys
+    pieces = [[len(arrays) + 1, 8, int(key)] for key in np.asarray(ids).tolist()]
+    heads = [struct.pack(">hiq", *piece) for piece in pieces]
+    columns = [_array_fields(kind, flat, lengths) for _, kind, flat, lengths in arrays]
+    body = b"".join(b"".join(row) for row in zip(heads, *columns, strict=True))
+    definitions = [(column, "bigint")]
+    definitions += [(array, f"{_TEMP_TYPES[kind][0]}[]") for array, kind, _, _ in arrays]
+    _copy_into_temp_table(name, definitions, body, analyze=False)
+    return len(heads)
+
+
+def _array_fields(kind: ColumnKind, flat: NDArray[Any], lengths: NDArray[np.int64]) -> list[bytes]:
+    """Each row's COPY BINARY field (length word included) of a one-dimensional array."""
+    big_endian = _TEMP_TYPES[kind][1]
+    size = np.dtype(big_endian).itemsize
+    if kind == "int4" and len(flat) and np.abs(np.asarray(flat, np.int64)).max() >= 2**31:
+        raise ValueError("a value does not fit an integer array")
+    elements = np.empty(len(flat), dtype=[("length", ">i4"), ("value", big_endian)])
+    elements["length"] = size
+    elements["value"] = flat
+    data = elements.tobytes()
+    oid = _ARRAY_ELEMENTS[kind]
+    empty = struct.pack(">iiii", 12, 0, 0, oid)
+    step = 4 + size
+    fields = []
+    offset = 0
+    for count in np.asarray(lengths).tolist():
+        if not count:
+            fields.append(empty)
+            continue
+        head = struct.pack(">iiiiii", 20 + count * step, 1, 0, oid, count, 1)
+        fields.append(head + data[offset : offset + count * step])
+        offset += count * step
+    if offset != len(data):
+        raise ValueError("array lengths do not add up to the values given")
+    return fields
