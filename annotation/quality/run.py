@@ -47,8 +47,6 @@ from annotation.quality.exclusions import workers_exclude
 from annotation.quality.jobs import ProgressCallback, campaign_run_inline, campaign_run_queue
 from annotation.quality.loading import CampaignSlice, campaign_median_remember, campaign_slice_load
 from annotation.quality.rules import qc_rules_merge
-from annotation.quality.running import running_state
-from annotation.quality.statistics import reference_sums
 from common.jobs import job_execute
 
 logger = logging.getLogger(__name__)
@@ -108,19 +106,11 @@ def qc_campaign_full(
         data.workers.excluded |= leaving
     stopwatch.lap("exclusions")
     report(0.55, "storing worker statistics")
-    # Every worker's running statistics, against the sums this run's aggregation stores (the
-    # kept judgments, the newly excluded workers' now out).
-    kept = ~data.judgments.excluded
-    running = running_state(
-        data.judgments,
-        data.candidates,
-        data.clip_seconds,
-        workers=len(data.workers),
-        selected=np.ones(len(data.judgments), dtype=bool),
-        sums=reference_sums(data.judgments, items=len(data.candidates), reference=kept),
-        reference=kept,
-    )
-    worker_stats_store(data, statistics, flags, indices=range(len(data.workers)), running=running)
+    # No running statistics: the run clears every worker's (`running=None`), so each worker's next
+    # after-submission pass reads all their judgments once and stores a fresh state. Computing
+    # and writing 10,000 states here cost the cold run at a million judgments about 2.5 s
+    # (docs/benchmarks.md, "Cold start, stop 38"); a full run is rare, passes are many.
+    worker_stats_store(data, statistics, flags, indices=range(len(data.workers)), running=None)
     stopwatch.lap("store_statistics")
     report(0.65, "agreement")
     figures = _agreement_figures(data, alpha_before, _alphas(data, kept_only=True))
