@@ -108,8 +108,8 @@ def qc_campaign_full(
     report(0.55, "storing worker statistics")
     # No running statistics: the run clears every worker's (`running=None`), so each worker's next
     # after-submission pass reads all their judgments once and stores a fresh state. Computing
-    # and writing 10,000 states here cost the cold run at a million judgments about 2.5 s
-    # (docs/benchmarks.md, "Cold start, stop 38"); a full run is rare, passes are many.
+    # and writing 10,000 states here cost the cold run at a million judgments 1.1 - 1.2 s of its
+    # store-statistics phase (docs/benchmarks.md, "Cold start, stop 38"); full runs are rare.
     worker_stats_store(data, statistics, flags, indices=range(len(data.workers)), running=None)
     stopwatch.lap("store_statistics")
     report(0.65, "agreement")
