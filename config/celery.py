@@ -18,7 +18,7 @@ app.autodiscover_tasks()
 
 @task_prerun.connect
 @task_postrun.connect
-def database_connections_refresh(**_kwargs: Any) -> None:
+def database_connections_refresh(task: Any = None, **_kwargs: Any) -> None:
     """Before and after every task, what Django does around every request: close the database
     connections that are broken or older than CONN_MAX_AGE, keep the others. Celery's Django
     fix-up would close every connection around every task (a new PostgreSQL backend per quality
@@ -26,4 +26,6 @@ def database_connections_refresh(**_kwargs: Any) -> None:
     meaning in the workers (docs/benchmarks.md, "Quality pass, stop 38")."""
     from django.db import close_old_connections
 
+    if task is not None and getattr(task.request, "is_eager", False):
+        return  # run in the caller's process, inside its request or transaction (as Celery's fix-up)
     close_old_connections()

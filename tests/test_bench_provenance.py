@@ -25,6 +25,7 @@ NOT_BENCHMARKS = {
     "lepus_bench_setup.py": "set-up commands (seed, campaign) that the load benchmarks call",
     "make_vatex_clips.py": "writes the MP4 clips the GPU benchmarks decode",
     "trace_gaps.py": "reads the chrome trace of a profiled gpu_rigel.py run (whose raw file it is)",
+    "stack_profile.py": "sums py-spy's stacks for crowd_scale.py --py-spy (whose raw file holds them)",
 }
 
 
