@@ -206,9 +206,10 @@ def _running_statistics(
     base = _placed(stored, positions, trusted, len(data.workers))
     removed, added = _changes(data, new, old_sums=before, new_sums=sums)
     evaluated = _updated(base, removed, added)
-    slots = positions[np.flatnonzero(trusted)]
+    rows = np.flatnonzero(trusted)
+    slots = positions[rows]
     timing, ratios = median_values_read(
-        [targets[row] for row in np.flatnonzero(trusted).tolist()],
+        [targets[row] for row in rows.tolist()],
         removed=removed.take(slots),
         added=added.take(slots),
     )
