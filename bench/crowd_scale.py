@@ -1040,6 +1040,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "postgresql": "private cluster, unix socket, max_connections=300, defaults otherwise"
             + (" (pg_stat_statements loaded)" if args.pg_stat_statements else ""),
             "redis": "private, unix socket (throttle cache + broker)",
+            "redis_server": lw.redis_server_version(),
             "throttles": "production defaults for next/submit/me; join raised (one client address)",
             "DATABASE_CONN_MAX_AGE": env.get("DATABASE_CONN_MAX_AGE", "default (60)"),
         }
@@ -1213,7 +1214,7 @@ def main() -> None:
     ).stdout.strip()
     path = write_raw("crowd_scale", report, postgres_version=f"{postgres} (private cluster)")
     if args.output:
-        args.output.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+        args.output.write_text(json.dumps(report, indent=2, sort_keys=True, default=str) + "\n")
     for step in report["steps"]:
         sys.stdout.write(step_line(step) + "\n")
     sys.stdout.write(json.dumps(report["targets"]) + f"\nraw: {path}\n")

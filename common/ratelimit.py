@@ -43,10 +43,9 @@ from django.contrib.auth.backends import ModelBackend
 from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
-from redis.exceptions import NoScriptError
 from rest_framework.throttling import BaseThrottle
 
-from common.cache import redis_writer
+from common.cache import Script, redis_writer
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +53,7 @@ logger = logging.getLogger(__name__)
 # One script, so one command and one round trip: atomic like the MULTI/EXEC pipeline it replaces
 # (SET NX PX; INCR; PTTL, repairing a key without expiry), with a third of the commands for Redis
 # to parse and redis-py to pack and read back.
-_COUNTER_SCRIPT = """
+_COUNTER_SCRIPT = Script("""
 redis.call('SET', KEYS[1], 0, 'PX', ARGV[1], 'NX')
 local count = redis.call('INCR', KEYS[1])
 local ttl = redis.call('PTTL', KEYS[1])
@@ -63,8 +62,7 @@ if ttl < 0 then
     ttl = tonumber(ARGV[1])
 end
 return {count, ttl}
-"""
-_COUNTER_SCRIPT_SHA = hashlib.sha1(_COUNTER_SCRIPT.encode()).hexdigest()
+""")
 
 
 def counter_hit(key: str, window: float) -> tuple[int, float]:
@@ -75,10 +73,7 @@ def counter_hit(key: str, window: float) -> tuple[int, float]:
     redis = redis_writer(key)
     if redis is not None:
         client, redis_key = redis
-        try:
-            count, ttl_ms = client.evalsha(_COUNTER_SCRIPT_SHA, 1, redis_key, window_ms)
-        except NoScriptError:  # first use on this server (or after SCRIPT FLUSH / a restart)
-            count, ttl_ms = client.eval(_COUNTER_SCRIPT, 1, redis_key, window_ms)
+        count, ttl_ms = _COUNTER_SCRIPT(client, [redis_key], [window_ms])
         return int(count), int(ttl_ms) / 1000.0
     started_key = f"{key}:started"
     for _attempt in range(3):

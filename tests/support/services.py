@@ -144,8 +144,9 @@ class PrivatePostgres:
 class PrivateRedis:
     """A redis-server child on a free port, persisting nothing."""
 
-    def __init__(self) -> None:
+    def __init__(self, binary: Path | None = None) -> None:
         self.port = free_port()
+        self.binary = binary
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -154,7 +155,9 @@ class PrivateRedis:
 
     def start(self) -> PrivateRedis:
         self.process = subprocess.Popen(
-            embedded_servers.redis_server_command(self.port, "--loglevel", "warning"),
+            embedded_servers.redis_server_command(
+                self.port, "--loglevel", "warning", binary=self.binary
+            ),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
