@@ -20,9 +20,10 @@ path lets the web request depend on the cache or the broker: their failures are 
 periodic tasks catch up.
 
 The mark costs no round trip on most submissions: on Redis it is set by one script (`SET NX`, else
-`GET`: what `SET NX GET` does on Redis 7, on any version) holding the time it expires, so a web process that finds it taken learns until when, and skips the cache
-itself until then (`_held_until`; the process that set it knows anyway). At tens of submissions per
-second that leaves about one cache call per window per web process instead of one per submission.
+`GET`: what `SET NX GET` does on Redis 7, on any version) holding the time it expires, so a web
+process that finds it taken learns until when, and skips the cache itself until then
+(`_held_until`; the process that set it knows anyway). At tens of submissions per second that
+leaves about one cache call per window per web process instead of one per submission.
 """
 
 from __future__ import annotations
